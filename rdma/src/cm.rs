@@ -1,0 +1,434 @@
+//! RDMA connection manager: event channels, ids, and events.
+
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::os::fd::RawFd;
+use std::ptr;
+use std::sync::Arc;
+
+use rdma_sys::*;
+
+use crate::error::{Error, Result};
+use crate::verbs::{
+    set_nonblocking, CompletionQueue, Context, ProtectionDomain, QpCaps, QueuePair,
+};
+
+/// An RDMA-CM event channel: the file descriptor on which a set of ids report
+/// their connection events.
+pub struct EventChannel {
+    raw: *mut rdma_event_channel,
+}
+
+// SAFETY: librdmacm event channels may be used from any thread.
+unsafe impl Send for EventChannel {}
+// SAFETY: as above.
+unsafe impl Sync for EventChannel {}
+
+/// Connection event types.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CmEventKind {
+    /// Address resolved (active side).
+    AddrResolved,
+    /// Address resolution failed.
+    AddrError,
+    /// Route resolved (active side).
+    RouteResolved,
+    /// Route resolution failed.
+    RouteError,
+    /// A peer asks to connect (passive side); the event carries the new id.
+    ConnectRequest,
+    /// Connection response (active side without QP).
+    ConnectResponse,
+    /// Connection error.
+    ConnectError,
+    /// Peer unreachable.
+    Unreachable,
+    /// Peer rejected the connection.
+    Rejected,
+    /// Connection established.
+    Established,
+    /// Connection closed.
+    Disconnected,
+    /// Device removed.
+    DeviceRemoval,
+    /// Timewait exited: the QP may be reused.
+    TimewaitExit,
+    /// Any other event.
+    Other(u32),
+}
+
+impl CmEventKind {
+    fn from_raw(t: u32) -> CmEventKind {
+        use rdma_cm_event_type::*;
+        match t {
+            RDMA_CM_EVENT_ADDR_RESOLVED => CmEventKind::AddrResolved,
+            RDMA_CM_EVENT_ADDR_ERROR => CmEventKind::AddrError,
+            RDMA_CM_EVENT_ROUTE_RESOLVED => CmEventKind::RouteResolved,
+            RDMA_CM_EVENT_ROUTE_ERROR => CmEventKind::RouteError,
+            RDMA_CM_EVENT_CONNECT_REQUEST => CmEventKind::ConnectRequest,
+            RDMA_CM_EVENT_CONNECT_RESPONSE => CmEventKind::ConnectResponse,
+            RDMA_CM_EVENT_CONNECT_ERROR => CmEventKind::ConnectError,
+            RDMA_CM_EVENT_UNREACHABLE => CmEventKind::Unreachable,
+            RDMA_CM_EVENT_REJECTED => CmEventKind::Rejected,
+            RDMA_CM_EVENT_ESTABLISHED => CmEventKind::Established,
+            RDMA_CM_EVENT_DISCONNECTED => CmEventKind::Disconnected,
+            RDMA_CM_EVENT_DEVICE_REMOVAL => CmEventKind::DeviceRemoval,
+            RDMA_CM_EVENT_TIMEWAIT_EXIT => CmEventKind::TimewaitExit,
+            o => CmEventKind::Other(o),
+        }
+    }
+}
+
+/// A connection event, copied out of librdmacm and acknowledged.
+pub struct CmEvent {
+    /// Event type.
+    pub kind: CmEventKind,
+    /// Status (e.g. reject reason for `Rejected`).
+    pub status: i32,
+    /// For `ConnectRequest`: the new id, owned by the receiver of the event.
+    pub new_id: Option<CmId>,
+    /// Private data carried by the event (connect request, accept, reject).
+    pub private_data: Vec<u8>,
+    /// Responder resources the peer offers.
+    pub responder_resources: u8,
+    /// Initiator depth the peer asks for.
+    pub initiator_depth: u8,
+}
+
+impl EventChannel {
+    /// Creates a channel.
+    pub fn new() -> Result<Arc<EventChannel>> {
+        // SAFETY: no arguments; the result is checked.
+        let raw = unsafe { rdma_create_event_channel() };
+        if raw.is_null() {
+            return Err(Error::last("rdma_create_event_channel"));
+        }
+        Ok(Arc::new(EventChannel { raw }))
+    }
+
+    /// The file descriptor (readable when an event is pending).
+    pub fn fd(&self) -> RawFd {
+        // SAFETY: raw is live.
+        unsafe { (*self.raw).fd }
+    }
+
+    /// Makes `get_event` non-blocking (it then returns `Ok(None)` when idle).
+    pub fn set_nonblocking(&self) -> Result<()> {
+        set_nonblocking(self.fd())
+    }
+
+    /// Waits for (or, if non-blocking, polls for) the next event.
+    pub fn get_event(self: &Arc<Self>) -> Result<Option<CmEvent>> {
+        let mut ev: *mut rdma_cm_event = ptr::null_mut();
+        // SAFETY: raw is live; ev is a valid out pointer.
+        let r = unsafe { rdma_get_cm_event(self.raw, &mut ev) };
+        if r != 0 {
+            let e = std::io::Error::last_os_error();
+            if e.raw_os_error() == Some(libc::EAGAIN) {
+                return Ok(None);
+            }
+            return Err(Error::Os {
+                call: "rdma_get_cm_event",
+                source: e,
+            });
+        }
+        // SAFETY: ev points at a live event until it is acked below.
+        let out = unsafe {
+            let e = &*ev;
+            let kind = CmEventKind::from_raw(e.event);
+            let conn = e.param.conn;
+            let private_data = if !conn.private_data.is_null() && conn.private_data_len > 0 {
+                std::slice::from_raw_parts(conn.private_data as *const u8, conn.private_data_len as usize)
+                    .to_vec()
+            } else {
+                Vec::new()
+            };
+            let new_id = if kind == CmEventKind::ConnectRequest {
+                Some(CmId {
+                    raw: e.id,
+                    channel: self.clone(),
+                    qp_res: None,
+                })
+            } else {
+                None
+            };
+            CmEvent {
+                kind,
+                status: e.status,
+                new_id,
+                private_data,
+                responder_resources: conn.responder_resources,
+                initiator_depth: conn.initiator_depth,
+            }
+        };
+        // SAFETY: acking the event obtained above exactly once.
+        unsafe { rdma_ack_cm_event(ev) };
+        Ok(Some(out))
+    }
+}
+
+impl Drop for EventChannel {
+    fn drop(&mut self) {
+        // SAFETY: every id on this channel holds an Arc to it, so none is left.
+        unsafe { rdma_destroy_event_channel(self.raw) };
+    }
+}
+
+struct QpResources {
+    _cq: Arc<CompletionQueue>,
+    _pd: Arc<ProtectionDomain>,
+}
+
+/// An RDMA-CM id (listening, or one connection). Destroying it destroys its QP
+/// first; it keeps its CQ, PD and event channel alive until then.
+pub struct CmId {
+    raw: *mut rdma_cm_id,
+    qp_res: Option<QpResources>,
+    channel: Arc<EventChannel>,
+}
+
+// SAFETY: a cm id may be moved to and used from another thread; librdmacm
+// serialises its internal state.
+unsafe impl Send for CmId {}
+
+/// Connection parameters for accept.
+#[derive(Debug, Clone, Copy)]
+pub struct ConnParams<'a> {
+    /// Private data (at most 196 bytes for accept, 148 for reject on IB/RoCE).
+    pub private_data: &'a [u8],
+    /// Outstanding RDMA READs this side accepts as responder.
+    pub responder_resources: u8,
+    /// Outstanding RDMA READs this side issues.
+    pub initiator_depth: u8,
+    /// RNR retry count (7 = infinite).
+    pub rnr_retry_count: u8,
+    /// Transport retry count.
+    pub retry_count: u8,
+}
+
+fn to_sockaddr(addr: SocketAddr) -> libc::sockaddr_storage {
+    // SAFETY: sockaddr_storage is plain data.
+    let mut ss: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
+    match addr {
+        SocketAddr::V4(a) => {
+            // SAFETY: sockaddr_storage is large enough and aligned for sockaddr_in.
+            let sin = unsafe { &mut *(&mut ss as *mut _ as *mut libc::sockaddr_in) };
+            sin.sin_family = libc::AF_INET as u16;
+            sin.sin_port = a.port().to_be();
+            sin.sin_addr.s_addr = u32::from(*a.ip()).to_be();
+        }
+        SocketAddr::V6(a) => {
+            // SAFETY: as above for sockaddr_in6.
+            let sin6 = unsafe { &mut *(&mut ss as *mut _ as *mut libc::sockaddr_in6) };
+            sin6.sin6_family = libc::AF_INET6 as u16;
+            sin6.sin6_port = a.port().to_be();
+            sin6.sin6_addr.s6_addr = a.ip().octets();
+            sin6.sin6_scope_id = a.scope_id();
+        }
+    }
+    ss
+}
+
+fn from_sockaddr(sa: *const libc::sockaddr) -> Option<SocketAddr> {
+    if sa.is_null() {
+        return None;
+    }
+    // SAFETY: sa points at a sockaddr whose family says which variant it is.
+    unsafe {
+        match (*sa).sa_family as i32 {
+            libc::AF_INET => {
+                let s = &*(sa as *const libc::sockaddr_in);
+                Some(SocketAddr::new(
+                    IpAddr::V4(Ipv4Addr::from(u32::from_be(s.sin_addr.s_addr))),
+                    u16::from_be(s.sin_port),
+                ))
+            }
+            libc::AF_INET6 => {
+                let s = &*(sa as *const libc::sockaddr_in6);
+                Some(SocketAddr::new(
+                    IpAddr::V6(Ipv6Addr::from(s.sin6_addr.s6_addr)),
+                    u16::from_be(s.sin6_port),
+                ))
+            }
+            _ => None,
+        }
+    }
+}
+
+impl CmId {
+    /// Creates an id on `channel` (TCP port space, RC).
+    pub fn new(channel: &Arc<EventChannel>) -> Result<CmId> {
+        let mut raw: *mut rdma_cm_id = ptr::null_mut();
+        // SAFETY: channel is live; raw is a valid out pointer.
+        let r = unsafe {
+            rdma_create_id(
+                channel.raw,
+                &mut raw,
+                ptr::null_mut(),
+                rdma_port_space::RDMA_PS_TCP,
+            )
+        };
+        if r != 0 {
+            return Err(Error::last("rdma_create_id"));
+        }
+        Ok(CmId {
+            raw,
+            qp_res: None,
+            channel: channel.clone(),
+        })
+    }
+
+    /// Binds to a local address.
+    pub fn bind(&self, addr: SocketAddr) -> Result<()> {
+        let mut ss = to_sockaddr(addr);
+        // SAFETY: raw is live; ss is a valid sockaddr for the call.
+        let r = unsafe { rdma_bind_addr(self.raw, &mut ss as *mut _ as *mut libc::sockaddr) };
+        if r != 0 {
+            return Err(Error::last("rdma_bind_addr"));
+        }
+        Ok(())
+    }
+
+    /// Starts listening.
+    pub fn listen(&self, backlog: i32) -> Result<()> {
+        // SAFETY: raw is live and bound.
+        if unsafe { rdma_listen(self.raw, backlog) } != 0 {
+            return Err(Error::last("rdma_listen"));
+        }
+        Ok(())
+    }
+
+    /// The device context this id is bound to (None before address binding to a device).
+    pub fn context(&self) -> Option<Context> {
+        // SAFETY: raw is live.
+        let v = unsafe { (*self.raw).verbs };
+        (!v.is_null()).then_some(Context(v))
+    }
+
+    /// Moves the id's events to another channel.
+    pub fn migrate(&mut self, channel: &Arc<EventChannel>) -> Result<()> {
+        // SAFETY: both live; no event of this id is held unacked (events are acked on receipt).
+        if unsafe { rdma_migrate_id(self.raw, channel.raw) } != 0 {
+            return Err(Error::last("rdma_migrate_id"));
+        }
+        self.channel = channel.clone();
+        Ok(())
+    }
+
+    /// Creates the RC queue pair of this id, with `cq` for both send and receive.
+    pub fn create_qp(
+        &mut self,
+        pd: &Arc<ProtectionDomain>,
+        cq: &Arc<CompletionQueue>,
+        caps: QpCaps,
+    ) -> Result<()> {
+        if self.qp_res.is_some() {
+            return Err(Error::Invalid {
+                call: "rdma_create_qp",
+                reason: "the id already has a queue pair",
+            });
+        }
+        // SAFETY: plain data.
+        let mut attr: ibv_qp_init_attr = unsafe { std::mem::zeroed() };
+        attr.send_cq = cq.as_ptr();
+        attr.recv_cq = cq.as_ptr();
+        attr.qp_type = ibv_qp_type::IBV_QPT_RC;
+        attr.cap.max_send_wr = caps.max_send_wr;
+        attr.cap.max_recv_wr = caps.max_recv_wr;
+        attr.cap.max_send_sge = caps.max_send_sge;
+        attr.cap.max_recv_sge = caps.max_recv_sge;
+        // SAFETY: raw, pd and cq are live; attr is valid for the call.
+        if unsafe { rdma_create_qp(self.raw, pd.as_ptr(), &mut attr) } != 0 {
+            return Err(Error::last("rdma_create_qp"));
+        }
+        self.qp_res = Some(QpResources {
+            _cq: cq.clone(),
+            _pd: pd.clone(),
+        });
+        Ok(())
+    }
+
+    /// The queue pair, if created.
+    pub fn qp(&self) -> Option<QueuePair> {
+        self.qp_res.as_ref()?;
+        // SAFETY: raw is live; qp was set by rdma_create_qp.
+        let qp = unsafe { (*self.raw).qp };
+        (!qp.is_null()).then_some(QueuePair { raw: qp })
+    }
+
+    /// Accepts a connection request.
+    pub fn accept(&self, p: &ConnParams<'_>) -> Result<()> {
+        // SAFETY: plain data.
+        let mut cp: rdma_conn_param = unsafe { std::mem::zeroed() };
+        cp.private_data = p.private_data.as_ptr() as *const libc::c_void;
+        cp.private_data_len = p.private_data.len().min(255) as u8;
+        cp.responder_resources = p.responder_resources;
+        cp.initiator_depth = p.initiator_depth;
+        cp.flow_control = 1;
+        cp.retry_count = p.retry_count;
+        cp.rnr_retry_count = p.rnr_retry_count;
+        // SAFETY: raw is live; cp and its private data live for the call.
+        if unsafe { rdma_accept(self.raw, &mut cp) } != 0 {
+            return Err(Error::last("rdma_accept"));
+        }
+        Ok(())
+    }
+
+    /// Rejects a connection request with private data.
+    pub fn reject(&self, private_data: &[u8]) -> Result<()> {
+        // SAFETY: raw is live; the data lives for the call.
+        let r = unsafe {
+            rdma_reject(
+                self.raw,
+                private_data.as_ptr() as *const libc::c_void,
+                private_data.len().min(255) as u8,
+            )
+        };
+        if r != 0 {
+            return Err(Error::last("rdma_reject"));
+        }
+        Ok(())
+    }
+
+    /// Starts disconnecting (the QP moves to the error state; pending WRs flush).
+    pub fn disconnect(&self) -> Result<()> {
+        // SAFETY: raw is live.
+        if unsafe { rdma_disconnect(self.raw) } != 0 {
+            return Err(Error::last("rdma_disconnect"));
+        }
+        Ok(())
+    }
+
+    /// The peer's address.
+    pub fn peer_addr(&self) -> Option<SocketAddr> {
+        // SAFETY: raw is live; route.addr is inline data of the id.
+        unsafe {
+            from_sockaddr(&(*self.raw).route.addr.dst_addr_union.dst_addr as *const libc::sockaddr)
+        }
+    }
+
+    /// The local address.
+    pub fn local_addr(&self) -> Option<SocketAddr> {
+        // SAFETY: as above.
+        unsafe {
+            from_sockaddr(&(*self.raw).route.addr.src_addr_union.src_addr as *const libc::sockaddr)
+        }
+    }
+
+    /// The event channel of this id.
+    pub fn channel(&self) -> &Arc<EventChannel> {
+        &self.channel
+    }
+}
+
+impl Drop for CmId {
+    fn drop(&mut self) {
+        // SAFETY: destroying the QP (if any) and then the id created/owned by self;
+        // the CQ, PD and channel are released after (fields drop after this).
+        unsafe {
+            if self.qp_res.is_some() {
+                rdma_destroy_qp(self.raw);
+            }
+            rdma_destroy_id(self.raw);
+        }
+    }
+}

@@ -1,0 +1,26 @@
+//! A thin, safe wrapper over `rdma-sys` for what an NVMe-oF/RDMA target and
+//! initiator need: RDMA-CM event channels and ids (listen, accept/reject with
+//! private data, connect, disconnect), protection domains, completion channels
+//! and queues, RC queue pairs created through RDMA-CM, memory regions over
+//! page-aligned buffers, and posting RECV / SEND / SEND_WITH_INV / RDMA READ /
+//! RDMA WRITE work requests.
+//!
+//! Ownership encodes teardown order: a [`MemoryRegion`] holds its
+//! [`ProtectionDomain`], a [`CompletionQueue`] its [`CompletionChannel`], a
+//! [`CmId`] with a queue pair holds the PD and CQ it was created with, and every
+//! [`CmId`] holds its [`EventChannel`]. Dropping in any order is therefore safe.
+
+mod buffer;
+mod cm;
+mod error;
+mod verbs;
+
+pub use buffer::Buffer;
+pub use cm::{CmEvent, CmEventKind, CmId, ConnParams, EventChannel};
+pub use error::{Error, Result};
+pub use verbs::{
+    Access, CompletionChannel, CompletionQueue, Context, DeviceAttr, MemoryRegion,
+    ProtectionDomain, QpCaps, QueuePair, SendOp, SendRequest, Sge, WorkCompletion, WcOpcode,
+};
+
+pub use rdma_sys as sys;

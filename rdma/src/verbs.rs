@@ -1,0 +1,630 @@
+//! Verbs objects: device context, protection domain, completion channel and
+//! queue, memory region, queue pair posting and work completions.
+
+use std::os::fd::RawFd;
+use std::ptr;
+use std::sync::Arc;
+
+use rdma_sys::*;
+
+use crate::buffer::Buffer;
+use crate::error::{Error, Result};
+
+/// A device context (owned by librdmacm for the life of the process; RDMA-CM ids
+/// point at it).
+#[derive(Clone, Copy, Debug)]
+pub struct Context(pub(crate) *mut ibv_context);
+
+// SAFETY: ibv_context is thread safe per libibverbs; librdmacm keeps it open for
+// the life of the process.
+unsafe impl Send for Context {}
+// SAFETY: as above.
+unsafe impl Sync for Context {}
+
+/// The device limits a queue pair is sized against.
+#[derive(Debug, Clone, Copy)]
+pub struct DeviceAttr {
+    /// Maximum work requests per queue.
+    pub max_qp_wr: u32,
+    /// Maximum scatter/gather entries per work request.
+    pub max_sge: u32,
+    /// Maximum completion queue entries.
+    pub max_cqe: u32,
+    /// Maximum outstanding RDMA READs as responder.
+    pub max_qp_rd_atom: u32,
+    /// Maximum outstanding RDMA READs as initiator.
+    pub max_qp_init_rd_atom: u32,
+    /// The device supports memory management extensions (fast registration,
+    /// memory windows, SEND_WITH_INVALIDATE).
+    pub mem_mgt_extensions: bool,
+    /// Maximum memory windows.
+    pub max_mw: u32,
+}
+
+impl Context {
+    /// Queries the device limits.
+    pub fn query(&self) -> Result<DeviceAttr> {
+        // SAFETY: ibv_device_attr is plain data; zero is a valid initial value.
+        let mut a: ibv_device_attr = unsafe { std::mem::zeroed() };
+        // SAFETY: self.0 is a live context; `a` is a valid out pointer.
+        let r = unsafe { ibv_query_device(self.0, &mut a) };
+        if r != 0 {
+            return Err(Error::from_ret("ibv_query_device", r));
+        }
+        Ok(DeviceAttr {
+            max_qp_wr: a.max_qp_wr.max(0) as u32,
+            max_sge: a.max_sge.max(0) as u32,
+            max_cqe: a.max_cqe.max(0) as u32,
+            max_qp_rd_atom: a.max_qp_rd_atom.max(0) as u32,
+            max_qp_init_rd_atom: a.max_qp_init_rd_atom.max(0) as u32,
+            mem_mgt_extensions: a.device_cap_flags
+                & ibv_device_cap_flags::IBV_DEVICE_MEM_MGT_EXTENSIONS.0
+                != 0,
+            max_mw: a.max_mw.max(0) as u32,
+        })
+    }
+
+    /// The raw pointer.
+    pub fn as_ptr(&self) -> *mut ibv_context {
+        self.0
+    }
+}
+
+/// A protection domain.
+pub struct ProtectionDomain {
+    raw: *mut ibv_pd,
+    ctx: Context,
+}
+
+// SAFETY: PDs may be used from any thread.
+unsafe impl Send for ProtectionDomain {}
+// SAFETY: as above.
+unsafe impl Sync for ProtectionDomain {}
+
+impl ProtectionDomain {
+    /// Allocates a PD on `ctx`.
+    pub fn new(ctx: Context) -> Result<Arc<ProtectionDomain>> {
+        // SAFETY: ctx is a live context.
+        let raw = unsafe { ibv_alloc_pd(ctx.0) };
+        if raw.is_null() {
+            return Err(Error::last("ibv_alloc_pd"));
+        }
+        Ok(Arc::new(ProtectionDomain { raw, ctx }))
+    }
+    /// The device context.
+    pub fn context(&self) -> Context {
+        self.ctx
+    }
+    /// The raw pointer.
+    pub fn as_ptr(&self) -> *mut ibv_pd {
+        self.raw
+    }
+}
+
+impl Drop for ProtectionDomain {
+    fn drop(&mut self) {
+        // SAFETY: every MR/QP using this PD holds an Arc to it, so none is left.
+        unsafe {
+            ibv_dealloc_pd(self.raw);
+        }
+    }
+}
+
+/// Memory access rights of a region.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Access(pub u32);
+
+impl Access {
+    /// Local write (needed as the sink of RDMA READ and RECV).
+    pub const LOCAL_WRITE: Access = Access(ibv_access_flags::IBV_ACCESS_LOCAL_WRITE.0);
+    /// Remote write.
+    pub const REMOTE_WRITE: Access = Access(ibv_access_flags::IBV_ACCESS_REMOTE_WRITE.0);
+    /// Remote read.
+    pub const REMOTE_READ: Access = Access(ibv_access_flags::IBV_ACCESS_REMOTE_READ.0);
+    /// Memory window binding allowed.
+    pub const MW_BIND: Access = Access(ibv_access_flags::IBV_ACCESS_MW_BIND.0);
+}
+
+impl std::ops::BitOr for Access {
+    type Output = Access;
+    fn bitor(self, o: Access) -> Access {
+        Access(self.0 | o.0)
+    }
+}
+
+/// A memory region: owns the buffer it registers and holds its PD.
+pub struct MemoryRegion {
+    raw: *mut ibv_mr,
+    buf: Buffer,
+    _pd: Arc<ProtectionDomain>,
+}
+
+// SAFETY: an MR is usable from any thread; the buffer is owned.
+unsafe impl Send for MemoryRegion {}
+// SAFETY: as above.
+unsafe impl Sync for MemoryRegion {}
+
+impl MemoryRegion {
+    /// Registers `buf` with `access`.
+    pub fn new(pd: &Arc<ProtectionDomain>, buf: Buffer, access: Access) -> Result<MemoryRegion> {
+        // SAFETY: buf is a live mapping of buf.len() bytes that this MR will own.
+        let raw = unsafe {
+            ibv_reg_mr(
+                pd.raw,
+                buf.as_ptr() as *mut libc::c_void,
+                buf.len(),
+                access.0 as i32,
+            )
+        };
+        if raw.is_null() {
+            return Err(Error::last("ibv_reg_mr"));
+        }
+        Ok(MemoryRegion {
+            raw,
+            buf,
+            _pd: pd.clone(),
+        })
+    }
+    /// Local key.
+    pub fn lkey(&self) -> u32 {
+        // SAFETY: raw is live.
+        unsafe { (*self.raw).lkey }
+    }
+    /// Remote key.
+    pub fn rkey(&self) -> u32 {
+        // SAFETY: raw is live.
+        unsafe { (*self.raw).rkey }
+    }
+    /// The registered buffer.
+    pub fn buffer(&self) -> &Buffer {
+        &self.buf
+    }
+    /// The registered buffer, mutably.
+    pub fn buffer_mut(&mut self) -> &mut Buffer {
+        &mut self.buf
+    }
+    /// Start address.
+    pub fn addr(&self) -> u64 {
+        self.buf.as_ptr() as u64
+    }
+    /// An SGE for `[offset, offset+len)` of this region. Panics if out of bounds.
+    pub fn sge(&self, offset: usize, len: u32) -> Sge {
+        assert!(offset + len as usize <= self.buf.len(), "SGE out of region");
+        Sge {
+            addr: self.addr() + offset as u64,
+            len,
+            lkey: self.lkey(),
+        }
+    }
+}
+
+impl Drop for MemoryRegion {
+    fn drop(&mut self) {
+        // SAFETY: deregistering the MR created in `new`; the buffer is unmapped after.
+        unsafe {
+            ibv_dereg_mr(self.raw);
+        }
+    }
+}
+
+/// A completion channel (a file descriptor that becomes readable when an armed
+/// CQ gets a completion).
+pub struct CompletionChannel {
+    raw: *mut ibv_comp_channel,
+}
+
+// SAFETY: usable from any thread.
+unsafe impl Send for CompletionChannel {}
+// SAFETY: as above.
+unsafe impl Sync for CompletionChannel {}
+
+impl CompletionChannel {
+    /// Creates a channel on `ctx`, in non-blocking mode.
+    pub fn new(ctx: Context) -> Result<Arc<CompletionChannel>> {
+        // SAFETY: ctx is live.
+        let raw = unsafe { ibv_create_comp_channel(ctx.0) };
+        if raw.is_null() {
+            return Err(Error::last("ibv_create_comp_channel"));
+        }
+        let ch = CompletionChannel { raw };
+        set_nonblocking(ch.fd())?;
+        Ok(Arc::new(ch))
+    }
+    /// The file descriptor.
+    pub fn fd(&self) -> RawFd {
+        // SAFETY: raw is live.
+        unsafe { (*self.raw).fd }
+    }
+}
+
+impl Drop for CompletionChannel {
+    fn drop(&mut self) {
+        // SAFETY: every CQ on this channel holds an Arc to it, so none is left.
+        unsafe {
+            ibv_destroy_comp_channel(self.raw);
+        }
+    }
+}
+
+pub(crate) fn set_nonblocking(fd: RawFd) -> Result<()> {
+    // SAFETY: fcntl on a descriptor we own; no memory is passed.
+    unsafe {
+        let fl = libc::fcntl(fd, libc::F_GETFL);
+        if fl < 0 || libc::fcntl(fd, libc::F_SETFL, fl | libc::O_NONBLOCK) < 0 {
+            return Err(Error::last("fcntl(O_NONBLOCK)"));
+        }
+    }
+    Ok(())
+}
+
+/// A completion queue bound to a completion channel.
+pub struct CompletionQueue {
+    raw: *mut ibv_cq,
+    unacked: std::sync::atomic::AtomicU32,
+    channel: Arc<CompletionChannel>,
+}
+
+// SAFETY: ibv_poll_cq / ibv_req_notify_cq are thread safe in libibverbs.
+unsafe impl Send for CompletionQueue {}
+// SAFETY: as above.
+unsafe impl Sync for CompletionQueue {}
+
+impl CompletionQueue {
+    /// Creates a CQ with at least `entries` entries.
+    pub fn new(channel: &Arc<CompletionChannel>, entries: u32) -> Result<Arc<CompletionQueue>> {
+        // SAFETY: the channel's context is live; no cq_context.
+        let raw = unsafe {
+            ibv_create_cq(
+                (*channel.raw).context,
+                entries as i32,
+                ptr::null_mut(),
+                channel.raw,
+                0,
+            )
+        };
+        if raw.is_null() {
+            return Err(Error::last("ibv_create_cq"));
+        }
+        Ok(Arc::new(CompletionQueue {
+            raw,
+            unacked: 0.into(),
+            channel: channel.clone(),
+        }))
+    }
+
+    /// Polls up to `out.len()` completions; returns how many were written.
+    pub fn poll(&self, out: &mut [WorkCompletion]) -> Result<usize> {
+        // SAFETY: WorkCompletion is repr(transparent) over ibv_wc; out is valid for len entries.
+        let n = unsafe { ibv_poll_cq(self.raw, out.len() as i32, out.as_mut_ptr() as *mut ibv_wc) };
+        if n < 0 {
+            return Err(Error::Os {
+                call: "ibv_poll_cq",
+                source: std::io::Error::from_raw_os_error(-n),
+            });
+        }
+        Ok(n as usize)
+    }
+
+    /// Arms the CQ: the channel becomes readable at the next completion.
+    pub fn req_notify(&self) -> Result<()> {
+        // SAFETY: raw is live.
+        let r = unsafe { ibv_req_notify_cq(self.raw, 0) };
+        if r != 0 {
+            return Err(Error::from_ret("ibv_req_notify_cq", r));
+        }
+        Ok(())
+    }
+
+    /// Consumes pending channel events (non-blocking). Returns how many.
+    pub fn drain_events(&self) -> u32 {
+        let mut n = 0;
+        loop {
+            let mut cq: *mut ibv_cq = ptr::null_mut();
+            let mut ctx: *mut libc::c_void = ptr::null_mut();
+            // SAFETY: the channel is non-blocking; out pointers are valid.
+            let r = unsafe { ibv_get_cq_event(self.channel.raw, &mut cq, &mut ctx) };
+            if r != 0 {
+                break;
+            }
+            n += 1;
+        }
+        if n > 0 {
+            let total = self.unacked.fetch_add(n, std::sync::atomic::Ordering::Relaxed) + n;
+            if total >= 64 {
+                self.unacked.store(0, std::sync::atomic::Ordering::Relaxed);
+                // SAFETY: acking events this CQ received.
+                unsafe { ibv_ack_cq_events(self.raw, total) };
+            }
+        }
+        n
+    }
+
+    /// The completion channel.
+    pub fn channel(&self) -> &Arc<CompletionChannel> {
+        &self.channel
+    }
+    /// The raw pointer.
+    pub fn as_ptr(&self) -> *mut ibv_cq {
+        self.raw
+    }
+}
+
+impl Drop for CompletionQueue {
+    fn drop(&mut self) {
+        let n = *self.unacked.get_mut();
+        // SAFETY: all events must be acked before destroy; no QP uses this CQ anymore
+        // (each holds an Arc).
+        unsafe {
+            if n > 0 {
+                ibv_ack_cq_events(self.raw, n);
+            }
+            ibv_destroy_cq(self.raw);
+        }
+    }
+}
+
+/// Queue pair sizing.
+#[derive(Debug, Clone, Copy)]
+pub struct QpCaps {
+    /// Send queue depth.
+    pub max_send_wr: u32,
+    /// Receive queue depth.
+    pub max_recv_wr: u32,
+    /// SGEs per send WR.
+    pub max_send_sge: u32,
+    /// SGEs per receive WR.
+    pub max_recv_sge: u32,
+}
+
+/// A scatter/gather element: `len` bytes at `addr` in the region with `lkey`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(C)]
+pub struct Sge {
+    /// Local virtual address.
+    pub addr: u64,
+    /// Length in bytes.
+    pub len: u32,
+    /// Local key of the region that holds it.
+    pub lkey: u32,
+}
+
+/// The operation of a send-queue work request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SendOp {
+    /// SEND.
+    Send,
+    /// SEND_WITH_INVALIDATE of this remote key.
+    SendWithInv(u32),
+    /// RDMA READ from the remote window into the local SGEs.
+    RdmaRead {
+        /// Remote address.
+        remote_addr: u64,
+        /// Remote key.
+        rkey: u32,
+    },
+    /// RDMA WRITE of the local SGEs to the remote window.
+    RdmaWrite {
+        /// Remote address.
+        remote_addr: u64,
+        /// Remote key.
+        rkey: u32,
+    },
+}
+
+/// A send-queue work request.
+#[derive(Debug, Clone, Copy)]
+pub struct SendRequest<'a> {
+    /// Returned in the completion.
+    pub wr_id: u64,
+    /// Operation.
+    pub op: SendOp,
+    /// Local buffers.
+    pub sges: &'a [Sge],
+    /// Generate a completion.
+    pub signaled: bool,
+}
+
+/// The queue pair of a connected [`crate::CmId`]; borrowed from it.
+#[derive(Clone, Copy)]
+pub struct QueuePair {
+    pub(crate) raw: *mut ibv_qp,
+}
+
+const MAX_CHAIN: usize = 4;
+const MAX_SGE: usize = 4;
+
+impl QueuePair {
+    /// Posts a chain of up to 4 send WRs, each with up to 4 SGEs.
+    ///
+    /// # Safety
+    /// The memory named by every SGE must stay registered, and must not be
+    /// touched by the CPU in a conflicting way, until the WR completes (or a
+    /// later signaled WR on this QP completes).
+    pub unsafe fn post_send(&self, reqs: &[SendRequest<'_>]) -> Result<()> {
+        if reqs.is_empty() {
+            return Ok(());
+        }
+        if reqs.len() > MAX_CHAIN || reqs.iter().any(|r| r.sges.len() > MAX_SGE) {
+            return Err(Error::Invalid {
+                call: "ibv_post_send",
+                reason: "too many work requests or SGEs",
+            });
+        }
+        // SAFETY: ibv_send_wr and ibv_sge are plain data; zero is valid.
+        let mut wrs: [ibv_send_wr; MAX_CHAIN] = unsafe { std::mem::zeroed() };
+        let mut sges: [[ibv_sge; MAX_SGE]; MAX_CHAIN] = unsafe { std::mem::zeroed() };
+        let n = reqs.len();
+        for (i, r) in reqs.iter().enumerate() {
+            for (j, s) in r.sges.iter().enumerate() {
+                sges[i][j] = ibv_sge {
+                    addr: s.addr,
+                    length: s.len,
+                    lkey: s.lkey,
+                };
+            }
+            let w = &mut wrs[i];
+            w.wr_id = r.wr_id;
+            w.sg_list = sges[i].as_mut_ptr();
+            w.num_sge = r.sges.len() as i32;
+            w.send_flags = if r.signaled {
+                ibv_send_flags::IBV_SEND_SIGNALED.0
+            } else {
+                0
+            };
+            match r.op {
+                SendOp::Send => w.opcode = ibv_wr_opcode::IBV_WR_SEND,
+                SendOp::SendWithInv(key) => {
+                    w.opcode = ibv_wr_opcode::IBV_WR_SEND_WITH_INV;
+                    w.imm_data_invalidated_rkey_union.invalidated_rkey = key;
+                }
+                SendOp::RdmaRead { remote_addr, rkey } => {
+                    w.opcode = ibv_wr_opcode::IBV_WR_RDMA_READ;
+                    w.wr.rdma = rdma_t { remote_addr, rkey };
+                }
+                SendOp::RdmaWrite { remote_addr, rkey } => {
+                    w.opcode = ibv_wr_opcode::IBV_WR_RDMA_WRITE;
+                    w.wr.rdma = rdma_t { remote_addr, rkey };
+                }
+            }
+        }
+        let base = wrs.as_mut_ptr();
+        for i in 0..n - 1 {
+            // SAFETY: i+1 < n <= MAX_CHAIN, within the array.
+            wrs[i].next = unsafe { base.add(i + 1) };
+        }
+        let mut bad: *mut ibv_send_wr = ptr::null_mut();
+        // SAFETY: the WR chain and SGE arrays live on this stack frame for the call;
+        // the caller guarantees the memory they name (see above).
+        let r = unsafe { ibv_post_send(self.raw, base, &mut bad) };
+        if r != 0 {
+            return Err(Error::from_ret("ibv_post_send", r));
+        }
+        Ok(())
+    }
+
+    /// Posts one receive WR with up to 4 SGEs.
+    ///
+    /// # Safety
+    /// The memory named by the SGEs must stay registered and untouched until the
+    /// receive completes (or the QP is destroyed).
+    pub unsafe fn post_recv(&self, wr_id: u64, sg: &[Sge]) -> Result<()> {
+        if sg.len() > MAX_SGE {
+            return Err(Error::Invalid {
+                call: "ibv_post_recv",
+                reason: "too many SGEs",
+            });
+        }
+        // SAFETY: plain data.
+        let mut sges: [ibv_sge; MAX_SGE] = unsafe { std::mem::zeroed() };
+        for (j, s) in sg.iter().enumerate() {
+            sges[j] = ibv_sge {
+                addr: s.addr,
+                length: s.len,
+                lkey: s.lkey,
+            };
+        }
+        let mut wr = ibv_recv_wr {
+            wr_id,
+            next: ptr::null_mut(),
+            sg_list: sges.as_mut_ptr(),
+            num_sge: sg.len() as i32,
+        };
+        let mut bad: *mut ibv_recv_wr = ptr::null_mut();
+        // SAFETY: wr and sges live for the call; memory per the caller's guarantee.
+        let r = unsafe { ibv_post_recv(self.raw, &mut wr, &mut bad) };
+        if r != 0 {
+            return Err(Error::from_ret("ibv_post_recv", r));
+        }
+        Ok(())
+    }
+
+    /// The QP number.
+    pub fn qp_num(&self) -> u32 {
+        // SAFETY: raw is live while the owning CmId lives (QueuePair is borrowed from it).
+        unsafe { (*self.raw).qp_num }
+    }
+}
+
+/// Work completion opcode.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WcOpcode {
+    /// SEND (including SEND_WITH_INV).
+    Send,
+    /// RDMA WRITE.
+    RdmaWrite,
+    /// RDMA READ.
+    RdmaRead,
+    /// RECV.
+    Recv,
+    /// Anything else.
+    Other(u32),
+}
+
+/// A work completion (layout-identical to `ibv_wc`).
+#[repr(transparent)]
+pub struct WorkCompletion(ibv_wc);
+
+impl Default for WorkCompletion {
+    fn default() -> Self {
+        // SAFETY: ibv_wc is plain data.
+        WorkCompletion(unsafe { std::mem::zeroed() })
+    }
+}
+
+impl WorkCompletion {
+    /// The WR id given when posting.
+    pub fn wr_id(&self) -> u64 {
+        self.0.wr_id
+    }
+    /// Whether the WR succeeded.
+    pub fn is_ok(&self) -> bool {
+        self.0.status == ibv_wc_status::IBV_WC_SUCCESS
+    }
+    /// Whether the WR was flushed because the QP went to the error state.
+    pub fn is_flush(&self) -> bool {
+        self.0.status == ibv_wc_status::IBV_WC_WR_FLUSH_ERR
+    }
+    /// Raw status.
+    pub fn status(&self) -> u32 {
+        self.0.status
+    }
+    /// Status as text.
+    pub fn status_str(&self) -> String {
+        // SAFETY: returns a static C string for any status value.
+        let p = unsafe { ibv_wc_status_str(self.0.status) };
+        if p.is_null() {
+            return format!("status {}", self.0.status);
+        }
+        // SAFETY: non-null static NUL-terminated string.
+        unsafe { std::ffi::CStr::from_ptr(p) }
+            .to_string_lossy()
+            .into_owned()
+    }
+    /// Opcode (valid only when `is_ok`).
+    pub fn opcode(&self) -> WcOpcode {
+        match self.0.opcode {
+            ibv_wc_opcode::IBV_WC_SEND => WcOpcode::Send,
+            ibv_wc_opcode::IBV_WC_RDMA_WRITE => WcOpcode::RdmaWrite,
+            ibv_wc_opcode::IBV_WC_RDMA_READ => WcOpcode::RdmaRead,
+            ibv_wc_opcode::IBV_WC_RECV => WcOpcode::Recv,
+            o => WcOpcode::Other(o),
+        }
+    }
+    /// Bytes received (RECV).
+    pub fn byte_len(&self) -> u32 {
+        self.0.byte_len
+    }
+    /// The rkey the peer invalidated with its SEND_WITH_INV, if any.
+    pub fn invalidated_rkey(&self) -> Option<u32> {
+        if self.0.wc_flags & ibv_wc_flags::IBV_WC_WITH_INV.0 != 0 {
+            // SAFETY: the union holds the invalidated rkey when IBV_WC_WITH_INV is set.
+            Some(unsafe { self.0.imm_data_invalidated_rkey_union.invalidated_rkey })
+        } else {
+            None
+        }
+    }
+    /// Vendor error.
+    pub fn vendor_err(&self) -> u32 {
+        self.0.vendor_err
+    }
+}

@@ -1,0 +1,425 @@
+//! Admin commands: Identify, Get Log Page, Set/Get Features, Asynchronous
+//! Event Request, Keep Alive, Abort — for NVM and discovery controllers.
+
+use std::sync::atomic::Ordering::Relaxed;
+use std::time::Instant;
+
+use nvme::identify::{self, cntrltype, oaes, oncs, sgls, IdentifyController};
+use nvme::log::{copy_window, GetLogPage, SmartLog};
+use nvme::opcode::{admin as op, cns, fid, lid};
+use nvme::{Command, Status};
+
+use crate::controller::{Controller, ERROR_LOG_ENTRIES, VERSION};
+use crate::subsystem::{SubsystemKind, Target};
+
+/// Outcome of an admin command.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AdminOutcome {
+    /// Answer now with this status and result; `data_len` bytes of the data
+    /// buffer go back to the host (controller-to-host commands).
+    Done {
+        /// Status.
+        status: Status,
+        /// CQE result.
+        result: u64,
+        /// Bytes of data to return.
+        data_len: u32,
+    },
+    /// An Asynchronous Event Request was parked; it completes later.
+    Parked,
+}
+
+fn done(status: Status) -> AdminOutcome {
+    AdminOutcome::Done { status, result: 0, data_len: 0 }
+}
+
+fn data(n: usize) -> AdminOutcome {
+    AdminOutcome::Done { status: Status::SUCCESS, result: 0, data_len: n as u32 }
+}
+
+/// Firmware revision reported by Identify.
+pub const FIRMWARE_REV: &str = env!("CARGO_PKG_VERSION");
+
+/// Identify Controller data of `ctrl`.
+pub fn identify_controller(ctrl: &Controller) -> IdentifyController {
+    let s = &ctrl.subsys;
+    let disc = s.kind == SubsystemKind::Discovery;
+    IdentifyController {
+        vid: 0,
+        ssvid: 0,
+        sn: s.serial.clone(),
+        mn: s.model.clone(),
+        fr: FIRMWARE_REV.into(),
+        rab: 6,
+        ieee: [0; 3],
+        cmic: if disc { 0 } else { 1 << 1 },
+        mdts: crate::MDTS,
+        cntlid: ctrl.cntlid,
+        ver: VERSION,
+        oaes: if disc { 0 } else { oaes::NS_ATTR },
+        ctratt: 1, // 128-bit host identifier
+        cntrltype: if disc { cntrltype::DISCOVERY } else { cntrltype::IO },
+        oacs: 0,
+        acl: 3,
+        aerl: (crate::MAX_AERS - 1) as u8,
+        frmw: 0x3,
+        lpa: 1 << 2,
+        elpe: (ERROR_LOG_ENTRIES - 1) as u8,
+        npss: 0,
+        kas: 10,
+        sqes: 0x66,
+        cqes: 0x44,
+        maxcmd: if disc { crate::ADMIN_QUEUE_SIZE } else { crate::MAX_QUEUE_SIZE },
+        nn: if disc { 0 } else { crate::MAX_NSID },
+        oncs: if disc { 0 } else { oncs::DSM | oncs::WRITE_ZEROES },
+        fuses: 0,
+        vwc: if disc { 0 } else { 1 },
+        awun: 0,
+        awupf: 0,
+        sgls: if disc { sgls::SUPPORTED | sgls::KEYED } else { sgls::SUPPORTED | sgls::KEYED | sgls::OFFSET },
+        mnan: if disc { 0 } else { crate::MAX_NSID },
+        subnqn: s.nqn.clone(),
+        ioccsz: if disc { 4 } else { (64 + crate::INLINE_DATA_SIZE) / 16 },
+        iorcsz: 1,
+        icdoff: 0,
+        fcatt: 0,
+        msdbd: 1,
+    }
+}
+
+fn put(out: &mut [u8], src: &[u8]) -> usize {
+    let n = out.len().min(src.len());
+    out[..n].copy_from_slice(&src[..n]);
+    out[n..].fill(0);
+    out.len()
+}
+
+fn identify(ctrl: &Controller, cmd: &Command, out: &mut [u8]) -> AdminOutcome {
+    if out.len() != identify::IDENTIFY_SIZE {
+        return done(Status::SGL_INVALID_DATA);
+    }
+    let c = (cmd.cdw(10) & 0xFF) as u8;
+    let nsid = cmd.nsid();
+    let s = &ctrl.subsys;
+    if s.kind == SubsystemKind::Discovery && c != cns::CONTROLLER {
+        return done(Status::INVALID_FIELD);
+    }
+    match c {
+        cns::CONTROLLER => data(put(out, &identify_controller(ctrl).encode())),
+        cns::NAMESPACE => {
+            if nsid == 0 || nsid > crate::MAX_NSID {
+                return done(Status::INVALID_NS);
+            }
+            match s.namespace(nsid) {
+                Some(ns) => data(put(out, &ns.identify().encode())),
+                None => data(put(out, &[])), // inactive: all zeroes
+            }
+        }
+        cns::ACTIVE_NS_LIST => {
+            if nsid >= 0xFFFF_FFFE {
+                return done(Status::INVALID_NS);
+            }
+            data(put(out, &identify::encode_ns_list(s.namespaces.iter().map(|n| n.nsid), nsid)))
+        }
+        cns::NS_DESC_LIST => match s.namespace(nsid) {
+            Some(ns) => data(put(out, &identify::encode_ns_descriptors(&ns.descriptors()))),
+            None => done(Status::INVALID_NS),
+        },
+        _ => done(Status::INVALID_FIELD),
+    }
+}
+
+fn smart_log(ctrl: &Controller) -> SmartLog {
+    let st = ctrl.state();
+    SmartLog {
+        temperature: 298,
+        avail_spare: 100,
+        spare_thresh: 10,
+        data_units_read: (ctrl.units_read.load(Relaxed) / 1000) as u128,
+        data_units_written: (ctrl.units_written.load(Relaxed) / 1000) as u128,
+        host_reads: ctrl.host_reads.load(Relaxed) as u128,
+        host_writes: ctrl.host_writes.load(Relaxed) as u128,
+        num_err_log_entries: st.error_count as u128,
+        ..Default::default()
+    }
+}
+
+fn get_log_page(target: &Target, ctrl: &Controller, cmd: &Command, out: &mut [u8]) -> AdminOutcome {
+    let g = GetLogPage::from_command(cmd);
+    if g.len != out.len() as u64 {
+        return done(Status::SGL_INVALID_DATA);
+    }
+    if g.offset % 4 != 0 {
+        return done(Status::INVALID_FIELD);
+    }
+    let disc = ctrl.subsys.kind == SubsystemKind::Discovery;
+    let page: Vec<u8> = match g.lid {
+        lid::DISCOVERY if disc => crate::discovery::log_page(target, &ctrl.hostnqn),
+        lid::ERROR => {
+            let st = ctrl.state();
+            let mut v = vec![0u8; ERROR_LOG_ENTRIES * nvme::log::ERROR_ENTRY_SIZE];
+            for (i, e) in st.errors.iter().enumerate() {
+                v[i * 64..(i + 1) * 64].copy_from_slice(&e.encode());
+            }
+            v
+        }
+        lid::SMART if !disc => smart_log(ctrl).encode().to_vec(),
+        lid::FIRMWARE if !disc => {
+            let mut v = vec![0u8; 512];
+            v[0] = 1; // active slot 1
+            let fr = FIRMWARE_REV.as_bytes();
+            let n = fr.len().min(8);
+            v[8..8 + n].copy_from_slice(&fr[..n]);
+            v
+        }
+        lid::CHANGED_NS if !disc => {
+            let mut st = ctrl.state();
+            let v = nvme::log::encode_changed_ns(&st.changed_ns).to_vec();
+            if !g.rae {
+                st.changed_ns.clear();
+            }
+            v
+        }
+        _ => return done(Status::INVALID_LOG_PAGE),
+    };
+    if !copy_window(&page, g.offset, out) {
+        return done(Status::INVALID_FIELD);
+    }
+    data(out.len())
+}
+
+fn features(ctrl: &Controller, cmd: &Command, out: &mut [u8], set: bool) -> AdminOutcome {
+    let cdw10 = cmd.cdw(10);
+    let f = (cdw10 & 0xFF) as u8;
+    let cdw11 = cmd.cdw(11);
+    if set && cdw10 & (1 << 31) != 0 {
+        return done(Status::FEATURE_NOT_SAVEABLE);
+    }
+    let disc = ctrl.subsys.kind == SubsystemKind::Discovery;
+    let ok = |result: u64| AdminOutcome::Done { status: Status::SUCCESS, result, data_len: 0 };
+    let mut st = ctrl.state();
+    match (f, set) {
+        (fid::NUM_QUEUES, _) if disc => done(Status::INVALID_FIELD),
+        (fid::NUM_QUEUES, true) => {
+            let (nsqr, ncqr) = (cdw11 & 0xFFFF, cdw11 >> 16);
+            if nsqr == 0xFFFF || ncqr == 0xFFFF {
+                return done(Status::INVALID_FIELD);
+            }
+            let n = (nsqr.min(ncqr) + 1).min(crate::MAX_IO_QUEUES as u32) as u16;
+            st.io_queues = n;
+            let v = (n - 1) as u64;
+            ok(v | v << 16)
+        }
+        (fid::NUM_QUEUES, false) => {
+            let v = (st.io_queues - 1) as u64;
+            ok(v | v << 16)
+        }
+        (fid::KEEP_ALIVE_TIMER, true) => {
+            st.kato_ms = cdw11;
+            st.last_keepalive = Instant::now();
+            ok(0)
+        }
+        (fid::KEEP_ALIVE_TIMER, false) => ok(st.kato_ms as u64),
+        (fid::ASYNC_EVENT_CONFIG, true) => {
+            st.aen_config = cdw11 & (oaes::NS_ATTR | oaes::DISC_CHANGE);
+            ok(0)
+        }
+        (fid::ASYNC_EVENT_CONFIG, false) => ok(st.aen_config as u64),
+        (fid::VOLATILE_WC, false) if !disc => ok(1),
+        (fid::HOST_ID, false) => {
+            if cdw11 & 1 == 0 {
+                return done(Status::INVALID_FIELD);
+            }
+            if out.len() < 16 {
+                return done(Status::SGL_INVALID_DATA);
+            }
+            put(out, &ctrl.hostid);
+            data(out.len())
+        }
+        (fid::ARBITRATION | fid::POWER_MGMT | fid::TEMP_THRESHOLD | fid::ERROR_RECOVERY | fid::IRQ_COALESCE | fid::WRITE_ATOMICITY, false)
+            if !disc =>
+        {
+            ok(0)
+        }
+        (fid::VOLATILE_WC | fid::ARBITRATION | fid::POWER_MGMT | fid::TEMP_THRESHOLD | fid::ERROR_RECOVERY | fid::IRQ_COALESCE | fid::WRITE_ATOMICITY | fid::HOST_ID, true)
+            if !disc =>
+        {
+            done(Status::FEATURE_NOT_CHANGEABLE)
+        }
+        _ => done(Status::INVALID_FIELD),
+    }
+}
+
+/// Executes an admin command (not a fabrics command) for `ctrl`. `buf` holds
+/// the command's data: the host's (host-to-controller) or room for the reply.
+pub fn execute(target: &Target, ctrl: &Controller, cmd: &Command, buf: &mut [u8], now: Instant) -> AdminOutcome {
+    {
+        let mut st = ctrl.state();
+        st.last_keepalive = now;
+        if !st.ready() {
+            return done(Status::CMD_SEQ_ERROR);
+        }
+    }
+    match cmd.opcode() {
+        op::IDENTIFY => identify(ctrl, cmd, buf),
+        op::GET_LOG_PAGE => get_log_page(target, ctrl, cmd, buf),
+        op::SET_FEATURES => features(ctrl, cmd, buf, true),
+        op::GET_FEATURES => features(ctrl, cmd, buf, false),
+        op::KEEP_ALIVE => done(Status::SUCCESS),
+        op::ASYNC_EVENT_REQUEST => {
+            let mut st = ctrl.state();
+            if st.aers.len() >= crate::MAX_AERS {
+                return done(Status::AER_LIMIT_EXCEEDED);
+            }
+            st.aers.push(cmd.cid());
+            AdminOutcome::Parked
+        }
+        // Abort: the command was not aborted (result bit 0 set).
+        op::ABORT if ctrl.subsys.kind == SubsystemKind::Nvm => {
+            AdminOutcome::Done { status: Status::SUCCESS, result: 1, data_len: 0 }
+        }
+        _ => done(Status::INVALID_OPCODE),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backend::Backend;
+    use crate::namespace::Namespace;
+    use crate::subsystem::Subsystem;
+    use nvme::fabrics::{cc, prop};
+    use nvme::identify::{IdentifyNamespace, IDENTIFY_SIZE};
+    use std::sync::Arc;
+
+    fn setup() -> (Target, Arc<Controller>, Arc<Controller>) {
+        let ns = Arc::new(Namespace::new("nqn.t:s", 1, Backend::Null, 1 << 30, 4096, false));
+        let ns5 = Arc::new(Namespace::new("nqn.t:s", 5, Backend::Null, 1 << 20, 512, false));
+        let s = Arc::new(Subsystem::new("nqn.t:s".into(), SubsystemKind::Nvm, true, vec![], None, "model".into(), vec![ns5, ns]));
+        let t = Target::new(vec![s.clone()], vec!["10.0.0.1:4420".parse().unwrap()], 0);
+        let c = s.add_controller("nqn.h", [3; 16], 5000).unwrap();
+        let d = t.discovery.add_controller("nqn.h", [3; 16], 0).unwrap();
+        for x in [&c, &d] {
+            let v = (6 << cc::IOSQES_SHIFT | 4 << cc::IOCQES_SHIFT | cc::EN) as u64;
+            x.state().property_set(prop::CC, false, v).unwrap();
+        }
+        (t, c, d)
+    }
+
+    fn cmd(opc: u8, nsid: u32, cdw10: u32, cdw11: u32) -> Command {
+        let mut c = Command::new(opc, 7);
+        c.set_nsid(nsid);
+        c.set_cdw(10, cdw10);
+        c.set_cdw(11, cdw11);
+        c
+    }
+
+    fn run(t: &Target, c: &Controller, cmd: &Command, len: usize) -> (AdminOutcome, Vec<u8>) {
+        let mut buf = vec![0xEEu8; len];
+        let o = execute(t, c, cmd, &mut buf, Instant::now());
+        (o, buf)
+    }
+
+    fn status(o: AdminOutcome) -> Status {
+        match o {
+            AdminOutcome::Done { status, .. } => status,
+            AdminOutcome::Parked => panic!("parked"),
+        }
+    }
+
+    #[test]
+    fn identify_controller_and_namespaces() {
+        let (t, c, _) = setup();
+        let (o, b) = run(&t, &c, &cmd(op::IDENTIFY, 0, 1, 0), 4096);
+        assert_eq!(status(o), Status::SUCCESS);
+        let id = IdentifyController::parse(&b).unwrap();
+        assert_eq!(id.cntlid, c.cntlid);
+        assert_eq!(id.subnqn, "nqn.t:s");
+        assert_eq!(id.ioccsz, (64 + crate::INLINE_DATA_SIZE) / 16);
+        assert_ne!(id.sgls & (1 << 20), 0);
+        assert_ne!(id.kas, 0);
+        assert_eq!(id.oaes & (1 << 8), 1 << 8);
+        let (_, b) = run(&t, &c, &cmd(op::IDENTIFY, 1, 0, 0), 4096);
+        let n = IdentifyNamespace::parse(&b).unwrap();
+        assert_eq!((n.nsze, n.block_size()), (262144, 4096));
+        let (o, b) = run(&t, &c, &cmd(op::IDENTIFY, 2, 0, 0), 4096);
+        assert_eq!(status(o), Status::SUCCESS);
+        assert!(b.iter().all(|&x| x == 0), "inactive namespace is all zeroes");
+        assert_eq!(status(run(&t, &c, &cmd(op::IDENTIFY, 0, 0, 0), 4096).0), Status::INVALID_NS);
+        assert_eq!(status(run(&t, &c, &cmd(op::IDENTIFY, 0xFFFF_FFFF, 0, 0), 4096).0), Status::INVALID_NS);
+        let (_, b) = run(&t, &c, &cmd(op::IDENTIFY, 0, 2, 0), 4096);
+        assert_eq!(identify::parse_ns_list(&b), vec![1, 5]);
+        let (_, b) = run(&t, &c, &cmd(op::IDENTIFY, 1, 2, 0), 4096);
+        assert_eq!(identify::parse_ns_list(&b), vec![5]);
+        let (_, b) = run(&t, &c, &cmd(op::IDENTIFY, 5, 3, 0), 4096);
+        assert_eq!(identify::parse_ns_descriptors(&b).len(), 3);
+        assert_eq!(status(run(&t, &c, &cmd(op::IDENTIFY, 4, 3, 0), 4096).0), Status::INVALID_NS);
+        assert_eq!(status(run(&t, &c, &cmd(op::IDENTIFY, 0, 0x10, 0), 4096).0), Status::INVALID_FIELD);
+        assert_eq!(status(run(&t, &c, &cmd(op::IDENTIFY, 0, 1, 0), 512).0), Status::SGL_INVALID_DATA);
+    }
+
+    #[test]
+    fn log_pages() {
+        let (t, c, d) = setup();
+        let glp = |l: u8, len: u64, off: u64| GetLogPage { lid: l, lsp: 0, rae: false, len, offset: off }.to_command(1, 0xFFFF_FFFF);
+        // discovery: header, then entries at 1024, exact windows
+        let (o, b) = run(&t, &d, &glp(lid::DISCOVERY, 20, 0), 20);
+        assert_eq!(status(o), Status::SUCCESS);
+        assert_eq!(nvme::discovery::DiscoveryHeader::parse(&b).unwrap().numrec, 1);
+        let (_, b) = run(&t, &d, &glp(lid::DISCOVERY, 1024, 1024), 1024);
+        assert_eq!(nvme::discovery::DiscoveryEntry::parse(&b).unwrap().subnqn, "nqn.t:s");
+        let (o, b) = run(&t, &d, &glp(lid::DISCOVERY, 4096, 1024), 4096);
+        assert_eq!(status(o), Status::SUCCESS);
+        assert!(b[1024..].iter().all(|&x| x == 0));
+        assert_eq!(status(run(&t, &d, &glp(lid::DISCOVERY, 4, 4096), 4).0), Status::INVALID_FIELD);
+        assert_eq!(status(run(&t, &d, &glp(lid::DISCOVERY, 4, 2), 4).0), Status::INVALID_FIELD);
+        assert_eq!(status(run(&t, &d, &glp(lid::DISCOVERY, 8, 0), 4).0), Status::SGL_INVALID_DATA);
+        assert_eq!(status(run(&t, &c, &glp(lid::DISCOVERY, 4, 0), 4).0), Status::INVALID_LOG_PAGE);
+        assert_eq!(status(run(&t, &d, &glp(lid::SMART, 512, 0), 512).0), Status::INVALID_LOG_PAGE);
+        // smart, error, changed ns
+        let (o, b) = run(&t, &c, &glp(lid::SMART, 512, 0), 512);
+        assert_eq!(status(o), Status::SUCCESS);
+        assert_eq!(SmartLog::parse(&b).unwrap().avail_spare, 100);
+        c.state().log_error(1, 9, Status::LBA_RANGE, 1);
+        let (_, b) = run(&t, &c, &glp(lid::ERROR, 64, 0), 64);
+        assert_eq!(nvme::log::ErrorLogEntry::parse(&b).unwrap().cid, 9);
+        c.state().changed_ns.push(5);
+        let (_, b) = run(&t, &c, &glp(lid::CHANGED_NS, 4096, 0), 4096);
+        assert_eq!(&b[..4], &[5, 0, 0, 0]);
+        assert!(c.state().changed_ns.is_empty());
+        assert_eq!(status(run(&t, &c, &glp(0x80, 512, 0), 512).0), Status::INVALID_LOG_PAGE);
+    }
+
+    #[test]
+    fn features_and_aer() {
+        let (t, c, d) = setup();
+        let (o, _) = run(&t, &c, &cmd(op::SET_FEATURES, 0, fid::NUM_QUEUES as u32, 3 | 3 << 16), 0);
+        assert_eq!(o, AdminOutcome::Done { status: Status::SUCCESS, result: 3 | 3 << 16, data_len: 0 });
+        assert_eq!(c.state().io_queues, 4);
+        let (o, _) = run(&t, &c, &cmd(op::SET_FEATURES, 0, fid::NUM_QUEUES as u32, 500 | 500 << 16), 0);
+        let m = (crate::MAX_IO_QUEUES - 1) as u64;
+        assert_eq!(o, AdminOutcome::Done { status: Status::SUCCESS, result: m | m << 16, data_len: 0 });
+        assert_eq!(status(run(&t, &c, &cmd(op::SET_FEATURES, 0, fid::NUM_QUEUES as u32, 0xFFFF), 0).0), Status::INVALID_FIELD);
+        assert_eq!(status(run(&t, &d, &cmd(op::SET_FEATURES, 0, fid::NUM_QUEUES as u32, 1), 0).0), Status::INVALID_FIELD);
+        run(&t, &c, &cmd(op::SET_FEATURES, 0, fid::KEEP_ALIVE_TIMER as u32, 15000), 0);
+        assert_eq!(c.state().kato_ms, 15000);
+        assert_eq!(status(run(&t, &c, &cmd(op::SET_FEATURES, 0, 1 << 31 | fid::KEEP_ALIVE_TIMER as u32, 1), 0).0), Status::FEATURE_NOT_SAVEABLE);
+        let (o, b) = run(&t, &c, &cmd(op::GET_FEATURES, 0, fid::HOST_ID as u32, 1), 16);
+        assert_eq!(status(o), Status::SUCCESS);
+        assert_eq!(b, vec![3; 16]);
+        assert_eq!(status(run(&t, &c, &cmd(op::GET_FEATURES, 0, 0x77, 0), 0).0), Status::INVALID_FIELD);
+        for _ in 0..crate::MAX_AERS {
+            assert_eq!(run(&t, &c, &cmd(op::ASYNC_EVENT_REQUEST, 0, 0, 0), 0).0, AdminOutcome::Parked);
+        }
+        assert_eq!(status(run(&t, &c, &cmd(op::ASYNC_EVENT_REQUEST, 0, 0, 0), 0).0), Status::AER_LIMIT_EXCEEDED);
+        assert_eq!(status(run(&t, &c, &cmd(0x80, 0, 0, 0), 0).0), Status::INVALID_OPCODE);
+        assert_eq!(status(run(&t, &c, &cmd(op::KEEP_ALIVE, 0, 0, 0), 0).0), Status::SUCCESS);
+    }
+
+    #[test]
+    fn not_ready_is_sequence_error() {
+        let (t, c, _) = setup();
+        c.state().property_set(prop::CC, false, 0).unwrap();
+        assert_eq!(status(run(&t, &c, &cmd(op::IDENTIFY, 0, 1, 0), IDENTIFY_SIZE).0), Status::CMD_SEQ_ERROR);
+    }
+}

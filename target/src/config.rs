@@ -1,0 +1,526 @@
+//! Configuration: the TOML file (loaded with the `config` crate) or the quick
+//! command-line form, validated into a [`TargetConfig`] before anything starts.
+
+use std::collections::HashSet;
+use std::net::{IpAddr, SocketAddr};
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+
+/// A configuration error, naming the file (if any), the field and the reason.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// The file could not be read or parsed.
+    #[error("{file}: {reason}")]
+    Load {
+        /// The file.
+        file: String,
+        /// The parser's message.
+        reason: String,
+    },
+    /// A field has an invalid value.
+    #[error("{source_name}: {field}: {reason}")]
+    Invalid {
+        /// The file, or "command line".
+        source_name: String,
+        /// The field path, e.g. `subsystem[0].namespace[1].path`.
+        field: String,
+        /// Why it is wrong.
+        reason: String,
+    },
+}
+
+/// A listener.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ListenerConfig {
+    /// Address and port.
+    pub addr: SocketAddr,
+}
+
+/// What backs a namespace.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum BackendConfig {
+    /// A regular file or a block device.
+    File {
+        /// Its path.
+        path: PathBuf,
+    },
+    /// Discards writes, returns whatever the buffer holds on reads.
+    Null {
+        /// Size in bytes.
+        size: u64,
+    },
+}
+
+/// A namespace.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NamespaceConfig {
+    /// Namespace id (1..=1024).
+    pub nsid: u32,
+    /// Backing store.
+    pub backend: BackendConfig,
+    /// Logical block size override (512..=4096, power of two).
+    pub block_size: Option<u32>,
+    /// Refuse writes.
+    pub readonly: bool,
+}
+
+/// A subsystem.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SubsystemConfig {
+    /// NQN.
+    pub nqn: String,
+    /// Any host may connect.
+    pub allow_any_host: bool,
+    /// Allowed host NQNs (when not `allow_any_host`).
+    pub hosts: Vec<String>,
+    /// Serial number (default: derived from the NQN).
+    pub serial: Option<String>,
+    /// Model number.
+    pub model: String,
+    /// Namespaces.
+    pub namespaces: Vec<NamespaceConfig>,
+}
+
+/// The whole validated configuration.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TargetConfig {
+    /// Listeners.
+    pub listeners: Vec<ListenerConfig>,
+    /// Subsystems.
+    pub subsystems: Vec<SubsystemConfig>,
+    /// Microseconds a queue thread busy-polls after its last activity before
+    /// it sleeps on its completion channel.
+    pub poll_spin_us: u64,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawConfig {
+    #[serde(default)]
+    listener: Vec<RawListener>,
+    #[serde(default)]
+    subsystem: Vec<RawSubsystem>,
+    #[serde(default)]
+    target: Option<RawTarget>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawTarget {
+    poll_spin_us: Option<u64>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawListener {
+    transport: Option<String>,
+    address: Option<String>,
+    port: Option<u16>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawSubsystem {
+    nqn: Option<String>,
+    allow_any_host: Option<bool>,
+    #[serde(default)]
+    hosts: Vec<String>,
+    serial: Option<String>,
+    model: Option<String>,
+    #[serde(default)]
+    namespace: Vec<RawNamespace>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawNamespace {
+    nsid: Option<u32>,
+    path: Option<String>,
+    backend: Option<String>,
+    size: Option<SizeValue>,
+    block_size: Option<u32>,
+    readonly: Option<bool>,
+}
+
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum SizeValue {
+    Int(u64),
+    Text(String),
+}
+
+/// Parses a size such as `1G`, `512M`, `4096`, `2GiB`.
+pub fn parse_size(s: &str) -> Result<u64, String> {
+    let t = s.trim();
+    let split = t
+        .find(|c: char| !c.is_ascii_digit())
+        .unwrap_or(t.len());
+    let (num, unit) = t.split_at(split);
+    let n: u64 = num
+        .parse()
+        .map_err(|_| format!("'{s}' is not a size (expected e.g. 1G, 512M, 1048576)"))?;
+    let mult: u64 = match unit.trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 1,
+        "k" | "kb" | "kib" => 1 << 10,
+        "m" | "mb" | "mib" => 1 << 20,
+        "g" | "gb" | "gib" => 1 << 30,
+        "t" | "tb" | "tib" => 1 << 40,
+        _ => return Err(format!("'{s}' has an unknown unit (use K, M, G or T)")),
+    };
+    n.checked_mul(mult)
+        .ok_or_else(|| format!("'{s}' is too large"))
+}
+
+/// Checks an NQN: `nqn.yyyy-mm.reverse.domain:...` or the discovery/UUID forms, ≤ 223 bytes.
+pub fn check_nqn(nqn: &str) -> Result<(), String> {
+    if nqn.is_empty() {
+        return Err("must not be empty".into());
+    }
+    if nqn.len() > 223 {
+        return Err(format!("is {} bytes long, the limit is 223", nqn.len()));
+    }
+    if !nqn.starts_with("nqn.") {
+        return Err(format!("'{nqn}' must start with 'nqn.'"));
+    }
+    if !nqn.is_ascii() || nqn.chars().any(|c| c.is_ascii_control() || c == ' ') {
+        return Err(format!("'{nqn}' must be printable ASCII without spaces"));
+    }
+    Ok(())
+}
+
+struct Ctx<'a> {
+    src: &'a str,
+}
+
+impl Ctx<'_> {
+    fn err(&self, field: impl Into<String>, reason: impl Into<String>) -> ConfigError {
+        ConfigError::Invalid {
+            source_name: self.src.to_string(),
+            field: field.into(),
+            reason: reason.into(),
+        }
+    }
+}
+
+/// Default model number reported in Identify Controller.
+pub const DEFAULT_MODEL: &str = "nvmf-target";
+/// Default busy-poll window.
+pub const DEFAULT_POLL_SPIN_US: u64 = 50;
+
+impl TargetConfig {
+    /// Loads and validates a TOML file.
+    pub fn load(path: &Path) -> Result<TargetConfig, ConfigError> {
+        let file = path.display().to_string();
+        if !path.exists() {
+            return Err(ConfigError::Load {
+                file,
+                reason: "no such file".into(),
+            });
+        }
+        let raw: RawConfig = config::Config::builder()
+            .add_source(config::File::new(&file, config::FileFormat::Toml))
+            .build()
+            .and_then(|c| c.try_deserialize())
+            .map_err(|e| ConfigError::Load {
+                file: file.clone(),
+                reason: e.to_string(),
+            })?;
+        Self::validate(raw, &file, true)
+    }
+
+    /// Parses and validates TOML text (for tests and `check-config`).
+    pub fn from_toml(text: &str, name: &str) -> Result<TargetConfig, ConfigError> {
+        let raw: RawConfig = config::Config::builder()
+            .add_source(config::File::from_str(text, config::FileFormat::Toml))
+            .build()
+            .and_then(|c| c.try_deserialize())
+            .map_err(|e| ConfigError::Load {
+                file: name.into(),
+                reason: e.to_string(),
+            })?;
+        Self::validate(raw, name, false)
+    }
+
+    /// The quick form: one listener, one subsystem open to any host, namespaces
+    /// numbered from 1.
+    pub fn quick(listen: &str, nqn: &str, namespaces: &[String]) -> Result<TargetConfig, ConfigError> {
+        let (address, port) = match listen.rsplit_once(':') {
+            Some((a, p)) => (a.trim_matches(|c| c == '[' || c == ']').to_string(), p.parse().ok()),
+            None => (listen.to_string(), Some(nvme::DEFAULT_PORT)),
+        };
+        let raw = RawConfig {
+            listener: vec![RawListener {
+                transport: Some("rdma".into()),
+                address: Some(address),
+                port: port.or(Some(0)),
+            }],
+            subsystem: vec![RawSubsystem {
+                nqn: Some(nqn.into()),
+                allow_any_host: Some(true),
+                hosts: vec![],
+                serial: None,
+                model: None,
+                namespace: namespaces
+                    .iter()
+                    .enumerate()
+                    .map(|(i, p)| {
+                        let (backend, path, size) = match p.strip_prefix("null:") {
+                            Some(sz) => (Some("null".into()), None, Some(SizeValue::Text(sz.into()))),
+                            None => (None, Some(p.clone()), None),
+                        };
+                        RawNamespace {
+                            nsid: Some(i as u32 + 1),
+                            path,
+                            backend,
+                            size,
+                            block_size: None,
+                            readonly: None,
+                        }
+                    })
+                    .collect(),
+            }],
+            target: None,
+        };
+        Self::validate(raw, "command line", true)
+    }
+
+    fn validate(raw: RawConfig, src: &str, check_paths: bool) -> Result<TargetConfig, ConfigError> {
+        let cx = Ctx { src };
+        if raw.listener.is_empty() {
+            return Err(cx.err("listener", "at least one [[listener]] is required"));
+        }
+        let mut listeners = Vec::new();
+        let mut seen_addrs = HashSet::new();
+        for (i, l) in raw.listener.iter().enumerate() {
+            let f = |n: &str| format!("listener[{i}].{n}");
+            let t = l.transport.as_deref().unwrap_or("rdma");
+            if t != "rdma" {
+                return Err(cx.err(f("transport"), format!("'{t}' is not supported (only \"rdma\")")));
+            }
+            let a = l
+                .address
+                .as_deref()
+                .ok_or_else(|| cx.err(f("address"), "is required"))?;
+            let ip: IpAddr = a
+                .parse()
+                .map_err(|_| cx.err(f("address"), format!("'{a}' is not an IPv4 or IPv6 address")))?;
+            let port = l.port.unwrap_or(nvme::DEFAULT_PORT);
+            if port == 0 {
+                return Err(cx.err(f("port"), "must be 1..=65535"));
+            }
+            let addr = SocketAddr::new(ip, port);
+            if !seen_addrs.insert(addr) {
+                return Err(cx.err(f("address"), format!("{addr} is listed twice")));
+            }
+            listeners.push(ListenerConfig { addr });
+        }
+        if raw.subsystem.is_empty() {
+            return Err(cx.err("subsystem", "at least one [[subsystem]] is required"));
+        }
+        let mut subsystems = Vec::new();
+        let mut nqns = HashSet::new();
+        for (i, s) in raw.subsystem.into_iter().enumerate() {
+            let f = |n: &str| format!("subsystem[{i}].{n}");
+            let nqn = s.nqn.ok_or_else(|| cx.err(f("nqn"), "is required"))?;
+            check_nqn(&nqn).map_err(|r| cx.err(f("nqn"), r))?;
+            if nqn == nvme::DISCOVERY_NQN {
+                return Err(cx.err(f("nqn"), "the discovery NQN is served by the target itself"));
+            }
+            if !nqns.insert(nqn.clone()) {
+                return Err(cx.err(f("nqn"), format!("'{nqn}' is defined twice")));
+            }
+            let allow_any_host = s.allow_any_host.unwrap_or(false);
+            for (h, host) in s.hosts.iter().enumerate() {
+                check_nqn(host).map_err(|r| cx.err(f(&format!("hosts[{h}]")), r))?;
+            }
+            if !allow_any_host && s.hosts.is_empty() {
+                return Err(cx.err(
+                    f("hosts"),
+                    "no host may connect: set allow_any_host = true or list hosts = [\"nqn...\"]",
+                ));
+            }
+            if let Some(sn) = &s.serial {
+                if sn.is_empty() || sn.len() > 20 || !sn.is_ascii() {
+                    return Err(cx.err(f("serial"), "must be 1 to 20 ASCII characters"));
+                }
+            }
+            let model = s.model.unwrap_or_else(|| DEFAULT_MODEL.to_string());
+            if model.len() > 40 || !model.is_ascii() {
+                return Err(cx.err(f("model"), "must be at most 40 ASCII characters"));
+            }
+            let mut namespaces = Vec::new();
+            let mut nsids = HashSet::new();
+            for (j, n) in s.namespace.into_iter().enumerate() {
+                let g = |k: &str| format!("subsystem[{i}].namespace[{j}].{k}");
+                let nsid = n.nsid.unwrap_or(j as u32 + 1);
+                if nsid == 0 || nsid > crate::MAX_NSID {
+                    return Err(cx.err(g("nsid"), format!("{nsid} is out of range 1..={}", crate::MAX_NSID)));
+                }
+                if !nsids.insert(nsid) {
+                    return Err(cx.err(g("nsid"), format!("{nsid} is used twice in this subsystem")));
+                }
+                if let Some(bs) = n.block_size {
+                    if !(512..=4096).contains(&bs) || !bs.is_power_of_two() {
+                        return Err(cx.err(g("block_size"), format!("{bs} must be a power of two in 512..=4096")));
+                    }
+                }
+                let kind = n.backend.as_deref().unwrap_or(if n.path.is_some() { "file" } else { "" });
+                let backend = match kind {
+                    "file" | "block" => {
+                        let p = n.path.ok_or_else(|| cx.err(g("path"), "is required for a file or block device"))?;
+                        if n.size.is_some() {
+                            return Err(cx.err(g("size"), "is taken from the file or device; remove it"));
+                        }
+                        let path = PathBuf::from(&p);
+                        if check_paths {
+                            check_backing_path(&path).map_err(|r| cx.err(g("path"), r))?;
+                        }
+                        BackendConfig::File { path }
+                    }
+                    "null" => {
+                        if n.path.is_some() {
+                            return Err(cx.err(g("path"), "a null namespace has no path"));
+                        }
+                        let size = match n.size {
+                            None => return Err(cx.err(g("size"), "is required for backend = \"null\"")),
+                            Some(SizeValue::Int(v)) => v,
+                            Some(SizeValue::Text(t)) => parse_size(&t).map_err(|r| cx.err(g("size"), r))?,
+                        };
+                        let bs = n.block_size.unwrap_or(512) as u64;
+                        if size < bs || size % bs != 0 {
+                            return Err(cx.err(g("size"), format!("{size} must be a non-zero multiple of the block size {bs}")));
+                        }
+                        BackendConfig::Null { size }
+                    }
+                    "" => return Err(cx.err(g("path"), "is required (or set backend = \"null\" with a size)")),
+                    other => {
+                        return Err(cx.err(g("backend"), format!("'{other}' is unknown (use \"file\" or \"null\")")))
+                    }
+                };
+                namespaces.push(NamespaceConfig {
+                    nsid,
+                    backend,
+                    block_size: n.block_size,
+                    readonly: n.readonly.unwrap_or(false),
+                });
+            }
+            subsystems.push(SubsystemConfig {
+                nqn,
+                allow_any_host,
+                hosts: s.hosts,
+                serial: s.serial,
+                model,
+                namespaces,
+            });
+        }
+        let poll_spin_us = raw
+            .target
+            .and_then(|t| t.poll_spin_us)
+            .unwrap_or(DEFAULT_POLL_SPIN_US);
+        Ok(TargetConfig {
+            listeners,
+            subsystems,
+            poll_spin_us,
+        })
+    }
+}
+
+fn check_backing_path(p: &Path) -> Result<(), String> {
+    use std::os::unix::fs::FileTypeExt;
+    let m = std::fs::metadata(p).map_err(|e| format!("{}: {e}", p.display()))?;
+    let ft = m.file_type();
+    if !(ft.is_file() || ft.is_block_device()) {
+        return Err(format!("{} is neither a regular file nor a block device", p.display()));
+    }
+    if ft.is_file() && m.len() == 0 {
+        return Err(format!("{} is empty (size it first, e.g. truncate -s 1G)", p.display()));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const GOOD: &str = r#"
+[[listener]]
+transport = "rdma"
+address = "10.0.2.15"
+port = 4420
+[[subsystem]]
+nqn = "nqn.2026-11.io.example:disk1"
+allow_any_host = true
+[[subsystem.namespace]]
+nsid = 1
+backend = "null"
+size = "1G"
+[[subsystem]]
+nqn = "nqn.2026-11.io.example:disk2"
+hosts = ["nqn.2026-11.io.example:host1"]
+[[subsystem.namespace]]
+nsid = 3
+backend = "null"
+size = 1048576
+block_size = 4096
+"#;
+
+    #[test]
+    fn good_config() {
+        let c = TargetConfig::from_toml(GOOD, "t.toml").unwrap();
+        assert_eq!(c.listeners[0].addr, "10.0.2.15:4420".parse().unwrap());
+        assert_eq!(c.subsystems.len(), 2);
+        assert_eq!(c.subsystems[0].namespaces[0].backend, BackendConfig::Null { size: 1 << 30 });
+        assert_eq!(c.subsystems[1].namespaces[0].nsid, 3);
+        assert_eq!(c.subsystems[1].namespaces[0].block_size, Some(4096));
+        assert!(!c.subsystems[1].allow_any_host);
+    }
+
+    fn bad(text: &str, expect: &str) {
+        let e = TargetConfig::from_toml(text, "t.toml").unwrap_err().to_string();
+        assert!(e.contains(expect), "error '{e}' does not contain '{expect}'");
+    }
+
+    #[test]
+    fn bad_configs_name_field_and_reason() {
+        bad("", "listener: at least one");
+        bad(&GOOD.replace("10.0.2.15", "ten"), "listener[0].address: 'ten' is not an IPv4");
+        bad(&GOOD.replace("transport = \"rdma\"", "transport = \"tcp\""), "listener[0].transport: 'tcp' is not supported");
+        bad(&GOOD.replace("nqn.2026-11.io.example:disk2", "nqn.2026-11.io.example:disk1"), "subsystem[1].nqn: 'nqn.2026-11.io.example:disk1' is defined twice");
+        bad(&GOOD.replace("nqn = \"nqn.2026-11.io.example:disk1\"", "nqn = \"disk1\""), "subsystem[0].nqn: 'disk1' must start with 'nqn.'");
+        bad(&GOOD.replace("size = \"1G\"", "size = \"1Q\""), "subsystem[0].namespace[0].size: '1Q' has an unknown unit");
+        bad(&GOOD.replace("size = \"1G\"", ""), "subsystem[0].namespace[0].size: is required");
+        bad(&GOOD.replace("nsid = 3", "nsid = 0"), "subsystem[1].namespace[0].nsid: 0 is out of range");
+        bad(&GOOD.replace("block_size = 4096", "block_size = 1000"), "block_size: 1000 must be a power of two");
+        bad(&GOOD.replace("hosts = [\"nqn.2026-11.io.example:host1\"]", ""), "subsystem[1].hosts: no host may connect");
+        bad(&GOOD.replace("backend = \"null\"\nsize = \"1G\"", "backend = \"rbd\""), "subsystem[0].namespace[0].backend: 'rbd' is unknown");
+        bad(&GOOD.replace("port = 4420", "port = 4420\nspeed = 1"), "unknown field `speed`");
+        bad(&GOOD.replace("port = 4420", "port = \"x\""), "t.toml");
+        bad(&GOOD.replace("nsid = 3", "nsid = 1\nbackend = \"null\"\nsize = 512\n[[subsystem.namespace]]\nnsid = 1"), "subsystem[1].namespace[1].nsid: 1 is used twice");
+    }
+
+    #[test]
+    fn missing_backing_file_is_refused() {
+        let e = TargetConfig::quick("10.0.0.1:4420", "nqn.2026-11.io.example:x", &["/nonexistent/disk".into()])
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("command line: subsystem[0].namespace[0].path: /nonexistent/disk"), "{e}");
+    }
+
+    #[test]
+    fn quick_form() {
+        let c = TargetConfig::quick("10.0.0.1:4421", "nqn.2026-11.io.example:x", &["null:64M".into()]).unwrap();
+        assert_eq!(c.listeners[0].addr.port(), 4421);
+        assert!(c.subsystems[0].allow_any_host);
+        assert_eq!(c.subsystems[0].namespaces[0].backend, BackendConfig::Null { size: 64 << 20 });
+    }
+
+    #[test]
+    fn sizes() {
+        assert_eq!(parse_size("4096").unwrap(), 4096);
+        assert_eq!(parse_size("2GiB").unwrap(), 2 << 30);
+        assert_eq!(parse_size("512M").unwrap(), 512 << 20);
+        assert!(parse_size("x").is_err());
+        assert!(parse_size("99999999999T").is_err());
+    }
+}

@@ -1,0 +1,418 @@
+//! The controller: registers (CAP/VS/CC/CSTS) with the enable and shutdown
+//! state machine, features, keep-alive, asynchronous events and the error log.
+//! No I/O: the transport feeds it commands and the time.
+
+use std::collections::VecDeque;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use nvme::fabrics::{cc, csts, prop};
+use nvme::log::ErrorLogEntry;
+use nvme::Status;
+
+use crate::subsystem::Subsystem;
+
+/// NVMe version 1.3.0.
+pub const VERSION: u32 = 0x0001_0300;
+/// Keep-alive timeout applied to discovery controllers that ask for none.
+pub const DISCOVERY_KATO_MS: u32 = 120_000;
+/// Number of error log entries kept (ELPE + 1).
+pub const ERROR_LOG_ENTRIES: usize = 64;
+
+/// The CAP register value.
+pub fn cap() -> u64 {
+    let mqes = (crate::MAX_QUEUE_SIZE - 1) as u64;
+    let cqr = 1u64 << 16;
+    let to = 15u64 << 24; // 7.5 s in 500 ms units
+    let css_nvm = 1u64 << 37;
+    mqes | cqr | to | css_nvm
+}
+
+/// A handle by which a controller stops and wakes one of its queue threads.
+#[derive(Debug)]
+pub struct QueueLink {
+    /// Queue id.
+    pub qid: u16,
+    kill: AtomicBool,
+    efd: OwnedFd,
+}
+
+impl QueueLink {
+    /// Creates a link with its own eventfd.
+    pub fn new(qid: u16) -> std::io::Result<Arc<QueueLink>> {
+        // SAFETY: eventfd takes no pointers; the result is checked.
+        let fd = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
+        if fd < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        Ok(Arc::new(QueueLink {
+            qid,
+            kill: AtomicBool::new(false),
+            // SAFETY: fd was just created and is owned by nobody else.
+            efd: unsafe { OwnedFd::from_raw_fd(fd) },
+        }))
+    }
+    /// Wakes the queue thread.
+    pub fn wake(&self) {
+        let one: u64 = 1;
+        // SAFETY: writes 8 bytes from a valid local to our eventfd.
+        unsafe { libc::write(self.efd.as_raw_fd(), &one as *const u64 as *const libc::c_void, 8) };
+    }
+    /// Asks the queue to disconnect, and wakes it.
+    pub fn kill(&self) {
+        self.kill.store(true, Ordering::Release);
+        self.wake();
+    }
+    /// Whether the queue was asked to disconnect.
+    pub fn killed(&self) -> bool {
+        self.kill.load(Ordering::Acquire)
+    }
+    /// The eventfd to wait on.
+    pub fn fd(&self) -> i32 {
+        self.efd.as_raw_fd()
+    }
+    /// Drains the eventfd counter.
+    pub fn clear(&self) {
+        let mut v: u64 = 0;
+        // SAFETY: reads 8 bytes into a valid local from our non-blocking eventfd.
+        unsafe { libc::read(self.efd.as_raw_fd(), &mut v as *mut u64 as *mut libc::c_void, 8) };
+    }
+}
+
+/// Mutable controller state.
+#[derive(Debug)]
+pub struct CtrlState {
+    /// Controller Configuration.
+    pub cc: u32,
+    /// Controller Status.
+    pub csts: u32,
+    /// Keep-alive timeout (ms, 0 = disabled).
+    pub kato_ms: u32,
+    /// Last keep-alive (or admin command).
+    pub last_keepalive: Instant,
+    /// I/O queues granted (count, not 0-based).
+    pub io_queues: u16,
+    /// Asynchronous event configuration.
+    pub aen_config: u32,
+    /// Parked Asynchronous Event Request command ids.
+    pub aers: Vec<u16>,
+    /// Events waiting for an AER (completion result values).
+    pub events: VecDeque<u32>,
+    /// Changed namespace list (cleared when read).
+    pub changed_ns: Vec<u32>,
+    /// Error log.
+    pub errors: VecDeque<ErrorLogEntry>,
+    /// Error count (unique id of the last entry).
+    pub error_count: u64,
+    /// The controller failed (keep-alive expiry, fatal transport error).
+    pub failed: bool,
+}
+
+/// What a property write asks of the transport.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PropertyEffect {
+    /// Nothing beyond the register change.
+    None,
+    /// The host enabled the controller.
+    Enabled,
+    /// The host disabled the controller (reset): I/O queues must go.
+    Reset,
+    /// The host asked for shutdown: flush, then report complete.
+    Shutdown,
+}
+
+impl CtrlState {
+    /// Fresh state with a keep-alive timeout.
+    pub fn new(kato_ms: u32, now: Instant) -> CtrlState {
+        CtrlState {
+            cc: 0,
+            csts: 0,
+            kato_ms,
+            last_keepalive: now,
+            io_queues: crate::MAX_IO_QUEUES,
+            aen_config: 0,
+            aers: Vec::new(),
+            events: VecDeque::new(),
+            changed_ns: Vec::new(),
+            errors: VecDeque::new(),
+            error_count: 0,
+            failed: false,
+        }
+    }
+
+    /// Whether CSTS.RDY is set.
+    pub fn ready(&self) -> bool {
+        self.csts & csts::RDY != 0
+    }
+
+    /// Property Get.
+    pub fn property_get(&self, offset: u32, eight: bool) -> Result<u64, Status> {
+        match (offset, eight) {
+            (prop::CAP, true) => Ok(cap()),
+            (prop::VS, false) => Ok(VERSION as u64),
+            (prop::CC, false) => Ok(self.cc as u64),
+            (prop::CSTS, false) => Ok(self.csts as u64),
+            _ => Err(Status::INVALID_FIELD),
+        }
+    }
+
+    /// Property Set: only CC is writable.
+    pub fn property_set(&mut self, offset: u32, eight: bool, value: u64) -> Result<PropertyEffect, Status> {
+        if offset != prop::CC || eight {
+            return Err(Status::INVALID_FIELD);
+        }
+        let new = value as u32;
+        let old = self.cc;
+        self.cc = new;
+        let en_on = new & cc::EN != 0 && old & cc::EN == 0;
+        let en_off = new & cc::EN == 0 && old & cc::EN != 0;
+        let shn_new = new & cc::SHN_MASK != 0 && old & cc::SHN_MASK == 0;
+        if en_on {
+            let field = |shift: u32, bits: u32| (new >> shift) & ((1 << bits) - 1);
+            let ok = field(cc::IOSQES_SHIFT, 4) == 6
+                && field(cc::IOCQES_SHIFT, 4) == 4
+                && field(cc::MPS_SHIFT, 4) == 0
+                && field(cc::AMS_SHIFT, 3) == 0
+                && field(cc::CSS_SHIFT, 3) == 0;
+            if ok {
+                self.csts = csts::RDY;
+            } else {
+                self.csts |= csts::CFS;
+            }
+            return Ok(PropertyEffect::Enabled);
+        }
+        if en_off {
+            self.csts &= !(csts::RDY | csts::SHST_MASK | csts::CFS);
+            return Ok(PropertyEffect::Reset);
+        }
+        if shn_new {
+            self.csts = (self.csts & !csts::SHST_MASK) | csts::SHST_COMPLETE;
+            self.csts &= !csts::RDY;
+            return Ok(PropertyEffect::Shutdown);
+        }
+        Ok(PropertyEffect::None)
+    }
+
+    /// Whether the keep-alive timer expired at `now`.
+    pub fn keep_alive_expired(&self, now: Instant) -> bool {
+        self.kato_ms != 0
+            && now.saturating_duration_since(self.last_keepalive) > Duration::from_millis(self.kato_ms as u64)
+    }
+
+    /// Records a failed command in the error log.
+    pub fn log_error(&mut self, sqid: u16, cid: u16, status: Status, nsid: u32) {
+        self.error_count += 1;
+        if self.errors.len() == ERROR_LOG_ENTRIES {
+            self.errors.pop_back();
+        }
+        self.errors.push_front(ErrorLogEntry {
+            error_count: self.error_count,
+            sqid,
+            cid,
+            status: status.to_field() << 1,
+            param_error_location: 0xFFFF,
+            lba: 0,
+            nsid,
+        });
+    }
+
+    /// Queues an asynchronous event; returns the (cid, result) pairs of parked
+    /// AERs that can now complete.
+    pub fn push_event(&mut self, result: u32) -> Vec<(u16, u32)> {
+        self.events.push_back(result);
+        self.match_events()
+    }
+
+    /// Pairs queued events with parked AERs.
+    pub fn match_events(&mut self) -> Vec<(u16, u32)> {
+        let mut out = Vec::new();
+        while !self.aers.is_empty() && !self.events.is_empty() {
+            let cid = self.aers.remove(0);
+            let ev = self.events.pop_front().unwrap_or_default();
+            out.push((cid, ev));
+        }
+        out
+    }
+}
+
+/// A controller: one host association with a subsystem.
+#[derive(Debug)]
+pub struct Controller {
+    /// Controller id.
+    pub cntlid: u16,
+    /// The subsystem.
+    pub subsys: Arc<Subsystem>,
+    /// Host NQN.
+    pub hostnqn: String,
+    /// Host identifier.
+    pub hostid: [u8; 16],
+    state: Mutex<CtrlState>,
+    links: Mutex<Vec<Arc<QueueLink>>>,
+    /// Read commands (SMART).
+    pub host_reads: AtomicU64,
+    /// Write commands (SMART).
+    pub host_writes: AtomicU64,
+    /// 512-byte units read.
+    pub units_read: AtomicU64,
+    /// 512-byte units written.
+    pub units_written: AtomicU64,
+}
+
+impl Controller {
+    /// Creates a controller.
+    pub fn new(cntlid: u16, subsys: Arc<Subsystem>, hostnqn: String, hostid: [u8; 16], kato_ms: u32) -> Controller {
+        Controller {
+            cntlid,
+            subsys,
+            hostnqn,
+            hostid,
+            state: Mutex::new(CtrlState::new(kato_ms, Instant::now())),
+            links: Mutex::new(Vec::new()),
+            host_reads: AtomicU64::new(0),
+            host_writes: AtomicU64::new(0),
+            units_read: AtomicU64::new(0),
+            units_written: AtomicU64::new(0),
+        }
+    }
+
+    /// Locks the state.
+    pub fn state(&self) -> MutexGuard<'_, CtrlState> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn links(&self) -> MutexGuard<'_, Vec<Arc<QueueLink>>> {
+        self.links.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Attaches a queue; fails with CONNECT_CTRL_BUSY if its qid is taken.
+    pub fn attach(&self, link: Arc<QueueLink>) -> Result<(), Status> {
+        let mut l = self.links();
+        if l.iter().any(|x| x.qid == link.qid) {
+            return Err(Status::CONNECT_CTRL_BUSY);
+        }
+        l.push(link);
+        Ok(())
+    }
+
+    /// Detaches a queue.
+    pub fn detach(&self, link: &Arc<QueueLink>) {
+        self.links().retain(|x| !Arc::ptr_eq(x, link));
+    }
+
+    /// Number of attached queues (admin included).
+    pub fn queue_count(&self) -> usize {
+        self.links().len()
+    }
+
+    /// Disconnects every queue (controller failure or admin queue gone).
+    pub fn kill_all(&self) {
+        for l in self.links().iter() {
+            l.kill();
+        }
+    }
+
+    /// Disconnects the I/O queues only (controller reset).
+    pub fn kill_io_queues(&self) {
+        for l in self.links().iter().filter(|l| l.qid != 0) {
+            l.kill();
+        }
+    }
+
+    /// Wakes the admin queue (an event is pending).
+    pub fn wake_admin(&self) {
+        if let Some(l) = self.links().iter().find(|l| l.qid == 0) {
+            l.wake();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cc_enable() -> u64 {
+        (6 << cc::IOSQES_SHIFT | 4 << cc::IOCQES_SHIFT | cc::EN) as u64
+    }
+
+    #[test]
+    fn cap_value() {
+        let c = cap();
+        assert_eq!(c & 0xFFFF, 127);
+        assert_eq!((c >> 24) & 0xFF, 15);
+        assert_ne!(c & (1 << 37), 0);
+        assert_eq!((c >> 48) & 0xF, 0, "MPSMIN must be 0 for the Linux host");
+    }
+
+    #[test]
+    fn enable_disable_shutdown() {
+        let mut s = CtrlState::new(5000, Instant::now());
+        assert!(!s.ready());
+        assert_eq!(s.property_get(prop::CAP, true), Ok(cap()));
+        assert_eq!(s.property_get(prop::CAP, false), Err(Status::INVALID_FIELD));
+        assert_eq!(s.property_get(prop::VS, false), Ok(VERSION as u64));
+        assert_eq!(s.property_get(0x40, false), Err(Status::INVALID_FIELD));
+        // write CC without EN first, as the Linux host does
+        let cfg = cc_enable() & !1;
+        assert_eq!(s.property_set(prop::CC, false, cfg), Ok(PropertyEffect::None));
+        assert_eq!(s.property_get(prop::CC, false), Ok(cfg));
+        assert_eq!(s.property_set(prop::CC, false, cc_enable()), Ok(PropertyEffect::Enabled));
+        assert!(s.ready());
+        assert_eq!(s.property_get(prop::CSTS, false), Ok(1));
+        let shn = cc_enable() | (1 << cc::SHN_SHIFT) as u64;
+        assert_eq!(s.property_set(prop::CC, false, shn), Ok(PropertyEffect::Shutdown));
+        assert_eq!(s.csts & csts::SHST_MASK, csts::SHST_COMPLETE);
+        assert_eq!(s.property_set(prop::CC, false, 0), Ok(PropertyEffect::Reset));
+        assert_eq!(s.csts, 0);
+        assert_eq!(s.property_set(prop::CSTS, false, 1), Err(Status::INVALID_FIELD));
+        assert_eq!(s.property_set(prop::CC, true, 1), Err(Status::INVALID_FIELD));
+    }
+
+    #[test]
+    fn bad_entry_sizes_set_cfs() {
+        let mut s = CtrlState::new(0, Instant::now());
+        let bad = (7 << cc::IOSQES_SHIFT | 4 << cc::IOCQES_SHIFT | cc::EN) as u64;
+        s.property_set(prop::CC, false, bad).unwrap();
+        assert!(!s.ready());
+        assert_ne!(s.csts & csts::CFS, 0);
+        let bad_mps = cc_enable() | (1 << cc::MPS_SHIFT) as u64;
+        let mut s = CtrlState::new(0, Instant::now());
+        s.property_set(prop::CC, false, bad_mps).unwrap();
+        assert_ne!(s.csts & csts::CFS, 0);
+    }
+
+    #[test]
+    fn keep_alive() {
+        let t0 = Instant::now();
+        let mut s = CtrlState::new(1000, t0);
+        assert!(!s.keep_alive_expired(t0 + Duration::from_millis(999)));
+        assert!(s.keep_alive_expired(t0 + Duration::from_millis(1001)));
+        s.last_keepalive = t0 + Duration::from_millis(900);
+        assert!(!s.keep_alive_expired(t0 + Duration::from_millis(1800)));
+        s.kato_ms = 0;
+        assert!(!s.keep_alive_expired(t0 + Duration::from_secs(100000)));
+    }
+
+    #[test]
+    fn events_and_aers() {
+        let mut s = CtrlState::new(0, Instant::now());
+        assert!(s.push_event(0x40002).is_empty());
+        s.aers.push(31);
+        assert_eq!(s.match_events(), vec![(31, 0x40002)]);
+        s.aers.push(30);
+        assert!(s.match_events().is_empty());
+        assert_eq!(s.push_event(7), vec![(30, 7)]);
+    }
+
+    #[test]
+    fn error_log_is_bounded() {
+        let mut s = CtrlState::new(0, Instant::now());
+        for i in 0..100 {
+            s.log_error(1, i, Status::LBA_RANGE, 1);
+        }
+        assert_eq!(s.errors.len(), ERROR_LOG_ENTRIES);
+        assert_eq!(s.errors[0].error_count, 100);
+        assert_eq!(s.errors[0].cid, 99);
+    }
+}

@@ -1,0 +1,206 @@
+//! Fabrics commands: Connect (controller creation and queue attachment with
+//! host access control) and Property Get/Set.
+
+use std::sync::Arc;
+
+use nvme::fabrics::{
+    ConnectCommand, ConnectData, PropertyCommand, CONNECT_DATA_CNTLID_OFFSET, CONNECT_DATA_HOSTNQN_OFFSET,
+    CONNECT_DATA_SIZE, CONNECT_DATA_SUBNQN_OFFSET,
+};
+use nvme::{Command, Status};
+
+use crate::controller::{Controller, PropertyEffect, DISCOVERY_KATO_MS};
+use crate::subsystem::{SubsystemKind, Target};
+
+/// Offsets of Connect command fields in the SQE (for IATTR reporting).
+const SQE_QID_OFFSET: u64 = 42;
+const SQE_SQSIZE_OFFSET: u64 = 44;
+
+/// Connect result for an invalid connect-data field: IATTR bit 16 + byte offset.
+fn iattr_data(offset: u16) -> u64 {
+    (1 << 16) | offset as u64
+}
+
+/// A refused Connect: the status and the CQE result (IATTR/IPO).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ConnectError {
+    /// Status.
+    pub status: Status,
+    /// Result dword: which parameter was wrong.
+    pub result: u64,
+}
+
+fn refuse(status: Status, result: u64) -> ConnectError {
+    ConnectError { status, result }
+}
+
+/// Handles Connect on a queue not yet connected. `cm_qid` is the queue id the
+/// host named in the RDMA-CM private data. On success the caller attaches the
+/// queue to the returned controller and answers with `cntlid` as the result.
+pub fn connect(
+    target: &Target,
+    cm_qid: u16,
+    cmd: &Command,
+    data: &[u8],
+) -> Result<(Arc<Controller>, ConnectData), ConnectError> {
+    let c = ConnectCommand::from_command(cmd);
+    if c.recfmt != 0 {
+        return Err(refuse(Status::CONNECT_FORMAT, 0));
+    }
+    if data.len() < CONNECT_DATA_SIZE {
+        return Err(refuse(Status::SGL_INVALID_DATA, 0));
+    }
+    let d = ConnectData::parse(data).map_err(|_| refuse(Status::SGL_INVALID_DATA, 0))?;
+    if c.qid != cm_qid {
+        return Err(refuse(Status::CONNECT_INVALID_PARAM, SQE_QID_OFFSET));
+    }
+    let subsys = target
+        .subsystem(&d.subsysnqn)
+        .ok_or_else(|| refuse(Status::CONNECT_INVALID_PARAM, iattr_data(CONNECT_DATA_SUBNQN_OFFSET)))?;
+    if !subsys.host_allowed(&d.hostnqn) {
+        return Err(refuse(Status::CONNECT_INVALID_HOST, iattr_data(CONNECT_DATA_HOSTNQN_OFFSET)));
+    }
+    if c.qid == 0 {
+        if c.sqsize == 0 || c.sqsize >= crate::ADMIN_QUEUE_SIZE {
+            return Err(refuse(Status::CONNECT_INVALID_PARAM, SQE_SQSIZE_OFFSET));
+        }
+        let kato = if c.kato == 0 && subsys.kind == SubsystemKind::Discovery {
+            DISCOVERY_KATO_MS
+        } else {
+            c.kato
+        };
+        let ctrl = subsys
+            .add_controller(&d.hostnqn, d.hostid, kato)
+            .map_err(|s| refuse(s, 0))?;
+        return Ok((ctrl, d));
+    }
+    if subsys.kind == SubsystemKind::Discovery {
+        return Err(refuse(Status::CONNECT_INVALID_PARAM, SQE_QID_OFFSET));
+    }
+    let ctrl = subsys
+        .controller(d.cntlid)
+        .ok_or_else(|| refuse(Status::CONNECT_INVALID_PARAM, iattr_data(CONNECT_DATA_CNTLID_OFFSET)))?;
+    if ctrl.hostnqn != d.hostnqn {
+        return Err(refuse(Status::CONNECT_INVALID_PARAM, iattr_data(CONNECT_DATA_HOSTNQN_OFFSET)));
+    }
+    {
+        let st = ctrl.state();
+        if !st.ready() {
+            return Err(refuse(Status::CMD_SEQ_ERROR, 0));
+        }
+        if c.qid > st.io_queues {
+            return Err(refuse(Status::CONNECT_INVALID_PARAM, SQE_QID_OFFSET));
+        }
+    }
+    if c.sqsize == 0 || c.sqsize >= crate::MAX_QUEUE_SIZE {
+        return Err(refuse(Status::CONNECT_INVALID_PARAM, SQE_SQSIZE_OFFSET));
+    }
+    Ok((ctrl, d))
+}
+
+/// Handles Property Get / Set on the admin queue of `ctrl`.
+pub fn property(ctrl: &Controller, cmd: &Command) -> (Status, u64, PropertyEffect) {
+    let p = PropertyCommand::from_command(cmd);
+    let mut st = ctrl.state();
+    match cmd.fctype() {
+        nvme::opcode::fctype::PROPERTY_GET => match st.property_get(p.offset, p.eight_bytes) {
+            Ok(v) => (Status::SUCCESS, v, PropertyEffect::None),
+            Err(s) => (s, 0, PropertyEffect::None),
+        },
+        _ => match st.property_set(p.offset, p.eight_bytes, p.value) {
+            Ok(e) => (Status::SUCCESS, 0, e),
+            Err(s) => (s, 0, PropertyEffect::None),
+        },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::subsystem::Subsystem;
+    use nvme::fabrics::{cc, prop};
+
+    fn target() -> Target {
+        let open = Arc::new(Subsystem::new("nqn.t:open".into(), SubsystemKind::Nvm, true, vec![], None, "m".into(), vec![]));
+        let closed = Arc::new(Subsystem::new(
+            "nqn.t:closed".into(),
+            SubsystemKind::Nvm,
+            false,
+            vec!["nqn.host:ok".into()],
+            None,
+            "m".into(),
+            vec![],
+        ));
+        Target::new(vec![open, closed], vec![], 0)
+    }
+
+    fn conn(qid: u16, sqsize: u16, kato: u32, sub: &str, host: &str, cntlid: u16) -> (Command, Vec<u8>) {
+        let c = ConnectCommand { recfmt: 0, qid, sqsize, cattr: 0, kato }.to_command(1);
+        let d = ConnectData { hostid: [1; 16], cntlid, subsysnqn: sub.into(), hostnqn: host.into() };
+        (c, d.encode().to_vec())
+    }
+
+    fn enable(ctrl: &Controller) {
+        let v = (6 << cc::IOSQES_SHIFT | 4 << cc::IOCQES_SHIFT | cc::EN) as u64;
+        let c = PropertyCommand { eight_bytes: false, offset: prop::CC, value: v }.to_command(2, true);
+        assert_eq!(property(ctrl, &c).0, Status::SUCCESS);
+    }
+
+    #[test]
+    fn admin_then_io() {
+        let t = target();
+        let (c, d) = conn(0, 31, 5000, "nqn.t:open", "nqn.host:a", 0xFFFF);
+        let (ctrl, _) = connect(&t, 0, &c, &d).unwrap();
+        assert_eq!(ctrl.cntlid, 1);
+        assert_eq!(ctrl.state().kato_ms, 5000);
+        // I/O queue before enable
+        let (c, d) = conn(1, 127, 0, "nqn.t:open", "nqn.host:a", 1);
+        assert_eq!(connect(&t, 1, &c, &d).unwrap_err().status, Status::CMD_SEQ_ERROR);
+        enable(&ctrl);
+        let (io_ctrl, _) = connect(&t, 1, &c, &d).unwrap();
+        assert!(Arc::ptr_eq(&io_ctrl, &ctrl));
+        // wrong host for the controller
+        let (c, d) = conn(1, 127, 0, "nqn.t:open", "nqn.host:b", 1);
+        assert_eq!(connect(&t, 1, &c, &d).unwrap_err(), refuse(Status::CONNECT_INVALID_PARAM, (1 << 16) | 512));
+        // unknown controller
+        let (c, d) = conn(1, 127, 0, "nqn.t:open", "nqn.host:a", 9);
+        assert_eq!(connect(&t, 1, &c, &d).unwrap_err(), refuse(Status::CONNECT_INVALID_PARAM, (1 << 16) | 16));
+        // sqsize too big, qid mismatch
+        let (c, d) = conn(1, 128, 0, "nqn.t:open", "nqn.host:a", 1);
+        assert_eq!(connect(&t, 1, &c, &d).unwrap_err(), refuse(Status::CONNECT_INVALID_PARAM, 44));
+        let (c, d) = conn(2, 127, 0, "nqn.t:open", "nqn.host:a", 1);
+        assert_eq!(connect(&t, 1, &c, &d).unwrap_err(), refuse(Status::CONNECT_INVALID_PARAM, 42));
+    }
+
+    #[test]
+    fn refusals() {
+        let t = target();
+        let (c, d) = conn(0, 31, 0, "nqn.t:nope", "nqn.host:a", 0xFFFF);
+        let e = connect(&t, 0, &c, &d).unwrap_err();
+        assert_eq!(e.status.code(), 0x182);
+        assert_eq!(e.result, (1 << 16) | 256);
+        let (c, d) = conn(0, 31, 0, "nqn.t:closed", "nqn.host:a", 0xFFFF);
+        let e = connect(&t, 0, &c, &d).unwrap_err();
+        assert_eq!(e.status.code(), 0x184);
+        assert_eq!(e.result, (1 << 16) | 512);
+        let (c, d) = conn(0, 31, 0, "nqn.t:closed", "nqn.host:ok", 0xFFFF);
+        assert!(connect(&t, 0, &c, &d).is_ok());
+        let (c, d) = conn(0, 32, 0, "nqn.t:open", "nqn.host:a", 0xFFFF);
+        assert_eq!(connect(&t, 0, &c, &d).unwrap_err().result, 44);
+        let (mut c, d) = conn(0, 31, 0, "nqn.t:open", "nqn.host:a", 0xFFFF);
+        c.raw[40] = 1;
+        assert_eq!(connect(&t, 0, &c, &d).unwrap_err().status, Status::CONNECT_FORMAT);
+        let (c, d) = conn(0, 31, 0, "nqn.t:open", "nqn.host:a", 0xFFFF);
+        assert_eq!(connect(&t, 0, &c, &d[..512]).unwrap_err().status, Status::SGL_INVALID_DATA);
+    }
+
+    #[test]
+    fn discovery_defaults() {
+        let t = target();
+        let (c, d) = conn(0, 31, 0, nvme::DISCOVERY_NQN, "nqn.host:any", 0xFFFF);
+        let (ctrl, _) = connect(&t, 0, &c, &d).unwrap();
+        assert_eq!(ctrl.state().kato_ms, DISCOVERY_KATO_MS);
+        let (c, d) = conn(1, 31, 0, nvme::DISCOVERY_NQN, "nqn.host:any", ctrl.cntlid);
+        assert_eq!(connect(&t, 1, &c, &d).unwrap_err().result, 42);
+    }
+}

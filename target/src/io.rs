@@ -1,0 +1,229 @@
+//! NVM command set (I/O queue) commands: validation and planning, without I/O.
+//!
+//! [`prepare`] runs when a capsule arrives, before any data moves, so that a bad
+//! command is answered without touching host memory or the backend.
+
+use nvme::opcode::io as op;
+use nvme::{Command, Status};
+
+use crate::namespace::Namespace;
+
+/// What the backend must do for a command.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum IoPlan {
+    /// Read `len` bytes at byte `offset` into the data buffer.
+    Read {
+        /// Byte offset.
+        offset: u64,
+        /// Bytes.
+        len: u32,
+    },
+    /// Write `len` bytes from the data buffer at byte `offset`.
+    Write {
+        /// Byte offset.
+        offset: u64,
+        /// Bytes.
+        len: u32,
+        /// Force unit access: stable before completion.
+        fua: bool,
+    },
+    /// Make completed writes stable.
+    Flush,
+    /// Zero `len` bytes at `offset`.
+    WriteZeroes {
+        /// Byte offset.
+        offset: u64,
+        /// Bytes.
+        len: u64,
+    },
+    /// Dataset management: `nr` ranges arrive as data (16 bytes each).
+    Dsm {
+        /// Number of ranges.
+        nr: u32,
+        /// Deallocate attribute.
+        deallocate: bool,
+    },
+}
+
+impl IoPlan {
+    /// Bytes the host must send (H2C) for this plan.
+    pub fn data_in_len(&self) -> u32 {
+        match *self {
+            IoPlan::Write { len, .. } => len,
+            IoPlan::Dsm { nr, .. } => nr * 16,
+            _ => 0,
+        }
+    }
+    /// Bytes the target sends back (C2H).
+    pub fn data_out_len(&self) -> u32 {
+        match *self {
+            IoPlan::Read { len, .. } => len,
+            _ => 0,
+        }
+    }
+}
+
+fn lba_range(ns: &Namespace, slba: u64, nlb: u64) -> Result<(u64, u64), Status> {
+    match slba.checked_add(nlb) {
+        Some(end) if end <= ns.blocks => Ok((slba << ns.block_shift, nlb << ns.block_shift)),
+        _ => Err(Status::LBA_RANGE),
+    }
+}
+
+/// Validates an I/O command against its namespace and the data length its SGL
+/// names, and returns what to do.
+pub fn prepare(ns: Option<&Namespace>, cmd: &Command, sgl_len: u32, max_io: u32) -> Result<IoPlan, Status> {
+    let opc = cmd.opcode();
+    if !matches!(opc, op::FLUSH | op::WRITE | op::READ | op::WRITE_ZEROES | op::DATASET_MANAGEMENT) {
+        return Err(Status::INVALID_OPCODE);
+    }
+    let ns = ns.ok_or(Status::INVALID_NS)?;
+    let writes = matches!(opc, op::WRITE | op::WRITE_ZEROES) || (opc == op::DATASET_MANAGEMENT && cmd.cdw(11) & 4 != 0);
+    if writes && ns.readonly {
+        return Err(Status::NS_WRITE_PROTECTED);
+    }
+    match opc {
+        op::READ | op::WRITE => {
+            let (offset, len) = lba_range(ns, cmd.slba(), cmd.nlb() as u64)?;
+            if len > max_io as u64 {
+                return Err(Status::INVALID_FIELD);
+            }
+            if len != sgl_len as u64 {
+                return Err(Status::SGL_INVALID_DATA);
+            }
+            let len = len as u32;
+            Ok(if opc == op::READ {
+                IoPlan::Read { offset, len }
+            } else {
+                IoPlan::Write { offset, len, fua: cmd.fua() }
+            })
+        }
+        op::FLUSH => Ok(IoPlan::Flush),
+        op::WRITE_ZEROES => {
+            let (offset, len) = lba_range(ns, cmd.slba(), cmd.nlb() as u64)?;
+            Ok(IoPlan::WriteZeroes { offset, len })
+        }
+        _ => {
+            let nr = (cmd.cdw(10) & 0xFF) + 1;
+            if sgl_len != nr * 16 {
+                return Err(Status::SGL_INVALID_DATA);
+            }
+            Ok(IoPlan::Dsm {
+                nr,
+                deallocate: cmd.cdw(11) & 4 != 0,
+            })
+        }
+    }
+}
+
+/// Parses and checks Dataset Management ranges; returns byte (offset, len) pairs,
+/// skipping empty ranges.
+pub fn dsm_ranges(ns: &Namespace, data: &[u8], nr: u32) -> Result<Vec<(u64, u64)>, Status> {
+    let mut out = Vec::with_capacity(nr as usize);
+    for r in data.chunks_exact(16).take(nr as usize) {
+        let nlb = u32::from_le_bytes([r[4], r[5], r[6], r[7]]) as u64;
+        let slba = u64::from_le_bytes([r[8], r[9], r[10], r[11], r[12], r[13], r[14], r[15]]);
+        let (o, l) = lba_range(ns, slba, nlb)?;
+        if l > 0 {
+            out.push((o, l));
+        }
+    }
+    Ok(out)
+}
+
+/// Maps a backend errno to an NVMe status for the given plan.
+pub fn errno_status(plan: &IoPlan, errno: i32) -> Status {
+    match errno {
+        libc::ENOSPC => Status::CAPACITY_EXCEEDED.retryable(),
+        libc::EROFS | libc::EPERM | libc::EACCES => Status::NS_WRITE_PROTECTED,
+        libc::EOPNOTSUPP => Status::INVALID_OPCODE,
+        libc::EINVAL => Status::INVALID_FIELD,
+        _ => match plan {
+            IoPlan::Read { .. } => Status::UNRECOVERED_READ_ERROR,
+            IoPlan::Write { .. } | IoPlan::WriteZeroes { .. } => Status::WRITE_FAULT,
+            _ => Status::INTERNAL,
+        },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backend::Backend;
+
+    fn ns(blocks: u64, ro: bool) -> Namespace {
+        Namespace::new("nqn.test", 1, Backend::Null, blocks * 512, 512, ro)
+    }
+
+    fn rw(opc: u8, slba: u64, nlb: u32) -> Command {
+        let mut c = Command::new(opc, 1);
+        c.set_nsid(1);
+        c.set_cdw(10, slba as u32);
+        c.set_cdw(11, (slba >> 32) as u32);
+        c.set_cdw(12, nlb - 1);
+        c
+    }
+
+    #[test]
+    fn read_write() {
+        let n = ns(1000, false);
+        assert_eq!(
+            prepare(Some(&n), &rw(op::READ, 10, 8), 4096, 131072),
+            Ok(IoPlan::Read { offset: 5120, len: 4096 })
+        );
+        let mut w = rw(op::WRITE, 992, 8);
+        w.set_cdw(12, w.cdw(12) | 1 << 30);
+        assert_eq!(
+            prepare(Some(&n), &w, 4096, 131072),
+            Ok(IoPlan::Write { offset: 992 * 512, len: 4096, fua: true })
+        );
+        assert_eq!(prepare(Some(&n), &rw(op::WRITE, 993, 8), 4096, 131072), Err(Status::LBA_RANGE));
+        assert_eq!(prepare(Some(&n), &rw(op::READ, u64::MAX, 1), 512, 131072), Err(Status::LBA_RANGE));
+        assert_eq!(prepare(Some(&n), &rw(op::READ, 0, 8), 512, 131072), Err(Status::SGL_INVALID_DATA));
+        assert_eq!(prepare(Some(&n), &rw(op::READ, 0, 512), 262144, 131072), Err(Status::INVALID_FIELD));
+        assert_eq!(prepare(None, &rw(op::READ, 0, 1), 512, 131072), Err(Status::INVALID_NS));
+        assert_eq!(prepare(Some(&n), &rw(0x7E, 0, 1), 512, 131072), Err(Status::INVALID_OPCODE));
+        assert_eq!(prepare(Some(&n), &rw(op::FLUSH, 0, 1), 0, 131072), Ok(IoPlan::Flush));
+    }
+
+    #[test]
+    fn readonly() {
+        let n = ns(1000, true);
+        assert_eq!(prepare(Some(&n), &rw(op::WRITE, 0, 1), 512, 131072), Err(Status::NS_WRITE_PROTECTED));
+        assert!(prepare(Some(&n), &rw(op::READ, 0, 1), 512, 131072).is_ok());
+    }
+
+    #[test]
+    fn zeroes_and_dsm() {
+        let n = ns(1000, false);
+        assert_eq!(
+            prepare(Some(&n), &rw(op::WRITE_ZEROES, 100, 100), 0, 131072),
+            Ok(IoPlan::WriteZeroes { offset: 51200, len: 51200 })
+        );
+        assert_eq!(prepare(Some(&n), &rw(op::WRITE_ZEROES, 901, 100), 0, 131072), Err(Status::LBA_RANGE));
+        let mut d = Command::new(op::DATASET_MANAGEMENT, 1);
+        d.set_nsid(1);
+        d.set_cdw(10, 1); // 2 ranges
+        d.set_cdw(11, 4);
+        let plan = prepare(Some(&n), &d, 32, 131072).unwrap();
+        assert_eq!(plan, IoPlan::Dsm { nr: 2, deallocate: true });
+        assert_eq!(plan.data_in_len(), 32);
+        assert_eq!(prepare(Some(&n), &d, 16, 131072), Err(Status::SGL_INVALID_DATA));
+        let mut data = [0u8; 32];
+        data[4..8].copy_from_slice(&8u32.to_le_bytes());
+        data[8..16].copy_from_slice(&16u64.to_le_bytes());
+        data[20..24].copy_from_slice(&0u32.to_le_bytes());
+        assert_eq!(dsm_ranges(&n, &data, 2), Ok(vec![(8192, 4096)]));
+        data[8..16].copy_from_slice(&999u64.to_le_bytes());
+        assert_eq!(dsm_ranges(&n, &data, 2), Err(Status::LBA_RANGE));
+    }
+
+    #[test]
+    fn errnos() {
+        let w = IoPlan::Write { offset: 0, len: 1, fua: false };
+        assert_eq!(errno_status(&w, libc::EIO), Status::WRITE_FAULT);
+        assert!(!errno_status(&w, libc::EIO).dnr);
+        assert_eq!(errno_status(&IoPlan::Read { offset: 0, len: 1 }, libc::EIO), Status::UNRECOVERED_READ_ERROR);
+        assert_eq!(errno_status(&w, libc::ENOSPC).code(), Status::CAPACITY_EXCEEDED.code());
+    }
+}

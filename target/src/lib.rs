@@ -1,0 +1,35 @@
+//! A userspace NVMe-over-Fabrics target over RDMA.
+//!
+//! The protocol core (controller state machine, fabrics/admin/I/O command
+//! handling, discovery) is sans-IO and unit tested; the RDMA transport
+//! ([`rdma`]) and the backends ([`backend`]) drive it.
+
+pub mod admin;
+pub mod backend;
+pub mod config;
+pub mod controller;
+pub mod discovery;
+pub mod fabrics;
+pub mod io;
+pub mod namespace;
+pub mod rdma;
+pub mod stats;
+pub mod subsystem;
+pub mod transport;
+
+/// Maximum data transfer per command (bytes): MDTS = 5 → 2^5 × 4 KiB.
+pub const MAX_IO_SIZE: u32 = 128 * 1024;
+/// MDTS as advertised (power of two of 4 KiB pages).
+pub const MDTS: u8 = 5;
+/// In-capsule data the target accepts on I/O queues (bytes).
+pub const INLINE_DATA_SIZE: u32 = 8192;
+/// Maximum I/O queue size (entries); CAP.MQES = this − 1.
+pub const MAX_QUEUE_SIZE: u16 = 128;
+/// Admin queue size (entries).
+pub const ADMIN_QUEUE_SIZE: u16 = 32;
+/// Maximum number of I/O queues granted to a controller.
+pub const MAX_IO_QUEUES: u16 = 64;
+/// Asynchronous event requests a controller parks at most (AERL + 1).
+pub const MAX_AERS: usize = 4;
+/// Maximum namespace id (NN).
+pub const MAX_NSID: u32 = 1024;

@@ -1,0 +1,132 @@
+//! Namespaces: size, block size, identifiers, and what backs them.
+
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+
+use nvme::identify::{nidt, IdentifyNamespace, NsDescriptor};
+
+use crate::backend::Backend;
+
+/// A namespace exported by a subsystem.
+#[derive(Debug)]
+pub struct Namespace {
+    /// Namespace id.
+    pub nsid: u32,
+    /// Logical block size in bytes.
+    pub block_size: u32,
+    /// log2(block_size).
+    pub block_shift: u32,
+    /// Size in logical blocks.
+    pub blocks: u64,
+    /// Writes are refused.
+    pub readonly: bool,
+    /// NGUID.
+    pub nguid: [u8; 16],
+    /// UUID (RFC 4122 version 4 layout, derived deterministically).
+    pub uuid: [u8; 16],
+    /// What backs it.
+    pub backend: Backend,
+    /// Read commands completed.
+    pub reads: AtomicU64,
+    /// Write commands completed.
+    pub writes: AtomicU64,
+    /// Bytes read.
+    pub bytes_read: AtomicU64,
+    /// Bytes written.
+    pub bytes_written: AtomicU64,
+}
+
+/// 64-bit FNV-1a with a seed, for stable identifiers.
+pub fn fnv64(seed: u64, data: &[u8]) -> u64 {
+    let mut h = 0xcbf29ce484222325u64 ^ seed;
+    for &b in data {
+        h ^= b as u64;
+        h = h.wrapping_mul(0x100000001b3);
+    }
+    h
+}
+
+/// Stable 16 identifier bytes from a key.
+pub fn id128(key: &str) -> [u8; 16] {
+    let mut out = [0u8; 16];
+    out[..8].copy_from_slice(&fnv64(0x5eed_0001, key.as_bytes()).to_be_bytes());
+    out[8..].copy_from_slice(&fnv64(0x5eed_0002, key.as_bytes()).to_be_bytes());
+    out
+}
+
+impl Namespace {
+    /// Builds a namespace of `size_bytes` over `backend`.
+    pub fn new(
+        subnqn: &str,
+        nsid: u32,
+        backend: Backend,
+        size_bytes: u64,
+        block_size: u32,
+        readonly: bool,
+    ) -> Namespace {
+        let key = format!("{subnqn}/{nsid}/{}", backend.describe());
+        let nguid = id128(&key);
+        let mut uuid = id128(&format!("uuid:{key}"));
+        uuid[6] = (uuid[6] & 0x0F) | 0x40;
+        uuid[8] = (uuid[8] & 0x3F) | 0x80;
+        Namespace {
+            nsid,
+            block_size,
+            block_shift: block_size.trailing_zeros(),
+            blocks: size_bytes / block_size as u64,
+            readonly,
+            nguid,
+            uuid,
+            backend,
+            reads: AtomicU64::new(0),
+            writes: AtomicU64::new(0),
+            bytes_read: AtomicU64::new(0),
+            bytes_written: AtomicU64::new(0),
+        }
+    }
+
+    /// Identify Namespace data.
+    pub fn identify(&self) -> IdentifyNamespace {
+        IdentifyNamespace {
+            nsze: self.blocks,
+            ncap: self.blocks,
+            nuse: self.blocks,
+            // bit 0: thin provisioning (deallocate supported); bit 3: NGUID/EUI64 never reused
+            nsfeat: 0,
+            nlbaf: 0,
+            flbas: 0,
+            nmic: 1, // may be shared by several controllers
+            nguid: self.nguid,
+            lbads: self.block_shift as u8,
+            ..Default::default()
+        }
+    }
+
+    /// Namespace identification descriptors.
+    pub fn descriptors(&self) -> Vec<NsDescriptor> {
+        vec![
+            NsDescriptor {
+                nidt: nidt::NGUID,
+                nid: self.nguid.to_vec(),
+            },
+            NsDescriptor {
+                nidt: nidt::UUID,
+                nid: self.uuid.to_vec(),
+            },
+            NsDescriptor {
+                nidt: nidt::CSI,
+                nid: vec![0],
+            },
+        ]
+    }
+
+    /// Records a completed read or write of `bytes`.
+    pub fn account(&self, write: bool, bytes: u64) {
+        if write {
+            self.writes.fetch_add(1, Relaxed);
+            self.bytes_written.fetch_add(bytes, Relaxed);
+        } else {
+            self.reads.fetch_add(1, Relaxed);
+            self.bytes_read.fetch_add(bytes, Relaxed);
+        }
+    }
+}

@@ -1,0 +1,218 @@
+//! Subsystems (NVM and discovery) and the target that holds them.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+
+use nvme::Status;
+
+use crate::controller::Controller;
+use crate::namespace::Namespace;
+use crate::stats::Stats;
+
+/// Kind of subsystem.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SubsystemKind {
+    /// An NVM subsystem with namespaces.
+    Nvm,
+    /// The discovery subsystem.
+    Discovery,
+}
+
+/// A subsystem.
+#[derive(Debug)]
+pub struct Subsystem {
+    /// NQN.
+    pub nqn: String,
+    /// Kind.
+    pub kind: SubsystemKind,
+    /// Any host may connect.
+    pub allow_any_host: bool,
+    /// Allowed host NQNs.
+    pub hosts: Vec<String>,
+    /// Serial number.
+    pub serial: String,
+    /// Model number.
+    pub model: String,
+    /// Namespaces, ordered by nsid.
+    pub namespaces: Vec<Arc<Namespace>>,
+    controllers: Mutex<BTreeMap<u16, Arc<Controller>>>,
+}
+
+/// Lowest and highest dynamic controller ids.
+pub const CNTLID_MIN: u16 = 1;
+/// Highest dynamic controller id (0xFFF0..=0xFFFF are reserved).
+pub const CNTLID_MAX: u16 = 0xFFEF;
+
+impl Subsystem {
+    /// Creates a subsystem.
+    pub fn new(
+        nqn: String,
+        kind: SubsystemKind,
+        allow_any_host: bool,
+        hosts: Vec<String>,
+        serial: Option<String>,
+        model: String,
+        mut namespaces: Vec<Arc<Namespace>>,
+    ) -> Subsystem {
+        namespaces.sort_by_key(|n| n.nsid);
+        let serial = serial.unwrap_or_else(|| format!("{:016x}", crate::namespace::fnv64(7, nqn.as_bytes())));
+        Subsystem {
+            nqn,
+            kind,
+            allow_any_host,
+            hosts,
+            serial,
+            model,
+            namespaces,
+            controllers: Mutex::new(BTreeMap::new()),
+        }
+    }
+
+    /// Whether `hostnqn` may connect (and see this subsystem in discovery).
+    pub fn host_allowed(&self, hostnqn: &str) -> bool {
+        self.kind == SubsystemKind::Discovery || self.allow_any_host || self.hosts.iter().any(|h| h == hostnqn)
+    }
+
+    /// The namespace with `nsid`.
+    pub fn namespace(&self, nsid: u32) -> Option<&Arc<Namespace>> {
+        self.namespaces
+            .binary_search_by_key(&nsid, |n| n.nsid)
+            .ok()
+            .map(|i| &self.namespaces[i])
+    }
+
+    /// Creates a controller with the lowest free id.
+    pub fn add_controller(
+        self: &Arc<Self>,
+        hostnqn: &str,
+        hostid: [u8; 16],
+        kato_ms: u32,
+    ) -> Result<Arc<Controller>, Status> {
+        let mut m = self.controllers.lock().unwrap_or_else(|p| p.into_inner());
+        let mut id = CNTLID_MIN;
+        for &k in m.keys() {
+            if k == id {
+                id += 1;
+            } else if k > id {
+                break;
+            }
+        }
+        if id > CNTLID_MAX {
+            return Err(Status::CONNECT_CTRL_BUSY);
+        }
+        let c = Arc::new(Controller::new(id, self.clone(), hostnqn.to_string(), hostid, kato_ms));
+        m.insert(id, c.clone());
+        Ok(c)
+    }
+
+    /// The controller with `cntlid`.
+    pub fn controller(&self, cntlid: u16) -> Option<Arc<Controller>> {
+        self.controllers.lock().unwrap_or_else(|p| p.into_inner()).get(&cntlid).cloned()
+    }
+
+    /// Removes a controller.
+    pub fn remove_controller(&self, cntlid: u16) {
+        self.controllers.lock().unwrap_or_else(|p| p.into_inner()).remove(&cntlid);
+    }
+
+    /// All controllers.
+    pub fn controllers(&self) -> Vec<Arc<Controller>> {
+        self.controllers.lock().unwrap_or_else(|p| p.into_inner()).values().cloned().collect()
+    }
+}
+
+/// The whole target: subsystems, the discovery subsystem, listeners, counters.
+#[derive(Debug)]
+pub struct Target {
+    /// NVM subsystems.
+    pub subsystems: Vec<Arc<Subsystem>>,
+    /// The discovery subsystem.
+    pub discovery: Arc<Subsystem>,
+    /// Listener addresses (port ids are index + 1).
+    pub listeners: Vec<SocketAddr>,
+    /// Discovery log generation counter.
+    pub genctr: u64,
+    /// Transport counters.
+    pub stats: Stats,
+    /// Busy-poll window of the queue threads (µs).
+    pub poll_spin_us: u64,
+}
+
+impl Target {
+    /// Creates a target.
+    pub fn new(subsystems: Vec<Arc<Subsystem>>, listeners: Vec<SocketAddr>, poll_spin_us: u64) -> Target {
+        let discovery = Arc::new(Subsystem::new(
+            nvme::DISCOVERY_NQN.to_string(),
+            SubsystemKind::Discovery,
+            true,
+            vec![],
+            None,
+            "nvmf-target discovery".into(),
+            vec![],
+        ));
+        Target {
+            subsystems,
+            discovery,
+            listeners,
+            genctr: 1,
+            stats: Stats::default(),
+            poll_spin_us,
+        }
+    }
+
+    /// The subsystem named `nqn` (the discovery NQN included).
+    pub fn subsystem(&self, nqn: &str) -> Option<&Arc<Subsystem>> {
+        if nqn == nvme::DISCOVERY_NQN {
+            return Some(&self.discovery);
+        }
+        self.subsystems.iter().find(|s| s.nqn == nqn)
+    }
+
+    /// Every controller of every subsystem.
+    pub fn all_controllers(&self) -> Vec<Arc<Controller>> {
+        let mut v = self.discovery.controllers();
+        for s in &self.subsystems {
+            v.extend(s.controllers());
+        }
+        v
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sub(any: bool) -> Arc<Subsystem> {
+        Arc::new(Subsystem::new(
+            "nqn.2026-11.io.example:s".into(),
+            SubsystemKind::Nvm,
+            any,
+            vec!["nqn.h1".into()],
+            None,
+            "m".into(),
+            vec![],
+        ))
+    }
+
+    #[test]
+    fn hosts() {
+        assert!(sub(false).host_allowed("nqn.h1"));
+        assert!(!sub(false).host_allowed("nqn.h2"));
+        assert!(sub(true).host_allowed("nqn.h2"));
+    }
+
+    #[test]
+    fn cntlid_allocation_reuses_lowest() {
+        let s = sub(true);
+        let a = s.add_controller("h", [0; 16], 0).unwrap();
+        let b = s.add_controller("h", [0; 16], 0).unwrap();
+        let c = s.add_controller("h", [0; 16], 0).unwrap();
+        assert_eq!((a.cntlid, b.cntlid, c.cntlid), (1, 2, 3));
+        s.remove_controller(2);
+        assert_eq!(s.add_controller("h", [0; 16], 0).unwrap().cntlid, 2);
+        assert_eq!(s.add_controller("h", [0; 16], 0).unwrap().cntlid, 4);
+        assert!(s.controller(3).is_some());
+        assert!(s.controller(9).is_none());
+    }
+}
