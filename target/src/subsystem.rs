@@ -137,6 +137,8 @@ pub struct Target {
     pub stats: Stats,
     /// Busy-poll window of the queue threads (µs).
     pub poll_spin_us: u64,
+    /// Queue threads running.
+    pub live_queues: std::sync::atomic::AtomicUsize,
 }
 
 impl Target {
@@ -158,6 +160,7 @@ impl Target {
             genctr: 1,
             stats: Stats::default(),
             poll_spin_us,
+            live_queues: Default::default(),
         }
     }
 

@@ -1,1 +1,149 @@
-pub mod uring {}
+//! One io_uring per queue thread. The queue's whole buffer (capsules, in-capsule
+//! data, data slots) is registered once as fixed buffer 0, the same memory the
+//! RDMA memory region covers: data goes between the wire and the disk without a
+//! copy. The ring also waits for the queue's file descriptors (poll) so one
+//! `io_uring_enter` sleeps on disk completions, the RDMA completion channel, the
+//! RDMA-CM channel and the queue's eventfd at once.
+
+use std::io;
+use std::time::Duration;
+
+use io_uring::{opcode, squeue, types, IoUring};
+
+/// A ring with the queue buffer registered.
+pub struct Ring {
+    ring: IoUring,
+    queued: usize,
+    /// Operations submitted whose completion has not been reaped.
+    pub inflight: usize,
+}
+
+impl Ring {
+    /// Creates a ring of `entries` and registers `[base, base+len)` as fixed buffer 0.
+    ///
+    /// # Safety
+    /// The memory must stay mapped for the life of the ring.
+    pub unsafe fn new(entries: u32, base: *mut u8, len: usize) -> io::Result<Ring> {
+        let ring = IoUring::builder().build(entries)?;
+        let iov = libc::iovec {
+            iov_base: base as *mut libc::c_void,
+            iov_len: len,
+        };
+        // SAFETY: the caller keeps the memory mapped while the ring lives.
+        unsafe { ring.submitter().register_buffers(&[iov])? };
+        Ok(Ring {
+            ring,
+            queued: 0,
+            inflight: 0,
+        })
+    }
+
+    fn push(&mut self, e: squeue::Entry) -> io::Result<()> {
+        loop {
+            // SAFETY: every entry built here names memory inside the registered
+            // buffer or file descriptors that outlive the operation (the queue
+            // waits for all in-flight operations before it frees anything).
+            let r = unsafe { self.ring.submission().push(&e) };
+            match r {
+                Ok(()) => {
+                    self.queued += 1;
+                    self.inflight += 1;
+                    return Ok(());
+                }
+                Err(_) => {
+                    self.ring.submit()?;
+                    self.queued = 0;
+                }
+            }
+        }
+    }
+
+    /// Queues a read of `len` bytes at `offset` into `buf` (inside the registered buffer).
+    pub fn read(&mut self, fd: i32, buf: *mut u8, len: u32, offset: u64, ud: u64) -> io::Result<()> {
+        self.push(
+            opcode::ReadFixed::new(types::Fd(fd), buf, len, 0)
+                .offset(offset)
+                .build()
+                .user_data(ud),
+        )
+    }
+
+    /// Queues a write; `dsync` makes it durable before completion (FUA).
+    pub fn write(&mut self, fd: i32, buf: *const u8, len: u32, offset: u64, dsync: bool, ud: u64) -> io::Result<()> {
+        self.push(
+            opcode::WriteFixed::new(types::Fd(fd), buf, len, 0)
+                .offset(offset)
+                .rw_flags(if dsync { libc::RWF_DSYNC } else { 0 })
+                .build()
+                .user_data(ud),
+        )
+    }
+
+    /// Queues an fdatasync.
+    pub fn fdatasync(&mut self, fd: i32, ud: u64) -> io::Result<()> {
+        self.push(
+            opcode::Fsync::new(types::Fd(fd))
+                .flags(types::FsyncFlags::DATASYNC)
+                .build()
+                .user_data(ud),
+        )
+    }
+
+    /// Queues an fallocate (zero range, punch hole).
+    pub fn fallocate(&mut self, fd: i32, offset: u64, len: u64, mode: i32, ud: u64) -> io::Result<()> {
+        self.push(
+            opcode::Fallocate::new(types::Fd(fd), len)
+                .offset(offset)
+                .mode(mode)
+                .build()
+                .user_data(ud),
+        )
+    }
+
+    /// Queues a one-shot poll for readability of `fd`.
+    pub fn poll_in(&mut self, fd: i32, ud: u64) -> io::Result<()> {
+        self.push(
+            opcode::PollAdd::new(types::Fd(fd), libc::POLLIN as u32)
+                .build()
+                .user_data(ud),
+        )
+    }
+
+    /// Submits queued entries without waiting.
+    pub fn submit(&mut self) -> io::Result<()> {
+        if self.queued > 0 {
+            self.ring.submit()?;
+            self.queued = 0;
+        }
+        Ok(())
+    }
+
+    /// Submits and sleeps until a completion arrives or `timeout` passes.
+    pub fn wait(&mut self, timeout: Duration) -> io::Result<()> {
+        let ts = types::Timespec::new()
+            .sec(timeout.as_secs())
+            .nsec(timeout.subsec_nanos());
+        let args = types::SubmitArgs::new().timespec(&ts);
+        match self.ring.submitter().submit_with_args(1, &args) {
+            Ok(_) => {}
+            Err(e) if matches!(e.raw_os_error(), Some(libc::ETIME) | Some(libc::EINTR) | Some(libc::EBUSY)) => {}
+            Err(e) => return Err(e),
+        }
+        self.queued = 0;
+        Ok(())
+    }
+
+    /// Takes up to `out.len()` completions as (user_data, result).
+    pub fn reap(&mut self, out: &mut [(u64, i32)]) -> usize {
+        let mut n = 0;
+        for c in self.ring.completion() {
+            out[n] = (c.user_data(), c.result());
+            n += 1;
+            if n == out.len() {
+                break;
+            }
+        }
+        self.inflight -= n;
+        n
+    }
+}
