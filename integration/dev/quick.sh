@@ -2,7 +2,7 @@
 # Developer smoke test (runs in the guest): rxe, brd, our target, discover, connect, dd verify, short fio.
 set -uo pipefail
 IP=$LAB_IP; NQN=nqn.2026-11.io.nvmf-lab:quick
-modprobe -a rdma_rxe ib_uverbs rdma_ucm nvme-rdma brd rd_nr=1 rd_size=262144
+modprobe -a rdma_rxe ib_uverbs rdma_ucm nvme-rdma; modprobe brd rd_nr=1 rd_size=262144
 rdma link add rxe0 type rxe netdev eth0
 ./build/release/nvmf-target --listen $IP:4420 --nqn $NQN --namespace /dev/ram0 --log-level ${LOG:-debug} >/tmp/t.log 2>&1 &
 TP=$!

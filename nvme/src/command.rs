@@ -15,9 +15,7 @@ pub struct Command {
 
 impl Default for Command {
     fn default() -> Self {
-        Command {
-            raw: [0; SQE_SIZE],
-        }
+        Command { raw: [0; SQE_SIZE] }
     }
 }
 

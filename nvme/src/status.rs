@@ -202,7 +202,10 @@ mod tests {
         assert_eq!(Status::LBA_RANGE.to_field(), 0x4080);
         assert_eq!(Status::SUCCESS.to_field(), 0);
         assert_eq!(Status::ACCESS_DENIED.code(), 0x286);
-        assert_eq!(Status::INVALID_FIELD.to_string(), "INVALID_FIELD (0x002, DNR)");
+        assert_eq!(
+            Status::INVALID_FIELD.to_string(),
+            "INVALID_FIELD (0x002, DNR)"
+        );
         assert_eq!(Status::from_field(0x4084 & 0x7FFF).code(), 0x084);
     }
 

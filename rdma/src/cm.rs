@@ -137,8 +137,11 @@ impl EventChannel {
             let kind = CmEventKind::from_raw(e.event);
             let conn = e.param.conn;
             let private_data = if !conn.private_data.is_null() && conn.private_data_len > 0 {
-                std::slice::from_raw_parts(conn.private_data as *const u8, conn.private_data_len as usize)
-                    .to_vec()
+                std::slice::from_raw_parts(
+                    conn.private_data as *const u8,
+                    conn.private_data_len as usize,
+                )
+                .to_vec()
             } else {
                 Vec::new()
             };

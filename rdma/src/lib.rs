@@ -20,7 +20,8 @@ pub use cm::{CmEvent, CmEventKind, CmId, ConnParams, EventChannel};
 pub use error::{Error, Result};
 pub use verbs::{
     Access, CompletionChannel, CompletionQueue, Context, DeviceAttr, MemoryRegion,
-    ProtectionDomain, QpCaps, QueuePair, SendOp, SendRequest, Sge, WorkCompletion, WcOpcode,
+    ProtectionDomain, QpCaps, QueuePair, SendBatch, SendOp, SendRequest, Sge, WcOpcode,
+    WorkCompletion,
 };
 
 pub use rdma_sys as sys;

@@ -329,7 +329,10 @@ impl CompletionQueue {
             n += 1;
         }
         if n > 0 {
-            let total = self.unacked.fetch_add(n, std::sync::atomic::Ordering::Relaxed) + n;
+            let total = self
+                .unacked
+                .fetch_add(n, std::sync::atomic::Ordering::Relaxed)
+                + n;
             if total >= 64 {
                 self.unacked.store(0, std::sync::atomic::Ordering::Relaxed);
                 // SAFETY: acking events this CQ received.
@@ -424,6 +427,114 @@ pub struct SendRequest<'a> {
     pub signaled: bool,
 }
 
+/// A reusable batch of send-queue work requests, posted with one
+/// `ibv_post_send` call (one doorbell). Holds no allocation per request.
+pub struct SendBatch {
+    wrs: Vec<ibv_send_wr>,
+    sges: Vec<[ibv_sge; 2]>,
+    len: usize,
+}
+
+// SAFETY: the raw pointers inside point only into the batch's own vectors.
+unsafe impl Send for SendBatch {}
+
+impl SendBatch {
+    /// A batch of at most `cap` work requests with up to 2 SGEs each.
+    pub fn new(cap: usize) -> SendBatch {
+        SendBatch {
+            // SAFETY: plain data; zero is a valid value.
+            wrs: (0..cap).map(|_| unsafe { std::mem::zeroed() }).collect(),
+            // SAFETY: as above.
+            sges: (0..cap).map(|_| unsafe { std::mem::zeroed() }).collect(),
+            len: 0,
+        }
+    }
+    /// Number of queued requests.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+    /// Whether nothing is queued.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+    /// Room left.
+    pub fn room(&self) -> usize {
+        self.wrs.len() - self.len
+    }
+    /// Queues a request (at most 2 SGEs). Returns false if the batch is full.
+    pub fn push(&mut self, r: &SendRequest<'_>) -> bool {
+        if self.len == self.wrs.len() || r.sges.len() > 2 {
+            return false;
+        }
+        let i = self.len;
+        for (j, s) in r.sges.iter().enumerate() {
+            self.sges[i][j] = ibv_sge {
+                addr: s.addr,
+                length: s.len,
+                lkey: s.lkey,
+            };
+        }
+        // SAFETY: plain data.
+        let mut w: ibv_send_wr = unsafe { std::mem::zeroed() };
+        w.wr_id = r.wr_id;
+        w.num_sge = r.sges.len() as i32;
+        w.send_flags = if r.signaled {
+            ibv_send_flags::IBV_SEND_SIGNALED.0
+        } else {
+            0
+        };
+        fill_op(&mut w, r.op);
+        self.wrs[i] = w;
+        self.len += 1;
+        true
+    }
+    /// Posts everything queued, in order, and empties the batch.
+    ///
+    /// # Safety
+    /// As [`QueuePair::post_send`], for every queued request.
+    pub unsafe fn post(&mut self, qp: &QueuePair) -> Result<()> {
+        let n = std::mem::replace(&mut self.len, 0);
+        if n == 0 {
+            return Ok(());
+        }
+        let base = self.wrs.as_mut_ptr();
+        for i in 0..n {
+            self.wrs[i].sg_list = self.sges[i].as_mut_ptr();
+            // SAFETY: i + 1 <= n <= cap: within the vector (or null for the last).
+            self.wrs[i].next = if i + 1 < n {
+                unsafe { base.add(i + 1) }
+            } else {
+                ptr::null_mut()
+            };
+        }
+        let mut bad: *mut ibv_send_wr = ptr::null_mut();
+        // SAFETY: the chain lives in self for the call; memory per the caller's guarantee.
+        let r = unsafe { ibv_post_send(qp.raw, base, &mut bad) };
+        if r != 0 {
+            return Err(Error::from_ret("ibv_post_send", r));
+        }
+        Ok(())
+    }
+}
+
+fn fill_op(w: &mut ibv_send_wr, op: SendOp) {
+    match op {
+        SendOp::Send => w.opcode = ibv_wr_opcode::IBV_WR_SEND,
+        SendOp::SendWithInv(key) => {
+            w.opcode = ibv_wr_opcode::IBV_WR_SEND_WITH_INV;
+            w.imm_data_invalidated_rkey_union.invalidated_rkey = key;
+        }
+        SendOp::RdmaRead { remote_addr, rkey } => {
+            w.opcode = ibv_wr_opcode::IBV_WR_RDMA_READ;
+            w.wr.rdma = rdma_t { remote_addr, rkey };
+        }
+        SendOp::RdmaWrite { remote_addr, rkey } => {
+            w.opcode = ibv_wr_opcode::IBV_WR_RDMA_WRITE;
+            w.wr.rdma = rdma_t { remote_addr, rkey };
+        }
+    }
+}
+
 /// The queue pair of a connected [`crate::CmId`]; borrowed from it.
 #[derive(Clone, Copy)]
 pub struct QueuePair {
@@ -471,26 +582,12 @@ impl QueuePair {
             } else {
                 0
             };
-            match r.op {
-                SendOp::Send => w.opcode = ibv_wr_opcode::IBV_WR_SEND,
-                SendOp::SendWithInv(key) => {
-                    w.opcode = ibv_wr_opcode::IBV_WR_SEND_WITH_INV;
-                    w.imm_data_invalidated_rkey_union.invalidated_rkey = key;
-                }
-                SendOp::RdmaRead { remote_addr, rkey } => {
-                    w.opcode = ibv_wr_opcode::IBV_WR_RDMA_READ;
-                    w.wr.rdma = rdma_t { remote_addr, rkey };
-                }
-                SendOp::RdmaWrite { remote_addr, rkey } => {
-                    w.opcode = ibv_wr_opcode::IBV_WR_RDMA_WRITE;
-                    w.wr.rdma = rdma_t { remote_addr, rkey };
-                }
-            }
+            fill_op(w, r.op);
         }
         let base = wrs.as_mut_ptr();
-        for i in 0..n - 1 {
+        for (i, w) in wrs.iter_mut().enumerate().take(n - 1) {
             // SAFETY: i+1 < n <= MAX_CHAIN, within the array.
-            wrs[i].next = unsafe { base.add(i + 1) };
+            w.next = unsafe { base.add(i + 1) };
         }
         let mut bad: *mut ibv_send_wr = ptr::null_mut();
         // SAFETY: the WR chain and SGE arrays live on this stack frame for the call;

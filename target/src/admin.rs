@@ -30,11 +30,19 @@ pub enum AdminOutcome {
 }
 
 fn done(status: Status) -> AdminOutcome {
-    AdminOutcome::Done { status, result: 0, data_len: 0 }
+    AdminOutcome::Done {
+        status,
+        result: 0,
+        data_len: 0,
+    }
 }
 
 fn data(n: usize) -> AdminOutcome {
-    AdminOutcome::Done { status: Status::SUCCESS, result: 0, data_len: n as u32 }
+    AdminOutcome::Done {
+        status: Status::SUCCESS,
+        result: 0,
+        data_len: n as u32,
+    }
 }
 
 /// Firmware revision reported by Identify.
@@ -58,7 +66,11 @@ pub fn identify_controller(ctrl: &Controller) -> IdentifyController {
         ver: VERSION,
         oaes: if disc { 0 } else { oaes::NS_ATTR },
         ctratt: 1, // 128-bit host identifier
-        cntrltype: if disc { cntrltype::DISCOVERY } else { cntrltype::IO },
+        cntrltype: if disc {
+            cntrltype::DISCOVERY
+        } else {
+            cntrltype::IO
+        },
         oacs: 0,
         acl: 3,
         aerl: (crate::MAX_AERS - 1) as u8,
@@ -69,17 +81,33 @@ pub fn identify_controller(ctrl: &Controller) -> IdentifyController {
         kas: 10,
         sqes: 0x66,
         cqes: 0x44,
-        maxcmd: if disc { crate::ADMIN_QUEUE_SIZE } else { crate::MAX_QUEUE_SIZE },
+        maxcmd: if disc {
+            crate::ADMIN_QUEUE_SIZE
+        } else {
+            crate::MAX_QUEUE_SIZE
+        },
         nn: if disc { 0 } else { crate::MAX_NSID },
-        oncs: if disc { 0 } else { oncs::DSM | oncs::WRITE_ZEROES },
+        oncs: if disc {
+            0
+        } else {
+            oncs::DSM | oncs::WRITE_ZEROES
+        },
         fuses: 0,
         vwc: if disc { 0 } else { 1 },
         awun: 0,
         awupf: 0,
-        sgls: if disc { sgls::SUPPORTED | sgls::KEYED } else { sgls::SUPPORTED | sgls::KEYED | sgls::OFFSET },
+        sgls: if disc {
+            sgls::SUPPORTED | sgls::KEYED
+        } else {
+            sgls::SUPPORTED | sgls::KEYED | sgls::OFFSET
+        },
         mnan: if disc { 0 } else { crate::MAX_NSID },
         subnqn: s.nqn.clone(),
-        ioccsz: if disc { 4 } else { (64 + crate::INLINE_DATA_SIZE) / 16 },
+        ioccsz: if disc {
+            4
+        } else {
+            (64 + crate::INLINE_DATA_SIZE) / 16
+        },
         iorcsz: 1,
         icdoff: 0,
         fcatt: 0,
@@ -119,10 +147,16 @@ fn identify(ctrl: &Controller, cmd: &Command, out: &mut [u8]) -> AdminOutcome {
             if nsid >= 0xFFFF_FFFE {
                 return done(Status::INVALID_NS);
             }
-            data(put(out, &identify::encode_ns_list(s.namespaces.iter().map(|n| n.nsid), nsid)))
+            data(put(
+                out,
+                &identify::encode_ns_list(s.namespaces.iter().map(|n| n.nsid), nsid),
+            ))
         }
         cns::NS_DESC_LIST => match s.namespace(nsid) {
-            Some(ns) => data(put(out, &identify::encode_ns_descriptors(&ns.descriptors()))),
+            Some(ns) => data(put(
+                out,
+                &identify::encode_ns_descriptors(&ns.descriptors()),
+            )),
             None => done(Status::INVALID_NS),
         },
         _ => done(Status::INVALID_FIELD),
@@ -149,7 +183,7 @@ fn get_log_page(target: &Target, ctrl: &Controller, cmd: &Command, out: &mut [u8
     if g.len != out.len() as u64 {
         return done(Status::SGL_INVALID_DATA);
     }
-    if g.offset % 4 != 0 {
+    if !g.offset.is_multiple_of(4) {
         return done(Status::INVALID_FIELD);
     }
     let disc = ctrl.subsys.kind == SubsystemKind::Discovery;
@@ -196,7 +230,11 @@ fn features(ctrl: &Controller, cmd: &Command, out: &mut [u8], set: bool) -> Admi
         return done(Status::FEATURE_NOT_SAVEABLE);
     }
     let disc = ctrl.subsys.kind == SubsystemKind::Discovery;
-    let ok = |result: u64| AdminOutcome::Done { status: Status::SUCCESS, result, data_len: 0 };
+    let ok = |result: u64| AdminOutcome::Done {
+        status: Status::SUCCESS,
+        result,
+        data_len: 0,
+    };
     let mut st = ctrl.state();
     match (f, set) {
         (fid::NUM_QUEUES, _) if disc => done(Status::INVALID_FIELD),
@@ -236,23 +274,39 @@ fn features(ctrl: &Controller, cmd: &Command, out: &mut [u8], set: bool) -> Admi
             put(out, &ctrl.hostid);
             data(out.len())
         }
-        (fid::ARBITRATION | fid::POWER_MGMT | fid::TEMP_THRESHOLD | fid::ERROR_RECOVERY | fid::IRQ_COALESCE | fid::WRITE_ATOMICITY, false)
-            if !disc =>
-        {
-            ok(0)
-        }
-        (fid::VOLATILE_WC | fid::ARBITRATION | fid::POWER_MGMT | fid::TEMP_THRESHOLD | fid::ERROR_RECOVERY | fid::IRQ_COALESCE | fid::WRITE_ATOMICITY | fid::HOST_ID, true)
-            if !disc =>
-        {
-            done(Status::FEATURE_NOT_CHANGEABLE)
-        }
+        (
+            fid::ARBITRATION
+            | fid::POWER_MGMT
+            | fid::TEMP_THRESHOLD
+            | fid::ERROR_RECOVERY
+            | fid::IRQ_COALESCE
+            | fid::WRITE_ATOMICITY,
+            false,
+        ) if !disc => ok(0),
+        (
+            fid::VOLATILE_WC
+            | fid::ARBITRATION
+            | fid::POWER_MGMT
+            | fid::TEMP_THRESHOLD
+            | fid::ERROR_RECOVERY
+            | fid::IRQ_COALESCE
+            | fid::WRITE_ATOMICITY
+            | fid::HOST_ID,
+            true,
+        ) if !disc => done(Status::FEATURE_NOT_CHANGEABLE),
         _ => done(Status::INVALID_FIELD),
     }
 }
 
 /// Executes an admin command (not a fabrics command) for `ctrl`. `buf` holds
 /// the command's data: the host's (host-to-controller) or room for the reply.
-pub fn execute(target: &Target, ctrl: &Controller, cmd: &Command, buf: &mut [u8], now: Instant) -> AdminOutcome {
+pub fn execute(
+    target: &Target,
+    ctrl: &Controller,
+    cmd: &Command,
+    buf: &mut [u8],
+    now: Instant,
+) -> AdminOutcome {
     {
         let mut st = ctrl.state();
         st.last_keepalive = now;
@@ -275,9 +329,11 @@ pub fn execute(target: &Target, ctrl: &Controller, cmd: &Command, buf: &mut [u8]
             AdminOutcome::Parked
         }
         // Abort: the command was not aborted (result bit 0 set).
-        op::ABORT if ctrl.subsys.kind == SubsystemKind::Nvm => {
-            AdminOutcome::Done { status: Status::SUCCESS, result: 1, data_len: 0 }
-        }
+        op::ABORT if ctrl.subsys.kind == SubsystemKind::Nvm => AdminOutcome::Done {
+            status: Status::SUCCESS,
+            result: 1,
+            data_len: 0,
+        },
         _ => done(Status::INVALID_OPCODE),
     }
 }
@@ -293,9 +349,31 @@ mod tests {
     use std::sync::Arc;
 
     fn setup() -> (Target, Arc<Controller>, Arc<Controller>) {
-        let ns = Arc::new(Namespace::new("nqn.t:s", 1, Backend::Null, 1 << 30, 4096, false));
-        let ns5 = Arc::new(Namespace::new("nqn.t:s", 5, Backend::Null, 1 << 20, 512, false));
-        let s = Arc::new(Subsystem::new("nqn.t:s".into(), SubsystemKind::Nvm, true, vec![], None, "model".into(), vec![ns5, ns]));
+        let ns = Arc::new(Namespace::new(
+            "nqn.t:s",
+            1,
+            Backend::Null,
+            1 << 30,
+            4096,
+            false,
+        ));
+        let ns5 = Arc::new(Namespace::new(
+            "nqn.t:s",
+            5,
+            Backend::Null,
+            1 << 20,
+            512,
+            false,
+        ));
+        let s = Arc::new(Subsystem::new(
+            "nqn.t:s".into(),
+            SubsystemKind::Nvm,
+            true,
+            vec![],
+            None,
+            "model".into(),
+            vec![ns5, ns],
+        ));
         let t = Target::new(vec![s.clone()], vec!["10.0.0.1:4420".parse().unwrap()], 0);
         let c = s.add_controller("nqn.h", [3; 16], 5000).unwrap();
         let d = t.discovery.add_controller("nqn.h", [3; 16], 0).unwrap();
@@ -344,38 +422,86 @@ mod tests {
         assert_eq!((n.nsze, n.block_size()), (262144, 4096));
         let (o, b) = run(&t, &c, &cmd(op::IDENTIFY, 2, 0, 0), 4096);
         assert_eq!(status(o), Status::SUCCESS);
-        assert!(b.iter().all(|&x| x == 0), "inactive namespace is all zeroes");
-        assert_eq!(status(run(&t, &c, &cmd(op::IDENTIFY, 0, 0, 0), 4096).0), Status::INVALID_NS);
-        assert_eq!(status(run(&t, &c, &cmd(op::IDENTIFY, 0xFFFF_FFFF, 0, 0), 4096).0), Status::INVALID_NS);
+        assert!(
+            b.iter().all(|&x| x == 0),
+            "inactive namespace is all zeroes"
+        );
+        assert_eq!(
+            status(run(&t, &c, &cmd(op::IDENTIFY, 0, 0, 0), 4096).0),
+            Status::INVALID_NS
+        );
+        assert_eq!(
+            status(run(&t, &c, &cmd(op::IDENTIFY, 0xFFFF_FFFF, 0, 0), 4096).0),
+            Status::INVALID_NS
+        );
         let (_, b) = run(&t, &c, &cmd(op::IDENTIFY, 0, 2, 0), 4096);
         assert_eq!(identify::parse_ns_list(&b), vec![1, 5]);
         let (_, b) = run(&t, &c, &cmd(op::IDENTIFY, 1, 2, 0), 4096);
         assert_eq!(identify::parse_ns_list(&b), vec![5]);
         let (_, b) = run(&t, &c, &cmd(op::IDENTIFY, 5, 3, 0), 4096);
         assert_eq!(identify::parse_ns_descriptors(&b).len(), 3);
-        assert_eq!(status(run(&t, &c, &cmd(op::IDENTIFY, 4, 3, 0), 4096).0), Status::INVALID_NS);
-        assert_eq!(status(run(&t, &c, &cmd(op::IDENTIFY, 0, 0x10, 0), 4096).0), Status::INVALID_FIELD);
-        assert_eq!(status(run(&t, &c, &cmd(op::IDENTIFY, 0, 1, 0), 512).0), Status::SGL_INVALID_DATA);
+        assert_eq!(
+            status(run(&t, &c, &cmd(op::IDENTIFY, 4, 3, 0), 4096).0),
+            Status::INVALID_NS
+        );
+        assert_eq!(
+            status(run(&t, &c, &cmd(op::IDENTIFY, 0, 0x10, 0), 4096).0),
+            Status::INVALID_FIELD
+        );
+        assert_eq!(
+            status(run(&t, &c, &cmd(op::IDENTIFY, 0, 1, 0), 512).0),
+            Status::SGL_INVALID_DATA
+        );
     }
 
     #[test]
     fn log_pages() {
         let (t, c, d) = setup();
-        let glp = |l: u8, len: u64, off: u64| GetLogPage { lid: l, lsp: 0, rae: false, len, offset: off }.to_command(1, 0xFFFF_FFFF);
+        let glp = |l: u8, len: u64, off: u64| {
+            GetLogPage {
+                lid: l,
+                lsp: 0,
+                rae: false,
+                len,
+                offset: off,
+            }
+            .to_command(1, 0xFFFF_FFFF)
+        };
         // discovery: header, then entries at 1024, exact windows
         let (o, b) = run(&t, &d, &glp(lid::DISCOVERY, 20, 0), 20);
         assert_eq!(status(o), Status::SUCCESS);
-        assert_eq!(nvme::discovery::DiscoveryHeader::parse(&b).unwrap().numrec, 1);
+        assert_eq!(
+            nvme::discovery::DiscoveryHeader::parse(&b).unwrap().numrec,
+            1
+        );
         let (_, b) = run(&t, &d, &glp(lid::DISCOVERY, 1024, 1024), 1024);
-        assert_eq!(nvme::discovery::DiscoveryEntry::parse(&b).unwrap().subnqn, "nqn.t:s");
+        assert_eq!(
+            nvme::discovery::DiscoveryEntry::parse(&b).unwrap().subnqn,
+            "nqn.t:s"
+        );
         let (o, b) = run(&t, &d, &glp(lid::DISCOVERY, 4096, 1024), 4096);
         assert_eq!(status(o), Status::SUCCESS);
         assert!(b[1024..].iter().all(|&x| x == 0));
-        assert_eq!(status(run(&t, &d, &glp(lid::DISCOVERY, 4, 4096), 4).0), Status::INVALID_FIELD);
-        assert_eq!(status(run(&t, &d, &glp(lid::DISCOVERY, 4, 2), 4).0), Status::INVALID_FIELD);
-        assert_eq!(status(run(&t, &d, &glp(lid::DISCOVERY, 8, 0), 4).0), Status::SGL_INVALID_DATA);
-        assert_eq!(status(run(&t, &c, &glp(lid::DISCOVERY, 4, 0), 4).0), Status::INVALID_LOG_PAGE);
-        assert_eq!(status(run(&t, &d, &glp(lid::SMART, 512, 0), 512).0), Status::INVALID_LOG_PAGE);
+        assert_eq!(
+            status(run(&t, &d, &glp(lid::DISCOVERY, 4, 4096), 4).0),
+            Status::INVALID_FIELD
+        );
+        assert_eq!(
+            status(run(&t, &d, &glp(lid::DISCOVERY, 4, 2), 4).0),
+            Status::INVALID_FIELD
+        );
+        assert_eq!(
+            status(run(&t, &d, &glp(lid::DISCOVERY, 8, 0), 4).0),
+            Status::SGL_INVALID_DATA
+        );
+        assert_eq!(
+            status(run(&t, &c, &glp(lid::DISCOVERY, 4, 0), 4).0),
+            Status::INVALID_LOG_PAGE
+        );
+        assert_eq!(
+            status(run(&t, &d, &glp(lid::SMART, 512, 0), 512).0),
+            Status::INVALID_LOG_PAGE
+        );
         // smart, error, changed ns
         let (o, b) = run(&t, &c, &glp(lid::SMART, 512, 0), 512);
         assert_eq!(status(o), Status::SUCCESS);
@@ -387,39 +513,132 @@ mod tests {
         let (_, b) = run(&t, &c, &glp(lid::CHANGED_NS, 4096, 0), 4096);
         assert_eq!(&b[..4], &[5, 0, 0, 0]);
         assert!(c.state().changed_ns.is_empty());
-        assert_eq!(status(run(&t, &c, &glp(0x80, 512, 0), 512).0), Status::INVALID_LOG_PAGE);
+        assert_eq!(
+            status(run(&t, &c, &glp(0x80, 512, 0), 512).0),
+            Status::INVALID_LOG_PAGE
+        );
     }
 
     #[test]
     fn features_and_aer() {
         let (t, c, d) = setup();
-        let (o, _) = run(&t, &c, &cmd(op::SET_FEATURES, 0, fid::NUM_QUEUES as u32, 3 | 3 << 16), 0);
-        assert_eq!(o, AdminOutcome::Done { status: Status::SUCCESS, result: 3 | 3 << 16, data_len: 0 });
+        let (o, _) = run(
+            &t,
+            &c,
+            &cmd(op::SET_FEATURES, 0, fid::NUM_QUEUES as u32, 3 | 3 << 16),
+            0,
+        );
+        assert_eq!(
+            o,
+            AdminOutcome::Done {
+                status: Status::SUCCESS,
+                result: 3 | 3 << 16,
+                data_len: 0
+            }
+        );
         assert_eq!(c.state().io_queues, 4);
-        let (o, _) = run(&t, &c, &cmd(op::SET_FEATURES, 0, fid::NUM_QUEUES as u32, 500 | 500 << 16), 0);
+        let (o, _) = run(
+            &t,
+            &c,
+            &cmd(op::SET_FEATURES, 0, fid::NUM_QUEUES as u32, 500 | 500 << 16),
+            0,
+        );
         let m = (crate::MAX_IO_QUEUES - 1) as u64;
-        assert_eq!(o, AdminOutcome::Done { status: Status::SUCCESS, result: m | m << 16, data_len: 0 });
-        assert_eq!(status(run(&t, &c, &cmd(op::SET_FEATURES, 0, fid::NUM_QUEUES as u32, 0xFFFF), 0).0), Status::INVALID_FIELD);
-        assert_eq!(status(run(&t, &d, &cmd(op::SET_FEATURES, 0, fid::NUM_QUEUES as u32, 1), 0).0), Status::INVALID_FIELD);
-        run(&t, &c, &cmd(op::SET_FEATURES, 0, fid::KEEP_ALIVE_TIMER as u32, 15000), 0);
+        assert_eq!(
+            o,
+            AdminOutcome::Done {
+                status: Status::SUCCESS,
+                result: m | m << 16,
+                data_len: 0
+            }
+        );
+        assert_eq!(
+            status(
+                run(
+                    &t,
+                    &c,
+                    &cmd(op::SET_FEATURES, 0, fid::NUM_QUEUES as u32, 0xFFFF),
+                    0
+                )
+                .0
+            ),
+            Status::INVALID_FIELD
+        );
+        assert_eq!(
+            status(
+                run(
+                    &t,
+                    &d,
+                    &cmd(op::SET_FEATURES, 0, fid::NUM_QUEUES as u32, 1),
+                    0
+                )
+                .0
+            ),
+            Status::INVALID_FIELD
+        );
+        run(
+            &t,
+            &c,
+            &cmd(op::SET_FEATURES, 0, fid::KEEP_ALIVE_TIMER as u32, 15000),
+            0,
+        );
         assert_eq!(c.state().kato_ms, 15000);
-        assert_eq!(status(run(&t, &c, &cmd(op::SET_FEATURES, 0, 1 << 31 | fid::KEEP_ALIVE_TIMER as u32, 1), 0).0), Status::FEATURE_NOT_SAVEABLE);
-        let (o, b) = run(&t, &c, &cmd(op::GET_FEATURES, 0, fid::HOST_ID as u32, 1), 16);
+        assert_eq!(
+            status(
+                run(
+                    &t,
+                    &c,
+                    &cmd(
+                        op::SET_FEATURES,
+                        0,
+                        1 << 31 | fid::KEEP_ALIVE_TIMER as u32,
+                        1
+                    ),
+                    0
+                )
+                .0
+            ),
+            Status::FEATURE_NOT_SAVEABLE
+        );
+        let (o, b) = run(
+            &t,
+            &c,
+            &cmd(op::GET_FEATURES, 0, fid::HOST_ID as u32, 1),
+            16,
+        );
         assert_eq!(status(o), Status::SUCCESS);
         assert_eq!(b, vec![3; 16]);
-        assert_eq!(status(run(&t, &c, &cmd(op::GET_FEATURES, 0, 0x77, 0), 0).0), Status::INVALID_FIELD);
+        assert_eq!(
+            status(run(&t, &c, &cmd(op::GET_FEATURES, 0, 0x77, 0), 0).0),
+            Status::INVALID_FIELD
+        );
         for _ in 0..crate::MAX_AERS {
-            assert_eq!(run(&t, &c, &cmd(op::ASYNC_EVENT_REQUEST, 0, 0, 0), 0).0, AdminOutcome::Parked);
+            assert_eq!(
+                run(&t, &c, &cmd(op::ASYNC_EVENT_REQUEST, 0, 0, 0), 0).0,
+                AdminOutcome::Parked
+            );
         }
-        assert_eq!(status(run(&t, &c, &cmd(op::ASYNC_EVENT_REQUEST, 0, 0, 0), 0).0), Status::AER_LIMIT_EXCEEDED);
-        assert_eq!(status(run(&t, &c, &cmd(0x80, 0, 0, 0), 0).0), Status::INVALID_OPCODE);
-        assert_eq!(status(run(&t, &c, &cmd(op::KEEP_ALIVE, 0, 0, 0), 0).0), Status::SUCCESS);
+        assert_eq!(
+            status(run(&t, &c, &cmd(op::ASYNC_EVENT_REQUEST, 0, 0, 0), 0).0),
+            Status::AER_LIMIT_EXCEEDED
+        );
+        assert_eq!(
+            status(run(&t, &c, &cmd(0x80, 0, 0, 0), 0).0),
+            Status::INVALID_OPCODE
+        );
+        assert_eq!(
+            status(run(&t, &c, &cmd(op::KEEP_ALIVE, 0, 0, 0), 0).0),
+            Status::SUCCESS
+        );
     }
 
     #[test]
     fn not_ready_is_sequence_error() {
         let (t, c, _) = setup();
         c.state().property_set(prop::CC, false, 0).unwrap();
-        assert_eq!(status(run(&t, &c, &cmd(op::IDENTIFY, 0, 1, 0), IDENTIFY_SIZE).0), Status::CMD_SEQ_ERROR);
+        assert_eq!(
+            status(run(&t, &c, &cmd(op::IDENTIFY, 0, 1, 0), IDENTIFY_SIZE).0),
+            Status::CMD_SEQ_ERROR
+        );
     }
 }

@@ -153,9 +153,7 @@ enum SizeValue {
 /// Parses a size such as `1G`, `512M`, `4096`, `2GiB`.
 pub fn parse_size(s: &str) -> Result<u64, String> {
     let t = s.trim();
-    let split = t
-        .find(|c: char| !c.is_ascii_digit())
-        .unwrap_or(t.len());
+    let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
     let (num, unit) = t.split_at(split);
     let n: u64 = num
         .parse()
@@ -205,8 +203,18 @@ impl Ctx<'_> {
 
 /// Default model number reported in Identify Controller.
 pub const DEFAULT_MODEL: &str = "nvmf-target";
-/// Default busy-poll window.
+/// Default busy-poll window on machines with cores to spare. On machines with
+/// two CPUs or fewer, spinning steals the CPU the rest of the I/O path needs,
+/// so the default there is 0 (sleep at once on the completion channel).
 pub const DEFAULT_POLL_SPIN_US: u64 = 50;
+
+/// The default busy-poll window for this machine.
+pub fn default_poll_spin_us() -> u64 {
+    match std::thread::available_parallelism() {
+        Ok(n) if n.get() > 2 => DEFAULT_POLL_SPIN_US,
+        _ => 0,
+    }
+}
 
 impl TargetConfig {
     /// Loads and validates a TOML file.
@@ -244,9 +252,16 @@ impl TargetConfig {
 
     /// The quick form: one listener, one subsystem open to any host, namespaces
     /// numbered from 1.
-    pub fn quick(listen: &str, nqn: &str, namespaces: &[String]) -> Result<TargetConfig, ConfigError> {
+    pub fn quick(
+        listen: &str,
+        nqn: &str,
+        namespaces: &[String],
+    ) -> Result<TargetConfig, ConfigError> {
         let (address, port) = match listen.rsplit_once(':') {
-            Some((a, p)) => (a.trim_matches(|c| c == '[' || c == ']').to_string(), p.parse().ok()),
+            Some((a, p)) => (
+                a.trim_matches(|c| c == '[' || c == ']').to_string(),
+                p.parse().ok(),
+            ),
             None => (listen.to_string(), Some(nvme::DEFAULT_PORT)),
         };
         let raw = RawConfig {
@@ -266,7 +281,9 @@ impl TargetConfig {
                     .enumerate()
                     .map(|(i, p)| {
                         let (backend, path, size) = match p.strip_prefix("null:") {
-                            Some(sz) => (Some("null".into()), None, Some(SizeValue::Text(sz.into()))),
+                            Some(sz) => {
+                                (Some("null".into()), None, Some(SizeValue::Text(sz.into())))
+                            }
                             None => (None, Some(p.clone()), None),
                         };
                         RawNamespace {
@@ -296,15 +313,21 @@ impl TargetConfig {
             let f = |n: &str| format!("listener[{i}].{n}");
             let t = l.transport.as_deref().unwrap_or("rdma");
             if t != "rdma" {
-                return Err(cx.err(f("transport"), format!("'{t}' is not supported (only \"rdma\")")));
+                return Err(cx.err(
+                    f("transport"),
+                    format!("'{t}' is not supported (only \"rdma\")"),
+                ));
             }
             let a = l
                 .address
                 .as_deref()
                 .ok_or_else(|| cx.err(f("address"), "is required"))?;
-            let ip: IpAddr = a
-                .parse()
-                .map_err(|_| cx.err(f("address"), format!("'{a}' is not an IPv4 or IPv6 address")))?;
+            let ip: IpAddr = a.parse().map_err(|_| {
+                cx.err(
+                    f("address"),
+                    format!("'{a}' is not an IPv4 or IPv6 address"),
+                )
+            })?;
             let port = l.port.unwrap_or(nvme::DEFAULT_PORT);
             if port == 0 {
                 return Err(cx.err(f("port"), "must be 1..=65535"));
@@ -355,22 +378,37 @@ impl TargetConfig {
                 let g = |k: &str| format!("subsystem[{i}].namespace[{j}].{k}");
                 let nsid = n.nsid.unwrap_or(j as u32 + 1);
                 if nsid == 0 || nsid > crate::MAX_NSID {
-                    return Err(cx.err(g("nsid"), format!("{nsid} is out of range 1..={}", crate::MAX_NSID)));
+                    return Err(cx.err(
+                        g("nsid"),
+                        format!("{nsid} is out of range 1..={}", crate::MAX_NSID),
+                    ));
                 }
                 if !nsids.insert(nsid) {
-                    return Err(cx.err(g("nsid"), format!("{nsid} is used twice in this subsystem")));
+                    return Err(
+                        cx.err(g("nsid"), format!("{nsid} is used twice in this subsystem"))
+                    );
                 }
                 if let Some(bs) = n.block_size {
                     if !(512..=4096).contains(&bs) || !bs.is_power_of_two() {
-                        return Err(cx.err(g("block_size"), format!("{bs} must be a power of two in 512..=4096")));
+                        return Err(cx.err(
+                            g("block_size"),
+                            format!("{bs} must be a power of two in 512..=4096"),
+                        ));
                     }
                 }
-                let kind = n.backend.as_deref().unwrap_or(if n.path.is_some() { "file" } else { "" });
+                let kind =
+                    n.backend
+                        .as_deref()
+                        .unwrap_or(if n.path.is_some() { "file" } else { "" });
                 let backend = match kind {
                     "file" | "block" => {
-                        let p = n.path.ok_or_else(|| cx.err(g("path"), "is required for a file or block device"))?;
+                        let p = n.path.ok_or_else(|| {
+                            cx.err(g("path"), "is required for a file or block device")
+                        })?;
                         if n.size.is_some() {
-                            return Err(cx.err(g("size"), "is taken from the file or device; remove it"));
+                            return Err(
+                                cx.err(g("size"), "is taken from the file or device; remove it")
+                            );
                         }
                         let path = PathBuf::from(&p);
                         if check_paths {
@@ -383,19 +421,36 @@ impl TargetConfig {
                             return Err(cx.err(g("path"), "a null namespace has no path"));
                         }
                         let size = match n.size {
-                            None => return Err(cx.err(g("size"), "is required for backend = \"null\"")),
+                            None => {
+                                return Err(cx.err(g("size"), "is required for backend = \"null\""))
+                            }
                             Some(SizeValue::Int(v)) => v,
-                            Some(SizeValue::Text(t)) => parse_size(&t).map_err(|r| cx.err(g("size"), r))?,
+                            Some(SizeValue::Text(t)) => {
+                                parse_size(&t).map_err(|r| cx.err(g("size"), r))?
+                            }
                         };
                         let bs = n.block_size.unwrap_or(512) as u64;
                         if size < bs || size % bs != 0 {
-                            return Err(cx.err(g("size"), format!("{size} must be a non-zero multiple of the block size {bs}")));
+                            return Err(cx.err(
+                                g("size"),
+                                format!(
+                                    "{size} must be a non-zero multiple of the block size {bs}"
+                                ),
+                            ));
                         }
                         BackendConfig::Null { size }
                     }
-                    "" => return Err(cx.err(g("path"), "is required (or set backend = \"null\" with a size)")),
+                    "" => {
+                        return Err(cx.err(
+                            g("path"),
+                            "is required (or set backend = \"null\" with a size)",
+                        ))
+                    }
                     other => {
-                        return Err(cx.err(g("backend"), format!("'{other}' is unknown (use \"file\" or \"null\")")))
+                        return Err(cx.err(
+                            g("backend"),
+                            format!("'{other}' is unknown (use \"file\" or \"null\")"),
+                        ))
                     }
                 };
                 namespaces.push(NamespaceConfig {
@@ -417,7 +472,7 @@ impl TargetConfig {
         let poll_spin_us = raw
             .target
             .and_then(|t| t.poll_spin_us)
-            .unwrap_or(DEFAULT_POLL_SPIN_US);
+            .unwrap_or_else(default_poll_spin_us);
         Ok(TargetConfig {
             listeners,
             subsystems,
@@ -431,10 +486,16 @@ fn check_backing_path(p: &Path) -> Result<(), String> {
     let m = std::fs::metadata(p).map_err(|e| format!("{}: {e}", p.display()))?;
     let ft = m.file_type();
     if !(ft.is_file() || ft.is_block_device()) {
-        return Err(format!("{} is neither a regular file nor a block device", p.display()));
+        return Err(format!(
+            "{} is neither a regular file nor a block device",
+            p.display()
+        ));
     }
     if ft.is_file() && m.len() == 0 {
-        return Err(format!("{} is empty (size it first, e.g. truncate -s 1G)", p.display()));
+        return Err(format!(
+            "{} is empty (size it first, e.g. truncate -s 1G)",
+            p.display()
+        ));
     }
     Ok(())
 }
@@ -470,49 +531,114 @@ block_size = 4096
         let c = TargetConfig::from_toml(GOOD, "t.toml").unwrap();
         assert_eq!(c.listeners[0].addr, "10.0.2.15:4420".parse().unwrap());
         assert_eq!(c.subsystems.len(), 2);
-        assert_eq!(c.subsystems[0].namespaces[0].backend, BackendConfig::Null { size: 1 << 30 });
+        assert_eq!(
+            c.subsystems[0].namespaces[0].backend,
+            BackendConfig::Null { size: 1 << 30 }
+        );
         assert_eq!(c.subsystems[1].namespaces[0].nsid, 3);
         assert_eq!(c.subsystems[1].namespaces[0].block_size, Some(4096));
         assert!(!c.subsystems[1].allow_any_host);
     }
 
     fn bad(text: &str, expect: &str) {
-        let e = TargetConfig::from_toml(text, "t.toml").unwrap_err().to_string();
-        assert!(e.contains(expect), "error '{e}' does not contain '{expect}'");
+        let e = TargetConfig::from_toml(text, "t.toml")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains(expect),
+            "error '{e}' does not contain '{expect}'"
+        );
     }
 
     #[test]
     fn bad_configs_name_field_and_reason() {
         bad("", "listener: at least one");
-        bad(&GOOD.replace("10.0.2.15", "ten"), "listener[0].address: 'ten' is not an IPv4");
-        bad(&GOOD.replace("transport = \"rdma\"", "transport = \"tcp\""), "listener[0].transport: 'tcp' is not supported");
-        bad(&GOOD.replace("nqn.2026-11.io.example:disk2", "nqn.2026-11.io.example:disk1"), "subsystem[1].nqn: 'nqn.2026-11.io.example:disk1' is defined twice");
-        bad(&GOOD.replace("nqn = \"nqn.2026-11.io.example:disk1\"", "nqn = \"disk1\""), "subsystem[0].nqn: 'disk1' must start with 'nqn.'");
-        bad(&GOOD.replace("size = \"1G\"", "size = \"1Q\""), "subsystem[0].namespace[0].size: '1Q' has an unknown unit");
-        bad(&GOOD.replace("size = \"1G\"", ""), "subsystem[0].namespace[0].size: is required");
-        bad(&GOOD.replace("nsid = 3", "nsid = 0"), "subsystem[1].namespace[0].nsid: 0 is out of range");
-        bad(&GOOD.replace("block_size = 4096", "block_size = 1000"), "block_size: 1000 must be a power of two");
-        bad(&GOOD.replace("hosts = [\"nqn.2026-11.io.example:host1\"]", ""), "subsystem[1].hosts: no host may connect");
-        bad(&GOOD.replace("backend = \"null\"\nsize = \"1G\"", "backend = \"rbd\""), "subsystem[0].namespace[0].backend: 'rbd' is unknown");
-        bad(&GOOD.replace("port = 4420", "port = 4420\nspeed = 1"), "unknown field `speed`");
+        bad(
+            &GOOD.replace("10.0.2.15", "ten"),
+            "listener[0].address: 'ten' is not an IPv4",
+        );
+        bad(
+            &GOOD.replace("transport = \"rdma\"", "transport = \"tcp\""),
+            "listener[0].transport: 'tcp' is not supported",
+        );
+        bad(
+            &GOOD.replace(
+                "nqn.2026-11.io.example:disk2",
+                "nqn.2026-11.io.example:disk1",
+            ),
+            "subsystem[1].nqn: 'nqn.2026-11.io.example:disk1' is defined twice",
+        );
+        bad(
+            &GOOD.replace("nqn = \"nqn.2026-11.io.example:disk1\"", "nqn = \"disk1\""),
+            "subsystem[0].nqn: 'disk1' must start with 'nqn.'",
+        );
+        bad(
+            &GOOD.replace("size = \"1G\"", "size = \"1Q\""),
+            "subsystem[0].namespace[0].size: '1Q' has an unknown unit",
+        );
+        bad(
+            &GOOD.replace("size = \"1G\"", ""),
+            "subsystem[0].namespace[0].size: is required",
+        );
+        bad(
+            &GOOD.replace("nsid = 3", "nsid = 0"),
+            "subsystem[1].namespace[0].nsid: 0 is out of range",
+        );
+        bad(
+            &GOOD.replace("block_size = 4096", "block_size = 1000"),
+            "block_size: 1000 must be a power of two",
+        );
+        bad(
+            &GOOD.replace("hosts = [\"nqn.2026-11.io.example:host1\"]", ""),
+            "subsystem[1].hosts: no host may connect",
+        );
+        bad(
+            &GOOD.replace("backend = \"null\"\nsize = \"1G\"", "backend = \"rbd\""),
+            "subsystem[0].namespace[0].backend: 'rbd' is unknown",
+        );
+        bad(
+            &GOOD.replace("port = 4420", "port = 4420\nspeed = 1"),
+            "unknown field `speed`",
+        );
         bad(&GOOD.replace("port = 4420", "port = \"x\""), "t.toml");
-        bad(&GOOD.replace("nsid = 3", "nsid = 1\nbackend = \"null\"\nsize = 512\n[[subsystem.namespace]]\nnsid = 1"), "subsystem[1].namespace[1].nsid: 1 is used twice");
+        bad(
+            &GOOD.replace(
+                "nsid = 3",
+                "nsid = 1\nbackend = \"null\"\nsize = 512\n[[subsystem.namespace]]\nnsid = 1",
+            ),
+            "subsystem[1].namespace[1].nsid: 1 is used twice",
+        );
     }
 
     #[test]
     fn missing_backing_file_is_refused() {
-        let e = TargetConfig::quick("10.0.0.1:4420", "nqn.2026-11.io.example:x", &["/nonexistent/disk".into()])
-            .unwrap_err()
-            .to_string();
-        assert!(e.contains("command line: subsystem[0].namespace[0].path: /nonexistent/disk"), "{e}");
+        let e = TargetConfig::quick(
+            "10.0.0.1:4420",
+            "nqn.2026-11.io.example:x",
+            &["/nonexistent/disk".into()],
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            e.contains("command line: subsystem[0].namespace[0].path: /nonexistent/disk"),
+            "{e}"
+        );
     }
 
     #[test]
     fn quick_form() {
-        let c = TargetConfig::quick("10.0.0.1:4421", "nqn.2026-11.io.example:x", &["null:64M".into()]).unwrap();
+        let c = TargetConfig::quick(
+            "10.0.0.1:4421",
+            "nqn.2026-11.io.example:x",
+            &["null:64M".into()],
+        )
+        .unwrap();
         assert_eq!(c.listeners[0].addr.port(), 4421);
         assert!(c.subsystems[0].allow_any_host);
-        assert_eq!(c.subsystems[0].namespaces[0].backend, BackendConfig::Null { size: 64 << 20 });
+        assert_eq!(
+            c.subsystems[0].namespaces[0].backend,
+            BackendConfig::Null { size: 64 << 20 }
+        );
     }
 
     #[test]

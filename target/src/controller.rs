@@ -58,7 +58,13 @@ impl QueueLink {
     pub fn wake(&self) {
         let one: u64 = 1;
         // SAFETY: writes 8 bytes from a valid local to our eventfd.
-        unsafe { libc::write(self.efd.as_raw_fd(), &one as *const u64 as *const libc::c_void, 8) };
+        unsafe {
+            libc::write(
+                self.efd.as_raw_fd(),
+                &one as *const u64 as *const libc::c_void,
+                8,
+            )
+        };
     }
     /// Asks the queue to disconnect, and wakes it.
     pub fn kill(&self) {
@@ -77,7 +83,13 @@ impl QueueLink {
     pub fn clear(&self) {
         let mut v: u64 = 0;
         // SAFETY: reads 8 bytes into a valid local from our non-blocking eventfd.
-        unsafe { libc::read(self.efd.as_raw_fd(), &mut v as *mut u64 as *mut libc::c_void, 8) };
+        unsafe {
+            libc::read(
+                self.efd.as_raw_fd(),
+                &mut v as *mut u64 as *mut libc::c_void,
+                8,
+            )
+        };
     }
 }
 
@@ -159,7 +171,12 @@ impl CtrlState {
     }
 
     /// Property Set: only CC is writable.
-    pub fn property_set(&mut self, offset: u32, eight: bool, value: u64) -> Result<PropertyEffect, Status> {
+    pub fn property_set(
+        &mut self,
+        offset: u32,
+        eight: bool,
+        value: u64,
+    ) -> Result<PropertyEffect, Status> {
         if offset != prop::CC || eight {
             return Err(Status::INVALID_FIELD);
         }
@@ -198,7 +215,8 @@ impl CtrlState {
     /// Whether the keep-alive timer expired at `now`.
     pub fn keep_alive_expired(&self, now: Instant) -> bool {
         self.kato_ms != 0
-            && now.saturating_duration_since(self.last_keepalive) > Duration::from_millis(self.kato_ms as u64)
+            && now.saturating_duration_since(self.last_keepalive)
+                > Duration::from_millis(self.kato_ms as u64)
     }
 
     /// Records a failed command in the error log.
@@ -262,7 +280,13 @@ pub struct Controller {
 
 impl Controller {
     /// Creates a controller.
-    pub fn new(cntlid: u16, subsys: Arc<Subsystem>, hostnqn: String, hostid: [u8; 16], kato_ms: u32) -> Controller {
+    pub fn new(
+        cntlid: u16,
+        subsys: Arc<Subsystem>,
+        hostnqn: String,
+        hostid: [u8; 16],
+        kato_ms: u32,
+    ) -> Controller {
         Controller {
             cntlid,
             subsys,
@@ -355,18 +379,36 @@ mod tests {
         assert_eq!(s.property_get(0x40, false), Err(Status::INVALID_FIELD));
         // write CC without EN first, as the Linux host does
         let cfg = cc_enable() & !1;
-        assert_eq!(s.property_set(prop::CC, false, cfg), Ok(PropertyEffect::None));
+        assert_eq!(
+            s.property_set(prop::CC, false, cfg),
+            Ok(PropertyEffect::None)
+        );
         assert_eq!(s.property_get(prop::CC, false), Ok(cfg));
-        assert_eq!(s.property_set(prop::CC, false, cc_enable()), Ok(PropertyEffect::Enabled));
+        assert_eq!(
+            s.property_set(prop::CC, false, cc_enable()),
+            Ok(PropertyEffect::Enabled)
+        );
         assert!(s.ready());
         assert_eq!(s.property_get(prop::CSTS, false), Ok(1));
         let shn = cc_enable() | (1 << cc::SHN_SHIFT) as u64;
-        assert_eq!(s.property_set(prop::CC, false, shn), Ok(PropertyEffect::Shutdown));
+        assert_eq!(
+            s.property_set(prop::CC, false, shn),
+            Ok(PropertyEffect::Shutdown)
+        );
         assert_eq!(s.csts & csts::SHST_MASK, csts::SHST_COMPLETE);
-        assert_eq!(s.property_set(prop::CC, false, 0), Ok(PropertyEffect::Reset));
+        assert_eq!(
+            s.property_set(prop::CC, false, 0),
+            Ok(PropertyEffect::Reset)
+        );
         assert_eq!(s.csts, 0);
-        assert_eq!(s.property_set(prop::CSTS, false, 1), Err(Status::INVALID_FIELD));
-        assert_eq!(s.property_set(prop::CC, true, 1), Err(Status::INVALID_FIELD));
+        assert_eq!(
+            s.property_set(prop::CSTS, false, 1),
+            Err(Status::INVALID_FIELD)
+        );
+        assert_eq!(
+            s.property_set(prop::CC, true, 1),
+            Err(Status::INVALID_FIELD)
+        );
     }
 
     #[test]

@@ -11,7 +11,11 @@ use crate::subsystem::Target;
 pub fn entry(portid: u16, addr: SocketAddr, nqn: &str) -> DiscoveryEntry {
     DiscoveryEntry {
         trtype: trtype::RDMA,
-        adrfam: if addr.is_ipv4() { adrfam::IPV4 } else { adrfam::IPV6 },
+        adrfam: if addr.is_ipv4() {
+            adrfam::IPV4
+        } else {
+            adrfam::IPV6
+        },
         subtype: subtype::NVME,
         treq: 0,
         portid,
@@ -49,7 +53,15 @@ mod tests {
     #[test]
     fn only_visible_subsystems() {
         let mk = |nqn: &str, any: bool| {
-            Arc::new(Subsystem::new(nqn.into(), SubsystemKind::Nvm, any, vec!["nqn.h:ok".into()], None, "m".into(), vec![]))
+            Arc::new(Subsystem::new(
+                nqn.into(),
+                SubsystemKind::Nvm,
+                any,
+                vec!["nqn.h:ok".into()],
+                None,
+                "m".into(),
+                vec![],
+            ))
         };
         let t = Target::new(
             vec![mk("nqn.s:open", true), mk("nqn.s:closed", false)],

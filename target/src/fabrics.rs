@@ -4,8 +4,8 @@
 use std::sync::Arc;
 
 use nvme::fabrics::{
-    ConnectCommand, ConnectData, PropertyCommand, CONNECT_DATA_CNTLID_OFFSET, CONNECT_DATA_HOSTNQN_OFFSET,
-    CONNECT_DATA_SIZE, CONNECT_DATA_SUBNQN_OFFSET,
+    ConnectCommand, ConnectData, PropertyCommand, CONNECT_DATA_CNTLID_OFFSET,
+    CONNECT_DATA_HOSTNQN_OFFSET, CONNECT_DATA_SIZE, CONNECT_DATA_SUBNQN_OFFSET,
 };
 use nvme::{Command, Status};
 
@@ -54,11 +54,17 @@ pub fn connect(
     if c.qid != cm_qid {
         return Err(refuse(Status::CONNECT_INVALID_PARAM, SQE_QID_OFFSET));
     }
-    let subsys = target
-        .subsystem(&d.subsysnqn)
-        .ok_or_else(|| refuse(Status::CONNECT_INVALID_PARAM, iattr_data(CONNECT_DATA_SUBNQN_OFFSET)))?;
+    let subsys = target.subsystem(&d.subsysnqn).ok_or_else(|| {
+        refuse(
+            Status::CONNECT_INVALID_PARAM,
+            iattr_data(CONNECT_DATA_SUBNQN_OFFSET),
+        )
+    })?;
     if !subsys.host_allowed(&d.hostnqn) {
-        return Err(refuse(Status::CONNECT_INVALID_HOST, iattr_data(CONNECT_DATA_HOSTNQN_OFFSET)));
+        return Err(refuse(
+            Status::CONNECT_INVALID_HOST,
+            iattr_data(CONNECT_DATA_HOSTNQN_OFFSET),
+        ));
     }
     if c.qid == 0 {
         if c.sqsize == 0 || c.sqsize >= crate::ADMIN_QUEUE_SIZE {
@@ -77,11 +83,17 @@ pub fn connect(
     if subsys.kind == SubsystemKind::Discovery {
         return Err(refuse(Status::CONNECT_INVALID_PARAM, SQE_QID_OFFSET));
     }
-    let ctrl = subsys
-        .controller(d.cntlid)
-        .ok_or_else(|| refuse(Status::CONNECT_INVALID_PARAM, iattr_data(CONNECT_DATA_CNTLID_OFFSET)))?;
+    let ctrl = subsys.controller(d.cntlid).ok_or_else(|| {
+        refuse(
+            Status::CONNECT_INVALID_PARAM,
+            iattr_data(CONNECT_DATA_CNTLID_OFFSET),
+        )
+    })?;
     if ctrl.hostnqn != d.hostnqn {
-        return Err(refuse(Status::CONNECT_INVALID_PARAM, iattr_data(CONNECT_DATA_HOSTNQN_OFFSET)));
+        return Err(refuse(
+            Status::CONNECT_INVALID_PARAM,
+            iattr_data(CONNECT_DATA_HOSTNQN_OFFSET),
+        ));
     }
     {
         let st = ctrl.state();
@@ -121,7 +133,15 @@ mod tests {
     use nvme::fabrics::{cc, prop};
 
     fn target() -> Target {
-        let open = Arc::new(Subsystem::new("nqn.t:open".into(), SubsystemKind::Nvm, true, vec![], None, "m".into(), vec![]));
+        let open = Arc::new(Subsystem::new(
+            "nqn.t:open".into(),
+            SubsystemKind::Nvm,
+            true,
+            vec![],
+            None,
+            "m".into(),
+            vec![],
+        ));
         let closed = Arc::new(Subsystem::new(
             "nqn.t:closed".into(),
             SubsystemKind::Nvm,
@@ -134,15 +154,39 @@ mod tests {
         Target::new(vec![open, closed], vec![], 0)
     }
 
-    fn conn(qid: u16, sqsize: u16, kato: u32, sub: &str, host: &str, cntlid: u16) -> (Command, Vec<u8>) {
-        let c = ConnectCommand { recfmt: 0, qid, sqsize, cattr: 0, kato }.to_command(1);
-        let d = ConnectData { hostid: [1; 16], cntlid, subsysnqn: sub.into(), hostnqn: host.into() };
+    fn conn(
+        qid: u16,
+        sqsize: u16,
+        kato: u32,
+        sub: &str,
+        host: &str,
+        cntlid: u16,
+    ) -> (Command, Vec<u8>) {
+        let c = ConnectCommand {
+            recfmt: 0,
+            qid,
+            sqsize,
+            cattr: 0,
+            kato,
+        }
+        .to_command(1);
+        let d = ConnectData {
+            hostid: [1; 16],
+            cntlid,
+            subsysnqn: sub.into(),
+            hostnqn: host.into(),
+        };
         (c, d.encode().to_vec())
     }
 
     fn enable(ctrl: &Controller) {
         let v = (6 << cc::IOSQES_SHIFT | 4 << cc::IOCQES_SHIFT | cc::EN) as u64;
-        let c = PropertyCommand { eight_bytes: false, offset: prop::CC, value: v }.to_command(2, true);
+        let c = PropertyCommand {
+            eight_bytes: false,
+            offset: prop::CC,
+            value: v,
+        }
+        .to_command(2, true);
         assert_eq!(property(ctrl, &c).0, Status::SUCCESS);
     }
 
@@ -155,21 +199,36 @@ mod tests {
         assert_eq!(ctrl.state().kato_ms, 5000);
         // I/O queue before enable
         let (c, d) = conn(1, 127, 0, "nqn.t:open", "nqn.host:a", 1);
-        assert_eq!(connect(&t, 1, &c, &d).unwrap_err().status, Status::CMD_SEQ_ERROR);
+        assert_eq!(
+            connect(&t, 1, &c, &d).unwrap_err().status,
+            Status::CMD_SEQ_ERROR
+        );
         enable(&ctrl);
         let (io_ctrl, _) = connect(&t, 1, &c, &d).unwrap();
         assert!(Arc::ptr_eq(&io_ctrl, &ctrl));
         // wrong host for the controller
         let (c, d) = conn(1, 127, 0, "nqn.t:open", "nqn.host:b", 1);
-        assert_eq!(connect(&t, 1, &c, &d).unwrap_err(), refuse(Status::CONNECT_INVALID_PARAM, (1 << 16) | 512));
+        assert_eq!(
+            connect(&t, 1, &c, &d).unwrap_err(),
+            refuse(Status::CONNECT_INVALID_PARAM, (1 << 16) | 512)
+        );
         // unknown controller
         let (c, d) = conn(1, 127, 0, "nqn.t:open", "nqn.host:a", 9);
-        assert_eq!(connect(&t, 1, &c, &d).unwrap_err(), refuse(Status::CONNECT_INVALID_PARAM, (1 << 16) | 16));
+        assert_eq!(
+            connect(&t, 1, &c, &d).unwrap_err(),
+            refuse(Status::CONNECT_INVALID_PARAM, (1 << 16) | 16)
+        );
         // sqsize too big, qid mismatch
         let (c, d) = conn(1, 128, 0, "nqn.t:open", "nqn.host:a", 1);
-        assert_eq!(connect(&t, 1, &c, &d).unwrap_err(), refuse(Status::CONNECT_INVALID_PARAM, 44));
+        assert_eq!(
+            connect(&t, 1, &c, &d).unwrap_err(),
+            refuse(Status::CONNECT_INVALID_PARAM, 44)
+        );
         let (c, d) = conn(2, 127, 0, "nqn.t:open", "nqn.host:a", 1);
-        assert_eq!(connect(&t, 1, &c, &d).unwrap_err(), refuse(Status::CONNECT_INVALID_PARAM, 42));
+        assert_eq!(
+            connect(&t, 1, &c, &d).unwrap_err(),
+            refuse(Status::CONNECT_INVALID_PARAM, 42)
+        );
     }
 
     #[test]
@@ -189,9 +248,15 @@ mod tests {
         assert_eq!(connect(&t, 0, &c, &d).unwrap_err().result, 44);
         let (mut c, d) = conn(0, 31, 0, "nqn.t:open", "nqn.host:a", 0xFFFF);
         c.raw[40] = 1;
-        assert_eq!(connect(&t, 0, &c, &d).unwrap_err().status, Status::CONNECT_FORMAT);
+        assert_eq!(
+            connect(&t, 0, &c, &d).unwrap_err().status,
+            Status::CONNECT_FORMAT
+        );
         let (c, d) = conn(0, 31, 0, "nqn.t:open", "nqn.host:a", 0xFFFF);
-        assert_eq!(connect(&t, 0, &c, &d[..512]).unwrap_err().status, Status::SGL_INVALID_DATA);
+        assert_eq!(
+            connect(&t, 0, &c, &d[..512]).unwrap_err().status,
+            Status::SGL_INVALID_DATA
+        );
     }
 
     #[test]

@@ -72,13 +72,22 @@ fn lba_range(ns: &Namespace, slba: u64, nlb: u64) -> Result<(u64, u64), Status> 
 
 /// Validates an I/O command against its namespace and the data length its SGL
 /// names, and returns what to do.
-pub fn prepare(ns: Option<&Namespace>, cmd: &Command, sgl_len: u32, max_io: u32) -> Result<IoPlan, Status> {
+pub fn prepare(
+    ns: Option<&Namespace>,
+    cmd: &Command,
+    sgl_len: u32,
+    max_io: u32,
+) -> Result<IoPlan, Status> {
     let opc = cmd.opcode();
-    if !matches!(opc, op::FLUSH | op::WRITE | op::READ | op::WRITE_ZEROES | op::DATASET_MANAGEMENT) {
+    if !matches!(
+        opc,
+        op::FLUSH | op::WRITE | op::READ | op::WRITE_ZEROES | op::DATASET_MANAGEMENT
+    ) {
         return Err(Status::INVALID_OPCODE);
     }
     let ns = ns.ok_or(Status::INVALID_NS)?;
-    let writes = matches!(opc, op::WRITE | op::WRITE_ZEROES) || (opc == op::DATASET_MANAGEMENT && cmd.cdw(11) & 4 != 0);
+    let writes = matches!(opc, op::WRITE | op::WRITE_ZEROES)
+        || (opc == op::DATASET_MANAGEMENT && cmd.cdw(11) & 4 != 0);
     if writes && ns.readonly {
         return Err(Status::NS_WRITE_PROTECTED);
     }
@@ -95,7 +104,11 @@ pub fn prepare(ns: Option<&Namespace>, cmd: &Command, sgl_len: u32, max_io: u32)
             Ok(if opc == op::READ {
                 IoPlan::Read { offset, len }
             } else {
-                IoPlan::Write { offset, len, fua: cmd.fua() }
+                IoPlan::Write {
+                    offset,
+                    len,
+                    fua: cmd.fua(),
+                }
             })
         }
         op::FLUSH => Ok(IoPlan::Flush),
@@ -169,27 +182,58 @@ mod tests {
         let n = ns(1000, false);
         assert_eq!(
             prepare(Some(&n), &rw(op::READ, 10, 8), 4096, 131072),
-            Ok(IoPlan::Read { offset: 5120, len: 4096 })
+            Ok(IoPlan::Read {
+                offset: 5120,
+                len: 4096
+            })
         );
         let mut w = rw(op::WRITE, 992, 8);
         w.set_cdw(12, w.cdw(12) | 1 << 30);
         assert_eq!(
             prepare(Some(&n), &w, 4096, 131072),
-            Ok(IoPlan::Write { offset: 992 * 512, len: 4096, fua: true })
+            Ok(IoPlan::Write {
+                offset: 992 * 512,
+                len: 4096,
+                fua: true
+            })
         );
-        assert_eq!(prepare(Some(&n), &rw(op::WRITE, 993, 8), 4096, 131072), Err(Status::LBA_RANGE));
-        assert_eq!(prepare(Some(&n), &rw(op::READ, u64::MAX, 1), 512, 131072), Err(Status::LBA_RANGE));
-        assert_eq!(prepare(Some(&n), &rw(op::READ, 0, 8), 512, 131072), Err(Status::SGL_INVALID_DATA));
-        assert_eq!(prepare(Some(&n), &rw(op::READ, 0, 512), 262144, 131072), Err(Status::INVALID_FIELD));
-        assert_eq!(prepare(None, &rw(op::READ, 0, 1), 512, 131072), Err(Status::INVALID_NS));
-        assert_eq!(prepare(Some(&n), &rw(0x7E, 0, 1), 512, 131072), Err(Status::INVALID_OPCODE));
-        assert_eq!(prepare(Some(&n), &rw(op::FLUSH, 0, 1), 0, 131072), Ok(IoPlan::Flush));
+        assert_eq!(
+            prepare(Some(&n), &rw(op::WRITE, 993, 8), 4096, 131072),
+            Err(Status::LBA_RANGE)
+        );
+        assert_eq!(
+            prepare(Some(&n), &rw(op::READ, u64::MAX, 1), 512, 131072),
+            Err(Status::LBA_RANGE)
+        );
+        assert_eq!(
+            prepare(Some(&n), &rw(op::READ, 0, 8), 512, 131072),
+            Err(Status::SGL_INVALID_DATA)
+        );
+        assert_eq!(
+            prepare(Some(&n), &rw(op::READ, 0, 512), 262144, 131072),
+            Err(Status::INVALID_FIELD)
+        );
+        assert_eq!(
+            prepare(None, &rw(op::READ, 0, 1), 512, 131072),
+            Err(Status::INVALID_NS)
+        );
+        assert_eq!(
+            prepare(Some(&n), &rw(0x7E, 0, 1), 512, 131072),
+            Err(Status::INVALID_OPCODE)
+        );
+        assert_eq!(
+            prepare(Some(&n), &rw(op::FLUSH, 0, 1), 0, 131072),
+            Ok(IoPlan::Flush)
+        );
     }
 
     #[test]
     fn readonly() {
         let n = ns(1000, true);
-        assert_eq!(prepare(Some(&n), &rw(op::WRITE, 0, 1), 512, 131072), Err(Status::NS_WRITE_PROTECTED));
+        assert_eq!(
+            prepare(Some(&n), &rw(op::WRITE, 0, 1), 512, 131072),
+            Err(Status::NS_WRITE_PROTECTED)
+        );
         assert!(prepare(Some(&n), &rw(op::READ, 0, 1), 512, 131072).is_ok());
     }
 
@@ -198,17 +242,32 @@ mod tests {
         let n = ns(1000, false);
         assert_eq!(
             prepare(Some(&n), &rw(op::WRITE_ZEROES, 100, 100), 0, 131072),
-            Ok(IoPlan::WriteZeroes { offset: 51200, len: 51200 })
+            Ok(IoPlan::WriteZeroes {
+                offset: 51200,
+                len: 51200
+            })
         );
-        assert_eq!(prepare(Some(&n), &rw(op::WRITE_ZEROES, 901, 100), 0, 131072), Err(Status::LBA_RANGE));
+        assert_eq!(
+            prepare(Some(&n), &rw(op::WRITE_ZEROES, 901, 100), 0, 131072),
+            Err(Status::LBA_RANGE)
+        );
         let mut d = Command::new(op::DATASET_MANAGEMENT, 1);
         d.set_nsid(1);
         d.set_cdw(10, 1); // 2 ranges
         d.set_cdw(11, 4);
         let plan = prepare(Some(&n), &d, 32, 131072).unwrap();
-        assert_eq!(plan, IoPlan::Dsm { nr: 2, deallocate: true });
+        assert_eq!(
+            plan,
+            IoPlan::Dsm {
+                nr: 2,
+                deallocate: true
+            }
+        );
         assert_eq!(plan.data_in_len(), 32);
-        assert_eq!(prepare(Some(&n), &d, 16, 131072), Err(Status::SGL_INVALID_DATA));
+        assert_eq!(
+            prepare(Some(&n), &d, 16, 131072),
+            Err(Status::SGL_INVALID_DATA)
+        );
         let mut data = [0u8; 32];
         data[4..8].copy_from_slice(&8u32.to_le_bytes());
         data[8..16].copy_from_slice(&16u64.to_le_bytes());
@@ -220,10 +279,20 @@ mod tests {
 
     #[test]
     fn errnos() {
-        let w = IoPlan::Write { offset: 0, len: 1, fua: false };
+        let w = IoPlan::Write {
+            offset: 0,
+            len: 1,
+            fua: false,
+        };
         assert_eq!(errno_status(&w, libc::EIO), Status::WRITE_FAULT);
         assert!(!errno_status(&w, libc::EIO).dnr);
-        assert_eq!(errno_status(&IoPlan::Read { offset: 0, len: 1 }, libc::EIO), Status::UNRECOVERED_READ_ERROR);
-        assert_eq!(errno_status(&w, libc::ENOSPC).code(), Status::CAPACITY_EXCEEDED.code());
+        assert_eq!(
+            errno_status(&IoPlan::Read { offset: 0, len: 1 }, libc::EIO),
+            Status::UNRECOVERED_READ_ERROR
+        );
+        assert_eq!(
+            errno_status(&w, libc::ENOSPC).code(),
+            Status::CAPACITY_EXCEEDED.code()
+        );
     }
 }

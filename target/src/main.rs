@@ -17,7 +17,11 @@ use nvmf_target::subsystem::{Subsystem, SubsystemKind, Target};
 const DEFAULT_CONFIG: &str = "/etc/nvmf-target/nvmf-target.toml";
 
 #[derive(Parser, Debug)]
-#[command(name = "nvmf-target", version, about = "Userspace NVMe-over-Fabrics target over RDMA")]
+#[command(
+    name = "nvmf-target",
+    version,
+    about = "Userspace NVMe-over-Fabrics target over RDMA"
+)]
 struct Args {
     /// TOML configuration file (default /etc/nvmf-target/nvmf-target.toml unless the quick form is used).
     #[arg(short, long)]
@@ -31,6 +35,9 @@ struct Args {
     /// Quick form: a namespace (file, block device, or null:SIZE), repeatable; numbered from 1.
     #[arg(long, value_name = "PATH")]
     namespace: Vec<String>,
+    /// Busy-poll window of the queue threads in microseconds (overrides the config).
+    #[arg(long, value_name = "US")]
+    poll_spin_us: Option<u64>,
     /// Validate the configuration and exit.
     #[arg(long)]
     check: bool,
@@ -59,9 +66,14 @@ fn load(args: &Args) -> Result<TargetConfig, String> {
             }
             TargetConfig::quick(l, n, &args.namespace).map_err(|e| e.to_string())
         }
-        (Some(_), _, Some(_)) => Err("use either --config or the quick form (--listen/--nqn/--namespace), not both".into()),
+        (Some(_), _, Some(_)) => Err(
+            "use either --config or the quick form (--listen/--nqn/--namespace), not both".into(),
+        ),
         _ => {
-            let path = args.config.clone().unwrap_or_else(|| PathBuf::from(DEFAULT_CONFIG));
+            let path = args
+                .config
+                .clone()
+                .unwrap_or_else(|| PathBuf::from(DEFAULT_CONFIG));
             TargetConfig::load(&path).map_err(|e| e.to_string())
         }
     }
@@ -72,7 +84,8 @@ fn build(cfg: &TargetConfig) -> Result<Target, String> {
     for s in &cfg.subsystems {
         let mut namespaces = Vec::new();
         for n in &s.namespaces {
-            let ns = open_namespace(&s.nqn, n).map_err(|e| format!("subsystem {} namespace {}: {e}", s.nqn, n.nsid))?;
+            let ns = open_namespace(&s.nqn, n)
+                .map_err(|e| format!("subsystem {} namespace {}: {e}", s.nqn, n.nsid))?;
             info!(subsys = %s.nqn, nsid = ns.nsid, backend = %ns.backend.describe(), blocks = ns.blocks,
                   block_size = ns.block_size, "namespace ready");
             namespaces.push(Arc::new(ns));
@@ -111,7 +124,7 @@ fn block_signals() -> libc::sigset_t {
 fn main() -> ExitCode {
     let args = Args::parse();
     init_logging(&args.log_level);
-    let cfg = match load(&args) {
+    let mut cfg = match load(&args) {
         Ok(c) => c,
         Err(e) => {
             error!("configuration refused: {e}");
@@ -119,12 +132,18 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    if let Some(us) = args.poll_spin_us {
+        cfg.poll_spin_us = us;
+    }
     if args.check {
         println!(
             "configuration OK: {} listener(s), {} subsystem(s), {} namespace(s)",
             cfg.listeners.len(),
             cfg.subsystems.len(),
-            cfg.subsystems.iter().map(|s| s.namespaces.len()).sum::<usize>()
+            cfg.subsystems
+                .iter()
+                .map(|s| s.namespaces.len())
+                .sum::<usize>()
         );
         return ExitCode::SUCCESS;
     }

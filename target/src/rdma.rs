@@ -18,8 +18,9 @@ use nvme::cm::{CmReject, CmReply, RejectStatus};
 use nvme::opcode::fctype;
 use nvme::{Command, Completion, Status, CQE_SIZE, SQE_SIZE};
 use rdma::{
-    Access, Buffer, CmEventKind, CmId, CompletionChannel, CompletionQueue, ConnParams, EventChannel, MemoryRegion,
-    ProtectionDomain, QpCaps, QueuePair, SendOp, SendRequest, Sge, WcOpcode, WorkCompletion,
+    Access, Buffer, CmEventKind, CmId, CompletionChannel, CompletionQueue, ConnParams,
+    EventChannel, MemoryRegion, ProtectionDomain, QpCaps, QueuePair, SendBatch, SendOp,
+    SendRequest, Sge, WcOpcode, WorkCompletion,
 };
 use tracing::{debug, error, info, warn};
 
@@ -59,12 +60,17 @@ fn rdma_err(context: impl Into<String>) -> impl FnOnce(rdma::Error) -> Transport
 }
 
 /// Starts a listener thread for `addr`. Returns once the address is bound and listening.
-pub fn listen(target: Arc<Target>, addr: SocketAddr) -> Result<std::thread::JoinHandle<()>, TransportError> {
+pub fn listen(
+    target: Arc<Target>,
+    addr: SocketAddr,
+) -> Result<std::thread::JoinHandle<()>, TransportError> {
     let ch = EventChannel::new().map_err(rdma_err("creating an RDMA-CM event channel"))?;
     let id = CmId::new(&ch).map_err(rdma_err("creating an RDMA-CM id"))?;
-    id.bind(addr)
-        .map_err(rdma_err(format!("binding {addr} (is an RDMA device configured on that address?)")))?;
-    id.listen(128).map_err(rdma_err(format!("listening on {addr}")))?;
+    id.bind(addr).map_err(rdma_err(format!(
+        "binding {addr} (is an RDMA device configured on that address?)"
+    )))?;
+    id.listen(128)
+        .map_err(rdma_err(format!("listening on {addr}")))?;
     info!(%addr, "listening (rdma)");
     std::thread::Builder::new()
         .name(format!("nvmf-listen-{}", addr.port()))
@@ -86,9 +92,13 @@ fn listener_loop(target: Arc<Target>, ch: Arc<EventChannel>, _listen_id: CmId, a
             }
         };
         match (ev.kind, ev.new_id) {
-            (CmEventKind::ConnectRequest, Some(id)) => {
-                on_connect_request(&target, id, &ev.private_data, ev.initiator_depth, ev.responder_resources)
-            }
+            (CmEventKind::ConnectRequest, Some(id)) => on_connect_request(
+                &target,
+                id,
+                &ev.private_data,
+                ev.initiator_depth,
+                ev.responder_resources,
+            ),
             (kind, _) => debug!(%addr, ?kind, "listener event"),
         }
     }
@@ -102,7 +112,13 @@ fn reject(target: &Target, id: &CmId, why: RejectStatus) {
     }
 }
 
-fn on_connect_request(target: &Arc<Target>, mut id: CmId, private: &[u8], host_ird: u8, host_ord: u8) {
+fn on_connect_request(
+    target: &Arc<Target>,
+    mut id: CmId,
+    private: &[u8],
+    host_ird: u8,
+    host_ord: u8,
+) {
     let params = match transport::check_cm_request(private) {
         Ok(p) => p,
         Err(why) => return reject(target, &id, why),
@@ -265,6 +281,7 @@ struct Queue {
     cq: Arc<CompletionQueue>,
     _pd: Arc<ProtectionDomain>,
     qp: QueuePair,
+    batch: SendBatch,
     target: Arc<Target>,
     params: QueueParams,
     lay: Layout,
@@ -312,7 +329,10 @@ impl Queue {
         let cch = tri!(CompletionChannel::new(ctx), "ibv_create_comp_channel");
         let send_wr = (lay.nreq as u32 * 2).min(dev.max_qp_wr);
         let recv_wr = (lay.sq_size as u32).min(dev.max_qp_wr);
-        let cq = tri!(CompletionQueue::new(&cch, (send_wr + recv_wr).min(dev.max_cqe)), "ibv_create_cq");
+        let cq = tri!(
+            CompletionQueue::new(&cch, (send_wr + recv_wr).min(dev.max_cqe)),
+            "ibv_create_cq"
+        );
         tri!(
             id.create_qp(
                 &pd,
@@ -327,11 +347,20 @@ impl Queue {
             "rdma_create_qp"
         );
         let buf = tri!(Buffer::new(lay.total), "allocating queue buffers");
-        let mr = tri!(MemoryRegion::new(&pd, buf, Access::LOCAL_WRITE), "ibv_reg_mr");
+        let mr = tri!(
+            MemoryRegion::new(&pd, buf, Access::LOCAL_WRITE),
+            "ibv_reg_mr"
+        );
         let base = mr.buffer().as_ptr();
         // SAFETY: the buffer is owned by `mr`, which the Queue drops after the ring.
         let ring = tri!(
-            unsafe { crate::backend::uring::Ring::new((lay.nreq as u32 * 2 + 8).next_power_of_two(), base, lay.total) },
+            unsafe {
+                crate::backend::uring::Ring::new(
+                    (lay.nreq as u32 * 2 + 8).next_power_of_two(),
+                    base,
+                    lay.total,
+                )
+            },
             "io_uring setup"
         );
         let link = tri!(QueueLink::new(params.qid), "eventfd");
@@ -346,6 +375,7 @@ impl Queue {
             cq,
             _pd: pd,
             qp,
+            batch: SendBatch::new(64),
             target,
             params,
             lay,
@@ -441,7 +471,9 @@ impl Queue {
         let len = q.plan.len() as usize;
         match q.loc {
             DataLoc::Slot => (self.lay.data(r), len),
-            DataLoc::Inline { slot, offset } => (self.lay.inline(slot as usize) + offset as usize, len),
+            DataLoc::Inline { slot, offset } => {
+                (self.lay.inline(slot as usize) + offset as usize, len)
+            }
         }
     }
 
@@ -471,6 +503,7 @@ impl Queue {
                 self.on_ring(ud, res);
             }
             progress |= n > 0;
+            self.flush_sends();
             if let Err(e) = self.ring.submit() {
                 error!(qid = self.qid(), "io_uring submit: {e}");
                 self.fail();
@@ -501,6 +534,7 @@ impl Queue {
                     for wc in &wcs[..n] {
                         self.on_wc(wc);
                     }
+                    self.flush_sends();
                     last = Instant::now();
                     continue;
                 }
@@ -523,9 +557,24 @@ impl Queue {
                 *armed = true;
             }
         };
-        arm(&mut self.ring, &mut self.cq_poll_armed, self.cq.channel().fd(), UD_POLL_CQ);
-        arm(&mut self.ring, &mut self.efd_poll_armed, self.link.fd(), UD_POLL_EFD);
-        arm(&mut self.ring, &mut self.cm_poll_armed, self.id.channel().fd(), UD_POLL_CM);
+        arm(
+            &mut self.ring,
+            &mut self.cq_poll_armed,
+            self.cq.channel().fd(),
+            UD_POLL_CQ,
+        );
+        arm(
+            &mut self.ring,
+            &mut self.efd_poll_armed,
+            self.link.fd(),
+            UD_POLL_EFD,
+        );
+        arm(
+            &mut self.ring,
+            &mut self.cm_poll_armed,
+            self.id.channel().fd(),
+            UD_POLL_CM,
+        );
     }
 
     fn finished(&self, now: Instant) -> bool {
@@ -534,11 +583,16 @@ impl Queue {
         }
         // Polls are cancelled by dropping the ring; data operations must finish.
         let data_ops = self.ring.inflight
-            - (self.cq_poll_armed as usize + self.efd_poll_armed as usize + self.cm_poll_armed as usize);
+            - (self.cq_poll_armed as usize
+                + self.efd_poll_armed as usize
+                + self.cm_poll_armed as usize);
         if data_ops > 0 {
             return false;
         }
-        self.disconnected || self.disconnect_at.is_some_and(|t| now.duration_since(t) > Duration::from_secs(3))
+        self.disconnected
+            || self
+                .disconnect_at
+                .is_some_and(|t| now.duration_since(t) > Duration::from_secs(3))
     }
 
     fn periodic(&mut self, now: Instant) {
@@ -572,13 +626,17 @@ impl Queue {
             match self.id.channel().get_event() {
                 Ok(Some(ev)) => match ev.kind {
                     CmEventKind::Established => debug!(qid = self.qid(), "established"),
-                    CmEventKind::Disconnected | CmEventKind::TimewaitExit | CmEventKind::DeviceRemoval => {
+                    CmEventKind::Disconnected
+                    | CmEventKind::TimewaitExit
+                    | CmEventKind::DeviceRemoval => {
                         self.disconnected = true;
                         if !self.disconnecting {
                             self.disconnect("host disconnected");
                         }
                     }
-                    CmEventKind::ConnectError | CmEventKind::Unreachable | CmEventKind::Rejected => {
+                    CmEventKind::ConnectError
+                    | CmEventKind::Unreachable
+                    | CmEventKind::Rejected => {
                         warn!(qid = self.qid(), kind = ?ev.kind, "connection failed");
                         self.disconnected = true;
                         self.disconnect("connection failed");
@@ -676,7 +734,10 @@ impl Queue {
             return;
         }
         if (byte_len as usize) < SQE_SIZE {
-            error!(qid = self.qid(), byte_len, "capsule shorter than a command; disconnecting");
+            error!(
+                qid = self.qid(),
+                byte_len, "capsule shorter than a command; disconnecting"
+            );
             return self.fail();
         }
         let cmd = match Command::parse(self.slice(self.lay.cmd(slot as usize), SQE_SIZE)) {
@@ -685,7 +746,10 @@ impl Queue {
         };
         self.sq_head = (self.sq_head + 1) % self.lay.sq_size as u16;
         let Some(r) = self.free.pop() else {
-            error!(qid = self.qid(), "more commands than the queue holds; disconnecting");
+            error!(
+                qid = self.qid(),
+                "more commands than the queue holds; disconnecting"
+            );
             return self.fail();
         };
         let r = r as usize;
@@ -696,11 +760,17 @@ impl Queue {
             q.cmd = cmd;
             q.recv_slot = slot;
         }
-        let (plan, inv) = match transport::data_plan(&cmd, byte_len - SQE_SIZE as u32, MAX_IO_SIZE) {
+        let (plan, inv) = match transport::data_plan(&cmd, byte_len - SQE_SIZE as u32, MAX_IO_SIZE)
+        {
             Ok(x) => x,
             Err(st) => {
                 // Keyed subtype 0xF still owes an invalidation.
-                if let nvme::Sgl::Keyed { invalidate: true, key, .. } = cmd.sgl() {
+                if let nvme::Sgl::Keyed {
+                    invalidate: true,
+                    key,
+                    ..
+                } = cmd.sgl()
+                {
                     self.reqs[r].inv = Some(key);
                 }
                 return self.complete(r, st, 0);
@@ -716,14 +786,15 @@ impl Queue {
                 if cmd.opcode() == nvme::opcode::io::WRITE && self.qid() != 0 {
                     Stats::inc(&self.target.stats.in_capsule_writes);
                 }
-                if offset as usize % PAGE == 0 {
+                if (offset as usize).is_multiple_of(PAGE) {
                     self.reqs[r].loc = DataLoc::Inline { slot, offset };
                 } else {
                     // Misaligned for O_DIRECT: copy into the data slot.
                     let src = self.lay.inline(slot as usize) + offset as usize;
                     let len = plan.len() as usize;
                     let dst = self.lay.data(r);
-                    self.slice_mut(dst, len).copy_from_slice(self.slice(src, len));
+                    self.slice_mut(dst, len)
+                        .copy_from_slice(self.slice(src, len));
                     self.repost(r);
                 }
                 self.execute(r);
@@ -734,16 +805,15 @@ impl Queue {
                 let sge = [self.sge(self.lay.data(r), len)];
                 let wr = SendRequest {
                     wr_id: WR_READ | r as u64,
-                    op: SendOp::RdmaRead { remote_addr: addr, rkey: key },
+                    op: SendOp::RdmaRead {
+                        remote_addr: addr,
+                        rkey: key,
+                    },
                     sges: &sge,
                     signaled: true,
                 };
                 Stats::inc(&self.target.stats.rdma_reads);
-                // SAFETY: the data slot of request r is reserved for it until release.
-                if let Err(e) = unsafe { self.qp.post_send(&[wr]) } {
-                    error!(qid = self.qid(), "posting RDMA READ: {e}");
-                    self.fail();
-                }
+                self.queue_sends(&[wr]);
             }
             _ => {
                 self.repost(r);
@@ -777,8 +847,14 @@ impl Queue {
             return match cmd.fctype() {
                 fctype::CONNECT if self.ctrl.is_none() => Ok(()),
                 fctype::CONNECT => Err(Status::CMD_SEQ_ERROR),
-                fctype::PROPERTY_GET | fctype::PROPERTY_SET if self.qid() == 0 && self.ctrl.is_some() => Ok(()),
-                fctype::PROPERTY_GET | fctype::PROPERTY_SET if self.qid() == 0 => Err(Status::CMD_SEQ_ERROR),
+                fctype::PROPERTY_GET | fctype::PROPERTY_SET
+                    if self.qid() == 0 && self.ctrl.is_some() =>
+                {
+                    Ok(())
+                }
+                fctype::PROPERTY_GET | fctype::PROPERTY_SET if self.qid() == 0 => {
+                    Err(Status::CMD_SEQ_ERROR)
+                }
                 _ => Err(Status::INVALID_OPCODE),
             };
         }
@@ -816,15 +892,24 @@ impl Queue {
             match fabrics::connect(&self.target, self.qid(), &cmd, &data) {
                 Ok((ctrl, d)) => {
                     if let Err(st) = ctrl.attach(self.link.clone()) {
-                        warn!(qid = self.qid(), cntlid = ctrl.cntlid, "queue already connected");
+                        warn!(
+                            qid = self.qid(),
+                            cntlid = ctrl.cntlid,
+                            "queue already connected"
+                        );
                         return self.complete(r, st, 0);
                     }
-                    self.sq_fc_disabled = nvme::fabrics::ConnectCommand::from_command(&cmd).sq_flow_control_disabled();
+                    self.sq_fc_disabled = nvme::fabrics::ConnectCommand::from_command(&cmd)
+                        .sq_flow_control_disabled();
                     if self.qid() == 0 {
                         info!(cntlid = ctrl.cntlid, host = %d.hostnqn, subsys = %d.subsysnqn,
                               peer = ?self.id.peer_addr(), kato_ms = ctrl.state().kato_ms, "controller connected");
                     } else {
-                        debug!(cntlid = ctrl.cntlid, qid = self.qid(), "I/O queue connected");
+                        debug!(
+                            cntlid = ctrl.cntlid,
+                            qid = self.qid(),
+                            "I/O queue connected"
+                        );
                     }
                     let cntlid = ctrl.cntlid as u64;
                     self.ctrl = Some(ctrl);
@@ -873,7 +958,11 @@ impl Queue {
         let (off, len) = self.data_range(r);
         let buf = self.slice_mut(off, len);
         match admin::execute(&self.target, &ctrl, &cmd, buf, Instant::now()) {
-            AdminOutcome::Done { status, result, data_len } => {
+            AdminOutcome::Done {
+                status,
+                result,
+                data_len,
+            } => {
                 if matches!(self.reqs[r].plan, DataPlan::Write { .. }) {
                     self.reqs[r].out_len = data_len.min(len as u32);
                 }
@@ -938,7 +1027,13 @@ impl Queue {
             }
             IoPlan::WriteZeroes { offset, len } => {
                 self.reqs[r].ops = 1;
-                self.ring.fallocate(fd, offset, len, libc::FALLOC_FL_ZERO_RANGE | libc::FALLOC_FL_KEEP_SIZE, ud)
+                self.ring.fallocate(
+                    fd,
+                    offset,
+                    len,
+                    libc::FALLOC_FL_ZERO_RANGE | libc::FALLOC_FL_KEEP_SIZE,
+                    ud,
+                )
             }
             IoPlan::Dsm { nr, deallocate } => {
                 let (o, l) = self.data_range(r);
@@ -955,7 +1050,9 @@ impl Queue {
                         // SAFETY: BLKDISCARD reads two u64s from a valid local array.
                         let rc = unsafe { libc::ioctl(fd, BLKDISCARD, range.as_ptr()) };
                         if rc < 0 {
-                            let e = std::io::Error::last_os_error().raw_os_error().unwrap_or(libc::EIO);
+                            let e = std::io::Error::last_os_error()
+                                .raw_os_error()
+                                .unwrap_or(libc::EIO);
                             // Deallocation is advisory: devices without discard still succeed.
                             if e != libc::EOPNOTSUPP {
                                 self.reqs[r].errno = e;
@@ -1021,7 +1118,10 @@ impl Queue {
                 self.reqs[r].errno = libc::EIO;
             } else if done < len && !self.disconnecting {
                 // Short transfer: continue where it stopped.
-                let Some(ns) = self.ctrl.as_ref().and_then(|c| c.subsys.namespace(self.reqs[r].cmd.nsid()).cloned())
+                let Some(ns) = self
+                    .ctrl
+                    .as_ref()
+                    .and_then(|c| c.subsys.namespace(self.reqs[r].cmd.nsid()).cloned())
                 else {
                     return;
                 };
@@ -1031,8 +1131,13 @@ impl Queue {
                 let ud = UD_IO | r as u64;
                 self.reqs[r].ops += 1;
                 let rr = match plan {
-                    IoPlan::Read { .. } => self.ring.read(fd, ptr, len - done, offset + done as u64, ud),
-                    _ => self.ring.write(fd, ptr, len - done, offset + done as u64, false, ud),
+                    IoPlan::Read { .. } => {
+                        self.ring
+                            .read(fd, ptr, len - done, offset + done as u64, ud)
+                    }
+                    _ => self
+                        .ring
+                        .write(fd, ptr, len - done, offset + done as u64, false, ud),
                 };
                 if rr.is_ok() {
                     return;
@@ -1047,14 +1152,22 @@ impl Queue {
         if self.disconnecting {
             return self.release(r);
         }
-        let Some(ctrl) = self.ctrl.clone() else { return self.release(r) };
+        let Some(ctrl) = self.ctrl.clone() else {
+            return self.release(r);
+        };
         let Some(ns) = ctrl.subsys.namespace(self.reqs[r].cmd.nsid()).cloned() else {
             return self.complete(r, Status::INVALID_NS, 0);
         };
         self.finish_io(r, &ctrl, &ns, plan)
     }
 
-    fn finish_io(&mut self, r: usize, ctrl: &Controller, ns: &crate::namespace::Namespace, plan: IoPlan) {
+    fn finish_io(
+        &mut self,
+        r: usize,
+        ctrl: &Controller,
+        ns: &crate::namespace::Namespace,
+        plan: IoPlan,
+    ) {
         let errno = self.reqs[r].errno;
         if errno != 0 {
             Stats::inc(&self.target.stats.backend_errors);
@@ -1066,13 +1179,15 @@ impl Queue {
             IoPlan::Read { len, .. } => {
                 ns.account(false, len as u64);
                 ctrl.host_reads.fetch_add(1, Ordering::Relaxed);
-                ctrl.units_read.fetch_add(len as u64 / 512, Ordering::Relaxed);
+                ctrl.units_read
+                    .fetch_add(len as u64 / 512, Ordering::Relaxed);
                 self.reqs[r].out_len = len;
             }
             IoPlan::Write { len, .. } => {
                 ns.account(true, len as u64);
                 ctrl.host_writes.fetch_add(1, Ordering::Relaxed);
-                ctrl.units_written.fetch_add(len as u64 / 512, Ordering::Relaxed);
+                ctrl.units_written
+                    .fetch_add(len as u64 / 512, Ordering::Relaxed);
             }
             _ => {}
         }
@@ -1089,13 +1204,18 @@ impl Queue {
         if !status.is_success() {
             Stats::inc(&self.target.stats.failed_commands);
             if let Some(c) = &self.ctrl {
-                c.state().log_error(self.qid(), cmd.cid(), status, cmd.nsid());
+                c.state()
+                    .log_error(self.qid(), cmd.cid(), status, cmd.nsid());
             }
             debug!(qid = self.qid(), cid = cmd.cid(), opcode = cmd.opcode(), status = %status, "command failed");
         }
         let cqe = Completion {
             result,
-            sq_head: if self.sq_fc_disabled { 0xFFFF } else { self.sq_head },
+            sq_head: if self.sq_fc_disabled {
+                0xFFFF
+            } else {
+                self.sq_head
+            },
             sq_id: self.qid(),
             cid: cmd.cid(),
             status,
@@ -1122,26 +1242,41 @@ impl Queue {
             sges: &rsp_sge,
             signaled: true,
         };
-        let res = match (status.is_success(), plan, out_len) {
+        match (status.is_success(), plan, out_len) {
             (true, DataPlan::Write { addr, key, .. }, n) if n > 0 => {
                 let data_sge = [self.sge(self.lay.data(r), n)];
                 let write = SendRequest {
                     wr_id: WR_WRITE | r as u64,
-                    op: SendOp::RdmaWrite { remote_addr: addr, rkey: key },
+                    op: SendOp::RdmaWrite {
+                        remote_addr: addr,
+                        rkey: key,
+                    },
                     sges: &data_sge,
                     signaled: false,
                 };
                 Stats::inc(&self.target.stats.rdma_writes);
-                // SAFETY: the data slot and response slot of r stay reserved until
-                // its SEND completes (RC ordering completes the WRITE first).
-                unsafe { self.qp.post_send(&[write, send]) }
+                self.queue_sends(&[write, send])
             }
-            // SAFETY: the response slot of r stays reserved until its SEND completes.
-            _ => unsafe { self.qp.post_send(&[send]) },
-        };
-        if let Err(e) = res {
-            error!(qid = self.qid(), "posting the response: {e}");
-            self.release(r);
+            _ => self.queue_sends(&[send]),
+        }
+    }
+
+    /// Queues work requests; they are posted together at the end of the loop pass.
+    fn queue_sends(&mut self, wrs: &[SendRequest<'_>]) {
+        if self.batch.room() < wrs.len() {
+            self.flush_sends();
+        }
+        for w in wrs {
+            self.batch.push(w);
+        }
+    }
+
+    /// Posts the queued work requests with one doorbell.
+    fn flush_sends(&mut self) {
+        // SAFETY: every queued WR names a data/response slot reserved for its
+        // request until the request's SEND (or READ) completes.
+        if let Err(e) = unsafe { self.batch.post(&self.qp) } {
+            error!(qid = self.qid(), "ibv_post_send: {e}");
             self.fail();
         }
     }

@@ -56,7 +56,8 @@ impl Subsystem {
         mut namespaces: Vec<Arc<Namespace>>,
     ) -> Subsystem {
         namespaces.sort_by_key(|n| n.nsid);
-        let serial = serial.unwrap_or_else(|| format!("{:016x}", crate::namespace::fnv64(7, nqn.as_bytes())));
+        let serial = serial
+            .unwrap_or_else(|| format!("{:016x}", crate::namespace::fnv64(7, nqn.as_bytes())));
         Subsystem {
             nqn,
             kind,
@@ -71,7 +72,9 @@ impl Subsystem {
 
     /// Whether `hostnqn` may connect (and see this subsystem in discovery).
     pub fn host_allowed(&self, hostnqn: &str) -> bool {
-        self.kind == SubsystemKind::Discovery || self.allow_any_host || self.hosts.iter().any(|h| h == hostnqn)
+        self.kind == SubsystemKind::Discovery
+            || self.allow_any_host
+            || self.hosts.iter().any(|h| h == hostnqn)
     }
 
     /// The namespace with `nsid`.
@@ -101,24 +104,42 @@ impl Subsystem {
         if id > CNTLID_MAX {
             return Err(Status::CONNECT_CTRL_BUSY);
         }
-        let c = Arc::new(Controller::new(id, self.clone(), hostnqn.to_string(), hostid, kato_ms));
+        let c = Arc::new(Controller::new(
+            id,
+            self.clone(),
+            hostnqn.to_string(),
+            hostid,
+            kato_ms,
+        ));
         m.insert(id, c.clone());
         Ok(c)
     }
 
     /// The controller with `cntlid`.
     pub fn controller(&self, cntlid: u16) -> Option<Arc<Controller>> {
-        self.controllers.lock().unwrap_or_else(|p| p.into_inner()).get(&cntlid).cloned()
+        self.controllers
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&cntlid)
+            .cloned()
     }
 
     /// Removes a controller.
     pub fn remove_controller(&self, cntlid: u16) {
-        self.controllers.lock().unwrap_or_else(|p| p.into_inner()).remove(&cntlid);
+        self.controllers
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&cntlid);
     }
 
     /// All controllers.
     pub fn controllers(&self) -> Vec<Arc<Controller>> {
-        self.controllers.lock().unwrap_or_else(|p| p.into_inner()).values().cloned().collect()
+        self.controllers
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .values()
+            .cloned()
+            .collect()
     }
 }
 
@@ -143,7 +164,11 @@ pub struct Target {
 
 impl Target {
     /// Creates a target.
-    pub fn new(subsystems: Vec<Arc<Subsystem>>, listeners: Vec<SocketAddr>, poll_spin_us: u64) -> Target {
+    pub fn new(
+        subsystems: Vec<Arc<Subsystem>>,
+        listeners: Vec<SocketAddr>,
+        poll_spin_us: u64,
+    ) -> Target {
         let discovery = Arc::new(Subsystem::new(
             nvme::DISCOVERY_NQN.to_string(),
             SubsystemKind::Discovery,

@@ -27,7 +27,11 @@ pub fn check_cm_request(private: &[u8]) -> Result<QueueParams, RejectStatus> {
     if r.recfmt != 0 {
         return Err(RejectStatus::InvalidRecfmt);
     }
-    let max = if r.qid == 0 { crate::ADMIN_QUEUE_SIZE } else { crate::MAX_QUEUE_SIZE };
+    let max = if r.qid == 0 {
+        crate::ADMIN_QUEUE_SIZE
+    } else {
+        crate::MAX_QUEUE_SIZE
+    };
     if r.hsqsize == 0 || r.hsqsize >= max {
         return Err(RejectStatus::InvalidHsqsize);
     }
@@ -81,7 +85,9 @@ impl DataPlan {
     pub fn len(&self) -> u32 {
         match *self {
             DataPlan::None => 0,
-            DataPlan::InCapsule { len, .. } | DataPlan::Read { len, .. } | DataPlan::Write { len, .. } => len,
+            DataPlan::InCapsule { len, .. }
+            | DataPlan::Read { len, .. }
+            | DataPlan::Write { len, .. } => len,
         }
     }
     /// Whether there is no data.
@@ -94,7 +100,11 @@ impl DataPlan {
 /// bytes arrived after the 64-byte command; `max_len` the largest transfer.
 /// Returns the data plan and, for keyed SGLs with subtype 0xF, the key to
 /// invalidate with the response.
-pub fn data_plan(cmd: &Command, in_capsule: u32, max_len: u32) -> Result<(DataPlan, Option<u32>), Status> {
+pub fn data_plan(
+    cmd: &Command,
+    in_capsule: u32,
+    max_len: u32,
+) -> Result<(DataPlan, Option<u32>), Status> {
     if cmd.fuse() != 0 || cmd.psdt() != nvme::command::PSDT_SGL {
         return Err(Status::INVALID_FIELD);
     }
@@ -102,7 +112,11 @@ pub fn data_plan(cmd: &Command, in_capsule: u32, max_len: u32) -> Result<(DataPl
     let sgl = cmd.sgl();
     // Responding with invalidation is owed whatever the command's outcome.
     let inv = match sgl {
-        Sgl::Keyed { invalidate: true, key, .. } => Some(key),
+        Sgl::Keyed {
+            invalidate: true,
+            key,
+            ..
+        } => Some(key),
         _ => None,
     };
     let plan = match sgl {
@@ -124,11 +138,18 @@ pub fn data_plan(cmd: &Command, in_capsule: u32, max_len: u32) -> Result<(DataPl
                 return Err(Status::INVALID_FIELD);
             }
             match offset.checked_add(len as u64) {
-                Some(end) if end <= in_capsule as u64 => DataPlan::InCapsule { offset: offset as u32, len },
+                Some(end) if end <= in_capsule as u64 => DataPlan::InCapsule {
+                    offset: offset as u32,
+                    len,
+                },
                 _ => return Err(Status::SGL_INVALID_OFFSET),
             }
         }
-        Sgl::Other { kind: k, subtype: st, .. } => {
+        Sgl::Other {
+            kind: k,
+            subtype: st,
+            ..
+        } => {
             return Err(match k {
                 kind::DATA_BLOCK if st != subtype::OFFSET => Status::INVALID_FIELD,
                 kind::KEYED_DATA_BLOCK => Status::INVALID_FIELD,
@@ -145,19 +166,51 @@ mod tests {
     use nvme::cm::CmRequest;
 
     fn req(qid: u16, hrq: u16, hsq: u16) -> Vec<u8> {
-        CmRequest { recfmt: 0, qid, hrqsize: hrq, hsqsize: hsq }.encode().to_vec()
+        CmRequest {
+            recfmt: 0,
+            qid,
+            hrqsize: hrq,
+            hsqsize: hsq,
+        }
+        .encode()
+        .to_vec()
     }
 
     #[test]
     fn cm_requests() {
-        assert_eq!(check_cm_request(&req(0, 32, 31)), Ok(QueueParams { qid: 0, sq_size: 32, host_rq_size: 32 }));
+        assert_eq!(
+            check_cm_request(&req(0, 32, 31)),
+            Ok(QueueParams {
+                qid: 0,
+                sq_size: 32,
+                host_rq_size: 32
+            })
+        );
         assert_eq!(check_cm_request(&req(1, 128, 127)).unwrap().sq_size, 128);
-        assert_eq!(check_cm_request(&req(0, 64, 63)), Err(RejectStatus::InvalidHsqsize));
-        assert_eq!(check_cm_request(&req(1, 256, 255)), Err(RejectStatus::InvalidHsqsize));
-        assert_eq!(check_cm_request(&req(1, 0, 127)), Err(RejectStatus::InvalidHrqsize));
-        assert_eq!(check_cm_request(&req(1, 1, 0)), Err(RejectStatus::InvalidHsqsize));
-        assert_eq!(check_cm_request(&req(1000, 128, 127)), Err(RejectStatus::InvalidQid));
-        assert_eq!(check_cm_request(&req(1, 128, 127)[..8]), Err(RejectStatus::InvalidLen));
+        assert_eq!(
+            check_cm_request(&req(0, 64, 63)),
+            Err(RejectStatus::InvalidHsqsize)
+        );
+        assert_eq!(
+            check_cm_request(&req(1, 256, 255)),
+            Err(RejectStatus::InvalidHsqsize)
+        );
+        assert_eq!(
+            check_cm_request(&req(1, 0, 127)),
+            Err(RejectStatus::InvalidHrqsize)
+        );
+        assert_eq!(
+            check_cm_request(&req(1, 1, 0)),
+            Err(RejectStatus::InvalidHsqsize)
+        );
+        assert_eq!(
+            check_cm_request(&req(1000, 128, 127)),
+            Err(RejectStatus::InvalidQid)
+        );
+        assert_eq!(
+            check_cm_request(&req(1, 128, 127)[..8]),
+            Err(RejectStatus::InvalidLen)
+        );
         let mut r = req(1, 128, 127);
         r[0] = 1;
         assert_eq!(check_cm_request(&r), Err(RejectStatus::InvalidRecfmt));
@@ -171,35 +224,94 @@ mod tests {
 
     #[test]
     fn sgl_plans() {
-        let k = |len, inv| Sgl::Keyed { addr: 0x1000, len, key: 0xAB, invalidate: inv };
+        let k = |len, inv| Sgl::Keyed {
+            addr: 0x1000,
+            len,
+            key: 0xAB,
+            invalidate: inv,
+        };
         assert_eq!(
             data_plan(&cmd(0x01, k(4096, true)), 0, 131072),
-            Ok((DataPlan::Read { addr: 0x1000, len: 4096, key: 0xAB }, Some(0xAB)))
+            Ok((
+                DataPlan::Read {
+                    addr: 0x1000,
+                    len: 4096,
+                    key: 0xAB
+                },
+                Some(0xAB)
+            ))
         );
         assert_eq!(
             data_plan(&cmd(0x02, k(4096, false)), 0, 131072),
-            Ok((DataPlan::Write { addr: 0x1000, len: 4096, key: 0xAB }, None))
+            Ok((
+                DataPlan::Write {
+                    addr: 0x1000,
+                    len: 4096,
+                    key: 0xAB
+                },
+                None
+            ))
         );
-        assert_eq!(data_plan(&cmd(0x02, k(262144, false)), 0, 131072), Err(Status::SGL_INVALID_DATA));
-        assert_eq!(data_plan(&cmd(0x00, k(0, false)), 0, 131072), Ok((DataPlan::None, None)));
-        let ic = Sgl::InCapsule { offset: 0, len: 4096 };
+        assert_eq!(
+            data_plan(&cmd(0x02, k(262144, false)), 0, 131072),
+            Err(Status::SGL_INVALID_DATA)
+        );
+        assert_eq!(
+            data_plan(&cmd(0x00, k(0, false)), 0, 131072),
+            Ok((DataPlan::None, None))
+        );
+        let ic = Sgl::InCapsule {
+            offset: 0,
+            len: 4096,
+        };
         assert_eq!(
             data_plan(&cmd(0x01, ic), 4096, 131072),
-            Ok((DataPlan::InCapsule { offset: 0, len: 4096 }, None))
+            Ok((
+                DataPlan::InCapsule {
+                    offset: 0,
+                    len: 4096
+                },
+                None
+            ))
         );
-        assert_eq!(data_plan(&cmd(0x01, ic), 4095, 131072), Err(Status::SGL_INVALID_OFFSET));
         assert_eq!(
-            data_plan(&cmd(0x01, Sgl::InCapsule { offset: u64::MAX, len: 1 }), 4096, 131072),
+            data_plan(&cmd(0x01, ic), 4095, 131072),
             Err(Status::SGL_INVALID_OFFSET)
         );
-        assert_eq!(data_plan(&cmd(0x02, ic), 4096, 131072), Err(Status::INVALID_FIELD));
+        assert_eq!(
+            data_plan(
+                &cmd(
+                    0x01,
+                    Sgl::InCapsule {
+                        offset: u64::MAX,
+                        len: 1
+                    }
+                ),
+                4096,
+                131072
+            ),
+            Err(Status::SGL_INVALID_OFFSET)
+        );
+        assert_eq!(
+            data_plan(&cmd(0x02, ic), 4096, 131072),
+            Err(Status::INVALID_FIELD)
+        );
         let mut raw = [0u8; 16];
         raw[15] = 0x45;
-        assert_eq!(data_plan(&cmd(0x01, Sgl::parse(&raw).unwrap()), 0, 131072), Err(Status::INVALID_FIELD));
+        assert_eq!(
+            data_plan(&cmd(0x01, Sgl::parse(&raw).unwrap()), 0, 131072),
+            Err(Status::INVALID_FIELD)
+        );
         raw[15] = 0x00;
-        assert_eq!(data_plan(&cmd(0x01, Sgl::parse(&raw).unwrap()), 0, 131072), Err(Status::INVALID_FIELD));
+        assert_eq!(
+            data_plan(&cmd(0x01, Sgl::parse(&raw).unwrap()), 0, 131072),
+            Err(Status::INVALID_FIELD)
+        );
         raw[15] = 0x20;
-        assert_eq!(data_plan(&cmd(0x01, Sgl::parse(&raw).unwrap()), 0, 131072), Err(Status::SGL_INVALID_TYPE));
+        assert_eq!(
+            data_plan(&cmd(0x01, Sgl::parse(&raw).unwrap()), 0, 131072),
+            Err(Status::SGL_INVALID_TYPE)
+        );
         let mut fused = cmd(0x02, k(512, false));
         fused.raw[1] |= 1;
         assert_eq!(data_plan(&fused, 0, 131072), Err(Status::INVALID_FIELD));

@@ -88,7 +88,14 @@ pub fn open_namespace(subnqn: &str, cfg: &NamespaceConfig) -> Result<Namespace, 
     match &cfg.backend {
         BackendConfig::Null { size } => {
             let bs = cfg.block_size.unwrap_or(512);
-            Ok(Namespace::new(subnqn, cfg.nsid, Backend::Null, *size, bs, cfg.readonly))
+            Ok(Namespace::new(
+                subnqn,
+                cfg.nsid,
+                Backend::Null,
+                *size,
+                bs,
+                cfg.readonly,
+            ))
         }
         BackendConfig::File { path } => {
             let open = |direct: bool| {
@@ -115,7 +122,11 @@ pub fn open_namespace(subnqn: &str, cfg: &NamespaceConfig) -> Result<Namespace, 
                 // SAFETY: BLKGETSIZE64 writes a u64 and BLKSSZGET an int into valid locals.
                 unsafe {
                     if libc::ioctl(file.as_raw_fd(), BLKGETSIZE64, &mut size) < 0 {
-                        return Err(io_err(path, "BLKGETSIZE64", std::io::Error::last_os_error()));
+                        return Err(io_err(
+                            path,
+                            "BLKGETSIZE64",
+                            std::io::Error::last_os_error(),
+                        ));
                     }
                     if libc::ioctl(file.as_raw_fd(), BLKSSZGET, &mut ssz) < 0 {
                         return Err(io_err(path, "BLKSSZGET", std::io::Error::last_os_error()));
@@ -147,7 +158,14 @@ pub fn open_namespace(subnqn: &str, cfg: &NamespaceConfig) -> Result<Namespace, 
                 is_block,
                 direct,
             };
-            Ok(Namespace::new(subnqn, cfg.nsid, backend, size, bs, cfg.readonly))
+            Ok(Namespace::new(
+                subnqn,
+                cfg.nsid,
+                backend,
+                size,
+                bs,
+                cfg.readonly,
+            ))
         }
     }
 }

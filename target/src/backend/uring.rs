@@ -59,7 +59,14 @@ impl Ring {
     }
 
     /// Queues a read of `len` bytes at `offset` into `buf` (inside the registered buffer).
-    pub fn read(&mut self, fd: i32, buf: *mut u8, len: u32, offset: u64, ud: u64) -> io::Result<()> {
+    pub fn read(
+        &mut self,
+        fd: i32,
+        buf: *mut u8,
+        len: u32,
+        offset: u64,
+        ud: u64,
+    ) -> io::Result<()> {
         self.push(
             opcode::ReadFixed::new(types::Fd(fd), buf, len, 0)
                 .offset(offset)
@@ -69,7 +76,15 @@ impl Ring {
     }
 
     /// Queues a write; `dsync` makes it durable before completion (FUA).
-    pub fn write(&mut self, fd: i32, buf: *const u8, len: u32, offset: u64, dsync: bool, ud: u64) -> io::Result<()> {
+    pub fn write(
+        &mut self,
+        fd: i32,
+        buf: *const u8,
+        len: u32,
+        offset: u64,
+        dsync: bool,
+        ud: u64,
+    ) -> io::Result<()> {
         self.push(
             opcode::WriteFixed::new(types::Fd(fd), buf, len, 0)
                 .offset(offset)
@@ -90,7 +105,14 @@ impl Ring {
     }
 
     /// Queues an fallocate (zero range, punch hole).
-    pub fn fallocate(&mut self, fd: i32, offset: u64, len: u64, mode: i32, ud: u64) -> io::Result<()> {
+    pub fn fallocate(
+        &mut self,
+        fd: i32,
+        offset: u64,
+        len: u64,
+        mode: i32,
+        ud: u64,
+    ) -> io::Result<()> {
         self.push(
             opcode::Fallocate::new(types::Fd(fd), len)
                 .offset(offset)
@@ -126,7 +148,11 @@ impl Ring {
         let args = types::SubmitArgs::new().timespec(&ts);
         match self.ring.submitter().submit_with_args(1, &args) {
             Ok(_) => {}
-            Err(e) if matches!(e.raw_os_error(), Some(libc::ETIME) | Some(libc::EINTR) | Some(libc::EBUSY)) => {}
+            Err(e)
+                if matches!(
+                    e.raw_os_error(),
+                    Some(libc::ETIME) | Some(libc::EINTR) | Some(libc::EBUSY)
+                ) => {}
             Err(e) => return Err(e),
         }
         self.queued = 0;
