@@ -127,8 +127,7 @@ fn main() -> ExitCode {
     let mut cfg = match load(&args) {
         Ok(c) => c,
         Err(e) => {
-            error!("configuration refused: {e}");
-            eprintln!("nvmf-target: {e}");
+            eprintln!("nvmf-target: configuration refused: {e}");
             return ExitCode::from(2);
         }
     };
@@ -150,7 +149,6 @@ fn main() -> ExitCode {
     let target = match build(&cfg) {
         Ok(t) => Arc::new(t),
         Err(e) => {
-            error!("{e}");
             eprintln!("nvmf-target: {e}");
             return ExitCode::from(1);
         }
@@ -159,7 +157,6 @@ fn main() -> ExitCode {
     for l in &cfg.listeners {
         if let Err(e) = nvmf_target::rdma::listen(target.clone(), l.addr) {
             error!("{e}");
-            eprintln!("nvmf-target: {e}");
             return ExitCode::from(1);
         }
     }
