@@ -173,14 +173,21 @@ kernel_teardown() {
     for n in "$CFG"/hosts/*/; do [ -d "$n" ] && { rmdir "$n" 2>/dev/null || true; }; done
     return 0
 }
+LOG_PRINTED=0
 print_target_log() {
+    [ $LOG_PRINTED = 0 ] || return 0
+    LOG_PRINTED=1
     echo "--- target log ($TARGET)"
     if [ "$TARGET" = kernel ]; then
         dmesg | grep -E 'nvmet' | tail -n 40 || true
     elif [ -f "$TLOG" ]; then
         local n; n=$(wc -l <"$TLOG")
-        if [ "$n" -le 400 ]; then cat "$TLOG"
-        else head -n 100 "$TLOG"; echo "... ($(( n - 400 )) lines skipped, full log in $E2E_OUT/) ..."; tail -n 300 "$TLOG"; fi
+        if [ "$n" -le 400 ]; then sed 's/\x1b\[[0-9;]*m//g' "$TLOG"
+        else
+            head -n 100 "$TLOG" | sed 's/\x1b\[[0-9;]*m//g'
+            echo "... ($(( n - 400 )) lines skipped, full log in $E2E_OUT/nvmf-target.log) ..."
+            tail -n 300 "$TLOG" | sed 's/\x1b\[[0-9;]*m//g'
+        fi
     fi
     echo "--- end of target log"
     if mkdir -p "$E2E_OUT" 2>/dev/null && [ -w "$E2E_OUT" ]; then
@@ -459,17 +466,19 @@ fi
 print_target_log
 if [ "$TARGET" = own ]; then
     sed 's/\x1b\[[0-9;]*m//g' "$TLOG" >/tmp/nvmf-target.plain.log
-    if grep -n ' ERROR ' /tmp/nvmf-target.plain.log; then fail "target log has ERROR lines (above)"; fi
+    # tracing's level field: " ERROR " (or at the start of the line without timestamps)
+    if grep -nE '(^|[[:space:]])ERROR[[:space:]]' /tmp/nvmf-target.plain.log; then fail "target log has ERROR lines (above)"; fi
     STATS=$(grep -E 'STATS .*send_with_inv=' /tmp/nvmf-target.plain.log | tail -n 1) \
         || fail "no 'STATS ... send_with_inv=N ... in_capsule_writes=M' line in the target log"
     info "last stats: ${STATS#*STATS }"
-    swi=$(grep -oE 'send_with_inv=[0-9]+' <<<"$STATS" | cut -d= -f2)
-    icw=$(grep -oE 'in_capsule_writes=[0-9]+' <<<"$STATS" | cut -d= -f2)
+    swi=$(grep -oE 'send_with_inv=[0-9]+' <<<"$STATS" | cut -d= -f2) || true
+    icw=$(grep -oE 'in_capsule_writes=[0-9]+' <<<"$STATS" | cut -d= -f2) || true
     [ "${swi:-0}" -gt 0 ] || fail "send_with_inv=${swi:-missing}: expected > 0 (remote invalidation unused)"
     [ "${icw:-0}" -gt 0 ] || fail "in_capsule_writes=${icw:-missing}: expected > 0 (in-capsule data unused)"
 else
     kernel_teardown
-    [ -z "$(ls -A "$CFG/subsystems" "$CFG/ports" 2>/dev/null)" ] || fail "nvmet configfs objects left after teardown"
+    LEFT=$(find "$CFG/subsystems" "$CFG/ports" "$CFG/hosts" -mindepth 1 -maxdepth 1 2>/dev/null)
+    [ -z "$LEFT" ] || fail "nvmet configfs objects left after teardown: $(echo $LEFT)"
 fi
 rm -f "$NS2_FILE"
 PASSED=1

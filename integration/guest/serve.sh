@@ -25,12 +25,17 @@ stop_target() {
     wait "$TPID" 2>/dev/null || rc=$?
     echo "target exit status $rc"; TPID=
 }
+print_log() {
+    echo "--- target log"; sed 's/\x1b\[[0-9;]*m//g' "$TLOG" 2>/dev/null; echo "--- end of target log"
+}
 cleanup() {
     local rc=$?
     set +e
+    [ $rc = 0 ] && return
     nvme disconnect -n "$NQN" >/dev/null 2>&1
     stop_target
-    echo "--- target log"; cat "$TLOG" 2>/dev/null; echo "--- end of target log"
+    print_log
+    echo "DEMO FAILED (exit $rc)"
     exit $rc
 }
 trap cleanup EXIT
@@ -78,4 +83,5 @@ grep -E '^ *(read|write): IOPS=' /tmp/fio-demo.log
 step "nvme disconnect, stop the target"
 nvme disconnect -n "$NQN"
 stop_target
+print_log
 echo "DEMO OK"
