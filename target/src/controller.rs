@@ -267,6 +267,8 @@ pub struct Controller {
     /// Host identifier.
     pub hostid: [u8; 16],
     state: Mutex<CtrlState>,
+    /// CSTS.RDY, mirrored so the I/O path reads it without taking the lock.
+    ready: AtomicBool,
     links: Mutex<Vec<Arc<QueueLink>>>,
     /// Read commands (SMART).
     pub host_reads: AtomicU64,
@@ -293,6 +295,7 @@ impl Controller {
             hostnqn,
             hostid,
             state: Mutex::new(CtrlState::new(kato_ms, Instant::now())),
+            ready: AtomicBool::new(false),
             links: Mutex::new(Vec::new()),
             host_reads: AtomicU64::new(0),
             host_writes: AtomicU64::new(0),
@@ -304,6 +307,16 @@ impl Controller {
     /// Locks the state.
     pub fn state(&self) -> MutexGuard<'_, CtrlState> {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Whether CSTS.RDY is set (lock-free; kept in step by [`Controller::sync_ready`]).
+    pub fn is_ready(&self) -> bool {
+        self.ready.load(Ordering::Acquire)
+    }
+
+    /// Mirrors CSTS.RDY of `st` (call with the state locked, after a register write).
+    pub fn sync_ready(&self, st: &CtrlState) {
+        self.ready.store(st.ready(), Ordering::Release);
     }
 
     fn links(&self) -> MutexGuard<'_, Vec<Arc<QueueLink>>> {

@@ -119,10 +119,14 @@ pub fn property(ctrl: &Controller, cmd: &Command) -> (Status, u64, PropertyEffec
             Ok(v) => (Status::SUCCESS, v, PropertyEffect::None),
             Err(s) => (s, 0, PropertyEffect::None),
         },
-        _ => match st.property_set(p.offset, p.eight_bytes, p.value) {
-            Ok(e) => (Status::SUCCESS, 0, e),
-            Err(s) => (s, 0, PropertyEffect::None),
-        },
+        _ => {
+            let r = match st.property_set(p.offset, p.eight_bytes, p.value) {
+                Ok(e) => (Status::SUCCESS, 0, e),
+                Err(s) => (s, 0, PropertyEffect::None),
+            };
+            ctrl.sync_ready(&st);
+            r
+        }
     }
 }
 
@@ -204,6 +208,7 @@ mod tests {
             Status::CMD_SEQ_ERROR
         );
         enable(&ctrl);
+        assert!(ctrl.is_ready());
         let (io_ctrl, _) = connect(&t, 1, &c, &d).unwrap();
         assert!(Arc::ptr_eq(&io_ctrl, &ctrl));
         // wrong host for the controller

@@ -864,7 +864,7 @@ impl Queue {
         if self.qid() == 0 {
             return Ok(());
         }
-        if !ctrl.state().ready() {
+        if !ctrl.is_ready() {
             return Err(Status::CMD_SEQ_ERROR);
         }
         let ns = ctrl.subsys.namespace(cmd.nsid());
