@@ -116,6 +116,26 @@ impl EventChannel {
         set_nonblocking(self.fd())
     }
 
+    /// Waits up to `timeout` for the next event (`Ok(None)` on timeout). Works on
+    /// blocking and non-blocking channels alike.
+    pub fn wait_event(self: &Arc<Self>, timeout: std::time::Duration) -> Result<Option<CmEvent>> {
+        let mut pfd = libc::pollfd {
+            fd: self.fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        let ms = timeout.as_millis().min(i32::MAX as u128) as i32;
+        // SAFETY: one valid pollfd for the call.
+        let r = unsafe { libc::poll(&mut pfd, 1, ms) };
+        if r < 0 {
+            return Err(Error::last("poll(rdma_cm channel)"));
+        }
+        if r == 0 {
+            return Ok(None);
+        }
+        self.get_event()
+    }
+
     /// Waits for (or, if non-blocking, polls for) the next event.
     pub fn get_event(self: &Arc<Self>) -> Result<Option<CmEvent>> {
         let mut ev: *mut rdma_cm_event = ptr::null_mut();
@@ -208,6 +228,19 @@ pub struct ConnParams<'a> {
     pub retry_count: u8,
 }
 
+fn conn_param(p: &ConnParams<'_>) -> rdma_conn_param {
+    // SAFETY: plain data; zero is a valid value.
+    let mut cp: rdma_conn_param = unsafe { std::mem::zeroed() };
+    cp.private_data = p.private_data.as_ptr() as *const libc::c_void;
+    cp.private_data_len = p.private_data.len().min(255) as u8;
+    cp.responder_resources = p.responder_resources;
+    cp.initiator_depth = p.initiator_depth;
+    cp.flow_control = 1;
+    cp.retry_count = p.retry_count;
+    cp.rnr_retry_count = p.rnr_retry_count;
+    cp
+}
+
 fn to_sockaddr(addr: SocketAddr) -> libc::sockaddr_storage {
     // SAFETY: sockaddr_storage is plain data.
     let mut ss: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
@@ -291,6 +324,56 @@ impl CmId {
         Ok(())
     }
 
+    /// Resolves `dst` (and optionally the local `src`) to a device and port
+    /// (active side). Completes with an `AddrResolved` or `AddrError` event.
+    pub fn resolve_addr(
+        &self,
+        src: Option<SocketAddr>,
+        dst: SocketAddr,
+        timeout_ms: i32,
+    ) -> Result<()> {
+        let mut s = src.map(to_sockaddr);
+        let mut d = to_sockaddr(dst);
+        let sp = s
+            .as_mut()
+            .map_or(ptr::null_mut(), |s| s as *mut _ as *mut libc::sockaddr);
+        // SAFETY: raw is live; the sockaddrs live for the call (librdmacm copies them).
+        let r = unsafe {
+            rdma_resolve_addr(
+                self.raw,
+                sp,
+                &mut d as *mut _ as *mut libc::sockaddr,
+                timeout_ms,
+            )
+        };
+        if r != 0 {
+            return Err(Error::last("rdma_resolve_addr"));
+        }
+        Ok(())
+    }
+
+    /// Resolves the route to the resolved address (active side). Completes with
+    /// a `RouteResolved` or `RouteError` event.
+    pub fn resolve_route(&self, timeout_ms: i32) -> Result<()> {
+        // SAFETY: raw is live and its address is resolved.
+        if unsafe { rdma_resolve_route(self.raw, timeout_ms) } != 0 {
+            return Err(Error::last("rdma_resolve_route"));
+        }
+        Ok(())
+    }
+
+    /// Sends a connection request with private data (active side, after the
+    /// route is resolved and the QP created). Completes with `Established`,
+    /// `Rejected`, `Unreachable` or `ConnectError`.
+    pub fn connect(&self, p: &ConnParams<'_>) -> Result<()> {
+        let mut cp = conn_param(p);
+        // SAFETY: raw is live; cp and its private data live for the call.
+        if unsafe { rdma_connect(self.raw, &mut cp) } != 0 {
+            return Err(Error::last("rdma_connect"));
+        }
+        Ok(())
+    }
+
     /// Starts listening.
     pub fn listen(&self, backlog: i32) -> Result<()> {
         // SAFETY: raw is live and bound.
@@ -360,15 +443,7 @@ impl CmId {
 
     /// Accepts a connection request.
     pub fn accept(&self, p: &ConnParams<'_>) -> Result<()> {
-        // SAFETY: plain data.
-        let mut cp: rdma_conn_param = unsafe { std::mem::zeroed() };
-        cp.private_data = p.private_data.as_ptr() as *const libc::c_void;
-        cp.private_data_len = p.private_data.len().min(255) as u8;
-        cp.responder_resources = p.responder_resources;
-        cp.initiator_depth = p.initiator_depth;
-        cp.flow_control = 1;
-        cp.retry_count = p.retry_count;
-        cp.rnr_retry_count = p.rnr_retry_count;
+        let mut cp = conn_param(p);
         // SAFETY: raw is live; cp and its private data live for the call.
         if unsafe { rdma_accept(self.raw, &mut cp) } != 0 {
             return Err(Error::last("rdma_accept"));

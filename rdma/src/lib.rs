@@ -3,7 +3,8 @@
 //! private data, connect, disconnect), protection domains, completion channels
 //! and queues, RC queue pairs created through RDMA-CM, memory regions over
 //! page-aligned buffers, and posting RECV / SEND / SEND_WITH_INV / RDMA READ /
-//! RDMA WRITE work requests.
+//! RDMA WRITE work requests, and type-2 memory windows (BIND_MW, LOCAL_INV)
+//! for the initiator.
 //!
 //! Ownership encodes teardown order: a [`MemoryRegion`] holds its
 //! [`ProtectionDomain`], a [`CompletionQueue`] its [`CompletionChannel`], a
@@ -19,9 +20,9 @@ pub use buffer::Buffer;
 pub use cm::{CmEvent, CmEventKind, CmId, ConnParams, EventChannel};
 pub use error::{Error, Result};
 pub use verbs::{
-    Access, CompletionChannel, CompletionQueue, Context, DeviceAttr, MemoryRegion,
-    ProtectionDomain, QpCaps, QueuePair, SendBatch, SendOp, SendRequest, Sge, WcOpcode,
-    WorkCompletion,
+    Access, CompletionChannel, CompletionQueue, Context, DeviceAttr, MemoryRegion, MemoryWindow,
+    MrHandle, MwHandle, ProtectionDomain, QpCaps, QueuePair, SendBatch, SendOp, SendRequest, Sge,
+    WcOpcode, WorkCompletion,
 };
 
 pub use rdma_sys as sys;

@@ -187,6 +187,10 @@ impl MemoryRegion {
     pub fn addr(&self) -> u64 {
         self.buf.as_ptr() as u64
     }
+    /// A handle naming this region in a memory-window bind request.
+    pub fn handle(&self) -> MrHandle {
+        MrHandle(self.raw)
+    }
     /// An SGE for `[offset, offset+len)` of this region. Panics if out of bounds.
     pub fn sge(&self, offset: usize, len: u32) -> Sge {
         assert!(offset + len as usize <= self.buf.len(), "SGE out of region");
@@ -203,6 +207,75 @@ impl Drop for MemoryRegion {
         // SAFETY: deregistering the MR created in `new`; the buffer is unmapped after.
         unsafe {
             ibv_dereg_mr(self.raw);
+        }
+    }
+}
+
+/// Names a memory region in a [`SendOp::BindMw`] request. Posting such a
+/// request is unsafe: the region must outlive the request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MrHandle(*mut ibv_mr);
+
+/// Names a memory window in a [`SendOp::BindMw`] request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MwHandle(*mut ibv_mw);
+
+/// A type-2 memory window: a remotely accessible view of part of a memory
+/// region, opened by a BIND_MW work request on one queue pair (type 2B) and
+/// closed by invalidation (the peer's SEND_WITH_INVALIDATE, or a local
+/// LOCAL_INV). Each bind gives it a fresh key: the low 8 bits of the rkey
+/// advance, so a key seen by the peer for one I/O is useless for the next.
+pub struct MemoryWindow {
+    raw: *mut ibv_mw,
+    _pd: Arc<ProtectionDomain>,
+}
+
+// SAFETY: a MW may be used from any thread; binds go through a QP.
+unsafe impl Send for MemoryWindow {}
+// SAFETY: as above.
+unsafe impl Sync for MemoryWindow {}
+
+impl MemoryWindow {
+    /// Allocates a type-2 window in `pd`.
+    pub fn new_type2(pd: &Arc<ProtectionDomain>) -> Result<MemoryWindow> {
+        // SAFETY: pd is live; the result is checked.
+        let raw = unsafe { ibv_alloc_mw(pd.raw, ibv_mw_type::IBV_MW_TYPE_2) };
+        match raw {
+            Some(p) if !p.is_null() => Ok(MemoryWindow {
+                raw: p,
+                _pd: pd.clone(),
+            }),
+            _ => Err(Error::last("ibv_alloc_mw")),
+        }
+    }
+    /// The key of the current (or last) binding.
+    pub fn rkey(&self) -> u32 {
+        // SAFETY: raw is live.
+        unsafe { (*self.raw).rkey }
+    }
+    /// The key the next bind will give the window: the same index with the low
+    /// 8 bits advanced by one.
+    pub fn next_rkey(&self) -> u32 {
+        let k = self.rkey();
+        (k & !0xff) | (k.wrapping_add(1) & 0xff)
+    }
+    /// Records that a bind to `rkey` was posted (the provider checks the
+    /// window's current key against the device's on the next bind).
+    pub fn set_rkey(&mut self, rkey: u32) {
+        // SAFETY: raw is live and owned by self.
+        unsafe { (*self.raw).rkey = rkey };
+    }
+    /// A handle for a bind request.
+    pub fn handle(&self) -> MwHandle {
+        MwHandle(self.raw)
+    }
+}
+
+impl Drop for MemoryWindow {
+    fn drop(&mut self) {
+        // SAFETY: deallocating the window allocated in `new_type2`.
+        unsafe {
+            ibv_dealloc_mw(self.raw);
         }
     }
 }
@@ -234,6 +307,28 @@ impl CompletionChannel {
     pub fn fd(&self) -> RawFd {
         // SAFETY: raw is live.
         unsafe { (*self.raw).fd }
+    }
+    /// Waits up to `timeout_ms` (-1: forever) for the channel to become
+    /// readable. Returns whether it did.
+    pub fn wait(&self, timeout_ms: i32) -> Result<bool> {
+        let mut pfd = libc::pollfd {
+            fd: self.fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // SAFETY: one valid pollfd for the call.
+        let r = unsafe { libc::poll(&mut pfd, 1, timeout_ms) };
+        if r < 0 {
+            let e = std::io::Error::last_os_error();
+            if e.raw_os_error() == Some(libc::EINTR) {
+                return Ok(false);
+            }
+            return Err(Error::Os {
+                call: "poll(completion channel)",
+                source: e,
+            });
+        }
+        Ok(r > 0)
     }
 }
 
@@ -412,6 +507,25 @@ pub enum SendOp {
         /// Remote key.
         rkey: u32,
     },
+    /// BIND_MW: opens type-2 window `mw` on `[addr, addr+len)` of region `mr`
+    /// with `access` (remote read and/or write), under the new key `rkey`.
+    /// Takes no SGEs.
+    BindMw {
+        /// The window.
+        mw: MwHandle,
+        /// The region it views.
+        mr: MrHandle,
+        /// Start address (inside the region).
+        addr: u64,
+        /// Length in bytes.
+        len: u64,
+        /// Remote access granted.
+        access: Access,
+        /// The window's new key ([`MemoryWindow::next_rkey`]).
+        rkey: u32,
+    },
+    /// LOCAL_INV of a window or region key. Takes no SGEs.
+    LocalInv(u32),
 }
 
 /// A send-queue work request.
@@ -531,6 +645,30 @@ fn fill_op(w: &mut ibv_send_wr, op: SendOp) {
         SendOp::RdmaWrite { remote_addr, rkey } => {
             w.opcode = ibv_wr_opcode::IBV_WR_RDMA_WRITE;
             w.wr.rdma = rdma_t { remote_addr, rkey };
+        }
+        SendOp::BindMw {
+            mw,
+            mr,
+            addr,
+            len,
+            access,
+            rkey,
+        } => {
+            w.opcode = ibv_wr_opcode::IBV_WR_BIND_MW;
+            w.bind_mw_tso_union.bind_mw = bind_mw_t {
+                mw: mw.0,
+                rkey,
+                bind_info: ibv_mw_bind_info {
+                    mr: mr.0,
+                    addr,
+                    length: len,
+                    mw_access_flags: access.0,
+                },
+            };
+        }
+        SendOp::LocalInv(rkey) => {
+            w.opcode = ibv_wr_opcode::IBV_WR_LOCAL_INV;
+            w.imm_data_invalidated_rkey_union.invalidated_rkey = rkey;
         }
     }
 }
@@ -653,6 +791,10 @@ pub enum WcOpcode {
     RdmaRead,
     /// RECV.
     Recv,
+    /// BIND_MW.
+    BindMw,
+    /// LOCAL_INV.
+    LocalInv,
     /// Anything else.
     Other(u32),
 }
@@ -681,6 +823,10 @@ impl WorkCompletion {
     pub fn is_flush(&self) -> bool {
         self.0.status == ibv_wc_status::IBV_WC_WR_FLUSH_ERR
     }
+    /// Whether the peer refused an RDMA access (bad key, range or rights).
+    pub fn is_remote_access_error(&self) -> bool {
+        self.0.status == ibv_wc_status::IBV_WC_REM_ACCESS_ERR
+    }
     /// Raw status.
     pub fn status(&self) -> u32 {
         self.0.status
@@ -704,6 +850,8 @@ impl WorkCompletion {
             ibv_wc_opcode::IBV_WC_RDMA_WRITE => WcOpcode::RdmaWrite,
             ibv_wc_opcode::IBV_WC_RDMA_READ => WcOpcode::RdmaRead,
             ibv_wc_opcode::IBV_WC_RECV => WcOpcode::Recv,
+            ibv_wc_opcode::IBV_WC_BIND_MW => WcOpcode::BindMw,
+            ibv_wc_opcode::IBV_WC_LOCAL_INV => WcOpcode::LocalInv,
             o => WcOpcode::Other(o),
         }
     }

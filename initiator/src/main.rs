@@ -1,0 +1,547 @@
+//! `nvmf-initiator`: discover, connect/identify, read, write, flush and perf
+//! against an NVMe-oF/RDMA target.
+
+use std::io::{IsTerminal, Write};
+use std::net::{IpAddr, SocketAddr};
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use nvme::discovery::DiscoveryEntry;
+use nvmf_initiator::controller::{ConnectOptions, Controller};
+use nvmf_initiator::host::{format_uuid, parse_uuid, HostIdentity};
+use nvmf_initiator::perf::{self, Pattern, PerfOptions, PerfReport};
+use nvmf_initiator::{discovery, Error, Result, WindowMode};
+
+#[derive(Parser)]
+#[command(
+    name = "nvmf-initiator",
+    version,
+    about = "NVMe-over-Fabrics initiator over RDMA"
+)]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+    /// Log level (error, warn, info, debug, trace).
+    #[arg(long, global = true, default_value = "warn")]
+    log_level: String,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum Windows {
+    /// A type-2 memory window per I/O, invalidated by the target (SGL 0x4F).
+    Mw,
+    /// A memory region per buffer, registered once (SGL 0x40).
+    Mr,
+}
+
+#[derive(Args, Clone)]
+struct Conn {
+    /// Target address (IPv4 or IPv6).
+    #[arg(short = 'a', long)]
+    traddr: IpAddr,
+    /// Target port.
+    #[arg(short = 's', long, default_value_t = nvme::DEFAULT_PORT)]
+    trsvcid: u16,
+    /// Host NQN (default: /etc/nvme/hostnqn, or one made from the host id).
+    #[arg(short = 'q', long)]
+    hostnqn: Option<String>,
+    /// Host identifier, a UUID (default: /etc/nvme/hostid).
+    #[arg(short = 'I', long)]
+    hostid: Option<String>,
+    /// How I/O buffers are exposed to the target.
+    #[arg(long, value_enum, default_value = "mw")]
+    windows: Windows,
+    /// Keep-alive timeout in seconds (0: none).
+    #[arg(short = 'k', long = "keep-alive-tmo", default_value_t = 5)]
+    kato: u64,
+    /// Timeout in seconds for connecting and admin commands.
+    #[arg(long, default_value_t = 10)]
+    timeout: u64,
+}
+
+#[derive(Args, Clone)]
+struct Subsys {
+    #[command(flatten)]
+    conn: Conn,
+    /// Subsystem NQN.
+    #[arg(short = 'n', long)]
+    nqn: String,
+}
+
+#[derive(Args, Clone)]
+struct Io {
+    #[command(flatten)]
+    sub: Subsys,
+    /// Namespace id.
+    #[arg(long, default_value_t = 1)]
+    nsid: u32,
+    /// First logical block.
+    #[arg(long, default_value_t = 0)]
+    start_block: u64,
+    /// Bytes to transfer (suffixes k, M, G); for write, defaults to the file size.
+    #[arg(short = 'z', long, value_parser = parse_size)]
+    data_size: Option<u64>,
+    /// File to read from (write) or write to (read); "-" is stdin/stdout.
+    #[arg(short = 'd', long, default_value = "-")]
+    data: String,
+    /// Queue depth for the transfer.
+    #[arg(long, default_value_t = 32)]
+    qd: u16,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Read the discovery log.
+    Discover {
+        #[command(flatten)]
+        conn: Conn,
+    },
+    /// Connect, print the controller and its namespaces, disconnect.
+    #[command(alias = "identify")]
+    Connect {
+        #[command(flatten)]
+        sub: Subsys,
+    },
+    /// Read from a namespace to a file or stdout.
+    Read(Io),
+    /// Write a file or stdin to a namespace.
+    Write(Io),
+    /// Flush a namespace.
+    Flush {
+        #[command(flatten)]
+        sub: Subsys,
+        /// Namespace id.
+        #[arg(long, default_value_t = 1)]
+        nsid: u32,
+    },
+    /// Generate load and report IOPS, bandwidth and latency percentiles.
+    Perf {
+        #[command(flatten)]
+        sub: Subsys,
+        /// Namespace id.
+        #[arg(long, default_value_t = 1)]
+        nsid: u32,
+        /// Pattern: randread, randwrite, read, write, randrw.
+        #[arg(long, default_value = "randread")]
+        rw: Pattern,
+        /// Bytes per I/O (suffixes k, M).
+        #[arg(long, default_value = "4k", value_parser = parse_size)]
+        bs: u64,
+        /// Commands in flight per queue.
+        #[arg(long, default_value_t = 32)]
+        qd: u16,
+        /// I/O queues (one thread each).
+        #[arg(long, default_value_t = 1)]
+        queues: u16,
+        /// Seconds to run.
+        #[arg(long, default_value_t = 10)]
+        time: u64,
+        /// Reads in percent for randrw.
+        #[arg(long, default_value_t = 50)]
+        rwmixread: u8,
+        /// Limit the I/O to the first SIZE bytes of the namespace.
+        #[arg(long, value_parser = parse_size)]
+        size: Option<u64>,
+        /// Never send writes as in-capsule data.
+        #[arg(long)]
+        no_inline: bool,
+        /// Busy-poll this many microseconds before sleeping for completions.
+        #[arg(long, default_value_t = 0)]
+        spin_us: u64,
+        /// Print the report as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+fn parse_size(s: &str) -> std::result::Result<u64, String> {
+    let s = s.trim();
+    let (num, mult) = match s.char_indices().find(|(_, c)| !c.is_ascii_digit()) {
+        None => (s, 1u64),
+        Some((i, _)) => {
+            let m = match s[i..].to_ascii_lowercase().as_str() {
+                "k" | "kb" | "kib" => 1 << 10,
+                "m" | "mb" | "mib" => 1 << 20,
+                "g" | "gb" | "gib" => 1 << 30,
+                "t" | "tb" | "tib" => 1 << 40,
+                "b" => 1,
+                o => return Err(format!("unknown size suffix {o:?} (k, M, G, T)")),
+            };
+            (&s[..i], m)
+        }
+    };
+    let n: u64 = num.parse().map_err(|_| format!("not a size: {s:?}"))?;
+    n.checked_mul(mult)
+        .ok_or_else(|| format!("size too large: {s:?}"))
+}
+
+fn options(conn: &Conn, nqn: &str) -> Result<ConnectOptions> {
+    let id = match &conn.hostid {
+        Some(s) => Some(
+            parse_uuid(s).ok_or_else(|| Error::Invalid(format!("host id {s:?} is not a UUID")))?,
+        ),
+        None => None,
+    };
+    let mut o = ConnectOptions::new(SocketAddr::new(conn.traddr, conn.trsvcid), nqn);
+    o.host = HostIdentity::system(conn.hostnqn.clone(), id);
+    o.windows = match conn.windows {
+        Windows::Mw => WindowMode::Mw,
+        Windows::Mr => WindowMode::Mr,
+    };
+    o.kato = Duration::from_secs(conn.kato);
+    o.timeout = Duration::from_secs(conn.timeout.max(1));
+    Ok(o)
+}
+
+fn adrfam(a: u8) -> &'static str {
+    match a {
+        1 => "ipv4",
+        2 => "ipv6",
+        3 => "ib",
+        _ => "unrecognized",
+    }
+}
+
+fn print_entry(i: usize, e: &DiscoveryEntry) {
+    let subtype = match e.subtype {
+        1 => "referral",
+        2 => "nvme subsystem",
+        3 => "current discovery subsystem",
+        _ => "unrecognized",
+    };
+    let trtype = match e.trtype {
+        1 => "rdma",
+        2 => "fc",
+        3 => "tcp",
+        _ => "unrecognized",
+    };
+    println!("=====Discovery Log Entry {i}======");
+    println!("trtype:  {trtype}");
+    println!("adrfam:  {}", adrfam(e.adrfam));
+    println!("subtype: {subtype}");
+    println!("portid:  {}", e.portid);
+    println!("trsvcid: {}", e.trsvcid);
+    println!("subnqn:  {}", e.subnqn);
+    println!("traddr:  {}", e.traddr);
+    println!("asqsz:   {}", e.asqsz);
+}
+
+fn human(bytes: u64) -> String {
+    let units = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let mut v = bytes as f64;
+    let mut u = 0;
+    while v >= 1024.0 && u + 1 < units.len() {
+        v /= 1024.0;
+        u += 1;
+    }
+    format!("{v:.1} {}", units[u])
+}
+
+fn identify(sub: &Subsys) -> Result<()> {
+    let mut o = options(&sub.conn, &sub.nqn)?;
+    o.io_queues = 0;
+    let c = Controller::connect(&o)?;
+    let i = c.info();
+    let id = &i.id;
+    println!("controller {} of {}", i.cntlid, id.subnqn);
+    println!("  model:     {}", id.mn.trim());
+    println!("  serial:    {}", id.sn.trim());
+    println!("  firmware:  {}", id.fr.trim());
+    println!(
+        "  version:   {}.{}.{}",
+        i.vs >> 16,
+        (i.vs >> 8) & 0xFF,
+        i.vs & 0xFF
+    );
+    println!(
+        "  mdts:      {} (largest transfer {})",
+        id.mdts,
+        human(i.max_transfer as u64)
+    );
+    println!("  maxcmd:    {}  mqes: {}", id.maxcmd, (i.cap & 0xFFFF) + 1);
+    println!(
+        "  ioccsz:    {} ({} B in-capsule data)  iorcsz: {}",
+        id.ioccsz,
+        (id.ioccsz as usize * 16).saturating_sub(64),
+        id.iorcsz
+    );
+    println!(
+        "  sgls:      {:#010x}  kas: {}  oaes: {:#x}",
+        id.sgls, id.kas, id.oaes
+    );
+    println!("  nn:        {}  host: {}", id.nn, o.host.nqn);
+    for nsid in c.namespaces()? {
+        let ns = c.identify_namespace(nsid)?;
+        let bs = ns.block_size();
+        println!(
+            "namespace {nsid}: {} blocks of {bs} B ({}), nguid {}",
+            ns.nsze,
+            human(ns.nsze * bs),
+            format_uuid(&ns.nguid).replace('-', "")
+        );
+    }
+    c.shutdown()
+}
+
+fn open_io(io: &Io) -> Result<(Controller, nvmf_initiator::IoQueue, u32, u64)> {
+    let mut o = options(&io.sub.conn, &io.sub.nqn)?;
+    o.io_queues = 1;
+    o.queue_depth = io.qd.max(2);
+    let c = Controller::connect(&o)?;
+    let ns = c.identify_namespace(io.nsid)?;
+    if ns.nsze == 0 {
+        return Err(Error::Invalid(format!(
+            "namespace {} is not active",
+            io.nsid
+        )));
+    }
+    let mut qs = c.connect_io_queues()?;
+    let q = qs
+        .pop()
+        .ok_or_else(|| Error::Protocol("the controller granted no I/O queue".into()))?;
+    Ok((c, q, ns.block_size() as u32, ns.nsze))
+}
+
+fn file_err(path: &str, e: std::io::Error) -> Error {
+    Error::File {
+        path: path.to_string(),
+        source: e,
+    }
+}
+
+fn read_cmd(io: &Io) -> Result<()> {
+    let (c, mut q, bs, nsze) = open_io(io)?;
+    let len = io
+        .data_size
+        .ok_or_else(|| Error::Invalid("--data-size is required for read".into()))?;
+    check_range(io.start_block, len, bs, nsze)?;
+    let r = if io.data == "-" {
+        let mut out = std::io::stdout().lock();
+        q.read_to(io.nsid, io.start_block, len, bs, &mut out)
+            .and_then(|_| out.flush().map_err(|e| file_err("stdout", e)))
+    } else {
+        let f = std::fs::File::create(&io.data).map_err(|e| file_err(&io.data, e))?;
+        let mut w = std::io::BufWriter::with_capacity(1 << 20, f);
+        q.read_to(io.nsid, io.start_block, len, bs, &mut w)
+            .and_then(|_| w.flush().map_err(|e| file_err(&io.data, e)))
+    };
+    drop(q);
+    let s = c.shutdown();
+    r.and(s)
+}
+
+fn check_range(slba: u64, len: u64, bs: u32, nsze: u64) -> Result<()> {
+    let blocks = len.div_ceil(bs as u64);
+    if slba.checked_add(blocks).is_none_or(|e| e > nsze) {
+        return Err(Error::Invalid(format!(
+            "blocks {slba}..{} are beyond the namespace's {nsze} blocks",
+            slba.saturating_add(blocks)
+        )));
+    }
+    Ok(())
+}
+
+fn write_cmd(io: &Io) -> Result<()> {
+    let (mut input, size): (Box<dyn std::io::Read>, Option<u64>) = if io.data == "-" {
+        (Box::new(std::io::stdin().lock()), None)
+    } else {
+        let f = std::fs::File::open(&io.data).map_err(|e| file_err(&io.data, e))?;
+        let n = f.metadata().map_err(|e| file_err(&io.data, e))?.len();
+        (
+            Box::new(std::io::BufReader::with_capacity(1 << 20, f)),
+            Some(n),
+        )
+    };
+    let len = io
+        .data_size
+        .or(size)
+        .ok_or_else(|| Error::Invalid("--data-size is required when writing from stdin".into()))?;
+    let (c, mut q, bs, nsze) = open_io(io)?;
+    check_range(io.start_block, len, bs, nsze)?;
+    let r = q.write_from(io.nsid, io.start_block, len, bs, &mut input);
+    drop(q);
+    let s = c.shutdown();
+    r.and(s)
+}
+
+fn print_report(r: &PerfReport) {
+    println!(
+        "{:?} bs={} qd={} queues={} windows={}: {:.0} IOPS, {:.1} MiB/s, {} I/Os in {:.1} s, {} errors",
+        r.pattern, r.bs, r.qd, r.queues, r.windows, r.iops, r.mib_s, r.ios, r.seconds, r.errors
+    );
+    println!(
+        "  latency (us): mean {:.1}  p50 {:.1}  p99 {:.1}  p99.9 {:.1}  max {:.1}",
+        r.lat_mean_us, r.lat_p50_us, r.lat_p99_us, r.lat_p999_us, r.lat_max_us
+    );
+    println!(
+        "  windows: {} bound, {} invalidated by the target, {} locally; {} in-capsule writes",
+        r.binds, r.remote_invalidations, r.local_invalidations, r.in_capsule
+    );
+    if let Some(e) = &r.first_error {
+        println!("  first error: {e}");
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+fn perf_cmd(
+    sub: &Subsys,
+    nsid: u32,
+    rw: Pattern,
+    bs: u64,
+    qd: u16,
+    queues: u16,
+    time: u64,
+    rwmixread: u8,
+    size: Option<u64>,
+    no_inline: bool,
+    spin_us: u64,
+    json: bool,
+) -> Result<bool> {
+    let mut o = options(&sub.conn, &sub.nqn)?;
+    o.io_queues = queues.max(1);
+    o.queue_depth = qd.max(2);
+    o.inline = !no_inline;
+    o.spin = Duration::from_micros(spin_us);
+    o.max_io = o.max_io.max(bs as usize);
+    let c = Controller::connect(&o)?;
+    let ns = c.identify_namespace(nsid)?;
+    if ns.nsze == 0 {
+        return Err(Error::Invalid(format!("namespace {nsid} is not active")));
+    }
+    let block = ns.block_size();
+    let mut blocks = ns.nsze;
+    if let Some(s) = size {
+        blocks = blocks.min(s / block);
+    }
+    let qs = c.connect_io_queues()?;
+    if (qs.len() as u16) < o.io_queues {
+        eprintln!(
+            "note: the controller granted {} of {} I/O queues",
+            qs.len(),
+            o.io_queues
+        );
+    }
+    let opts = PerfOptions {
+        pattern: rw,
+        bs: bs as usize,
+        qd,
+        time: Duration::from_secs(time),
+        read_pct: rwmixread.min(100),
+    };
+    let tty = std::io::stderr().is_terminal();
+    let mut last = 0u64;
+    let rep = perf::run(
+        qs,
+        perf::Target {
+            nsid,
+            block_size: block as u32,
+            blocks,
+        },
+        &opts,
+        |e, p| {
+            let ios = p.ios.load(std::sync::atomic::Ordering::Relaxed);
+            let d = ios - last;
+            last = ios;
+            let line = format!(
+                "[{:>3}s] {} IOPS, {:.1} MiB/s",
+                e.as_secs(),
+                d,
+                d as f64 * bs as f64 / 1048576.0
+            );
+            if tty {
+                eprint!("\r{line}   ");
+            } else {
+                eprintln!("{line}");
+            }
+        },
+    );
+    if tty {
+        eprintln!();
+    }
+    let kas = c.keep_alives();
+    let ok = match &rep {
+        Ok(r) => r.errors == 0,
+        Err(_) => false,
+    };
+    let s = c.shutdown();
+    let rep = rep?;
+    s?;
+    if json {
+        let mut v = serde_json::to_value(&rep).map_err(|e| Error::Protocol(e.to_string()))?;
+        v["keep_alives"] = kas.into();
+        println!("{v}");
+    } else {
+        print_report(&rep);
+    }
+    Ok(ok)
+}
+
+fn run(cli: Cli) -> Result<bool> {
+    match cli.cmd {
+        Cmd::Discover { conn } => {
+            let o = options(&conn, nvme::DISCOVERY_NQN)?;
+            let log = discovery::discover(&o)?;
+            println!(
+                "Discovery Log Number of Records {}, Generation counter {}",
+                log.entries.len(),
+                log.genctr
+            );
+            for (i, e) in log.entries.iter().enumerate() {
+                print_entry(i, e);
+            }
+            Ok(true)
+        }
+        Cmd::Connect { sub } => identify(&sub).map(|_| true),
+        Cmd::Read(io) => read_cmd(&io).map(|_| true),
+        Cmd::Write(io) => write_cmd(&io).map(|_| true),
+        Cmd::Flush { sub, nsid } => {
+            let mut o = options(&sub.conn, &sub.nqn)?;
+            o.io_queues = 1;
+            let c = Controller::connect(&o)?;
+            let mut qs = c.connect_io_queues()?;
+            let r = match qs.first_mut() {
+                Some(q) => q.flush_ns(nsid),
+                None => Err(Error::Protocol("no I/O queue granted".into())),
+            };
+            drop(qs);
+            let s = c.shutdown();
+            r.and(s).map(|_| true)
+        }
+        Cmd::Perf {
+            sub,
+            nsid,
+            rw,
+            bs,
+            qd,
+            queues,
+            time,
+            rwmixread,
+            size,
+            no_inline,
+            spin_us,
+            json,
+        } => perf_cmd(
+            &sub, nsid, rw, bs, qd, queues, time, rwmixread, size, no_inline, spin_us, json,
+        ),
+    }
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_new(&cli.log_level)
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+        )
+        .init();
+    match run(cli) {
+        Ok(true) => ExitCode::SUCCESS,
+        Ok(false) => ExitCode::from(1),
+        Err(e) => {
+            eprintln!("nvmf-initiator: {e}");
+            ExitCode::from(1)
+        }
+    }
+}

@@ -1,0 +1,913 @@
+//! One NVMe/RDMA queue pair on the host side: the RDMA-CM connection, the
+//! registered memory, the per-command memory windows, posting capsules and
+//! processing completions. The command bookkeeping is [`crate::slots`].
+//!
+//! Memory, per queue of depth `d`:
+//! - `cmd`: `d` capsules of 64 bytes (local access only);
+//! - `rsp`: `d` receive buffers of 16 bytes (local access only);
+//! - data: `d` slots of `slot_size` bytes. In [`WindowMode::Mw`] they are one
+//!   region with local access and MW_BIND only, and every data transfer opens
+//!   a type-2 window over exactly the bytes of that command, with exactly the
+//!   access the target needs; in [`WindowMode::Mr`] each slot is its own
+//!   region registered once with remote read and write.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use nvme::cm::{CmReject, CmRequest, RejectStatus};
+use nvme::command::Command;
+use nvme::completion::Completion;
+use nvme::sgl::Sgl;
+use nvme::{CQE_SIZE, SQE_SIZE};
+use rdma::{
+    Access, Buffer, CmEventKind, CmId, CompletionChannel, CompletionQueue, ConnParams,
+    EventChannel, MemoryRegion, MemoryWindow, ProtectionDomain, QpCaps, SendBatch, SendOp,
+    SendRequest, Sge, WorkCompletion,
+};
+
+use crate::error::{Error, Result};
+use crate::slots::{Next, Slots};
+
+/// How data buffers are exposed to the target.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WindowMode {
+    /// A type-2 memory window per I/O, bound before the command and closed by
+    /// the target's SEND_WITH_INVALIDATE (SGL subtype 0xF) or a LOCAL_INV.
+    Mw,
+    /// A memory region per buffer, registered once with remote access
+    /// (SGL subtype 0x0). For devices without windows, and for comparison.
+    Mr,
+}
+
+/// The data a command moves.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Xfer {
+    /// No data.
+    None,
+    /// `n` bytes from the slot buffer to the target (a write).
+    ToTarget(u32),
+    /// `n` bytes from the target into the slot buffer (a read).
+    FromTarget(u32),
+}
+
+/// Queue parameters.
+#[derive(Debug, Clone)]
+pub struct QueueConfig {
+    /// Queue id (0 = admin).
+    pub qid: u16,
+    /// Queue size: commands in flight, receive buffers, slots.
+    pub depth: u16,
+    /// Bytes per data slot (largest transfer).
+    pub slot_size: usize,
+    /// Window mode.
+    pub windows: WindowMode,
+    /// Largest write sent as in-capsule data (0: never).
+    pub inline_max: usize,
+    /// Timeout for address/route resolution and connection.
+    pub timeout: Duration,
+    /// Local address to bind (None: any).
+    pub src: Option<SocketAddr>,
+    /// Busy-poll the CQ this long before sleeping on the completion channel.
+    pub spin: Duration,
+}
+
+impl QueueConfig {
+    /// A configuration with defaults: memory windows, no in-capsule data,
+    /// 10 s timeout, no spinning.
+    pub fn new(qid: u16, depth: u16, slot_size: usize) -> QueueConfig {
+        QueueConfig {
+            qid,
+            depth,
+            slot_size,
+            windows: WindowMode::Mw,
+            inline_max: 0,
+            timeout: Duration::from_secs(10),
+            src: None,
+            spin: Duration::ZERO,
+        }
+    }
+}
+
+/// Counters of one queue.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct QueueStats {
+    /// Command capsules sent.
+    pub commands: u64,
+    /// Memory windows bound.
+    pub binds: u64,
+    /// Windows closed by the target's SEND_WITH_INVALIDATE.
+    pub remote_invalidations: u64,
+    /// Windows closed by a LOCAL_INV because the response did not invalidate.
+    pub local_invalidations: u64,
+    /// Writes sent as in-capsule data.
+    pub in_capsule: u64,
+}
+
+/// A completed command.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Done {
+    /// The slot (command id) it ran in; still reserved by the caller.
+    pub tag: u16,
+    /// The response.
+    pub cqe: Completion,
+}
+
+/// Raw mode: what to send.
+#[derive(Debug, Clone)]
+pub struct RawRequest<'a> {
+    /// The 64-byte SQE, sent as is (cid and SGL included) unless `window` is set.
+    pub sqe: [u8; SQE_SIZE],
+    /// Bytes appended to the capsule as in-capsule data.
+    pub in_capsule: &'a [u8],
+    /// If set, the SQE's SGL is replaced by a keyed SGL over a data slot for
+    /// this transfer (as a normal command would get); `ToTarget` sends the
+    /// first bytes of `write_data`.
+    pub window: Option<Xfer>,
+    /// Data for a `ToTarget` window.
+    pub write_data: &'a [u8],
+}
+
+/// Raw mode: what came back.
+#[derive(Debug, Clone)]
+pub struct RawOutcome {
+    /// The response as received (its cid is the one the SQE carried).
+    pub cqe: Option<Completion>,
+    /// For a `FromTarget` window: the bytes the target wrote.
+    pub data: Vec<u8>,
+    /// Why no response came (queue failed, disconnected, timed out).
+    pub error: Option<String>,
+}
+
+const WR_SEND: u64 = 0;
+const WR_RECV: u64 = 1;
+const WR_LOCAL_INV: u64 = 2;
+const WR_BIND: u64 = 3;
+
+fn wr_id(kind: u64, idx: u16) -> u64 {
+    kind << 32 | idx as u64
+}
+
+enum DataMem {
+    // Field order matters: windows are deallocated before the region they view.
+    Windows {
+        mws: Vec<MemoryWindow>,
+        mr: MemoryRegion,
+    },
+    Regions(Vec<MemoryRegion>),
+}
+
+/// One connected NVMe/RDMA queue pair.
+pub struct RdmaQueue {
+    // Drop order: the id (with its QP) first, then memory, CQ, PD.
+    id: CmId,
+    cmd: MemoryRegion,
+    rsp: MemoryRegion,
+    data: DataMem,
+    cq: Arc<CompletionQueue>,
+    _pd: Arc<ProtectionDomain>,
+    peer: SocketAddr,
+    cfg: QueueConfig,
+    slots: Slots,
+    batch: SendBatch,
+    key_updates: Vec<(u16, u32)>,
+    wcs: Vec<WorkCompletion>,
+    broken: Option<String>,
+    raw: Option<(u16, u16)>,
+    raw_cqe: Option<Completion>,
+    stats: QueueStats,
+    crqsize: u16,
+}
+
+fn reject_reason(private: &[u8], cm_status: i32) -> String {
+    match CmReject::parse(private) {
+        Ok(r) => {
+            let name = match r.status {
+                s if s == RejectStatus::InvalidLen as u16 => "invalid private data length",
+                s if s == RejectStatus::InvalidRecfmt as u16 => "invalid record format",
+                s if s == RejectStatus::InvalidQid as u16 => "invalid queue id",
+                s if s == RejectStatus::InvalidHsqsize as u16 => "invalid host SQ size",
+                s if s == RejectStatus::InvalidHrqsize as u16 => "invalid host RQ size",
+                s if s == RejectStatus::NoResources as u16 => "no resources",
+                s if s == RejectStatus::InvalidIrd as u16 => "invalid IRD",
+                s if s == RejectStatus::InvalidOrd as u16 => "invalid ORD",
+                _ => "unknown NVMe/RDMA reject status",
+            };
+            format!("{name} (NVMe/RDMA status {})", r.status)
+        }
+        Err(_) if cm_status == 28 => "rejected without NVMe/RDMA status".into(),
+        Err(_) => format!("no listener or refused (CM status {cm_status})"),
+    }
+}
+
+fn wait_cm(
+    ch: &Arc<EventChannel>,
+    want: CmEventKind,
+    timeout: Duration,
+) -> std::result::Result<rdma::CmEvent, String> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(format!("no {want:?} event within {timeout:?}"));
+        }
+        match ch.wait_event(left) {
+            Ok(Some(ev)) if ev.kind == want => return Ok(ev),
+            Ok(Some(ev)) => return Err(format!("{:?} (status {})", ev.kind, ev.status)),
+            Ok(None) => continue,
+            Err(e) => return Err(e.to_string()),
+        }
+    }
+}
+
+impl RdmaQueue {
+    /// Connects queue `cfg.qid` to the target at `dst` (RDMA-CM with NVMe/RDMA
+    /// private data). The NVMe-level Connect command is the caller's.
+    pub fn connect(dst: SocketAddr, cfg: QueueConfig) -> Result<RdmaQueue> {
+        if cfg.depth < 2 || cfg.slot_size == 0 {
+            return Err(Error::Invalid(format!(
+                "queue depth {} / slot size {}",
+                cfg.depth, cfg.slot_size
+            )));
+        }
+        let qid = cfg.qid;
+        let ch = EventChannel::new()?;
+        let mut id = CmId::new(&ch)?;
+        let ms = cfg.timeout.as_millis().min(i32::MAX as u128) as i32;
+        id.resolve_addr(cfg.src, dst, ms)?;
+        wait_cm(&ch, CmEventKind::AddrResolved, cfg.timeout).map_err(|detail| Error::Resolve {
+            addr: dst,
+            what: "address resolution",
+            detail,
+        })?;
+        id.resolve_route(ms)?;
+        wait_cm(&ch, CmEventKind::RouteResolved, cfg.timeout).map_err(|detail| Error::Resolve {
+            addr: dst,
+            what: "route resolution",
+            detail,
+        })?;
+        let ctx = id.context().ok_or_else(|| Error::Resolve {
+            addr: dst,
+            what: "device lookup",
+            detail: "no RDMA device for this address".into(),
+        })?;
+        let attr = ctx.query()?;
+        if cfg.windows == WindowMode::Mw && (!attr.mem_mgt_extensions || attr.max_mw == 0) {
+            return Err(Error::NoWindows);
+        }
+        let depth = cfg.depth as usize;
+        let pd = ProtectionDomain::new(ctx)?;
+        let cc = CompletionChannel::new(ctx)?;
+        let send_wr = depth * 3 + 4;
+        let cq = CompletionQueue::new(&cc, (send_wr + depth + 4) as u32)?;
+        id.create_qp(
+            &pd,
+            &cq,
+            QpCaps {
+                max_send_wr: send_wr as u32,
+                max_recv_wr: depth as u32,
+                max_send_sge: 2,
+                max_recv_sge: 1,
+            },
+        )?;
+        let local = Access::LOCAL_WRITE;
+        let cmd = MemoryRegion::new(&pd, Buffer::new(depth * SQE_SIZE)?, local)?;
+        let rsp = MemoryRegion::new(&pd, Buffer::new(depth * CQE_SIZE)?, local)?;
+        let data = match cfg.windows {
+            WindowMode::Mw => {
+                let mr = MemoryRegion::new(
+                    &pd,
+                    Buffer::new(depth * cfg.slot_size)?,
+                    local | Access::MW_BIND,
+                )?;
+                let mws = (0..depth)
+                    .map(|_| MemoryWindow::new_type2(&pd))
+                    .collect::<rdma::Result<Vec<_>>>()?;
+                DataMem::Windows { mws, mr }
+            }
+            WindowMode::Mr => DataMem::Regions(
+                (0..depth)
+                    .map(|_| {
+                        MemoryRegion::new(
+                            &pd,
+                            Buffer::new(cfg.slot_size)?,
+                            local | Access::REMOTE_READ | Access::REMOTE_WRITE,
+                        )
+                    })
+                    .collect::<rdma::Result<Vec<_>>>()?,
+            ),
+        };
+        let mut q = RdmaQueue {
+            id,
+            cmd,
+            rsp,
+            data,
+            cq,
+            _pd: pd,
+            peer: dst,
+            slots: Slots::new(cfg.depth),
+            batch: SendBatch::new(send_wr),
+            key_updates: Vec::with_capacity(depth),
+            wcs: (0..32).map(|_| WorkCompletion::default()).collect(),
+            broken: None,
+            raw: None,
+            raw_cqe: None,
+            stats: QueueStats::default(),
+            crqsize: 0,
+            cfg,
+        };
+        for i in 0..depth as u16 {
+            q.post_recv(i)?;
+        }
+        let req = CmRequest {
+            recfmt: 0,
+            qid,
+            hrqsize: q.cfg.depth,
+            hsqsize: q.cfg.depth - 1,
+        }
+        .encode();
+        q.id.connect(&ConnParams {
+            private_data: &req,
+            responder_resources: attr.max_qp_rd_atom.min(255) as u8,
+            initiator_depth: 0,
+            rnr_retry_count: 7,
+            retry_count: 7,
+        })?;
+        let deadline = Instant::now() + q.cfg.timeout;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            let ev = match ch.wait_event(left)? {
+                Some(ev) => ev,
+                None if left.is_zero() => {
+                    return Err(Error::Timeout {
+                        what: format!("connecting queue {qid} to {dst}"),
+                        after: q.cfg.timeout,
+                    })
+                }
+                None => continue,
+            };
+            match ev.kind {
+                CmEventKind::Established => {
+                    q.crqsize = nvme::cm::CmReply::parse(&ev.private_data)
+                        .map(|r| r.crqsize)
+                        .unwrap_or(0);
+                    break;
+                }
+                CmEventKind::Rejected => {
+                    return Err(Error::Rejected {
+                        addr: dst,
+                        qid,
+                        reason: reject_reason(&ev.private_data, ev.status),
+                    })
+                }
+                k => {
+                    return Err(Error::Connect {
+                        addr: dst,
+                        qid,
+                        what: format!("{k:?} (status {})", ev.status),
+                    })
+                }
+            }
+        }
+        q.cq.req_notify()?;
+        Ok(q)
+    }
+
+    /// Queue id.
+    pub fn qid(&self) -> u16 {
+        self.cfg.qid
+    }
+    /// Queue depth.
+    pub fn depth(&self) -> u16 {
+        self.cfg.depth
+    }
+    /// The target's receive queue size from the accept private data (0 if absent).
+    pub fn crqsize(&self) -> u16 {
+        self.crqsize
+    }
+    /// Bytes per data slot.
+    pub fn slot_size(&self) -> usize {
+        self.cfg.slot_size
+    }
+    /// Window mode.
+    pub fn window_mode(&self) -> WindowMode {
+        self.cfg.windows
+    }
+    /// The target address.
+    pub fn peer(&self) -> SocketAddr {
+        self.peer
+    }
+    /// Sets the largest write sent in-capsule (0: none).
+    pub fn set_inline_max(&mut self, n: usize) {
+        self.cfg.inline_max = n.min(self.cfg.slot_size);
+    }
+    /// Counters.
+    pub fn stats(&self) -> QueueStats {
+        self.stats
+    }
+    /// Commands in flight.
+    pub fn in_flight(&self) -> usize {
+        self.slots.in_flight()
+    }
+    /// Why the queue failed, if it did.
+    pub fn failure(&self) -> Option<&str> {
+        self.broken.as_deref()
+    }
+
+    /// Reserves a slot (command id) with its data buffer.
+    pub fn alloc(&mut self) -> Option<u16> {
+        self.slots.alloc()
+    }
+    /// Releases a reserved slot.
+    pub fn release(&mut self, tag: u16) {
+        let _ = self.slots.release(tag);
+    }
+
+    /// The data buffer of a slot.
+    pub fn buffer(&self, tag: u16) -> &[u8] {
+        let s = self.cfg.slot_size;
+        match &self.data {
+            DataMem::Windows { mr, .. } => &mr.buffer().as_slice()[tag as usize * s..][..s],
+            DataMem::Regions(mrs) => &mrs[tag as usize].buffer().as_slice()[..s],
+        }
+    }
+
+    /// The data buffer of a reserved slot, to fill before a write.
+    ///
+    /// # Panics
+    /// If the slot is not reserved (free, or in flight: the target may be
+    /// accessing it).
+    pub fn buffer_mut(&mut self, tag: u16) -> &mut [u8] {
+        assert!(self.slots.is_reserved(tag), "slot {tag} is not reserved");
+        let s = self.cfg.slot_size;
+        match &mut self.data {
+            DataMem::Windows { mr, .. } => {
+                &mut mr.buffer_mut().as_mut_slice()[tag as usize * s..][..s]
+            }
+            DataMem::Regions(mrs) => &mut mrs[tag as usize].buffer_mut().as_mut_slice()[..s],
+        }
+    }
+
+    fn fail(&mut self, reason: String) -> Error {
+        if self.broken.is_none() {
+            self.broken = Some(reason);
+        }
+        Error::Queue {
+            qid: self.cfg.qid,
+            reason: self.broken.clone().unwrap_or_default(),
+        }
+    }
+
+    fn check(&self) -> Result<()> {
+        match &self.broken {
+            Some(r) => Err(Error::Queue {
+                qid: self.cfg.qid,
+                reason: r.clone(),
+            }),
+            None => Ok(()),
+        }
+    }
+
+    fn post_recv(&mut self, i: u16) -> Result<()> {
+        let sge = self.rsp.sge(i as usize * CQE_SIZE, CQE_SIZE as u32);
+        let qp = self.id.qp().expect("queue pair exists");
+        // SAFETY: the receive buffer lies in `rsp`, which outlives the QP (drop
+        // order), and the CPU reads it only after the receive completes.
+        unsafe { qp.post_recv(wr_id(WR_RECV, i), &[sge]) }?;
+        Ok(())
+    }
+
+    fn push(&mut self, r: SendRequest<'_>) -> Result<()> {
+        if !self.batch.push(&r) {
+            self.flush()?;
+            if !self.batch.push(&r) {
+                return Err(self.fail("send batch overflow".into()));
+            }
+        }
+        Ok(())
+    }
+
+    /// Posts all queued work requests (one doorbell).
+    pub fn flush(&mut self) -> Result<()> {
+        if self.batch.is_empty() {
+            return Ok(());
+        }
+        let qp = self.id.qp().expect("queue pair exists");
+        // SAFETY: every queued WR names memory in `cmd` or the data slots, owned
+        // by self and registered until the QP is destroyed; a slot's memory is
+        // handed to the CPU again only after its command completed.
+        let r = unsafe { self.batch.post(&qp) };
+        if let Err(e) = r {
+            self.key_updates.clear();
+            return Err(self.fail(format!("posting work requests: {e}")));
+        }
+        // The provider checks a bind's current key against the device's, so
+        // a window's key advances only once its bind is posted.
+        if let DataMem::Windows { mws, .. } = &mut self.data {
+            for (tag, key) in self.key_updates.drain(..) {
+                mws[tag as usize].set_rkey(key);
+            }
+        }
+        Ok(())
+    }
+
+    /// Builds the SGL (binding a window if needed) and the data SGE for `xfer`
+    /// on slot `tag`. Returns the SGL, the in-capsule SGE and the window key.
+    fn prepare_data(
+        &mut self,
+        tag: u16,
+        xfer: Xfer,
+        allow_inline: bool,
+    ) -> Result<(Sgl, Option<Sge>, Option<u32>)> {
+        let (len, to_target) = match xfer {
+            Xfer::None => {
+                return Ok((
+                    Sgl::Keyed {
+                        addr: 0,
+                        len: 0,
+                        key: 0,
+                        invalidate: false,
+                    },
+                    None,
+                    None,
+                ))
+            }
+            Xfer::ToTarget(n) => (n, true),
+            Xfer::FromTarget(n) => (n, false),
+        };
+        if len == 0 || len as usize > self.cfg.slot_size {
+            return Err(Error::Invalid(format!(
+                "transfer of {len} bytes (slot size {})",
+                self.cfg.slot_size
+            )));
+        }
+        let s = self.cfg.slot_size;
+        if to_target && allow_inline && len as usize <= self.cfg.inline_max {
+            let sge = match &self.data {
+                DataMem::Windows { mr, .. } => mr.sge(tag as usize * s, len),
+                DataMem::Regions(mrs) => mrs[tag as usize].sge(0, len),
+            };
+            self.stats.in_capsule += 1;
+            return Ok((Sgl::InCapsule { offset: 0, len }, Some(sge), None));
+        }
+        match &mut self.data {
+            DataMem::Windows { mws, mr } => {
+                let mw = &mws[tag as usize];
+                // The key this bind gives: one past the last one posted.
+                let key = self
+                    .key_updates
+                    .iter()
+                    .rev()
+                    .find(|(t, _)| *t == tag)
+                    .map_or(mw.next_rkey(), |&(_, k)| {
+                        (k & !0xff) | (k.wrapping_add(1) & 0xff)
+                    });
+                let addr = mr.addr() + (tag as usize * s) as u64;
+                let op = SendOp::BindMw {
+                    mw: mw.handle(),
+                    mr: mr.handle(),
+                    addr,
+                    len: len as u64,
+                    access: if to_target {
+                        Access::REMOTE_READ
+                    } else {
+                        Access::REMOTE_WRITE
+                    },
+                    rkey: key,
+                };
+                self.key_updates.push((tag, key));
+                self.stats.binds += 1;
+                self.push(SendRequest {
+                    wr_id: wr_id(WR_BIND, tag),
+                    op,
+                    sges: &[],
+                    signaled: false,
+                })?;
+                Ok((
+                    Sgl::Keyed {
+                        addr,
+                        len,
+                        key,
+                        invalidate: true,
+                    },
+                    None,
+                    Some(key),
+                ))
+            }
+            DataMem::Regions(mrs) => {
+                let mr = &mrs[tag as usize];
+                Ok((
+                    Sgl::Keyed {
+                        addr: mr.addr(),
+                        len,
+                        key: mr.rkey(),
+                        invalidate: false,
+                    },
+                    None,
+                    None,
+                ))
+            }
+        }
+    }
+
+    fn send_capsule(
+        &mut self,
+        tag: u16,
+        sqe: &[u8; SQE_SIZE],
+        data: Option<Sge>,
+        window: Option<u32>,
+    ) -> Result<()> {
+        let off = tag as usize * SQE_SIZE;
+        self.cmd.buffer_mut().as_mut_slice()[off..off + SQE_SIZE].copy_from_slice(sqe);
+        let cmd_sge = self.cmd.sge(off, SQE_SIZE as u32);
+        self.slots
+            .start(tag, window)
+            .map_err(|e| Error::Invalid(e.to_string()))?;
+        let sges = [cmd_sge, data.unwrap_or(cmd_sge)];
+        let n = if data.is_some() { 2 } else { 1 };
+        self.stats.commands += 1;
+        self.push(SendRequest {
+            wr_id: wr_id(WR_SEND, tag),
+            op: SendOp::Send,
+            sges: &sges[..n],
+            signaled: true,
+        })
+    }
+
+    /// Queues command `cmd` on reserved slot `tag` (its cid becomes `tag`, its
+    /// SGL describes `xfer` over the slot buffer). Posted at the next
+    /// [`flush`](Self::flush) or [`poll`](Self::poll).
+    pub fn submit(&mut self, tag: u16, mut cmd: Command, xfer: Xfer) -> Result<()> {
+        self.check()?;
+        if !self.slots.is_reserved(tag) {
+            return Err(Error::Invalid(format!("slot {tag} is not reserved")));
+        }
+        cmd.set_cid(tag);
+        let (sgl, data, window) = self.prepare_data(tag, xfer, true)?;
+        cmd.set_sgl(&sgl);
+        self.send_capsule(tag, &cmd.raw, data, window)
+    }
+
+    fn on_wc(&mut self, i: usize, out: &mut Vec<Done>) -> Result<()> {
+        let wc = &self.wcs[i];
+        let kind = wc.wr_id() >> 32;
+        let idx = wc.wr_id() as u16;
+        if !wc.is_ok() {
+            let what = match kind {
+                WR_SEND => "capsule send",
+                WR_RECV => "response receive",
+                WR_LOCAL_INV => "local invalidate",
+                _ => "memory window bind",
+            };
+            let reason = if wc.is_flush() {
+                format!("disconnected ({what} flushed)")
+            } else {
+                format!(
+                    "{what} failed: {} (vendor error {:#x})",
+                    wc.status_str(),
+                    wc.vendor_err()
+                )
+            };
+            return Err(self.fail(reason));
+        }
+        let (next, tag) = match kind {
+            WR_RECV => {
+                let invalidated = wc.invalidated_rkey();
+                let off = idx as usize * CQE_SIZE;
+                let parsed = Completion::parse(&self.rsp.buffer().as_slice()[off..off + CQE_SIZE]);
+                self.post_recv(idx)?;
+                let mut cqe = match parsed {
+                    Ok(c) => c,
+                    Err(e) => return Err(self.fail(format!("bad response: {e}"))),
+                };
+                if invalidated.is_some() {
+                    self.stats.remote_invalidations += 1;
+                }
+                if let Some((user_cid, tag)) = self.raw {
+                    if cqe.cid == user_cid {
+                        self.raw_cqe = Some(cqe);
+                        cqe.cid = tag;
+                    }
+                }
+                (self.slots.on_response(cqe, invalidated), cqe.cid)
+            }
+            WR_SEND => (self.slots.on_send_done(idx), idx),
+            WR_LOCAL_INV => (self.slots.on_local_inv_done(idx), idx),
+            _ => return Ok(()),
+        };
+        match next {
+            Ok(Next::Wait) => {}
+            Ok(Next::Complete(cqe)) => out.push(Done { tag, cqe }),
+            Ok(Next::LocalInv(key)) => {
+                self.stats.local_invalidations += 1;
+                self.push(SendRequest {
+                    wr_id: wr_id(WR_LOCAL_INV, tag),
+                    op: SendOp::LocalInv(key),
+                    sges: &[],
+                    signaled: true,
+                })?;
+            }
+            Err(e) => return Err(self.fail(format!("target protocol error: {e}"))),
+        }
+        Ok(())
+    }
+
+    fn drain_cq(&mut self, out: &mut Vec<Done>) -> Result<usize> {
+        let mut seen = 0;
+        loop {
+            let n = match self.cq.poll(&mut self.wcs) {
+                Ok(n) => n,
+                Err(e) => return Err(self.fail(e.to_string())),
+            };
+            for i in 0..n {
+                self.on_wc(i, out)?;
+            }
+            seen += n;
+            if n < self.wcs.len() {
+                break;
+            }
+        }
+        self.flush()?;
+        Ok(seen)
+    }
+
+    /// Posts queued work, then collects completed commands into `out`, waiting
+    /// up to `wait` for at least one. Returns how many were added.
+    pub fn poll(&mut self, out: &mut Vec<Done>, wait: Duration) -> Result<usize> {
+        self.check()?;
+        self.flush()?;
+        let before = out.len();
+        let start = Instant::now();
+        loop {
+            self.drain_cq(out)?;
+            if out.len() > before || wait.is_zero() {
+                return Ok(out.len() - before);
+            }
+            let spent = start.elapsed();
+            if spent < self.cfg.spin {
+                std::hint::spin_loop();
+                continue;
+            }
+            if let Err(e) = self.cq.req_notify() {
+                return Err(self.fail(e.to_string()));
+            }
+            self.drain_cq(out)?;
+            if out.len() > before {
+                return Ok(out.len() - before);
+            }
+            let left = wait.saturating_sub(start.elapsed());
+            if left.is_zero() {
+                return Ok(0);
+            }
+            let ms = left.as_millis().clamp(1, i32::MAX as u128) as i32;
+            match self.cq.channel().wait(ms) {
+                Ok(_) => {
+                    self.cq.drain_events();
+                }
+                Err(e) => return Err(self.fail(e.to_string())),
+            }
+        }
+    }
+
+    /// Runs one command synchronously on a fresh slot: copies `data_out` into
+    /// the slot for a `ToTarget` transfer, waits up to `timeout`, and copies a
+    /// `FromTarget` transfer into `data_in`. Other commands that complete
+    /// meanwhile go to `other`.
+    pub fn execute(
+        &mut self,
+        cmd: Command,
+        xfer: Xfer,
+        data_out: &[u8],
+        data_in: &mut [u8],
+        timeout: Duration,
+        other: &mut dyn FnMut(&mut RdmaQueue, Done),
+    ) -> Result<Completion> {
+        let tag = self
+            .alloc()
+            .ok_or_else(|| Error::Invalid("no free command slot".into()))?;
+        if let Xfer::ToTarget(n) = xfer {
+            let n = (n as usize).min(self.cfg.slot_size).min(data_out.len());
+            self.buffer_mut(tag)[..n].copy_from_slice(&data_out[..n]);
+        }
+        if let Err(e) = self.submit(tag, cmd, xfer) {
+            self.release(tag);
+            return Err(e);
+        }
+        let cqe = self.wait_for(tag, timeout, other, crate::commands::name(&cmd))?;
+        if let Xfer::FromTarget(n) = xfer {
+            let n = (n as usize).min(data_in.len());
+            data_in[..n].copy_from_slice(&self.buffer(tag)[..n]);
+        }
+        self.release(tag);
+        Ok(cqe)
+    }
+
+    fn wait_for(
+        &mut self,
+        tag: u16,
+        timeout: Duration,
+        other: &mut dyn FnMut(&mut RdmaQueue, Done),
+        what: &str,
+    ) -> Result<Completion> {
+        let deadline = Instant::now() + timeout;
+        let mut done = Vec::with_capacity(4);
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Err(Error::Timeout {
+                    what: format!("{what} on queue {}", self.cfg.qid),
+                    after: timeout,
+                });
+            }
+            self.poll(&mut done, left)?;
+            let mut mine = None;
+            for d in done.drain(..) {
+                if d.tag == tag {
+                    mine = Some(d.cqe);
+                } else {
+                    other(self, d);
+                }
+            }
+            if let Some(c) = mine {
+                return Ok(c);
+            }
+        }
+    }
+
+    /// Raw mode: sends `req.sqe` as given (with optional in-capsule data, or a
+    /// window over a data slot) on an idle queue and waits up to `timeout` for
+    /// the response carrying the SQE's cid. A queue that timed out or failed is
+    /// left failed.
+    pub fn raw(&mut self, req: &RawRequest<'_>, timeout: Duration) -> Result<RawOutcome> {
+        self.check()?;
+        if self.slots.in_flight() != 0 {
+            return Err(Error::Invalid("raw mode needs an idle queue".into()));
+        }
+        let tag = self
+            .alloc()
+            .ok_or_else(|| Error::Invalid("no free command slot".into()))?;
+        let mut sqe = req.sqe;
+        let user_cid = u16::from_le_bytes([sqe[2], sqe[3]]);
+        let mut window = None;
+        let mut data_sge = None;
+        if let Some(x) = req.window {
+            if let Xfer::ToTarget(n) = x {
+                let n = (n as usize)
+                    .min(req.write_data.len())
+                    .min(self.cfg.slot_size);
+                self.buffer_mut(tag)[..n].copy_from_slice(&req.write_data[..n]);
+            }
+            let (sgl, _, key) = self.prepare_data(tag, x, false)?;
+            sqe[24..40].copy_from_slice(&sgl.encode());
+            window = key;
+        } else if !req.in_capsule.is_empty() {
+            let n = req.in_capsule.len().min(self.cfg.slot_size);
+            self.buffer_mut(tag)[..n].copy_from_slice(&req.in_capsule[..n]);
+            let s = self.cfg.slot_size;
+            data_sge = Some(match &self.data {
+                DataMem::Windows { mr, .. } => mr.sge(tag as usize * s, n as u32),
+                DataMem::Regions(mrs) => mrs[tag as usize].sge(0, n as u32),
+            });
+        }
+        self.raw = Some((user_cid, tag));
+        self.raw_cqe = None;
+        self.send_capsule(tag, &sqe, data_sge, window)?;
+        let r = self.wait_for(tag, timeout, &mut |_, _| {}, "raw command");
+        self.raw = None;
+        match r {
+            Ok(_) => {
+                let data = match req.window {
+                    Some(Xfer::FromTarget(n)) => self.buffer(tag)[..n as usize].to_vec(),
+                    _ => Vec::new(),
+                };
+                self.release(tag);
+                Ok(RawOutcome {
+                    cqe: self.raw_cqe.take(),
+                    data,
+                    error: None,
+                })
+            }
+            Err(e) => {
+                if let Error::Timeout { .. } = e {
+                    self.fail("raw command timed out; queue state unknown".into());
+                }
+                Ok(RawOutcome {
+                    cqe: self.raw_cqe.take(),
+                    data: Vec::new(),
+                    error: Some(e.to_string()),
+                })
+            }
+        }
+    }
+
+    /// Starts a disconnect (pending work flushes).
+    pub fn disconnect(&self) {
+        let _ = self.id.disconnect();
+    }
+}
+
+impl Drop for RdmaQueue {
+    fn drop(&mut self) {
+        let _ = self.id.disconnect();
+    }
+}
