@@ -1,0 +1,181 @@
+#!/bin/bash
+# initiator.sh: tests of our initiator (nvmf-initiator, and the mw-probe window
+# security peer). Runs INSIDE the lab guest (integration/lab/run-guest), cwd = project
+# root, as root. Both targets run in this same boot, one after the other, on the same
+# brd disk, so their numbers compare:
+#   own     build/release/nvmf-target
+#   kernel  nvmet + nvmet-rdma (configfs)
+# Per target: discover, connect/identify, write 64 MiB of random data and read it back
+# (memory windows) and 16 MiB more with memory regions, flush, then perf for PERF_TIME
+# seconds: randread and randwrite with windows, randread with regions. Every perf run
+# must show no errors and, in window mode, one target invalidation per bound window.
+# Then the window security probe (build/release/examples/mw-probe).
+# Environment: PERF_TIME (10), TARGETS ("own kernel"), INIT_OUT (/lab/integration/out).
+# Last line on success: INITIATOR PASS
+set -euo pipefail
+
+IP=${LAB_IP:?LAB_IP not set (run this inside the lab guest)}
+IF=${LAB_IF:-eth0}
+PORT=4420
+PERF_TIME=${PERF_TIME:-10}
+TARGETS=${TARGETS:-own kernel}
+OUT=${INIT_OUT:-/lab/integration/out}
+INI=build/release/nvmf-initiator
+TGT=build/release/nvmf-target
+PROBE=build/release/examples/mw-probe
+NQN=nqn.2026-11.io.nvmf-lab:init
+SIZE_MB=256
+CFG=/sys/kernel/config/nvmet
+TLOG=/tmp/nvmf-target.log
+TPID=
+T0=$(date +%s)
+declare -A RESULT
+
+step() { echo; echo "=== [$(( $(date +%s) - T0 ))s] $*"; }
+fail() { echo "FAIL: $*" >&2; exit 1; }
+trap 'rc=$?; echo "FAIL: command failed (exit $rc) at line $LINENO: $BASH_COMMAND"' ERR
+
+kernel_teardown() {
+    [ -d "$CFG/subsystems/$NQN" ] || [ -d "$CFG/ports/1" ] || return 0
+    rm -f "$CFG/ports/1/subsystems/$NQN" 2>/dev/null || true
+    rmdir "$CFG/ports/1" 2>/dev/null || true
+    echo 0 >"$CFG/subsystems/$NQN/namespaces/1/enable" 2>/dev/null || true
+    rmdir "$CFG/subsystems/$NQN/namespaces/1" 2>/dev/null || true
+    rmdir "$CFG/subsystems/$NQN" 2>/dev/null || true
+}
+stop_target() {
+    if [ -n "$TPID" ]; then
+        kill -TERM "$TPID" 2>/dev/null || true
+        wait "$TPID" 2>/dev/null || true
+        TPID=
+    fi
+    kernel_teardown
+}
+cleanup() {
+    local rc=$?
+    set +eE; trap - ERR
+    stop_target
+    if [ $rc != 0 ]; then
+        echo "--- target log"; sed 's/\x1b\[[0-9;]*m//g' "$TLOG" 2>/dev/null | tail -n 60
+        echo "--- dmesg"; dmesg | grep -iE 'nvme|rdma|rxe' | tail -n 30
+        echo "INITIATOR FAILED (exit $rc)"
+    fi
+    exit $rc
+}
+trap cleanup EXIT
+
+start_target() { # own|kernel
+    if [ "$1" = own ]; then
+        [ -x "$TGT" ] || fail "$TGT missing"
+        NO_COLOR=1 "$TGT" --listen "$IP:$PORT" --nqn "$NQN" --namespace /dev/ram0 >"$TLOG" 2>&1 &
+        TPID=$!
+    else
+        modprobe -a nvmet nvmet-rdma
+        mountpoint -q /sys/kernel/config || mount -t configfs none /sys/kernel/config
+        kernel_teardown
+        mkdir "$CFG/subsystems/$NQN"
+        echo 1 >"$CFG/subsystems/$NQN/attr_allow_any_host"
+        mkdir "$CFG/subsystems/$NQN/namespaces/1"
+        echo -n /dev/ram0 >"$CFG/subsystems/$NQN/namespaces/1/device_path"
+        echo 1 >"$CFG/subsystems/$NQN/namespaces/1/enable"
+        mkdir -p "$CFG/ports/1"
+        echo rdma >"$CFG/ports/1/addr_trtype"
+        echo ipv4 >"$CFG/ports/1/addr_adrfam"
+        echo "$IP" >"$CFG/ports/1/addr_traddr"
+        echo "$PORT" >"$CFG/ports/1/addr_trsvcid"
+        ln -s "$CFG/subsystems/$NQN" "$CFG/ports/1/subsystems/$NQN"
+    fi
+    local try
+    for try in $(seq 40); do
+        "$INI" discover -a "$IP" -s "$PORT" >/tmp/disc.txt 2>&1 && return 0
+        [ -n "$TPID" ] && ! kill -0 "$TPID" 2>/dev/null && { cat "$TLOG"; fail "target exited"; }
+        sleep 0.5
+    done
+    cat /tmp/disc.txt; fail "discovery did not answer within 20 s"
+}
+
+json_field() { # json key
+    python3 -c 'import json,sys; print(json.loads(sys.argv[1])[sys.argv[2]])' "$1" "$2"
+}
+
+perf() { # target name windows rw [extra...]
+    local t=$1 name=$2 win=$3 rw=$4; shift 4
+    local j
+    j=$("$INI" perf -a "$IP" -n "$NQN" --windows "$win" --rw "$rw" --bs 4k --qd 32 \
+        --time "$PERF_TIME" --size 256M --json "$@" 2>/tmp/perf-progress.txt) \
+        || { cat /tmp/perf-progress.txt; echo "$j"; fail "perf $name against $t failed"; }
+    echo "    $name: $j"
+    [ "$(json_field "$j" errors)" = 0 ] || fail "perf $name against $t: I/O errors"
+    local ios binds rinv
+    ios=$(json_field "$j" ios); binds=$(json_field "$j" binds)
+    rinv=$(json_field "$j" remote_invalidations)
+    [ "$ios" -gt 0 ] || fail "perf $name against $t: no I/O completed"
+    if [ "$win" = mw ]; then
+        [ "$binds" -gt 0 ] || fail "perf $name: no window bound"
+        [ "$rinv" = "$binds" ] || fail "perf $name against $t: $binds windows bound but $rinv invalidated by the target"
+    else
+        [ "$binds" = 0 ] || fail "perf $name: windows bound in mr mode"
+    fi
+    [ "$(json_field "$j" keep_alives)" -ge 1 ] || [ "$PERF_TIME" -lt 3 ] \
+        || fail "perf $name against $t: no keep-alive sent"
+    RESULT[$t.$name]=$(json_field "$j" iops)
+    RESULT[$t.$name.p99]=$(json_field "$j" lat_p99_us)
+}
+
+step "setup: soft-RoCE on $IF ($IP), brd ${SIZE_MB} MiB"
+modprobe -a rdma_rxe ib_uverbs rdma_ucm
+rdma link show | grep -q "netdev $IF\b" || rdma link add rxe0 type rxe netdev "$IF"
+[ -e /sys/module/brd ] || modprobe brd rd_nr=1 rd_size=$(( SIZE_MB * 1024 ))
+for b in "$INI" "$TGT" "$PROBE"; do [ -x "$b" ] || fail "$b missing (cargo build --release)"; done
+head -c 64M /dev/urandom >/tmp/data64
+head -c 16M /dev/urandom >/tmp/data16
+
+for t in $TARGETS; do
+    step "[$t] start target, discover"
+    start_target "$t"
+    cat /tmp/disc.txt
+    grep -q "subnqn:  $NQN" /tmp/disc.txt || fail "[$t] $NQN not in the discovery log"
+
+    step "[$t] connect / identify"
+    "$INI" connect -a "$IP" -n "$NQN" | tee /tmp/id.txt
+    grep -qE "^namespace 1: 524288 blocks of 512 B" /tmp/id.txt || fail "[$t] namespace 1 not as expected"
+
+    step "[$t] write 64 MiB (memory windows), read back, compare"
+    "$INI" write -a "$IP" -n "$NQN" --windows mw -d /tmp/data64
+    "$INI" read -a "$IP" -n "$NQN" --windows mw -z 64M -d /tmp/back64
+    cmp /tmp/data64 /tmp/back64 || fail "[$t] 64 MiB read back differs"
+    echo "    64 MiB verified"
+    step "[$t] write 16 MiB at block 131072 (memory regions), read back with windows, compare"
+    "$INI" write -a "$IP" -n "$NQN" --windows mr --start-block 131072 -d /tmp/data16
+    "$INI" read -a "$IP" -n "$NQN" --windows mw --start-block 131072 -z 16M -d - >/tmp/back16
+    cmp /tmp/data16 /tmp/back16 || fail "[$t] 16 MiB read back differs"
+    "$INI" read -a "$IP" -n "$NQN" --windows mr -z 64M -d /tmp/back64b
+    cmp /tmp/data64 /tmp/back64b || fail "[$t] 64 MiB read back (regions) differs"
+    "$INI" flush -a "$IP" -n "$NQN"
+    echo "    16 MiB verified; 64 MiB re-verified through regions; flush ok"
+
+    step "[$t] perf, ${PERF_TIME}s each"
+    perf "$t" randread-mw mw randread
+    perf "$t" randwrite-mw mw randwrite
+    perf "$t" randread-mr mr randread
+    stop_target
+done
+
+step "window security probe"
+"$PROBE" "$IP" | tee /tmp/probe.txt
+grep -q "^PROBE PASS" /tmp/probe.txt || fail "window security probe"
+
+step "summary (same boot, 4k QD32, ${PERF_TIME}s)"
+printf '    %-14s' run; for t in $TARGETS; do printf '%18s' "$t IOPS (p99 us)"; done; echo
+for n in randread-mw randwrite-mw randread-mr; do
+    printf '    %-14s' "$n"
+    for t in $TARGETS; do printf '%18s' "$(printf '%.0f (%.0f)' "${RESULT[$t.$n]}" "${RESULT[$t.$n.p99]}")"; done
+    echo
+done
+if [[ " $TARGETS " == *" own "* && " $TARGETS " == *" kernel "* ]]; then
+    for n in randread-mw randwrite-mw randread-mr; do
+        echo "RESULT $n own/kernel=$(python3 -c "print(f'{${RESULT[own.$n]}/${RESULT[kernel.$n]}:.2f}')")"
+    done
+fi
+mkdir -p "$OUT" 2>/dev/null && cp /tmp/probe.txt "$OUT/mw-probe.txt" 2>/dev/null || true
+echo "INITIATOR PASS"
