@@ -10,7 +10,9 @@
 //!    the response with invalidate, the same key is refused;
 //! 2. the next I/O on the same slot gets a new key (8-bit key advanced), and
 //!    the old key is refused even while the new window is open;
-//! 3. one byte beyond the window is refused;
+//! 3. a write past the window is refused (or, on devices that check only the
+//!    region behind a window, as soft-RoCE on 6.1 does, past the I/O's slot),
+//!    and so is one byte before it;
 //! 4. a read window refuses RDMA READ (access rights);
 //! 5. a write window serves RDMA READ and refuses RDMA WRITE;
 //! 6. a response without invalidation makes the initiator LOCAL_INV the
@@ -80,7 +82,7 @@ impl Peer {
         let p = Peer {
             recv: mr(8 * 64)?,
             send: mr(64)?,
-            data: mr(2 * LEN as usize)?,
+            data: mr(4 * LEN as usize)?,
             cq,
             id,
         };
@@ -266,6 +268,11 @@ struct Lab {
 impl Lab {
     /// Connects a fresh initiator queue to a fresh peer.
     fn pair(&self, mode: WindowMode) -> R<(RdmaQueue, Peer)> {
+        self.pair_with(mode, LEN as usize)
+    }
+
+    /// As `pair`, with data slots of `slot` bytes.
+    fn pair_with(&self, mode: WindowMode, slot: usize) -> R<(RdmaQueue, Peer)> {
         let ch = self.ch.clone();
         let (tx, rx) = mpsc::channel();
         let h = std::thread::spawn(move || {
@@ -273,11 +280,12 @@ impl Lab {
             let _ = tx.send(());
             r
         });
-        let mut cfg = QueueConfig::new(1, 4, LEN as usize);
+        let mut cfg = QueueConfig::new(1, 4, slot);
         cfg.windows = mode;
         let q = RdmaQueue::connect(self.addr, cfg).map_err(|e| e.to_string());
         let _ = rx.recv_timeout(T);
         let p = h.join().map_err(|_| "peer thread panicked")??;
+        eprintln!("   connected");
         Ok((q?, p))
     }
 }
@@ -311,9 +319,17 @@ fn read_cmd() -> (Command, Xfer) {
     (commands::read(1, 0, 8), Xfer::FromTarget(LEN))
 }
 
+fn want(n: usize) -> bool {
+    match std::env::var("PROBE_ONLY") {
+        Ok(v) => v.split(',').any(|x| x.trim() == n.to_string()),
+        Err(_) => true,
+    }
+}
+
 fn run(lab: &Lab) -> R<()> {
     // 1. Exact access during the I/O; refused after the response with invalidate.
-    {
+    if want(1) {
+        eprintln!("-- scenario 1: exact access, refused after remote invalidation");
         let (mut q, mut p) = lab.pair(WindowMode::Mw)?;
         let (c, x) = read_cmd();
         let tag = start(&mut q, c, x, 0)?;
@@ -348,7 +364,8 @@ fn run(lab: &Lab) -> R<()> {
         )?;
     }
     // 2. The key advances per I/O; the old key is refused while the new window is open.
-    {
+    if want(2) {
+        eprintln!("-- scenario 2: key advances per I/O");
         let (mut q, mut p) = lab.pair(WindowMode::Mw)?;
         let (c, x) = read_cmd();
         let tag = start(&mut q, c, x, 0)?;
@@ -371,20 +388,47 @@ fn run(lab: &Lab) -> R<()> {
             p.rdma(true, addr2, key1, LEN)?,
         )?;
     }
-    // 3. Bounds.
-    {
-        let (mut q, p) = lab.pair(WindowMode::Mw)?;
+    // 3. Bounds. The slot is 8 KiB, the I/O 4 KiB: a device that checks the
+    //    window's own bounds refuses one byte more; soft-RoCE (6.1) checks only
+    //    the region behind the window, which is the slot, so it must at least
+    //    refuse going past the slot and writing before the window.
+    if want(3) {
+        eprintln!("-- scenario 3: bounds");
+        let (mut q, p) = lab.pair_with(WindowMode::Mw, 2 * LEN as usize)?;
+        let (c, x) = read_cmd();
+        start(&mut q, c, x, 0)?;
+        let cap = p.capsule()?;
+        let (addr, len, key, _) = keyed(&cap)?;
+        if len != LEN {
+            return Err(format!("window of {len} bytes for a {LEN}-byte I/O"));
+        }
+        match p.rdma(true, addr, key, LEN + 1)? {
+            r @ Err(_) => refused("RDMA WRITE of 4097 bytes into a 4096-byte window", r)?,
+            Ok(_) => {
+                println!(
+                    "NOTE the device did not enforce the window's length (4097 bytes accepted into a 4096-byte window): soft-RoCE checks only the region behind a window"
+                );
+                refused(
+                    "RDMA WRITE past the end of the I/O's slot region (8193 bytes)",
+                    p.rdma(true, addr, key, 2 * LEN + 1)?,
+                )?;
+            }
+        }
+    }
+    if want(3) {
+        let (mut q, p) = lab.pair_with(WindowMode::Mw, 2 * LEN as usize)?;
         let (c, x) = read_cmd();
         start(&mut q, c, x, 0)?;
         let cap = p.capsule()?;
         let (addr, _, key, _) = keyed(&cap)?;
         refused(
-            "RDMA WRITE of 4097 bytes into a 4096-byte window",
-            p.rdma(true, addr, key, LEN + 1)?,
+            "RDMA WRITE of 1 byte just before the window",
+            p.rdma(true, addr - 1, key, 1)?,
         )?;
     }
     // 4. Rights: a read window is write-only for the target.
-    {
+    if want(4) {
+        eprintln!("-- scenario 4: rights on a read window");
         let (mut q, p) = lab.pair(WindowMode::Mw)?;
         let (c, x) = read_cmd();
         start(&mut q, c, x, 0)?;
@@ -396,7 +440,8 @@ fn run(lab: &Lab) -> R<()> {
         )?;
     }
     // 5. A write window is read-only for the target.
-    {
+    if want(5) {
+        eprintln!("-- scenario 5: rights on a write window");
         let (mut q, p) = lab.pair(WindowMode::Mw)?;
         start(
             &mut q,
@@ -425,7 +470,8 @@ fn run(lab: &Lab) -> R<()> {
         )?;
     }
     // 6. No invalidation from the target: the initiator invalidates locally.
-    {
+    if want(6) {
+        eprintln!("-- scenario 6: local invalidation");
         let (mut q, mut p) = lab.pair(WindowMode::Mw)?;
         let (c, x) = read_cmd();
         let tag = start(&mut q, c, x, 0)?;
@@ -445,7 +491,8 @@ fn run(lab: &Lab) -> R<()> {
         )?;
     }
     // 7. Control: region mode keeps the key valid (the probe detects granted access).
-    {
+    if want(7) {
+        eprintln!("-- scenario 7: control: region mode");
         let (mut q, mut p) = lab.pair(WindowMode::Mr)?;
         let (c, x) = read_cmd();
         let tag = start(&mut q, c, x, 0)?;

@@ -5,11 +5,13 @@
 //! Memory, per queue of depth `d`:
 //! - `cmd`: `d` capsules of 64 bytes (local access only);
 //! - `rsp`: `d` receive buffers of 16 bytes (local access only);
-//! - data: `d` slots of `slot_size` bytes. In [`WindowMode::Mw`] they are one
-//!   region with local access and MW_BIND only, and every data transfer opens
-//!   a type-2 window over exactly the bytes of that command, with exactly the
-//!   access the target needs; in [`WindowMode::Mr`] each slot is its own
-//!   region registered once with remote read and write.
+//! - data: `d` slots of `slot_size` bytes, each its own region, registered
+//!   once. In [`WindowMode::Mw`] the regions allow local access and MW_BIND
+//!   only, and every data transfer opens a type-2 window over exactly the
+//!   bytes of that command, with exactly the access the target needs. (One
+//!   region per slot also bounds a window by its slot on devices that check a
+//!   window's access against its region's bounds only, as soft-RoCE on 6.1
+//!   does.) In [`WindowMode::Mr`] the regions allow remote read and write.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -148,13 +150,11 @@ fn wr_id(kind: u64, idx: u16) -> u64 {
     kind << 32 | idx as u64
 }
 
-enum DataMem {
-    // Field order matters: windows are deallocated before the region they view.
-    Windows {
-        mws: Vec<MemoryWindow>,
-        mr: MemoryRegion,
-    },
-    Regions(Vec<MemoryRegion>),
+/// The data slots: one region each, and in window mode one window each.
+/// Field order matters: windows are deallocated before the regions they view.
+struct DataMem {
+    mws: Vec<MemoryWindow>,
+    mrs: Vec<MemoryRegion>,
 }
 
 /// One connected NVMe/RDMA queue pair.
@@ -273,30 +273,20 @@ impl RdmaQueue {
         let local = Access::LOCAL_WRITE;
         let cmd = MemoryRegion::new(&pd, Buffer::new(depth * SQE_SIZE)?, local)?;
         let rsp = MemoryRegion::new(&pd, Buffer::new(depth * CQE_SIZE)?, local)?;
-        let data = match cfg.windows {
-            WindowMode::Mw => {
-                let mr = MemoryRegion::new(
-                    &pd,
-                    Buffer::new(depth * cfg.slot_size)?,
-                    local | Access::MW_BIND,
-                )?;
-                let mws = (0..depth)
-                    .map(|_| MemoryWindow::new_type2(&pd))
-                    .collect::<rdma::Result<Vec<_>>>()?;
-                DataMem::Windows { mws, mr }
-            }
-            WindowMode::Mr => DataMem::Regions(
-                (0..depth)
-                    .map(|_| {
-                        MemoryRegion::new(
-                            &pd,
-                            Buffer::new(cfg.slot_size)?,
-                            local | Access::REMOTE_READ | Access::REMOTE_WRITE,
-                        )
-                    })
-                    .collect::<rdma::Result<Vec<_>>>()?,
-            ),
+        let region_access = match cfg.windows {
+            WindowMode::Mw => local | Access::MW_BIND,
+            WindowMode::Mr => local | Access::REMOTE_READ | Access::REMOTE_WRITE,
         };
+        let mrs = (0..depth)
+            .map(|_| MemoryRegion::new(&pd, Buffer::new(cfg.slot_size)?, region_access))
+            .collect::<rdma::Result<Vec<_>>>()?;
+        let mws = match cfg.windows {
+            WindowMode::Mw => (0..depth)
+                .map(|_| MemoryWindow::new_type2(&pd))
+                .collect::<rdma::Result<Vec<_>>>()?,
+            WindowMode::Mr => Vec::new(),
+        };
+        let data = DataMem { mws, mrs };
         let mut q = RdmaQueue {
             id,
             cmd,
@@ -425,11 +415,7 @@ impl RdmaQueue {
 
     /// The data buffer of a slot.
     pub fn buffer(&self, tag: u16) -> &[u8] {
-        let s = self.cfg.slot_size;
-        match &self.data {
-            DataMem::Windows { mr, .. } => &mr.buffer().as_slice()[tag as usize * s..][..s],
-            DataMem::Regions(mrs) => &mrs[tag as usize].buffer().as_slice()[..s],
-        }
+        &self.data.mrs[tag as usize].buffer().as_slice()[..self.cfg.slot_size]
     }
 
     /// The data buffer of a reserved slot, to fill before a write.
@@ -440,12 +426,7 @@ impl RdmaQueue {
     pub fn buffer_mut(&mut self, tag: u16) -> &mut [u8] {
         assert!(self.slots.is_reserved(tag), "slot {tag} is not reserved");
         let s = self.cfg.slot_size;
-        match &mut self.data {
-            DataMem::Windows { mr, .. } => {
-                &mut mr.buffer_mut().as_mut_slice()[tag as usize * s..][..s]
-            }
-            DataMem::Regions(mrs) => &mut mrs[tag as usize].buffer_mut().as_mut_slice()[..s],
-        }
+        &mut self.data.mrs[tag as usize].buffer_mut().as_mut_slice()[..s]
     }
 
     fn fail(&mut self, reason: String) -> Error {
@@ -503,10 +484,8 @@ impl RdmaQueue {
         }
         // The provider checks a bind's current key against the device's, so
         // a window's key advances only once its bind is posted.
-        if let DataMem::Windows { mws, .. } = &mut self.data {
-            for (tag, key) in self.key_updates.drain(..) {
-                mws[tag as usize].set_rkey(key);
-            }
+        for (tag, key) in self.key_updates.drain(..) {
+            self.data.mws[tag as usize].set_rkey(key);
         }
         Ok(())
     }
@@ -541,18 +520,14 @@ impl RdmaQueue {
                 self.cfg.slot_size
             )));
         }
-        let s = self.cfg.slot_size;
         if to_target && allow_inline && len as usize <= self.cfg.inline_max {
-            let sge = match &self.data {
-                DataMem::Windows { mr, .. } => mr.sge(tag as usize * s, len),
-                DataMem::Regions(mrs) => mrs[tag as usize].sge(0, len),
-            };
+            let sge = self.data.mrs[tag as usize].sge(0, len);
             self.stats.in_capsule += 1;
             return Ok((Sgl::InCapsule { offset: 0, len }, Some(sge), None));
         }
-        match &mut self.data {
-            DataMem::Windows { mws, mr } => {
-                let mw = &mws[tag as usize];
+        let mr = &self.data.mrs[tag as usize];
+        match self.data.mws.get(tag as usize) {
+            Some(mw) => {
                 // The key this bind gives: one past the last one posted.
                 let key = self
                     .key_updates
@@ -562,7 +537,7 @@ impl RdmaQueue {
                     .map_or(mw.next_rkey(), |&(_, k)| {
                         (k & !0xff) | (k.wrapping_add(1) & 0xff)
                     });
-                let addr = mr.addr() + (tag as usize * s) as u64;
+                let addr = mr.addr();
                 let op = SendOp::BindMw {
                     mw: mw.handle(),
                     mr: mr.handle(),
@@ -594,19 +569,16 @@ impl RdmaQueue {
                     Some(key),
                 ))
             }
-            DataMem::Regions(mrs) => {
-                let mr = &mrs[tag as usize];
-                Ok((
-                    Sgl::Keyed {
-                        addr: mr.addr(),
-                        len,
-                        key: mr.rkey(),
-                        invalidate: false,
-                    },
-                    None,
-                    None,
-                ))
-            }
+            None => Ok((
+                Sgl::Keyed {
+                    addr: mr.addr(),
+                    len,
+                    key: mr.rkey(),
+                    invalidate: false,
+                },
+                None,
+                None,
+            )),
         }
     }
 
@@ -863,11 +835,7 @@ impl RdmaQueue {
         } else if !req.in_capsule.is_empty() {
             let n = req.in_capsule.len().min(self.cfg.slot_size);
             self.buffer_mut(tag)[..n].copy_from_slice(&req.in_capsule[..n]);
-            let s = self.cfg.slot_size;
-            data_sge = Some(match &self.data {
-                DataMem::Windows { mr, .. } => mr.sge(tag as usize * s, n as u32),
-                DataMem::Regions(mrs) => mrs[tag as usize].sge(0, n as u32),
-            });
+            data_sge = Some(self.data.mrs[tag as usize].sge(0, n as u32));
         }
         self.raw = Some((user_cid, tag));
         self.raw_cqe = None;
@@ -909,5 +877,8 @@ impl RdmaQueue {
 impl Drop for RdmaQueue {
     fn drop(&mut self) {
         let _ = self.id.disconnect();
+        // A bound type-2 window holds a reference on its QP: deallocate the
+        // windows first, or destroying the QP waits for them (rxe hangs).
+        self.data.mws.clear();
     }
 }

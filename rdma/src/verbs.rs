@@ -860,8 +860,17 @@ impl WorkCompletion {
         self.0.byte_len
     }
     /// The rkey the peer invalidated with its SEND_WITH_INV, if any.
+    ///
+    /// Hardware providers report it with `IBV_WC_WITH_INV` (bit 3). Soft-RoCE
+    /// copies the kernel's completion to user space untranslated, where the
+    /// kernel's `IB_WC_WITH_INVALIDATE` is bit 2 (user space's
+    /// `IBV_WC_IP_CSUM_OK`, which no provider sets on an RC receive), so both
+    /// bits count. Missing an invalidation is not harmless: a LOCAL_INV of a
+    /// window the peer already invalidated oopses the 6.1 rxe driver.
     pub fn invalidated_rkey(&self) -> Option<u32> {
-        if self.0.wc_flags & ibv_wc_flags::IBV_WC_WITH_INV.0 != 0 {
+        const KERNEL_WITH_INVALIDATE: u32 = 1 << 2;
+        let flags = ibv_wc_flags::IBV_WC_WITH_INV.0 | KERNEL_WITH_INVALIDATE;
+        if self.0.opcode == ibv_wc_opcode::IBV_WC_RECV && self.0.wc_flags & flags != 0 {
             // SAFETY: the union holds the invalidated rkey when IBV_WC_WITH_INV is set.
             Some(unsafe { self.0.imm_data_invalidated_rkey_union.invalidated_rkey })
         } else {
