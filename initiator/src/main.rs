@@ -115,6 +115,37 @@ enum Cmd {
         #[arg(long, default_value_t = 1)]
         nsid: u32,
     },
+    /// Send one hand-made command on an I/O queue and print the response
+    /// (raw mode, for malformed-input tests).
+    Raw {
+        #[command(flatten)]
+        sub: Subsys,
+        /// Opcode.
+        #[arg(long, value_parser = parse_num)]
+        opcode: u64,
+        /// Command identifier.
+        #[arg(long, default_value = "0x1234", value_parser = parse_num)]
+        cid: u64,
+        /// Namespace id.
+        #[arg(long, default_value = "1", value_parser = parse_num)]
+        nsid: u64,
+        /// Command dwords 10..15 as N=VALUE (e.g. 10=0x1000); repeatable.
+        #[arg(long = "cdw", value_parser = parse_cdw)]
+        cdws: Vec<(usize, u32)>,
+        /// The 16 SGL bytes, hex (default: in-capsule data if any, else a
+        /// zero-length keyed SGL).
+        #[arg(long)]
+        sgl: Option<String>,
+        /// Replace the SGL by a window for a transfer: read:BYTES or write:BYTES.
+        #[arg(long)]
+        window: Option<String>,
+        /// Append this many bytes of in-capsule data (pattern 0x5A).
+        #[arg(long, default_value_t = 0)]
+        in_capsule: usize,
+        /// Seconds to wait for the response.
+        #[arg(long, default_value_t = 5)]
+        wait: u64,
+    },
     /// Generate load and report IOPS, bandwidth and latency percentiles.
     Perf {
         #[command(flatten)]
@@ -174,6 +205,134 @@ fn parse_size(s: &str) -> std::result::Result<u64, String> {
     let n: u64 = num.parse().map_err(|_| format!("not a size: {s:?}"))?;
     n.checked_mul(mult)
         .ok_or_else(|| format!("size too large: {s:?}"))
+}
+
+fn parse_num(s: &str) -> std::result::Result<u64, String> {
+    let r = match s.strip_prefix("0x").or_else(|| s.strip_prefix("0X")) {
+        Some(h) => u64::from_str_radix(h, 16),
+        None => s.parse(),
+    };
+    r.map_err(|_| format!("not a number: {s:?}"))
+}
+
+fn parse_cdw(s: &str) -> std::result::Result<(usize, u32), String> {
+    let (n, v) = s
+        .split_once('=')
+        .ok_or_else(|| format!("expected N=VALUE, got {s:?}"))?;
+    let n: usize = n.parse().map_err(|_| format!("bad dword index {n:?}"))?;
+    if !(2..=15).contains(&n) {
+        return Err(format!("dword index {n} (2..=15)"));
+    }
+    let v = parse_num(v)?;
+    u32::try_from(v)
+        .map(|v| (n, v))
+        .map_err(|_| format!("{v:#x} does not fit a dword"))
+}
+
+fn hex_bytes(s: &str) -> Result<Vec<u8>> {
+    let s: String = s.chars().filter(|c| !c.is_whitespace()).collect();
+    if !s.len().is_multiple_of(2) {
+        return Err(Error::Invalid(format!("odd number of hex digits in {s:?}")));
+    }
+    (0..s.len() / 2)
+        .map(|i| {
+            u8::from_str_radix(&s[i * 2..i * 2 + 2], 16)
+                .map_err(|_| Error::Invalid(format!("not hex: {s:?}")))
+        })
+        .collect()
+}
+
+#[allow(clippy::too_many_arguments)]
+fn raw_cmd(
+    sub: &Subsys,
+    opcode: u64,
+    cid: u64,
+    nsid: u64,
+    cdws: &[(usize, u32)],
+    sgl: Option<&str>,
+    window: Option<&str>,
+    in_capsule: usize,
+    wait: u64,
+) -> Result<bool> {
+    use nvmf_initiator::transport::{RawRequest, Xfer};
+    let mut sqe = nvme::command::Command::new(opcode as u8, cid as u16);
+    sqe.set_nsid(nsid as u32);
+    for &(n, v) in cdws {
+        sqe.set_cdw(n, v);
+    }
+    // Default SGL: in-capsule data when there is some, else a zero-length keyed one.
+    let default_sgl = if in_capsule > 0 {
+        nvme::sgl::Sgl::InCapsule {
+            offset: 0,
+            len: in_capsule as u32,
+        }
+    } else {
+        nvme::sgl::Sgl::Keyed {
+            addr: 0,
+            len: 0,
+            key: 0,
+            invalidate: false,
+        }
+    };
+    sqe.set_sgl(&default_sgl);
+    if let Some(h) = sgl {
+        let b = hex_bytes(h)?;
+        if b.len() != 16 {
+            return Err(Error::Invalid(format!("--sgl needs 16 bytes, got {}", b.len())));
+        }
+        sqe.raw[24..40].copy_from_slice(&b);
+    }
+    let window = match window {
+        None => None,
+        Some(w) => {
+            let (dir, n) = w
+                .split_once(':')
+                .ok_or_else(|| Error::Invalid(format!("--window {w:?}: read:N or write:N")))?;
+            let n = parse_size(n).map_err(Error::Invalid)? as u32;
+            Some(match dir {
+                "read" => Xfer::FromTarget(n),
+                "write" => Xfer::ToTarget(n),
+                _ => return Err(Error::Invalid(format!("--window {w:?}: read:N or write:N"))),
+            })
+        }
+    };
+    let data = vec![0x5Au8; in_capsule.max(1 << 17)];
+    let mut o = options(&sub.conn, &sub.nqn)?;
+    o.io_queues = 1;
+    o.queue_depth = 4;
+    let c = Controller::connect(&o)?;
+    let mut qs = c.connect_io_queues()?;
+    let q = qs
+        .first_mut()
+        .ok_or_else(|| Error::Protocol("no I/O queue granted".into()))?;
+    let out = q.raw(
+        &RawRequest {
+            sqe: sqe.raw,
+            in_capsule: &data[..in_capsule],
+            window,
+            write_data: &data,
+        },
+        Duration::from_secs(wait),
+    )?;
+    let healthy = q.failure().is_none();
+    match out.cqe {
+        Some(cqe) => println!(
+            "cid {:#06x} status {} result {:#x} sqhd {}",
+            cqe.cid, cqe.status, cqe.result, cqe.sq_head
+        ),
+        None => println!(
+            "no response: {}",
+            out.error.as_deref().unwrap_or("unknown")
+        ),
+    }
+    if !out.data.is_empty() {
+        println!("read {} bytes", out.data.len());
+    }
+    drop(qs);
+    if healthy {
+        c.shutdown()?;
+    }
+    Ok(true)
 }
 
 fn options(conn: &Conn, nqn: &str) -> Result<ConnectOptions> {
@@ -508,6 +667,27 @@ fn run(cli: Cli) -> Result<bool> {
             let s = c.shutdown();
             r.and(s).map(|_| true)
         }
+        Cmd::Raw {
+            sub,
+            opcode,
+            cid,
+            nsid,
+            cdws,
+            sgl,
+            window,
+            in_capsule,
+            wait,
+        } => raw_cmd(
+            &sub,
+            opcode,
+            cid,
+            nsid,
+            &cdws,
+            sgl.as_deref(),
+            window.as_deref(),
+            in_capsule,
+            wait,
+        ),
         Cmd::Perf {
             sub,
             nsid,

@@ -122,6 +122,33 @@ perf() { # target name windows rw [extra...]
     RESULT[$t.$name.p99]=$(json_field "$j" lat_p99_us)
 }
 
+# Raw mode: hand-made commands and the status each must get from our target
+# (nvmet's answer is printed beside it; where they differ, that is noted).
+RAW_CASES=(
+    "lba-range|LBA_RANGE|--opcode 2 --cdw 10=524288 --window read:512"
+    "unknown-opcode|INVALID_OPCODE|--opcode 0x7e --sgl 00000000000000000000000000000000"
+    "bad-nsid|INVALID_NS|--opcode 2 --nsid 99 --window read:512"
+    "sgl-shorter-than-nlb|SGL_INVALID_DATA|--opcode 2 --window read:256"
+    "in-capsule-bad-offset|SGL_INVALID_OFFSET|--opcode 1 --in-capsule 512 --sgl 00200000000000000002000000000001"
+    "keyed-bad-subtype|INVALID_FIELD|--opcode 2 --sgl 00000000000000000002000000000041"
+    "data-block-address-sgl|INVALID_FIELD|--opcode 2 --sgl 00000000000000000002000000000000"
+    "in-capsule-write|SUCCESS|--opcode 1 --cdw 12=0 --in-capsule 512"
+    "write-zeroes|SUCCESS|--opcode 8 --cdw 12=7"
+)
+raw_cases() { # target
+    local c name want args out st
+    for c in "${RAW_CASES[@]}"; do
+        IFS='|' read -r name want args <<<"$c"
+        # shellcheck disable=SC2086
+        out=$("$INI" raw -a "$IP" -n "$NQN" $args 2>&1) || { echo "$out"; fail "[$1] raw $name: nvmf-initiator failed"; }
+        st=$(sed -n 's/^cid [0-9a-fx]* status \([A-Z_]*\).*/\1/p' <<<"$out")
+        [ -n "$st" ] || { echo "$out"; fail "[$1] raw $name: no status"; }
+        printf '    %-24s %s\n' "$name" "$(head -n1 <<<"$out")"
+        RESULT[$1.raw.$name]=$st
+        if [ "$1" = own ] && [ "$st" != "$want" ]; then fail "[own] raw $name: got $st, want $want"; fi
+    done
+}
+
 step "setup: soft-RoCE on $IF ($IP), brd ${SIZE_MB} MiB"
 modprobe -a rdma_rxe ib_uverbs rdma_ucm
 rdma link show | grep -q "netdev $IF\b" || rdma link add rxe0 type rxe netdev "$IF"
@@ -154,6 +181,9 @@ for t in $TARGETS; do
     "$INI" flush -a "$IP" -n "$NQN"
     echo "    16 MiB verified; 64 MiB re-verified through regions; flush ok"
 
+    step "[$t] raw mode: malformed and out-of-range commands"
+    raw_cases "$t"
+
     step "[$t] perf, ${PERF_TIME}s each"
     perf "$t" randread-mw mw randread
     perf "$t" randwrite-mw mw randwrite
@@ -173,6 +203,13 @@ for n in randread-mw randwrite-mw randread-mr; do
     echo
 done
 if [[ " $TARGETS " == *" own "* && " $TARGETS " == *" kernel "* ]]; then
+    same=0
+    for c in "${RAW_CASES[@]}"; do
+        n=${c%%|*}
+        if [ "${RESULT[own.raw.$n]}" = "${RESULT[kernel.raw.$n]}" ]; then same=$((same + 1))
+        else echo "    raw $n: ours ${RESULT[own.raw.$n]}, nvmet ${RESULT[kernel.raw.$n]}"; fi
+    done
+    echo "    raw mode: both targets agree on $same of ${#RAW_CASES[@]} cases"
     for n in randread-mw randwrite-mw randread-mr; do
         echo "RESULT $n own/kernel=$(python3 -c "print(f'{${RESULT[own.$n]}/${RESULT[kernel.$n]}:.2f}')")"
     done

@@ -298,6 +298,22 @@ fn features(ctrl: &Controller, cmd: &Command, out: &mut [u8], set: bool) -> Admi
     }
 }
 
+/// Whether `opc` is an admin command this target implements (checked before
+/// the SGL, as nvmet does, so an unknown opcode gets INVALID_OPCODE whatever
+/// its SGL).
+pub fn supported(opc: u8) -> bool {
+    matches!(
+        opc,
+        op::IDENTIFY
+            | op::GET_LOG_PAGE
+            | op::SET_FEATURES
+            | op::GET_FEATURES
+            | op::KEEP_ALIVE
+            | op::ASYNC_EVENT_REQUEST
+            | op::ABORT
+    )
+}
+
 /// Executes an admin command (not a fabrics command) for `ctrl`. `buf` holds
 /// the command's data: the host's (host-to-controller) or room for the reply.
 pub fn execute(

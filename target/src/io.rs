@@ -70,6 +70,14 @@ fn lba_range(ns: &Namespace, slba: u64, nlb: u64) -> Result<(u64, u64), Status> 
     }
 }
 
+/// Whether `opc` is an I/O command this target implements.
+pub fn supported(opc: u8) -> bool {
+    matches!(
+        opc,
+        op::FLUSH | op::WRITE | op::READ | op::WRITE_ZEROES | op::DATASET_MANAGEMENT
+    )
+}
+
 /// Validates an I/O command against its namespace and the data length its SGL
 /// names, and returns what to do.
 pub fn prepare(
@@ -79,10 +87,7 @@ pub fn prepare(
     max_io: u32,
 ) -> Result<IoPlan, Status> {
     let opc = cmd.opcode();
-    if !matches!(
-        opc,
-        op::FLUSH | op::WRITE | op::READ | op::WRITE_ZEROES | op::DATASET_MANAGEMENT
-    ) {
+    if !supported(opc) {
         return Err(Status::INVALID_OPCODE);
     }
     let ns = ns.ok_or(Status::INVALID_NS)?;

@@ -760,8 +760,18 @@ impl Queue {
             q.cmd = cmd;
             q.recv_slot = slot;
         }
-        let (plan, inv) = match transport::data_plan(&cmd, byte_len - SQE_SIZE as u32, MAX_IO_SIZE)
-        {
+        let known = cmd.is_fabrics()
+            || if self.qid() == 0 {
+                admin::supported(cmd.opcode())
+            } else {
+                io::supported(cmd.opcode())
+            };
+        let planned = if known {
+            transport::data_plan(&cmd, byte_len - SQE_SIZE as u32, MAX_IO_SIZE)
+        } else {
+            Err(Status::INVALID_OPCODE)
+        };
+        let (plan, inv) = match planned {
             Ok(x) => x,
             Err(st) => {
                 // Keyed subtype 0xF still owes an invalidation.
