@@ -102,6 +102,10 @@ enum Cmd {
     Connect {
         #[command(flatten)]
         sub: Subsys,
+        /// Stay connected this many seconds and print asynchronous events
+        /// (with the namespaces they changed) as they arrive.
+        #[arg(long, default_value_t = 0)]
+        watch: u64,
     },
     /// Read from a namespace to a file or stdout.
     Read(Io),
@@ -278,7 +282,10 @@ fn raw_cmd(
     if let Some(h) = sgl {
         let b = hex_bytes(h)?;
         if b.len() != 16 {
-            return Err(Error::Invalid(format!("--sgl needs 16 bytes, got {}", b.len())));
+            return Err(Error::Invalid(format!(
+                "--sgl needs 16 bytes, got {}",
+                b.len()
+            )));
         }
         sqe.raw[24..40].copy_from_slice(&b);
     }
@@ -320,10 +327,7 @@ fn raw_cmd(
             "cid {:#06x} status {} result {:#x} sqhd {}",
             cqe.cid, cqe.status, cqe.result, cqe.sq_head
         ),
-        None => println!(
-            "no response: {}",
-            out.error.as_deref().unwrap_or("unknown")
-        ),
+        None => println!("no response: {}", out.error.as_deref().unwrap_or("unknown")),
     }
     if !out.data.is_empty() {
         println!("read {} bytes", out.data.len());
@@ -397,7 +401,7 @@ fn human(bytes: u64) -> String {
     format!("{v:.1} {}", units[u])
 }
 
-fn identify(sub: &Subsys) -> Result<()> {
+fn identify(sub: &Subsys, watch: u64) -> Result<()> {
     let mut o = options(&sub.conn, &sub.nqn)?;
     o.io_queues = 0;
     let c = Controller::connect(&o)?;
@@ -430,6 +434,35 @@ fn identify(sub: &Subsys) -> Result<()> {
         id.sgls, id.kas, id.oaes
     );
     println!("  nn:        {}  host: {}", id.nn, o.host.nqn);
+    print_namespaces(&c)?;
+    let end = std::time::Instant::now() + Duration::from_secs(watch);
+    if watch > 0 {
+        println!("watching for asynchronous events for {watch} s");
+    }
+    let _ = std::io::stdout().flush();
+    while std::time::Instant::now() < end {
+        std::thread::sleep(Duration::from_millis(500));
+        for ev in c.poll_events()? {
+            let kind = match ev.kind {
+                0 => "error",
+                1 => "SMART/health",
+                2 => "notice",
+                _ => "other",
+            };
+            println!(
+                "event: {kind}, info {:#04x}, log page {:#04x}, changed namespaces {:?}",
+                ev.info, ev.log, ev.changed_ns
+            );
+            if ev.log == nvme::opcode::lid::CHANGED_NS {
+                print_namespaces(&c)?;
+            }
+            let _ = std::io::stdout().flush();
+        }
+    }
+    c.shutdown()
+}
+
+fn print_namespaces(c: &Controller) -> Result<()> {
     for nsid in c.namespaces()? {
         let ns = c.identify_namespace(nsid)?;
         let bs = ns.block_size();
@@ -440,7 +473,7 @@ fn identify(sub: &Subsys) -> Result<()> {
             format_uuid(&ns.nguid).replace('-', "")
         );
     }
-    c.shutdown()
+    Ok(())
 }
 
 fn open_io(io: &Io) -> Result<(Controller, nvmf_initiator::IoQueue, u32, u64)> {
@@ -651,7 +684,7 @@ fn run(cli: Cli) -> Result<bool> {
             }
             Ok(true)
         }
-        Cmd::Connect { sub } => identify(&sub).map(|_| true),
+        Cmd::Connect { sub, watch } => identify(&sub, watch).map(|_| true),
         Cmd::Read(io) => read_cmd(&io).map(|_| true),
         Cmd::Write(io) => write_cmd(&io).map(|_| true),
         Cmd::Flush { sub, nsid } => {

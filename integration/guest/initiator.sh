@@ -7,7 +7,9 @@
 #   kernel  nvmet + nvmet-rdma (configfs)
 # Per target: discover, connect/identify, write 64 MiB of random data and read it back
 # (memory windows) and 16 MiB more with memory regions, flush, then perf for PERF_TIME
-# seconds: randread and randwrite with windows, randread with regions. Every perf run
+# seconds: randread and randwrite with windows, randread with regions on 2 queues; raw
+# mode cases with the status our target must give; with nvmet, a namespace-changed
+# asynchronous event. Every perf run
 # must show no errors and, in window mode, one target invalidation per bound window.
 # Then the window security probe (build/release/examples/mw-probe).
 # Environment: PERF_TIME (10), TARGETS ("own kernel"), INIT_OUT (/lab/integration/out).
@@ -39,8 +41,12 @@ kernel_teardown() {
     [ -d "$CFG/subsystems/$NQN" ] || [ -d "$CFG/ports/1" ] || return 0
     rm -f "$CFG/ports/1/subsystems/$NQN" 2>/dev/null || true
     rmdir "$CFG/ports/1" 2>/dev/null || true
-    echo 0 >"$CFG/subsystems/$NQN/namespaces/1/enable" 2>/dev/null || true
-    rmdir "$CFG/subsystems/$NQN/namespaces/1" 2>/dev/null || true
+    local n
+    for n in 1 2; do
+        [ -d "$CFG/subsystems/$NQN/namespaces/$n" ] || continue
+        echo 0 >"$CFG/subsystems/$NQN/namespaces/$n/enable" || true
+        rmdir "$CFG/subsystems/$NQN/namespaces/$n" 2>/dev/null || true
+    done
     rmdir "$CFG/subsystems/$NQN" 2>/dev/null || true
 }
 stop_target() {
@@ -101,7 +107,7 @@ json_field() { # json key
 perf() { # target name windows rw [extra...]
     local t=$1 name=$2 win=$3 rw=$4; shift 4
     local j
-    j=$("$INI" perf -a "$IP" -n "$NQN" --windows "$win" --rw "$rw" --bs 4k --qd 32 \
+    j=$("$INI" perf -a "$IP" -n "$NQN" --windows "$win" --rw "$rw" --bs 4k --qd "${QD:-32}" \
         --time "$PERF_TIME" --size 256M --json "$@" 2>/tmp/perf-progress.txt) \
         || { cat /tmp/perf-progress.txt; echo "$j"; fail "perf $name against $t failed"; }
     echo "    $name: $j"
@@ -187,7 +193,24 @@ for t in $TARGETS; do
     step "[$t] perf, ${PERF_TIME}s each"
     perf "$t" randread-mw mw randread
     perf "$t" randwrite-mw mw randwrite
-    perf "$t" randread-mr mr randread
+    QD=16 perf "$t" randread-mr mr randread --queues 2
+    if [ "$t" = kernel ]; then
+        # Asynchronous events: our target has no event source yet (config reload
+        # adds one); nvmet announces a namespace added through configfs.
+        step "[$t] asynchronous event: namespace 2 added while connected"
+        truncate -s 64M /var/tmp/ns2.img
+        "$INI" connect -a "$IP" -n "$NQN" --watch 15 >/tmp/watch.txt 2>&1 &
+        W=$!
+        for i in $(seq 40); do grep -q "^watching" /tmp/watch.txt && break; sleep 0.25; done
+        mkdir "$CFG/subsystems/$NQN/namespaces/2"
+        echo -n /var/tmp/ns2.img >"$CFG/subsystems/$NQN/namespaces/2/device_path"
+        echo 1 >"$CFG/subsystems/$NQN/namespaces/2/enable"
+        wait $W || { cat /tmp/watch.txt; fail "connect --watch failed"; }
+        sed -n '/^watching/,$p' /tmp/watch.txt
+        grep -q "^event: notice, info 0x00, log page 0x04, changed namespaces \[2\]" /tmp/watch.txt \
+            || fail "no namespace-changed event for namespace 2"
+        grep -q "^namespace 2: 16384 blocks of 4096 B" /tmp/watch.txt || fail "namespace 2 not listed after the event"
+    fi
     stop_target
 done
 
@@ -195,11 +218,11 @@ step "window security probe"
 "$PROBE" "$IP" | tee /tmp/probe.txt
 grep -q "^PROBE PASS" /tmp/probe.txt || fail "window security probe"
 
-step "summary (same boot, 4k QD32, ${PERF_TIME}s)"
-printf '    %-14s' run; for t in $TARGETS; do printf '%18s' "$t IOPS (p99 us)"; done; echo
+step "summary (same boot, 4k, QD32 in total, ${PERF_TIME}s; randread-mr on 2 queues of QD16)"
+printf '    %-14s' run; for t in $TARGETS; do printf '%22s' "$t IOPS (p99 us)"; done; echo
 for n in randread-mw randwrite-mw randread-mr; do
     printf '    %-14s' "$n"
-    for t in $TARGETS; do printf '%18s' "$(printf '%.0f (%.0f)' "${RESULT[$t.$n]}" "${RESULT[$t.$n.p99]}")"; done
+    for t in $TARGETS; do printf '%22s' "$(printf '%.0f (%.0f)' "${RESULT[$t.$n]}" "${RESULT[$t.$n.p99]}")"; done
     echo
 done
 if [[ " $TARGETS " == *" own "* && " $TARGETS " == *" kernel "* ]]; then
