@@ -9,7 +9,7 @@ use rdma_sys::*;
 
 use crate::error::{Error, Result};
 use crate::verbs::{
-    set_nonblocking, CompletionQueue, Context, ProtectionDomain, QpCaps, QueuePair,
+    set_nonblocking, wait_readable, CompletionQueue, Context, ProtectionDomain, QpCaps, QueuePair,
 };
 
 /// An RDMA-CM event channel: the file descriptor on which a set of ids report
@@ -119,18 +119,8 @@ impl EventChannel {
     /// Waits up to `timeout` for the next event (`Ok(None)` on timeout). Works on
     /// blocking and non-blocking channels alike.
     pub fn wait_event(self: &Arc<Self>, timeout: std::time::Duration) -> Result<Option<CmEvent>> {
-        let mut pfd = libc::pollfd {
-            fd: self.fd(),
-            events: libc::POLLIN,
-            revents: 0,
-        };
         let ms = timeout.as_millis().min(i32::MAX as u128) as i32;
-        // SAFETY: one valid pollfd for the call.
-        let r = unsafe { libc::poll(&mut pfd, 1, ms) };
-        if r < 0 {
-            return Err(Error::last("poll(rdma_cm channel)"));
-        }
-        if r == 0 {
+        if !wait_readable(self.fd(), ms, "poll(rdma_cm channel)")? {
             return Ok(None);
         }
         self.get_event()

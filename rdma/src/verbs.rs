@@ -311,25 +311,28 @@ impl CompletionChannel {
     /// Waits up to `timeout_ms` (-1: forever) for the channel to become
     /// readable. Returns whether it did.
     pub fn wait(&self, timeout_ms: i32) -> Result<bool> {
-        let mut pfd = libc::pollfd {
-            fd: self.fd(),
-            events: libc::POLLIN,
-            revents: 0,
-        };
-        // SAFETY: one valid pollfd for the call.
-        let r = unsafe { libc::poll(&mut pfd, 1, timeout_ms) };
-        if r < 0 {
-            let e = std::io::Error::last_os_error();
-            if e.raw_os_error() == Some(libc::EINTR) {
-                return Ok(false);
-            }
-            return Err(Error::Os {
-                call: "poll(completion channel)",
-                source: e,
-            });
-        }
-        Ok(r > 0)
+        wait_readable(self.fd(), timeout_ms, "poll(completion channel)")
     }
+}
+
+/// Waits up to `timeout_ms` (-1: forever) for `fd` to become readable.
+/// Returns whether it did (an interrupted wait counts as not yet).
+pub(crate) fn wait_readable(fd: RawFd, timeout_ms: i32, call: &'static str) -> Result<bool> {
+    let mut pfd = libc::pollfd {
+        fd,
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    // SAFETY: one valid pollfd for the call.
+    let r = unsafe { libc::poll(&mut pfd, 1, timeout_ms) };
+    if r < 0 {
+        let e = std::io::Error::last_os_error();
+        if e.raw_os_error() == Some(libc::EINTR) {
+            return Ok(false);
+        }
+        return Err(Error::Os { call, source: e });
+    }
+    Ok(r > 0)
 }
 
 impl Drop for CompletionChannel {
