@@ -201,6 +201,9 @@ impl Ctx<'_> {
     }
 }
 
+/// Prefix of the environment variables that override settings of the file.
+pub const ENV_PREFIX: &str = "NVMF_TARGET";
+
 /// Default model number reported in Identify Controller.
 pub const DEFAULT_MODEL: &str = "nvmf-target";
 /// Default busy-poll window on machines with cores to spare. On machines with
@@ -217,8 +220,20 @@ pub fn default_poll_spin_us() -> u64 {
 }
 
 impl TargetConfig {
-    /// Loads and validates a TOML file.
+    /// Loads and validates a TOML file, with overrides from the process
+    /// environment (see [`ENV_PREFIX`]).
     pub fn load(path: &Path) -> Result<TargetConfig, ConfigError> {
+        Self::load_with_env(path, None)
+    }
+
+    /// Loads and validates a TOML file. Variables named
+    /// `NVMF_TARGET_<SECTION>__<KEY>` override scalar settings, e.g.
+    /// `NVMF_TARGET_TARGET__POLL_SPIN_US=0`; `env` replaces the process
+    /// environment (for tests).
+    pub fn load_with_env(
+        path: &Path,
+        env: Option<std::collections::HashMap<String, String>>,
+    ) -> Result<TargetConfig, ConfigError> {
         let file = path.display().to_string();
         if !path.exists() {
             return Err(ConfigError::Load {
@@ -228,10 +243,17 @@ impl TargetConfig {
         }
         let raw: RawConfig = config::Config::builder()
             .add_source(config::File::new(&file, config::FileFormat::Toml))
+            .add_source(
+                config::Environment::with_prefix(ENV_PREFIX)
+                    .prefix_separator("_")
+                    .separator("__")
+                    .try_parsing(true)
+                    .source(env),
+            )
             .build()
             .and_then(|c| c.try_deserialize())
             .map_err(|e| ConfigError::Load {
-                file: file.clone(),
+                file: format!("{file} (with {ENV_PREFIX}_* overrides)"),
                 reason: e.to_string(),
             })?;
         Self::validate(raw, &file, true)
@@ -623,6 +645,38 @@ block_size = 4096
             e.contains("command line: subsystem[0].namespace[0].path: /nonexistent/disk"),
             "{e}"
         );
+    }
+
+    #[test]
+    fn environment_overrides() {
+        let dir = std::env::temp_dir().join(format!("nvmf-cfg-env-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("t.toml");
+        std::fs::write(
+            &path,
+            "[target]\npoll_spin_us = 7\n[[listener]]\naddress = \"127.0.0.1\"\n\
+             [[subsystem]]\nnqn = \"nqn.2026-11.io.test:a\"\nallow_any_host = true\n\
+             [[subsystem.namespace]]\nnsid = 1\nbackend = \"null\"\nsize = \"1M\"\n",
+        )
+        .unwrap();
+        let env = |k: &str, v: &str| Some([(k.to_string(), v.to_string())].into_iter().collect());
+        let c = TargetConfig::load_with_env(&path, Some(Default::default())).unwrap();
+        assert_eq!(c.poll_spin_us, 7);
+        let c = TargetConfig::load_with_env(&path, env("NVMF_TARGET_TARGET__POLL_SPIN_US", "0"))
+            .unwrap();
+        assert_eq!(c.poll_spin_us, 0);
+        let e = TargetConfig::load_with_env(&path, env("NVMF_TARGET_TARGET__POLL_SPIN_US", "lots"))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("t.toml") && e.contains("NVMF_TARGET_") && e.contains("poll_spin_us"),
+            "{e}"
+        );
+        let e = TargetConfig::load_with_env(&path, env("NVMF_TARGET_TARGET__POLL_SPIN", "1"))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("poll_spin"), "{e}");
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]

@@ -6,7 +6,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use clap::Parser;
+use clap::{Parser, Subcommand};
 use tracing::{error, info, warn};
 
 use nvmf_target::backend::open_namespace;
@@ -23,6 +23,8 @@ const DEFAULT_CONFIG: &str = "/etc/nvmf-target/nvmf-target.toml";
     about = "Userspace NVMe-over-Fabrics target over RDMA"
 )]
 struct Args {
+    #[command(subcommand)]
+    cmd: Option<Cmd>,
     /// TOML configuration file (default /etc/nvmf-target/nvmf-target.toml unless the quick form is used).
     #[arg(short, long)]
     config: Option<PathBuf>,
@@ -44,6 +46,29 @@ struct Args {
     /// Log filter (e.g. info, debug, nvmf_target=trace); RUST_LOG overrides.
     #[arg(long, default_value = "info")]
     log_level: String,
+}
+
+#[derive(Subcommand, Debug)]
+enum Cmd {
+    /// Validate a configuration file (with its NVMF_TARGET_* environment
+    /// overrides) without serving: exit 0 and a summary if valid, 2 and the
+    /// file, field and reason if not.
+    CheckConfig {
+        /// The file.
+        file: PathBuf,
+    },
+}
+
+fn summary(cfg: &TargetConfig) -> String {
+    format!(
+        "configuration OK: {} listener(s), {} subsystem(s), {} namespace(s)",
+        cfg.listeners.len(),
+        cfg.subsystems.len(),
+        cfg.subsystems
+            .iter()
+            .map(|s| s.namespaces.len())
+            .sum::<usize>()
+    )
 }
 
 fn init_logging(level: &str) {
@@ -123,6 +148,18 @@ fn block_signals() -> libc::sigset_t {
 
 fn main() -> ExitCode {
     let args = Args::parse();
+    if let Some(Cmd::CheckConfig { file }) = &args.cmd {
+        return match TargetConfig::load(file) {
+            Ok(c) => {
+                println!("{}", summary(&c));
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("nvmf-target: configuration refused: {e}");
+                ExitCode::from(2)
+            }
+        };
+    }
     init_logging(&args.log_level);
     let mut cfg = match load(&args) {
         Ok(c) => c,
@@ -135,15 +172,7 @@ fn main() -> ExitCode {
         cfg.poll_spin_us = us;
     }
     if args.check {
-        println!(
-            "configuration OK: {} listener(s), {} subsystem(s), {} namespace(s)",
-            cfg.listeners.len(),
-            cfg.subsystems.len(),
-            cfg.subsystems
-                .iter()
-                .map(|s| s.namespaces.len())
-                .sum::<usize>()
-        );
+        println!("{}", summary(&cfg));
         return ExitCode::SUCCESS;
     }
     let target = match build(&cfg) {
