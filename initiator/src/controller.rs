@@ -17,7 +17,7 @@ use nvme::identify::{oaes, parse_ns_list, IdentifyController, IdentifyNamespace,
 use nvme::opcode::lid;
 
 use crate::commands;
-use crate::error::{Error, Result};
+use crate::error::{status_ok, Error, Result};
 use crate::host::HostIdentity;
 use crate::transport::{Done, QueueConfig, RdmaQueue, WindowMode, Xfer};
 
@@ -156,13 +156,7 @@ impl Admin {
         let cqe = q.execute(cmd, xfer, data_out, data_in, *timeout, &mut |q, d| {
             on_other(aer_tag, raw_results, q, d)
         })?;
-        if !cqe.status.is_success() {
-            return Err(Error::Status {
-                cmd: commands::name(&cmd),
-                status: cqe.status,
-            });
-        }
-        Ok(cqe)
+        status_ok(commands::name(&cmd), cqe)
     }
 
     fn run(&mut self, cmd: Command) -> Result<Completion> {
@@ -444,12 +438,7 @@ impl Controller {
             self.opts.timeout,
             &mut |q, d| q.release(d.tag),
         )?;
-        if !c.status.is_success() {
-            return Err(Error::Status {
-                cmd: "Connect (I/O queue)",
-                status: c.status,
-            });
-        }
+        status_ok("Connect (I/O queue)", c)?;
         if self.opts.inline {
             // IOCCSZ counts 16-byte units of the whole capsule (SQE included).
             let ic = (self.info.id.ioccsz as usize * 16).saturating_sub(nvme::SQE_SIZE);
@@ -573,13 +562,7 @@ impl IoQueue {
         let c = self
             .q
             .execute(cmd, xfer, out, inp, t, &mut |q, d| q.release(d.tag))?;
-        if !c.status.is_success() {
-            return Err(Error::Status {
-                cmd: commands::io_name(&cmd),
-                status: c.status,
-            });
-        }
-        Ok(c)
+        status_ok(commands::io_name(&cmd), c)
     }
 
     /// Reads `nlb` blocks at `slba` into `buf` (its length is the byte count).
@@ -670,11 +653,8 @@ impl IoQueue {
             }
             self.poll(&mut done, Duration::from_secs(30))?;
             for d in done.drain(..) {
-                if !d.cqe.status.is_success() && result.is_ok() {
-                    result = Err(Error::Status {
-                        cmd: "Read",
-                        status: d.cqe.status,
-                    });
+                if result.is_ok() {
+                    result = status_ok("Read", d.cqe).map(|_| ());
                 }
                 ready[d.tag as usize] = true;
             }
@@ -739,11 +719,8 @@ impl IoQueue {
             }
             self.poll(&mut done, Duration::from_secs(30))?;
             for d in done.drain(..) {
-                if !d.cqe.status.is_success() && result.is_ok() {
-                    result = Err(Error::Status {
-                        cmd: "Write",
-                        status: d.cqe.status,
-                    });
+                if result.is_ok() {
+                    result = status_ok("Write", d.cqe).map(|_| ());
                 }
                 self.release(d.tag);
             }

@@ -94,5 +94,20 @@ impl Error {
     }
 }
 
+/// `c` if it succeeded, else [`Error::Status`] naming `cmd`.
+pub(crate) fn status_ok(
+    cmd: &'static str,
+    c: nvme::completion::Completion,
+) -> Result<nvme::completion::Completion> {
+    if c.status.is_success() {
+        Ok(c)
+    } else {
+        Err(Error::Status {
+            cmd,
+            status: c.status,
+        })
+    }
+}
+
 /// Result alias.
 pub type Result<T> = std::result::Result<T, Error>;

@@ -182,17 +182,8 @@ pub struct RdmaQueue {
 fn reject_reason(private: &[u8], cm_status: i32) -> String {
     match CmReject::parse(private) {
         Ok(r) => {
-            let name = match r.status {
-                s if s == RejectStatus::InvalidLen as u16 => "invalid private data length",
-                s if s == RejectStatus::InvalidRecfmt as u16 => "invalid record format",
-                s if s == RejectStatus::InvalidQid as u16 => "invalid queue id",
-                s if s == RejectStatus::InvalidHsqsize as u16 => "invalid host SQ size",
-                s if s == RejectStatus::InvalidHrqsize as u16 => "invalid host RQ size",
-                s if s == RejectStatus::NoResources as u16 => "no resources",
-                s if s == RejectStatus::InvalidIrd as u16 => "invalid IRD",
-                s if s == RejectStatus::InvalidOrd as u16 => "invalid ORD",
-                _ => "unknown NVMe/RDMA reject status",
-            };
+            let name = RejectStatus::from_code(r.status)
+                .map_or("unknown NVMe/RDMA reject status", RejectStatus::describe);
             format!("{name} (NVMe/RDMA status {})", r.status)
         }
         Err(_) if cm_status == 28 => "rejected without NVMe/RDMA status".into(),
@@ -528,15 +519,10 @@ impl RdmaQueue {
         let mr = &self.data.mrs[tag as usize];
         match self.data.mws.get(tag as usize) {
             Some(mw) => {
-                // The key this bind gives: one past the last one posted.
-                let key = self
-                    .key_updates
-                    .iter()
-                    .rev()
-                    .find(|(t, _)| *t == tag)
-                    .map_or(mw.next_rkey(), |&(_, k)| {
-                        (k & !0xff) | (k.wrapping_add(1) & 0xff)
-                    });
+                // A slot's previous bind is always posted (and its key
+                // recorded) before the slot completes, so the next key
+                // follows the window's current one.
+                let key = mw.next_rkey();
                 let addr = mr.addr();
                 let op = SendOp::BindMw {
                     mw: mw.handle(),

@@ -94,6 +94,38 @@ pub enum RejectStatus {
     InvalidOrd = 8,
 }
 
+impl RejectStatus {
+    const ALL: [RejectStatus; 8] = [
+        RejectStatus::InvalidLen,
+        RejectStatus::InvalidRecfmt,
+        RejectStatus::InvalidQid,
+        RejectStatus::InvalidHsqsize,
+        RejectStatus::InvalidHrqsize,
+        RejectStatus::NoResources,
+        RejectStatus::InvalidIrd,
+        RejectStatus::InvalidOrd,
+    ];
+
+    /// The status with this wire code, if it is one.
+    pub fn from_code(code: u16) -> Option<RejectStatus> {
+        Self::ALL.into_iter().find(|s| *s as u16 == code)
+    }
+
+    /// What it means, for error messages.
+    pub fn describe(self) -> &'static str {
+        match self {
+            RejectStatus::InvalidLen => "invalid private data length",
+            RejectStatus::InvalidRecfmt => "invalid record format",
+            RejectStatus::InvalidQid => "invalid queue id",
+            RejectStatus::InvalidHsqsize => "invalid host SQ size",
+            RejectStatus::InvalidHrqsize => "invalid host RQ size",
+            RejectStatus::NoResources => "no resources",
+            RejectStatus::InvalidIrd => "invalid IRD",
+            RejectStatus::InvalidOrd => "invalid ORD",
+        }
+    }
+}
+
 /// Reject private data (`nvme_rdma_cm_rej`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct CmReject {
@@ -132,6 +164,16 @@ impl CmReject {
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    #[test]
+    fn reject_codes() {
+        for code in 1..=8u16 {
+            assert_eq!(RejectStatus::from_code(code).map(|s| s as u16), Some(code));
+        }
+        assert_eq!(RejectStatus::from_code(0), None);
+        assert_eq!(RejectStatus::from_code(9), None);
+        assert_eq!(RejectStatus::NoResources.describe(), "no resources");
+    }
 
     #[test]
     fn layouts() {
