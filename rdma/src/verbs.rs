@@ -834,6 +834,40 @@ impl WorkCompletion {
     pub fn status(&self) -> u32 {
         self.0.status
     }
+    /// Status as the verbs constant's short name (`REM_ACCESS_ERR`, ...), for
+    /// metrics labels.
+    pub fn status_name(&self) -> &'static str {
+        const NAMES: [&str; 24] = [
+            "SUCCESS",
+            "LOC_LEN_ERR",
+            "LOC_QP_OP_ERR",
+            "LOC_EEC_OP_ERR",
+            "LOC_PROT_ERR",
+            "WR_FLUSH_ERR",
+            "MW_BIND_ERR",
+            "BAD_RESP_ERR",
+            "LOC_ACCESS_ERR",
+            "REM_INV_REQ_ERR",
+            "REM_ACCESS_ERR",
+            "REM_OP_ERR",
+            "RETRY_EXC_ERR",
+            "RNR_RETRY_EXC_ERR",
+            "LOC_RDD_VIOL_ERR",
+            "REM_INV_RD_REQ_ERR",
+            "REM_ABORT_ERR",
+            "INV_EECN_ERR",
+            "INV_EEC_STATE_ERR",
+            "FATAL_ERR",
+            "RESP_TIMEOUT_ERR",
+            "GENERAL_ERR",
+            "TM_ERR",
+            "TM_RNDV_INCOMPLETE",
+        ];
+        NAMES
+            .get(self.0.status as usize)
+            .copied()
+            .unwrap_or("UNKNOWN")
+    }
     /// Status as text.
     pub fn status_str(&self) -> String {
         // SAFETY: returns a static C string for any status value.

@@ -149,7 +149,7 @@ fn identify(ctrl: &Controller, cmd: &Command, out: &mut [u8]) -> AdminOutcome {
             }
             data(put(
                 out,
-                &identify::encode_ns_list(s.namespaces.iter().map(|n| n.nsid), nsid),
+                &identify::encode_ns_list(s.namespaces().iter().map(|n| n.nsid), nsid),
             ))
         }
         cns::NS_DESC_LIST => match s.namespace(nsid) {
@@ -207,12 +207,8 @@ fn get_log_page(target: &Target, ctrl: &Controller, cmd: &Command, out: &mut [u8
             v
         }
         lid::CHANGED_NS if !disc => {
-            let mut st = ctrl.state();
-            let v = nvme::log::encode_changed_ns(&st.changed_ns).to_vec();
-            if !g.rae {
-                st.changed_ns.clear();
-            }
-            v
+            let ids = ctrl.state().take_changed_ns(g.rae);
+            nvme::log::encode_changed_ns(&ids).to_vec()
         }
         _ => return done(Status::INVALID_LOG_PAGE),
     };

@@ -92,7 +92,16 @@ pub struct TargetConfig {
     /// Microseconds a queue thread busy-polls after its last activity before
     /// it sleeps on its completion channel.
     pub poll_spin_us: u64,
+    /// Where `/metrics` is served (`None`: disabled).
+    pub metrics_addr: Option<SocketAddr>,
+    /// Log filter (`tracing` EnvFilter syntax), e.g. `info` or `nvmf_target=debug`.
+    pub log_level: String,
 }
+
+/// Default address of the Prometheus endpoint.
+pub const DEFAULT_METRICS_ADDR: &str = "127.0.0.1:9469";
+/// Default log filter.
+pub const DEFAULT_LOG_LEVEL: &str = "info";
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -103,6 +112,23 @@ struct RawConfig {
     subsystem: Vec<RawSubsystem>,
     #[serde(default)]
     target: Option<RawTarget>,
+    #[serde(default)]
+    metrics: Option<RawMetrics>,
+    #[serde(default)]
+    log: Option<RawLog>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawMetrics {
+    enabled: Option<bool>,
+    address: Option<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawLog {
+    level: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -320,6 +346,8 @@ impl TargetConfig {
                     .collect(),
             }],
             target: None,
+            metrics: None,
+            log: None,
         };
         Self::validate(raw, "command line", true)
     }
@@ -495,10 +523,43 @@ impl TargetConfig {
             .target
             .and_then(|t| t.poll_spin_us)
             .unwrap_or_else(default_poll_spin_us);
+        let metrics_addr = match raw.metrics {
+            Some(RawMetrics {
+                enabled: Some(false),
+                ..
+            }) => None,
+            m => {
+                let a = m
+                    .and_then(|m| m.address)
+                    .unwrap_or_else(|| DEFAULT_METRICS_ADDR.to_string());
+                Some(a.parse::<SocketAddr>().map_err(|_| {
+                    cx.err(
+                        "metrics.address",
+                        format!(
+                            "'{a}' is not ADDRESS:PORT (e.g. \"127.0.0.1:9469\" or \"[::1]:9469\")"
+                        ),
+                    )
+                })?)
+            }
+        };
+        let log_level = raw
+            .log
+            .and_then(|l| l.level)
+            .unwrap_or_else(|| DEFAULT_LOG_LEVEL.to_string());
+        if let Err(e) = tracing_subscriber::EnvFilter::try_new(&log_level) {
+            return Err(cx.err(
+                "log.level",
+                format!(
+                    "'{log_level}' is not a log filter (e.g. \"info\", \"nvmf_target=debug\"): {e}"
+                ),
+            ));
+        }
         Ok(TargetConfig {
             listeners,
             subsystems,
             poll_spin_us,
+            metrics_addr,
+            log_level,
         })
     }
 }
@@ -629,6 +690,39 @@ block_size = 4096
                 "nsid = 1\nbackend = \"null\"\nsize = 512\n[[subsystem.namespace]]\nnsid = 1",
             ),
             "subsystem[1].namespace[1].nsid: 1 is used twice",
+        );
+    }
+
+    #[test]
+    fn metrics_and_log_sections() {
+        let c = TargetConfig::from_toml(GOOD, "t.toml").unwrap();
+        assert_eq!(c.metrics_addr, Some("127.0.0.1:9469".parse().unwrap()));
+        assert_eq!(c.log_level, "info");
+        let c = TargetConfig::from_toml(
+            &format!(
+                "[metrics]\naddress = \"[::1]:9100\"\n[log]\nlevel = \"nvmf_target=debug\"\n{GOOD}"
+            ),
+            "t.toml",
+        )
+        .unwrap();
+        assert_eq!(c.metrics_addr, Some("[::1]:9100".parse().unwrap()));
+        assert_eq!(c.log_level, "nvmf_target=debug");
+        let c = TargetConfig::from_toml(&format!("[metrics]\nenabled = false\n{GOOD}"), "t.toml")
+            .unwrap();
+        assert_eq!(c.metrics_addr, None);
+        let bad = |text: String, want: &str| {
+            let e = TargetConfig::from_toml(&text, "t.toml")
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains(want), "{e}");
+        };
+        bad(
+            format!("[metrics]\naddress = \"localhost\"\n{GOOD}"),
+            "t.toml: metrics.address: 'localhost' is not ADDRESS:PORT",
+        );
+        bad(
+            format!("[log]\nlevel = \"info,,=x=\"\n{GOOD}"),
+            "t.toml: log.level: 'info,,=x=' is not a log filter",
         );
     }
 

@@ -37,6 +37,14 @@ pub struct QueueLink {
     pub qid: u16,
     kill: AtomicBool,
     efd: OwnedFd,
+    /// [`monotonic_ms`] when the queue thread last went round its loop.
+    heartbeat: AtomicU64,
+}
+
+/// Milliseconds since the first call (a process-wide monotonic clock).
+pub fn monotonic_ms() -> u64 {
+    static START: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
+    START.get_or_init(Instant::now).elapsed().as_millis() as u64
 }
 
 impl QueueLink {
@@ -50,6 +58,7 @@ impl QueueLink {
         Ok(Arc::new(QueueLink {
             qid,
             kill: AtomicBool::new(false),
+            heartbeat: AtomicU64::new(monotonic_ms()),
             // SAFETY: fd was just created and is owned by nobody else.
             efd: unsafe { OwnedFd::from_raw_fd(fd) },
         }))
@@ -74,6 +83,14 @@ impl QueueLink {
     /// Whether the queue was asked to disconnect.
     pub fn killed(&self) -> bool {
         self.kill.load(Ordering::Acquire)
+    }
+    /// Records that the queue thread is alive.
+    pub fn beat(&self) {
+        self.heartbeat.store(monotonic_ms(), Ordering::Relaxed);
+    }
+    /// Milliseconds since the queue thread last went round its loop.
+    pub fn silent_ms(&self) -> u64 {
+        monotonic_ms().saturating_sub(self.heartbeat.load(Ordering::Relaxed))
     }
     /// The eventfd to wait on.
     pub fn fd(&self) -> i32 {
@@ -114,6 +131,9 @@ pub struct CtrlState {
     pub events: VecDeque<u32>,
     /// Changed namespace list (cleared when read).
     pub changed_ns: Vec<u32>,
+    /// A namespace-changed event was raised and the log not yet read: further
+    /// changes only extend the list.
+    pub ns_event_masked: bool,
     /// Error log.
     pub errors: VecDeque<ErrorLogEntry>,
     /// Error count (unique id of the last entry).
@@ -148,6 +168,7 @@ impl CtrlState {
             aers: Vec::new(),
             events: VecDeque::new(),
             changed_ns: Vec::new(),
+            ns_event_masked: false,
             errors: VecDeque::new(),
             error_count: 0,
             failed: false,
@@ -241,6 +262,42 @@ impl CtrlState {
     pub fn push_event(&mut self, result: u32) -> Vec<(u16, u32)> {
         self.events.push_back(result);
         self.match_events()
+    }
+
+    /// Records changed namespaces in the changed-namespace log and raises a
+    /// Namespace Attribute Changed notice when the host enabled it (Set
+    /// Features, Asynchronous Event Configuration bit 8) and no such notice
+    /// is outstanding. Returns whether an event was queued.
+    pub fn ns_changed(&mut self, nsids: &[u32]) -> bool {
+        for &n in nsids {
+            if !self.changed_ns.contains(&n) {
+                self.changed_ns.push(n);
+            }
+        }
+        self.changed_ns.sort_unstable();
+        if self.aen_config & nvme::identify::oaes::NS_ATTR == 0 || self.ns_event_masked {
+            return false;
+        }
+        self.ns_event_masked = true;
+        use nvme::log::aen;
+        use nvme::opcode::lid;
+        self.events.push_back(aen::result(
+            aen::TYPE_NOTICE,
+            aen::INFO_NS_CHANGED,
+            lid::CHANGED_NS,
+        ));
+        true
+    }
+
+    /// The changed-namespace log was read: clears it (unless `retain`) and
+    /// unmasks the notice.
+    pub fn take_changed_ns(&mut self, retain: bool) -> Vec<u32> {
+        let v = self.changed_ns.clone();
+        if !retain {
+            self.changed_ns.clear();
+            self.ns_event_masked = false;
+        }
+        v
     }
 
     /// Pairs queued events with parked AERs.
@@ -343,6 +400,14 @@ impl Controller {
         self.links().len()
     }
 
+    /// Queues whose thread has not gone round its loop for `max_ms`.
+    pub fn stalled_queues(&self, max_ms: u64) -> usize {
+        self.links()
+            .iter()
+            .filter(|l| l.silent_ms() > max_ms)
+            .count()
+    }
+
     /// Disconnects every queue (controller failure or admin queue gone).
     pub fn kill_all(&self) {
         for l in self.links().iter() {
@@ -355,6 +420,21 @@ impl Controller {
         for l in self.links().iter().filter(|l| l.qid != 0) {
             l.kill();
         }
+    }
+
+    /// Namespaces of the subsystem changed (added, removed or replaced):
+    /// records them and, if a notice is raised, wakes the admin queue to
+    /// complete a parked Asynchronous Event Request with it.
+    pub fn notify_ns_changed(&self, nsids: &[u32]) -> bool {
+        let raised = self.state().ns_changed(nsids);
+        if raised {
+            crate::metrics::metrics()
+                .async_events
+                .with_label_values(&[&self.subsys.nqn, "ns_changed"])
+                .inc();
+            self.wake_admin();
+        }
+        raised
     }
 
     /// Wakes the admin queue (an event is pending).
@@ -458,6 +538,26 @@ mod tests {
         s.aers.push(30);
         assert!(s.match_events().is_empty());
         assert_eq!(s.push_event(7), vec![(30, 7)]);
+    }
+
+    #[test]
+    fn namespace_change_notice_is_masked_until_the_log_is_read() {
+        let mut s = CtrlState::new(0, Instant::now());
+        // Not enabled by the host: only the log grows.
+        assert!(!s.ns_changed(&[3]));
+        assert!(s.events.is_empty());
+        s.aen_config = nvme::identify::oaes::NS_ATTR;
+        s.aers.push(9);
+        assert!(s.ns_changed(&[2, 3]));
+        assert_eq!(s.match_events(), vec![(9, 0x0004_0002)]);
+        // Masked until the log is read.
+        assert!(!s.ns_changed(&[5]));
+        assert_eq!(s.take_changed_ns(true), vec![2, 3, 5]);
+        assert!(!s.ns_changed(&[6]));
+        assert_eq!(s.take_changed_ns(false), vec![2, 3, 5, 6]);
+        assert!(s.changed_ns.is_empty());
+        assert!(s.ns_changed(&[7]));
+        assert_eq!(s.events.len(), 1);
     }
 
     #[test]

@@ -36,11 +36,15 @@ pub fn entry(portid: u16, addr: SocketAddr, nqn: &str) -> DiscoveryEntry {
 pub fn log_page(target: &Target, hostnqn: &str) -> Vec<u8> {
     let mut entries = Vec::new();
     for (i, l) in target.listeners.iter().enumerate() {
-        for s in target.subsystems.iter().filter(|s| s.host_allowed(hostnqn)) {
+        for s in target
+            .subsystems()
+            .iter()
+            .filter(|s| s.host_allowed(hostnqn))
+        {
             entries.push(entry(i as u16 + 1, *l, &s.nqn));
         }
     }
-    encode_log(target.genctr, &entries)
+    encode_log(target.genctr(), &entries)
 }
 
 #[cfg(test)]

@@ -30,6 +30,22 @@ pub struct ConnectError {
     pub result: u64,
 }
 
+impl ConnectError {
+    /// A short reason, for the rejections metric.
+    pub fn reason(&self) -> &'static str {
+        let subnqn = iattr_data(CONNECT_DATA_SUBNQN_OFFSET);
+        let cntlid = iattr_data(CONNECT_DATA_CNTLID_OFFSET);
+        match (self.status, self.result) {
+            (Status::CONNECT_INVALID_HOST, _) => "host_not_allowed",
+            (Status::CONNECT_INVALID_PARAM, r) if r == subnqn => "unknown_subsystem",
+            (Status::CONNECT_INVALID_PARAM, r) if r == cntlid => "unknown_controller",
+            (Status::CONNECT_CTRL_BUSY, _) => "controller_busy",
+            (Status::CMD_SEQ_ERROR, _) => "controller_not_ready",
+            _ => "invalid_parameters",
+        }
+    }
+}
+
 fn refuse(status: Status, result: u64) -> ConnectError {
     ConnectError { status, result }
 }

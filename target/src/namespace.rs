@@ -1,10 +1,9 @@
 //! Namespaces: size, block size, identifiers, and what backs them.
 
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
-
 use nvme::identify::{nidt, IdentifyNamespace, NsDescriptor};
 
 use crate::backend::Backend;
+use crate::metrics::NsMetrics;
 
 /// A namespace exported by a subsystem.
 #[derive(Debug)]
@@ -25,14 +24,8 @@ pub struct Namespace {
     pub uuid: [u8; 16],
     /// What backs it.
     pub backend: Backend,
-    /// Read commands completed.
-    pub reads: AtomicU64,
-    /// Write commands completed.
-    pub writes: AtomicU64,
-    /// Bytes read.
-    pub bytes_read: AtomicU64,
-    /// Bytes written.
-    pub bytes_written: AtomicU64,
+    /// Its metrics series.
+    pub metrics: NsMetrics,
 }
 
 /// 64-bit FNV-1a with a seed, for stable identifiers.
@@ -77,10 +70,7 @@ impl Namespace {
             nguid,
             uuid,
             backend,
-            reads: AtomicU64::new(0),
-            writes: AtomicU64::new(0),
-            bytes_read: AtomicU64::new(0),
-            bytes_written: AtomicU64::new(0),
+            metrics: NsMetrics::new(subnqn, nsid),
         }
     }
 
@@ -117,16 +107,5 @@ impl Namespace {
                 nid: vec![0],
             },
         ]
-    }
-
-    /// Records a completed read or write of `bytes`.
-    pub fn account(&self, write: bool, bytes: u64) {
-        if write {
-            self.writes.fetch_add(1, Relaxed);
-            self.bytes_written.fetch_add(bytes, Relaxed);
-        } else {
-            self.reads.fetch_add(1, Relaxed);
-            self.bytes_read.fetch_add(bytes, Relaxed);
-        }
     }
 }

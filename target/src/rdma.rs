@@ -10,7 +10,7 @@
 //! region that is also io_uring fixed buffer 0.
 
 use std::net::SocketAddr;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -26,8 +26,10 @@ use tracing::{debug, error, info, warn};
 
 use crate::admin::{self, AdminOutcome};
 use crate::backend::{Backend, BLKDISCARD};
-use crate::controller::{Controller, PropertyEffect, QueueLink};
+use crate::controller::{monotonic_ms, Controller, PropertyEffect, QueueLink};
 use crate::io::{self, IoPlan};
+use crate::metrics::{metrics, IoOp};
+use crate::namespace::Namespace;
 use crate::stats::Stats;
 use crate::subsystem::Target;
 use crate::transport::{self, DataPlan, QueueParams};
@@ -59,11 +61,39 @@ fn rdma_err(context: impl Into<String>) -> impl FnOnce(rdma::Error) -> Transport
     move |source| TransportError::Rdma { context, source }
 }
 
+/// A running listener thread.
+#[derive(Debug)]
+pub struct Listener {
+    /// The address it listens on.
+    pub addr: SocketAddr,
+    stop: Arc<AtomicBool>,
+    heartbeat: Arc<AtomicU64>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+/// How long the listener thread waits for an event before it checks for stop
+/// and records its heartbeat.
+const LISTEN_TICK: Duration = Duration::from_millis(500);
+
+impl Listener {
+    /// Whether the thread is running and went round its loop within `max_ms`.
+    pub fn alive(&self, max_ms: u64) -> bool {
+        self.thread.as_ref().is_some_and(|t| !t.is_finished())
+            && monotonic_ms().saturating_sub(self.heartbeat.load(Ordering::Relaxed)) <= max_ms
+    }
+
+    /// Stops accepting: the listening id is destroyed, so the RDMA-CM refuses
+    /// new connection requests. Connected queues are not affected.
+    pub fn stop(mut self) {
+        self.stop.store(true, Ordering::Release);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
 /// Starts a listener thread for `addr`. Returns once the address is bound and listening.
-pub fn listen(
-    target: Arc<Target>,
-    addr: SocketAddr,
-) -> Result<std::thread::JoinHandle<()>, TransportError> {
+pub fn listen(target: Arc<Target>, addr: SocketAddr) -> Result<Listener, TransportError> {
     let ch = EventChannel::new().map_err(rdma_err("creating an RDMA-CM event channel"))?;
     let id = CmId::new(&ch).map_err(rdma_err("creating an RDMA-CM id"))?;
     id.bind(addr).map_err(rdma_err(format!(
@@ -72,18 +102,40 @@ pub fn listen(
     id.listen(128)
         .map_err(rdma_err(format!("listening on {addr}")))?;
     info!(%addr, "listening (rdma)");
-    std::thread::Builder::new()
+    let stop = Arc::new(AtomicBool::new(false));
+    let heartbeat = Arc::new(AtomicU64::new(monotonic_ms()));
+    let (st, hb) = (stop.clone(), heartbeat.clone());
+    let thread = std::thread::Builder::new()
         .name(format!("nvmf-listen-{}", addr.port()))
-        .spawn(move || listener_loop(target, ch, id, addr))
+        .spawn(move || listener_loop(target, ch, id, addr, st, hb))
         .map_err(|source| TransportError::Os {
             context: "spawning the listener thread".into(),
             source,
-        })
+        })?;
+    Ok(Listener {
+        addr,
+        stop,
+        heartbeat,
+        thread: Some(thread),
+    })
 }
 
-fn listener_loop(target: Arc<Target>, ch: Arc<EventChannel>, _listen_id: CmId, addr: SocketAddr) {
+fn listener_loop(
+    target: Arc<Target>,
+    ch: Arc<EventChannel>,
+    listen_id: CmId,
+    addr: SocketAddr,
+    stop: Arc<AtomicBool>,
+    heartbeat: Arc<AtomicU64>,
+) {
     loop {
-        let ev = match ch.get_event() {
+        heartbeat.store(monotonic_ms(), Ordering::Relaxed);
+        if stop.load(Ordering::Acquire) {
+            drop(listen_id);
+            info!(%addr, "stopped listening");
+            return;
+        }
+        let ev = match ch.wait_event(LISTEN_TICK) {
             Ok(Some(ev)) => ev,
             Ok(None) => continue,
             Err(e) => {
@@ -106,6 +158,14 @@ fn listener_loop(target: Arc<Target>, ch: Arc<EventChannel>, _listen_id: CmId, a
 
 fn reject(target: &Target, id: &CmId, why: RejectStatus) {
     Stats::inc(&target.stats.cm_rejects);
+    crate::metrics::reject(match why {
+        RejectStatus::NoResources => "cm_no_resources",
+        RejectStatus::InvalidHsqsize => "cm_invalid_hsqsize",
+        RejectStatus::InvalidHrqsize => "cm_invalid_hrqsize",
+        RejectStatus::InvalidQid => "cm_invalid_qid",
+        RejectStatus::InvalidRecfmt => "cm_invalid_recfmt",
+        _ => "cm_invalid_private_data",
+    });
     warn!(peer = ?id.peer_addr(), reason = ?why, "rejecting queue connection");
     if let Err(e) = id.reject(&CmReject::new(why).encode()) {
         warn!("rdma_reject: {e}");
@@ -123,6 +183,9 @@ fn on_connect_request(
         Ok(p) => p,
         Err(why) => return reject(target, &id, why),
     };
+    if target.stopping.load(Ordering::Acquire) {
+        return reject(target, &id, RejectStatus::NoResources);
+    }
     let ch = match EventChannel::new().and_then(|ch| ch.set_nonblocking().map(|_| ch)) {
         Ok(ch) => ch,
         Err(e) => {
@@ -155,6 +218,15 @@ fn on_connect_request(
         });
     if let Err(e) = spawn {
         error!("spawning a queue thread: {e}");
+    }
+}
+
+/// The `type` label of a queue.
+fn queue_type(qid: u16) -> &'static str {
+    if qid == 0 {
+        "admin"
+    } else {
+        "io"
     }
 }
 
@@ -206,6 +278,15 @@ struct Request {
     out_len: u32,
     status: Status,
     result: u64,
+    /// When the command arrived.
+    start: Instant,
+    /// The namespace of an I/O command, held until the request is released so a
+    /// namespace removed by a reload outlives its in-flight commands.
+    ns: Option<Arc<Namespace>>,
+    /// Counted in the namespace's in-flight gauge.
+    ns_counted: bool,
+    /// Counted in `Target::io_in_flight`.
+    io_counted: bool,
 }
 
 impl Request {
@@ -224,6 +305,10 @@ impl Request {
             out_len: 0,
             status: Status::SUCCESS,
             result: 0,
+            start: Instant::now(),
+            ns: None,
+            ns_counted: false,
+            io_counted: false,
         }
     }
 }
@@ -293,6 +378,8 @@ struct Queue {
     sq_head: u16,
     sq_fc_disabled: bool,
     disconnecting: bool,
+    /// Metrics label of the first disconnect reason.
+    disconnect_reason: &'static str,
     disconnected: bool,
     disconnect_at: Option<Instant>,
     cq_poll_armed: bool,
@@ -387,6 +474,7 @@ impl Queue {
             sq_head: 0,
             sq_fc_disabled: false,
             disconnecting: false,
+            disconnect_reason: "",
             disconnected: false,
             disconnect_at: None,
             cq_poll_armed: false,
@@ -480,7 +568,7 @@ impl Queue {
     // ---- main loop -------------------------------------------------------
 
     fn run(&mut self) {
-        let spin = Duration::from_micros(self.target.poll_spin_us);
+        let spin = Duration::from_micros(self.target.poll_spin_us.load(Ordering::Relaxed));
         let mut wcs: [WorkCompletion; 32] = std::array::from_fn(|_| WorkCompletion::default());
         let mut cqes = [(0u64, 0i32); 64];
         let mut last = Instant::now();
@@ -596,9 +684,14 @@ impl Queue {
     }
 
     fn periodic(&mut self, now: Instant) {
+        self.link.beat();
         self.handle_cm_events();
         if self.link.killed() && !self.disconnecting {
-            self.disconnect("asked to disconnect");
+            if self.target.stopping.load(Ordering::Acquire) {
+                self.disconnect("target shutting down", "shutdown");
+            } else {
+                self.disconnect("asked to disconnect", "controller");
+            }
         }
         if self.qid() == 0 {
             if let Some(c) = self.ctrl.clone() {
@@ -613,8 +706,12 @@ impl Queue {
                 if expired {
                     warn!(cntlid = c.cntlid, host = %c.hostnqn, subsys = %c.subsys.nqn,
                           "keep-alive timeout expired; tearing the controller down");
+                    metrics()
+                        .keep_alive_expirations
+                        .with_label_values(&[&c.subsys.nqn])
+                        .inc();
                     c.kill_all();
-                    self.disconnect("keep-alive timeout");
+                    self.disconnect("keep-alive timeout", "keep_alive");
                 }
                 self.complete_aers(&c);
             }
@@ -631,7 +728,7 @@ impl Queue {
                     | CmEventKind::DeviceRemoval => {
                         self.disconnected = true;
                         if !self.disconnecting {
-                            self.disconnect("host disconnected");
+                            self.disconnect("host disconnected", "host");
                         }
                     }
                     CmEventKind::ConnectError
@@ -639,7 +736,7 @@ impl Queue {
                     | CmEventKind::Rejected => {
                         warn!(qid = self.qid(), kind = ?ev.kind, "connection failed");
                         self.disconnected = true;
-                        self.disconnect("connection failed");
+                        self.disconnect("connection failed", "error");
                     }
                     k => debug!(qid = self.qid(), kind = ?k, "cm event"),
                 },
@@ -647,19 +744,21 @@ impl Queue {
                 Err(e) => {
                     warn!(qid = self.qid(), "rdma_get_cm_event: {e}");
                     self.disconnected = true;
-                    self.disconnect("event channel failed");
+                    self.disconnect("event channel failed", "error");
                     return;
                 }
             }
         }
     }
 
-    fn disconnect(&mut self, why: &str) {
+    /// Starts disconnecting; `label` is the reason as counted in metrics.
+    fn disconnect(&mut self, why: &str, label: &'static str) {
         if self.disconnecting {
             return;
         }
         debug!(qid = self.qid(), why, "disconnecting queue");
         self.disconnecting = true;
+        self.disconnect_reason = label;
         self.disconnect_at = Some(Instant::now());
         if let Err(e) = self.id.disconnect() {
             debug!(qid = self.qid(), "rdma_disconnect: {e}");
@@ -677,13 +776,23 @@ impl Queue {
             c.state().failed = true;
             c.kill_all();
         }
-        self.disconnect("transport error");
+        self.disconnect("transport error", "error");
     }
 
     fn teardown(&mut self) {
         if let Some(c) = self.ctrl.take() {
             c.detach(&self.link);
+            let m = metrics();
+            m.queues
+                .with_label_values(&[&c.subsys.nqn, queue_type(self.qid())])
+                .dec();
             if self.qid() == 0 {
+                m.controllers.with_label_values(&[&c.subsys.nqn]).dec();
+                let reason = match self.disconnect_reason {
+                    "" => "host",
+                    r => r,
+                };
+                m.disconnects.with_label_values(&[reason]).inc();
                 c.kill_all();
                 c.subsys.remove_controller(c.cntlid);
                 info!(cntlid = c.cntlid, host = %c.hostnqn, subsys = %c.subsys.nqn, "controller disconnected");
@@ -700,11 +809,15 @@ impl Queue {
         if !wc.is_ok() {
             if !wc.is_flush() {
                 Stats::inc(&self.target.stats.wc_errors);
+                metrics()
+                    .wc_errors
+                    .with_label_values(&[wc.status_name()])
+                    .inc();
                 error!(qid = self.qid(), status = %wc.status_str(), vendor_err = wc.vendor_err(),
                        op = kind >> 32, "work completion error");
                 self.fail();
             } else if !self.disconnecting {
-                self.disconnect("queue pair flushed");
+                self.disconnect("queue pair flushed", "error");
             }
             if matches!(kind, WR_SEND | WR_READ | WR_WRITE) && idx < self.reqs.len() {
                 // A failed request never completes: release it unless a backend op still uses its slot.
@@ -723,8 +836,17 @@ impl Queue {
     }
 
     fn release(&mut self, r: usize) {
-        if self.reqs[r].state != ReqState::Free {
-            self.reqs[r].state = ReqState::Free;
+        let q = &mut self.reqs[r];
+        if q.state != ReqState::Free {
+            q.state = ReqState::Free;
+            if let Some(ns) = q.ns.take() {
+                if std::mem::take(&mut q.ns_counted) {
+                    ns.metrics.in_flight.dec();
+                }
+            }
+            if std::mem::take(&mut q.io_counted) {
+                self.target.io_in_flight.fetch_sub(1, Ordering::AcqRel);
+            }
             self.free.push(r as u16);
         }
     }
@@ -759,6 +881,10 @@ impl Queue {
             q.state = ReqState::Executing;
             q.cmd = cmd;
             q.recv_slot = slot;
+        }
+        if self.qid() != 0 && !cmd.is_fabrics() {
+            self.reqs[r].io_counted = true;
+            self.target.io_in_flight.fetch_add(1, Ordering::AcqRel);
         }
         let known = cmd.is_fabrics()
             || if self.qid() == 0 {
@@ -877,9 +1003,14 @@ impl Queue {
         if !ctrl.is_ready() {
             return Err(Status::CMD_SEQ_ERROR);
         }
+        if self.target.stopping.load(Ordering::Acquire) {
+            // Shutting down: not DNR, so the host retries (after reconnecting).
+            return Err(Status::NS_NOT_READY);
+        }
         let ns = ctrl.subsys.namespace(cmd.nsid());
-        let plan = io::prepare(ns.map(|n| &**n), &cmd, self.reqs[r].plan.len(), MAX_IO_SIZE)?;
+        let plan = io::prepare(ns.as_deref(), &cmd, self.reqs[r].plan.len(), MAX_IO_SIZE)?;
         self.reqs[r].io = Some(plan);
+        self.reqs[r].ns = ns;
         Ok(())
     }
 
@@ -921,6 +1052,13 @@ impl Queue {
                             "I/O queue connected"
                         );
                     }
+                    let m = metrics();
+                    let labels = [ctrl.subsys.nqn.as_str(), queue_type(self.qid())];
+                    m.connects.with_label_values(&labels).inc();
+                    m.queues.with_label_values(&labels).inc();
+                    if self.qid() == 0 {
+                        m.controllers.with_label_values(&[&ctrl.subsys.nqn]).inc();
+                    }
                     let cntlid = ctrl.cntlid as u64;
                     self.ctrl = Some(ctrl);
                     self.complete(r, Status::SUCCESS, cntlid)
@@ -930,7 +1068,8 @@ impl Queue {
                         .map(|d| (d.subsysnqn, d.hostnqn))
                         .unwrap_or_default();
                     warn!(qid = self.qid(), status = %e.status, subsys = %sub, host = %host,
-                          peer = ?self.id.peer_addr(), "connect refused");
+                          peer = ?self.id.peer_addr(), reason = e.reason(), "connect refused");
+                    crate::metrics::reject(e.reason());
                     self.complete(r, e.status, e.result)
                 }
             }
@@ -945,7 +1084,7 @@ impl Queue {
                     ctrl.kill_io_queues();
                 }
                 PropertyEffect::Shutdown => {
-                    for ns in &ctrl.subsys.namespaces {
+                    for ns in ctrl.subsys.namespaces().iter() {
                         if let Backend::File { file, .. } = &ns.backend {
                             if let Err(e) = file.sync_data() {
                                 warn!(nsid = ns.nsid, "flush at shutdown: {e}");
@@ -1002,13 +1141,14 @@ impl Queue {
         let Some(ctrl) = self.ctrl.clone() else {
             return self.complete(r, Status::CMD_SEQ_ERROR, 0);
         };
-        let cmd = self.reqs[r].cmd;
         let Some(plan) = self.reqs[r].io else {
             return self.complete(r, Status::INTERNAL, 0);
         };
-        let Some(ns) = ctrl.subsys.namespace(cmd.nsid()).cloned() else {
+        let Some(ns) = self.reqs[r].ns.clone() else {
             return self.complete(r, Status::INVALID_NS, 0);
         };
+        ns.metrics.in_flight.inc();
+        self.reqs[r].ns_counted = true;
         let (off, _) = self.data_range(r);
         let fd = ns.backend.fd();
         let ud = UD_IO | r as u64;
@@ -1128,11 +1268,7 @@ impl Queue {
                 self.reqs[r].errno = libc::EIO;
             } else if done < len && !self.disconnecting {
                 // Short transfer: continue where it stopped.
-                let Some(ns) = self
-                    .ctrl
-                    .as_ref()
-                    .and_then(|c| c.subsys.namespace(self.reqs[r].cmd.nsid()).cloned())
-                else {
+                let Some(ns) = self.reqs[r].ns.clone() else {
                     return;
                 };
                 let (off, _) = self.data_range(r);
@@ -1165,7 +1301,7 @@ impl Queue {
         let Some(ctrl) = self.ctrl.clone() else {
             return self.release(r);
         };
-        let Some(ns) = ctrl.subsys.namespace(self.reqs[r].cmd.nsid()).cloned() else {
+        let Some(ns) = self.reqs[r].ns.clone() else {
             return self.complete(r, Status::INVALID_NS, 0);
         };
         self.finish_io(r, &ctrl, &ns, plan)
@@ -1181,20 +1317,28 @@ impl Queue {
         let errno = self.reqs[r].errno;
         if errno != 0 {
             Stats::inc(&self.target.stats.backend_errors);
+            ns.metrics.backend_errors.inc();
             let st = io::errno_status(&plan, errno);
             warn!(nsid = ns.nsid, cid = self.reqs[r].cmd.cid(), ?plan, errno, status = %st, "backend I/O failed");
             return self.complete(r, st, 0);
         }
+        let elapsed = self.reqs[r].start.elapsed();
+        let (op, bytes) = match plan {
+            IoPlan::Read { len, .. } => (IoOp::Read, len as u64),
+            IoPlan::Write { len, .. } => (IoOp::Write, len as u64),
+            IoPlan::Flush => (IoOp::Flush, 0),
+            IoPlan::WriteZeroes { .. } => (IoOp::WriteZeroes, 0),
+            IoPlan::Dsm { .. } => (IoOp::Dsm, 0),
+        };
+        ns.metrics.record(op, bytes, elapsed);
         match plan {
             IoPlan::Read { len, .. } => {
-                ns.account(false, len as u64);
                 ctrl.host_reads.fetch_add(1, Ordering::Relaxed);
                 ctrl.units_read
                     .fetch_add(len as u64 / 512, Ordering::Relaxed);
                 self.reqs[r].out_len = len;
             }
             IoPlan::Write { len, .. } => {
-                ns.account(true, len as u64);
                 ctrl.host_writes.fetch_add(1, Ordering::Relaxed);
                 ctrl.units_written
                     .fetch_add(len as u64 / 512, Ordering::Relaxed);
@@ -1213,6 +1357,10 @@ impl Queue {
         let cmd = self.reqs[r].cmd;
         if !status.is_success() {
             Stats::inc(&self.target.stats.failed_commands);
+            metrics()
+                .failed_commands
+                .with_label_values(&[status.name().unwrap_or("OTHER")])
+                .inc();
             if let Some(c) = &self.ctrl {
                 c.state()
                     .log_error(self.qid(), cmd.cid(), status, cmd.nsid());
@@ -1244,7 +1392,10 @@ impl Queue {
                 Stats::inc(&self.target.stats.send_with_inv);
                 SendOp::SendWithInv(k)
             }
-            None => SendOp::Send,
+            None => {
+                Stats::inc(&self.target.stats.sends);
+                SendOp::Send
+            }
         };
         let send = SendRequest {
             wr_id: WR_SEND | r as u64,

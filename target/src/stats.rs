@@ -1,50 +1,76 @@
-//! Target-wide transport counters, printed as a `STATS` log line.
+//! Target-wide transport counters, resolved once from the process metrics
+//! (see [`crate::metrics`]) and also printed as a `STATS` log line.
 
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use prometheus::IntCounter;
+
+use crate::metrics::metrics;
 
 /// Counters updated by the queue threads.
-#[derive(Default, Debug)]
+#[derive(Debug, Clone)]
 pub struct Stats {
     /// Responses sent with SEND_WITH_INVALIDATE.
-    pub send_with_inv: AtomicU64,
+    pub send_with_inv: IntCounter,
+    /// Responses sent with a plain SEND.
+    pub sends: IntCounter,
     /// Write commands whose data arrived in the capsule.
-    pub in_capsule_writes: AtomicU64,
+    pub in_capsule_writes: IntCounter,
     /// RDMA READs posted (host writes, connect data).
-    pub rdma_reads: AtomicU64,
+    pub rdma_reads: IntCounter,
     /// RDMA WRITEs posted (host reads, admin data).
-    pub rdma_writes: AtomicU64,
-    /// Work completions with an error status other than flush.
-    pub wc_errors: AtomicU64,
-    /// Commands completed with a non-success status.
-    pub failed_commands: AtomicU64,
-    /// Queues accepted.
-    pub queues_accepted: AtomicU64,
+    pub rdma_writes: IntCounter,
+    /// Work completions with an error status other than flush (all statuses).
+    pub wc_errors: IntCounter,
+    /// Commands completed with a non-success status (all statuses).
+    pub failed_commands: IntCounter,
+    /// Queues accepted at the RDMA-CM level.
+    pub queues_accepted: IntCounter,
     /// Connection requests rejected at the RDMA-CM level.
-    pub cm_rejects: AtomicU64,
+    pub cm_rejects: IntCounter,
     /// Backend I/O errors.
-    pub backend_errors: AtomicU64,
+    pub backend_errors: IntCounter,
+}
+
+impl Default for Stats {
+    fn default() -> Stats {
+        let m = metrics();
+        let op = |o: &str| m.rdma_ops.with_label_values(&[o]);
+        // Totals for the log line only; the labelled series are in `metrics()`.
+        let plain = || IntCounter::new("unregistered", "log line total").expect("valid name");
+        Stats {
+            send_with_inv: op("send_with_invalidate"),
+            sends: op("send"),
+            in_capsule_writes: m.in_capsule_writes.clone(),
+            rdma_reads: op("read"),
+            rdma_writes: op("write"),
+            wc_errors: plain(),
+            failed_commands: plain(),
+            queues_accepted: plain(),
+            cm_rejects: plain(),
+            backend_errors: plain(),
+        }
+    }
 }
 
 impl Stats {
     /// Adds one to a counter.
     #[inline]
-    pub fn inc(c: &AtomicU64) {
-        c.fetch_add(1, Relaxed);
+    pub fn inc(c: &IntCounter) {
+        c.inc();
     }
 
     /// The `STATS k=v ...` line.
     pub fn line(&self) -> String {
         format!(
             "STATS send_with_inv={} in_capsule_writes={} rdma_reads={} rdma_writes={} wc_errors={} failed_commands={} queues_accepted={} cm_rejects={} backend_errors={}",
-            self.send_with_inv.load(Relaxed),
-            self.in_capsule_writes.load(Relaxed),
-            self.rdma_reads.load(Relaxed),
-            self.rdma_writes.load(Relaxed),
-            self.wc_errors.load(Relaxed),
-            self.failed_commands.load(Relaxed),
-            self.queues_accepted.load(Relaxed),
-            self.cm_rejects.load(Relaxed),
-            self.backend_errors.load(Relaxed),
+            self.send_with_inv.get(),
+            self.in_capsule_writes.get(),
+            self.rdma_reads.get(),
+            self.rdma_writes.get(),
+            self.wc_errors.get(),
+            self.failed_commands.get(),
+            self.queues_accepted.get(),
+            self.cm_rejects.get(),
+            self.backend_errors.get(),
         )
     }
 }

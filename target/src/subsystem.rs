@@ -2,8 +2,10 @@
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
+use arc_swap::ArcSwap;
 use nvme::Status;
 
 use crate::controller::Controller;
@@ -26,17 +28,24 @@ pub struct Subsystem {
     pub nqn: String,
     /// Kind.
     pub kind: SubsystemKind,
-    /// Any host may connect.
-    pub allow_any_host: bool,
-    /// Allowed host NQNs.
-    pub hosts: Vec<String>,
+    /// Who may connect (replaced on reload).
+    access: ArcSwap<HostAccess>,
     /// Serial number.
     pub serial: String,
     /// Model number.
     pub model: String,
-    /// Namespaces, ordered by nsid.
-    pub namespaces: Vec<Arc<Namespace>>,
+    /// Namespaces, ordered by nsid (replaced on reload).
+    namespaces: ArcSwap<Vec<Arc<Namespace>>>,
     controllers: Mutex<BTreeMap<u16, Arc<Controller>>>,
+}
+
+/// Which hosts may connect to a subsystem.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HostAccess {
+    /// Any host may connect.
+    pub allow_any_host: bool,
+    /// Allowed host NQNs.
+    pub hosts: Vec<String>,
 }
 
 /// Lowest and highest dynamic controller ids.
@@ -61,28 +70,54 @@ impl Subsystem {
         Subsystem {
             nqn,
             kind,
-            allow_any_host,
-            hosts,
+            access: ArcSwap::from_pointee(HostAccess {
+                allow_any_host,
+                hosts,
+            }),
             serial,
             model,
-            namespaces,
+            namespaces: ArcSwap::from_pointee(namespaces),
             controllers: Mutex::new(BTreeMap::new()),
         }
     }
 
     /// Whether `hostnqn` may connect (and see this subsystem in discovery).
     pub fn host_allowed(&self, hostnqn: &str) -> bool {
-        self.kind == SubsystemKind::Discovery
-            || self.allow_any_host
-            || self.hosts.iter().any(|h| h == hostnqn)
+        if self.kind == SubsystemKind::Discovery {
+            return true;
+        }
+        let a = self.access.load();
+        a.allow_any_host || a.hosts.iter().any(|h| h == hostnqn)
+    }
+
+    /// Who may connect.
+    pub fn access(&self) -> Arc<HostAccess> {
+        self.access.load_full()
+    }
+
+    /// Replaces who may connect (existing controllers stay connected).
+    pub fn set_access(&self, access: HostAccess) {
+        self.access.store(Arc::new(access));
     }
 
     /// The namespace with `nsid`.
-    pub fn namespace(&self, nsid: u32) -> Option<&Arc<Namespace>> {
-        self.namespaces
-            .binary_search_by_key(&nsid, |n| n.nsid)
+    pub fn namespace(&self, nsid: u32) -> Option<Arc<Namespace>> {
+        let v = self.namespaces.load();
+        v.binary_search_by_key(&nsid, |n| n.nsid)
             .ok()
-            .map(|i| &self.namespaces[i])
+            .map(|i| v[i].clone())
+    }
+
+    /// The current namespaces, ordered by nsid.
+    pub fn namespaces(&self) -> Arc<Vec<Arc<Namespace>>> {
+        self.namespaces.load_full()
+    }
+
+    /// Replaces the namespaces. Commands already executing keep their
+    /// namespace (and its backend) until they complete.
+    pub fn set_namespaces(&self, mut namespaces: Vec<Arc<Namespace>>) {
+        namespaces.sort_by_key(|n| n.nsid);
+        self.namespaces.store(Arc::new(namespaces));
     }
 
     /// Creates a controller with the lowest free id.
@@ -146,20 +181,26 @@ impl Subsystem {
 /// The whole target: subsystems, the discovery subsystem, listeners, counters.
 #[derive(Debug)]
 pub struct Target {
-    /// NVM subsystems.
-    pub subsystems: Vec<Arc<Subsystem>>,
+    /// NVM subsystems (replaced on reload).
+    subsystems: ArcSwap<Vec<Arc<Subsystem>>>,
+    /// Subsystems removed by a reload whose controllers may still be connected.
+    retired: Mutex<Vec<Arc<Subsystem>>>,
     /// The discovery subsystem.
     pub discovery: Arc<Subsystem>,
     /// Listener addresses (port ids are index + 1).
     pub listeners: Vec<SocketAddr>,
     /// Discovery log generation counter.
-    pub genctr: u64,
+    genctr: AtomicU64,
     /// Transport counters.
     pub stats: Stats,
-    /// Busy-poll window of the queue threads (µs).
-    pub poll_spin_us: u64,
+    /// Busy-poll window of the queue threads (µs), read when a queue starts.
+    pub poll_spin_us: AtomicU64,
     /// Queue threads running.
-    pub live_queues: std::sync::atomic::AtomicUsize,
+    pub live_queues: AtomicUsize,
+    /// I/O commands accepted and not yet released (drained at shutdown).
+    pub io_in_flight: AtomicUsize,
+    /// Shutting down: new I/O gets a retryable status, listeners stop.
+    pub stopping: AtomicBool,
 }
 
 impl Target {
@@ -179,31 +220,81 @@ impl Target {
             vec![],
         ));
         Target {
-            subsystems,
+            subsystems: ArcSwap::from_pointee(subsystems),
+            retired: Mutex::new(Vec::new()),
             discovery,
             listeners,
-            genctr: 1,
+            genctr: AtomicU64::new(1),
             stats: Stats::default(),
-            poll_spin_us,
+            poll_spin_us: AtomicU64::new(poll_spin_us),
             live_queues: Default::default(),
+            io_in_flight: Default::default(),
+            stopping: Default::default(),
         }
     }
 
-    /// The subsystem named `nqn` (the discovery NQN included).
-    pub fn subsystem(&self, nqn: &str) -> Option<&Arc<Subsystem>> {
-        if nqn == nvme::DISCOVERY_NQN {
-            return Some(&self.discovery);
+    /// The NVM subsystems.
+    pub fn subsystems(&self) -> Arc<Vec<Arc<Subsystem>>> {
+        self.subsystems.load_full()
+    }
+
+    /// Replaces the NVM subsystems (new connections see the new set). Removed
+    /// subsystems keep serving their connected controllers.
+    pub fn set_subsystems(&self, subsystems: Vec<Arc<Subsystem>>) {
+        let old = self.subsystems.swap(Arc::new(subsystems));
+        let now = self.subsystems.load();
+        let mut retired = self.retired.lock().unwrap_or_else(|p| p.into_inner());
+        for s in old.iter() {
+            if !now.iter().any(|n| Arc::ptr_eq(n, s)) {
+                retired.push(s.clone());
+            }
         }
-        self.subsystems.iter().find(|s| s.nqn == nqn)
+        retired.retain(|s| !s.controllers().is_empty());
+        self.bump_genctr();
+    }
+
+    /// The discovery log generation counter.
+    pub fn genctr(&self) -> u64 {
+        self.genctr.load(Ordering::Acquire)
+    }
+
+    /// Marks the discovery log changed.
+    pub fn bump_genctr(&self) {
+        self.genctr.fetch_add(1, Ordering::AcqRel);
+    }
+
+    /// The subsystem named `nqn` (the discovery NQN included).
+    pub fn subsystem(&self, nqn: &str) -> Option<Arc<Subsystem>> {
+        if nqn == nvme::DISCOVERY_NQN {
+            return Some(self.discovery.clone());
+        }
+        self.subsystems
+            .load()
+            .iter()
+            .find(|s| s.nqn == nqn)
+            .cloned()
+    }
+
+    /// Every subsystem that may have controllers: current, retired, discovery.
+    pub fn all_subsystems(&self) -> Vec<Arc<Subsystem>> {
+        let mut v: Vec<_> = self.subsystems.load().iter().cloned().collect();
+        v.extend(
+            self.retired
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .iter()
+                .cloned(),
+        );
+        v.push(self.discovery.clone());
+        v
     }
 
     /// Every controller of every subsystem.
     pub fn all_controllers(&self) -> Vec<Arc<Controller>> {
-        let mut v = self.discovery.controllers();
-        for s in &self.subsystems {
-            v.extend(s.controllers());
-        }
-        v
+        self.all_subsystems()
+            .iter()
+            .flat_map(|s| s.controllers())
+            .collect()
     }
 }
 

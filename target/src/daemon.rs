@@ -1,0 +1,295 @@
+//! The running daemon: builds the target from a configuration, starts the
+//! listeners and the metrics endpoint, applies reloads, checks liveness for
+//! the systemd watchdog, and shuts down without losing acknowledged writes.
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tracing::{error, info, warn};
+
+use crate::backend::{open_namespace, Backend};
+use crate::config::{NamespaceConfig, SubsystemConfig, TargetConfig};
+use crate::http::MetricsServer;
+use crate::namespace::Namespace;
+use crate::rdma::Listener;
+use crate::reload::{self, Plan};
+use crate::subsystem::{HostAccess, Subsystem, SubsystemKind, Target};
+
+/// Applies a new log filter (the daemon's `tracing` reload handle).
+pub type LogReload = Box<dyn Fn(&str) -> Result<(), String> + Send>;
+
+/// How long a queue or listener thread may go without a heartbeat before the
+/// daemon counts as unhealthy (and stops petting the watchdog).
+pub const STALL_MS: u64 = 10_000;
+/// How long shutdown waits for in-flight I/O.
+pub const DRAIN_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long shutdown waits for the queues to disconnect.
+pub const DISCONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+
+fn open_ns(nqn: &str, n: &NamespaceConfig) -> Result<Arc<Namespace>, String> {
+    let ns =
+        open_namespace(nqn, n).map_err(|e| format!("subsystem {nqn} namespace {}: {e}", n.nsid))?;
+    info!(subsys = %nqn, nsid = ns.nsid, backend = %ns.backend.describe(), blocks = ns.blocks,
+          block_size = ns.block_size, "namespace ready");
+    Ok(Arc::new(ns))
+}
+
+/// Opens a subsystem's namespaces and builds it.
+pub fn open_subsystem(s: &SubsystemConfig) -> Result<Arc<Subsystem>, String> {
+    let namespaces = s
+        .namespaces
+        .iter()
+        .map(|n| open_ns(&s.nqn, n))
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok(Arc::new(Subsystem::new(
+        s.nqn.clone(),
+        SubsystemKind::Nvm,
+        s.allow_any_host,
+        s.hosts.clone(),
+        s.serial.clone(),
+        s.model.clone(),
+        namespaces,
+    )))
+}
+
+/// Builds the target (opening every namespace) without serving it.
+pub fn build_target(cfg: &TargetConfig) -> Result<Target, String> {
+    let subsystems = cfg
+        .subsystems
+        .iter()
+        .map(open_subsystem)
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok(Target::new(
+        subsystems,
+        cfg.listeners.iter().map(|l| l.addr).collect(),
+        cfg.poll_spin_us,
+    ))
+}
+
+fn flush(ns: &Namespace) -> std::io::Result<()> {
+    match &ns.backend {
+        Backend::File { file, .. } => file.sync_data(),
+        _ => Ok(()),
+    }
+}
+
+/// The daemon.
+pub struct Daemon {
+    /// The target being served.
+    pub target: Arc<Target>,
+    /// The configuration in effect.
+    pub config: TargetConfig,
+    listeners: Vec<Listener>,
+    metrics_server: Option<MetricsServer>,
+    log_reload: Option<LogReload>,
+}
+
+impl Daemon {
+    /// Opens the namespaces, starts the metrics endpoint and the listeners.
+    /// `log_reload` is `None` when the log filter is fixed (RUST_LOG or
+    /// `--log-level`).
+    pub fn start(config: TargetConfig, log_reload: Option<LogReload>) -> Result<Daemon, String> {
+        let target = Arc::new(build_target(&config)?);
+        let metrics_server = match config.metrics_addr {
+            Some(a) => Some(crate::http::start(a).map_err(|e| {
+                format!("metrics endpoint {a}: {e} (set [metrics] address, or enabled = false)")
+            })?),
+            None => None,
+        };
+        let mut listeners = Vec::new();
+        for l in &config.listeners {
+            listeners.push(crate::rdma::listen(target.clone(), l.addr).map_err(|e| e.to_string())?);
+        }
+        Ok(Daemon {
+            target,
+            config,
+            listeners,
+            metrics_server,
+            log_reload,
+        })
+    }
+
+    /// A status line: what is served to whom.
+    pub fn status(&self) -> String {
+        let subs = self.target.subsystems();
+        let ns: usize = subs.iter().map(|s| s.namespaces().len()).sum();
+        let ctrls = self.target.all_controllers();
+        let nvm = ctrls
+            .iter()
+            .filter(|c| c.subsys.kind == SubsystemKind::Nvm)
+            .count();
+        let queues: usize = ctrls.iter().map(|c| c.queue_count()).sum();
+        format!(
+            "serving {} subsystem(s), {} namespace(s) on {} listener(s); {} controller(s), {} queue(s) connected",
+            subs.len(),
+            ns,
+            self.listeners.len(),
+            nvm,
+            queues
+        )
+    }
+
+    /// The liveness check behind the watchdog: every listener, queue and the
+    /// metrics thread went round its loop recently.
+    pub fn check_alive(&self) -> Result<(), String> {
+        for l in &self.listeners {
+            if !l.alive(STALL_MS) {
+                return Err(format!("listener {} is not running", l.addr));
+            }
+        }
+        if let Some(m) = &self.metrics_server {
+            if !m.alive(STALL_MS) {
+                return Err(format!("metrics endpoint {} is not running", m.addr));
+            }
+        }
+        let stalled: usize = self
+            .target
+            .all_controllers()
+            .iter()
+            .map(|c| c.stalled_queues(STALL_MS))
+            .sum();
+        if stalled > 0 {
+            return Err(format!("{stalled} queue thread(s) stalled"));
+        }
+        Ok(())
+    }
+
+    /// Applies a new configuration. On any error nothing changes and the old
+    /// configuration keeps serving.
+    pub fn reload(&mut self, new: TargetConfig) -> Result<Plan, String> {
+        let plan = reload::plan(&self.config, &new).map_err(|e| e.to_string())?;
+        if plan.is_empty() {
+            self.config = new;
+            return Ok(plan);
+        }
+        // Open everything new first: a backend that fails refuses the reload.
+        let added = plan
+            .added
+            .iter()
+            .map(open_subsystem)
+            .collect::<Result<Vec<_>, _>>()?;
+        let mut opened = Vec::new();
+        for c in &plan.changed {
+            let ns = c
+                .add
+                .iter()
+                .map(|n| open_ns(&c.nqn, n))
+                .collect::<Result<Vec<_>, _>>()?;
+            opened.push(ns);
+        }
+        if let Some(level) = &plan.log_level {
+            if let Some(f) = &self.log_reload {
+                f(level).map_err(|e| format!("log.level: {e}"))?;
+            }
+        }
+        // Commit.
+        let current = self.target.subsystems();
+        for (c, new_ns) in plan.changed.iter().zip(opened) {
+            let Some(sub) = current.iter().find(|s| s.nqn == c.nqn) else {
+                continue;
+            };
+            if let Some(a) = &c.access {
+                sub.set_access(HostAccess::clone(a));
+            }
+            if !c.add.is_empty() || !c.remove.is_empty() {
+                let old = sub.namespaces();
+                for id in c.dropped_nsids() {
+                    if let Some(ns) = old.iter().find(|n| n.nsid == id) {
+                        ns.metrics.unregister();
+                        info!(subsys = %c.nqn, nsid = id, "namespace removed (in-flight commands complete first)");
+                    }
+                }
+                let mut v: Vec<_> = old
+                    .iter()
+                    .filter(|n| !c.remove.contains(&n.nsid))
+                    .cloned()
+                    .collect();
+                v.extend(new_ns);
+                sub.set_namespaces(v);
+                let changed = c.changed_nsids();
+                let mut raised = 0;
+                for ctrl in sub.controllers() {
+                    if ctrl.notify_ns_changed(&changed) {
+                        raised += 1;
+                    }
+                }
+                info!(subsys = %c.nqn, nsids = ?changed, controllers_notified = raised, "namespaces changed");
+            }
+        }
+        let mut subs: Vec<Arc<Subsystem>> = Vec::new();
+        for s in &new.subsystems {
+            if let Some(x) = current.iter().find(|x| x.nqn == s.nqn) {
+                subs.push(x.clone());
+            } else if let Some(x) = added.iter().find(|x| x.nqn == s.nqn) {
+                info!(subsys = %s.nqn, "subsystem added");
+                subs.push(x.clone());
+            }
+        }
+        for nqn in &plan.removed {
+            if let Some(s) = current.iter().find(|s| &s.nqn == nqn) {
+                for ns in s.namespaces().iter() {
+                    ns.metrics.unregister();
+                }
+                info!(subsys = %nqn, connected = s.controllers().len(),
+                      "subsystem removed (connected controllers stay until they disconnect)");
+            }
+        }
+        self.target.set_subsystems(subs);
+        if let Some(us) = plan.poll_spin_us {
+            self.target.poll_spin_us.store(us, Ordering::Relaxed);
+        }
+        self.config = new;
+        Ok(plan)
+    }
+
+    /// Stops the daemon: refuse new connections, let in-flight I/O finish
+    /// (new I/O is answered with a retryable status), flush the backends,
+    /// then disconnect every host.
+    pub fn shutdown(self) -> Result<(), String> {
+        let t = &self.target;
+        t.stopping.store(true, Ordering::Release);
+        for l in self.listeners {
+            l.stop();
+        }
+        let start = Instant::now();
+        while t.io_in_flight.load(Ordering::Acquire) > 0 && start.elapsed() < DRAIN_TIMEOUT {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        let left = t.io_in_flight.load(Ordering::Acquire);
+        if left > 0 {
+            warn!(commands = left, "in-flight I/O did not finish in time");
+        } else {
+            info!(
+                ms = start.elapsed().as_millis() as u64,
+                "in-flight I/O drained"
+            );
+        }
+        let mut flush_failed = false;
+        for s in t.all_subsystems() {
+            for ns in s.namespaces().iter() {
+                if let Err(e) = flush(ns) {
+                    error!(subsys = %s.nqn, nsid = ns.nsid, "final flush failed: {e}");
+                    flush_failed = true;
+                }
+            }
+        }
+        info!("backends flushed; disconnecting hosts");
+        for c in t.all_controllers() {
+            c.kill_all();
+        }
+        let start = Instant::now();
+        while t.live_queues.load(Ordering::Acquire) > 0 && start.elapsed() < DISCONNECT_TIMEOUT {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let left = t.live_queues.load(Ordering::Acquire);
+        if left > 0 {
+            warn!(queues = left, "queues still open at exit");
+        }
+        info!("{}", t.stats.line());
+        if flush_failed {
+            return Err("a backend could not be flushed".into());
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,155 @@
+//! The Prometheus endpoint: `GET /metrics` over HTTP/1.1 on its own thread
+//! (a single-threaded tokio runtime with hyper).
+
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use http_body_util::Full;
+use hyper::body::{Bytes, Incoming};
+use hyper::header::{HeaderValue, ALLOW, CONTENT_TYPE};
+use hyper::{Method, Request, Response, StatusCode};
+use hyper_util::rt::TokioIo;
+use tracing::{debug, info, warn};
+
+use crate::controller::monotonic_ms;
+use crate::metrics::metrics;
+
+/// The running metrics server.
+#[derive(Debug)]
+pub struct MetricsServer {
+    /// The bound address.
+    pub addr: SocketAddr,
+    heartbeat: Arc<AtomicU64>,
+    thread: std::thread::JoinHandle<()>,
+}
+
+impl MetricsServer {
+    /// Whether the server thread runs and its runtime ticked within `max_ms`.
+    pub fn alive(&self, max_ms: u64) -> bool {
+        !self.thread.is_finished()
+            && monotonic_ms().saturating_sub(self.heartbeat.load(Ordering::Relaxed)) <= max_ms
+    }
+}
+
+async fn serve(req: Request<Incoming>) -> Result<Response<Full<Bytes>>, Infallible> {
+    let resp = |code: StatusCode, body: &'static str| {
+        let mut r = Response::new(Full::new(Bytes::from_static(body.as_bytes())));
+        *r.status_mut() = code;
+        r
+    };
+    Ok(match (req.method(), req.uri().path()) {
+        (&Method::GET | &Method::HEAD, "/metrics") => {
+            let mut r = Response::new(Full::new(Bytes::from(metrics().render())));
+            r.headers_mut().insert(
+                CONTENT_TYPE,
+                HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8"),
+            );
+            r
+        }
+        (&Method::GET, "/") => resp(
+            StatusCode::OK,
+            "nvmf-target: Prometheus metrics at /metrics\n",
+        ),
+        (_, "/metrics") => {
+            let mut r = resp(StatusCode::METHOD_NOT_ALLOWED, "GET only\n");
+            r.headers_mut()
+                .insert(ALLOW, HeaderValue::from_static("GET, HEAD"));
+            r
+        }
+        _ => resp(StatusCode::NOT_FOUND, "not found; try /metrics\n"),
+    })
+}
+
+/// Binds `addr` and serves `/metrics` on a thread of its own. Fails (before
+/// the daemon reports ready) if the address cannot be bound.
+pub fn start(addr: SocketAddr) -> std::io::Result<MetricsServer> {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_io()
+        .enable_time()
+        .build()?;
+    let listener = rt.block_on(tokio::net::TcpListener::bind(addr))?;
+    let addr = listener.local_addr()?;
+    let heartbeat = Arc::new(AtomicU64::new(monotonic_ms()));
+    let hb = heartbeat.clone();
+    let thread = std::thread::Builder::new()
+        .name("nvmf-metrics".into())
+        .spawn(move || {
+            rt.block_on(async move {
+                tokio::spawn(async move {
+                    let mut tick = tokio::time::interval(Duration::from_secs(1));
+                    loop {
+                        tick.tick().await;
+                        hb.store(monotonic_ms(), Ordering::Relaxed);
+                    }
+                });
+                loop {
+                    let (stream, peer) = match listener.accept().await {
+                        Ok(x) => x,
+                        Err(e) => {
+                            warn!("metrics endpoint: accept: {e}");
+                            tokio::time::sleep(Duration::from_millis(100)).await;
+                            continue;
+                        }
+                    };
+                    tokio::spawn(async move {
+                        let conn = hyper::server::conn::http1::Builder::new()
+                            .timer(hyper_util::rt::TokioTimer::new())
+                            .header_read_timeout(Duration::from_secs(10))
+                            .serve_connection(
+                                TokioIo::new(stream),
+                                hyper::service::service_fn(serve),
+                            );
+                        if let Err(e) = conn.await {
+                            debug!(%peer, "metrics connection: {e}");
+                        }
+                    });
+                }
+            })
+        })?;
+    info!(%addr, "serving Prometheus metrics at http://{addr}/metrics");
+    Ok(MetricsServer {
+        addr,
+        heartbeat,
+        thread,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::{Read, Write};
+
+    fn get(addr: SocketAddr, req: &str) -> String {
+        let mut s = std::net::TcpStream::connect(addr).unwrap();
+        s.write_all(req.as_bytes()).unwrap();
+        let mut out = String::new();
+        s.read_to_string(&mut out).unwrap();
+        out
+    }
+
+    #[test]
+    fn serves_metrics_over_http() {
+        let srv = start("127.0.0.1:0".parse().unwrap()).unwrap();
+        let r = get(
+            srv.addr,
+            "GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+        );
+        assert!(r.starts_with("HTTP/1.1 200 OK"), "{r}");
+        assert!(r.contains("content-type: text/plain; version=0.0.4"), "{r}");
+        assert!(r.contains("nvmf_target_build_info{version="), "{r}");
+        let r = get(
+            srv.addr,
+            "POST /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Length: 0\r\n\r\n",
+        );
+        assert!(r.starts_with("HTTP/1.1 405"), "{r}");
+        let r = get(
+            srv.addr,
+            "GET /nope HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+        );
+        assert!(r.starts_with("HTTP/1.1 404"), "{r}");
+        assert!(srv.alive(5000));
+    }
+}

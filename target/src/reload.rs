@@ -1,0 +1,321 @@
+//! Configuration reload, sans-IO: what must change to go from the running
+//! configuration to a new one, or why the new one cannot be applied live.
+//!
+//! Namespaces are compared by their whole configuration: one whose backing
+//! path, block size or read-only flag changed is replaced (removed and added
+//! under the same nsid). Subsystems are matched by NQN. Serial and model
+//! numbers, listeners and the metrics address cannot change while hosts are
+//! connected: such a reload is refused with the reason.
+
+use std::net::SocketAddr;
+
+use crate::config::{NamespaceConfig, SubsystemConfig, TargetConfig};
+use crate::subsystem::HostAccess;
+
+/// Changes to one subsystem that stays.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SubsystemChange {
+    /// Its NQN.
+    pub nqn: String,
+    /// The new host access, if it changed.
+    pub access: Option<HostAccess>,
+    /// Namespaces to open and add (new nsids and replacements).
+    pub add: Vec<NamespaceConfig>,
+    /// Namespace ids to remove (removed and replaced).
+    pub remove: Vec<u32>,
+}
+
+impl SubsystemChange {
+    /// Namespace ids a host must re-examine (changed namespace list).
+    pub fn changed_nsids(&self) -> Vec<u32> {
+        let mut v: Vec<u32> = self
+            .remove
+            .iter()
+            .copied()
+            .chain(self.add.iter().map(|n| n.nsid))
+            .collect();
+        v.sort_unstable();
+        v.dedup();
+        v
+    }
+
+    /// Namespace ids removed and not replaced.
+    pub fn dropped_nsids(&self) -> Vec<u32> {
+        self.remove
+            .iter()
+            .copied()
+            .filter(|id| !self.add.iter().any(|n| n.nsid == *id))
+            .collect()
+    }
+
+    fn is_empty(&self) -> bool {
+        self.access.is_none() && self.add.is_empty() && self.remove.is_empty()
+    }
+}
+
+/// What a reload does.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Plan {
+    /// New subsystems.
+    pub added: Vec<SubsystemConfig>,
+    /// NQNs of removed subsystems.
+    pub removed: Vec<String>,
+    /// Subsystems that stay but changed.
+    pub changed: Vec<SubsystemChange>,
+    /// New busy-poll window, if it changed (applies to queues connected later).
+    pub poll_spin_us: Option<u64>,
+    /// New log filter, if it changed.
+    pub log_level: Option<String>,
+}
+
+impl Plan {
+    /// Whether the reload changes nothing.
+    pub fn is_empty(&self) -> bool {
+        self.added.is_empty()
+            && self.removed.is_empty()
+            && self.changed.is_empty()
+            && self.poll_spin_us.is_none()
+            && self.log_level.is_none()
+    }
+
+    /// A one-line summary for the log and the service status.
+    pub fn summary(&self) -> String {
+        if self.is_empty() {
+            return "no changes".into();
+        }
+        let ns_added: usize = self.changed.iter().map(|c| c.add.len()).sum();
+        let ns_removed: usize = self.changed.iter().map(|c| c.remove.len()).sum();
+        let access = self.changed.iter().filter(|c| c.access.is_some()).count();
+        format!(
+            "subsystems +{} -{}, namespaces +{} -{}, host access changed in {}",
+            self.added.len(),
+            self.removed.len(),
+            ns_added,
+            ns_removed,
+            access
+        )
+    }
+}
+
+/// Why a new configuration cannot be applied without a restart.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{what} cannot change while the target runs (restart to apply): {detail}")]
+pub struct NeedsRestart {
+    /// What changed.
+    pub what: &'static str,
+    /// Old and new values.
+    pub detail: String,
+}
+
+fn access(s: &SubsystemConfig) -> HostAccess {
+    HostAccess {
+        allow_any_host: s.allow_any_host,
+        hosts: s.hosts.clone(),
+    }
+}
+
+fn addrs(c: &TargetConfig) -> Vec<SocketAddr> {
+    c.listeners.iter().map(|l| l.addr).collect()
+}
+
+/// Computes the changes from `old` to `new`.
+pub fn plan(old: &TargetConfig, new: &TargetConfig) -> Result<Plan, NeedsRestart> {
+    if addrs(old) != addrs(new) {
+        return Err(NeedsRestart {
+            what: "listeners",
+            detail: format!("{:?} -> {:?}", addrs(old), addrs(new)),
+        });
+    }
+    if old.metrics_addr != new.metrics_addr {
+        return Err(NeedsRestart {
+            what: "metrics.address",
+            detail: format!("{:?} -> {:?}", old.metrics_addr, new.metrics_addr),
+        });
+    }
+    let mut p = Plan::default();
+    for o in &old.subsystems {
+        let Some(n) = new.subsystems.iter().find(|n| n.nqn == o.nqn) else {
+            p.removed.push(o.nqn.clone());
+            continue;
+        };
+        if o.serial != n.serial || o.model != n.model {
+            return Err(NeedsRestart {
+                what: "serial and model numbers",
+                detail: format!(
+                    "subsystem {}: {:?}/{:?} -> {:?}/{:?}",
+                    o.nqn, o.serial, o.model, n.serial, n.model
+                ),
+            });
+        }
+        let mut c = SubsystemChange {
+            nqn: o.nqn.clone(),
+            access: (access(o) != access(n)).then(|| access(n)),
+            add: vec![],
+            remove: vec![],
+        };
+        for ons in &o.namespaces {
+            match n.namespaces.iter().find(|x| x.nsid == ons.nsid) {
+                Some(nns) if nns == ons => {}
+                Some(nns) => {
+                    c.remove.push(ons.nsid);
+                    c.add.push(nns.clone());
+                }
+                None => c.remove.push(ons.nsid),
+            }
+        }
+        for nns in &n.namespaces {
+            if !o.namespaces.iter().any(|x| x.nsid == nns.nsid) {
+                c.add.push(nns.clone());
+            }
+        }
+        c.add.sort_by_key(|n| n.nsid);
+        c.remove.sort_unstable();
+        if !c.is_empty() {
+            p.changed.push(c);
+        }
+    }
+    for n in &new.subsystems {
+        if !old.subsystems.iter().any(|o| o.nqn == n.nqn) {
+            p.added.push(n.clone());
+        }
+    }
+    p.poll_spin_us = (old.poll_spin_us != new.poll_spin_us).then_some(new.poll_spin_us);
+    p.log_level = (old.log_level != new.log_level).then(|| new.log_level.clone());
+    Ok(p)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::BackendConfig;
+
+    const BASE: &str = r#"
+[[listener]]
+address = "10.0.2.15"
+[[subsystem]]
+nqn = "nqn.2026-11.io.test:a"
+allow_any_host = true
+[[subsystem.namespace]]
+nsid = 1
+backend = "null"
+size = "1M"
+[[subsystem.namespace]]
+nsid = 2
+backend = "null"
+size = "2M"
+[[subsystem]]
+nqn = "nqn.2026-11.io.test:b"
+hosts = ["nqn.2026-11.io.test:h1"]
+[[subsystem.namespace]]
+nsid = 1
+backend = "null"
+size = "1M"
+"#;
+
+    fn cfg(text: &str) -> TargetConfig {
+        TargetConfig::from_toml(text, "t.toml").unwrap()
+    }
+
+    #[test]
+    fn same_config_changes_nothing() {
+        let p = plan(&cfg(BASE), &cfg(BASE)).unwrap();
+        assert!(p.is_empty());
+        assert_eq!(p.summary(), "no changes");
+    }
+
+    #[test]
+    fn namespaces_added_removed_replaced() {
+        let new = BASE.replace("size = \"2M\"", "size = \"4M\"").replace(
+            "[[subsystem]]\nnqn = \"nqn.2026-11.io.test:b\"",
+            "[[subsystem.namespace]]\nnsid = 7\nbackend = \"null\"\nsize = \"1M\"\n\
+                 [[subsystem]]\nnqn = \"nqn.2026-11.io.test:b\"",
+        );
+        let new = new.replacen(
+            "[[subsystem.namespace]]\nnsid = 1\nbackend = \"null\"\nsize = \"1M\"\n",
+            "",
+            1,
+        );
+        let p = plan(&cfg(BASE), &cfg(&new)).unwrap();
+        assert_eq!(p.changed.len(), 1, "{p:?}");
+        let c = &p.changed[0];
+        assert_eq!(c.nqn, "nqn.2026-11.io.test:a");
+        assert_eq!(c.access, None);
+        assert_eq!(c.remove, vec![1, 2]);
+        assert_eq!(c.add.iter().map(|n| n.nsid).collect::<Vec<_>>(), vec![2, 7]);
+        assert_eq!(c.add[0].backend, BackendConfig::Null { size: 4 << 20 });
+        assert_eq!(c.changed_nsids(), vec![1, 2, 7]);
+        assert_eq!(c.dropped_nsids(), vec![1]);
+        assert_eq!(
+            p.summary(),
+            "subsystems +0 -0, namespaces +2 -2, host access changed in 0"
+        );
+    }
+
+    #[test]
+    fn subsystems_and_hosts() {
+        let new = BASE
+            .replace(
+                "hosts = [\"nqn.2026-11.io.test:h1\"]",
+                "hosts = [\"nqn.2026-11.io.test:h1\", \"nqn.2026-11.io.test:h2\"]",
+            )
+            .replace(
+                "nqn = \"nqn.2026-11.io.test:a\"",
+                "nqn = \"nqn.2026-11.io.test:c\"",
+            );
+        let p = plan(&cfg(BASE), &cfg(&new)).unwrap();
+        assert_eq!(p.removed, vec!["nqn.2026-11.io.test:a".to_string()]);
+        assert_eq!(p.added.len(), 1);
+        assert_eq!(p.added[0].nqn, "nqn.2026-11.io.test:c");
+        assert_eq!(p.changed.len(), 1);
+        assert_eq!(
+            p.changed[0].access,
+            Some(HostAccess {
+                allow_any_host: false,
+                hosts: vec![
+                    "nqn.2026-11.io.test:h1".into(),
+                    "nqn.2026-11.io.test:h2".into()
+                ],
+            })
+        );
+        assert!(p.changed[0].add.is_empty() && p.changed[0].remove.is_empty());
+    }
+
+    #[test]
+    fn settings_that_need_a_restart_are_refused() {
+        let e = plan(&cfg(BASE), &cfg(&BASE.replace("10.0.2.15", "10.0.2.16"))).unwrap_err();
+        assert_eq!(e.what, "listeners");
+        assert!(e.to_string().starts_with("listeners cannot change while the target runs (restart to apply): [10.0.2.15:4420] -> [10.0.2.16:4420]"), "{e}");
+        let e = plan(
+            &cfg(BASE),
+            &cfg(&format!("[metrics]\naddress = \"127.0.0.1:1\"\n{BASE}")),
+        )
+        .unwrap_err();
+        assert_eq!(e.what, "metrics.address");
+        let e = plan(
+            &cfg(BASE),
+            &cfg(&BASE.replace(
+                "allow_any_host = true",
+                "allow_any_host = true\nserial = \"S1\"",
+            )),
+        )
+        .unwrap_err();
+        assert!(
+            e.to_string().contains("subsystem nqn.2026-11.io.test:a"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn settings_applied_live() {
+        let p = plan(
+            &cfg(BASE),
+            &cfg(&format!(
+                "[target]\npoll_spin_us = 3\n[log]\nlevel = \"debug\"\n{BASE}"
+            )),
+        )
+        .unwrap();
+        assert_eq!(p.poll_spin_us, Some(3));
+        assert_eq!(p.log_level.as_deref(), Some("debug"));
+        assert!(p.changed.is_empty());
+    }
+}
