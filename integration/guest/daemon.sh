@@ -1,0 +1,396 @@
+#!/bin/bash
+# daemon.sh: the target run as an operator runs it. Runs INSIDE the lab guest
+# (integration/run-daemon-tests), systemd is PID 1, cwd /lab = project root, as root.
+#
+#   1. check-config on broken configurations: exit 2 and the expected message each
+#   2. install binary, unit (systemd/nvmf-target.service), config, device drop-in;
+#      `systemctl start` returns only after the listener accepts (first discover works)
+#   3. the kernel host connects; a real Prometheus scrapes /metrics during fio; its query
+#      API returns non-zero read and write rates; `promtool check metrics` passes
+#   4. `systemctl reload`: an added namespace appears on the connected host (same
+#      controller, no reconnect, namespace-changed AEN); a reload the daemon cannot apply
+#      (block device not allowed) and a broken file are refused, the old config serves;
+#      a removed namespace disappears
+#   5. `systemctl stop` while fio and an acknowledged-writes logger run: fio sees errors
+#      but no verify failure; after a restart every acknowledged block reads back; the
+#      journal shows a clean shutdown
+#   6. kernel target configured via configfs, saved as nvmetcli JSON (nvmetcli if
+#      installed, else integration/guest/nvmet-save.py), imported with
+#      `nvmf-target import-nvmetcli`, served by our target: same data
+# Output: "=== [t] step" lines, "FAIL: ..." on failure (with the journal), last line
+# "DAEMON PASS" on success.
+set -euo pipefail
+
+IP=${LAB_IP:?LAB_IP not set (run this inside the lab guest)}
+IF=${LAB_IF:-eth0}
+PORT=4420
+BIN_SRC=${TARGET_BIN:-build/release/nvmf-target}
+BIN=/usr/sbin/nvmf-target
+NQN=nqn.2026-11.io.nvmf-lab:daemon
+KNQN=nqn.2026-11.io.nvmf-lab:from-nvmet
+CONF=/etc/nvmf-target/nvmf-target.toml
+DROPIN=/etc/systemd/system/nvmf-target.service.d
+NS2_FILE=/var/tmp/daemon-ns2.img
+METRICS=http://127.0.0.1:9469/metrics
+PROM=http://127.0.0.1:9090
+CFG=/sys/kernel/config/nvmet
+OUT=${E2E_OUT:-/lab/integration/out}
+T0=$(date +%s%N)
+PASSED=0
+PROM_PID= FG_PID=
+
+step() { printf '\n=== [%6.1fs] %s\n' "$(( ($(date +%s%N) - T0) / 1000000 ))e-3" "$*"; }
+info() { echo "    $*"; }
+fail() { echo "FAIL: $*" >&2; exit 1; }
+trap 'rc=$?; echo "FAIL: command failed (exit $rc) at line $LINENO: $BASH_COMMAND"' ERR
+
+journal() { journalctl -u nvmf-target -b --no-pager -o cat "$@"; }
+cleanup() {
+    local rc=$?
+    set +eE; trap - ERR
+    [ -n "$FG_PID" ] && kill "$FG_PID" 2>/dev/null
+    [ -n "$PROM_PID" ] && kill "$PROM_PID" 2>/dev/null
+    for n in "$NQN" "$KNQN"; do nvme disconnect -n "$n" >/dev/null 2>&1; done
+    if [ $PASSED = 0 ]; then
+        echo "--- systemctl status"; systemctl status nvmf-target --no-pager -l 2>&1 | tail -n 20
+        echo "--- journal of nvmf-target (last 80 lines)"; journal | tail -n 80
+        echo "--- dmesg (nvme/rdma, last 30 lines)"; dmesg | grep -iE 'nvme|rdma|rxe' | tail -n 30
+    fi
+    systemctl stop nvmf-target >/dev/null 2>&1
+    if mkdir -p "$OUT" 2>/dev/null && [ -w "$OUT" ]; then journal >"$OUT/daemon-journal.log" 2>&1; fi
+    [ $rc = 0 ] || echo "DAEMON FAILED (exit $rc) after $(( ($(date +%s%N) - T0) / 1000000000 ))s"
+    exit $rc
+}
+trap cleanup EXIT
+
+# --- host-side device lookup ----------------------------------------------------------
+ctrl_of() { # live rdma controller (nvmeX) of subsystem $1
+    local c
+    for c in /sys/class/nvme/nvme*; do
+        [ "$(cat "$c/subsysnqn" 2>/dev/null)" = "$1" ] || continue
+        [ "$(cat "$c/state" 2>/dev/null)" = live ] || continue
+        echo "${c##*/}"; return 0
+    done
+    return 1
+}
+ns_of() { # block device of nsid $2 of subsystem $1
+    local s n
+    for s in /sys/class/nvme-subsystem/*/ /sys/class/nvme/*/; do
+        [ "$(cat "$s/subsysnqn" 2>/dev/null)" = "$1" ] || continue
+        for n in "$s"nvme*n*; do
+            [[ ${n##*/} =~ ^nvme[0-9]+n[0-9]+$ ]] && [ -b "/dev/${n##*/}" ] || continue
+            [ "$(cat "/sys/block/${n##*/}/nsid" 2>/dev/null)" = "$2" ] && { echo "${n##*/}"; return 0; }
+        done
+    done
+    return 1
+}
+wait_for() { # SECONDS DESCRIPTION COMMAND...: poll every 0.2 s
+    local t=$1 what=$2; shift 2
+    for _ in $(seq $(( t * 5 ))); do "$@" >/dev/null 2>&1 && return 0; sleep 0.2; done
+    fail "$what: not within $t s"
+}
+connect() { # NQN: connect with short loss timeouts (so I/O fails soon after a stop)
+    nvme connect -t rdma -a "$IP" -s "$PORT" -n "$1" --ctrl-loss-tmo=5 --reconnect-delay=1 \
+        || fail "nvme connect $1 failed"
+    wait_for 30 "live controller of $1" ctrl_of "$1"
+    wait_for 30 "namespace 1 of $1" ns_of "$1" 1
+}
+metric() { # NAME{labels} -> value in our /metrics (0 if absent)
+    curl -sf "$METRICS" | awk -v m="$1" 'index($0, m) == 1 { v = $NF } END { print v + 0 }'
+}
+promq() { # PromQL -> scalar (first sample)
+    curl -sf "$PROM/api/v1/query" --data-urlencode "query=$1" |
+        python3 -c 'import json,sys; r=json.load(sys.stdin)["data"]["result"]; print(r[0]["value"][1] if r else 0)'
+}
+write_conf() { # extra namespace TOML appended to the subsystem
+    cat >"$CONF" <<EOF
+# written by integration/guest/daemon.sh
+[metrics]
+address = "127.0.0.1:9469"
+
+[[listener]]
+address = "$IP"
+port = $PORT
+
+[[subsystem]]
+nqn = "$NQN"
+allow_any_host = true
+[[subsystem.namespace]]
+nsid = 1
+path = "/dev/ram0"
+$1
+EOF
+}
+
+# =====================================================================================
+step "setup: soft-RoCE on $IF, brd (/dev/ram0..2, 128 MiB each), nvme-rdma"
+modprobe -a rdma_rxe ib_uverbs rdma_ucm nvme-rdma
+rdma link show | grep -q "netdev $IF\b" || rdma link add rxe0 type rxe netdev "$IF"
+[ -e /sys/module/brd ] || modprobe brd rd_nr=3 rd_size=131072
+for d in 0 1 2; do [ -b /dev/ram$d ] || fail "/dev/ram$d missing (brd loaded with other parameters?)"; done
+truncate -s 64M "$NS2_FILE"
+[ -x "$BIN_SRC" ] || fail "$BIN_SRC missing (cargo build --release -p nvmf-target on the host)"
+info "$(systemctl --version | head -1), $(prometheus --version 2>&1 | head -1)"
+
+# =====================================================================================
+step "test 1: check-config on broken configurations"
+BAD=/tmp/bad.toml
+GOOD_CONF="[[listener]]
+address = \"$IP\"
+[[subsystem]]
+nqn = \"$NQN\"
+allow_any_host = true
+[[subsystem.namespace]]
+nsid = 1
+path = \"/dev/ram0\""
+check_bad() { # DESCRIPTION EXPECTED-SUBSTRING (file in $BAD; env in CHECK_ENV)
+    local out rc=0
+    out=$(env ${CHECK_ENV:-} "$BIN_SRC" check-config "$BAD" 2>&1) || rc=$?
+    [ $rc = 2 ] || fail "check-config ($1): exit $rc, expected 2: $out"
+    grep -qF -- "$2" <<<"$out" || fail "check-config ($1): expected '$2' in: $out"
+    info "ok  $1: $out"
+}
+echo "$GOOD_CONF" >"$BAD"
+out=$("$BIN_SRC" check-config "$BAD") || fail "check-config of a good file failed: $out"
+info "ok  good file: $out"
+rm -f /tmp/missing.toml
+cp "$BAD" /tmp/good.toml
+BAD=/tmp/missing.toml check_bad "missing file" "/tmp/missing.toml: no such file"
+printf '%s\n[[listener\n' "$GOOD_CONF" >"$BAD"; check_bad "TOML syntax" "TOML parse error"
+sed 's/^nsid = 1$/nsid = 1\nspeed = 9/' /tmp/good.toml >"$BAD"; check_bad "unknown field" "unknown field \`speed\`"
+sed "s/^nqn = .*/nqn = \"disk1\"/" /tmp/good.toml >"$BAD"; check_bad "bad NQN" "subsystem[0].nqn: 'disk1' must start with 'nqn.'"
+sed 's|/dev/ram0|/dev/nonexistent9|' /tmp/good.toml >"$BAD"; check_bad "missing device" "subsystem[0].namespace[0].path: /dev/nonexistent9"
+printf '%s\n[[subsystem.namespace]]\nnsid = 1\npath = "/dev/ram1"\n' "$GOOD_CONF" >"$BAD"; check_bad "duplicate nsid" "subsystem[0].namespace[1].nsid: 1 is used twice"
+sed 's/^allow_any_host = true$/allow_any_host = false/' /tmp/good.toml >"$BAD"; check_bad "no hosts" "subsystem[0].hosts: no host may connect"
+printf '[metrics]\naddress = "localhost"\n%s\n' "$GOOD_CONF" >"$BAD"; check_bad "metrics address" "metrics.address: 'localhost' is not ADDRESS:PORT"
+printf '%s\n' "$GOOD_CONF" | sed "s/^address = .*/address = \"10.0.2\"/" >"$BAD"; check_bad "listener address" "listener[0].address: '10.0.2' is not an IPv4 or IPv6 address"
+cp /tmp/good.toml "$BAD"; CHECK_ENV=NVMF_TARGET_TARGET__POLL_SPIN_US=fast check_bad "environment override" "poll_spin_us"
+
+# =====================================================================================
+step "test 2: install and systemctl start (Type=notify: active only once listening)"
+install -m 0755 "$BIN_SRC" "$BIN"
+install -m 0644 systemd/nvmf-target.service /etc/systemd/system/nvmf-target.service
+mkdir -p /etc/nvmf-target "$DROPIN"
+write_conf ""
+"$BIN" systemd-devices "$CONF" >"$DROPIN/devices.conf"
+cat "$DROPIN/devices.conf" | sed 's/^/    /'
+systemctl daemon-reload
+systemd-analyze verify /etc/systemd/system/nvmf-target.service 2>&1 | sed 's/^/    verify: /' || true
+t=$(date +%s%N)
+systemctl start nvmf-target || fail "systemctl start failed"
+info "systemctl start returned after $(( ($(date +%s%N) - t) / 1000000 )) ms"
+[ "$(systemctl is-active nvmf-target)" = active ] || fail "unit not active after start"
+nvme discover -t rdma -a "$IP" -s "$PORT" >/tmp/discover.txt 2>&1 \
+    || { cat /tmp/discover.txt; fail "first nvme discover right after 'systemctl start' failed: READY=1 came before the listener accepted"; }
+grep -q "subnqn: *$NQN" /tmp/discover.txt || fail "discovery does not list $NQN"
+info "first discover right after start: ok"
+status=$(systemctl show -p StatusText --value nvmf-target)
+info "StatusText: $status"
+grep -q "serving 1 subsystem(s), 1 namespace(s)" <<<"$status" || fail "unexpected StatusText"
+wd=$(systemctl show -p WatchdogUSec --value nvmf-target)
+[ "$wd" = 30s ] || fail "WatchdogUSec=$wd, expected 30s"
+lim=$(systemctl show -p LimitMEMLOCK --value nvmf-target)
+[ "$lim" = infinity ] || fail "LimitMEMLOCK=$lim"
+info "WatchdogUSec=$wd LimitMEMLOCK=$lim"
+
+# =====================================================================================
+step "test 3: kernel host connects; Prometheus scrapes during fio"
+connect "$NQN"
+CTRL=$(ctrl_of "$NQN"); NS1=/dev/$(ns_of "$NQN" 1)
+CNTLID=$(cat /sys/class/nvme/$CTRL/cntlid)
+info "controller /dev/$CTRL (cntlid $CNTLID), namespace 1 = $NS1"
+mkdir -p /tmp/prom-data
+cat >/tmp/prom.yml <<EOF
+global:
+  scrape_interval: 1s
+scrape_configs:
+  - job_name: nvmf-target
+    static_configs:
+      - targets: ['127.0.0.1:9469']
+EOF
+prometheus --config.file=/tmp/prom.yml --storage.tsdb.path=/tmp/prom-data \
+    --web.listen-address=127.0.0.1:9090 >/tmp/prometheus.log 2>&1 &
+PROM_PID=$!
+wait_for 60 "Prometheus ready" curl -sf "$PROM/-/ready"
+fio --name=prom --filename="$NS1" --direct=1 --ioengine=libaio --rw=randrw --bs=4k --iodepth=8 \
+    --size=32M --time_based --runtime=15 --output=/tmp/fio-prom.log || { cat /tmp/fio-prom.log; fail "fio failed"; }
+grep -E '^ *(read|write): IOPS=' /tmp/fio-prom.log | sed 's/^ */    fio: /'
+sleep 2
+up=$(promq 'up{job="nvmf-target"}')
+[ "$up" = 1 ] || fail "Prometheus target not up ($up); $(tail -n 5 /tmp/prometheus.log)"
+for op in read write; do
+    r=$(promq "sum(rate(nvmf_target_requests_total{op=\"$op\"}[20s]))")
+    b=$(promq "sum(rate(nvmf_target_bytes_total{op=\"$op\"}[20s]))")
+    info "Prometheus: $op rate $r req/s, $b B/s"
+    python3 -c "import sys; sys.exit(0 if float('$r') > 0 and float('$b') > 0 else 1)" \
+        || fail "Prometheus shows no $op rate"
+done
+p99=$(promq 'histogram_quantile(0.99, sum by (le) (rate(nvmf_target_request_duration_seconds_bucket{op="read"}[20s])))')
+info "Prometheus: read p99 latency $p99 s"
+curl -sf "$METRICS" >/tmp/metrics.txt
+promtool check metrics </tmp/metrics.txt || fail "promtool check metrics failed"
+info "promtool check metrics: ok ($(grep -vc '^#' /tmp/metrics.txt) samples)"
+grep -E '^nvmf_target_(controllers|queues|connects_total|build_info)' /tmp/metrics.txt | sed 's/^/    /'
+[ "$(metric "nvmf_target_controllers{subsystem=\"$NQN\"}")" = 1 ] || fail "controllers gauge is not 1"
+kill "$PROM_PID"; wait "$PROM_PID" 2>/dev/null || true; PROM_PID=
+
+# =====================================================================================
+step "test 4: systemctl reload: add a namespace (host sees it without reconnecting)"
+echo "reload-test-ns2" | dd of="$NS2_FILE" conv=notrunc status=none
+write_conf "[[subsystem.namespace]]
+nsid = 2
+path = \"$NS2_FILE\""
+systemctl reload nvmf-target || fail "systemctl reload failed"
+wait_for 30 "namespace 2 on the connected host" ns_of "$NQN" 2
+NS2=/dev/$(ns_of "$NQN" 2)
+[ "$(ctrl_of "$NQN")" = "$CTRL" ] && [ "$(cat /sys/class/nvme/$CTRL/cntlid)" = "$CNTLID" ] \
+    || fail "the host reconnected (controller changed)"
+head -c 15 "$NS2" | grep -q "reload-test-ns2" || fail "namespace 2 does not read the file's data"
+info "namespace 2 = $NS2 on the same controller /dev/$CTRL (cntlid $CNTLID)"
+journal | grep -E "namespaces changed|configuration reloaded" | sed 's/^/    journal: /'
+journal | grep -q "controllers_notified=1" || fail "no controller was sent the namespace-changed event"
+info "async events: $(metric "nvmf_target_async_events_total{subsystem=\"$NQN\",type=\"ns_changed\"}")"
+
+step "test 4b: a reload the daemon cannot apply is refused; the old config keeps serving"
+refused_before=$(metric 'nvmf_target_config_reloads_total{result="refused"}')
+write_conf "[[subsystem.namespace]]
+nsid = 2
+path = \"$NS2_FILE\"
+[[subsystem.namespace]]
+nsid = 3
+path = \"/dev/ram2\""
+systemctl reload nvmf-target || fail "systemctl reload failed"
+wait_for 20 "'reload refused' in the journal" bash -c "journalctl -u nvmf-target -b -o cat | grep -q 'reload refused'"
+journal | grep 'reload refused' | tail -n 1 | sed 's/^/    journal: /'
+journal | grep 'reload refused' | tail -n 1 | grep -q '/dev/ram2' || fail "refusal does not name /dev/ram2"
+sleep 1
+ns_of "$NQN" 3 && fail "namespace 3 appeared although the reload was refused"
+[ "$(metric 'nvmf_target_config_reloads_total{result="refused"}')" -gt "$refused_before" ] || fail "refused reload not counted"
+dd if="$NS1" of=/dev/null bs=4k count=256 iflag=direct status=none || fail "namespace 1 unreadable after a refused reload"
+[ "$(systemctl is-active nvmf-target)" = active ] || fail "unit not active after a refused reload"
+info "still serving namespaces 1 and 2; StatusText: $(systemctl show -p StatusText --value nvmf-target)"
+
+step "test 4c: a broken file fails 'systemctl reload' (check-config) and changes nothing"
+echo "this is [not toml" >>"$CONF"
+if systemctl reload nvmf-target 2>/tmp/reload.err; then fail "systemctl reload of a broken file succeeded"; fi
+journal | grep -m1 "configuration refused" | sed 's/^/    journal: /' || fail "no 'configuration refused' in the journal"
+[ "$(systemctl is-active nvmf-target)" = active ] || fail "unit not active after a broken reload"
+
+step "test 4d: systemctl reload removes namespace 2"
+write_conf ""
+systemctl reload nvmf-target || fail "systemctl reload failed"
+wait_for 30 "namespace 2 gone from the host" bash -c "! [ -b $NS2 ]"
+[ "$(ctrl_of "$NQN")" = "$CTRL" ] || fail "the host reconnected"
+info "namespace 2 removed; namespace 1 still on /dev/$CTRL"
+
+# =====================================================================================
+step "test 5: systemctl stop while fio and an acknowledged-writes logger run"
+cat >/tmp/ackwriter.py <<'EOF'
+import hashlib, mmap, os, sys
+def block(seq):
+    head = b"ACK %016d " % seq
+    body = hashlib.sha256(head).digest() * 128
+    return (head + body)[:4096]
+mode, dev, start, count, log = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), sys.argv[5]
+buf = mmap.mmap(-1, 4096)
+if mode == "write":
+    fd = os.open(dev, os.O_WRONLY | os.O_DIRECT)
+    with open(log, "w", buffering=1) as ack:
+        for seq in range(count):
+            buf.seek(0); buf.write(block(seq))
+            try:
+                os.pwrite(fd, buf, start + seq * 4096)
+            except OSError as e:
+                print("writer stopped at seq %d: %s" % (seq, e)); sys.exit(0)
+            ack.write("%d\n" % seq)
+    print("writer finished all %d blocks" % count)
+else:
+    fd = os.open(dev, os.O_RDONLY | os.O_DIRECT)
+    acked = [int(x) for x in open(log)]
+    bad = 0
+    for seq in acked:
+        os.preadv(fd, [buf], start + seq * 4096)
+        if buf[:4096] != block(seq):
+            bad += 1
+            if bad < 5: print("acknowledged block %d is not what was written" % seq)
+    print("%d acknowledged blocks checked, %d bad" % (len(acked), bad))
+    sys.exit(1 if bad or not acked else 0)
+EOF
+ACK_START=$(( 32 * 1024 * 1024 )); ACK_COUNT=$(( 96 * 1024 * 1024 / 4096 ))
+fio --name=stop --filename="$NS1" --direct=1 --ioengine=libaio --rw=randwrite --bs=4k --iodepth=16 \
+    --size=32M --time_based --runtime=120 --verify=crc32c --verify_backlog=256 --verify_fatal=1 \
+    --verify_dump=0 --verify_state_save=0 --output=/tmp/fio-stop.log &
+FIO_PID=$!
+python3 /tmp/ackwriter.py write "$NS1" $ACK_START $ACK_COUNT /tmp/acked.txt >/tmp/ackwriter.log 2>&1 &
+ACK_PID=$!
+sleep 6
+info "acknowledged so far: $(wc -l </tmp/acked.txt) blocks; in flight: $(metric 'nvmf_target_requests_in_flight{')"
+t=$(date +%s%N)
+systemctl stop nvmf-target || fail "systemctl stop failed"
+info "systemctl stop took $(( ($(date +%s%N) - t) / 1000000 )) ms"
+[ "$(systemctl show -p ExecMainStatus --value nvmf-target)" = 0 ] || fail "exit status $(systemctl show -p ExecMainStatus --value nvmf-target)"
+[ "$(systemctl show -p Result --value nvmf-target)" = success ] || fail "unit result $(systemctl show -p Result --value nvmf-target)"
+fio_rc=0; wait $FIO_PID || fio_rc=$?
+wait $ACK_PID || true
+info "fio exit $fio_rc: $(grep -m1 -oE 'err= *[0-9]+[^)]*' /tmp/fio-stop.log || true)"
+sed 's/^/    /' /tmp/ackwriter.log
+[ $fio_rc != 0 ] || grep -qE 'err= *[1-9]' /tmp/fio-stop.log || fail "fio saw no error although the target stopped"
+if grep -iE 'verify.*(bad|fail)|crc32c.*fail|bad magic' /tmp/fio-stop.log; then fail "fio found a corrupt block"; fi
+journal | grep -E "shutting down|in-flight I/O|backends flushed|stopped cleanly|STATS" | sed 's/^/    journal: /'
+journal | grep -q "stopped cleanly" || fail "the journal does not show a clean shutdown"
+journal | grep -q "in-flight I/O drained" || fail "in-flight I/O was not drained"
+
+step "test 5b: restart, reconnect, every acknowledged block reads back"
+wait_for 30 "controller of $NQN gone after ctrl-loss-tmo" bash -c "! grep -qx '$NQN' /sys/class/nvme/*/subsysnqn 2>/dev/null"
+systemctl start nvmf-target || fail "systemctl start (restart) failed"
+connect "$NQN"
+NS1=/dev/$(ns_of "$NQN" 1)
+python3 /tmp/ackwriter.py check "$NS1" $ACK_START $ACK_COUNT /tmp/acked.txt | sed 's/^/    /'
+[ "${PIPESTATUS[0]}" = 0 ] || fail "acknowledged writes were lost or corrupted"
+fio --name=verify --filename="$NS1" --direct=1 --ioengine=libaio --rw=read --bs=4k --iodepth=16 --size=32M \
+    --output=/tmp/fio-read.log >/dev/null || { cat /tmp/fio-read.log; fail "reading the fio region failed"; }
+nvme disconnect -n "$NQN" >/dev/null
+systemctl stop nvmf-target
+
+# =====================================================================================
+step "test 6: kernel target config saved as nvmetcli JSON, imported, served by us"
+modprobe -a nvmet nvmet-rdma
+mountpoint -q /sys/kernel/config || mount -t configfs none /sys/kernel/config
+head -c $(( 4 * 1024 * 1024 )) /dev/urandom | dd of=/dev/ram1 bs=1M oflag=direct status=none
+want=$(head -c $(( 4 * 1024 * 1024 )) /dev/ram1 | sha256sum | cut -d' ' -f1)
+mkdir "$CFG/subsystems/$KNQN"
+echo 1 >"$CFG/subsystems/$KNQN/attr_allow_any_host"
+mkdir "$CFG/subsystems/$KNQN/namespaces/1"
+echo -n /dev/ram1 >"$CFG/subsystems/$KNQN/namespaces/1/device_path"
+echo 1 >"$CFG/subsystems/$KNQN/namespaces/1/enable"
+mkdir "$CFG/ports/1"
+echo rdma >"$CFG/ports/1/addr_trtype"; echo ipv4 >"$CFG/ports/1/addr_adrfam"
+echo "$IP" >"$CFG/ports/1/addr_traddr"; echo "$PORT" >"$CFG/ports/1/addr_trsvcid"
+ln -s "$CFG/subsystems/$KNQN" "$CFG/ports/1/subsystems/$KNQN"
+if command -v nvmetcli >/dev/null; then
+    nvmetcli save /tmp/nvmet.json; info "saved with nvmetcli"
+else
+    python3 integration/guest/nvmet-save.py /tmp/nvmet.json; info "saved with nvmet-save.py (nvmetcli not installed)"
+fi
+sed 's/^/    /' /tmp/nvmet.json | head -n 60
+# tear the kernel target down (as 'nvmetcli clear')
+rm "$CFG/ports/1/subsystems/$KNQN"; rmdir "$CFG/ports/1"
+echo 0 >"$CFG/subsystems/$KNQN/namespaces/1/enable"; rmdir "$CFG/subsystems/$KNQN/namespaces/1" "$CFG/subsystems/$KNQN"
+"$BIN" import-nvmetcli /tmp/nvmet.json >/tmp/imported.toml 2>/tmp/import-notes.txt || { cat /tmp/import-notes.txt; fail "import-nvmetcli failed"; }
+sed 's/^/    notes: /' /tmp/import-notes.txt
+sed 's/^/    /' /tmp/imported.toml
+"$BIN" check-config /tmp/imported.toml | sed 's/^/    /'
+NO_COLOR=1 "$BIN" --config /tmp/imported.toml >/tmp/imported.log 2>&1 &
+FG_PID=$!
+wait_for 30 "imported target answers discovery" nvme discover -t rdma -a "$IP" -s "$PORT"
+connect "$KNQN"
+got=$(head -c $(( 4 * 1024 * 1024 )) "/dev/$(ns_of "$KNQN" 1)" | sha256sum | cut -d' ' -f1)
+[ "$got" = "$want" ] || fail "imported namespace reads different data"
+info "the imported namespace serves the data the kernel target exported (sha256 ${got:0:16}…)"
+nvme disconnect -n "$KNQN" >/dev/null
+kill -TERM "$FG_PID"; wait "$FG_PID" || fail "imported target exited with an error: $(tail -n 5 /tmp/imported.log)"
+FG_PID=
+
+PASSED=1
+echo
+echo "DAEMON PASS"
