@@ -10,10 +10,11 @@
 #   4. `systemctl reload`: an added namespace appears on the connected host (same
 #      controller, no reconnect, namespace-changed AEN); a reload the daemon cannot apply
 #      (block device not allowed) and a broken file are refused, the old config serves;
-#      a removed namespace disappears
+#      a removed namespace disappears; an added/removed subsystem enters/leaves discovery;
+#      a killed daemon is restarted (Restart=on-failure) and the host reconnects
 #   5. `systemctl stop` while fio and an acknowledged-writes logger run: fio sees errors
 #      but no verify failure; after a restart every acknowledged block reads back; the
-#      journal shows a clean shutdown
+#      journal shows a clean shutdown. `systemctl restart` under fio: no error at all
 #   6. kernel target configured via configfs, saved as nvmetcli JSON (nvmetcli if
 #      installed, else integration/guest/nvmet-save.py), imported with
 #      `nvmf-target import-nvmetcli`, served by our target: same data
@@ -28,6 +29,7 @@ BIN_SRC=${TARGET_BIN:-build/release/nvmf-target}
 BIN=/usr/sbin/nvmf-target
 NQN=nqn.2026-11.io.nvmf-lab:daemon
 KNQN=nqn.2026-11.io.nvmf-lab:from-nvmet
+NQN_ADDED=nqn.2026-11.io.nvmf-lab:added-by-reload
 CONF=/etc/nvmf-target/nvmf-target.toml
 DROPIN=/etc/systemd/system/nvmf-target.service.d
 NS2_FILE=/var/tmp/daemon-ns2.img
@@ -90,7 +92,7 @@ wait_for() { # SECONDS DESCRIPTION COMMAND...: poll every 0.2 s
     fail "$what: not within $t s"
 }
 connect() { # NQN: connect with short loss timeouts (so I/O fails soon after a stop)
-    nvme connect -t rdma -a "$IP" -s "$PORT" -n "$1" --ctrl-loss-tmo=5 --reconnect-delay=1 \
+    nvme connect -t rdma -a "$IP" -s "$PORT" -n "$1" --ctrl-loss-tmo=15 --reconnect-delay=1 \
         || fail "nvme connect $1 failed"
     wait_for 30 "live controller of $1" ctrl_of "$1"
     wait_for 30 "namespace 1 of $1" ns_of "$1" 1
@@ -235,12 +237,22 @@ grep -E '^nvmf_target_(controllers|queues|connects_total|build_info)' /tmp/metri
 kill "$PROM_PID"; wait "$PROM_PID" 2>/dev/null || true; PROM_PID=
 
 # =====================================================================================
-step "test 4: systemctl reload: add a namespace (host sees it without reconnecting)"
+step "test 4: systemctl reload: add a namespace (host sees it without reconnecting) and a subsystem"
 echo "reload-test-ns2" | dd of="$NS2_FILE" conv=notrunc status=none
 write_conf "[[subsystem.namespace]]
 nsid = 2
-path = \"$NS2_FILE\""
+path = \"$NS2_FILE\"
+[[subsystem]]
+nqn = \"$NQN_ADDED\"
+allow_any_host = true
+[[subsystem.namespace]]
+nsid = 1
+backend = \"null\"
+size = \"64M\""
 systemctl reload nvmf-target || fail "systemctl reload failed"
+nvme discover -t rdma -a "$IP" -s "$PORT" >/tmp/discover.txt 2>&1 || { cat /tmp/discover.txt; fail "discover after reload"; }
+grep -q "subnqn: *$NQN_ADDED" /tmp/discover.txt || fail "the added subsystem is not in the discovery log"
+info "discovery lists the added subsystem $NQN_ADDED"
 wait_for 30 "namespace 2 on the connected host" ns_of "$NQN" 2
 NS2=/dev/$(ns_of "$NQN" 2)
 [ "$(ctrl_of "$NQN")" = "$CTRL" ] && [ "$(cat /sys/class/nvme/$CTRL/cntlid)" = "$CNTLID" ] \
@@ -282,6 +294,17 @@ systemctl reload nvmf-target || fail "systemctl reload failed"
 wait_for 30 "namespace 2 gone from the host" bash -c "! [ -b $NS2 ]"
 [ "$(ctrl_of "$NQN")" = "$CTRL" ] || fail "the host reconnected"
 info "namespace 2 removed; namespace 1 still on /dev/$CTRL"
+nvme discover -t rdma -a "$IP" -s "$PORT" >/tmp/discover.txt 2>&1 || fail "discover after reload"
+grep -q "subnqn: *$NQN_ADDED" /tmp/discover.txt && fail "the removed subsystem is still in the discovery log"
+info "the removed subsystem left the discovery log"
+
+step "test 4e: Restart=on-failure brings a killed daemon back"
+pid=$(systemctl show -p MainPID --value nvmf-target)
+systemctl kill -s KILL nvmf-target
+wait_for 30 "a new daemon process" bash -c "[ \"\$(systemctl show -p MainPID --value nvmf-target)\" != 0 ] && [ \"\$(systemctl show -p MainPID --value nvmf-target)\" != $pid ] && [ \"\$(systemctl is-active nvmf-target)\" = active ]"
+info "killed pid $pid; restarted as pid $(systemctl show -p MainPID --value nvmf-target) (NRestarts=$(systemctl show -p NRestarts --value nvmf-target))"
+wait_for 30 "the host reconnected to the restarted daemon" bash -c "grep -qx live /sys/class/nvme/$CTRL/state"
+info "the host reconnected by itself: /dev/$CTRL is live again"
 
 # =====================================================================================
 step "test 5: systemctl stop while fio and an acknowledged-writes logger run"
@@ -341,7 +364,7 @@ journal | grep -q "stopped cleanly" || fail "the journal does not show a clean s
 journal | grep -q "in-flight I/O drained" || fail "in-flight I/O was not drained"
 
 step "test 5b: restart, reconnect, every acknowledged block reads back"
-wait_for 30 "controller of $NQN gone after ctrl-loss-tmo" bash -c "! grep -qx '$NQN' /sys/class/nvme/*/subsysnqn 2>/dev/null"
+wait_for 45 "controller of $NQN gone after ctrl-loss-tmo" bash -c "! grep -qx '$NQN' /sys/class/nvme/*/subsysnqn 2>/dev/null"
 systemctl start nvmf-target || fail "systemctl start (restart) failed"
 connect "$NQN"
 NS1=/dev/$(ns_of "$NQN" 1)
@@ -349,6 +372,21 @@ python3 /tmp/ackwriter.py check "$NS1" $ACK_START $ACK_COUNT /tmp/acked.txt | se
 [ "${PIPESTATUS[0]}" = 0 ] || fail "acknowledged writes were lost or corrupted"
 fio --name=verify --filename="$NS1" --direct=1 --ioengine=libaio --rw=read --bs=4k --iodepth=16 --size=32M \
     --output=/tmp/fio-read.log >/dev/null || { cat /tmp/fio-read.log; fail "reading the fio region failed"; }
+
+step "test 5c: systemctl restart under fio with verify: the host resends held I/O, no error"
+fio --name=restart --filename="$NS1" --direct=1 --ioengine=libaio --rw=randwrite --bs=4k --iodepth=16 \
+    --size=32M --time_based --runtime=25 --verify=crc32c --verify_backlog=256 --verify_fatal=1 \
+    --verify_dump=0 --verify_state_save=0 --output=/tmp/fio-restart.log &
+FIO_PID=$!
+sleep 6
+t=$(date +%s%N)
+systemctl restart nvmf-target || fail "systemctl restart failed"
+info "systemctl restart took $(( ($(date +%s%N) - t) / 1000000 )) ms"
+fio_rc=0; wait $FIO_PID || fio_rc=$?
+grep -E '^ *write: IOPS=|err=' /tmp/fio-restart.log | sed 's/^ */    fio: /'
+[ $fio_rc = 0 ] && ! grep -qE 'err= *[1-9]' /tmp/fio-restart.log \
+    || { cat /tmp/fio-restart.log; fail "fio saw errors across systemctl restart"; }
+info "fio ran through the restart without an error or a verify failure"
 nvme disconnect -n "$NQN" >/dev/null
 systemctl stop nvmf-target
 

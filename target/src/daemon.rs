@@ -164,19 +164,46 @@ impl Daemon {
             return Ok(plan);
         }
         // Open everything new first: a backend that fails refuses the reload.
-        let added = plan
-            .added
-            .iter()
-            .map(open_subsystem)
-            .collect::<Result<Vec<_>, _>>()?;
-        let mut opened = Vec::new();
+        let mut added = Vec::new();
+        let mut opened: Vec<Vec<Arc<Namespace>>> = Vec::new();
+        let mut result = Ok(());
+        for s in &plan.added {
+            match open_subsystem(s) {
+                Ok(x) => added.push(x),
+                Err(e) => {
+                    result = Err(e);
+                    break;
+                }
+            }
+        }
         for c in &plan.changed {
-            let ns = c
-                .add
-                .iter()
-                .map(|n| open_ns(&c.nqn, n))
-                .collect::<Result<Vec<_>, _>>()?;
-            opened.push(ns);
+            if result.is_err() {
+                break;
+            }
+            let mut v = Vec::new();
+            for n in &c.add {
+                match open_ns(&c.nqn, n) {
+                    Ok(ns) => v.push(ns),
+                    Err(e) => {
+                        result = Err(e);
+                        break;
+                    }
+                }
+            }
+            opened.push(v);
+        }
+        if let Err(e) = result {
+            // Drop the series of namespaces that never served (a replaced
+            // nsid shares its series with the namespace still serving).
+            for s in &added {
+                s.namespaces().iter().for_each(|n| n.metrics.unregister());
+            }
+            for (c, v) in plan.changed.iter().zip(&opened) {
+                for n in v.iter().filter(|n| !c.remove.contains(&n.nsid)) {
+                    n.metrics.unregister();
+                }
+            }
+            return Err(e);
         }
         if let Some(level) = &plan.log_level {
             if let Some(f) = &self.log_reload {
@@ -244,19 +271,19 @@ impl Daemon {
     }
 
     /// Stops the daemon: refuse new connections, let in-flight I/O finish
-    /// (new I/O is answered with a retryable status), flush the backends,
-    /// then disconnect every host.
+    /// (new I/O is held unanswered, for the host to resend after it
+    /// reconnects), flush the backends, then disconnect every host.
     pub fn shutdown(self) -> Result<(), String> {
         let t = &self.target;
-        t.stopping.store(true, Ordering::Release);
+        t.stopping.store(true, Ordering::SeqCst);
         for l in self.listeners {
             l.stop();
         }
         let start = Instant::now();
-        while t.io_in_flight.load(Ordering::Acquire) > 0 && start.elapsed() < DRAIN_TIMEOUT {
+        while t.io_in_flight.load(Ordering::SeqCst) > 0 && start.elapsed() < DRAIN_TIMEOUT {
             std::thread::sleep(Duration::from_millis(5));
         }
-        let left = t.io_in_flight.load(Ordering::Acquire);
+        let left = t.io_in_flight.load(Ordering::SeqCst);
         if left > 0 {
             warn!(commands = left, "in-flight I/O did not finish in time");
         } else {
@@ -275,12 +302,14 @@ impl Daemon {
             }
         }
         info!("backends flushed; disconnecting hosts");
-        for c in t.all_controllers() {
-            c.kill_all();
-        }
         let start = Instant::now();
+        // Repeated: a queue that connected while the listeners stopped is
+        // caught by a later pass.
         while t.live_queues.load(Ordering::Acquire) > 0 && start.elapsed() < DISCONNECT_TIMEOUT {
-            std::thread::sleep(Duration::from_millis(10));
+            for c in t.all_controllers() {
+                c.kill_all();
+            }
+            std::thread::sleep(Duration::from_millis(20));
         }
         let left = t.live_queues.load(Ordering::Acquire);
         if left > 0 {

@@ -109,3 +109,15 @@ impl Namespace {
         ]
     }
 }
+
+impl Drop for Namespace {
+    /// A namespace removed by a reload (or at exit) is flushed once its last
+    /// command completed: the controller advertises a volatile write cache.
+    fn drop(&mut self) {
+        if let Backend::File { file, .. } = &self.backend {
+            if let Err(e) = file.sync_data() {
+                tracing::warn!(nsid = self.nsid, "flush of a closing namespace: {e}");
+            }
+        }
+    }
+}

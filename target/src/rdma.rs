@@ -780,6 +780,11 @@ impl Queue {
     }
 
     fn teardown(&mut self) {
+        // Requests still sending, reading or parked never complete now: give
+        // back what they hold (in-flight counts, namespace references).
+        for r in 0..self.reqs.len() {
+            self.release(r);
+        }
         if let Some(c) = self.ctrl.take() {
             c.detach(&self.link);
             let m = metrics();
@@ -845,7 +850,7 @@ impl Queue {
                 }
             }
             if std::mem::take(&mut q.io_counted) {
-                self.target.io_in_flight.fetch_sub(1, Ordering::AcqRel);
+                self.target.io_in_flight.fetch_sub(1, Ordering::SeqCst);
             }
             self.free.push(r as u16);
         }
@@ -883,8 +888,17 @@ impl Queue {
             q.recv_slot = slot;
         }
         if self.qid() != 0 && !cmd.is_fabrics() {
+            self.target.io_in_flight.fetch_add(1, Ordering::SeqCst);
+            if self.target.stopping.load(Ordering::SeqCst) {
+                // Shutting down: hold the command unanswered. The queue is
+                // disconnected once in-flight I/O drained; the host then
+                // requeues it and resends it after reconnecting (to this
+                // target restarted, or another path). A status would not do:
+                // without a retry delay the host spends its retries at once.
+                self.target.io_in_flight.fetch_sub(1, Ordering::SeqCst);
+                return;
+            }
             self.reqs[r].io_counted = true;
-            self.target.io_in_flight.fetch_add(1, Ordering::AcqRel);
         }
         let known = cmd.is_fabrics()
             || if self.qid() == 0 {
@@ -1002,10 +1016,6 @@ impl Queue {
         }
         if !ctrl.is_ready() {
             return Err(Status::CMD_SEQ_ERROR);
-        }
-        if self.target.stopping.load(Ordering::Acquire) {
-            // Shutting down: not DNR, so the host retries (after reconnecting).
-            return Err(Status::NS_NOT_READY);
         }
         let ns = ctrl.subsys.namespace(cmd.nsid());
         let plan = io::prepare(ns.as_deref(), &cmd, self.reqs[r].plan.len(), MAX_IO_SIZE)?;

@@ -199,7 +199,8 @@ pub struct Target {
     pub live_queues: AtomicUsize,
     /// I/O commands accepted and not yet released (drained at shutdown).
     pub io_in_flight: AtomicUsize,
-    /// Shutting down: new I/O gets a retryable status, listeners stop.
+    /// Shutting down: listeners stop, new I/O is held unanswered (the host
+    /// resends it after reconnecting).
     pub stopping: AtomicBool,
 }
 
