@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use tracing::{error, info, warn};
 
-use crate::backend::{open_namespace, Backend};
+use crate::backend::open_namespace;
 use crate::config::{NamespaceConfig, SubsystemConfig, TargetConfig};
 use crate::http::MetricsServer;
 use crate::namespace::Namespace;
@@ -65,13 +65,6 @@ pub fn build_target(cfg: &TargetConfig) -> Result<Target, String> {
         cfg.listeners.iter().map(|l| l.addr).collect(),
         cfg.poll_spin_us,
     ))
-}
-
-fn flush(ns: &Namespace) -> std::io::Result<()> {
-    match &ns.backend {
-        Backend::File { file, .. } => file.sync_data(),
-        _ => Ok(()),
-    }
 }
 
 /// The daemon.
@@ -295,7 +288,7 @@ impl Daemon {
         let mut flush_failed = false;
         for s in t.all_subsystems() {
             for ns in s.namespaces().iter() {
-                if let Err(e) = flush(ns) {
+                if let Err(e) = ns.flush() {
                     error!(subsys = %s.nqn, nsid = ns.nsid, "final flush failed: {e}");
                     flush_failed = true;
                 }

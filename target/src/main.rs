@@ -209,33 +209,33 @@ fn import_nvmetcli(file: &PathBuf) -> ExitCode {
     }
 }
 
+/// Loads `file` (with its environment overrides) and prints what `out` makes
+/// of it: exit 0, or 2 with the reason the file is refused.
+fn print_from_config(
+    file: &std::path::Path,
+    out: impl FnOnce(&TargetConfig) -> String,
+) -> ExitCode {
+    match TargetConfig::load(file) {
+        Ok(c) => {
+            print!("{}", out(&c));
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("nvmf-target: configuration refused: {e}");
+            ExitCode::from(2)
+        }
+    }
+}
+
 fn main() -> ExitCode {
     let args = Args::parse();
     match &args.cmd {
         Some(Cmd::CheckConfig { file }) => {
-            return match TargetConfig::load(file) {
-                Ok(c) => {
-                    println!("{}", summary(&c));
-                    ExitCode::SUCCESS
-                }
-                Err(e) => {
-                    eprintln!("nvmf-target: configuration refused: {e}");
-                    ExitCode::from(2)
-                }
-            }
+            return print_from_config(file, |c| format!("{}\n", summary(c)))
         }
         Some(Cmd::ImportNvmetcli { file }) => return import_nvmetcli(file),
         Some(Cmd::SystemdDevices { file }) => {
-            return match TargetConfig::load(file) {
-                Ok(c) => {
-                    print!("{}", device_allow(&c, file));
-                    ExitCode::SUCCESS
-                }
-                Err(e) => {
-                    eprintln!("nvmf-target: configuration refused: {e}");
-                    ExitCode::from(2)
-                }
-            }
+            return print_from_config(file, |c| device_allow(c, file))
         }
         None => {}
     }

@@ -110,14 +110,23 @@ impl Namespace {
     }
 }
 
+impl Namespace {
+    /// Makes completed writes durable (fdatasync of a file or block device;
+    /// nothing for the null backend).
+    pub fn flush(&self) -> std::io::Result<()> {
+        match &self.backend {
+            Backend::File { file, .. } => file.sync_data(),
+            _ => Ok(()),
+        }
+    }
+}
+
 impl Drop for Namespace {
     /// A namespace removed by a reload (or at exit) is flushed once its last
     /// command completed: the controller advertises a volatile write cache.
     fn drop(&mut self) {
-        if let Backend::File { file, .. } = &self.backend {
-            if let Err(e) = file.sync_data() {
-                tracing::warn!(nsid = self.nsid, "flush of a closing namespace: {e}");
-            }
+        if let Err(e) = self.flush() {
+            tracing::warn!(nsid = self.nsid, "flush of a closing namespace: {e}");
         }
     }
 }

@@ -1095,10 +1095,8 @@ impl Queue {
                 }
                 PropertyEffect::Shutdown => {
                     for ns in ctrl.subsys.namespaces().iter() {
-                        if let Backend::File { file, .. } = &ns.backend {
-                            if let Err(e) = file.sync_data() {
-                                warn!(nsid = ns.nsid, "flush at shutdown: {e}");
-                            }
+                        if let Err(e) = ns.flush() {
+                            warn!(nsid = ns.nsid, "flush at shutdown: {e}");
                         }
                     }
                     info!(cntlid = ctrl.cntlid, "controller shut down by the host");
