@@ -6,7 +6,7 @@ use std::net::SocketAddr;
 use std::ops::{Deref, DerefMut};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -218,6 +218,7 @@ pub struct Controller {
     opts: ConnectOptions,
     ka: Option<(mpsc::Sender<()>, JoinHandle<()>)>,
     keep_alives: Arc<AtomicU64>,
+    lost: Arc<OnceLock<String>>,
     cc: u32,
 }
 
@@ -311,14 +312,16 @@ impl Controller {
         };
         let admin = Arc::new(Mutex::new(admin));
         let keep_alives = Arc::new(AtomicU64::new(0));
+        let lost = Arc::new(OnceLock::new());
         let ka = (kato_ms > 0).then(|| {
             let (tx, rx) = mpsc::channel::<()>();
             let a = admin.clone();
             let n = keep_alives.clone();
+            let l = lost.clone();
             let period = opts.kato / 2;
             let h = std::thread::Builder::new()
                 .name(format!("nvmf-ka-{cntlid}"))
-                .spawn(move || keep_alive_loop(a, rx, period, n))
+                .spawn(move || keep_alive_loop(a, rx, period, n, l))
                 .expect("spawn keep-alive thread");
             (tx, h)
         });
@@ -328,6 +331,7 @@ impl Controller {
             opts: opts.clone(),
             ka,
             keep_alives,
+            lost,
             cc: cc_val | cc::EN,
         })
     }
@@ -340,6 +344,14 @@ impl Controller {
     /// Keep Alive commands sent so far.
     pub fn keep_alives(&self) -> u64 {
         self.keep_alives.load(Ordering::Relaxed)
+    }
+
+    /// Set (once) with the reason when a Keep Alive fails: the controller is
+    /// then presumed gone, as a host does after its keep-alive timeout, and
+    /// I/O loops should stop waiting for their commands. A clone of the handle
+    /// can be read from other threads.
+    pub fn lost(&self) -> &Arc<OnceLock<String>> {
+        &self.lost
     }
 
     /// Runs an admin command without data.
@@ -514,6 +526,7 @@ fn keep_alive_loop(
     stop: mpsc::Receiver<()>,
     period: Duration,
     count: Arc<AtomicU64>,
+    lost: Arc<OnceLock<String>>,
 ) {
     loop {
         match stop.recv_timeout(period) {
@@ -527,6 +540,7 @@ fn keep_alive_loop(
             }
             Err(e) => {
                 tracing::warn!("keep-alive failed: {e}");
+                let _ = lost.set(format!("keep-alive failed: {e}"));
                 if a.q.failure().is_some() {
                     return;
                 }

@@ -69,6 +69,8 @@ pub enum Error {
         after: Duration,
     },
     /// The target answered with something the initiator cannot use.
+    #[error("controller lost: {0}")]
+    ControllerLost(String),
     #[error("target protocol error: {0}")]
     Protocol(String),
     /// Bad arguments from the caller.

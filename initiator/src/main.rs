@@ -631,6 +631,7 @@ fn perf_cmd(
             blocks,
         },
         &opts,
+        c.lost(),
         |e, p| {
             let ios = p.ios.load(std::sync::atomic::Ordering::Relaxed);
             let d = ios - last;

@@ -2,7 +2,7 @@
 //! flight, with per-thread latency histograms merged at the end.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use serde::Serialize;
@@ -161,6 +161,7 @@ fn worker(
     t: Target,
     o: &PerfOptions,
     progress: &Progress,
+    lost: &OnceLock<String>,
 ) -> Result<WorkerResult> {
     let bpi = (o.bs / t.block_size as usize) as u64;
     let slots_in_range = (t.blocks / bpi).max(1);
@@ -222,6 +223,9 @@ fn worker(
             break;
         }
         q.poll(&mut done, Duration::from_millis(100))?;
+        if let Some(why) = lost.get() {
+            return Err(Error::ControllerLost(why.clone()));
+        }
         if stopping && Instant::now() > end + Duration::from_secs(30) {
             return Err(Error::Timeout {
                 what: format!("draining queue {}", q.qid()),
@@ -255,11 +259,13 @@ fn worker(
 
 /// Runs the load on `queues` (one thread each) and reports. `on_tick` is
 /// called about once a second from the calling thread with the elapsed time
-/// and the live counters.
+/// and the live counters. The run fails as soon as `lost` is set (the
+/// controller's keep-alive failed: see [`Controller::lost`](crate::Controller::lost)).
 pub fn run(
     queues: Vec<IoQueue>,
     t: Target,
     o: &PerfOptions,
+    lost: &Arc<OnceLock<String>>,
     mut on_tick: impl FnMut(Duration, &Progress),
 ) -> Result<PerfReport> {
     if o.bs == 0 || !o.bs.is_multiple_of(t.block_size as usize) {
@@ -293,9 +299,10 @@ pub fn run(
         .map(|(i, q)| {
             let o = o.clone();
             let p = progress.clone();
+            let l = lost.clone();
             std::thread::Builder::new()
                 .name(format!("perf-q{}", i + 1))
-                .spawn(move || worker(q, i, n, t, &o, &p))
+                .spawn(move || worker(q, i, n, t, &o, &p, &l))
                 .expect("spawn perf worker")
         })
         .collect();

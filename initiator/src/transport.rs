@@ -430,6 +430,29 @@ impl RdmaQueue {
         }
     }
 
+    /// What else the verbs layer knows when the queue pair broke: the
+    /// connection event that came with it (a target disconnect arrives as
+    /// DISCONNECTED shortly after the flush) and the device's asynchronous
+    /// events (a QP access error means the target touched a window or region
+    /// it had no right to). Empty when nothing is pending.
+    fn why_broken(&self) -> String {
+        let mut notes = Vec::new();
+        if let Ok(Some(ev)) = self.id.channel().wait_event(Duration::from_millis(100)) {
+            notes.push(format!("rdma_cm {:?} (status {})", ev.kind, ev.status));
+        }
+        if let Some(ctx) = self.id.context() {
+            match ctx.take_async_events() {
+                Ok(evs) => notes.extend(evs.into_iter().map(|e| format!("device event: {e}"))),
+                Err(e) => notes.push(format!("device events unreadable: {e}")),
+            }
+        }
+        if notes.is_empty() {
+            String::new()
+        } else {
+            format!("; {}", notes.join("; "))
+        }
+    }
+
     fn check(&self) -> Result<()> {
         match &self.broken {
             Some(r) => Err(Error::Queue {
@@ -626,6 +649,7 @@ impl RdmaQueue {
                     wc.vendor_err()
                 )
             };
+            let reason = format!("{reason}{}", self.why_broken());
             return Err(self.fail(reason));
         }
         let (next, tag) = match kind {

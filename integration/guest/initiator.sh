@@ -32,6 +32,7 @@ TLOG=/tmp/nvmf-target.log
 TPID=
 T0=$(date +%s)
 declare -A RESULT
+RETRIED=()
 
 step() { echo; echo "=== [$(( $(date +%s) - T0 ))s] $*"; }
 fail() { echo "FAIL: $*" >&2; exit 1; }
@@ -62,7 +63,7 @@ cleanup() {
     set +eE; trap - ERR
     stop_target
     if [ $rc != 0 ]; then
-        echo "--- target log"; sed 's/\x1b\[[0-9;]*m//g' "$TLOG" 2>/dev/null | tail -n 60
+        [ -f "$TLOG" ] && { echo "--- target log"; sed 's/\x1b\[[0-9;]*m//g' "$TLOG" | tail -n 60; }
         echo "--- dmesg"; dmesg | grep -iE 'nvme|rdma|rxe' | tail -n 30
         echo "INITIATOR FAILED (exit $rc)"
     fi
@@ -77,6 +78,7 @@ start_target() { # own|kernel
         TPID=$!
     else
         modprobe -a nvmet nvmet-rdma
+        rm -f "$TLOG"   # a failure report then shows no stale log of our target
         mountpoint -q /sys/kernel/config || mount -t configfs none /sys/kernel/config
         kernel_teardown
         mkdir "$CFG/subsystems/$NQN"
@@ -106,10 +108,22 @@ json_field() { # json key
 
 perf() { # target name windows rw [extra...]
     local t=$1 name=$2 win=$3 rw=$4; shift 4
-    local j
-    j=$("$INI" perf -a "$IP" -n "$NQN" --windows "$win" --rw "$rw" --bs 4k --qd "${QD:-32}" \
-        --time "$PERF_TIME" --size 256M --json "$@" 2>/tmp/perf-progress.txt) \
-        || { cat /tmp/perf-progress.txt; echo "$j"; fail "perf $name against $t failed"; }
+    local j attempt
+    for attempt in 1 2; do
+        j=$("$INI" perf -a "$IP" -n "$NQN" --windows "$win" --rw "$rw" --bs 4k --qd "${QD:-32}" \
+            --time "$PERF_TIME" --size 256M --json "$@" 2>/tmp/perf-progress.txt) && break
+        tail -n 5 /tmp/perf-progress.txt; echo "$j"
+        echo "--- dmesg (last 10 lines)"; dmesg | grep -v 'speed is unknown' | tail -n 10
+        # A queue pair that breaks mid-run (seen about once in 50 runs of soft-RoCE
+        # under TCG, against both targets, the target seeing no error) spoils a
+        # measurement, not data: run it once more, and report it in the summary.
+        # Anything else, or a second failure, fails the test.
+        if [ $attempt = 2 ] || ! grep -q "disconnected (" /tmp/perf-progress.txt; then
+            fail "perf $name against $t failed"
+        fi
+        RETRIED+=("$t $name: $(grep -m1 'disconnected (' /tmp/perf-progress.txt)")
+        echo "    $name against $t: the queue broke; running it once more"
+    done
     echo "    $name: $j"
     [ "$(json_field "$j" errors)" = 0 ] || fail "perf $name against $t: I/O errors"
     local ios binds rinv
@@ -237,5 +251,6 @@ if [[ " $TARGETS " == *" own "* && " $TARGETS " == *" kernel "* ]]; then
         echo "RESULT $n own/kernel=$(python3 -c "print(f'{${RESULT[own.$n]}/${RESULT[kernel.$n]}:.2f}')")"
     done
 fi
+for r in "${RETRIED[@]}"; do echo "    NOTE: perf retried after a broken queue: $r"; done
 mkdir -p "$OUT" 2>/dev/null && cp /tmp/probe.txt "$OUT/mw-probe.txt" 2>/dev/null || true
 echo "INITIATOR PASS"

@@ -68,6 +68,51 @@ impl Context {
     pub fn as_ptr(&self) -> *mut ibv_context {
         self.0
     }
+
+    /// Takes the device's pending asynchronous events (QP fatal, access errors,
+    /// port changes, ...) without waiting, each described as libibverbs names it
+    /// plus the QP number where the event concerns a QP. Meant for diagnosing a
+    /// queue that failed: whoever calls this first consumes the events.
+    pub fn take_async_events(&self) -> Result<Vec<String>> {
+        // SAFETY: self.0 is a live context; async_fd is its event descriptor.
+        let fd = unsafe { (*self.0).async_fd };
+        let mut out = Vec::new();
+        while wait_readable(fd, 0, "poll(async events)")? {
+            // SAFETY: ibv_async_event is plain data; zero is a valid initial value.
+            let mut ev: ibv_async_event = unsafe { std::mem::zeroed() };
+            // SAFETY: the descriptor is readable, so this does not block; `ev` is a
+            // valid out pointer.
+            if unsafe { ibv_get_async_event(self.0, &mut ev) } != 0 {
+                break;
+            }
+            // SAFETY: ibv_event_type_str returns a static C string for any value.
+            let name = unsafe { std::ffi::CStr::from_ptr(ibv_event_type_str(ev.event_type)) }
+                .to_string_lossy()
+                .into_owned();
+            use ibv_event_type::*;
+            let qp_event = matches!(
+                ev.event_type,
+                IBV_EVENT_QP_FATAL
+                    | IBV_EVENT_QP_REQ_ERR
+                    | IBV_EVENT_QP_ACCESS_ERR
+                    | IBV_EVENT_COMM_EST
+                    | IBV_EVENT_SQ_DRAINED
+                    | IBV_EVENT_PATH_MIG
+                    | IBV_EVENT_PATH_MIG_ERR
+                    | IBV_EVENT_QP_LAST_WQE_REACHED
+            );
+            out.push(if qp_event {
+                // SAFETY: for QP events the union holds the QP, live until acked.
+                let qpn = unsafe { (*ev.element.qp).qp_num };
+                format!("{name} (qp {qpn})")
+            } else {
+                name
+            });
+            // SAFETY: acking the event obtained above exactly once.
+            unsafe { ibv_ack_async_event(&mut ev) };
+        }
+        Ok(out)
+    }
 }
 
 /// A protection domain.

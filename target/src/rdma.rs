@@ -771,6 +771,20 @@ impl Queue {
     }
 
     /// A fatal transport error on this queue: the controller fails with it.
+    /// Logs the device's pending asynchronous events (a QP access error names
+    /// the queue pair a host's bad key broke). The first queue to look takes them.
+    fn log_device_events(&self) {
+        let Some(ctx) = self.id.context() else { return };
+        match ctx.take_async_events() {
+            Ok(evs) => {
+                for e in evs {
+                    warn!(qid = self.qid(), event = %e, "RDMA device event");
+                }
+            }
+            Err(e) => debug!(qid = self.qid(), "device events: {e}"),
+        }
+    }
+
     fn fail(&mut self) {
         if let Some(c) = &self.ctrl {
             c.state().failed = true;
@@ -820,8 +834,10 @@ impl Queue {
                     .inc();
                 error!(qid = self.qid(), status = %wc.status_str(), vendor_err = wc.vendor_err(),
                        op = kind >> 32, "work completion error");
+                self.log_device_events();
                 self.fail();
             } else if !self.disconnecting {
+                self.log_device_events();
                 self.disconnect("queue pair flushed", "error");
             }
             if matches!(kind, WR_SEND | WR_READ | WR_WRITE) && idx < self.reqs.len() {
