@@ -10,6 +10,7 @@ use rdma_sys::*;
 use crate::error::{Error, Result};
 use crate::verbs::{
     set_nonblocking, wait_readable, CompletionQueue, Context, ProtectionDomain, QpCaps, QueuePair,
+    SharedReceiveQueue,
 };
 
 /// An RDMA-CM event channel: the file descriptor on which a set of ids report
@@ -92,6 +93,10 @@ pub struct CmEvent {
     pub responder_resources: u8,
     /// Initiator depth the peer asks for.
     pub initiator_depth: u8,
+    /// The id the event concerns, as [`CmId::key`] gives it (for
+    /// `ConnectRequest`, the listening id). Tells apart the ids that share a
+    /// channel.
+    pub id_key: usize,
 }
 
 impl EventChannel {
@@ -155,6 +160,11 @@ impl EventChannel {
             } else {
                 Vec::new()
             };
+            let id_key = if kind == CmEventKind::ConnectRequest {
+                e.listen_id as usize
+            } else {
+                e.id as usize
+            };
             let new_id = if kind == CmEventKind::ConnectRequest {
                 Some(CmId {
                     raw: e.id,
@@ -171,6 +181,7 @@ impl EventChannel {
                 private_data,
                 responder_resources: conn.responder_resources,
                 initiator_depth: conn.initiator_depth,
+                id_key,
             }
         };
         // SAFETY: acking the event obtained above exactly once.
@@ -189,6 +200,17 @@ impl Drop for EventChannel {
 struct QpResources {
     _cq: Arc<CompletionQueue>,
     _pd: Arc<ProtectionDomain>,
+    _srq: Option<Arc<SharedReceiveQueue>>,
+}
+
+/// Optional queue pair settings beyond [`QpCaps`].
+#[derive(Default, Clone)]
+pub struct QpOptions {
+    /// Take receives from this shared receive queue instead of the QP's own.
+    pub srq: Option<Arc<SharedReceiveQueue>>,
+    /// Bytes of data a send may carry inline (0: none). If the device refuses
+    /// the size, the QP is created without inline data.
+    pub max_inline_data: u32,
 }
 
 /// An RDMA-CM id (listening, or one connection). Destroying it destroys its QP
@@ -397,30 +419,61 @@ impl CmId {
         cq: &Arc<CompletionQueue>,
         caps: QpCaps,
     ) -> Result<()> {
+        self.create_qp_with(pd, cq, caps, QpOptions::default())
+            .map(|_| ())
+    }
+
+    /// Creates the RC queue pair of this id with [`QpOptions`]. Returns the
+    /// inline data size the device granted (0 when it refused the one asked).
+    pub fn create_qp_with(
+        &mut self,
+        pd: &Arc<ProtectionDomain>,
+        cq: &Arc<CompletionQueue>,
+        caps: QpCaps,
+        opts: QpOptions,
+    ) -> Result<u32> {
         if self.qp_res.is_some() {
             return Err(Error::Invalid {
                 call: "rdma_create_qp",
                 reason: "the id already has a queue pair",
             });
         }
-        // SAFETY: plain data.
-        let mut attr: ibv_qp_init_attr = unsafe { std::mem::zeroed() };
-        attr.send_cq = cq.as_ptr();
-        attr.recv_cq = cq.as_ptr();
-        attr.qp_type = ibv_qp_type::IBV_QPT_RC;
-        attr.cap.max_send_wr = caps.max_send_wr;
-        attr.cap.max_recv_wr = caps.max_recv_wr;
-        attr.cap.max_send_sge = caps.max_send_sge;
-        attr.cap.max_recv_sge = caps.max_recv_sge;
-        // SAFETY: raw, pd and cq are live; attr is valid for the call.
-        if unsafe { rdma_create_qp(self.raw, pd.as_ptr(), &mut attr) } != 0 {
-            return Err(Error::last("rdma_create_qp"));
-        }
+        let attempt = |inline: u32| {
+            // SAFETY: plain data.
+            let mut attr: ibv_qp_init_attr = unsafe { std::mem::zeroed() };
+            attr.send_cq = cq.as_ptr();
+            attr.recv_cq = cq.as_ptr();
+            attr.qp_type = ibv_qp_type::IBV_QPT_RC;
+            attr.cap.max_send_wr = caps.max_send_wr;
+            attr.cap.max_recv_wr = if opts.srq.is_some() { 0 } else { caps.max_recv_wr };
+            attr.cap.max_send_sge = caps.max_send_sge;
+            attr.cap.max_recv_sge = if opts.srq.is_some() { 0 } else { caps.max_recv_sge };
+            attr.cap.max_inline_data = inline;
+            if let Some(srq) = &opts.srq {
+                attr.srq = srq.as_ptr();
+            }
+            // SAFETY: raw, pd, cq (and srq) are live; attr is valid for the call.
+            if unsafe { rdma_create_qp(self.raw, pd.as_ptr(), &mut attr) } != 0 {
+                return Err(Error::last("rdma_create_qp"));
+            }
+            Ok(attr.cap.max_inline_data)
+        };
+        let granted = match attempt(opts.max_inline_data) {
+            Ok(n) => n,
+            Err(_) if opts.max_inline_data > 0 => attempt(0)?,
+            Err(e) => return Err(e),
+        };
         self.qp_res = Some(QpResources {
             _cq: cq.clone(),
             _pd: pd.clone(),
+            _srq: opts.srq,
         });
-        Ok(())
+        Ok(granted)
+    }
+
+    /// A key naming this id among those on its channel (see [`CmEvent::id_key`]).
+    pub fn key(&self) -> usize {
+        self.raw as usize
     }
 
     /// The queue pair, if created.

@@ -15,14 +15,16 @@ mod buffer;
 mod cm;
 mod error;
 mod verbs;
+mod wrid;
 
 pub use buffer::Buffer;
-pub use cm::{CmEvent, CmEventKind, CmId, ConnParams, EventChannel};
+pub use cm::{CmEvent, CmEventKind, CmId, ConnParams, EventChannel, QpOptions};
 pub use error::{Error, Result};
+pub use wrid::WrId;
 pub use verbs::{
     Access, CompletionChannel, CompletionQueue, Context, DeviceAttr, MemoryRegion, MemoryWindow,
     MrHandle, MwHandle, ProtectionDomain, QpCaps, QueuePair, SendBatch, SendOp, SendRequest, Sge,
-    WcOpcode, WorkCompletion,
+    SharedReceiveQueue, WcOpcode, WorkCompletion,
 };
 
 pub use rdma_sys as sys;

@@ -39,6 +39,12 @@ pub struct DeviceAttr {
     pub mem_mgt_extensions: bool,
     /// Maximum memory windows.
     pub max_mw: u32,
+    /// Maximum shared receive queues (0: the device has none).
+    pub max_srq: u32,
+    /// Maximum work requests per shared receive queue.
+    pub max_srq_wr: u32,
+    /// Maximum scatter/gather entries per shared receive queue work request.
+    pub max_srq_sge: u32,
 }
 
 impl Context {
@@ -61,6 +67,9 @@ impl Context {
                 & ibv_device_cap_flags::IBV_DEVICE_MEM_MGT_EXTENSIONS.0
                 != 0,
             max_mw: a.max_mw.max(0) as u32,
+            max_srq: a.max_srq.max(0) as u32,
+            max_srq_wr: a.max_srq_wr.max(0) as u32,
+            max_srq_sge: a.max_srq_sge.max(0) as u32,
         })
     }
 
@@ -509,6 +518,97 @@ impl Drop for CompletionQueue {
     }
 }
 
+/// A shared receive queue: receive buffers posted once for many queue pairs.
+/// A receive it completes names its queue pair by [`WorkCompletion::qp_num`].
+/// Queue pairs created on it hold it (see [`crate::CmId::create_qp_with`]).
+pub struct SharedReceiveQueue {
+    raw: *mut ibv_srq,
+    _pd: Arc<ProtectionDomain>,
+}
+
+// SAFETY: ibv_post_srq_recv is thread safe in libibverbs; the SRQ is owned.
+unsafe impl Send for SharedReceiveQueue {}
+// SAFETY: as above.
+unsafe impl Sync for SharedReceiveQueue {}
+
+impl SharedReceiveQueue {
+    /// Creates an SRQ of `max_wr` receives with `max_sge` SGEs each.
+    pub fn new(
+        pd: &Arc<ProtectionDomain>,
+        max_wr: u32,
+        max_sge: u32,
+    ) -> Result<Arc<SharedReceiveQueue>> {
+        // SAFETY: plain data; zero is a valid value.
+        let mut attr: ibv_srq_init_attr = unsafe { std::mem::zeroed() };
+        attr.attr.max_wr = max_wr;
+        attr.attr.max_sge = max_sge;
+        // SAFETY: pd is live; attr is valid for the call; the result is checked.
+        let raw = unsafe { ibv_create_srq(pd.raw, &mut attr) };
+        if raw.is_null() {
+            return Err(Error::last("ibv_create_srq"));
+        }
+        Ok(Arc::new(SharedReceiveQueue {
+            raw,
+            _pd: pd.clone(),
+        }))
+    }
+
+    /// Posts one receive WR with up to 4 SGEs.
+    ///
+    /// # Safety
+    /// As [`QueuePair::post_recv`]: the memory stays registered and untouched
+    /// until the receive completes or the SRQ is destroyed.
+    pub unsafe fn post_recv(&self, wr_id: u64, sg: &[Sge]) -> Result<()> {
+        let (mut sges, n) = raw_sges(sg, "ibv_post_srq_recv")?;
+        let mut wr = ibv_recv_wr {
+            wr_id,
+            next: ptr::null_mut(),
+            sg_list: sges.as_mut_ptr(),
+            num_sge: n,
+        };
+        let mut bad: *mut ibv_recv_wr = ptr::null_mut();
+        // SAFETY: wr and sges live for the call; memory per the caller's guarantee.
+        let r = unsafe { ibv_post_srq_recv(self.raw, &mut wr, &mut bad) };
+        if r != 0 {
+            return Err(Error::from_ret("ibv_post_srq_recv", r));
+        }
+        Ok(())
+    }
+
+    /// The raw pointer.
+    pub fn as_ptr(&self) -> *mut ibv_srq {
+        self.raw
+    }
+}
+
+impl Drop for SharedReceiveQueue {
+    fn drop(&mut self) {
+        // SAFETY: every QP on this SRQ holds an Arc to it, so none is left.
+        unsafe {
+            ibv_destroy_srq(self.raw);
+        }
+    }
+}
+
+fn raw_sges(sg: &[Sge], call: &'static str) -> Result<([ibv_sge; MAX_SGE], i32)> {
+    if sg.len() > MAX_SGE {
+        return Err(Error::Invalid {
+            call,
+            reason: "too many SGEs",
+        });
+    }
+    // SAFETY: plain data.
+    let mut sges: [ibv_sge; MAX_SGE] = unsafe { std::mem::zeroed() };
+    for (j, s) in sg.iter().enumerate() {
+        sges[j] = ibv_sge {
+            addr: s.addr,
+            length: s.len,
+            lkey: s.lkey,
+        };
+    }
+    Ok((sges, sg.len() as i32))
+}
+
 /// Queue pair sizing.
 #[derive(Debug, Clone, Copy)]
 pub struct QpCaps {
@@ -625,6 +725,18 @@ impl SendBatch {
     }
     /// Queues a request (at most 2 SGEs). Returns false if the batch is full.
     pub fn push(&mut self, r: &SendRequest<'_>) -> bool {
+        self.push_with(r, false)
+    }
+
+    /// Queues a request whose data the device copies into the work request at
+    /// post time (`IBV_SEND_INLINE`): its SGEs need no memory region, but must
+    /// hold no more than the queue pair's `max_inline_data` bytes in all, and
+    /// stay valid until [`SendBatch::post`]. Returns false if the batch is full.
+    pub fn push_inline(&mut self, r: &SendRequest<'_>) -> bool {
+        self.push_with(r, true)
+    }
+
+    fn push_with(&mut self, r: &SendRequest<'_>, inline: bool) -> bool {
         if self.len == self.wrs.len() || r.sges.len() > 2 {
             return false;
         }
@@ -645,6 +757,9 @@ impl SendBatch {
         } else {
             0
         };
+        if inline {
+            w.send_flags |= ibv_send_flags::IBV_SEND_INLINE.0;
+        }
         fill_op(&mut w, r.op);
         self.wrs[i] = w;
         self.len += 1;
@@ -791,26 +906,12 @@ impl QueuePair {
     /// The memory named by the SGEs must stay registered and untouched until the
     /// receive completes (or the QP is destroyed).
     pub unsafe fn post_recv(&self, wr_id: u64, sg: &[Sge]) -> Result<()> {
-        if sg.len() > MAX_SGE {
-            return Err(Error::Invalid {
-                call: "ibv_post_recv",
-                reason: "too many SGEs",
-            });
-        }
-        // SAFETY: plain data.
-        let mut sges: [ibv_sge; MAX_SGE] = unsafe { std::mem::zeroed() };
-        for (j, s) in sg.iter().enumerate() {
-            sges[j] = ibv_sge {
-                addr: s.addr,
-                length: s.len,
-                lkey: s.lkey,
-            };
-        }
+        let (mut sges, n) = raw_sges(sg, "ibv_post_recv")?;
         let mut wr = ibv_recv_wr {
             wr_id,
             next: ptr::null_mut(),
             sg_list: sges.as_mut_ptr(),
-            num_sge: sg.len() as i32,
+            num_sge: n,
         };
         let mut bad: *mut ibv_recv_wr = ptr::null_mut();
         // SAFETY: wr and sges live for the call; memory per the caller's guarantee.
@@ -962,5 +1063,10 @@ impl WorkCompletion {
     /// Vendor error.
     pub fn vendor_err(&self) -> u32 {
         self.0.vendor_err
+    }
+    /// The number of the local queue pair the work request ran on (how a
+    /// receive from a shared receive queue names its connection).
+    pub fn qp_num(&self) -> u32 {
+        self.0.qp_num
     }
 }

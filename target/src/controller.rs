@@ -3,7 +3,7 @@
 //! No I/O: the transport feeds it commands and the time.
 
 use std::collections::VecDeque;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
@@ -30,15 +30,57 @@ pub fn cap() -> u64 {
     mqes | cqr | to | css_nvm
 }
 
-/// A handle by which a controller stops and wakes one of its queue threads.
+/// Wakes a worker thread from its sleep, and records when it last went round
+/// its loop (the liveness check behind the watchdog). One per worker; every
+/// queue the worker serves links to it.
+#[derive(Debug)]
+pub struct Waker {
+    efd: nix::sys::eventfd::EventFd,
+    /// [`monotonic_ms`] when the worker last went round its loop.
+    heartbeat: AtomicU64,
+}
+
+impl Waker {
+    /// A waker with its own non-blocking eventfd.
+    pub fn new() -> std::io::Result<Arc<Waker>> {
+        use nix::sys::eventfd::{EfdFlags, EventFd};
+        let efd = EventFd::from_flags(EfdFlags::EFD_NONBLOCK | EfdFlags::EFD_CLOEXEC)?;
+        Ok(Arc::new(Waker {
+            efd,
+            heartbeat: AtomicU64::new(monotonic_ms()),
+        }))
+    }
+    /// Wakes the worker.
+    pub fn wake(&self) {
+        // A full counter (EAGAIN) already wakes the worker.
+        let _ = self.efd.write(1);
+    }
+    /// Records that the worker is alive.
+    pub fn beat(&self) {
+        self.heartbeat.store(monotonic_ms(), Ordering::Relaxed);
+    }
+    /// Milliseconds since the worker last went round its loop.
+    pub fn silent_ms(&self) -> u64 {
+        monotonic_ms().saturating_sub(self.heartbeat.load(Ordering::Relaxed))
+    }
+    /// The eventfd to wait on.
+    pub fn fd(&self) -> i32 {
+        self.efd.as_fd().as_raw_fd()
+    }
+    /// Drains the eventfd counter.
+    pub fn clear(&self) {
+        let _ = self.efd.read();
+    }
+}
+
+/// A handle by which a controller stops one of its queues and wakes the
+/// worker that serves it.
 #[derive(Debug)]
 pub struct QueueLink {
     /// Queue id.
     pub qid: u16,
     kill: AtomicBool,
-    efd: OwnedFd,
-    /// [`monotonic_ms`] when the queue thread last went round its loop.
-    heartbeat: AtomicU64,
+    waker: Arc<Waker>,
 }
 
 /// Milliseconds since the first call (a process-wide monotonic clock).
@@ -48,34 +90,19 @@ pub fn monotonic_ms() -> u64 {
 }
 
 impl QueueLink {
-    /// Creates a link with its own eventfd.
-    pub fn new(qid: u16) -> std::io::Result<Arc<QueueLink>> {
-        // SAFETY: eventfd takes no pointers; the result is checked.
-        let fd = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
-        if fd < 0 {
-            return Err(std::io::Error::last_os_error());
-        }
-        Ok(Arc::new(QueueLink {
+    /// A link for queue `qid`, served by the worker that `waker` wakes.
+    pub fn new(qid: u16, waker: Arc<Waker>) -> Arc<QueueLink> {
+        Arc::new(QueueLink {
             qid,
             kill: AtomicBool::new(false),
-            heartbeat: AtomicU64::new(monotonic_ms()),
-            // SAFETY: fd was just created and is owned by nobody else.
-            efd: unsafe { OwnedFd::from_raw_fd(fd) },
-        }))
+            waker,
+        })
     }
-    /// Wakes the queue thread.
+    /// Wakes the worker of the queue.
     pub fn wake(&self) {
-        let one: u64 = 1;
-        // SAFETY: writes 8 bytes from a valid local to our eventfd.
-        unsafe {
-            libc::write(
-                self.efd.as_raw_fd(),
-                &one as *const u64 as *const libc::c_void,
-                8,
-            )
-        };
+        self.waker.wake();
     }
-    /// Asks the queue to disconnect, and wakes it.
+    /// Asks the queue to disconnect, and wakes its worker.
     pub fn kill(&self) {
         self.kill.store(true, Ordering::Release);
         self.wake();
@@ -84,29 +111,9 @@ impl QueueLink {
     pub fn killed(&self) -> bool {
         self.kill.load(Ordering::Acquire)
     }
-    /// Records that the queue thread is alive.
-    pub fn beat(&self) {
-        self.heartbeat.store(monotonic_ms(), Ordering::Relaxed);
-    }
-    /// Milliseconds since the queue thread last went round its loop.
+    /// Milliseconds since the queue's worker last went round its loop.
     pub fn silent_ms(&self) -> u64 {
-        monotonic_ms().saturating_sub(self.heartbeat.load(Ordering::Relaxed))
-    }
-    /// The eventfd to wait on.
-    pub fn fd(&self) -> i32 {
-        self.efd.as_raw_fd()
-    }
-    /// Drains the eventfd counter.
-    pub fn clear(&self) {
-        let mut v: u64 = 0;
-        // SAFETY: reads 8 bytes into a valid local from our non-blocking eventfd.
-        unsafe {
-            libc::read(
-                self.efd.as_raw_fd(),
-                &mut v as *mut u64 as *mut libc::c_void,
-                8,
-            )
-        };
+        self.waker.silent_ms()
     }
 }
 

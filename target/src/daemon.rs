@@ -12,7 +12,7 @@ use crate::backend::open_namespace;
 use crate::config::{NamespaceConfig, SubsystemConfig, TargetConfig};
 use crate::http::MetricsServer;
 use crate::namespace::Namespace;
-use crate::rdma::Listener;
+use crate::transport::rdma::{check_memlock, Engine, Listener};
 use crate::reload::{self, Plan};
 use crate::subsystem::{HostAccess, Subsystem, SubsystemKind, Target};
 
@@ -74,6 +74,7 @@ pub struct Daemon {
     /// The configuration in effect.
     pub config: TargetConfig,
     listeners: Vec<Listener>,
+    engine: Option<Engine>,
     metrics_server: Option<MetricsServer>,
     log_reload: Option<LogReload>,
 }
@@ -83,6 +84,7 @@ impl Daemon {
     /// `log_reload` is `None` when the log filter is fixed (RUST_LOG or
     /// `--log-level`).
     pub fn start(config: TargetConfig, log_reload: Option<LogReload>) -> Result<Daemon, String> {
+        check_memlock(config.engine.max_pinned_memory)?;
         let target = Arc::new(build_target(&config)?);
         let metrics_server = match config.metrics_addr {
             Some(a) => Some(crate::http::start(a).map_err(|e| {
@@ -90,14 +92,20 @@ impl Daemon {
             })?),
             None => None,
         };
+        let engine =
+            Engine::start(target.clone(), config.engine.clone()).map_err(|e| e.to_string())?;
         let mut listeners = Vec::new();
         for l in &config.listeners {
-            listeners.push(crate::rdma::listen(target.clone(), l.addr).map_err(|e| e.to_string())?);
+            listeners.push(
+                crate::transport::rdma::listen(engine.shared().clone(), l.addr)
+                    .map_err(|e| e.to_string())?,
+            );
         }
         Ok(Daemon {
             target,
             config,
             listeners,
+            engine: Some(engine),
             metrics_server,
             log_reload,
         })
@@ -136,16 +144,10 @@ impl Daemon {
                 return Err(format!("metrics endpoint {} is not running", m.addr));
             }
         }
-        let stalled: usize = self
-            .target
-            .all_controllers()
-            .iter()
-            .map(|c| c.stalled_queues(STALL_MS))
-            .sum();
-        if stalled > 0 {
-            return Err(format!("{stalled} queue thread(s) stalled"));
+        match &self.engine {
+            Some(e) => e.check_alive(STALL_MS),
+            None => Ok(()),
         }
-        Ok(())
     }
 
     /// Applies a new configuration. On any error nothing changes and the old
@@ -266,7 +268,7 @@ impl Daemon {
     /// Stops the daemon: refuse new connections, let in-flight I/O finish
     /// (new I/O is held unanswered, for the host to resend after it
     /// reconnects), flush the backends, then disconnect every host.
-    pub fn shutdown(self) -> Result<(), String> {
+    pub fn shutdown(mut self) -> Result<(), String> {
         let t = &self.target;
         t.stopping.store(true, Ordering::SeqCst);
         for l in self.listeners {
@@ -303,6 +305,10 @@ impl Daemon {
                 c.kill_all();
             }
             std::thread::sleep(Duration::from_millis(20));
+        }
+        // Queues that never connected a controller, and the workers.
+        if let Some(e) = self.engine.take() {
+            e.stop(DISCONNECT_TIMEOUT);
         }
         let left = t.live_queues.load(Ordering::Acquire);
         if left > 0 {

@@ -1,13 +1,15 @@
 //! A userspace NVMe-over-Fabrics target over RDMA.
 //!
 //! The protocol core (controller state machine, fabrics/admin/I/O command
-//! handling, discovery) is sans-IO and unit tested; the RDMA transport
-//! ([`rdma`]) and the backends ([`backend`]) drive it.
+//! handling, discovery, the request lifecycle and buffer pool in [`core`]) is
+//! sans-IO and unit tested; the RDMA transport ([`transport::rdma`]: workers
+//! serving many queue pairs) and the backends ([`backend`]) drive it.
 
 pub mod admin;
 pub mod backend;
 pub mod config;
 pub mod controller;
+pub mod core;
 pub mod daemon;
 pub mod discovery;
 pub mod fabrics;
@@ -16,7 +18,6 @@ pub mod io;
 pub mod metrics;
 pub mod namespace;
 pub mod nvmetcli;
-pub mod rdma;
 pub mod reload;
 pub mod stats;
 pub mod subsystem;

@@ -59,6 +59,29 @@ pub struct Metrics {
     pub build_info: IntGaugeVec,
     /// `start_time_seconds`.
     pub start_time: IntGauge,
+    /// The engine's workers, buffers and pinned memory.
+    pub engine: EngineMetrics,
+}
+
+/// Metrics of the RDMA engine.
+pub struct EngineMetrics {
+    /// `pinned_bytes`: memory registered for RDMA or io_uring, as the kernel counts it.
+    pub pinned_bytes: IntGauge,
+    /// `pinned_budget_bytes`: the configured budget.
+    pub pinned_budget: IntGauge,
+    /// `buffer_pool_buffers{class}`: data buffers in all pools.
+    pub pool_buffers: IntGaugeVec,
+    /// `buffer_pool_in_use{class}`: data buffers held by requests.
+    pub pool_in_use: IntGaugeVec,
+    /// `buffer_pool_waits_total{class}`: requests that waited for a buffer.
+    pub pool_waits: IntCounterVec,
+    /// `worker_queues{worker}`: queue pairs served by each worker.
+    pub worker_queues: IntGaugeVec,
+    /// `worker_busy_seconds_total{worker}`: time a worker spent working (not
+    /// sleeping nor idle-polling); its rate is the worker's busy ratio.
+    pub worker_busy: prometheus::CounterVec,
+    /// `worker_wakeups_total{worker}`: times a worker woke from sleep.
+    pub worker_wakeups: IntCounterVec,
 }
 
 fn name(n: &str) -> String {
@@ -195,6 +218,60 @@ impl Metrics {
             ),
             build_info: gauge("build_info", "Build information (always 1)", &["version"]),
             start_time,
+            engine: EngineMetrics {
+                pinned_bytes: reg(
+                    &registry,
+                    IntGauge::new(
+                        name("pinned_bytes"),
+                        "Memory registered for RDMA or io_uring, as the kernel counts it (VmPin)",
+                    )
+                    .expect("valid metric"),
+                ),
+                pinned_budget: reg(
+                    &registry,
+                    IntGauge::new(
+                        name("pinned_budget_bytes"),
+                        "The pinned-memory budget ([target] max_pinned_memory)",
+                    )
+                    .expect("valid metric"),
+                ),
+                pool_buffers: gauge(
+                    "buffer_pool_buffers",
+                    "Data buffers in the workers' pools, by size class",
+                    &["class"],
+                ),
+                pool_in_use: gauge(
+                    "buffer_pool_in_use",
+                    "Data buffers held by requests, by size class",
+                    &["class"],
+                ),
+                pool_waits: counter(
+                    "buffer_pool_waits_total",
+                    "Requests that waited for a data buffer, by size class",
+                    &["class"],
+                ),
+                worker_queues: gauge(
+                    "worker_queues",
+                    "Queue pairs served by each worker",
+                    &["worker"],
+                ),
+                worker_busy: reg(
+                    &registry,
+                    prometheus::CounterVec::new(
+                        Opts::new(
+                            name("worker_busy_seconds_total"),
+                            "Time each worker spent working (rate = busy ratio)",
+                        ),
+                        &["worker"],
+                    )
+                    .expect("valid metric"),
+                ),
+                worker_wakeups: counter(
+                    "worker_wakeups_total",
+                    "Times each worker woke from sleep",
+                    &["worker"],
+                ),
+            },
             registry,
         };
         m.build_info

@@ -132,6 +132,12 @@ pub fn plan(old: &TargetConfig, new: &TargetConfig) -> Result<Plan, NeedsRestart
             detail: format!("{:?} -> {:?}", old.metrics_addr, new.metrics_addr),
         });
     }
+    if old.engine != new.engine {
+        return Err(NeedsRestart {
+            what: "[target] engine settings (workers, srq, buffers, max_pinned_memory)",
+            detail: format!("{:?} -> {:?}", old.engine, new.engine),
+        });
+    }
     let mut p = Plan::default();
     for o in &old.subsystems {
         let Some(n) = new.subsystems.iter().find(|n| n.nqn == o.nqn) else {

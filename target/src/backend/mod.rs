@@ -1,8 +1,19 @@
-//! Backends: files and block devices (served through io_uring by the queue
-//! threads) and a null backend for fabric benchmarks.
+//! Backends: files and block devices (served through the workers' io_uring)
+//! and a null backend for fabric benchmarks, behind one small interface:
+//! [`submit`] starts an operation and says how many completions will come
+//! back; each comes back as `(user data, result)`, from the worker's ring or,
+//! for the few calls io_uring cannot make without blocking a worker, from the
+//! [`offload::Offload`] thread through the worker's completion mailbox. A
+//! backend with a client library of its own (completing through an eventfd)
+//! plugs into that same mailbox.
 
 pub mod null;
+pub mod offload;
 pub mod uring;
+
+use std::sync::Arc;
+
+use crate::io::IoPlan;
 
 use std::fs::{File, OpenOptions};
 use std::os::fd::AsRawFd;
@@ -168,4 +179,110 @@ pub fn open_namespace(subnqn: &str, cfg: &NamespaceConfig) -> Result<Namespace, 
             ))
         }
     }
+}
+
+/// Where an operation's data is in memory.
+#[derive(Debug, Clone, Copy)]
+pub struct DataRef {
+    /// Start of the data (the request's buffer).
+    pub ptr: *mut u8,
+    /// The io_uring fixed buffer that holds it, if any.
+    pub fixed: Option<u16>,
+}
+
+/// How a submission went.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Submitted {
+    /// Operations now in flight, each of which completes once.
+    pub in_flight: u16,
+    /// An error that stopped the submission (0: none). With `in_flight` > 0
+    /// the submitted ones must still complete before the request answers.
+    pub errno: i32,
+}
+
+const FALLOC_PUNCH: i32 = libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE;
+const FALLOC_ZERO: i32 = libc::FALLOC_FL_ZERO_RANGE | libc::FALLOC_FL_KEEP_SIZE;
+
+fn errno_of(e: &std::io::Error) -> i32 {
+    e.raw_os_error().unwrap_or(libc::EIO)
+}
+
+/// Starts `plan` on `ns`. `data` is the request's data buffer (reads and
+/// writes); `ranges` the byte ranges of a deallocating Dataset Management
+/// command. Completions carry `ud`.
+///
+/// # Safety
+/// `data` must stay valid (and, for reads, unaliased) until every operation
+/// submitted completes; `ns` (its file) is kept alive by the caller as long.
+#[allow(clippy::too_many_arguments)]
+pub unsafe fn submit(
+    ns: &Arc<Namespace>,
+    plan: &IoPlan,
+    data: DataRef,
+    ranges: &[(u64, u64)],
+    ring: &mut uring::Ring,
+    offload: &offload::Offload,
+    reply: &Arc<offload::Mailbox>,
+    ud: u64,
+) -> Submitted {
+    let Backend::File { is_block, .. } = &ns.backend else {
+        return Submitted::default();
+    };
+    let fd = ns.backend.fd();
+    let one = |r: std::io::Result<()>| match r {
+        Ok(()) => Submitted {
+            in_flight: 1,
+            errno: 0,
+        },
+        Err(e) => Submitted {
+            in_flight: 0,
+            errno: errno_of(&e),
+        },
+    };
+    match *plan {
+        IoPlan::Read { offset, len } => one(ring.read(fd, data.ptr, len, offset, data.fixed, ud)),
+        IoPlan::Write { offset, len, fua } => {
+            one(ring.write(fd, data.ptr, len, offset, data.fixed, fua, ud))
+        }
+        IoPlan::Flush => one(ring.fdatasync(fd, ud)),
+        IoPlan::WriteZeroes { offset, len } => one(ring.fallocate(fd, offset, len, FALLOC_ZERO, ud)),
+        IoPlan::Dsm { .. } if ranges.is_empty() => Submitted::default(),
+        IoPlan::Dsm { .. } if *is_block => {
+            // BLKDISCARD blocks: it runs on the offload thread.
+            let ns = ns.clone();
+            let ranges = ranges.to_vec();
+            offload.run(reply, ud, move || discard_block(&ns, &ranges));
+            Submitted {
+                in_flight: 1,
+                errno: 0,
+            }
+        }
+        IoPlan::Dsm { .. } => {
+            let mut s = Submitted::default();
+            for &(o, l) in ranges {
+                match ring.fallocate(fd, o, l, FALLOC_PUNCH, ud) {
+                    Ok(()) => s.in_flight += 1,
+                    Err(e) => {
+                        s.errno = errno_of(&e);
+                        break;
+                    }
+                }
+            }
+            s
+        }
+    }
+}
+
+/// Discards byte ranges of a block device (blocking; on the offload thread).
+/// Returns 0 or a negative errno, as io_uring does.
+fn discard_block(ns: &Namespace, ranges: &[(u64, u64)]) -> i32 {
+    for &(o, l) in ranges {
+        let range = [o, l];
+        // SAFETY: BLKDISCARD reads two u64s from a valid local array.
+        let rc = unsafe { libc::ioctl(ns.backend.fd(), BLKDISCARD, range.as_ptr()) };
+        if rc < 0 {
+            return -errno_of(&std::io::Error::last_os_error());
+        }
+    }
+    0
 }

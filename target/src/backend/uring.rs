@@ -1,16 +1,20 @@
-//! One io_uring per queue thread. The queue's whole buffer (capsules, in-capsule
-//! data, data slots) is registered once as fixed buffer 0, the same memory the
-//! RDMA memory region covers: data goes between the wire and the disk without a
-//! copy. The ring also waits for the queue's file descriptors (poll) so one
-//! `io_uring_enter` sleeps on disk completions, the RDMA completion channel, the
-//! RDMA-CM channel and the queue's eventfd at once.
+//! One io_uring per worker. Each data-buffer pool of the worker (one per RDMA
+//! device) is registered as a fixed buffer, the same memory its RDMA memory
+//! region covers: data goes between the wire and the disk without a copy.
+//! In-capsule data is written from the receive buffer it arrived in, without
+//! a fixed buffer. The ring also waits for the worker's file descriptors
+//! (poll), so one `io_uring_enter` sleeps on disk completions, the RDMA
+//! completion channels, the RDMA-CM channel and the worker's eventfd at once.
 
 use std::io;
 use std::time::Duration;
 
 use io_uring::{opcode, squeue, types, IoUring};
 
-/// A ring with the queue buffer registered.
+/// Fixed-buffer slots a ring reserves (one per RDMA device a worker serves).
+pub const FIXED_SLOTS: u32 = 8;
+
+/// A worker's ring.
 pub struct Ring {
     ring: IoUring,
     queued: usize,
@@ -19,23 +23,32 @@ pub struct Ring {
 }
 
 impl Ring {
-    /// Creates a ring of `entries` and registers `[base, base+len)` as fixed buffer 0.
-    ///
-    /// # Safety
-    /// The memory must stay mapped for the life of the ring.
-    pub unsafe fn new(entries: u32, base: *mut u8, len: usize) -> io::Result<Ring> {
+    /// Creates a ring of `entries` with [`FIXED_SLOTS`] empty fixed-buffer slots.
+    pub fn new(entries: u32) -> io::Result<Ring> {
         let ring = IoUring::builder().build(entries)?;
-        let iov = libc::iovec {
-            iov_base: base as *mut libc::c_void,
-            iov_len: len,
-        };
-        // SAFETY: the caller keeps the memory mapped while the ring lives.
-        unsafe { ring.submitter().register_buffers(&[iov])? };
+        ring.submitter().register_buffers_sparse(FIXED_SLOTS)?;
         Ok(Ring {
             ring,
             queued: 0,
             inflight: 0,
         })
+    }
+
+    /// Registers `[base, base+len)` as fixed buffer `index`.
+    ///
+    /// # Safety
+    /// The memory must stay mapped for the life of the ring.
+    pub unsafe fn register_fixed(&mut self, index: u16, base: *mut u8, len: usize) -> io::Result<()> {
+        let iov = libc::iovec {
+            iov_base: base as *mut libc::c_void,
+            iov_len: len,
+        };
+        // SAFETY: the caller keeps the memory mapped while the ring lives.
+        unsafe {
+            self.ring
+                .submitter()
+                .register_buffers_update(index as u32, &[iov], None)
+        }
     }
 
     fn push(&mut self, e: squeue::Entry) -> io::Result<()> {
@@ -58,40 +71,53 @@ impl Ring {
         }
     }
 
-    /// Queues a read of `len` bytes at `offset` into `buf` (inside the registered buffer).
+    /// Queues a read of `len` bytes at `offset` into `buf`, which lies in
+    /// fixed buffer `fixed` if given.
     pub fn read(
         &mut self,
         fd: i32,
         buf: *mut u8,
         len: u32,
         offset: u64,
+        fixed: Option<u16>,
         ud: u64,
     ) -> io::Result<()> {
-        self.push(
-            opcode::ReadFixed::new(types::Fd(fd), buf, len, 0)
+        let e = match fixed {
+            Some(i) => opcode::ReadFixed::new(types::Fd(fd), buf, len, i)
                 .offset(offset)
-                .build()
-                .user_data(ud),
-        )
+                .build(),
+            None => opcode::Read::new(types::Fd(fd), buf, len)
+                .offset(offset)
+                .build(),
+        };
+        self.push(e.user_data(ud))
     }
 
-    /// Queues a write; `dsync` makes it durable before completion (FUA).
+    /// Queues a write from `buf` (in fixed buffer `fixed` if given); `dsync`
+    /// makes it durable before completion (FUA).
+    #[allow(clippy::too_many_arguments)]
     pub fn write(
         &mut self,
         fd: i32,
         buf: *const u8,
         len: u32,
         offset: u64,
+        fixed: Option<u16>,
         dsync: bool,
         ud: u64,
     ) -> io::Result<()> {
-        self.push(
-            opcode::WriteFixed::new(types::Fd(fd), buf, len, 0)
+        let flags = if dsync { libc::RWF_DSYNC } else { 0 };
+        let e = match fixed {
+            Some(i) => opcode::WriteFixed::new(types::Fd(fd), buf, len, i)
                 .offset(offset)
-                .rw_flags(if dsync { libc::RWF_DSYNC } else { 0 })
-                .build()
-                .user_data(ud),
-        )
+                .rw_flags(flags)
+                .build(),
+            None => opcode::Write::new(types::Fd(fd), buf, len)
+                .offset(offset)
+                .rw_flags(flags)
+                .build(),
+        };
+        self.push(e.user_data(ud))
     }
 
     /// Queues an fdatasync.

@@ -7,6 +7,9 @@ use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
+mod engine;
+pub use engine::{affinity_cpus, EngineConfig, SrqMode, SMALL_BUFFER};
+
 /// A configuration error, naming the file (if any), the field and the reason.
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
@@ -96,6 +99,8 @@ pub struct TargetConfig {
     pub metrics_addr: Option<SocketAddr>,
     /// Log filter (`tracing` EnvFilter syntax), e.g. `info` or `nvmf_target=debug`.
     pub log_level: String,
+    /// The RDMA engine: workers, receive queues, buffers, pinned-memory budget.
+    pub engine: EngineConfig,
 }
 
 /// Default address of the Prometheus endpoint.
@@ -135,6 +140,12 @@ struct RawLog {
 #[serde(deny_unknown_fields)]
 struct RawTarget {
     poll_spin_us: Option<u64>,
+    workers: Option<usize>,
+    srq: Option<SrqMode>,
+    srq_depth: Option<u32>,
+    small_buffers: Option<u32>,
+    large_buffers: Option<u32>,
+    max_pinned_memory: Option<SizeValue>,
 }
 
 #[derive(Deserialize)]
@@ -171,7 +182,7 @@ struct RawNamespace {
 
 #[derive(Deserialize)]
 #[serde(untagged)]
-enum SizeValue {
+pub(crate) enum SizeValue {
     Int(u64),
     Text(String),
 }
@@ -521,8 +532,22 @@ impl TargetConfig {
         }
         let poll_spin_us = raw
             .target
+            .as_ref()
             .and_then(|t| t.poll_spin_us)
             .unwrap_or_else(default_poll_spin_us);
+        let engine = match raw.target {
+            Some(t) => engine::RawEngine {
+                workers: t.workers,
+                srq: t.srq,
+                srq_depth: t.srq_depth,
+                small_buffers: t.small_buffers,
+                large_buffers: t.large_buffers,
+                max_pinned_memory: t.max_pinned_memory,
+            },
+            None => engine::RawEngine::default(),
+        }
+        .validate()
+        .map_err(|(field, reason)| cx.err(field, reason))?;
         let metrics_addr = match raw.metrics {
             Some(RawMetrics {
                 enabled: Some(false),
@@ -560,6 +585,7 @@ impl TargetConfig {
             poll_spin_us,
             metrics_addr,
             log_level,
+            engine,
         })
     }
 }

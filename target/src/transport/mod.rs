@@ -2,10 +2,15 @@
 //! the RDMA-CM private data, and where a command's data comes from or goes to,
 //! from its SGL.
 
+pub mod rdma;
+
 use nvme::cm::{CmRequest, RejectStatus};
 use nvme::opcode::DataDirection;
 use nvme::sgl::{kind, subtype};
 use nvme::{Command, Sgl, Status};
+
+/// Bytes of one receive buffer: the 64-byte command and the in-capsule data.
+pub const RECV_SLOT_BYTES: usize = nvme::SQE_SIZE + crate::INLINE_DATA_SIZE as usize;
 
 /// Parameters of a queue accepted at the RDMA-CM level.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

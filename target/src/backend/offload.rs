@@ -1,0 +1,94 @@
+//! The offload thread: runs the few blocking calls a worker must not make
+//! (a block device's BLKDISCARD) and hands each result back to the worker
+//! that asked, through that worker's [`Mailbox`], as io_uring would.
+
+use std::sync::mpsc::{channel, Sender};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+
+use crate::controller::Waker;
+
+/// Where a worker receives completions from outside its ring.
+#[derive(Debug)]
+pub struct Mailbox {
+    done: Mutex<Vec<(u64, i32)>>,
+    pending: std::sync::atomic::AtomicBool,
+    waker: Arc<Waker>,
+}
+
+impl Mailbox {
+    /// A mailbox that wakes `waker` when something arrives.
+    pub fn new(waker: Arc<Waker>) -> Arc<Mailbox> {
+        Arc::new(Mailbox {
+            done: Mutex::new(Vec::new()),
+            pending: false.into(),
+            waker,
+        })
+    }
+
+    /// Delivers a completion and wakes the worker.
+    pub fn post(&self, ud: u64, res: i32) {
+        self.done
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push((ud, res));
+        self.pending
+            .store(true, std::sync::atomic::Ordering::Release);
+        self.waker.wake();
+    }
+
+    /// Moves the delivered completions into `out` (cheap when there are none).
+    pub fn take(&self, out: &mut Vec<(u64, i32)>) {
+        if !self.pending.swap(false, std::sync::atomic::Ordering::AcqRel) {
+            return;
+        }
+        out.append(&mut self.done.lock().unwrap_or_else(|p| p.into_inner()));
+    }
+}
+
+type Job = Box<dyn FnOnce() + Send>;
+
+/// The offload thread.
+pub struct Offload {
+    tx: Option<Sender<Job>>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Offload {
+    /// Starts the thread.
+    pub fn start() -> std::io::Result<Offload> {
+        let (tx, rx) = channel::<Job>();
+        let thread = std::thread::Builder::new()
+            .name("nvmf-offload".into())
+            .spawn(move || {
+                for job in rx {
+                    job();
+                }
+            })?;
+        Ok(Offload {
+            tx: Some(tx),
+            thread: Some(thread),
+        })
+    }
+
+    /// Runs `f` on the thread and posts its result (0 or -errno) to `reply`
+    /// under `ud`.
+    pub fn run(&self, reply: &Arc<Mailbox>, ud: u64, f: impl FnOnce() -> i32 + Send + 'static) {
+        let r = reply.clone();
+        let job: Job = Box::new(move || r.post(ud, f()));
+        let sent = self.tx.as_ref().is_some_and(|tx| tx.send(job).is_ok());
+        if !sent {
+            // The thread is gone (only at exit): fail the operation, never lose it.
+            reply.post(ud, -libc::EIO);
+        }
+    }
+}
+
+impl Drop for Offload {
+    fn drop(&mut self) {
+        drop(self.tx.take());
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}

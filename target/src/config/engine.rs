@@ -1,0 +1,149 @@
+//! `[target]`: the engine's workers, receive queues and pinned-memory budget.
+
+use serde::Deserialize;
+
+/// Whether queue pairs share a receive queue per worker and device.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum SrqMode {
+    /// Use shared receive queues when the device has them.
+    Auto,
+    /// Require them (a device without is refused).
+    On,
+    /// Each queue pair posts its own receive buffers.
+    Off,
+}
+
+/// Settings of the RDMA engine.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EngineConfig {
+    /// Worker (poll group) threads.
+    pub workers: usize,
+    /// Shared receive queues.
+    pub srq: SrqMode,
+    /// Receive buffers per shared receive queue (one per worker and device).
+    pub srq_depth: u32,
+    /// Small (8 KiB) data buffers per worker and device.
+    pub small_buffers: u32,
+    /// Large (128 KiB) data buffers per worker and device.
+    pub large_buffers: u32,
+    /// Bytes of memory the target may pin in all (registered for RDMA or io_uring).
+    pub max_pinned_memory: u64,
+}
+
+/// Bytes of a small data buffer.
+pub const SMALL_BUFFER: usize = 8 * 1024;
+/// Default receive buffers per shared receive queue.
+pub const DEFAULT_SRQ_DEPTH: u32 = 512;
+/// Default small buffers per worker.
+pub const DEFAULT_SMALL_BUFFERS: u32 = 256;
+/// Default large buffers per worker.
+pub const DEFAULT_LARGE_BUFFERS: u32 = 32;
+/// Default pinned-memory budget.
+pub const DEFAULT_MAX_PINNED: u64 = 160 << 20;
+
+/// The CPUs this process may run on (its affinity mask), at least 1.
+pub fn affinity_cpus() -> usize {
+    match nix::sched::sched_getaffinity(nix::unistd::Pid::from_raw(0)) {
+        Ok(set) => (0..nix::sched::CpuSet::count())
+            .filter(|&i| set.is_set(i).unwrap_or(false))
+            .count()
+            .max(1),
+        Err(_) => std::thread::available_parallelism().map_or(1, |n| n.get()),
+    }
+}
+
+impl EngineConfig {
+    /// Pinned bytes one worker needs per RDMA device, before any connection:
+    /// its data buffers (registered twice: as a memory region and as io_uring
+    /// fixed buffers, and the kernel counts both) and its shared receive
+    /// queue's buffers.
+    pub fn per_worker_bytes(&self, srq: bool) -> u64 {
+        let pool = self.small_buffers as u64 * SMALL_BUFFER as u64
+            + self.large_buffers as u64 * crate::MAX_IO_SIZE as u64;
+        let recv = if srq {
+            self.srq_depth as u64 * crate::transport::RECV_SLOT_BYTES as u64
+        } else {
+            0
+        };
+        2 * pool + recv
+    }
+}
+
+impl Default for EngineConfig {
+    fn default() -> Self {
+        EngineConfig {
+            workers: affinity_cpus(),
+            srq: SrqMode::Auto,
+            srq_depth: DEFAULT_SRQ_DEPTH,
+            small_buffers: DEFAULT_SMALL_BUFFERS,
+            large_buffers: DEFAULT_LARGE_BUFFERS,
+            max_pinned_memory: DEFAULT_MAX_PINNED,
+        }
+    }
+}
+
+/// Fields of `[target]` that configure the engine, as read.
+#[derive(Deserialize, Default)]
+pub(super) struct RawEngine {
+    pub workers: Option<usize>,
+    pub srq: Option<SrqMode>,
+    pub srq_depth: Option<u32>,
+    pub small_buffers: Option<u32>,
+    pub large_buffers: Option<u32>,
+    pub max_pinned_memory: Option<super::SizeValue>,
+}
+
+impl RawEngine {
+    /// Validates; errors name the field (under `target.`) and the reason.
+    pub(super) fn validate(self) -> Result<EngineConfig, (String, String)> {
+        let d = EngineConfig::default();
+        let f = |n: &str| format!("target.{n}");
+        let workers = self.workers.unwrap_or(d.workers);
+        if !(1..=256).contains(&workers) {
+            return Err((f("workers"), format!("{workers} is out of range 1..=256")));
+        }
+        let srq_depth = self.srq_depth.unwrap_or(d.srq_depth);
+        if !(16..=65536).contains(&srq_depth) {
+            return Err((f("srq_depth"), format!("{srq_depth} is out of range 16..=65536")));
+        }
+        let small_buffers = self.small_buffers.unwrap_or(d.small_buffers);
+        let large_buffers = self.large_buffers.unwrap_or(d.large_buffers);
+        if large_buffers == 0 {
+            return Err((
+                f("large_buffers"),
+                "must be at least 1 (a transfer of the largest size needs one)".into(),
+            ));
+        }
+        let max_pinned_memory = match self.max_pinned_memory {
+            None => d.max_pinned_memory,
+            Some(super::SizeValue::Int(v)) => v,
+            Some(super::SizeValue::Text(t)) => {
+                super::parse_size(&t).map_err(|r| (f("max_pinned_memory"), r))?
+            }
+        };
+        let e = EngineConfig {
+            workers,
+            srq: self.srq.unwrap_or(d.srq),
+            srq_depth,
+            small_buffers,
+            large_buffers,
+            max_pinned_memory,
+        };
+        let need = e.workers as u64 * e.per_worker_bytes(e.srq != SrqMode::Off);
+        if need > e.max_pinned_memory {
+            return Err((
+                f("max_pinned_memory"),
+                format!(
+                    "{} MiB is less than the {} worker(s) need before any host connects ({} MiB: \
+                     data buffers counted twice, as RDMA and io_uring registrations, plus receive \
+                     buffers); raise it, or lower workers, small_buffers, large_buffers or srq_depth",
+                    e.max_pinned_memory >> 20,
+                    e.workers,
+                    need.div_ceil(1 << 20)
+                ),
+            ));
+        }
+        Ok(e)
+    }
+}

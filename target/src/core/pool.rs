@@ -1,0 +1,304 @@
+//! The data-buffer pool's bookkeeping (sans-IO): two size classes over one
+//! registered memory area, free lists, and a FIFO of requests waiting for a
+//! buffer. A request takes a buffer only when it needs one and gives it back
+//! at completion; one that finds none waits its turn, it does not fail.
+//!
+//! The memory itself (registered as an RDMA memory region and as io_uring
+//! fixed buffers) belongs to the transport; this type hands out offsets in it.
+
+use std::collections::VecDeque;
+
+/// Page size: every buffer starts on a page boundary (O_DIRECT).
+const PAGE: usize = 4096;
+
+/// A buffer size class.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Class {
+    /// Small transfers (4k I/O, admin data).
+    Small = 0,
+    /// Up to the largest transfer.
+    Large = 1,
+}
+
+impl Class {
+    /// The metrics label.
+    pub fn label(self) -> &'static str {
+        match self {
+            Class::Small => "small",
+            Class::Large => "large",
+        }
+    }
+}
+
+/// Sizes and counts of the two classes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PoolShape {
+    /// Bytes per small buffer (a multiple of 4096).
+    pub small_size: usize,
+    /// Number of small buffers.
+    pub small_count: usize,
+    /// Bytes per large buffer (a multiple of 4096).
+    pub large_size: usize,
+    /// Number of large buffers.
+    pub large_count: usize,
+}
+
+impl PoolShape {
+    /// Total bytes of pool memory.
+    pub fn bytes(&self) -> usize {
+        self.small_size * self.small_count + self.large_size * self.large_count
+    }
+
+    /// The class that serves `len` bytes, or `None` if it is larger than a
+    /// large buffer (or the class has no buffers at all).
+    pub fn class_for(&self, len: usize) -> Option<Class> {
+        if len <= self.small_size && self.small_count > 0 {
+            Some(Class::Small)
+        } else if len <= self.large_size && self.large_count > 0 {
+            Some(Class::Large)
+        } else {
+            None
+        }
+    }
+
+    fn count(&self, c: Class) -> usize {
+        match c {
+            Class::Small => self.small_count,
+            Class::Large => self.large_count,
+        }
+    }
+}
+
+/// A buffer handed out by the pool.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Buf {
+    /// Its class.
+    pub class: Class,
+    /// Its index within the class.
+    pub index: u32,
+    /// Byte offset in the pool memory.
+    pub offset: usize,
+    /// Its size in bytes.
+    pub size: usize,
+}
+
+/// Counters of a pool, for metrics.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PoolStats {
+    /// Buffers in use, per class.
+    pub in_use: [usize; 2],
+    /// Requests that had to wait, per class (cumulative).
+    pub waits: [u64; 2],
+    /// Requests waiting now, per class.
+    pub waiting: [usize; 2],
+}
+
+/// The pool: free lists and waiters. `W` names a waiting request.
+#[derive(Debug)]
+pub struct Pool<W> {
+    shape: PoolShape,
+    free: [Vec<u32>; 2],
+    waiters: [VecDeque<W>; 2],
+    stats: PoolStats,
+}
+
+impl<W> Pool<W> {
+    /// A pool of `shape`, all free. Shapes whose sizes are not page multiples
+    /// are rounded up.
+    pub fn new(mut shape: PoolShape) -> Pool<W> {
+        shape.small_size = shape.small_size.next_multiple_of(PAGE);
+        shape.large_size = shape.large_size.next_multiple_of(PAGE);
+        Pool {
+            free: [
+                (0..shape.small_count as u32).rev().collect(),
+                (0..shape.large_count as u32).rev().collect(),
+            ],
+            waiters: [VecDeque::new(), VecDeque::new()],
+            shape,
+            stats: PoolStats::default(),
+        }
+    }
+
+    /// The pool's shape.
+    pub fn shape(&self) -> PoolShape {
+        self.shape
+    }
+
+    /// Counters.
+    pub fn stats(&self) -> PoolStats {
+        let mut s = self.stats;
+        s.waiting = [self.waiters[0].len(), self.waiters[1].len()];
+        s
+    }
+
+    fn buf(&self, class: Class, index: u32) -> Buf {
+        let (offset, size) = match class {
+            Class::Small => (index as usize * self.shape.small_size, self.shape.small_size),
+            Class::Large => (
+                self.shape.small_size * self.shape.small_count
+                    + index as usize * self.shape.large_size,
+                self.shape.large_size,
+            ),
+        };
+        Buf {
+            class,
+            index,
+            offset,
+            size,
+        }
+    }
+
+    /// Takes a buffer of `class` for `who`. If none is free, or others are
+    /// already waiting for that class (first come, first served), `who` joins
+    /// the wait queue and `None` is returned.
+    pub fn take(&mut self, class: Class, who: W) -> Option<Buf> {
+        let c = class as usize;
+        if self.waiters[c].is_empty() {
+            if let Some(i) = self.free[c].pop() {
+                self.stats.in_use[c] += 1;
+                return Some(self.buf(class, i));
+            }
+        }
+        self.stats.waits[c] += 1;
+        self.waiters[c].push_back(who);
+        None
+    }
+
+    /// Gives a buffer back. If requests wait for its class, the buffer goes to
+    /// the first one for which `alive` holds (waiters that went away are
+    /// dropped) and that one is returned with it.
+    pub fn give(&mut self, buf: Buf, mut alive: impl FnMut(&W) -> bool) -> Option<(W, Buf)> {
+        let c = buf.class as usize;
+        while let Some(w) = self.waiters[c].pop_front() {
+            if alive(&w) {
+                return Some((w, buf));
+            }
+        }
+        self.stats.in_use[c] -= 1;
+        self.free[c].push(buf.index);
+        None
+    }
+
+    /// Whether every buffer is back.
+    pub fn all_free(&self) -> bool {
+        self.free[0].len() == self.shape.count(Class::Small)
+            && self.free[1].len() == self.shape.count(Class::Large)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn shape(s: usize, l: usize) -> PoolShape {
+        PoolShape {
+            small_size: 8192,
+            small_count: s,
+            large_size: 128 * 1024,
+            large_count: l,
+        }
+    }
+
+    #[test]
+    fn classes_and_offsets() {
+        let p: Pool<u32> = Pool::new(shape(2, 2));
+        let sh = p.shape();
+        assert_eq!(sh.bytes(), 2 * 8192 + 2 * 131072);
+        assert_eq!(sh.class_for(0), Some(Class::Small));
+        assert_eq!(sh.class_for(8192), Some(Class::Small));
+        assert_eq!(sh.class_for(8193), Some(Class::Large));
+        assert_eq!(sh.class_for(131072), Some(Class::Large));
+        assert_eq!(sh.class_for(131073), None);
+        assert_eq!(shape(0, 1).class_for(512), Some(Class::Large));
+        let mut p: Pool<u32> = Pool::new(shape(2, 2));
+        let a = p.take(Class::Small, 1).unwrap();
+        let b = p.take(Class::Small, 2).unwrap();
+        let c = p.take(Class::Large, 3).unwrap();
+        let d = p.take(Class::Large, 4).unwrap();
+        let mut offs = [a, b, c, d].map(|x| (x.offset, x.size));
+        offs.sort();
+        assert_eq!(
+            offs,
+            [(0, 8192), (8192, 8192), (16384, 131072), (16384 + 131072, 131072)]
+        );
+        for x in [a, b, c, d] {
+            assert_eq!(x.offset % 4096, 0);
+        }
+    }
+
+    #[test]
+    fn waiters_are_served_in_order_and_dead_ones_skipped() {
+        let mut p: Pool<u32> = Pool::new(shape(1, 0));
+        let a = p.take(Class::Small, 1).unwrap();
+        assert_eq!(p.take(Class::Small, 2), None);
+        assert_eq!(p.take(Class::Small, 3), None);
+        assert_eq!(p.take(Class::Small, 4), None);
+        assert_eq!(p.stats().waiting[0], 3);
+        assert_eq!(p.stats().waits[0], 3);
+        // 2 went away; 3 is next.
+        let (w, b) = p.give(a, |w| *w != 2).unwrap();
+        assert_eq!((w, b), (3, a));
+        let (w, b) = p.give(b, |_| true).unwrap();
+        assert_eq!(w, 4);
+        assert_eq!(p.give(b, |_| true), None);
+        assert!(p.all_free());
+        assert_eq!(p.stats().in_use, [0, 0]);
+    }
+
+    #[test]
+    fn a_newcomer_does_not_overtake_waiters() {
+        let mut p: Pool<u32> = Pool::new(shape(1, 0));
+        let a = p.take(Class::Small, 1).unwrap();
+        assert_eq!(p.take(Class::Small, 2), None);
+        // The buffer goes to 2, so 3 finds none and queues behind.
+        let (w, a) = p.give(a, |_| true).unwrap();
+        assert_eq!(w, 2);
+        assert_eq!(p.take(Class::Small, 3), None);
+        let (w, _) = p.give(a, |_| true).unwrap();
+        assert_eq!(w, 3);
+    }
+
+    proptest! {
+        /// No buffer is handed out twice, counts stay right, and every waiter
+        /// is served once buffers come back.
+        #[test]
+        fn never_double_hands_out(ops in proptest::collection::vec((any::<bool>(), any::<bool>()), 1..200)) {
+            let mut p: Pool<u32> = Pool::new(shape(3, 2));
+            let mut held: Vec<Buf> = Vec::new();
+            let mut next = 0u32;
+            let mut waiting = 0usize;
+            for (take, small) in ops {
+                let class = if small { Class::Small } else { Class::Large };
+                if take {
+                    next += 1;
+                    match p.take(class, next) {
+                        Some(b) => held.push(b),
+                        None => waiting += 1,
+                    }
+                } else if let Some(b) = held.pop() {
+                    if let Some((_, b2)) = p.give(b, |_| true) {
+                        waiting -= 1;
+                        held.push(b2);
+                    }
+                }
+                let mut seen: Vec<(usize, usize)> = held.iter().map(|b| (b.offset, b.size)).collect();
+                seen.sort();
+                for w in seen.windows(2) {
+                    prop_assert!(w[0].0 + w[0].1 <= w[1].0, "overlapping buffers handed out");
+                }
+                let st = p.stats();
+                prop_assert_eq!(st.in_use[0] + st.in_use[1], held.len());
+                prop_assert_eq!(st.waiting[0] + st.waiting[1], waiting);
+            }
+            while let Some(b) = held.pop() {
+                if let Some((_, b2)) = p.give(b, |_| true) {
+                    waiting -= 1;
+                    held.push(b2);
+                }
+            }
+            prop_assert_eq!(waiting, 0);
+            prop_assert!(p.all_free());
+        }
+    }
+}

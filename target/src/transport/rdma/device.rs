@@ -1,0 +1,171 @@
+//! What a worker keeps per RDMA device: one completion queue shared by all
+//! its queue pairs on that device, one shared receive queue (when the device
+//! has them and the configuration allows), and its data-buffer pool,
+//! registered once as a memory region and as an io_uring fixed buffer.
+
+use std::sync::Arc;
+
+use rdma::{CompletionChannel, CompletionQueue, Context, DeviceAttr, ProtectionDomain, WrId};
+use tracing::info;
+
+use super::memory::{Budget, MemoryError, Pinned, RecvArea};
+use super::wr;
+use crate::backend::uring::{Ring, FIXED_SLOTS};
+use crate::config::{EngineConfig, SrqMode, SMALL_BUFFER};
+use crate::core::pool::{Buf, Class, Pool, PoolShape};
+use crate::metrics::metrics;
+use crate::MAX_IO_SIZE;
+
+/// Completion queue entries per worker and device (capped by the device).
+const CQ_ENTRIES: u32 = 32 * 1024;
+
+/// Why a worker could not serve a device.
+#[derive(Debug, thiserror::Error)]
+pub enum DeviceError {
+    /// A verbs call failed.
+    #[error("{0}: {1}")]
+    Rdma(&'static str, rdma::Error),
+    /// Pinned memory.
+    #[error("{0}")]
+    Memory(#[from] MemoryError),
+    /// `srq = "on"` but the device has none.
+    #[error("[target] srq = \"on\", but the device has no shared receive queues")]
+    NoSrq,
+    /// Too many devices for the ring's fixed-buffer table.
+    #[error("a worker serves at most {FIXED_SLOTS} RDMA devices")]
+    TooManyDevices,
+    /// io_uring registration failed.
+    #[error("registering io_uring fixed buffers: {0}")]
+    Uring(std::io::Error),
+}
+
+/// A worker's resources on one device.
+pub struct WorkerDevice {
+    /// Names the device (its verbs context).
+    pub key: usize,
+    /// The target-wide protection domain of the device.
+    pub pd: Arc<ProtectionDomain>,
+    /// Device limits.
+    pub attr: DeviceAttr,
+    /// The completion queue all this worker's queue pairs on the device share.
+    pub cq: Arc<CompletionQueue>,
+    /// Completion queue entries not yet promised to a queue pair.
+    pub cq_room: u32,
+    /// Whether the ring polls the completion channel now.
+    pub cq_poll_armed: bool,
+    /// The shared receive queue's buffers, if the device has one.
+    pub srq: Option<RecvArea>,
+    /// The data-buffer pool's memory.
+    pub data: Pinned,
+    /// The pool's bookkeeping; waiters are named by request ids.
+    pub pool: Pool<WrId>,
+    /// The io_uring fixed buffer over `data`.
+    pub fixed: u16,
+}
+
+impl WorkerDevice {
+    /// Sets up a worker's resources on the device of `ctx`: completion queue,
+    /// shared receive queue (posted full), data pool (registered with the
+    /// device and as fixed buffer `index` of `ring`).
+    pub fn new(
+        ctx: Context,
+        pd: Arc<ProtectionDomain>,
+        cfg: &EngineConfig,
+        budget: &Arc<Budget>,
+        ring: &mut Ring,
+        index: usize,
+    ) -> Result<WorkerDevice, DeviceError> {
+        if index >= FIXED_SLOTS as usize {
+            return Err(DeviceError::TooManyDevices);
+        }
+        let attr = ctx
+            .query()
+            .map_err(|e| DeviceError::Rdma("ibv_query_device", e))?;
+        let ch = CompletionChannel::new(ctx)
+            .map_err(|e| DeviceError::Rdma("ibv_create_comp_channel", e))?;
+        let entries = CQ_ENTRIES.min(attr.max_cqe);
+        let cq = CompletionQueue::new(&ch, entries)
+            .map_err(|e| DeviceError::Rdma("ibv_create_cq", e))?;
+        let use_srq = match cfg.srq {
+            SrqMode::Off => false,
+            SrqMode::Auto => attr.max_srq > 0 && attr.max_srq_sge >= 2,
+            SrqMode::On if attr.max_srq > 0 && attr.max_srq_sge >= 2 => true,
+            SrqMode::On => return Err(DeviceError::NoSrq),
+        };
+        let mut cq_room = entries;
+        let srq = if use_srq {
+            let depth = cfg.srq_depth.min(attr.max_srq_wr.max(16));
+            let q = rdma::SharedReceiveQueue::new(&pd, depth, 2)
+                .map_err(|e| DeviceError::Rdma("ibv_create_srq", e))?;
+            let area = RecvArea::new(&pd, budget, depth, Some(q))?;
+            for s in 0..depth {
+                // SAFETY: a fresh area: no slot is in use.
+                unsafe { area.post(s, wr::recv_srq(s), None) }
+                    .map_err(|e| DeviceError::Rdma("ibv_post_srq_recv", e))?;
+            }
+            cq_room = cq_room.saturating_sub(depth);
+            Some(area)
+        } else {
+            None
+        };
+        let shape = PoolShape {
+            small_size: SMALL_BUFFER,
+            small_count: cfg.small_buffers as usize,
+            large_size: MAX_IO_SIZE as usize,
+            large_count: cfg.large_buffers as usize,
+        };
+        let data = Pinned::new(&pd, budget, shape.bytes(), 2)?;
+        // SAFETY: `data` lives in the WorkerDevice, which the worker drops
+        // after its ring (field order), and no operation outlives the worker.
+        unsafe { ring.register_fixed(index as u16, data.base(), data.mr.buffer().len()) }
+            .map_err(DeviceError::Uring)?;
+        let m = &metrics().engine;
+        m.pool_buffers
+            .with_label_values(&["small"])
+            .add(shape.small_count as i64);
+        m.pool_buffers
+            .with_label_values(&["large"])
+            .add(shape.large_count as i64);
+        info!(
+            srq = srq.as_ref().map_or(0, |a| a.slots()),
+            cq = entries,
+            pool_mib = shape.bytes() >> 20,
+            "worker set up on RDMA device"
+        );
+        Ok(WorkerDevice {
+            key: ctx.as_ptr() as usize,
+            pd,
+            attr,
+            cq,
+            cq_room,
+            cq_poll_armed: false,
+            srq,
+            data,
+            pool: Pool::new(shape),
+            fixed: index as u16,
+        })
+    }
+
+    /// Start of a pool buffer.
+    pub fn buf_ptr(&self, b: &Buf) -> *mut u8 {
+        self.data.base().wrapping_add(b.offset)
+    }
+
+    /// The class serving `len` bytes.
+    pub fn class_for(&self, len: usize) -> Class {
+        self.pool.shape().class_for(len).unwrap_or(Class::Large)
+    }
+}
+
+impl Drop for WorkerDevice {
+    fn drop(&mut self) {
+        let shape = self.pool.shape();
+        let m = &metrics().engine;
+        m.pool_buffers
+            .with_label_values(&["small"])
+            .sub(shape.small_count as i64);
+        m.pool_buffers
+            .with_label_values(&["large"])
+            .sub(shape.large_count as i64);
+    }
+}

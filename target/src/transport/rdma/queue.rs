@@ -1,0 +1,1223 @@
+//! One queue pair served by a worker: its capsules in, its requests through
+//! the [`Lifecycle`], its responses out.
+//!
+//! Data path: capsules arrive by RECV (the 64-byte command into one SGE,
+//! in-capsule data into a page-aligned second SGE), from the worker's shared
+//! receive queue or the queue's own receives. Host writes are fetched by RDMA
+//! READ into a pool buffer, or used in place from the in-capsule area; host
+//! reads are written from a pool buffer by RDMA WRITE chained before the
+//! response SEND. Responses to keyed SGLs with subtype 0xF go out as
+//! SEND_WITH_INVALIDATE of the host's key; the 16-byte response is sent
+//! inline where the device allows it. Work requests of a loop pass are posted
+//! together (one doorbell per queue pair per pass).
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use nvme::cm::CmReply;
+use nvme::opcode::fctype;
+use nvme::{Command, Completion, Status, CQE_SIZE, SQE_SIZE};
+use rdma::{CmEventKind, CmId, ConnParams, QpCaps, QpOptions, SendBatch, SendOp, SendRequest, Sge};
+use tracing::{debug, error, info, warn};
+
+use super::device::WorkerDevice;
+use super::memory::{Budget, Pinned, RecvArea};
+use super::wr::{self, QueueKey};
+use crate::admin::{self, AdminOutcome};
+use crate::backend::offload::{Mailbox, Offload};
+use crate::backend::uring::Ring;
+use crate::backend::{self, Backend, DataRef};
+use crate::controller::{Controller, PropertyEffect, QueueLink};
+use crate::core::pool::Buf;
+use crate::core::request::{Lifecycle, Stage, Step};
+use crate::io::{self, IoPlan};
+use crate::metrics::{metrics, IoOp};
+use crate::namespace::Namespace;
+use crate::stats::Stats;
+use crate::subsystem::Target;
+use crate::transport::{self, DataPlan, QueueParams};
+use crate::{fabrics, MAX_IO_SIZE};
+
+const PAGE: usize = 4096;
+/// A queue that has not sent a valid Fabrics Connect within this long after
+/// it was accepted is disconnected (it holds resources for nothing).
+pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long a disconnecting queue waits for the host's side and its work
+/// requests to flush before the queue pair is destroyed regardless.
+const DISCONNECT_GRACE: Duration = Duration::from_secs(3);
+/// Bytes of a response sent inline.
+const INLINE_RSP: u32 = CQE_SIZE as u32;
+
+/// What the worker lends a queue while it handles an event.
+pub struct Cx<'a> {
+    /// The target.
+    pub target: &'a Arc<Target>,
+    /// The queue's device resources.
+    pub dev: &'a mut WorkerDevice,
+    /// The worker's ring.
+    pub ring: &'a mut Ring,
+    /// The offload thread.
+    pub offload: &'a Offload,
+    /// The worker's mailbox (offload completions).
+    pub mailbox: &'a Arc<Mailbox>,
+    /// Buffers given back that a waiting request (maybe of another queue) gets.
+    pub grants: &'a mut Vec<(rdma::WrId, Buf)>,
+}
+
+/// One request slot.
+struct Req {
+    life: Lifecycle,
+    cmd: Command,
+    /// The receive slot the capsule arrived in, while its data is used in place.
+    recv: Option<u32>,
+    /// Offset of the data in the in-capsule area (data used in place).
+    capsule_off: u32,
+    plan: DataPlan,
+    inv: Option<u32>,
+    io: Option<IoPlan>,
+    buf: Option<Buf>,
+    done: u32,
+    errno: i32,
+    out_len: u32,
+    status: Status,
+    result: u64,
+    start: Instant,
+    /// Namespaces the request uses, held until it is released (a namespace
+    /// removed by a reload outlives its in-flight commands).
+    ns: Vec<Arc<Namespace>>,
+    /// Counted in the namespace's in-flight gauge / in `Target::io_in_flight`.
+    counted: (bool, bool),
+    rsp: [u8; CQE_SIZE],
+}
+
+impl Req {
+    fn new() -> Req {
+        Req {
+            life: Lifecycle::new(),
+            cmd: Command::default(),
+            recv: None,
+            capsule_off: 0,
+            plan: DataPlan::None,
+            inv: None,
+            io: None,
+            buf: None,
+            done: 0,
+            errno: 0,
+            out_len: 0,
+            status: Status::SUCCESS,
+            result: 0,
+            start: Instant::now(),
+            ns: Vec::new(),
+            counted: (false, false),
+            rsp: [0; CQE_SIZE],
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum State {
+    Live,
+    Disconnecting { since: Instant },
+}
+
+/// A queue pair and its requests. Field order is drop order: the RDMA-CM id
+/// (and with it the QP) goes before the memory its receives name.
+pub struct Queue {
+    id: Option<CmId>,
+    recv: Option<RecvArea>,
+    rsp_mem: Option<Pinned>,
+    /// Its place in the worker's table.
+    pub key: QueueKey,
+    /// Index of its device in the worker.
+    pub dev: usize,
+    /// The QP number (how shared-receive completions name the queue).
+    pub qp_num: u32,
+    /// The RDMA-CM id's key (how CM events name the queue).
+    pub cm_key: usize,
+    /// Completion queue entries it may use.
+    pub cq_share: u32,
+    params: QueueParams,
+    inline: bool,
+    reqs: Vec<Req>,
+    free: Vec<u16>,
+    ctrl: Option<Arc<Controller>>,
+    link: Arc<QueueLink>,
+    sq_head: u16,
+    sq_fc_disabled: bool,
+    batch: SendBatch,
+    state: State,
+    cm_gone: bool,
+    reason: &'static str,
+    accepted: Instant,
+}
+
+/// Parameters of an accepted connection, from the listener.
+pub struct NewConn {
+    /// The id (already on the worker's event channel).
+    pub id: CmId,
+    /// Checked CM private data.
+    pub params: QueueParams,
+    /// RDMA READ depth the host offers / asks.
+    pub host_ird: u8,
+    /// As above.
+    pub host_ord: u8,
+}
+
+/// The `type` label of a queue.
+fn queue_type(qid: u16) -> &'static str {
+    if qid == 0 {
+        "admin"
+    } else {
+        "io"
+    }
+}
+
+impl Queue {
+    /// Creates the queue pair on `dev`, posts its receives and accepts. On
+    /// error the id is handed back for a reject.
+    #[allow(clippy::result_large_err)]
+    pub fn accept(
+        c: NewConn,
+        key: QueueKey,
+        dev_index: usize,
+        dev: &mut WorkerDevice,
+        budget: &Arc<Budget>,
+        link: Arc<QueueLink>,
+    ) -> Result<Queue, (CmId, String)> {
+        let NewConn {
+            mut id,
+            params,
+            host_ird,
+            host_ord,
+        } = c;
+        let sq = params.sq_size as u32;
+        let nreq = sq * 2;
+        let own_recv = dev.srq.is_none();
+        let cq_share = nreq + if own_recv { sq } else { 0 };
+        if dev.cq_room < cq_share {
+            return Err((id, "the worker's completion queue is full".into()));
+        }
+        let attr = dev.attr;
+        let srq = dev.srq.as_ref().and_then(|a| a.srq_handle());
+        let caps = QpCaps {
+            max_send_wr: (nreq * 2).min(attr.max_qp_wr),
+            max_recv_wr: sq.min(attr.max_qp_wr),
+            max_send_sge: 2.min(attr.max_sge),
+            max_recv_sge: 2.min(attr.max_sge),
+        };
+        let granted = match id.create_qp_with(
+            &dev.pd,
+            &dev.cq,
+            caps,
+            QpOptions {
+                srq,
+                max_inline_data: INLINE_RSP,
+            },
+        ) {
+            Ok(g) => g,
+            Err(e) => return Err((id, format!("rdma_create_qp: {e}"))),
+        };
+        let inline = granted >= INLINE_RSP;
+        let rsp_mem = if inline {
+            None
+        } else {
+            match Pinned::new(&dev.pd, budget, nreq as usize * CQE_SIZE, 1) {
+                Ok(p) => Some(p),
+                Err(e) => return Err((id, format!("response buffers: {e}"))),
+            }
+        };
+        let recv = if own_recv {
+            match RecvArea::new(&dev.pd, budget, sq, None) {
+                Ok(a) => Some(a),
+                Err(e) => return Err((id, format!("receive buffers: {e}"))),
+            }
+        } else {
+            None
+        };
+        let Some(qp) = id.qp() else {
+            return Err((id, "no queue pair".into()));
+        };
+        let qp_num = qp.qp_num();
+        if let Some(area) = &recv {
+            for s in 0..sq {
+                // SAFETY: a fresh area; the QP is live (owned by `id`).
+                if let Err(e) = unsafe { area.post(s, wr::recv_qp(key, s), Some(&qp)) } {
+                    return Err((id, format!("ibv_post_recv: {e}")));
+                }
+            }
+        }
+        let rep = CmReply {
+            recfmt: 0,
+            crqsize: params.sq_size,
+        }
+        .encode();
+        let p = ConnParams {
+            private_data: &rep,
+            responder_resources: host_ord.min(attr.max_qp_rd_atom.min(255) as u8),
+            initiator_depth: host_ird.min(attr.max_qp_init_rd_atom.min(255) as u8),
+            rnr_retry_count: 7,
+            retry_count: 7,
+        };
+        if let Err(e) = id.accept(&p) {
+            return Err((id, format!("rdma_accept: {e}")));
+        }
+        dev.cq_room -= cq_share;
+        debug!(qid = params.qid, sq_size = params.sq_size, peer = ?id.peer_addr(), inline,
+               srq = !own_recv, "queue accepted");
+        Ok(Queue {
+            cm_key: id.key(),
+            id: Some(id),
+            recv,
+            rsp_mem,
+            key,
+            dev: dev_index,
+            qp_num,
+            cq_share,
+            params,
+            inline,
+            reqs: (0..nreq).map(|_| Req::new()).collect(),
+            free: (0..nreq as u16).rev().collect(),
+            ctrl: None,
+            link,
+            sq_head: 0,
+            sq_fc_disabled: false,
+            batch: SendBatch::new(64),
+            state: State::Live,
+            cm_gone: false,
+            reason: "",
+            accepted: Instant::now(),
+        })
+    }
+
+    fn qid(&self) -> u16 {
+        self.params.qid
+    }
+
+    /// The queue's link (its controller stops it through it).
+    pub fn link(&self) -> &Arc<QueueLink> {
+        &self.link
+    }
+
+    fn live(&self) -> bool {
+        self.state == State::Live
+    }
+
+    fn wr_id(&self, kind: u8, r: usize) -> u64 {
+        wr::req(kind, self.key, r as u16, self.reqs[r].life.generation())
+    }
+
+    /// The id naming request `r`'s current use (a pool waiter).
+    fn waiter(&self, r: usize) -> rdma::WrId {
+        rdma::WrId::unpack(self.wr_id(0, r))
+    }
+
+    fn area<'a>(&'a self, dev: &'a WorkerDevice) -> Option<&'a RecvArea> {
+        self.recv.as_ref().or(dev.srq.as_ref())
+    }
+
+    /// Gives a receive slot back: to the shared receive queue (always), or to
+    /// this queue pair (while it lives).
+    fn repost(&mut self, cx: &mut Cx<'_>, slot: u32) {
+        let res = match (&self.recv, &cx.dev.srq) {
+            (Some(own), _) => {
+                if !self.live() {
+                    return;
+                }
+                let Some(qp) = self.id.as_ref().and_then(|i| i.qp()) else {
+                    return;
+                };
+                // SAFETY: the slot's capsule was consumed; the QP is live.
+                unsafe { own.post(slot, wr::recv_qp(self.key, slot), Some(&qp)) }
+            }
+            // SAFETY: the slot's capsule was consumed.
+            (None, Some(srq)) => unsafe { srq.post(slot, wr::recv_srq(slot), None) },
+            (None, None) => return,
+        };
+        if let Err(e) = res {
+            error!(qid = self.qid(), "reposting a receive: {e}");
+            self.fail(cx);
+        }
+    }
+
+    /// Where request `r`'s data is.
+    fn data_ref(&self, dev: &WorkerDevice, r: usize) -> DataRef {
+        let q = &self.reqs[r];
+        if let Some(b) = &q.buf {
+            DataRef {
+                ptr: dev.buf_ptr(b),
+                fixed: Some(dev.fixed),
+            }
+        } else if let (Some(slot), Some(area)) = (q.recv, self.area(dev)) {
+            DataRef {
+                ptr: area.data_ptr(slot).wrapping_add(q.capsule_off as usize),
+                fixed: None,
+            }
+        } else {
+            DataRef {
+                ptr: std::ptr::NonNull::dangling().as_ptr(),
+                fixed: None,
+            }
+        }
+    }
+
+    /// Request `r`'s data, mutably (empty when it has none).
+    #[allow(clippy::mut_from_ref)]
+    fn data_mut<'a>(&self, dev: &'a WorkerDevice, r: usize) -> &'a mut [u8] {
+        let len = self.reqs[r].plan.len() as usize;
+        let d = self.data_ref(dev, r);
+        if len == 0 {
+            return &mut [];
+        }
+        // SAFETY: the range is the request's own buffer (pool buffer of at
+        // least `len` bytes, or its capsule's data area, whose length the SGL
+        // check bounded); no work request or backend operation uses it while
+        // the request executes, and only this request touches it.
+        unsafe { std::slice::from_raw_parts_mut(d.ptr, len) }
+    }
+
+    // ---- capsules in ---------------------------------------------------
+
+    /// A capsule arrived in receive slot `slot`.
+    pub fn on_recv(&mut self, cx: &mut Cx<'_>, slot: u32, byte_len: u32) {
+        if !self.live() {
+            return self.repost(cx, slot);
+        }
+        let Some(area) = self.area(cx.dev) else {
+            return;
+        };
+        if (byte_len as usize) < SQE_SIZE {
+            error!(qid = self.qid(), byte_len, "capsule shorter than a command; disconnecting");
+            self.repost(cx, slot);
+            return self.fail(cx);
+        }
+        let cmd = match Command::parse(area.command(slot)) {
+            Ok(c) => c,
+            Err(_) => {
+                self.repost(cx, slot);
+                return self.fail(cx);
+            }
+        };
+        self.sq_head = (self.sq_head + 1) % self.params.sq_size;
+        let Some(r) = self.free.pop() else {
+            error!(qid = self.qid(), "more commands than the queue holds; disconnecting");
+            self.repost(cx, slot);
+            return self.fail(cx);
+        };
+        let r = r as usize;
+        let life = std::mem::take(&mut self.reqs[r].life);
+        self.reqs[r] = Req {
+            life,
+            cmd,
+            start: Instant::now(),
+            ..Req::new()
+        };
+        if self.qid() != 0 && !cmd.is_fabrics() {
+            cx.target.io_in_flight.fetch_add(1, Ordering::SeqCst);
+            if cx.target.stopping.load(Ordering::SeqCst) {
+                // Shutting down: hold the command unanswered (parked). The
+                // queue is disconnected once in-flight I/O drained; the host
+                // then requeues it and resends it after reconnecting. A status
+                // would not do: without a retry delay the host spends its
+                // retries at once.
+                cx.target.io_in_flight.fetch_sub(1, Ordering::SeqCst);
+                self.reqs[r].life.arrive(false, false, false);
+                return self.repost(cx, slot);
+            }
+            self.reqs[r].counted.1 = true;
+        }
+        let known = cmd.is_fabrics()
+            || if self.qid() == 0 {
+                admin::supported(cmd.opcode())
+            } else {
+                io::supported(cmd.opcode())
+            };
+        let planned = if known {
+            transport::data_plan(&cmd, byte_len - SQE_SIZE as u32, MAX_IO_SIZE)
+        } else {
+            Err(Status::INVALID_OPCODE)
+        };
+        let checked = planned.and_then(|(plan, inv)| {
+            self.reqs[r].plan = plan;
+            self.reqs[r].inv = inv;
+            self.precheck(r)
+        });
+        if let Err(st) = checked {
+            // Keyed subtype 0xF still owes an invalidation.
+            if let nvme::Sgl::Keyed {
+                invalidate: true,
+                key,
+                ..
+            } = cmd.sgl()
+            {
+                self.reqs[r].inv = Some(key);
+            }
+            self.reqs[r].plan = DataPlan::None;
+            self.repost(cx, slot);
+            self.reqs[r].life.arrive(false, false, false);
+            return self.complete(cx, r, st, 0);
+        }
+        let plan = self.reqs[r].plan;
+        let step = match plan {
+            DataPlan::InCapsule { offset, .. } => {
+                if cmd.opcode() == nvme::opcode::io::WRITE && self.qid() != 0 {
+                    Stats::inc(&cx.target.stats.in_capsule_writes);
+                }
+                self.reqs[r].recv = Some(slot);
+                self.reqs[r].capsule_off = offset;
+                // Misaligned for O_DIRECT: copied into a pool buffer first.
+                let aligned = (offset as usize).is_multiple_of(PAGE);
+                self.reqs[r].life.arrive(!aligned, false, true)
+            }
+            DataPlan::Read { .. } => {
+                self.repost(cx, slot);
+                self.reqs[r].life.arrive(true, true, false)
+            }
+            DataPlan::Write { .. } => {
+                self.repost(cx, slot);
+                self.reqs[r].life.arrive(true, false, false)
+            }
+            DataPlan::None => {
+                self.repost(cx, slot);
+                self.reqs[r].life.arrive(false, false, false)
+            }
+        };
+        self.step(cx, r, step)
+    }
+
+    /// Checks that must pass before any data moves.
+    fn precheck(&mut self, r: usize) -> Result<(), Status> {
+        let cmd = self.reqs[r].cmd;
+        if cmd.is_fabrics() {
+            return match cmd.fctype() {
+                fctype::CONNECT if self.ctrl.is_none() => Ok(()),
+                fctype::CONNECT => Err(Status::CMD_SEQ_ERROR),
+                fctype::PROPERTY_GET | fctype::PROPERTY_SET
+                    if self.qid() == 0 && self.ctrl.is_some() =>
+                {
+                    Ok(())
+                }
+                fctype::PROPERTY_GET | fctype::PROPERTY_SET if self.qid() == 0 => {
+                    Err(Status::CMD_SEQ_ERROR)
+                }
+                _ => Err(Status::INVALID_OPCODE),
+            };
+        }
+        let Some(ctrl) = &self.ctrl else {
+            return Err(Status::CMD_SEQ_ERROR);
+        };
+        if self.qid() == 0 {
+            return Ok(());
+        }
+        if !ctrl.is_ready() {
+            return Err(Status::CMD_SEQ_ERROR);
+        }
+        let ns = ctrl.subsys.namespace(cmd.nsid());
+        let plan = io::prepare(ns.as_deref(), &cmd, self.reqs[r].plan.len(), MAX_IO_SIZE)?;
+        self.reqs[r].io = Some(plan);
+        self.reqs[r].ns.extend(ns);
+        Ok(())
+    }
+
+    // ---- the lifecycle driver -----------------------------------------
+
+    fn step(&mut self, cx: &mut Cx<'_>, r: usize, mut step: Step) {
+        loop {
+            step = match step {
+                Step::NeedBuffer => {
+                    let class = cx.dev.class_for(self.reqs[r].plan.len() as usize);
+                    match cx.dev.pool.take(class, self.waiter(r)) {
+                        Some(b) => {
+                            metrics()
+                                .engine
+                                .pool_in_use
+                                .with_label_values(&[class.label()])
+                                .inc();
+                            self.reqs[r].buf = Some(b);
+                            self.reqs[r].life.buffer_granted()
+                        }
+                        None => {
+                            metrics()
+                                .engine
+                                .pool_waits
+                                .with_label_values(&[class.label()])
+                                .inc();
+                            return;
+                        }
+                    }
+                }
+                Step::Fetch => return self.fetch(cx, r),
+                Step::Execute => return self.execute(cx, r),
+                Step::Respond => return self.respond(cx, r),
+                Step::Release => return self.release(cx, r),
+                Step::Wait => return,
+            }
+        }
+    }
+
+    /// A buffer given back by some request goes to request `r` of this queue,
+    /// which waited for it. Returns the buffer if that wait is stale.
+    pub fn grant(&mut self, cx: &mut Cx<'_>, id: &rdma::WrId, buf: Buf) -> Option<Buf> {
+        let r = id.slot as usize;
+        let q = self.reqs.get(r)?;
+        if q.life.stage() != Stage::WaitBuffer || q.life.generation() != id.slot_gen {
+            return Some(buf);
+        }
+        metrics()
+            .engine
+            .pool_in_use
+            .with_label_values(&[buf.class.label()])
+            .inc();
+        self.reqs[r].buf = Some(buf);
+        let s = self.reqs[r].life.buffer_granted();
+        self.step(cx, r, s);
+        None
+    }
+
+    fn fetch(&mut self, cx: &mut Cx<'_>, r: usize) {
+        let DataPlan::Read { addr, len, key } = self.reqs[r].plan else {
+            return;
+        };
+        let d = self.data_ref(cx.dev, r);
+        let sge = [Sge {
+            addr: d.ptr as u64,
+            len,
+            lkey: cx.dev.data.mr.lkey(),
+        }];
+        let wr = SendRequest {
+            wr_id: self.wr_id(wr::READ, r),
+            op: SendOp::RdmaRead {
+                remote_addr: addr,
+                rkey: key,
+            },
+            sges: &sge,
+            signaled: true,
+        };
+        Stats::inc(&cx.target.stats.rdma_reads);
+        self.queue_sends(cx, &[wr], false);
+        self.reqs[r].life.fetch_posted();
+    }
+
+    fn execute(&mut self, cx: &mut Cx<'_>, r: usize) {
+        // In-capsule data at an offset O_DIRECT cannot use: copy it into the
+        // pool buffer and give the receive back.
+        if let (Some(slot), Some(b)) = (self.reqs[r].recv, self.reqs[r].buf) {
+            if let Some(area) = self.area(cx.dev) {
+                let len = self.reqs[r].plan.len() as usize;
+                let src = area.data_ptr(slot).wrapping_add(self.reqs[r].capsule_off as usize);
+                // SAFETY: both ranges are `len` bytes inside registered memory
+                // owned by this request (its capsule, its pool buffer).
+                unsafe { std::ptr::copy_nonoverlapping(src, cx.dev.buf_ptr(&b), len) };
+            }
+            self.reqs[r].recv = None;
+            self.reqs[r].life.recv_returned();
+            self.repost(cx, slot);
+        }
+        let cmd = self.reqs[r].cmd;
+        if cmd.is_fabrics() {
+            self.exec_fabrics(cx, r)
+        } else if self.qid() == 0 {
+            self.exec_admin(cx, r)
+        } else {
+            self.exec_io(cx, r)
+        }
+    }
+
+    /// Execution is over: answer with `status`.
+    fn complete(&mut self, cx: &mut Cx<'_>, r: usize, status: Status, result: u64) {
+        self.reqs[r].status = status;
+        self.reqs[r].result = result;
+        let s = self.reqs[r].life.executed();
+        self.step(cx, r, s)
+    }
+
+    fn exec_fabrics(&mut self, cx: &mut Cx<'_>, r: usize) {
+        let cmd = self.reqs[r].cmd;
+        if cmd.fctype() == fctype::CONNECT {
+            let data = self.data_mut(cx.dev, r).to_vec();
+            match fabrics::connect(cx.target, self.qid(), &cmd, &data) {
+                Ok((ctrl, d)) => {
+                    if let Err(st) = ctrl.attach(self.link.clone()) {
+                        warn!(qid = self.qid(), cntlid = ctrl.cntlid, "queue already connected");
+                        return self.complete(cx, r, st, 0);
+                    }
+                    self.sq_fc_disabled = nvme::fabrics::ConnectCommand::from_command(&cmd)
+                        .sq_flow_control_disabled();
+                    let peer = self.id.as_ref().and_then(|i| i.peer_addr());
+                    if self.qid() == 0 {
+                        info!(cntlid = ctrl.cntlid, host = %d.hostnqn, subsys = %d.subsysnqn,
+                              ?peer, kato_ms = ctrl.state().kato_ms, "controller connected");
+                    } else {
+                        debug!(cntlid = ctrl.cntlid, qid = self.qid(), "I/O queue connected");
+                    }
+                    let m = metrics();
+                    let labels = [ctrl.subsys.nqn.as_str(), queue_type(self.qid())];
+                    m.connects.with_label_values(&labels).inc();
+                    m.queues.with_label_values(&labels).inc();
+                    if self.qid() == 0 {
+                        m.controllers.with_label_values(&[&ctrl.subsys.nqn]).inc();
+                    }
+                    let cntlid = ctrl.cntlid as u64;
+                    self.ctrl = Some(ctrl);
+                    self.complete(cx, r, Status::SUCCESS, cntlid)
+                }
+                Err(e) => {
+                    let (sub, host) = nvme::fabrics::ConnectData::parse(&data)
+                        .map(|d| (d.subsysnqn, d.hostnqn))
+                        .unwrap_or_default();
+                    let peer = self.id.as_ref().and_then(|i| i.peer_addr());
+                    warn!(qid = self.qid(), status = %e.status, subsys = %sub, host = %host,
+                          ?peer, reason = e.reason(), "connect refused");
+                    crate::metrics::reject(e.reason());
+                    self.complete(cx, r, e.status, e.result)
+                }
+            }
+        } else {
+            let Some(ctrl) = self.ctrl.clone() else {
+                return self.complete(cx, r, Status::CMD_SEQ_ERROR, 0);
+            };
+            let (st, result, effect) = fabrics::property(&ctrl, &cmd);
+            match effect {
+                PropertyEffect::Reset => {
+                    debug!(cntlid = ctrl.cntlid, "controller reset");
+                    ctrl.kill_io_queues();
+                }
+                PropertyEffect::Shutdown => {
+                    // Flush every namespace through the ring; the answer goes
+                    // once the flushes completed.
+                    info!(cntlid = ctrl.cntlid, "controller shut down by the host");
+                    self.reqs[r].status = st;
+                    self.reqs[r].result = result;
+                    self.reqs[r].io = Some(IoPlan::Flush);
+                    let ud = self.wr_id(wr::IO, r);
+                    let mut n = 0;
+                    for ns in ctrl.subsys.namespaces().iter() {
+                        if let Backend::File { .. } = ns.backend {
+                            if cx.ring.fdatasync(ns.backend.fd(), ud).is_ok() {
+                                n += 1;
+                                self.reqs[r].ns.push(ns.clone());
+                            }
+                        }
+                    }
+                    self.reqs[r].life.backend_started(n);
+                    if n > 0 {
+                        return;
+                    }
+                }
+                _ => {}
+            }
+            self.complete(cx, r, st, result)
+        }
+    }
+
+    fn exec_admin(&mut self, cx: &mut Cx<'_>, r: usize) {
+        let Some(ctrl) = self.ctrl.clone() else {
+            return self.complete(cx, r, Status::CMD_SEQ_ERROR, 0);
+        };
+        let cmd = self.reqs[r].cmd;
+        let buf = self.data_mut(cx.dev, r);
+        let len = buf.len() as u32;
+        match admin::execute(cx.target, &ctrl, &cmd, buf, Instant::now()) {
+            AdminOutcome::Done {
+                status,
+                result,
+                data_len,
+            } => {
+                if matches!(self.reqs[r].plan, DataPlan::Write { .. }) {
+                    self.reqs[r].out_len = data_len.min(len);
+                }
+                self.complete(cx, r, status, result)
+            }
+            AdminOutcome::Parked => self.complete_aers(cx, &ctrl),
+        }
+    }
+
+    /// Answers parked Asynchronous Event Requests that have an event now.
+    fn complete_aers(&mut self, cx: &mut Cx<'_>, ctrl: &Controller) {
+        let ready = ctrl.state().match_events();
+        for (cid, result) in ready {
+            if let Some(r) = (0..self.reqs.len()).find(|&i| {
+                let q = &self.reqs[i];
+                q.life.stage() == Stage::Executing
+                    && q.life.backend_in_flight() == 0
+                    && q.cmd.cid() == cid
+                    && q.cmd.opcode() == nvme::opcode::admin::ASYNC_EVENT_REQUEST
+            }) {
+                self.complete(cx, r, Status::SUCCESS, result as u64);
+            }
+        }
+    }
+
+    fn exec_io(&mut self, cx: &mut Cx<'_>, r: usize) {
+        let (Some(plan), Some(ns)) = (self.reqs[r].io, self.reqs[r].ns.first().cloned()) else {
+            return self.complete(cx, r, Status::INTERNAL, 0);
+        };
+        ns.metrics.in_flight.inc();
+        self.reqs[r].counted.0 = true;
+        let ranges = match plan {
+            IoPlan::Dsm { nr, deallocate } => {
+                match io::dsm_ranges(&ns, self.data_mut(cx.dev, r), nr) {
+                    Ok(v) if deallocate => v,
+                    Ok(_) => Vec::new(),
+                    Err(st) => return self.complete(cx, r, st, 0),
+                }
+            }
+            _ => Vec::new(),
+        };
+        let data = self.data_ref(cx.dev, r);
+        let ud = self.wr_id(wr::IO, r);
+        // SAFETY: the data buffer is the request's until it is released, which
+        // the lifecycle allows only after every submitted operation completed;
+        // the request holds `ns` as long.
+        let s = unsafe {
+            backend::submit(&ns, &plan, data, &ranges, cx.ring, cx.offload, cx.mailbox, ud)
+        };
+        self.reqs[r].errno = s.errno;
+        if s.errno != 0 {
+            error!(qid = self.qid(), errno = s.errno, "backend submission failed");
+        }
+        self.reqs[r].life.backend_started(s.in_flight);
+        if s.in_flight == 0 {
+            self.finish_io(cx, r);
+        }
+    }
+
+    /// A backend operation of request `id` completed with `res`.
+    pub fn on_backend(&mut self, cx: &mut Cx<'_>, id: &rdma::WrId, res: i32) {
+        let r = id.slot as usize;
+        let Some(q) = self.reqs.get_mut(r) else { return };
+        if !q.life.in_use() || q.life.generation() != id.slot_gen || q.life.backend_in_flight() == 0
+        {
+            debug!(qid = self.params.qid, "stale backend completion ignored");
+            return;
+        }
+        let Some(plan) = q.io else { return };
+        if res < 0 {
+            let e = -res;
+            let advisory = matches!(plan, IoPlan::Dsm { .. }) && e == libc::EOPNOTSUPP;
+            if !advisory {
+                q.errno = e;
+            }
+        } else if let IoPlan::Read { offset, len } | IoPlan::Write { offset, len, .. } = plan {
+            q.done += res as u32;
+            let done = q.done;
+            if res == 0 && done < len {
+                q.errno = libc::EIO;
+            } else if done < len && self.live() {
+                // Short transfer: continue where it stopped (FUA kept).
+                let d = self.data_ref(cx.dev, r);
+                let ptr = d.ptr.wrapping_add(done as usize);
+                let fd = self.reqs[r].ns.first().map_or(-1, |n| n.backend.fd());
+                let ud = self.wr_id(wr::IO, r);
+                let rr = match plan {
+                    IoPlan::Read { .. } => {
+                        cx.ring
+                            .read(fd, ptr, len - done, offset + done as u64, d.fixed, ud)
+                    }
+                    IoPlan::Write { fua, .. } => {
+                        cx.ring
+                            .write(fd, ptr, len - done, offset + done as u64, d.fixed, fua, ud)
+                    }
+                    _ => Ok(()),
+                };
+                match rr {
+                    Ok(()) => return,
+                    Err(_) => self.reqs[r].errno = libc::EIO,
+                }
+            }
+        }
+        match self.reqs[r].life.backend_done() {
+            Step::Respond => self.finish_io(cx, r),
+            s => self.step(cx, r, s),
+        }
+    }
+
+    fn finish_io(&mut self, cx: &mut Cx<'_>, r: usize) {
+        let q = &self.reqs[r];
+        let (errno, plan) = (q.errno, q.io);
+        if q.cmd.is_fabrics() {
+            // The flushes of a host shutdown.
+            if errno != 0 {
+                warn!(qid = self.qid(), errno, "flush at host shutdown failed");
+            }
+            let (st, res) = (q.status, q.result);
+            return self.complete(cx, r, st, res);
+        }
+        let (Some(plan), Some(ns)) = (plan, q.ns.first()) else {
+            return self.complete(cx, r, Status::INTERNAL, 0);
+        };
+        if errno != 0 {
+            Stats::inc(&cx.target.stats.backend_errors);
+            ns.metrics.backend_errors.inc();
+            let st = io::errno_status(&plan, errno);
+            warn!(nsid = ns.nsid, cid = q.cmd.cid(), ?plan, errno, status = %st, "backend I/O failed");
+            return self.complete(cx, r, st, 0);
+        }
+        let (op, bytes) = match plan {
+            IoPlan::Read { len, .. } => (IoOp::Read, len as u64),
+            IoPlan::Write { len, .. } => (IoOp::Write, len as u64),
+            IoPlan::Flush => (IoOp::Flush, 0),
+            IoPlan::WriteZeroes { .. } => (IoOp::WriteZeroes, 0),
+            IoPlan::Dsm { .. } => (IoOp::Dsm, 0),
+        };
+        ns.metrics.record(op, bytes, q.start.elapsed());
+        if let Some(ctrl) = &self.ctrl {
+            match plan {
+                IoPlan::Read { len, .. } => {
+                    ctrl.host_reads.fetch_add(1, Ordering::Relaxed);
+                    ctrl.units_read.fetch_add(len as u64 / 512, Ordering::Relaxed);
+                }
+                IoPlan::Write { len, .. } => {
+                    ctrl.host_writes.fetch_add(1, Ordering::Relaxed);
+                    ctrl.units_written.fetch_add(len as u64 / 512, Ordering::Relaxed);
+                }
+                _ => {}
+            }
+        }
+        if let IoPlan::Read { len, .. } = plan {
+            self.reqs[r].out_len = len;
+        }
+        self.complete(cx, r, Status::SUCCESS, 0)
+    }
+
+    // ---- responses out -------------------------------------------------
+
+    fn respond(&mut self, cx: &mut Cx<'_>, r: usize) {
+        let (cmd, status, result) = {
+            let q = &self.reqs[r];
+            (q.cmd, q.status, q.result)
+        };
+        if !status.is_success() {
+            Stats::inc(&cx.target.stats.failed_commands);
+            metrics()
+                .failed_commands
+                .with_label_values(&[status.name().unwrap_or("OTHER")])
+                .inc();
+            if let Some(c) = &self.ctrl {
+                c.state().log_error(self.qid(), cmd.cid(), status, cmd.nsid());
+            }
+            debug!(qid = self.qid(), cid = cmd.cid(), opcode = cmd.opcode(), status = %status, "command failed");
+        }
+        let cqe = Completion {
+            result,
+            sq_head: if self.sq_fc_disabled { 0xFFFF } else { self.sq_head },
+            sq_id: self.qid(),
+            cid: cmd.cid(),
+            status,
+            phase: false,
+        };
+        let rsp_sge = if let Some(mem) = &self.rsp_mem {
+            let off = r * CQE_SIZE;
+            // SAFETY: slot `r` of the response area is this request's; its
+            // previous SEND completed before the request was released.
+            let slot = unsafe { std::slice::from_raw_parts_mut(mem.base().add(off), CQE_SIZE) };
+            cqe.encode_into(slot);
+            mem.mr.sge(off, CQE_SIZE as u32)
+        } else {
+            cqe.encode_into(&mut self.reqs[r].rsp);
+            Sge {
+                addr: self.reqs[r].rsp.as_ptr() as u64,
+                len: CQE_SIZE as u32,
+                lkey: 0,
+            }
+        };
+        let rsp_sge = [rsp_sge];
+        let (inv, plan, out_len) = (self.reqs[r].inv, self.reqs[r].plan, self.reqs[r].out_len);
+        let send_op = match inv {
+            Some(k) => {
+                Stats::inc(&cx.target.stats.send_with_inv);
+                SendOp::SendWithInv(k)
+            }
+            None => {
+                Stats::inc(&cx.target.stats.sends);
+                SendOp::Send
+            }
+        };
+        let send = SendRequest {
+            wr_id: self.wr_id(wr::SEND, r),
+            op: send_op,
+            sges: &rsp_sge,
+            signaled: true,
+        };
+        match (status.is_success(), plan, self.reqs[r].buf) {
+            (true, DataPlan::Write { addr, key, .. }, Some(b)) if out_len > 0 => {
+                let data_sge = [Sge {
+                    addr: cx.dev.buf_ptr(&b) as u64,
+                    len: out_len,
+                    lkey: cx.dev.data.mr.lkey(),
+                }];
+                let write = SendRequest {
+                    wr_id: self.wr_id(wr::WRITE, r),
+                    op: SendOp::RdmaWrite {
+                        remote_addr: addr,
+                        rkey: key,
+                    },
+                    sges: &data_sge,
+                    signaled: false,
+                };
+                Stats::inc(&cx.target.stats.rdma_writes);
+                self.queue_sends(cx, &[write], false);
+                self.queue_sends(cx, &[send], self.inline);
+            }
+            _ => self.queue_sends(cx, &[send], self.inline),
+        }
+        self.reqs[r].life.response_posted();
+    }
+
+    /// Queues work requests; they are posted together at the end of the loop
+    /// pass ([`Queue::flush_sends`]). `inline`: the data is copied at post time.
+    fn queue_sends(&mut self, cx: &mut Cx<'_>, wrs: &[SendRequest<'_>], inline: bool) {
+        if self.batch.room() < wrs.len() {
+            self.flush_sends(cx);
+        }
+        for w in wrs {
+            if inline {
+                self.batch.push_inline(w);
+            } else {
+                self.batch.push(w);
+            }
+        }
+    }
+
+    /// Whether work requests wait to be posted.
+    pub fn has_sends(&self) -> bool {
+        !self.batch.is_empty()
+    }
+
+    /// Posts the queued work requests with one doorbell.
+    pub fn flush_sends(&mut self, cx: &mut Cx<'_>) {
+        if self.batch.is_empty() {
+            return;
+        }
+        let Some(qp) = self.id.as_ref().and_then(|i| i.qp()) else {
+            return;
+        };
+        // SAFETY: every queued WR names a pool buffer, response slot or inline
+        // response of a request that holds it until its SEND (or READ)
+        // completes; the QP is live (owned by `id`).
+        if let Err(e) = unsafe { self.batch.post(&qp) } {
+            error!(qid = self.qid(), "ibv_post_send: {e}");
+            self.fail(cx);
+        }
+    }
+
+    // ---- completions ---------------------------------------------------
+
+    /// A work completion for request `id` (READ, WRITE or SEND).
+    pub fn on_wc(&mut self, cx: &mut Cx<'_>, id: &rdma::WrId, ok: bool) {
+        let r = id.slot as usize;
+        let Some(q) = self.reqs.get(r) else { return };
+        if !q.life.in_use() || q.life.generation() != id.slot_gen {
+            return;
+        }
+        let step = match id.kind {
+            wr::READ => self.reqs[r].life.fetched(ok),
+            wr::SEND => self.reqs[r].life.response_done(ok),
+            _ => Step::Wait,
+        };
+        self.step(cx, r, step)
+    }
+
+    /// A work completion failed (`flush`: because the queue pair went to the
+    /// error state, which happens on every disconnect).
+    pub fn on_wc_error(&mut self, cx: &mut Cx<'_>, flush: bool, what: &str) {
+        if !flush {
+            error!(qid = self.qid(), "{what}");
+            self.log_device_events();
+            self.fail(cx);
+        } else if self.live() {
+            self.log_device_events();
+            self.disconnect(cx, "queue pair flushed", "error");
+        }
+    }
+
+    fn release(&mut self, cx: &mut Cx<'_>, r: usize) {
+        let Some(held) = self.reqs[r].life.release() else {
+            return;
+        };
+        let q = &mut self.reqs[r];
+        if held.buffer {
+            if let Some(b) = q.buf.take() {
+                metrics()
+                    .engine
+                    .pool_in_use
+                    .with_label_values(&[b.class.label()])
+                    .dec();
+                if let Some(g) = cx.dev.pool.give(b, |_| true) {
+                    cx.grants.push(g);
+                }
+            }
+        }
+        let recv = q.recv.take();
+        if std::mem::take(&mut q.counted.0) {
+            if let Some(ns) = q.ns.first() {
+                ns.metrics.in_flight.dec();
+            }
+        }
+        q.ns.clear();
+        if std::mem::take(&mut q.counted.1) {
+            cx.target.io_in_flight.fetch_sub(1, Ordering::SeqCst);
+        }
+        self.free.push(r as u16);
+        if let Some(slot) = recv.filter(|_| held.recv) {
+            self.repost(cx, slot);
+        }
+    }
+
+    // ---- connection events --------------------------------------------
+
+    /// An RDMA-CM event for this queue.
+    pub fn on_cm_event(&mut self, cx: &mut Cx<'_>, kind: CmEventKind) {
+        match kind {
+            CmEventKind::Established => debug!(qid = self.qid(), "established"),
+            CmEventKind::Disconnected | CmEventKind::TimewaitExit | CmEventKind::DeviceRemoval => {
+                self.cm_gone = true;
+                self.disconnect(cx, "host disconnected", "host");
+            }
+            CmEventKind::ConnectError | CmEventKind::Unreachable | CmEventKind::Rejected => {
+                warn!(qid = self.qid(), ?kind, "connection failed");
+                self.cm_gone = true;
+                self.disconnect(cx, "connection failed", "error");
+            }
+            k => debug!(qid = self.qid(), kind = ?k, "cm event"),
+        }
+    }
+
+    /// Timers and requests from other threads (every few hundred ms).
+    pub fn periodic(&mut self, cx: &mut Cx<'_>, now: Instant) {
+        if !self.live() {
+            return;
+        }
+        if self.link.killed() {
+            if cx.target.stopping.load(Ordering::Acquire) {
+                return self.disconnect(cx, "target shutting down", "shutdown");
+            }
+            return self.disconnect(cx, "asked to disconnect", "controller");
+        }
+        let Some(c) = self.ctrl.clone() else {
+            if now.duration_since(self.accepted) > CONNECT_TIMEOUT {
+                let peer = self.id.as_ref().and_then(|i| i.peer_addr());
+                warn!(qid = self.qid(), ?peer, "no Fabrics Connect within {CONNECT_TIMEOUT:?}; disconnecting");
+                crate::metrics::reject("connect_timeout");
+                self.disconnect(cx, "no connect", "connect_timeout");
+            }
+            return;
+        };
+        if self.qid() == 0 {
+            let expired = {
+                let mut st = c.state();
+                let e = !st.failed && st.keep_alive_expired(now);
+                if e {
+                    st.failed = true;
+                }
+                e
+            };
+            if expired {
+                warn!(cntlid = c.cntlid, host = %c.hostnqn, subsys = %c.subsys.nqn,
+                      "keep-alive timeout expired; tearing the controller down");
+                metrics()
+                    .keep_alive_expirations
+                    .with_label_values(&[&c.subsys.nqn])
+                    .inc();
+                c.kill_all();
+                return self.disconnect(cx, "keep-alive timeout", "keep_alive");
+            }
+            self.complete_aers(cx, &c);
+        }
+    }
+
+    /// Starts disconnecting; `label` is the reason as counted in metrics.
+    pub fn disconnect(&mut self, cx: &mut Cx<'_>, why: &str, label: &'static str) {
+        if !self.live() {
+            return;
+        }
+        debug!(qid = self.qid(), why, "disconnecting queue");
+        self.state = State::Disconnecting {
+            since: Instant::now(),
+        };
+        self.reason = label;
+        if let Some(id) = &self.id {
+            if let Err(e) = id.disconnect() {
+                debug!(qid = self.qid(), "rdma_disconnect: {e}");
+            }
+        }
+        if self.qid() == 0 {
+            if let Some(c) = &self.ctrl {
+                c.kill_all();
+            }
+        }
+        for r in 0..self.reqs.len() {
+            let s = self.reqs[r].life.disconnect();
+            self.step(cx, r, s);
+        }
+    }
+
+    fn log_device_events(&self) {
+        let Some(ctx) = self.id.as_ref().and_then(|i| i.context()) else {
+            return;
+        };
+        match ctx.take_async_events() {
+            Ok(evs) => {
+                for e in evs {
+                    warn!(qid = self.qid(), event = %e, "RDMA device event");
+                }
+            }
+            Err(e) => debug!(qid = self.qid(), "device events: {e}"),
+        }
+    }
+
+    /// A fatal transport error: the controller fails with it.
+    fn fail(&mut self, cx: &mut Cx<'_>) {
+        if let Some(c) = &self.ctrl {
+            c.state().failed = true;
+            c.kill_all();
+        }
+        self.disconnect(cx, "transport error", "error");
+    }
+
+    /// Whether the queue is gone and may be dropped. Past the grace time the
+    /// queue pair is destroyed, so work requests that never flushed no longer
+    /// hold their requests; backend operations must still complete.
+    pub fn finished(&mut self, cx: &mut Cx<'_>, now: Instant) -> bool {
+        let State::Disconnecting { since } = self.state else {
+            return false;
+        };
+        let busy = self.reqs.iter().any(|q| q.life.in_use());
+        if !busy && (self.cm_gone || now.duration_since(since) > DISCONNECT_GRACE) {
+            return true;
+        }
+        if busy && self.id.is_some() && now.duration_since(since) > DISCONNECT_GRACE {
+            debug!(qid = self.qid(), "destroying the queue pair of a queue that did not drain");
+            self.id = None;
+            for r in 0..self.reqs.len() {
+                let s = self.reqs[r].life.qp_destroyed();
+                self.step(cx, r, s);
+            }
+        }
+        false
+    }
+
+    /// Detaches from the controller and updates the gauges (the queue is
+    /// about to be dropped).
+    pub fn teardown(&mut self, target: &Target) {
+        if let Some(c) = self.ctrl.take() {
+            c.detach(&self.link);
+            let m = metrics();
+            m.queues
+                .with_label_values(&[&c.subsys.nqn, queue_type(self.qid())])
+                .dec();
+            if self.qid() == 0 {
+                m.controllers.with_label_values(&[&c.subsys.nqn]).dec();
+                let reason = match self.reason {
+                    "" => "host",
+                    r => r,
+                };
+                m.disconnects.with_label_values(&[reason]).inc();
+                c.kill_all();
+                c.subsys.remove_controller(c.cntlid);
+                info!(cntlid = c.cntlid, host = %c.hostnqn, subsys = %c.subsys.nqn, "controller disconnected");
+                info!("{}", target.stats.line());
+            }
+        }
+    }
+}

@@ -1,0 +1,581 @@
+//! A worker (poll group): one thread serving many queue pairs. Per RDMA
+//! device it has one completion queue, one shared receive queue and one data
+//! pool ([`WorkerDevice`]); it has one io_uring for every backend operation of
+//! its queues, and one RDMA-CM event channel for their connection events.
+//!
+//! The loop busy-polls while there is work and for `poll_spin_us` after the
+//! last of it, then arms completion notification and sleeps in one
+//! `io_uring_enter` that wakes on a completion of any device, a CM event, a
+//! backend completion, or the worker's eventfd (new connection, a queue to
+//! stop, an offload result). It goes round at least every
+//! [`TICK`], so its heartbeat tells a sleeping worker from a stuck one.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use nvme::cm::RejectStatus;
+use rdma::{EventChannel, WorkCompletion, WrId};
+use tracing::{debug, error, warn};
+
+use super::device::WorkerDevice;
+use super::queue::{Cx, NewConn, Queue};
+use super::wr::{self, QueueKey};
+use super::EngineShared;
+use crate::backend::offload::{Mailbox, Offload};
+use crate::backend::uring::Ring;
+use crate::controller::{QueueLink, Waker};
+use crate::core::pool::Buf;
+use crate::metrics::metrics;
+use crate::stats::Stats;
+
+/// The longest a worker sleeps, and how often it runs its timers.
+pub const TICK: Duration = Duration::from_millis(100);
+/// io_uring entries per worker.
+const RING_ENTRIES: u32 = 4096;
+
+/// What other threads share with a worker.
+pub struct WorkerShared {
+    /// Its index.
+    pub index: usize,
+    /// Wakes it; its heartbeat.
+    pub waker: Arc<Waker>,
+    /// Completions from outside its ring (the offload thread).
+    pub mailbox: Arc<Mailbox>,
+    inbox: Mutex<Vec<NewConn>>,
+    /// Asks it to disconnect everything and stop.
+    pub stop: AtomicBool,
+}
+
+impl WorkerShared {
+    /// A worker's shared half.
+    pub fn new(index: usize) -> std::io::Result<Arc<WorkerShared>> {
+        let waker = Waker::new()?;
+        Ok(Arc::new(WorkerShared {
+            index,
+            mailbox: Mailbox::new(waker.clone()),
+            waker,
+            inbox: Mutex::new(Vec::new()),
+            stop: AtomicBool::new(false),
+        }))
+    }
+
+    /// Hands a connection request to the worker.
+    pub fn give(&self, c: NewConn) {
+        self.inbox
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(c);
+        self.waker.wake();
+    }
+}
+
+struct Slot {
+    gen: u8,
+    queue: Option<Queue>,
+}
+
+/// The worker thread's state. Field order is drop order: the ring (with its
+/// fixed-buffer registrations) goes before the queues, the queues before the
+/// devices whose memory and completion queues they use.
+pub struct Worker {
+    ring: Ring,
+    slots: Vec<Slot>,
+    free_slots: Vec<u16>,
+    devices: Vec<WorkerDevice>,
+    cm: Arc<EventChannel>,
+    by_qpn: HashMap<u32, u16>,
+    by_cm: HashMap<usize, u16>,
+    grants: Vec<(WrId, Buf)>,
+    shared: Arc<WorkerShared>,
+    engine: Arc<EngineShared>,
+    offload: Arc<Offload>,
+    armed: Armed,
+    label: String,
+}
+
+#[derive(Default)]
+struct Armed {
+    cm: bool,
+    wake: bool,
+}
+
+impl Worker {
+    /// A worker, ready to run.
+    pub fn new(
+        shared: Arc<WorkerShared>,
+        engine: Arc<EngineShared>,
+        offload: Arc<Offload>,
+    ) -> Result<Worker, String> {
+        let ring = Ring::new(RING_ENTRIES).map_err(|e| format!("io_uring setup: {e}"))?;
+        let cm = EventChannel::new()
+            .and_then(|c| c.set_nonblocking().map(|_| c))
+            .map_err(|e| format!("RDMA-CM event channel: {e}"))?;
+        Ok(Worker {
+            ring,
+            slots: Vec::new(),
+            free_slots: Vec::new(),
+            devices: Vec::new(),
+            cm,
+            by_qpn: HashMap::new(),
+            by_cm: HashMap::new(),
+            grants: Vec::new(),
+            label: shared.index.to_string(),
+            shared,
+            engine,
+            offload,
+            armed: Armed::default(),
+        })
+    }
+
+    fn queue_count(&self) -> usize {
+        self.by_cm.len()
+    }
+
+    /// Runs `f` on the queue in `slot` (if its generation is `gen`), with the
+    /// worker resources it may use; then hands out buffers it gave back.
+    fn with_queue(&mut self, key: QueueKey, f: impl FnOnce(&mut Queue, &mut Cx<'_>)) {
+        let Some(s) = self.slots.get_mut(key.slot as usize) else {
+            return;
+        };
+        if s.gen != key.gen {
+            return;
+        }
+        let Some(q) = s.queue.as_mut() else { return };
+        let dev = q.dev;
+        let mut cx = Cx {
+            target: &self.engine.target,
+            dev: &mut self.devices[dev],
+            ring: &mut self.ring,
+            offload: &self.offload,
+            mailbox: &self.shared.mailbox,
+            grants: &mut self.grants,
+        };
+        f(q, &mut cx);
+        self.hand_out(dev);
+    }
+
+    /// Gives buffers that came back to the requests waiting for them.
+    fn hand_out(&mut self, dev: usize) {
+        while let Some((who, buf)) = self.grants.pop() {
+            let key = wr::queue_of(&who);
+            let q = self
+                .slots
+                .get_mut(key.slot as usize)
+                .filter(|s| s.gen == key.gen)
+                .and_then(|s| s.queue.as_mut());
+            let mut cx = Cx {
+                target: &self.engine.target,
+                dev: &mut self.devices[dev],
+                ring: &mut self.ring,
+                offload: &self.offload,
+                mailbox: &self.shared.mailbox,
+                grants: &mut self.grants,
+            };
+            let back = match q {
+                Some(q) => q.grant(&mut cx, &who, buf),
+                None => Some(buf),
+            };
+            if let Some(b) = back {
+                if let Some(g) = cx.dev.pool.give(b, |_| true) {
+                    cx.grants.push(g);
+                }
+            }
+        }
+    }
+
+    fn queue_keys(&self) -> Vec<QueueKey> {
+        self.slots
+            .iter()
+            .enumerate()
+            .filter(|(_, s)| s.queue.is_some())
+            .map(|(i, s)| QueueKey {
+                slot: i as u16,
+                gen: s.gen,
+            })
+            .collect()
+    }
+
+    fn key_of(&self, slot: u16) -> QueueKey {
+        QueueKey {
+            slot,
+            gen: self.slots[slot as usize].gen,
+        }
+    }
+
+    /// The loop. Returns when asked to stop and every queue is gone.
+    pub fn run(mut self) {
+        let m = metrics();
+        let busy = m.engine.worker_busy.with_label_values(&[&self.label]);
+        let wakeups = m.engine.worker_wakeups.with_label_values(&[&self.label]);
+        let mut wcs: [WorkCompletion; 32] = std::array::from_fn(|_| WorkCompletion::default());
+        let mut cqes = [(0u64, 0i32); 64];
+        let mut mail = Vec::new();
+        let mut last_work = Instant::now();
+        let mut last_tick = Instant::now();
+        loop {
+            let t0 = Instant::now();
+            let mut work = 0;
+            for d in 0..self.devices.len() {
+                match self.devices[d].cq.poll(&mut wcs) {
+                    Ok(n) => {
+                        for wc in &wcs[..n] {
+                            self.on_wc(d, wc);
+                        }
+                        work += n;
+                    }
+                    Err(e) => error!(worker = self.shared.index, "ibv_poll_cq: {e}"),
+                }
+            }
+            let n = self.ring.reap(&mut cqes);
+            for &(ud, res) in &cqes[..n] {
+                self.on_ring(ud, res);
+            }
+            work += n;
+            self.shared.mailbox.take(&mut mail);
+            work += mail.len();
+            for (ud, res) in mail.drain(..) {
+                self.on_backend(ud, res);
+            }
+            work += self.accept_new();
+            work += self.cm_events();
+            self.flush_sends();
+            if let Err(e) = self.ring.submit() {
+                error!(worker = self.shared.index, "io_uring submit: {e}");
+            }
+            let now = Instant::now();
+            if now.duration_since(last_tick) >= TICK {
+                last_tick = now;
+                self.tick(now);
+                if self.shared.stop.load(Ordering::Acquire) && self.queue_count() == 0 {
+                    return;
+                }
+            }
+            if work > 0 {
+                busy.inc_by(t0.elapsed().as_secs_f64());
+                last_work = now;
+                continue;
+            }
+            let spin = Duration::from_micros(self.engine.target.poll_spin_us.load(Ordering::Relaxed));
+            if now.duration_since(last_work) < spin {
+                std::hint::spin_loop();
+                continue;
+            }
+            // Sleep: arm every CQ, look once more, then wait on the ring.
+            let mut late = 0;
+            for d in 0..self.devices.len() {
+                if let Err(e) = self.devices[d].cq.req_notify() {
+                    error!(worker = self.shared.index, "ibv_req_notify_cq: {e}");
+                }
+                if let Ok(n) = self.devices[d].cq.poll(&mut wcs) {
+                    for wc in &wcs[..n] {
+                        self.on_wc(d, wc);
+                    }
+                    late += n;
+                }
+            }
+            if late > 0 {
+                self.flush_sends();
+                last_work = Instant::now();
+                continue;
+            }
+            self.arm_polls();
+            if let Err(e) = self.ring.wait(TICK) {
+                error!(worker = self.shared.index, "io_uring wait: {e}");
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            wakeups.inc();
+            last_work = Instant::now();
+        }
+    }
+
+    fn arm_polls(&mut self) {
+        for (i, d) in self.devices.iter_mut().enumerate() {
+            if !d.cq_poll_armed
+                && self
+                    .ring
+                    .poll_in(d.cq.channel().fd(), wr::worker(wr::POLL_CQ, i as u16))
+                    .is_ok()
+            {
+                d.cq_poll_armed = true;
+            }
+        }
+        if !self.armed.cm && self.ring.poll_in(self.cm.fd(), wr::worker(wr::POLL_CM, 0)).is_ok() {
+            self.armed.cm = true;
+        }
+        if !self.armed.wake
+            && self
+                .ring
+                .poll_in(self.shared.waker.fd(), wr::worker(wr::POLL_WAKE, 0))
+                .is_ok()
+        {
+            self.armed.wake = true;
+        }
+    }
+
+    fn flush_sends(&mut self) {
+        for key in self.queue_keys() {
+            let pending = self.slots[key.slot as usize]
+                .queue
+                .as_ref()
+                .is_some_and(|q| q.has_sends());
+            if pending {
+                self.with_queue(key, |q, cx| q.flush_sends(cx));
+            }
+        }
+    }
+
+    fn on_wc(&mut self, d: usize, wc: &WorkCompletion) {
+        let id = WrId::unpack(wc.wr_id());
+        if !wc.is_ok() && !wc.is_flush() {
+            Stats::inc(&self.engine.target.stats.wc_errors);
+            metrics()
+                .wc_errors
+                .with_label_values(&[wc.status_name()])
+                .inc();
+        }
+        match id.kind {
+            wr::RECV_SRQ => {
+                let slot = id.slot as u32;
+                let q = self.by_qpn.get(&wc.qp_num()).copied();
+                match (wc.is_ok(), q) {
+                    (true, Some(s)) => {
+                        let key = self.key_of(s);
+                        let len = wc.byte_len();
+                        self.with_queue(key, |q, cx| q.on_recv(cx, slot, len));
+                    }
+                    (ok, _) => {
+                        // A receive for a queue pair that is gone, or an
+                        // SRQ error: the buffer goes back to the SRQ.
+                        if !ok && !wc.is_flush() {
+                            warn!(worker = self.shared.index, status = %wc.status_str(), "shared receive failed");
+                        }
+                        if let Some(area) = self.devices.get(d).and_then(|d| d.srq.as_ref()) {
+                            if ok {
+                                // SAFETY: nobody uses the slot: its capsule is dropped.
+                                let _ = unsafe { area.post(slot, wr::recv_srq(slot), None) };
+                            }
+                        }
+                    }
+                }
+            }
+            wr::RECV_QP => {
+                let key = wr::queue_of(&id);
+                let (ok, flush, len) = (wc.is_ok(), wc.is_flush(), wc.byte_len());
+                let what = format!("receive failed: {}", wc.status_str());
+                self.with_queue(key, |q, cx| {
+                    if ok {
+                        q.on_recv(cx, id.slot as u32, len)
+                    } else {
+                        q.on_wc_error(cx, flush, &what)
+                    }
+                });
+            }
+            wr::READ | wr::WRITE | wr::SEND => {
+                let key = wr::queue_of(&id);
+                let (ok, flush) = (wc.is_ok(), wc.is_flush());
+                let what = if ok {
+                    String::new()
+                } else {
+                    format!(
+                        "work completion error: {} (vendor error {:#x}, op {})",
+                        wc.status_str(),
+                        wc.vendor_err(),
+                        id.kind
+                    )
+                };
+                self.with_queue(key, |q, cx| {
+                    if !ok {
+                        q.on_wc_error(cx, flush, &what);
+                    }
+                    q.on_wc(cx, &id, ok);
+                });
+            }
+            k => debug!(worker = self.shared.index, kind = k, "unexpected completion"),
+        }
+    }
+
+    fn on_ring(&mut self, ud: u64, res: i32) {
+        let id = WrId::unpack(ud);
+        match id.kind {
+            wr::POLL_CQ => {
+                if let Some(d) = self.devices.get_mut(id.slot as usize) {
+                    d.cq_poll_armed = false;
+                    d.cq.drain_events();
+                }
+            }
+            wr::POLL_CM => self.armed.cm = false,
+            wr::POLL_WAKE => {
+                self.armed.wake = false;
+                self.shared.waker.clear();
+            }
+            wr::IO => self.on_backend(ud, res),
+            _ => {}
+        }
+    }
+
+    fn on_backend(&mut self, ud: u64, res: i32) {
+        let id = WrId::unpack(ud);
+        self.with_queue(wr::queue_of(&id), |q, cx| q.on_backend(cx, &id, res));
+    }
+
+    /// Takes new connections from the listener: sets up the device (first
+    /// time), the queue pair, and accepts. Returns how many were handled.
+    fn accept_new(&mut self) -> usize {
+        let new: Vec<NewConn> = std::mem::take(
+            &mut *self
+                .shared
+                .inbox
+                .lock()
+                .unwrap_or_else(|p| p.into_inner()),
+        );
+        let n = new.len();
+        for mut c in new {
+            let target = &self.engine.target;
+            if self.shared.stop.load(Ordering::Acquire) || target.stopping.load(Ordering::Acquire)
+            {
+                super::reject(target, &c.id, RejectStatus::NoResources);
+                continue;
+            }
+            if let Err(e) = c.id.migrate(&self.cm) {
+                error!("rdma_migrate_id: {e}");
+                super::reject(target, &c.id, RejectStatus::NoResources);
+                continue;
+            }
+            let Some(ctx) = c.id.context() else {
+                super::reject(target, &c.id, RejectStatus::NoResources);
+                continue;
+            };
+            let key = ctx.as_ptr() as usize;
+            let dev = match self.devices.iter().position(|d| d.key == key) {
+                Some(d) => d,
+                None => {
+                    let made = self.engine.pd_for(ctx).map_err(|e| e.to_string()).and_then(|pd| {
+                        WorkerDevice::new(
+                            ctx,
+                            pd,
+                            &self.engine.cfg,
+                            &self.engine.budget,
+                            &mut self.ring,
+                            self.devices.len(),
+                        )
+                        .map_err(|e| e.to_string())
+                    });
+                    match made {
+                        Ok(d) => {
+                            self.devices.push(d);
+                            self.devices.len() - 1
+                        }
+                        Err(e) => {
+                            error!(worker = self.shared.index, "cannot serve the RDMA device: {e}");
+                            super::reject(target, &c.id, RejectStatus::NoResources);
+                            continue;
+                        }
+                    }
+                }
+            };
+            let slot = match self.free_slots.pop() {
+                Some(s) => s,
+                None if self.slots.len() < u16::MAX as usize => {
+                    self.slots.push(Slot {
+                        gen: 0,
+                        queue: None,
+                    });
+                    (self.slots.len() - 1) as u16
+                }
+                None => {
+                    super::reject(target, &c.id, RejectStatus::NoResources);
+                    continue;
+                }
+            };
+            let s = &mut self.slots[slot as usize];
+            s.gen = s.gen.wrapping_add(1);
+            let qkey = QueueKey { slot, gen: s.gen };
+            let qid = c.params.qid;
+            let link = QueueLink::new(qid, self.shared.waker.clone());
+            match Queue::accept(c, qkey, dev, &mut self.devices[dev], &self.engine.budget, link) {
+                Ok(q) => {
+                    Stats::inc(&target.stats.queues_accepted);
+                    target.live_queues.fetch_add(1, Ordering::AcqRel);
+                    metrics()
+                        .engine
+                        .worker_queues
+                        .with_label_values(&[&self.label])
+                        .inc();
+                    self.by_qpn.insert(q.qp_num, slot);
+                    self.by_cm.insert(q.cm_key, slot);
+                    self.slots[slot as usize].queue = Some(q);
+                }
+                Err((id, why)) => {
+                    warn!(worker = self.shared.index, qid, peer = ?id.peer_addr(), "queue refused: {why}");
+                    super::reject(target, &id, RejectStatus::NoResources);
+                    self.free_slots.push(slot);
+                }
+            }
+        }
+        n
+    }
+
+    /// Handles the CM events of this worker's queues. Returns how many.
+    fn cm_events(&mut self) -> usize {
+        let mut n = 0;
+        loop {
+            match self.cm.get_event() {
+                Ok(Some(ev)) => {
+                    n += 1;
+                    if let Some(&slot) = self.by_cm.get(&ev.id_key) {
+                        let key = self.key_of(slot);
+                        self.with_queue(key, |q, cx| q.on_cm_event(cx, ev.kind));
+                    }
+                }
+                Ok(None) => return n,
+                Err(e) => {
+                    error!(worker = self.shared.index, "rdma_get_cm_event: {e}");
+                    return n;
+                }
+            }
+        }
+    }
+
+    /// Timers: heartbeat, queue timers, stop requests, and removal of queues
+    /// that are gone.
+    fn tick(&mut self, now: Instant) {
+        self.shared.waker.beat();
+        let stop = self.shared.stop.load(Ordering::Acquire);
+        for key in self.queue_keys() {
+            let mut gone = false;
+            self.with_queue(key, |q, cx| {
+                if stop {
+                    q.disconnect(cx, "target stopping", "shutdown");
+                }
+                q.periodic(cx, now);
+                gone = q.finished(cx, now);
+            });
+            if gone {
+                self.remove(key.slot);
+            }
+        }
+    }
+
+    fn remove(&mut self, slot: u16) {
+        let Some(mut q) = self.slots[slot as usize].queue.take() else {
+            return;
+        };
+        let target = self.engine.target.clone();
+        q.teardown(&target);
+        self.by_qpn.remove(&q.qp_num);
+        self.by_cm.remove(&q.cm_key);
+        if let Some(d) = self.devices.get_mut(q.dev) {
+            d.cq_room += q.cq_share;
+        }
+        drop(q);
+        self.free_slots.push(slot);
+        target.live_queues.fetch_sub(1, Ordering::AcqRel);
+        metrics()
+            .engine
+            .worker_queues
+            .with_label_values(&[&self.label])
+            .dec();
+    }
+}

@@ -1,0 +1,79 @@
+//! The ids of this engine's work requests and io_uring operations, packed as
+//! [`rdma::WrId`]: kind, queue (slot and generation in the worker's table),
+//! request (index and generation). A completion is matched to exactly the
+//! request use it was issued for.
+
+use rdma::WrId;
+
+/// A receive from a worker's shared receive queue (slot = receive buffer).
+pub const RECV_SRQ: u8 = 1;
+/// A receive posted to one queue pair (conn = queue, slot = receive buffer).
+pub const RECV_QP: u8 = 2;
+/// RDMA READ of host data.
+pub const READ: u8 = 3;
+/// RDMA WRITE of read data (unsignaled; seen only when it fails).
+pub const WRITE: u8 = 4;
+/// The response SEND.
+pub const SEND: u8 = 5;
+/// A backend operation (io_uring or offload).
+pub const IO: u8 = 8;
+/// io_uring poll of a device's completion channel (slot = device index).
+pub const POLL_CQ: u8 = 9;
+/// io_uring poll of the worker's RDMA-CM channel.
+pub const POLL_CM: u8 = 10;
+/// io_uring poll of the worker's eventfd.
+pub const POLL_WAKE: u8 = 11;
+
+/// A queue's place in its worker's table.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct QueueKey {
+    /// Slot in the table.
+    pub slot: u16,
+    /// Generation of the slot.
+    pub gen: u8,
+}
+
+/// The id of an operation of request `req` (generation `gen`) of queue `q`.
+pub fn req(kind: u8, q: QueueKey, req: u16, gen: u16) -> u64 {
+    WrId {
+        kind,
+        conn: q.slot,
+        conn_gen: q.gen,
+        slot: req,
+        slot_gen: gen,
+    }
+    .pack()
+}
+
+/// The id of a shared receive queue's receive.
+pub fn recv_srq(slot: u32) -> u64 {
+    WrId {
+        kind: RECV_SRQ,
+        slot: slot as u16,
+        ..Default::default()
+    }
+    .pack()
+}
+
+/// The id of a queue pair's own receive.
+pub fn recv_qp(q: QueueKey, slot: u32) -> u64 {
+    req(RECV_QP, q, slot as u16, 0)
+}
+
+/// The id of a poll (or other worker-level operation).
+pub fn worker(kind: u8, slot: u16) -> u64 {
+    WrId {
+        kind,
+        slot,
+        ..Default::default()
+    }
+    .pack()
+}
+
+/// The queue an id names.
+pub fn queue_of(id: &WrId) -> QueueKey {
+    QueueKey {
+        slot: id.conn,
+        gen: id.conn_gen,
+    }
+}
