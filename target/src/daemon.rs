@@ -75,6 +75,10 @@ pub struct Daemon {
     pub config: TargetConfig,
     listeners: Vec<Listener>,
     engine: Option<Engine>,
+    /// Namespaces a reload removed, kept until no request holds them: the
+    /// last reference (whose drop flushes the backend) is dropped here, on the
+    /// daemon thread, never on a worker.
+    retired: Vec<Arc<Namespace>>,
     metrics_server: Option<MetricsServer>,
     log_reload: Option<LogReload>,
 }
@@ -106,9 +110,15 @@ impl Daemon {
             config,
             listeners,
             engine: Some(engine),
+            retired: Vec::new(),
             metrics_server,
             log_reload,
         })
+    }
+
+    /// Drops (and so flushes) removed namespaces that no request holds any more.
+    pub fn reap_retired(&mut self) {
+        self.retired.retain(|ns| Arc::strong_count(ns) > 1);
     }
 
     /// A status line: what is served to whom.
@@ -219,6 +229,7 @@ impl Daemon {
                 for id in c.dropped_nsids() {
                     if let Some(ns) = old.iter().find(|n| n.nsid == id) {
                         ns.metrics.unregister();
+                        self.retired.push(ns.clone());
                         info!(subsys = %c.nqn, nsid = id, "namespace removed (in-flight commands complete first)");
                     }
                 }
@@ -252,6 +263,7 @@ impl Daemon {
             if let Some(s) = current.iter().find(|s| &s.nqn == nqn) {
                 for ns in s.namespaces().iter() {
                     ns.metrics.unregister();
+                    self.retired.push(ns.clone());
                 }
                 info!(subsys = %nqn, connected = s.controllers().len(),
                       "subsystem removed (connected controllers stay until they disconnect)");

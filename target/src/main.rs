@@ -331,6 +331,7 @@ fn main() -> ExitCode {
             }
             None => {}
         }
+        daemon.reap_retired();
         match daemon.check_alive() {
             Ok(()) => {
                 if watchdog {
