@@ -110,6 +110,10 @@ head_dev() {
     done
 }
 
+# Threads of the process, without the kernel's io_uring workers (iou-wrk-*, which the
+# kernel starts for operations that would block, and ends when idle).
+user_threads() { grep -L '^iou-' /proc/"$1"/task/*/comm 2>/dev/null | wc -l; }
+iowq_threads() { grep -l '^iou-' /proc/"$1"/task/*/comm 2>/dev/null | wc -l; }
 proc_val() { awk -v k="$2:" '$1 == k {print $2}' "/proc/$1/status" 2>/dev/null; }
 cpu_ticks() { # all CPUs' busy ticks
     awk '/^cpu / {print $2 + $3 + $4 + $7 + $8}' /proc/stat
@@ -127,12 +131,12 @@ run_target() { # own | kernel
     read -r n q < <(ctrls)
     say "connect accepted for $ok of $HOSTS hosts; live controllers $n, I/O queues $q"
     dev=$(head_dev)
-    say "multipath device: ${dev:-none} (paths: $(ls -d /sys/class/nvme-subsystem/nvme-subsys*/nvme*c*n* 2>/dev/null | wc -l))"
+    say "multipath device: ${dev:-none}, iopolicy $(cat /sys/class/nvme-subsystem/nvme-subsys*/iopolicy 2>/dev/null | head -1)"
     pin=-; threads=-
     if [ "$t" = own ]; then
         pin=$(( $(proc_val "$TPID" VmPin) / 1024 ))
-        threads=$(ls "/proc/$TPID/task" | wc -l)
-        say "target: VmPin ${pin} MiB, threads $threads, RSS $(( $(proc_val "$TPID" VmRSS) / 1024 )) MiB"
+        threads=$(user_threads "$TPID")
+        say "target: VmPin ${pin} MiB, threads $threads (+ $(iowq_threads "$TPID") io_uring io-wq), RSS $(( $(proc_val "$TPID" VmRSS) / 1024 )) MiB"
     fi
     step "[$t] idle for ${IDLE_S}s with every host connected"
     hz=$(getconf CLK_TCK)
@@ -159,7 +163,7 @@ run_target() { # own | kernel
     sleep 1
     step "[$t] $CYCLES connect/disconnect cycles of all hosts"
     if [ -n "$TPID" ]; then
-        rss0=$(proc_val "$TPID" VmRSS); fd0=$(ls "/proc/$TPID/fd" | wc -l); th0=$(ls "/proc/$TPID/task" | wc -l)
+        rss0=$(proc_val "$TPID" VmRSS); fd0=$(ls "/proc/$TPID/fd" | wc -l); th0=$(user_threads "$TPID")
     fi
     local c okc=0
     for c in $(seq "$CYCLES"); do
@@ -169,7 +173,7 @@ run_target() { # own | kernel
     sleep 4
     local growth=-
     if [ -n "$TPID" ]; then
-        rss1=$(proc_val "$TPID" VmRSS); fd1=$(ls "/proc/$TPID/fd" | wc -l); th1=$(ls "/proc/$TPID/task" | wc -l)
+        rss1=$(proc_val "$TPID" VmRSS); fd1=$(ls "/proc/$TPID/fd" | wc -l); th1=$(user_threads "$TPID")
         growth="rss_kib=$((rss1 - rss0)),fds=$((fd1 - fd0)),threads=$((th1 - th0))"
         say "after $CYCLES cycles: RSS ${rss0} -> ${rss1} KiB, fds $fd0 -> $fd1, threads $th0 -> $th1"
     fi
@@ -179,7 +183,8 @@ run_target() { # own | kernel
         [ "$q" -ge $((HOSTS * $(nproc))) ] || bad "own: only $q I/O queues"
         [ "$verify" = ok ] || bad "own: fio verify failed"
         [ "$pin" -le "$BUDGET_MIB" ] || bad "own: VmPin $pin MiB over the budget $BUDGET_MIB MiB"
-        [ "$threads" -le $(( $(nproc) + 8 )) ] || bad "own: $threads threads"
+        [ "$threads" -le $(( $(nproc) + 4 )) ] || bad "own: $threads threads (workers: $(nproc))"
+        awk -v c="$idle_proc" 'BEGIN {exit !(c < 2.0)}' || bad "own: idle CPU ${idle_proc}% of a core (goal < 2%)"
         [ "$errs" = 0 ] || bad "own: $errs error lines in the host's kernel log"
         [ "$okc" = "$CYCLES" ] || bad "own: $okc of $CYCLES cycles connected every host"
         [ $((fd1 - fd0)) -le 2 ] || bad "own: fds grew by $((fd1 - fd0)) over the cycles"

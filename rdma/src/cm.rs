@@ -445,9 +445,17 @@ impl CmId {
             attr.recv_cq = cq.as_ptr();
             attr.qp_type = ibv_qp_type::IBV_QPT_RC;
             attr.cap.max_send_wr = caps.max_send_wr;
-            attr.cap.max_recv_wr = if opts.srq.is_some() { 0 } else { caps.max_recv_wr };
+            attr.cap.max_recv_wr = if opts.srq.is_some() {
+                0
+            } else {
+                caps.max_recv_wr
+            };
             attr.cap.max_send_sge = caps.max_send_sge;
-            attr.cap.max_recv_sge = if opts.srq.is_some() { 0 } else { caps.max_recv_sge };
+            attr.cap.max_recv_sge = if opts.srq.is_some() {
+                0
+            } else {
+                caps.max_recv_sge
+            };
             attr.cap.max_inline_data = inline;
             if let Some(srq) = &opts.srq {
                 attr.srq = srq.as_ptr();

@@ -20,11 +20,11 @@ mod wrid;
 pub use buffer::Buffer;
 pub use cm::{CmEvent, CmEventKind, CmId, ConnParams, EventChannel, QpOptions};
 pub use error::{Error, Result};
-pub use wrid::WrId;
 pub use verbs::{
     Access, CompletionChannel, CompletionQueue, Context, DeviceAttr, MemoryRegion, MemoryWindow,
     MrHandle, MwHandle, ProtectionDomain, QpCaps, QueuePair, SendBatch, SendOp, SendRequest, Sge,
     SharedReceiveQueue, WcOpcode, WorkCompletion,
 };
+pub use wrid::WrId;
 
 pub use rdma_sys as sys;

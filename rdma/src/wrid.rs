@@ -68,11 +68,52 @@ mod tests {
         }
         // Each field lands in its own bits.
         let one = |id: WrId| id.pack().count_ones();
-        assert_eq!(one(WrId { kind: 1, ..Default::default() }), 1);
-        assert_eq!(WrId { kind: 1, ..Default::default() }.pack(), 1 << 56);
-        assert_eq!(WrId { conn: 1, ..Default::default() }.pack(), 1 << 40);
-        assert_eq!(WrId { conn_gen: 1, ..Default::default() }.pack(), 1 << 32);
-        assert_eq!(WrId { slot: 1, ..Default::default() }.pack(), 1 << 16);
-        assert_eq!(WrId { slot_gen: 1, ..Default::default() }.pack(), 1);
+        assert_eq!(
+            one(WrId {
+                kind: 1,
+                ..Default::default()
+            }),
+            1
+        );
+        assert_eq!(
+            WrId {
+                kind: 1,
+                ..Default::default()
+            }
+            .pack(),
+            1 << 56
+        );
+        assert_eq!(
+            WrId {
+                conn: 1,
+                ..Default::default()
+            }
+            .pack(),
+            1 << 40
+        );
+        assert_eq!(
+            WrId {
+                conn_gen: 1,
+                ..Default::default()
+            }
+            .pack(),
+            1 << 32
+        );
+        assert_eq!(
+            WrId {
+                slot: 1,
+                ..Default::default()
+            }
+            .pack(),
+            1 << 16
+        );
+        assert_eq!(
+            WrId {
+                slot_gen: 1,
+                ..Default::default()
+            }
+            .pack(),
+            1
+        );
     }
 }

@@ -12,9 +12,9 @@ use crate::backend::open_namespace;
 use crate::config::{NamespaceConfig, SubsystemConfig, TargetConfig};
 use crate::http::MetricsServer;
 use crate::namespace::Namespace;
-use crate::transport::rdma::{check_memlock, Engine, Listener};
 use crate::reload::{self, Plan};
 use crate::subsystem::{HostAccess, Subsystem, SubsystemKind, Target};
+use crate::transport::rdma::{check_memlock, Engine, Listener};
 
 /// Applies a new log filter (the daemon's `tracing` reload handle).
 pub type LogReload = Box<dyn Fn(&str) -> Result<(), String> + Send>;

@@ -245,7 +245,9 @@ pub unsafe fn submit(
             one(ring.write(fd, data.ptr, len, offset, data.fixed, fua, ud))
         }
         IoPlan::Flush => one(ring.fdatasync(fd, ud)),
-        IoPlan::WriteZeroes { offset, len } => one(ring.fallocate(fd, offset, len, FALLOC_ZERO, ud)),
+        IoPlan::WriteZeroes { offset, len } => {
+            one(ring.fallocate(fd, offset, len, FALLOC_ZERO, ud))
+        }
         IoPlan::Dsm { .. } if ranges.is_empty() => Submitted::default(),
         IoPlan::Dsm { .. } if *is_block => {
             // BLKDISCARD blocks: it runs on the offload thread.

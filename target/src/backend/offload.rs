@@ -39,7 +39,10 @@ impl Mailbox {
 
     /// Moves the delivered completions into `out` (cheap when there are none).
     pub fn take(&self, out: &mut Vec<(u64, i32)>) {
-        if !self.pending.swap(false, std::sync::atomic::Ordering::AcqRel) {
+        if !self
+            .pending
+            .swap(false, std::sync::atomic::Ordering::AcqRel)
+        {
             return;
         }
         out.append(&mut self.done.lock().unwrap_or_else(|p| p.into_inner()));

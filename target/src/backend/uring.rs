@@ -14,6 +14,9 @@ use io_uring::{opcode, squeue, types, IoUring};
 /// Fixed-buffer slots a ring reserves (one per RDMA device a worker serves).
 pub const FIXED_SLOTS: u32 = 8;
 
+/// io-wq workers per ring for file and block I/O.
+const IOWQ_BOUNDED: u32 = 4;
+
 /// A worker's ring.
 pub struct Ring {
     ring: IoUring,
@@ -27,6 +30,11 @@ impl Ring {
     pub fn new(entries: u32) -> io::Result<Ring> {
         let ring = IoUring::builder().build(entries)?;
         ring.submitter().register_buffers_sparse(FIXED_SLOTS)?;
+        // Operations a device cannot take without blocking go to the kernel's
+        // io-wq threads (they show as iou-wrk-* threads of the process and
+        // exit when idle): a few per ring, not one per operation in flight.
+        ring.submitter()
+            .register_iowq_max_workers(&mut [IOWQ_BOUNDED, 1])?;
         Ok(Ring {
             ring,
             queued: 0,
@@ -38,7 +46,12 @@ impl Ring {
     ///
     /// # Safety
     /// The memory must stay mapped for the life of the ring.
-    pub unsafe fn register_fixed(&mut self, index: u16, base: *mut u8, len: usize) -> io::Result<()> {
+    pub unsafe fn register_fixed(
+        &mut self,
+        index: u16,
+        base: *mut u8,
+        len: usize,
+    ) -> io::Result<()> {
         let iov = libc::iovec {
             iov_base: base as *mut libc::c_void,
             iov_len: len,

@@ -105,7 +105,10 @@ impl RawEngine {
         }
         let srq_depth = self.srq_depth.unwrap_or(d.srq_depth);
         if !(16..=65536).contains(&srq_depth) {
-            return Err((f("srq_depth"), format!("{srq_depth} is out of range 16..=65536")));
+            return Err((
+                f("srq_depth"),
+                format!("{srq_depth} is out of range 16..=65536"),
+            ));
         }
         let small_buffers = self.small_buffers.unwrap_or(d.small_buffers);
         let large_buffers = self.large_buffers.unwrap_or(d.large_buffers);

@@ -133,7 +133,10 @@ impl<W> Pool<W> {
 
     fn buf(&self, class: Class, index: u32) -> Buf {
         let (offset, size) = match class {
-            Class::Small => (index as usize * self.shape.small_size, self.shape.small_size),
+            Class::Small => (
+                index as usize * self.shape.small_size,
+                self.shape.small_size,
+            ),
             Class::Large => (
                 self.shape.small_size * self.shape.small_count
                     + index as usize * self.shape.large_size,
@@ -220,7 +223,12 @@ mod tests {
         offs.sort();
         assert_eq!(
             offs,
-            [(0, 8192), (8192, 8192), (16384, 131072), (16384 + 131072, 131072)]
+            [
+                (0, 8192),
+                (8192, 8192),
+                (16384, 131072),
+                (16384 + 131072, 131072)
+            ]
         );
         for x in [a, b, c, d] {
             assert_eq!(x.offset % 4096, 0);

@@ -409,7 +409,11 @@ mod tests {
         assert_eq!(l.executed(), Step::Wait, "two still in flight");
         assert_eq!(l.backend_done(), Step::Wait);
         assert_eq!(l.backend_done(), Step::Respond);
-        assert_eq!(l.backend_done(), Step::Wait, "a third completion is ignored");
+        assert_eq!(
+            l.backend_done(),
+            Step::Wait,
+            "a third completion is ignored"
+        );
     }
 
     #[test]

@@ -61,6 +61,8 @@ pub struct WorkerDevice {
     pub pool: Pool<WrId>,
     /// The io_uring fixed buffer over `data`.
     pub fixed: u16,
+    /// `buffer_pool_in_use` and `buffer_pool_waits_total` per class, resolved once.
+    pub gauges: [(prometheus::IntGauge, prometheus::IntCounter); 2],
 }
 
 impl WorkerDevice {
@@ -143,6 +145,12 @@ impl WorkerDevice {
             data,
             pool: Pool::new(shape),
             fixed: index as u16,
+            gauges: [Class::Small, Class::Large].map(|c| {
+                (
+                    m.pool_in_use.with_label_values(&[c.label()]),
+                    m.pool_waits.with_label_values(&[c.label()]),
+                )
+            }),
         })
     }
 

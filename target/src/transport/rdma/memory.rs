@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use nvme::SQE_SIZE;
-use rdma::{Access, Buffer, MemoryRegion, ProtectionDomain, QueuePair, SharedReceiveQueue, Sge};
+use rdma::{Access, Buffer, MemoryRegion, ProtectionDomain, QueuePair, Sge, SharedReceiveQueue};
 
 use crate::metrics::metrics;
 use crate::transport::RECV_SLOT_BYTES;
@@ -84,7 +84,9 @@ impl Drop for Reservation {
 #[derive(Debug, thiserror::Error)]
 pub enum MemoryError {
     /// The budget is spent.
-    #[error("the pinned-memory budget is spent ({used} of {limit} bytes in use, {asked} more asked)")]
+    #[error(
+        "the pinned-memory budget is spent ({used} of {limit} bytes in use, {asked} more asked)"
+    )]
     Budget {
         /// In use.
         used: u64,

@@ -149,7 +149,7 @@ impl Engine {
     }
 
     /// Checks that every worker runs and went round its loop within `max_ms`
-    /// (a sleeping worker still does, every [`worker::TICK`]).
+    /// (a sleeping worker still does, every [`worker::IDLE_WAIT`]).
     pub fn check_alive(&self, max_ms: u64) -> Result<(), String> {
         for (t, w) in self.threads.iter().zip(&self.shared.workers) {
             if t.is_finished() {

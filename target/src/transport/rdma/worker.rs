@@ -7,8 +7,8 @@
 //! last of it, then arms completion notification and sleeps in one
 //! `io_uring_enter` that wakes on a completion of any device, a CM event, a
 //! backend completion, or the worker's eventfd (new connection, a queue to
-//! stop, an offload result). It goes round at least every
-//! [`TICK`], so its heartbeat tells a sleeping worker from a stuck one.
+//! stop, an offload result). It goes round at least every [`IDLE_WAIT`],
+//! so its heartbeat tells a sleeping worker from a stuck one.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -30,8 +30,11 @@ use crate::core::pool::Buf;
 use crate::metrics::metrics;
 use crate::stats::Stats;
 
-/// The longest a worker sleeps, and how often it runs its timers.
+/// How often an awake worker runs its timers.
 pub const TICK: Duration = Duration::from_millis(100);
+/// The longest a worker sleeps: timers (connect and keep-alive timeouts, the
+/// heartbeat) need no finer grain, and everything else wakes it.
+pub const IDLE_WAIT: Duration = Duration::from_secs(1);
 /// io_uring entries per worker.
 const RING_ENTRIES: u32 = 4096;
 
@@ -44,6 +47,7 @@ pub struct WorkerShared {
     /// Completions from outside its ring (the offload thread).
     pub mailbox: Arc<Mailbox>,
     inbox: Mutex<Vec<NewConn>>,
+    inbox_pending: AtomicBool,
     /// Asks it to disconnect everything and stop.
     pub stop: AtomicBool,
 }
@@ -57,16 +61,15 @@ impl WorkerShared {
             mailbox: Mailbox::new(waker.clone()),
             waker,
             inbox: Mutex::new(Vec::new()),
+            inbox_pending: AtomicBool::new(false),
             stop: AtomicBool::new(false),
         }))
     }
 
     /// Hands a connection request to the worker.
     pub fn give(&self, c: NewConn) {
-        self.inbox
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .push(c);
+        self.inbox.lock().unwrap_or_else(|p| p.into_inner()).push(c);
+        self.inbox_pending.store(true, Ordering::Release);
         self.waker.wake();
     }
 }
@@ -99,6 +102,8 @@ pub struct Worker {
 struct Armed {
     cm: bool,
     wake: bool,
+    /// The CM channel became readable: read its events in this pass.
+    cm_ready: bool,
 }
 
 impl Worker {
@@ -239,7 +244,9 @@ impl Worker {
                 self.on_backend(ud, res);
             }
             work += self.accept_new();
-            work += self.cm_events();
+            if std::mem::take(&mut self.armed.cm_ready) {
+                work += self.cm_events();
+            }
             self.flush_sends();
             if let Err(e) = self.ring.submit() {
                 error!(worker = self.shared.index, "io_uring submit: {e}");
@@ -257,7 +264,8 @@ impl Worker {
                 last_work = now;
                 continue;
             }
-            let spin = Duration::from_micros(self.engine.target.poll_spin_us.load(Ordering::Relaxed));
+            let spin =
+                Duration::from_micros(self.engine.target.poll_spin_us.load(Ordering::Relaxed));
             if now.duration_since(last_work) < spin {
                 std::hint::spin_loop();
                 continue;
@@ -281,7 +289,7 @@ impl Worker {
                 continue;
             }
             self.arm_polls();
-            if let Err(e) = self.ring.wait(TICK) {
+            if let Err(e) = self.ring.wait(IDLE_WAIT) {
                 error!(worker = self.shared.index, "io_uring wait: {e}");
                 std::thread::sleep(Duration::from_millis(10));
             }
@@ -301,7 +309,12 @@ impl Worker {
                 d.cq_poll_armed = true;
             }
         }
-        if !self.armed.cm && self.ring.poll_in(self.cm.fd(), wr::worker(wr::POLL_CM, 0)).is_ok() {
+        if !self.armed.cm
+            && self
+                .ring
+                .poll_in(self.cm.fd(), wr::worker(wr::POLL_CM, 0))
+                .is_ok()
+        {
             self.armed.cm = true;
         }
         if !self.armed.wake
@@ -315,12 +328,13 @@ impl Worker {
     }
 
     fn flush_sends(&mut self) {
-        for key in self.queue_keys() {
-            let pending = self.slots[key.slot as usize]
-                .queue
-                .as_ref()
-                .is_some_and(|q| q.has_sends());
-            if pending {
+        for i in 0..self.slots.len() {
+            let s = &self.slots[i];
+            if s.queue.as_ref().is_some_and(|q| q.has_sends()) {
+                let key = QueueKey {
+                    slot: i as u16,
+                    gen: s.gen,
+                };
                 self.with_queue(key, |q, cx| q.flush_sends(cx));
             }
         }
@@ -392,7 +406,11 @@ impl Worker {
                     q.on_wc(cx, &id, ok);
                 });
             }
-            k => debug!(worker = self.shared.index, kind = k, "unexpected completion"),
+            k => debug!(
+                worker = self.shared.index,
+                kind = k,
+                "unexpected completion"
+            ),
         }
     }
 
@@ -405,7 +423,10 @@ impl Worker {
                     d.cq.drain_events();
                 }
             }
-            wr::POLL_CM => self.armed.cm = false,
+            wr::POLL_CM => {
+                self.armed.cm = false;
+                self.armed.cm_ready = true;
+            }
             wr::POLL_WAKE => {
                 self.armed.wake = false;
                 self.shared.waker.clear();
@@ -423,18 +444,15 @@ impl Worker {
     /// Takes new connections from the listener: sets up the device (first
     /// time), the queue pair, and accepts. Returns how many were handled.
     fn accept_new(&mut self) -> usize {
-        let new: Vec<NewConn> = std::mem::take(
-            &mut *self
-                .shared
-                .inbox
-                .lock()
-                .unwrap_or_else(|p| p.into_inner()),
-        );
+        if !self.shared.inbox_pending.swap(false, Ordering::AcqRel) {
+            return 0;
+        }
+        let new: Vec<NewConn> =
+            std::mem::take(&mut *self.shared.inbox.lock().unwrap_or_else(|p| p.into_inner()));
         let n = new.len();
         for mut c in new {
             let target = &self.engine.target;
-            if self.shared.stop.load(Ordering::Acquire) || target.stopping.load(Ordering::Acquire)
-            {
+            if self.shared.stop.load(Ordering::Acquire) || target.stopping.load(Ordering::Acquire) {
                 super::reject(target, &c.id, RejectStatus::NoResources);
                 continue;
             }
@@ -451,24 +469,31 @@ impl Worker {
             let dev = match self.devices.iter().position(|d| d.key == key) {
                 Some(d) => d,
                 None => {
-                    let made = self.engine.pd_for(ctx).map_err(|e| e.to_string()).and_then(|pd| {
-                        WorkerDevice::new(
-                            ctx,
-                            pd,
-                            &self.engine.cfg,
-                            &self.engine.budget,
-                            &mut self.ring,
-                            self.devices.len(),
-                        )
+                    let made = self
+                        .engine
+                        .pd_for(ctx)
                         .map_err(|e| e.to_string())
-                    });
+                        .and_then(|pd| {
+                            WorkerDevice::new(
+                                ctx,
+                                pd,
+                                &self.engine.cfg,
+                                &self.engine.budget,
+                                &mut self.ring,
+                                self.devices.len(),
+                            )
+                            .map_err(|e| e.to_string())
+                        });
                     match made {
                         Ok(d) => {
                             self.devices.push(d);
                             self.devices.len() - 1
                         }
                         Err(e) => {
-                            error!(worker = self.shared.index, "cannot serve the RDMA device: {e}");
+                            error!(
+                                worker = self.shared.index,
+                                "cannot serve the RDMA device: {e}"
+                            );
                             super::reject(target, &c.id, RejectStatus::NoResources);
                             continue;
                         }
@@ -494,7 +519,14 @@ impl Worker {
             let qkey = QueueKey { slot, gen: s.gen };
             let qid = c.params.qid;
             let link = QueueLink::new(qid, self.shared.waker.clone());
-            match Queue::accept(c, qkey, dev, &mut self.devices[dev], &self.engine.budget, link) {
+            match Queue::accept(
+                c,
+                qkey,
+                dev,
+                &mut self.devices[dev],
+                &self.engine.budget,
+                link,
+            ) {
                 Ok(q) => {
                     Stats::inc(&target.stats.queues_accepted);
                     target.live_queues.fetch_add(1, Ordering::AcqRel);
@@ -542,6 +574,9 @@ impl Worker {
     /// that are gone.
     fn tick(&mut self, now: Instant) {
         self.shared.waker.beat();
+        // CM events are also read here: while the worker is busy polling, the
+        // channel's poll is not armed.
+        self.cm_events();
         let stop = self.shared.stop.load(Ordering::Acquire);
         for key in self.queue_keys() {
             let mut gone = false;

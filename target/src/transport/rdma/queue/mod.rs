@@ -18,26 +18,29 @@ use std::time::{Duration, Instant};
 use nvme::cm::CmReply;
 use nvme::opcode::fctype;
 use nvme::{Command, Completion, Status, CQE_SIZE, SQE_SIZE};
-use rdma::{CmEventKind, CmId, ConnParams, QpCaps, QpOptions, SendBatch, SendOp, SendRequest, Sge};
-use tracing::{debug, error, info, warn};
+use rdma::{CmId, ConnParams, QpCaps, QpOptions, SendBatch, SendOp, SendRequest, Sge};
+use tracing::{debug, error};
 
 use super::device::WorkerDevice;
 use super::memory::{Budget, Pinned, RecvArea};
 use super::wr::{self, QueueKey};
-use crate::admin::{self, AdminOutcome};
+use crate::admin;
 use crate::backend::offload::{Mailbox, Offload};
 use crate::backend::uring::Ring;
-use crate::backend::{self, Backend, DataRef};
-use crate::controller::{Controller, PropertyEffect, QueueLink};
+use crate::backend::DataRef;
+use crate::controller::{Controller, QueueLink};
 use crate::core::pool::Buf;
 use crate::core::request::{Lifecycle, Stage, Step};
 use crate::io::{self, IoPlan};
-use crate::metrics::{metrics, IoOp};
+use crate::metrics::metrics;
 use crate::namespace::Namespace;
 use crate::stats::Stats;
 use crate::subsystem::Target;
 use crate::transport::{self, DataPlan, QueueParams};
-use crate::{fabrics, MAX_IO_SIZE};
+use crate::MAX_IO_SIZE;
+
+mod conn;
+mod exec;
 
 const PAGE: usize = 4096;
 /// A queue that has not sent a valid Fabrics Connect within this long after
@@ -387,7 +390,10 @@ impl Queue {
             return;
         };
         if (byte_len as usize) < SQE_SIZE {
-            error!(qid = self.qid(), byte_len, "capsule shorter than a command; disconnecting");
+            error!(
+                qid = self.qid(),
+                byte_len, "capsule shorter than a command; disconnecting"
+            );
             self.repost(cx, slot);
             return self.fail(cx);
         }
@@ -400,7 +406,10 @@ impl Queue {
         };
         self.sq_head = (self.sq_head + 1) % self.params.sq_size;
         let Some(r) = self.free.pop() else {
-            error!(qid = self.qid(), "more commands than the queue holds; disconnecting");
+            error!(
+                qid = self.qid(),
+                "more commands than the queue holds; disconnecting"
+            );
             self.repost(cx, slot);
             return self.fail(cx);
         };
@@ -528,20 +537,12 @@ impl Queue {
                     let class = cx.dev.class_for(self.reqs[r].plan.len() as usize);
                     match cx.dev.pool.take(class, self.waiter(r)) {
                         Some(b) => {
-                            metrics()
-                                .engine
-                                .pool_in_use
-                                .with_label_values(&[class.label()])
-                                .inc();
+                            cx.dev.gauges[class as usize].0.inc();
                             self.reqs[r].buf = Some(b);
                             self.reqs[r].life.buffer_granted()
                         }
                         None => {
-                            metrics()
-                                .engine
-                                .pool_waits
-                                .with_label_values(&[class.label()])
-                                .inc();
+                            cx.dev.gauges[class as usize].1.inc();
                             return;
                         }
                     }
@@ -563,11 +564,7 @@ impl Queue {
         if q.life.stage() != Stage::WaitBuffer || q.life.generation() != id.slot_gen {
             return Some(buf);
         }
-        metrics()
-            .engine
-            .pool_in_use
-            .with_label_values(&[buf.class.label()])
-            .inc();
+        cx.dev.gauges[buf.class as usize].0.inc();
         self.reqs[r].buf = Some(buf);
         let s = self.reqs[r].life.buffer_granted();
         self.step(cx, r, s);
@@ -598,286 +595,12 @@ impl Queue {
         self.reqs[r].life.fetch_posted();
     }
 
-    fn execute(&mut self, cx: &mut Cx<'_>, r: usize) {
-        // In-capsule data at an offset O_DIRECT cannot use: copy it into the
-        // pool buffer and give the receive back.
-        if let (Some(slot), Some(b)) = (self.reqs[r].recv, self.reqs[r].buf) {
-            if let Some(area) = self.area(cx.dev) {
-                let len = self.reqs[r].plan.len() as usize;
-                let src = area.data_ptr(slot).wrapping_add(self.reqs[r].capsule_off as usize);
-                // SAFETY: both ranges are `len` bytes inside registered memory
-                // owned by this request (its capsule, its pool buffer).
-                unsafe { std::ptr::copy_nonoverlapping(src, cx.dev.buf_ptr(&b), len) };
-            }
-            self.reqs[r].recv = None;
-            self.reqs[r].life.recv_returned();
-            self.repost(cx, slot);
-        }
-        let cmd = self.reqs[r].cmd;
-        if cmd.is_fabrics() {
-            self.exec_fabrics(cx, r)
-        } else if self.qid() == 0 {
-            self.exec_admin(cx, r)
-        } else {
-            self.exec_io(cx, r)
-        }
-    }
-
     /// Execution is over: answer with `status`.
     fn complete(&mut self, cx: &mut Cx<'_>, r: usize, status: Status, result: u64) {
         self.reqs[r].status = status;
         self.reqs[r].result = result;
         let s = self.reqs[r].life.executed();
         self.step(cx, r, s)
-    }
-
-    fn exec_fabrics(&mut self, cx: &mut Cx<'_>, r: usize) {
-        let cmd = self.reqs[r].cmd;
-        if cmd.fctype() == fctype::CONNECT {
-            let data = self.data_mut(cx.dev, r).to_vec();
-            match fabrics::connect(cx.target, self.qid(), &cmd, &data) {
-                Ok((ctrl, d)) => {
-                    if let Err(st) = ctrl.attach(self.link.clone()) {
-                        warn!(qid = self.qid(), cntlid = ctrl.cntlid, "queue already connected");
-                        return self.complete(cx, r, st, 0);
-                    }
-                    self.sq_fc_disabled = nvme::fabrics::ConnectCommand::from_command(&cmd)
-                        .sq_flow_control_disabled();
-                    let peer = self.id.as_ref().and_then(|i| i.peer_addr());
-                    if self.qid() == 0 {
-                        info!(cntlid = ctrl.cntlid, host = %d.hostnqn, subsys = %d.subsysnqn,
-                              ?peer, kato_ms = ctrl.state().kato_ms, "controller connected");
-                    } else {
-                        debug!(cntlid = ctrl.cntlid, qid = self.qid(), "I/O queue connected");
-                    }
-                    let m = metrics();
-                    let labels = [ctrl.subsys.nqn.as_str(), queue_type(self.qid())];
-                    m.connects.with_label_values(&labels).inc();
-                    m.queues.with_label_values(&labels).inc();
-                    if self.qid() == 0 {
-                        m.controllers.with_label_values(&[&ctrl.subsys.nqn]).inc();
-                    }
-                    let cntlid = ctrl.cntlid as u64;
-                    self.ctrl = Some(ctrl);
-                    self.complete(cx, r, Status::SUCCESS, cntlid)
-                }
-                Err(e) => {
-                    let (sub, host) = nvme::fabrics::ConnectData::parse(&data)
-                        .map(|d| (d.subsysnqn, d.hostnqn))
-                        .unwrap_or_default();
-                    let peer = self.id.as_ref().and_then(|i| i.peer_addr());
-                    warn!(qid = self.qid(), status = %e.status, subsys = %sub, host = %host,
-                          ?peer, reason = e.reason(), "connect refused");
-                    crate::metrics::reject(e.reason());
-                    self.complete(cx, r, e.status, e.result)
-                }
-            }
-        } else {
-            let Some(ctrl) = self.ctrl.clone() else {
-                return self.complete(cx, r, Status::CMD_SEQ_ERROR, 0);
-            };
-            let (st, result, effect) = fabrics::property(&ctrl, &cmd);
-            match effect {
-                PropertyEffect::Reset => {
-                    debug!(cntlid = ctrl.cntlid, "controller reset");
-                    ctrl.kill_io_queues();
-                }
-                PropertyEffect::Shutdown => {
-                    // Flush every namespace through the ring; the answer goes
-                    // once the flushes completed.
-                    info!(cntlid = ctrl.cntlid, "controller shut down by the host");
-                    self.reqs[r].status = st;
-                    self.reqs[r].result = result;
-                    self.reqs[r].io = Some(IoPlan::Flush);
-                    let ud = self.wr_id(wr::IO, r);
-                    let mut n = 0;
-                    for ns in ctrl.subsys.namespaces().iter() {
-                        if let Backend::File { .. } = ns.backend {
-                            if cx.ring.fdatasync(ns.backend.fd(), ud).is_ok() {
-                                n += 1;
-                                self.reqs[r].ns.push(ns.clone());
-                            }
-                        }
-                    }
-                    self.reqs[r].life.backend_started(n);
-                    if n > 0 {
-                        return;
-                    }
-                }
-                _ => {}
-            }
-            self.complete(cx, r, st, result)
-        }
-    }
-
-    fn exec_admin(&mut self, cx: &mut Cx<'_>, r: usize) {
-        let Some(ctrl) = self.ctrl.clone() else {
-            return self.complete(cx, r, Status::CMD_SEQ_ERROR, 0);
-        };
-        let cmd = self.reqs[r].cmd;
-        let buf = self.data_mut(cx.dev, r);
-        let len = buf.len() as u32;
-        match admin::execute(cx.target, &ctrl, &cmd, buf, Instant::now()) {
-            AdminOutcome::Done {
-                status,
-                result,
-                data_len,
-            } => {
-                if matches!(self.reqs[r].plan, DataPlan::Write { .. }) {
-                    self.reqs[r].out_len = data_len.min(len);
-                }
-                self.complete(cx, r, status, result)
-            }
-            AdminOutcome::Parked => self.complete_aers(cx, &ctrl),
-        }
-    }
-
-    /// Answers parked Asynchronous Event Requests that have an event now.
-    fn complete_aers(&mut self, cx: &mut Cx<'_>, ctrl: &Controller) {
-        let ready = ctrl.state().match_events();
-        for (cid, result) in ready {
-            if let Some(r) = (0..self.reqs.len()).find(|&i| {
-                let q = &self.reqs[i];
-                q.life.stage() == Stage::Executing
-                    && q.life.backend_in_flight() == 0
-                    && q.cmd.cid() == cid
-                    && q.cmd.opcode() == nvme::opcode::admin::ASYNC_EVENT_REQUEST
-            }) {
-                self.complete(cx, r, Status::SUCCESS, result as u64);
-            }
-        }
-    }
-
-    fn exec_io(&mut self, cx: &mut Cx<'_>, r: usize) {
-        let (Some(plan), Some(ns)) = (self.reqs[r].io, self.reqs[r].ns.first().cloned()) else {
-            return self.complete(cx, r, Status::INTERNAL, 0);
-        };
-        ns.metrics.in_flight.inc();
-        self.reqs[r].counted.0 = true;
-        let ranges = match plan {
-            IoPlan::Dsm { nr, deallocate } => {
-                match io::dsm_ranges(&ns, self.data_mut(cx.dev, r), nr) {
-                    Ok(v) if deallocate => v,
-                    Ok(_) => Vec::new(),
-                    Err(st) => return self.complete(cx, r, st, 0),
-                }
-            }
-            _ => Vec::new(),
-        };
-        let data = self.data_ref(cx.dev, r);
-        let ud = self.wr_id(wr::IO, r);
-        // SAFETY: the data buffer is the request's until it is released, which
-        // the lifecycle allows only after every submitted operation completed;
-        // the request holds `ns` as long.
-        let s = unsafe {
-            backend::submit(&ns, &plan, data, &ranges, cx.ring, cx.offload, cx.mailbox, ud)
-        };
-        self.reqs[r].errno = s.errno;
-        if s.errno != 0 {
-            error!(qid = self.qid(), errno = s.errno, "backend submission failed");
-        }
-        self.reqs[r].life.backend_started(s.in_flight);
-        if s.in_flight == 0 {
-            self.finish_io(cx, r);
-        }
-    }
-
-    /// A backend operation of request `id` completed with `res`.
-    pub fn on_backend(&mut self, cx: &mut Cx<'_>, id: &rdma::WrId, res: i32) {
-        let r = id.slot as usize;
-        let Some(q) = self.reqs.get_mut(r) else { return };
-        if !q.life.in_use() || q.life.generation() != id.slot_gen || q.life.backend_in_flight() == 0
-        {
-            debug!(qid = self.params.qid, "stale backend completion ignored");
-            return;
-        }
-        let Some(plan) = q.io else { return };
-        if res < 0 {
-            let e = -res;
-            let advisory = matches!(plan, IoPlan::Dsm { .. }) && e == libc::EOPNOTSUPP;
-            if !advisory {
-                q.errno = e;
-            }
-        } else if let IoPlan::Read { offset, len } | IoPlan::Write { offset, len, .. } = plan {
-            q.done += res as u32;
-            let done = q.done;
-            if res == 0 && done < len {
-                q.errno = libc::EIO;
-            } else if done < len && self.live() {
-                // Short transfer: continue where it stopped (FUA kept).
-                let d = self.data_ref(cx.dev, r);
-                let ptr = d.ptr.wrapping_add(done as usize);
-                let fd = self.reqs[r].ns.first().map_or(-1, |n| n.backend.fd());
-                let ud = self.wr_id(wr::IO, r);
-                let rr = match plan {
-                    IoPlan::Read { .. } => {
-                        cx.ring
-                            .read(fd, ptr, len - done, offset + done as u64, d.fixed, ud)
-                    }
-                    IoPlan::Write { fua, .. } => {
-                        cx.ring
-                            .write(fd, ptr, len - done, offset + done as u64, d.fixed, fua, ud)
-                    }
-                    _ => Ok(()),
-                };
-                match rr {
-                    Ok(()) => return,
-                    Err(_) => self.reqs[r].errno = libc::EIO,
-                }
-            }
-        }
-        match self.reqs[r].life.backend_done() {
-            Step::Respond => self.finish_io(cx, r),
-            s => self.step(cx, r, s),
-        }
-    }
-
-    fn finish_io(&mut self, cx: &mut Cx<'_>, r: usize) {
-        let q = &self.reqs[r];
-        let (errno, plan) = (q.errno, q.io);
-        if q.cmd.is_fabrics() {
-            // The flushes of a host shutdown.
-            if errno != 0 {
-                warn!(qid = self.qid(), errno, "flush at host shutdown failed");
-            }
-            let (st, res) = (q.status, q.result);
-            return self.complete(cx, r, st, res);
-        }
-        let (Some(plan), Some(ns)) = (plan, q.ns.first()) else {
-            return self.complete(cx, r, Status::INTERNAL, 0);
-        };
-        if errno != 0 {
-            Stats::inc(&cx.target.stats.backend_errors);
-            ns.metrics.backend_errors.inc();
-            let st = io::errno_status(&plan, errno);
-            warn!(nsid = ns.nsid, cid = q.cmd.cid(), ?plan, errno, status = %st, "backend I/O failed");
-            return self.complete(cx, r, st, 0);
-        }
-        let (op, bytes) = match plan {
-            IoPlan::Read { len, .. } => (IoOp::Read, len as u64),
-            IoPlan::Write { len, .. } => (IoOp::Write, len as u64),
-            IoPlan::Flush => (IoOp::Flush, 0),
-            IoPlan::WriteZeroes { .. } => (IoOp::WriteZeroes, 0),
-            IoPlan::Dsm { .. } => (IoOp::Dsm, 0),
-        };
-        ns.metrics.record(op, bytes, q.start.elapsed());
-        if let Some(ctrl) = &self.ctrl {
-            match plan {
-                IoPlan::Read { len, .. } => {
-                    ctrl.host_reads.fetch_add(1, Ordering::Relaxed);
-                    ctrl.units_read.fetch_add(len as u64 / 512, Ordering::Relaxed);
-                }
-                IoPlan::Write { len, .. } => {
-                    ctrl.host_writes.fetch_add(1, Ordering::Relaxed);
-                    ctrl.units_written.fetch_add(len as u64 / 512, Ordering::Relaxed);
-                }
-                _ => {}
-            }
-        }
-        if let IoPlan::Read { len, .. } = plan {
-            self.reqs[r].out_len = len;
-        }
-        self.complete(cx, r, Status::SUCCESS, 0)
     }
 
     // ---- responses out -------------------------------------------------
@@ -894,13 +617,18 @@ impl Queue {
                 .with_label_values(&[status.name().unwrap_or("OTHER")])
                 .inc();
             if let Some(c) = &self.ctrl {
-                c.state().log_error(self.qid(), cmd.cid(), status, cmd.nsid());
+                c.state()
+                    .log_error(self.qid(), cmd.cid(), status, cmd.nsid());
             }
             debug!(qid = self.qid(), cid = cmd.cid(), opcode = cmd.opcode(), status = %status, "command failed");
         }
         let cqe = Completion {
             result,
-            sq_head: if self.sq_fc_disabled { 0xFFFF } else { self.sq_head },
+            sq_head: if self.sq_fc_disabled {
+                0xFFFF
+            } else {
+                self.sq_head
+            },
             sq_id: self.qid(),
             cid: cmd.cid(),
             status,
@@ -1038,11 +766,7 @@ impl Queue {
         let q = &mut self.reqs[r];
         if held.buffer {
             if let Some(b) = q.buf.take() {
-                metrics()
-                    .engine
-                    .pool_in_use
-                    .with_label_values(&[b.class.label()])
-                    .dec();
+                cx.dev.gauges[b.class as usize].0.dec();
                 if let Some(g) = cx.dev.pool.give(b, |_| true) {
                     cx.grants.push(g);
                 }
@@ -1061,163 +785,6 @@ impl Queue {
         self.free.push(r as u16);
         if let Some(slot) = recv.filter(|_| held.recv) {
             self.repost(cx, slot);
-        }
-    }
-
-    // ---- connection events --------------------------------------------
-
-    /// An RDMA-CM event for this queue.
-    pub fn on_cm_event(&mut self, cx: &mut Cx<'_>, kind: CmEventKind) {
-        match kind {
-            CmEventKind::Established => debug!(qid = self.qid(), "established"),
-            CmEventKind::Disconnected | CmEventKind::TimewaitExit | CmEventKind::DeviceRemoval => {
-                self.cm_gone = true;
-                self.disconnect(cx, "host disconnected", "host");
-            }
-            CmEventKind::ConnectError | CmEventKind::Unreachable | CmEventKind::Rejected => {
-                warn!(qid = self.qid(), ?kind, "connection failed");
-                self.cm_gone = true;
-                self.disconnect(cx, "connection failed", "error");
-            }
-            k => debug!(qid = self.qid(), kind = ?k, "cm event"),
-        }
-    }
-
-    /// Timers and requests from other threads (every few hundred ms).
-    pub fn periodic(&mut self, cx: &mut Cx<'_>, now: Instant) {
-        if !self.live() {
-            return;
-        }
-        if self.link.killed() {
-            if cx.target.stopping.load(Ordering::Acquire) {
-                return self.disconnect(cx, "target shutting down", "shutdown");
-            }
-            return self.disconnect(cx, "asked to disconnect", "controller");
-        }
-        let Some(c) = self.ctrl.clone() else {
-            if now.duration_since(self.accepted) > CONNECT_TIMEOUT {
-                let peer = self.id.as_ref().and_then(|i| i.peer_addr());
-                warn!(qid = self.qid(), ?peer, "no Fabrics Connect within {CONNECT_TIMEOUT:?}; disconnecting");
-                crate::metrics::reject("connect_timeout");
-                self.disconnect(cx, "no connect", "connect_timeout");
-            }
-            return;
-        };
-        if self.qid() == 0 {
-            let expired = {
-                let mut st = c.state();
-                let e = !st.failed && st.keep_alive_expired(now);
-                if e {
-                    st.failed = true;
-                }
-                e
-            };
-            if expired {
-                warn!(cntlid = c.cntlid, host = %c.hostnqn, subsys = %c.subsys.nqn,
-                      "keep-alive timeout expired; tearing the controller down");
-                metrics()
-                    .keep_alive_expirations
-                    .with_label_values(&[&c.subsys.nqn])
-                    .inc();
-                c.kill_all();
-                return self.disconnect(cx, "keep-alive timeout", "keep_alive");
-            }
-            self.complete_aers(cx, &c);
-        }
-    }
-
-    /// Starts disconnecting; `label` is the reason as counted in metrics.
-    pub fn disconnect(&mut self, cx: &mut Cx<'_>, why: &str, label: &'static str) {
-        if !self.live() {
-            return;
-        }
-        debug!(qid = self.qid(), why, "disconnecting queue");
-        self.state = State::Disconnecting {
-            since: Instant::now(),
-        };
-        self.reason = label;
-        if let Some(id) = &self.id {
-            if let Err(e) = id.disconnect() {
-                debug!(qid = self.qid(), "rdma_disconnect: {e}");
-            }
-        }
-        if self.qid() == 0 {
-            if let Some(c) = &self.ctrl {
-                c.kill_all();
-            }
-        }
-        for r in 0..self.reqs.len() {
-            let s = self.reqs[r].life.disconnect();
-            self.step(cx, r, s);
-        }
-    }
-
-    fn log_device_events(&self) {
-        let Some(ctx) = self.id.as_ref().and_then(|i| i.context()) else {
-            return;
-        };
-        match ctx.take_async_events() {
-            Ok(evs) => {
-                for e in evs {
-                    warn!(qid = self.qid(), event = %e, "RDMA device event");
-                }
-            }
-            Err(e) => debug!(qid = self.qid(), "device events: {e}"),
-        }
-    }
-
-    /// A fatal transport error: the controller fails with it.
-    fn fail(&mut self, cx: &mut Cx<'_>) {
-        if let Some(c) = &self.ctrl {
-            c.state().failed = true;
-            c.kill_all();
-        }
-        self.disconnect(cx, "transport error", "error");
-    }
-
-    /// Whether the queue is gone and may be dropped. Past the grace time the
-    /// queue pair is destroyed, so work requests that never flushed no longer
-    /// hold their requests; backend operations must still complete.
-    pub fn finished(&mut self, cx: &mut Cx<'_>, now: Instant) -> bool {
-        let State::Disconnecting { since } = self.state else {
-            return false;
-        };
-        let busy = self.reqs.iter().any(|q| q.life.in_use());
-        if !busy && (self.cm_gone || now.duration_since(since) > DISCONNECT_GRACE) {
-            return true;
-        }
-        if busy && self.id.is_some() && now.duration_since(since) > DISCONNECT_GRACE {
-            debug!(qid = self.qid(), "destroying the queue pair of a queue that did not drain");
-            self.id = None;
-            for r in 0..self.reqs.len() {
-                let s = self.reqs[r].life.qp_destroyed();
-                self.step(cx, r, s);
-            }
-        }
-        false
-    }
-
-    /// Detaches from the controller and updates the gauges (the queue is
-    /// about to be dropped).
-    pub fn teardown(&mut self, target: &Target) {
-        if let Some(c) = self.ctrl.take() {
-            c.detach(&self.link);
-            let m = metrics();
-            m.queues
-                .with_label_values(&[&c.subsys.nqn, queue_type(self.qid())])
-                .dec();
-            if self.qid() == 0 {
-                m.controllers.with_label_values(&[&c.subsys.nqn]).dec();
-                let reason = match self.reason {
-                    "" => "host",
-                    r => r,
-                };
-                m.disconnects.with_label_values(&[reason]).inc();
-                c.kill_all();
-                c.subsys.remove_controller(c.cntlid);
-                info!(cntlid = c.cntlid, host = %c.hostnqn, subsys = %c.subsys.nqn, "controller disconnected");
-                info!("{}", target.stats.line());
-            }
         }
     }
 }

@@ -1,0 +1,178 @@
+//! A queue's connection: RDMA-CM events, timers (kill requests, the
+//! Connect timeout, keep-alive), disconnect and teardown.
+
+use std::sync::atomic::Ordering;
+use std::time::Instant;
+
+use rdma::CmEventKind;
+use tracing::{debug, info, warn};
+
+use super::{queue_type, Cx, Queue, State, CONNECT_TIMEOUT, DISCONNECT_GRACE};
+use crate::metrics::metrics;
+use crate::subsystem::Target;
+
+impl Queue {
+    // ---- connection events --------------------------------------------
+
+    /// An RDMA-CM event for this queue.
+    pub fn on_cm_event(&mut self, cx: &mut Cx<'_>, kind: CmEventKind) {
+        match kind {
+            CmEventKind::Established => debug!(qid = self.qid(), "established"),
+            CmEventKind::Disconnected | CmEventKind::TimewaitExit | CmEventKind::DeviceRemoval => {
+                self.cm_gone = true;
+                self.disconnect(cx, "host disconnected", "host");
+            }
+            CmEventKind::ConnectError | CmEventKind::Unreachable | CmEventKind::Rejected => {
+                warn!(qid = self.qid(), ?kind, "connection failed");
+                self.cm_gone = true;
+                self.disconnect(cx, "connection failed", "error");
+            }
+            k => debug!(qid = self.qid(), kind = ?k, "cm event"),
+        }
+    }
+
+    /// Timers and requests from other threads (every few hundred ms).
+    pub fn periodic(&mut self, cx: &mut Cx<'_>, now: Instant) {
+        if !self.live() {
+            return;
+        }
+        if self.link.killed() {
+            if cx.target.stopping.load(Ordering::Acquire) {
+                return self.disconnect(cx, "target shutting down", "shutdown");
+            }
+            return self.disconnect(cx, "asked to disconnect", "controller");
+        }
+        let Some(c) = self.ctrl.clone() else {
+            if now.duration_since(self.accepted) > CONNECT_TIMEOUT {
+                let peer = self.id.as_ref().and_then(|i| i.peer_addr());
+                warn!(
+                    qid = self.qid(),
+                    ?peer,
+                    "no Fabrics Connect within {CONNECT_TIMEOUT:?}; disconnecting"
+                );
+                crate::metrics::reject("connect_timeout");
+                self.disconnect(cx, "no connect", "connect_timeout");
+            }
+            return;
+        };
+        if self.qid() == 0 {
+            let expired = {
+                let mut st = c.state();
+                let e = !st.failed && st.keep_alive_expired(now);
+                if e {
+                    st.failed = true;
+                }
+                e
+            };
+            if expired {
+                warn!(cntlid = c.cntlid, host = %c.hostnqn, subsys = %c.subsys.nqn,
+                      "keep-alive timeout expired; tearing the controller down");
+                metrics()
+                    .keep_alive_expirations
+                    .with_label_values(&[&c.subsys.nqn])
+                    .inc();
+                c.kill_all();
+                return self.disconnect(cx, "keep-alive timeout", "keep_alive");
+            }
+            self.complete_aers(cx, &c);
+        }
+    }
+
+    /// Starts disconnecting; `label` is the reason as counted in metrics.
+    pub fn disconnect(&mut self, cx: &mut Cx<'_>, why: &str, label: &'static str) {
+        if !self.live() {
+            return;
+        }
+        debug!(qid = self.qid(), why, "disconnecting queue");
+        self.state = State::Disconnecting {
+            since: Instant::now(),
+        };
+        self.reason = label;
+        if let Some(id) = &self.id {
+            if let Err(e) = id.disconnect() {
+                debug!(qid = self.qid(), "rdma_disconnect: {e}");
+            }
+        }
+        if self.qid() == 0 {
+            if let Some(c) = &self.ctrl {
+                c.kill_all();
+            }
+        }
+        for r in 0..self.reqs.len() {
+            let s = self.reqs[r].life.disconnect();
+            self.step(cx, r, s);
+        }
+    }
+
+    pub(super) fn log_device_events(&self) {
+        let Some(ctx) = self.id.as_ref().and_then(|i| i.context()) else {
+            return;
+        };
+        match ctx.take_async_events() {
+            Ok(evs) => {
+                for e in evs {
+                    warn!(qid = self.qid(), event = %e, "RDMA device event");
+                }
+            }
+            Err(e) => debug!(qid = self.qid(), "device events: {e}"),
+        }
+    }
+
+    /// A fatal transport error: the controller fails with it.
+    pub(super) fn fail(&mut self, cx: &mut Cx<'_>) {
+        if let Some(c) = &self.ctrl {
+            c.state().failed = true;
+            c.kill_all();
+        }
+        self.disconnect(cx, "transport error", "error");
+    }
+
+    /// Whether the queue is gone and may be dropped. Past the grace time the
+    /// queue pair is destroyed, so work requests that never flushed no longer
+    /// hold their requests; backend operations must still complete.
+    pub fn finished(&mut self, cx: &mut Cx<'_>, now: Instant) -> bool {
+        let State::Disconnecting { since } = self.state else {
+            return false;
+        };
+        let busy = self.reqs.iter().any(|q| q.life.in_use());
+        if !busy && (self.cm_gone || now.duration_since(since) > DISCONNECT_GRACE) {
+            return true;
+        }
+        if busy && self.id.is_some() && now.duration_since(since) > DISCONNECT_GRACE {
+            debug!(
+                qid = self.qid(),
+                "destroying the queue pair of a queue that did not drain"
+            );
+            self.id = None;
+            for r in 0..self.reqs.len() {
+                let s = self.reqs[r].life.qp_destroyed();
+                self.step(cx, r, s);
+            }
+        }
+        false
+    }
+
+    /// Detaches from the controller and updates the gauges (the queue is
+    /// about to be dropped).
+    pub fn teardown(&mut self, target: &Target) {
+        if let Some(c) = self.ctrl.take() {
+            c.detach(&self.link);
+            let m = metrics();
+            m.queues
+                .with_label_values(&[&c.subsys.nqn, queue_type(self.qid())])
+                .dec();
+            if self.qid() == 0 {
+                m.controllers.with_label_values(&[&c.subsys.nqn]).dec();
+                let reason = match self.reason {
+                    "" => "host",
+                    r => r,
+                };
+                m.disconnects.with_label_values(&[reason]).inc();
+                c.kill_all();
+                c.subsys.remove_controller(c.cntlid);
+                info!(cntlid = c.cntlid, host = %c.hostnqn, subsys = %c.subsys.nqn, "controller disconnected");
+                info!("{}", target.stats.line());
+            }
+        }
+    }
+}

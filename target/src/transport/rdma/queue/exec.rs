@@ -1,0 +1,318 @@
+//! Command execution: fabrics (Connect, Property Get/Set), admin and I/O
+//! commands, backend completions.
+
+use std::sync::atomic::Ordering;
+use std::time::Instant;
+
+use nvme::opcode::fctype;
+use nvme::Status;
+use tracing::{debug, error, info, warn};
+
+use super::{queue_type, Cx, Queue};
+use crate::admin::{self, AdminOutcome};
+use crate::backend::{self, Backend};
+use crate::controller::{Controller, PropertyEffect};
+use crate::core::request::{Stage, Step};
+use crate::fabrics;
+use crate::io::{self, IoPlan};
+use crate::metrics::{metrics, IoOp};
+use crate::stats::Stats;
+use crate::transport::DataPlan;
+
+use super::super::wr;
+
+impl Queue {
+    pub(super) fn execute(&mut self, cx: &mut Cx<'_>, r: usize) {
+        // In-capsule data at an offset O_DIRECT cannot use: copy it into the
+        // pool buffer and give the receive back.
+        if let (Some(slot), Some(b)) = (self.reqs[r].recv, self.reqs[r].buf) {
+            if let Some(area) = self.area(cx.dev) {
+                let len = self.reqs[r].plan.len() as usize;
+                let src = area
+                    .data_ptr(slot)
+                    .wrapping_add(self.reqs[r].capsule_off as usize);
+                // SAFETY: both ranges are `len` bytes inside registered memory
+                // owned by this request (its capsule, its pool buffer).
+                unsafe { std::ptr::copy_nonoverlapping(src, cx.dev.buf_ptr(&b), len) };
+            }
+            self.reqs[r].recv = None;
+            self.reqs[r].life.recv_returned();
+            self.repost(cx, slot);
+        }
+        let cmd = self.reqs[r].cmd;
+        if cmd.is_fabrics() {
+            self.exec_fabrics(cx, r)
+        } else if self.qid() == 0 {
+            self.exec_admin(cx, r)
+        } else {
+            self.exec_io(cx, r)
+        }
+    }
+
+    fn exec_fabrics(&mut self, cx: &mut Cx<'_>, r: usize) {
+        let cmd = self.reqs[r].cmd;
+        if cmd.fctype() == fctype::CONNECT {
+            let data = self.data_mut(cx.dev, r).to_vec();
+            match fabrics::connect(cx.target, self.qid(), &cmd, &data) {
+                Ok((ctrl, d)) => {
+                    if let Err(st) = ctrl.attach(self.link.clone()) {
+                        warn!(
+                            qid = self.qid(),
+                            cntlid = ctrl.cntlid,
+                            "queue already connected"
+                        );
+                        return self.complete(cx, r, st, 0);
+                    }
+                    self.sq_fc_disabled = nvme::fabrics::ConnectCommand::from_command(&cmd)
+                        .sq_flow_control_disabled();
+                    let peer = self.id.as_ref().and_then(|i| i.peer_addr());
+                    if self.qid() == 0 {
+                        info!(cntlid = ctrl.cntlid, host = %d.hostnqn, subsys = %d.subsysnqn,
+                              ?peer, kato_ms = ctrl.state().kato_ms, "controller connected");
+                    } else {
+                        debug!(
+                            cntlid = ctrl.cntlid,
+                            qid = self.qid(),
+                            "I/O queue connected"
+                        );
+                    }
+                    let m = metrics();
+                    let labels = [ctrl.subsys.nqn.as_str(), queue_type(self.qid())];
+                    m.connects.with_label_values(&labels).inc();
+                    m.queues.with_label_values(&labels).inc();
+                    if self.qid() == 0 {
+                        m.controllers.with_label_values(&[&ctrl.subsys.nqn]).inc();
+                    }
+                    let cntlid = ctrl.cntlid as u64;
+                    self.ctrl = Some(ctrl);
+                    self.complete(cx, r, Status::SUCCESS, cntlid)
+                }
+                Err(e) => {
+                    let (sub, host) = nvme::fabrics::ConnectData::parse(&data)
+                        .map(|d| (d.subsysnqn, d.hostnqn))
+                        .unwrap_or_default();
+                    let peer = self.id.as_ref().and_then(|i| i.peer_addr());
+                    warn!(qid = self.qid(), status = %e.status, subsys = %sub, host = %host,
+                          ?peer, reason = e.reason(), "connect refused");
+                    crate::metrics::reject(e.reason());
+                    self.complete(cx, r, e.status, e.result)
+                }
+            }
+        } else {
+            let Some(ctrl) = self.ctrl.clone() else {
+                return self.complete(cx, r, Status::CMD_SEQ_ERROR, 0);
+            };
+            let (st, result, effect) = fabrics::property(&ctrl, &cmd);
+            match effect {
+                PropertyEffect::Reset => {
+                    debug!(cntlid = ctrl.cntlid, "controller reset");
+                    ctrl.kill_io_queues();
+                }
+                PropertyEffect::Shutdown => {
+                    // Flush every namespace through the ring; the answer goes
+                    // once the flushes completed.
+                    info!(cntlid = ctrl.cntlid, "controller shut down by the host");
+                    self.reqs[r].status = st;
+                    self.reqs[r].result = result;
+                    self.reqs[r].io = Some(IoPlan::Flush);
+                    let ud = self.wr_id(wr::IO, r);
+                    let mut n = 0;
+                    for ns in ctrl.subsys.namespaces().iter() {
+                        if let Backend::File { .. } = ns.backend {
+                            if cx.ring.fdatasync(ns.backend.fd(), ud).is_ok() {
+                                n += 1;
+                                self.reqs[r].ns.push(ns.clone());
+                            }
+                        }
+                    }
+                    self.reqs[r].life.backend_started(n);
+                    if n > 0 {
+                        return;
+                    }
+                }
+                _ => {}
+            }
+            self.complete(cx, r, st, result)
+        }
+    }
+
+    fn exec_admin(&mut self, cx: &mut Cx<'_>, r: usize) {
+        let Some(ctrl) = self.ctrl.clone() else {
+            return self.complete(cx, r, Status::CMD_SEQ_ERROR, 0);
+        };
+        let cmd = self.reqs[r].cmd;
+        let buf = self.data_mut(cx.dev, r);
+        let len = buf.len() as u32;
+        match admin::execute(cx.target, &ctrl, &cmd, buf, Instant::now()) {
+            AdminOutcome::Done {
+                status,
+                result,
+                data_len,
+            } => {
+                if matches!(self.reqs[r].plan, DataPlan::Write { .. }) {
+                    self.reqs[r].out_len = data_len.min(len);
+                }
+                self.complete(cx, r, status, result)
+            }
+            AdminOutcome::Parked => self.complete_aers(cx, &ctrl),
+        }
+    }
+
+    /// Answers parked Asynchronous Event Requests that have an event now.
+    pub(super) fn complete_aers(&mut self, cx: &mut Cx<'_>, ctrl: &Controller) {
+        let ready = ctrl.state().match_events();
+        for (cid, result) in ready {
+            if let Some(r) = (0..self.reqs.len()).find(|&i| {
+                let q = &self.reqs[i];
+                q.life.stage() == Stage::Executing
+                    && q.life.backend_in_flight() == 0
+                    && q.cmd.cid() == cid
+                    && q.cmd.opcode() == nvme::opcode::admin::ASYNC_EVENT_REQUEST
+            }) {
+                self.complete(cx, r, Status::SUCCESS, result as u64);
+            }
+        }
+    }
+
+    fn exec_io(&mut self, cx: &mut Cx<'_>, r: usize) {
+        let (Some(plan), Some(ns)) = (self.reqs[r].io, self.reqs[r].ns.first().cloned()) else {
+            return self.complete(cx, r, Status::INTERNAL, 0);
+        };
+        ns.metrics.in_flight.inc();
+        self.reqs[r].counted.0 = true;
+        let ranges = match plan {
+            IoPlan::Dsm { nr, deallocate } => {
+                match io::dsm_ranges(&ns, self.data_mut(cx.dev, r), nr) {
+                    Ok(v) if deallocate => v,
+                    Ok(_) => Vec::new(),
+                    Err(st) => return self.complete(cx, r, st, 0),
+                }
+            }
+            _ => Vec::new(),
+        };
+        let data = self.data_ref(cx.dev, r);
+        let ud = self.wr_id(wr::IO, r);
+        // SAFETY: the data buffer is the request's until it is released, which
+        // the lifecycle allows only after every submitted operation completed;
+        // the request holds `ns` as long.
+        let s = unsafe {
+            backend::submit(
+                &ns, &plan, data, &ranges, cx.ring, cx.offload, cx.mailbox, ud,
+            )
+        };
+        self.reqs[r].errno = s.errno;
+        if s.errno != 0 {
+            error!(
+                qid = self.qid(),
+                errno = s.errno,
+                "backend submission failed"
+            );
+        }
+        self.reqs[r].life.backend_started(s.in_flight);
+        if s.in_flight == 0 {
+            self.finish_io(cx, r);
+        }
+    }
+
+    /// A backend operation of request `id` completed with `res`.
+    pub fn on_backend(&mut self, cx: &mut Cx<'_>, id: &rdma::WrId, res: i32) {
+        let r = id.slot as usize;
+        let Some(q) = self.reqs.get_mut(r) else {
+            return;
+        };
+        if !q.life.in_use() || q.life.generation() != id.slot_gen || q.life.backend_in_flight() == 0
+        {
+            debug!(qid = self.params.qid, "stale backend completion ignored");
+            return;
+        }
+        let Some(plan) = q.io else { return };
+        if res < 0 {
+            let e = -res;
+            let advisory = matches!(plan, IoPlan::Dsm { .. }) && e == libc::EOPNOTSUPP;
+            if !advisory {
+                q.errno = e;
+            }
+        } else if let IoPlan::Read { offset, len } | IoPlan::Write { offset, len, .. } = plan {
+            q.done += res as u32;
+            let done = q.done;
+            if res == 0 && done < len {
+                q.errno = libc::EIO;
+            } else if done < len && self.live() {
+                // Short transfer: continue where it stopped (FUA kept).
+                let d = self.data_ref(cx.dev, r);
+                let ptr = d.ptr.wrapping_add(done as usize);
+                let fd = self.reqs[r].ns.first().map_or(-1, |n| n.backend.fd());
+                let ud = self.wr_id(wr::IO, r);
+                let rr = match plan {
+                    IoPlan::Read { .. } => {
+                        cx.ring
+                            .read(fd, ptr, len - done, offset + done as u64, d.fixed, ud)
+                    }
+                    IoPlan::Write { fua, .. } => {
+                        cx.ring
+                            .write(fd, ptr, len - done, offset + done as u64, d.fixed, fua, ud)
+                    }
+                    _ => Ok(()),
+                };
+                match rr {
+                    Ok(()) => return,
+                    Err(_) => self.reqs[r].errno = libc::EIO,
+                }
+            }
+        }
+        match self.reqs[r].life.backend_done() {
+            Step::Respond => self.finish_io(cx, r),
+            s => self.step(cx, r, s),
+        }
+    }
+
+    fn finish_io(&mut self, cx: &mut Cx<'_>, r: usize) {
+        let q = &self.reqs[r];
+        let (errno, plan) = (q.errno, q.io);
+        if q.cmd.is_fabrics() {
+            // The flushes of a host shutdown.
+            if errno != 0 {
+                warn!(qid = self.qid(), errno, "flush at host shutdown failed");
+            }
+            let (st, res) = (q.status, q.result);
+            return self.complete(cx, r, st, res);
+        }
+        let (Some(plan), Some(ns)) = (plan, q.ns.first()) else {
+            return self.complete(cx, r, Status::INTERNAL, 0);
+        };
+        if errno != 0 {
+            Stats::inc(&cx.target.stats.backend_errors);
+            ns.metrics.backend_errors.inc();
+            let st = io::errno_status(&plan, errno);
+            warn!(nsid = ns.nsid, cid = q.cmd.cid(), ?plan, errno, status = %st, "backend I/O failed");
+            return self.complete(cx, r, st, 0);
+        }
+        let (op, bytes) = match plan {
+            IoPlan::Read { len, .. } => (IoOp::Read, len as u64),
+            IoPlan::Write { len, .. } => (IoOp::Write, len as u64),
+            IoPlan::Flush => (IoOp::Flush, 0),
+            IoPlan::WriteZeroes { .. } => (IoOp::WriteZeroes, 0),
+            IoPlan::Dsm { .. } => (IoOp::Dsm, 0),
+        };
+        ns.metrics.record(op, bytes, q.start.elapsed());
+        if let Some(ctrl) = &self.ctrl {
+            match plan {
+                IoPlan::Read { len, .. } => {
+                    ctrl.host_reads.fetch_add(1, Ordering::Relaxed);
+                    ctrl.units_read
+                        .fetch_add(len as u64 / 512, Ordering::Relaxed);
+                }
+                IoPlan::Write { len, .. } => {
+                    ctrl.host_writes.fetch_add(1, Ordering::Relaxed);
+                    ctrl.units_written
+                        .fetch_add(len as u64 / 512, Ordering::Relaxed);
+                }
+                _ => {}
+            }
+        }
+        if let IoPlan::Read { len, .. } = plan {
+            self.reqs[r].out_len = len;
+        }
+        self.complete(cx, r, Status::SUCCESS, 0)
+    }
+}
