@@ -196,5 +196,44 @@ run_target() { # own | kernel
     stop_target
 }
 
+# Pinned-memory exhaustion (own target): without shared receive queues every queue pair
+# pins its own receive buffers (~1 MiB at depth 128). A budget that fits the workers and
+# about two hosts: further hosts are refused with the NVMe/RDMA reject "no resources",
+# and the target keeps serving the hosts it took.
+budget_phase() {
+    local workers_mib=$(( $(nproc) * 12 )) n q dev
+    step "[own] pinned budget: srq = off, max_pinned_memory = $((workers_mib + 20)) MiB, 4 hosts"
+    stop_target
+    BUDGET_MIB=$((workers_mib + 20))
+    start_own || return
+    sed -i 's/^\[target\]$/[target]\nsrq = "off"/' /tmp/scale.toml
+    kill "$TPID"; wait "$TPID" 2>/dev/null
+    "$TARGET_BIN" --config /tmp/scale.toml --log-level warn >/tmp/scale-target.log 2>&1 &
+    TPID=$!
+    for _ in $(seq 100); do nvme discover -t rdma -a "$IP" -s 4420 >/dev/null 2>&1 && break; sleep 0.2; done
+    local saved=$HOSTS; HOSTS=4
+    local ok; ok=$(connect_all)
+    HOSTS=$saved
+    read -r n q < <(ctrls)
+    local rejects; rejects=$(grep -c 'pinned-memory budget is spent' /tmp/scale-target.log)
+    local pin=$(( $(proc_val "$TPID" VmPin) / 1024 ))
+    say "hosts connected: $ok of 4 (live controllers $n, I/O queues $q); VmPin $pin MiB of $BUDGET_MIB; 'budget is spent' refusals logged: $rejects"
+    grep -m2 'budget is spent' /tmp/scale-target.log | sed 's/^/    target: /'
+    dev=$(head_dev)
+    if [ -n "$dev" ] && dd if="$dev" of=/dev/null bs=1M count=16 iflag=direct 2>/dev/null; then
+        say "a connected host still reads 16 MiB"
+    else
+        bad "budget: connected hosts cannot read"
+    fi
+    echo "SCALE budget hosts_connected=$ok/4 pinned_mib=$pin budget_mib=$BUDGET_MIB refusals=$rejects"
+    [ "$ok" -ge 1 ] && [ "$ok" -lt 4 ] || bad "budget: expected some but not all of 4 hosts to connect, got $ok"
+    [ "$rejects" -ge 1 ] || bad "budget: no 'budget is spent' refusal in the target log"
+    [ "$pin" -le "$BUDGET_MIB" ] || bad "budget: VmPin $pin MiB over the budget $BUDGET_MIB MiB"
+    kill -0 "$TPID" 2>/dev/null || bad "budget: the target died"
+    nvme disconnect -n "$NQN" >/dev/null 2>&1
+    stop_target
+}
+
 for t in $TARGETS; do run_target "$t"; done
+budget_phase
 if [ "$FAILS" = 0 ]; then echo "SCALE PASS"; else echo "SCALE FAIL ($FAILS)"; exit 1; fi

@@ -150,3 +150,89 @@ impl RawEngine {
         Ok(e)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn raw() -> RawEngine {
+        RawEngine::default()
+    }
+
+    #[test]
+    fn defaults_fit_the_default_budget_for_eight_workers() {
+        let e = RawEngine {
+            workers: Some(8),
+            ..raw()
+        }
+        .validate()
+        .unwrap();
+        assert_eq!(e.srq, SrqMode::Auto);
+        let need = 8 * e.per_worker_bytes(true);
+        assert!(need <= e.max_pinned_memory, "{need}");
+        assert!(e.max_pinned_memory < 256 << 20);
+        // 2 x (256 x 8 KiB + 32 x 128 KiB) + 512 x (64 B + 8 KiB)
+        assert_eq!(
+            e.per_worker_bytes(true),
+            2 * (2 << 20) + 2 * (4 << 20) + 512 * 8256
+        );
+        assert_eq!(e.per_worker_bytes(false), 12 << 20);
+    }
+
+    #[test]
+    fn bad_values_name_their_field() {
+        let err = |r: RawEngine| r.validate().unwrap_err();
+        let (f, why) = err(RawEngine {
+            workers: Some(0),
+            ..raw()
+        });
+        assert_eq!(f, "target.workers");
+        assert!(why.contains("1..=256"), "{why}");
+        let (f, _) = err(RawEngine {
+            srq_depth: Some(8),
+            ..raw()
+        });
+        assert_eq!(f, "target.srq_depth");
+        let (f, _) = err(RawEngine {
+            large_buffers: Some(0),
+            ..raw()
+        });
+        assert_eq!(f, "target.large_buffers");
+        let (f, why) = err(RawEngine {
+            workers: Some(8),
+            max_pinned_memory: Some(crate::config::SizeValue::Text("64M".into())),
+            ..raw()
+        });
+        assert_eq!(f, "target.max_pinned_memory");
+        assert!(
+            why.contains("64 MiB is less than the 8 worker(s) need"),
+            "{why}"
+        );
+        let (f, why) = err(RawEngine {
+            max_pinned_memory: Some(crate::config::SizeValue::Text("lots".into())),
+            ..raw()
+        });
+        assert_eq!(f, "target.max_pinned_memory");
+        assert!(why.contains("not a size"), "{why}");
+    }
+
+    #[test]
+    fn srq_off_needs_less_per_worker() {
+        let e = RawEngine {
+            workers: Some(2),
+            srq: Some(SrqMode::Off),
+            max_pinned_memory: Some(crate::config::SizeValue::Int(24 << 20)),
+            ..raw()
+        }
+        .validate()
+        .unwrap();
+        assert_eq!(e.workers, 2);
+        assert!(RawEngine {
+            workers: Some(2),
+            max_pinned_memory: Some(crate::config::SizeValue::Int(24 << 20)),
+            ..raw()
+        }
+        .validate()
+        .is_err());
+    }
+}

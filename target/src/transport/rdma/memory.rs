@@ -236,3 +236,43 @@ impl RecvArea {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn budget_charges_and_gives_back() {
+        let b = Budget::new(10_000);
+        let r1 = b.reserve(6_000).unwrap();
+        assert_eq!(b.used(), 6_000);
+        assert!(b.reserve(5_000).is_none(), "over the limit");
+        let e = charge(&b, 5_000).unwrap_err().to_string();
+        assert!(
+            e.contains("6000 of 10000 bytes in use, 5000 more asked"),
+            "{e}"
+        );
+        let r2 = b.reserve(4_000).unwrap();
+        assert_eq!(b.used(), 10_000);
+        drop(r1);
+        assert_eq!(b.used(), 4_000);
+        drop(r2);
+        assert_eq!(b.used(), 0);
+        assert!(b.reserve(u64::MAX).is_none(), "no overflow");
+    }
+
+    #[test]
+    fn budget_is_shared_across_threads() {
+        let b = Budget::new(1000);
+        let got: Vec<_> = std::thread::scope(|s| {
+            let hs: Vec<_> = (0..8)
+                .map(|_| s.spawn(|| (0..50).filter_map(|_| b.reserve(3)).collect::<Vec<_>>()))
+                .collect();
+            hs.into_iter().flat_map(|h| h.join().unwrap()).collect()
+        });
+        assert_eq!(got.len(), 333, "exactly what fits");
+        assert_eq!(b.used(), 999);
+        drop(got);
+        assert_eq!(b.used(), 0);
+    }
+}

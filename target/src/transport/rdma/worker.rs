@@ -104,6 +104,9 @@ struct Armed {
     wake: bool,
     /// The CM channel became readable: read its events in this pass.
     cm_ready: bool,
+    /// The eventfd fired (a queue to stop, the worker to stop): run the
+    /// timers in this pass rather than after the next sleep.
+    tick_now: bool,
 }
 
 impl Worker {
@@ -252,7 +255,7 @@ impl Worker {
                 error!(worker = self.shared.index, "io_uring submit: {e}");
             }
             let now = Instant::now();
-            if now.duration_since(last_tick) >= TICK {
+            if std::mem::take(&mut self.armed.tick_now) || now.duration_since(last_tick) >= TICK {
                 last_tick = now;
                 self.tick(now);
                 if self.shared.stop.load(Ordering::Acquire) && self.queue_count() == 0 {
@@ -429,6 +432,7 @@ impl Worker {
             }
             wr::POLL_WAKE => {
                 self.armed.wake = false;
+                self.armed.tick_now = true;
                 self.shared.waker.clear();
             }
             wr::IO => self.on_backend(ud, res),
