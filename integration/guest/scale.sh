@@ -45,6 +45,7 @@ start_own() {
     cat >/tmp/scale.toml <<EOF
 [target]
 max_pinned_memory = "${BUDGET_MIB}M"
+${EXTRA_TARGET:-}
 [metrics]
 enabled = false
 [[listener]]
@@ -124,12 +125,17 @@ run_target() { # own | kernel
     local t=$1 M n q dev fio_rc verify pin threads rss0 fd0 th0 rss1 fd1 th1 idle_sys idle_proc hz
     step "[$t] $HOSTS hosts connect"
     stop_target
+    sync; echo 3 >/proc/sys/vm/drop_caches
+    local mem0 mem1 per_q; mem0=$(awk '/^MemAvailable:/ {print $2}' /proc/meminfo)
     if [ "$t" = own ]; then start_own || return; else start_kernel; fi
     M=$(dmesg | wc -l)
     local ok; ok=$(connect_all)
     sleep 2
     read -r n q < <(ctrls)
+    mem1=$(awk '/^MemAvailable:/ {print $2}' /proc/meminfo)
+    per_q=$(awk -v a="$mem0" -v b="$mem1" -v q="$((q + n))" 'BEGIN {printf "%.2f", (a - b) / 1024 / (q > 0 ? q : 1)}')
     say "connect accepted for $ok of $HOSTS hosts; live controllers $n, I/O queues $q"
+    say "MemAvailable dropped by $(( (mem0 - mem1) / 1024 )) MiB: $per_q MiB per queue (host side and target start included)"
     dev=$(head_dev)
     say "multipath device: ${dev:-none}, iopolicy $(cat /sys/class/nvme-subsystem/nvme-subsys*/iopolicy 2>/dev/null | head -1)"
     pin=-; threads=-
@@ -177,7 +183,7 @@ run_target() { # own | kernel
         growth="rss_kib=$((rss1 - rss0)),fds=$((fd1 - fd0)),threads=$((th1 - th0))"
         say "after $CYCLES cycles: RSS ${rss0} -> ${rss1} KiB, fds $fd0 -> $fd1, threads $th0 -> $th1"
     fi
-    echo "SCALE target=$t controllers=$n/$HOSTS io_queues=$q verify=$verify pinned_mib=$pin threads=$threads idle_cpu_pct=$idle_proc guest_idle_cpu_pct=$idle_sys cycles_ok=$okc/$CYCLES growth=$growth dmesg_errors=$errs"
+    echo "SCALE target=$t controllers=$n/$HOSTS io_queues=$q mem_per_queue_mib=$per_q verify=$verify pinned_mib=$pin threads=$threads idle_cpu_pct=$idle_proc guest_idle_cpu_pct=$idle_sys cycles_ok=$okc/$CYCLES growth=$growth dmesg_errors=$errs"
     if [ "$t" = own ]; then
         [ "$n" = "$HOSTS" ] || bad "own: $n of $HOSTS controllers connected"
         [ "$q" -ge $((HOSTS * $(nproc))) ] || bad "own: only $q I/O queues"
@@ -205,12 +211,7 @@ budget_phase() {
     step "[own] pinned budget: srq = off, max_pinned_memory = $((workers_mib + 20)) MiB, 4 hosts"
     stop_target
     BUDGET_MIB=$((workers_mib + 20))
-    start_own || return
-    sed -i 's/^\[target\]$/[target]\nsrq = "off"/' /tmp/scale.toml
-    kill "$TPID"; wait "$TPID" 2>/dev/null
-    "$TARGET_BIN" --config /tmp/scale.toml --log-level warn >/tmp/scale-target.log 2>&1 &
-    TPID=$!
-    for _ in $(seq 100); do nvme discover -t rdma -a "$IP" -s 4420 >/dev/null 2>&1 && break; sleep 0.2; done
+    EXTRA_TARGET='srq = "off"' start_own || return
     local saved=$HOSTS; HOSTS=4
     local ok; ok=$(connect_all)
     HOSTS=$saved

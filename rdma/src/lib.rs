@@ -3,8 +3,10 @@
 //! private data, connect, disconnect), protection domains, completion channels
 //! and queues, RC queue pairs created through RDMA-CM, memory regions over
 //! page-aligned buffers, and posting RECV / SEND / SEND_WITH_INV / RDMA READ /
-//! RDMA WRITE work requests, and type-2 memory windows (BIND_MW, LOCAL_INV)
-//! for the initiator.
+//! RDMA WRITE work requests (inline where the device allows), shared receive
+//! queues, type-2 memory windows (BIND_MW, LOCAL_INV) for the initiator, and
+//! [`WrId`], the work-request id that names a connection, a slot and their
+//! generations.
 //!
 //! Ownership encodes teardown order: a [`MemoryRegion`] holds its
 //! [`ProtectionDomain`], a [`CompletionQueue`] its [`CompletionChannel`], a
