@@ -559,20 +559,12 @@ impl SharedReceiveQueue {
     /// As [`QueuePair::post_recv`]: the memory stays registered and untouched
     /// until the receive completes or the SRQ is destroyed.
     pub unsafe fn post_recv(&self, wr_id: u64, sg: &[Sge]) -> Result<()> {
-        let (mut sges, n) = raw_sges(sg, "ibv_post_srq_recv")?;
-        let mut wr = ibv_recv_wr {
-            wr_id,
-            next: ptr::null_mut(),
-            sg_list: sges.as_mut_ptr(),
-            num_sge: n,
-        };
-        let mut bad: *mut ibv_recv_wr = ptr::null_mut();
-        // SAFETY: wr and sges live for the call; memory per the caller's guarantee.
-        let r = unsafe { ibv_post_srq_recv(self.raw, &mut wr, &mut bad) };
-        if r != 0 {
-            return Err(Error::from_ret("ibv_post_srq_recv", r));
+        // SAFETY: the SRQ is live; memory per the caller's guarantee.
+        unsafe {
+            post_recv_with("ibv_post_srq_recv", wr_id, sg, |wr, bad| {
+                ibv_post_srq_recv(self.raw, wr, bad)
+            })
         }
-        Ok(())
     }
 
     /// The raw pointer.
@@ -588,6 +580,33 @@ impl Drop for SharedReceiveQueue {
             ibv_destroy_srq(self.raw);
         }
     }
+}
+
+/// Builds one receive WR over `sg` and hands it to `post` (a QP's or an SRQ's).
+///
+/// # Safety
+/// As the post call's: the memory stays registered and untouched until the
+/// receive completes.
+unsafe fn post_recv_with(
+    call: &'static str,
+    wr_id: u64,
+    sg: &[Sge],
+    post: impl FnOnce(*mut ibv_recv_wr, *mut *mut ibv_recv_wr) -> i32,
+) -> Result<()> {
+    let (mut sges, n) = raw_sges(sg, call)?;
+    let mut wr = ibv_recv_wr {
+        wr_id,
+        next: ptr::null_mut(),
+        sg_list: sges.as_mut_ptr(),
+        num_sge: n,
+    };
+    let mut bad: *mut ibv_recv_wr = ptr::null_mut();
+    // wr and sges live for the call.
+    let r = post(&mut wr, &mut bad);
+    if r != 0 {
+        return Err(Error::from_ret(call, r));
+    }
+    Ok(())
 }
 
 fn raw_sges(sg: &[Sge], call: &'static str) -> Result<([ibv_sge; MAX_SGE], i32)> {
@@ -906,20 +925,12 @@ impl QueuePair {
     /// The memory named by the SGEs must stay registered and untouched until the
     /// receive completes (or the QP is destroyed).
     pub unsafe fn post_recv(&self, wr_id: u64, sg: &[Sge]) -> Result<()> {
-        let (mut sges, n) = raw_sges(sg, "ibv_post_recv")?;
-        let mut wr = ibv_recv_wr {
-            wr_id,
-            next: ptr::null_mut(),
-            sg_list: sges.as_mut_ptr(),
-            num_sge: n,
-        };
-        let mut bad: *mut ibv_recv_wr = ptr::null_mut();
-        // SAFETY: wr and sges live for the call; memory per the caller's guarantee.
-        let r = unsafe { ibv_post_recv(self.raw, &mut wr, &mut bad) };
-        if r != 0 {
-            return Err(Error::from_ret("ibv_post_recv", r));
+        // SAFETY: the QP is live; memory per the caller's guarantee.
+        unsafe {
+            post_recv_with("ibv_post_recv", wr_id, sg, |wr, bad| {
+                ibv_post_recv(self.raw, wr, bad)
+            })
         }
-        Ok(())
     }
 
     /// The QP number.

@@ -143,10 +143,12 @@ impl Pinned {
 
 /// Receive buffers: per slot a 64-byte command and a page-aligned in-capsule
 /// data area, posted to a shared receive queue or to one queue pair.
+/// Field order is drop order: the shared receive queue (whose posted
+/// receives name this memory) goes first.
 pub struct RecvArea {
+    srq: Option<Arc<SharedReceiveQueue>>,
     mem: Pinned,
     slots: u32,
-    srq: Option<Arc<SharedReceiveQueue>>,
 }
 
 impl RecvArea {

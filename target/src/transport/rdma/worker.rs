@@ -79,23 +79,42 @@ struct Slot {
     queue: Option<Queue>,
 }
 
-/// The worker thread's state. Field order is drop order: the ring (with its
-/// fixed-buffer registrations) goes before the queues, the queues before the
-/// devices whose memory and completion queues they use.
+/// The worker thread's state. Field order is drop order: the queues (their
+/// queue pairs) go before the resources whose memory their work requests name.
 pub struct Worker {
-    ring: Ring,
     slots: Vec<Slot>,
     free_slots: Vec<u16>,
-    devices: Vec<WorkerDevice>,
-    cm: Arc<EventChannel>,
     by_qpn: HashMap<u32, u16>,
     by_cm: HashMap<usize, u16>,
+    cm: Arc<EventChannel>,
+    armed: Armed,
+    label: String,
+    res: Res,
+}
+
+/// What a worker lends its queues. Field order is drop order: the ring (with
+/// its fixed-buffer registrations) goes before the devices' memory.
+struct Res {
+    ring: Ring,
+    devices: Vec<WorkerDevice>,
     grants: Vec<(WrId, Buf)>,
     shared: Arc<WorkerShared>,
     engine: Arc<EngineShared>,
     offload: Arc<Offload>,
-    armed: Armed,
-    label: String,
+}
+
+impl Res {
+    /// The context a queue on device `dev` works with.
+    fn cx(&mut self, dev: usize) -> Cx<'_> {
+        Cx {
+            target: &self.engine.target,
+            dev: &mut self.devices[dev],
+            ring: &mut self.ring,
+            offload: &self.offload,
+            mailbox: &self.shared.mailbox,
+            grants: &mut self.grants,
+        }
+    }
 }
 
 #[derive(Default)]
@@ -121,19 +140,21 @@ impl Worker {
             .and_then(|c| c.set_nonblocking().map(|_| c))
             .map_err(|e| format!("RDMA-CM event channel: {e}"))?;
         Ok(Worker {
-            ring,
             slots: Vec::new(),
             free_slots: Vec::new(),
-            devices: Vec::new(),
-            cm,
             by_qpn: HashMap::new(),
             by_cm: HashMap::new(),
-            grants: Vec::new(),
-            label: shared.index.to_string(),
-            shared,
-            engine,
-            offload,
+            cm,
             armed: Armed::default(),
+            label: shared.index.to_string(),
+            res: Res {
+                ring,
+                devices: Vec::new(),
+                grants: Vec::new(),
+                shared,
+                engine,
+                offload,
+            },
         })
     }
 
@@ -152,35 +173,20 @@ impl Worker {
         }
         let Some(q) = s.queue.as_mut() else { return };
         let dev = q.dev;
-        let mut cx = Cx {
-            target: &self.engine.target,
-            dev: &mut self.devices[dev],
-            ring: &mut self.ring,
-            offload: &self.offload,
-            mailbox: &self.shared.mailbox,
-            grants: &mut self.grants,
-        };
-        f(q, &mut cx);
+        f(q, &mut self.res.cx(dev));
         self.hand_out(dev);
     }
 
     /// Gives buffers that came back to the requests waiting for them.
     fn hand_out(&mut self, dev: usize) {
-        while let Some((who, buf)) = self.grants.pop() {
+        while let Some((who, buf)) = self.res.grants.pop() {
             let key = wr::queue_of(&who);
             let q = self
                 .slots
                 .get_mut(key.slot as usize)
                 .filter(|s| s.gen == key.gen)
                 .and_then(|s| s.queue.as_mut());
-            let mut cx = Cx {
-                target: &self.engine.target,
-                dev: &mut self.devices[dev],
-                ring: &mut self.ring,
-                offload: &self.offload,
-                mailbox: &self.shared.mailbox,
-                grants: &mut self.grants,
-            };
+            let mut cx = self.res.cx(dev);
             let back = match q {
                 Some(q) => q.grant(&mut cx, &who, buf),
                 None => Some(buf),
@@ -225,23 +231,23 @@ impl Worker {
         loop {
             let t0 = Instant::now();
             let mut work = 0;
-            for d in 0..self.devices.len() {
-                match self.devices[d].cq.poll(&mut wcs) {
+            for d in 0..self.res.devices.len() {
+                match self.res.devices[d].cq.poll(&mut wcs) {
                     Ok(n) => {
                         for wc in &wcs[..n] {
                             self.on_wc(d, wc);
                         }
                         work += n;
                     }
-                    Err(e) => error!(worker = self.shared.index, "ibv_poll_cq: {e}"),
+                    Err(e) => error!(worker = self.res.shared.index, "ibv_poll_cq: {e}"),
                 }
             }
-            let n = self.ring.reap(&mut cqes);
+            let n = self.res.ring.reap(&mut cqes);
             for &(ud, res) in &cqes[..n] {
                 self.on_ring(ud, res);
             }
             work += n;
-            self.shared.mailbox.take(&mut mail);
+            self.res.shared.mailbox.take(&mut mail);
             work += mail.len();
             for (ud, res) in mail.drain(..) {
                 self.on_backend(ud, res);
@@ -251,14 +257,14 @@ impl Worker {
                 work += self.cm_events();
             }
             self.flush_sends();
-            if let Err(e) = self.ring.submit() {
-                error!(worker = self.shared.index, "io_uring submit: {e}");
+            if let Err(e) = self.res.ring.submit() {
+                error!(worker = self.res.shared.index, "io_uring submit: {e}");
             }
             let now = Instant::now();
             if std::mem::take(&mut self.armed.tick_now) || now.duration_since(last_tick) >= TICK {
                 last_tick = now;
                 self.tick(now);
-                if self.shared.stop.load(Ordering::Acquire) && self.queue_count() == 0 {
+                if self.res.shared.stop.load(Ordering::Acquire) && self.queue_count() == 0 {
                     return;
                 }
             }
@@ -268,18 +274,18 @@ impl Worker {
                 continue;
             }
             let spin =
-                Duration::from_micros(self.engine.target.poll_spin_us.load(Ordering::Relaxed));
+                Duration::from_micros(self.res.engine.target.poll_spin_us.load(Ordering::Relaxed));
             if now.duration_since(last_work) < spin {
                 std::hint::spin_loop();
                 continue;
             }
             // Sleep: arm every CQ, look once more, then wait on the ring.
             let mut late = 0;
-            for d in 0..self.devices.len() {
-                if let Err(e) = self.devices[d].cq.req_notify() {
-                    error!(worker = self.shared.index, "ibv_req_notify_cq: {e}");
+            for d in 0..self.res.devices.len() {
+                if let Err(e) = self.res.devices[d].cq.req_notify() {
+                    error!(worker = self.res.shared.index, "ibv_req_notify_cq: {e}");
                 }
-                if let Ok(n) = self.devices[d].cq.poll(&mut wcs) {
+                if let Ok(n) = self.res.devices[d].cq.poll(&mut wcs) {
                     for wc in &wcs[..n] {
                         self.on_wc(d, wc);
                     }
@@ -292,8 +298,8 @@ impl Worker {
                 continue;
             }
             self.arm_polls();
-            if let Err(e) = self.ring.wait(IDLE_WAIT) {
-                error!(worker = self.shared.index, "io_uring wait: {e}");
+            if let Err(e) = self.res.ring.wait(IDLE_WAIT) {
+                error!(worker = self.res.shared.index, "io_uring wait: {e}");
                 std::thread::sleep(Duration::from_millis(10));
             }
             wakeups.inc();
@@ -302,9 +308,10 @@ impl Worker {
     }
 
     fn arm_polls(&mut self) {
-        for (i, d) in self.devices.iter_mut().enumerate() {
+        for (i, d) in self.res.devices.iter_mut().enumerate() {
             if !d.cq_poll_armed
                 && self
+                    .res
                     .ring
                     .poll_in(d.cq.channel().fd(), wr::worker(wr::POLL_CQ, i as u16))
                     .is_ok()
@@ -314,6 +321,7 @@ impl Worker {
         }
         if !self.armed.cm
             && self
+                .res
                 .ring
                 .poll_in(self.cm.fd(), wr::worker(wr::POLL_CM, 0))
                 .is_ok()
@@ -322,8 +330,9 @@ impl Worker {
         }
         if !self.armed.wake
             && self
+                .res
                 .ring
-                .poll_in(self.shared.waker.fd(), wr::worker(wr::POLL_WAKE, 0))
+                .poll_in(self.res.shared.waker.fd(), wr::worker(wr::POLL_WAKE, 0))
                 .is_ok()
         {
             self.armed.wake = true;
@@ -346,7 +355,7 @@ impl Worker {
     fn on_wc(&mut self, d: usize, wc: &WorkCompletion) {
         let id = WrId::unpack(wc.wr_id());
         if !wc.is_ok() && !wc.is_flush() {
-            Stats::inc(&self.engine.target.stats.wc_errors);
+            Stats::inc(&self.res.engine.target.stats.wc_errors);
             metrics()
                 .wc_errors
                 .with_label_values(&[wc.status_name()])
@@ -366,9 +375,9 @@ impl Worker {
                         // A receive for a queue pair that is gone, or an
                         // SRQ error: the buffer goes back to the SRQ.
                         if !ok && !wc.is_flush() {
-                            warn!(worker = self.shared.index, status = %wc.status_str(), "shared receive failed");
+                            warn!(worker = self.res.shared.index, status = %wc.status_str(), "shared receive failed");
                         }
-                        if let Some(area) = self.devices.get(d).and_then(|d| d.srq.as_ref()) {
+                        if let Some(area) = self.res.devices.get(d).and_then(|d| d.srq.as_ref()) {
                             if ok {
                                 // SAFETY: nobody uses the slot: its capsule is dropped.
                                 let _ = unsafe { area.post(slot, wr::recv_srq(slot), None) };
@@ -410,7 +419,7 @@ impl Worker {
                 });
             }
             k => debug!(
-                worker = self.shared.index,
+                worker = self.res.shared.index,
                 kind = k,
                 "unexpected completion"
             ),
@@ -421,7 +430,7 @@ impl Worker {
         let id = WrId::unpack(ud);
         match id.kind {
             wr::POLL_CQ => {
-                if let Some(d) = self.devices.get_mut(id.slot as usize) {
+                if let Some(d) = self.res.devices.get_mut(id.slot as usize) {
                     d.cq_poll_armed = false;
                     d.cq.drain_events();
                 }
@@ -433,7 +442,7 @@ impl Worker {
             wr::POLL_WAKE => {
                 self.armed.wake = false;
                 self.armed.tick_now = true;
-                self.shared.waker.clear();
+                self.res.shared.waker.clear();
             }
             wr::IO => self.on_backend(ud, res),
             _ => {}
@@ -448,15 +457,23 @@ impl Worker {
     /// Takes new connections from the listener: sets up the device (first
     /// time), the queue pair, and accepts. Returns how many were handled.
     fn accept_new(&mut self) -> usize {
-        if !self.shared.inbox_pending.swap(false, Ordering::AcqRel) {
+        if !self.res.shared.inbox_pending.swap(false, Ordering::AcqRel) {
             return 0;
         }
-        let new: Vec<NewConn> =
-            std::mem::take(&mut *self.shared.inbox.lock().unwrap_or_else(|p| p.into_inner()));
+        let new: Vec<NewConn> = std::mem::take(
+            &mut *self
+                .res
+                .shared
+                .inbox
+                .lock()
+                .unwrap_or_else(|p| p.into_inner()),
+        );
         let n = new.len();
         for mut c in new {
-            let target = &self.engine.target;
-            if self.shared.stop.load(Ordering::Acquire) || target.stopping.load(Ordering::Acquire) {
+            let target = &self.res.engine.target;
+            if self.res.shared.stop.load(Ordering::Acquire)
+                || target.stopping.load(Ordering::Acquire)
+            {
                 super::reject(target, &c.id, RejectStatus::NoResources);
                 continue;
             }
@@ -470,10 +487,11 @@ impl Worker {
                 continue;
             };
             let key = ctx.as_ptr() as usize;
-            let dev = match self.devices.iter().position(|d| d.key == key) {
+            let dev = match self.res.devices.iter().position(|d| d.key == key) {
                 Some(d) => d,
                 None => {
                     let made = self
+                        .res
                         .engine
                         .pd_for(ctx)
                         .map_err(|e| e.to_string())
@@ -481,21 +499,21 @@ impl Worker {
                             WorkerDevice::new(
                                 ctx,
                                 pd,
-                                &self.engine.cfg,
-                                &self.engine.budget,
-                                &mut self.ring,
-                                self.devices.len(),
+                                &self.res.engine.cfg,
+                                &self.res.engine.budget,
+                                &mut self.res.ring,
+                                self.res.devices.len(),
                             )
                             .map_err(|e| e.to_string())
                         });
                     match made {
                         Ok(d) => {
-                            self.devices.push(d);
-                            self.devices.len() - 1
+                            self.res.devices.push(d);
+                            self.res.devices.len() - 1
                         }
                         Err(e) => {
                             error!(
-                                worker = self.shared.index,
+                                worker = self.res.shared.index,
                                 "cannot serve the RDMA device: {e}"
                             );
                             super::reject(target, &c.id, RejectStatus::NoResources);
@@ -522,13 +540,13 @@ impl Worker {
             s.gen = s.gen.wrapping_add(1);
             let qkey = QueueKey { slot, gen: s.gen };
             let qid = c.params.qid;
-            let link = QueueLink::new(qid, self.shared.waker.clone());
+            let link = QueueLink::new(qid, self.res.shared.waker.clone());
             match Queue::accept(
                 c,
                 qkey,
                 dev,
-                &mut self.devices[dev],
-                &self.engine.budget,
+                &mut self.res.devices[dev],
+                &self.res.engine.budget,
                 link,
             ) {
                 Ok(q) => {
@@ -544,7 +562,7 @@ impl Worker {
                     self.slots[slot as usize].queue = Some(q);
                 }
                 Err((id, why)) => {
-                    warn!(worker = self.shared.index, qid, peer = ?id.peer_addr(), "queue refused: {why}");
+                    warn!(worker = self.res.shared.index, qid, peer = ?id.peer_addr(), "queue refused: {why}");
                     super::reject(target, &id, RejectStatus::NoResources);
                     self.free_slots.push(slot);
                 }
@@ -567,7 +585,7 @@ impl Worker {
                 }
                 Ok(None) => return n,
                 Err(e) => {
-                    error!(worker = self.shared.index, "rdma_get_cm_event: {e}");
+                    error!(worker = self.res.shared.index, "rdma_get_cm_event: {e}");
                     return n;
                 }
             }
@@ -577,11 +595,11 @@ impl Worker {
     /// Timers: heartbeat, queue timers, stop requests, and removal of queues
     /// that are gone.
     fn tick(&mut self, now: Instant) {
-        self.shared.waker.beat();
+        self.res.shared.waker.beat();
         // CM events are also read here: while the worker is busy polling, the
         // channel's poll is not armed.
         self.cm_events();
-        let stop = self.shared.stop.load(Ordering::Acquire);
+        let stop = self.res.shared.stop.load(Ordering::Acquire);
         for key in self.queue_keys() {
             let mut gone = false;
             self.with_queue(key, |q, cx| {
@@ -601,11 +619,11 @@ impl Worker {
         let Some(mut q) = self.slots[slot as usize].queue.take() else {
             return;
         };
-        let target = self.engine.target.clone();
+        let target = self.res.engine.target.clone();
         q.teardown(&target);
         self.by_qpn.remove(&q.qp_num);
         self.by_cm.remove(&q.cm_key);
-        if let Some(d) = self.devices.get_mut(q.dev) {
+        if let Some(d) = self.res.devices.get_mut(q.dev) {
             d.cq_room += q.cq_share;
         }
         drop(q);
