@@ -4,13 +4,24 @@
 # (round, target, pattern) and a table of medians with ratios ours/nvmet.
 # Patterns: 4k QD1 and QD32 randread/randwrite, 64k QD8 read/write, 4k QD32 70/30 mix.
 # "cpu_us" is the whole guest's CPU time per I/O (host and target side together; the same
-# host work for both targets).
+# host work for both targets). OURS_SPINS="0 200" runs our target once per --poll-spin-us
+# value (targets ours-spinN), for tuning the busy-poll window.
 set -uo pipefail
 : >/tmp/bench.txt
 IP=${LAB_IP:?}; NQN=nqn.2026-11.io.nvmf-lab:bench; RT=${RT:-10}; ROUNDS=${ROUNDS:-2}
 TARGET_BIN=${TARGET_BIN:-build/release/nvmf-target}
 PATTERNS=${PATTERNS:-"rr4k-qd1:randread:4k:1 rw4k-qd1:randwrite:4k:1 rr4k-qd32:randread:4k:32 rw4k-qd32:randwrite:4k:32 r64k-qd8:read:64k:8 w64k-qd8:write:64k:8 mix4k-qd32:randrw:4k:32"}
-modprobe -a rdma_rxe ib_uverbs rdma_ucm nvme-rdma nvmet nvmet-rdma; modprobe brd rd_nr=1 rd_size=262144
+# DEV=ram (default): brd, 256 MiB. DEV=nullb: null_blk, memory-backed (keeps data), 1 GiB.
+# brd in 6.1 cannot take I/O without blocking (no NOWAIT), so io_uring runs each of its
+# I/Os on an io-wq thread; null_blk can.
+DEV=${DEV:-ram}
+modprobe -a rdma_rxe ib_uverbs rdma_ucm nvme-rdma nvmet nvmet-rdma
+case $DEV in
+  ram) modprobe brd rd_nr=1 rd_size=262144; BDEV=/dev/ram0 ;;
+  nullb) modprobe null_blk nr_devices=1 memory_backed=1 gb=1 bs=512 queue_mode=2 || exit 1; BDEV=/dev/nullb0 ;;
+  *) echo "DEV must be ram or nullb"; exit 2 ;;
+esac
+echo "backing device: $BDEV ($(cat /sys/block/$(basename $BDEV)/queue/nowait 2>/dev/null | sed 's/^/nowait=/'))"
 rdma link add rxe0 type rxe netdev "${LAB_IF:-eth0}" 2>/dev/null
 C=/sys/kernel/config/nvmet; mountpoint -q $C || mount -t configfs none /sys/kernel/config
 cpu_ticks() { awk '/^cpu / {print $2 + $3 + $4 + $7 + $8}' /proc/stat; }
@@ -41,7 +52,7 @@ PY
 }
 kernel_up() {
   mkdir $C/subsystems/$NQN; echo 1 >$C/subsystems/$NQN/attr_allow_any_host
-  mkdir $C/subsystems/$NQN/namespaces/1; echo -n /dev/ram0 >$C/subsystems/$NQN/namespaces/1/device_path; echo 1 >$C/subsystems/$NQN/namespaces/1/enable
+  mkdir $C/subsystems/$NQN/namespaces/1; echo -n $BDEV >$C/subsystems/$NQN/namespaces/1/device_path; echo 1 >$C/subsystems/$NQN/namespaces/1/enable
   mkdir $C/ports/1; echo rdma >$C/ports/1/addr_trtype; echo ipv4 >$C/ports/1/addr_adrfam; echo "$IP" >$C/ports/1/addr_traddr; echo 4420 >$C/ports/1/addr_trsvcid
   ln -s $C/subsystems/$NQN $C/ports/1/subsystems/$NQN
 }
@@ -51,10 +62,15 @@ kernel_down() {
 }
 for r in $(seq "$ROUNDS"); do
   kernel_up; nvme connect -t rdma -a "$IP" -s 4420 -n $NQN >/dev/null && runfio "$r" nvmet; nvme disconnect -n $NQN >/dev/null; kernel_down
-  "$TARGET_BIN" --listen "$IP:4420" --nqn $NQN --namespace /dev/ram0 --log-level warn >/tmp/t.log 2>&1 &
-  TP=$!; sleep 1
-  nvme connect -t rdma -a "$IP" -s 4420 -n $NQN >/dev/null && runfio "$r" ours; nvme disconnect -n $NQN >/dev/null
-  kill $TP; wait $TP; grep -v INFO /tmp/t.log | head -5
+  for spin in ${OURS_SPINS:-default}; do
+    args=(); label=ours
+    [ "$spin" != default ] && { args=(--poll-spin-us "$spin"); label=ours-spin$spin; }
+    "$TARGET_BIN" --listen "$IP:4420" --nqn $NQN --namespace $BDEV --log-level warn "${args[@]}" >/tmp/t.log 2>&1 &
+    TP=$!; sleep 1
+    nvme connect -t rdma -a "$IP" -s 4420 -n $NQN >/dev/null && runfio "$r" "$label"; nvme disconnect -n $NQN >/dev/null
+    echo "io_uring io-wq threads of the target after the run: $(grep -l '^iou-' /proc/$TP/task/*/comm 2>/dev/null | wc -l)"
+    kill $TP; wait $TP; grep -v INFO /tmp/t.log | head -5
+  done
 done
 python3 - <<'PY'
 import statistics as st
@@ -67,15 +83,19 @@ pats = []
 for (p, _) in rows:
     if p not in pats: pats.append(p)
 med = lambda p, t, k: st.median(float(r[k]) for r in rows.get((p, t), [{k: 0}]))
-print()
-print("| pattern | nvmet IOPS | ours IOPS | ours/nvmet | nvmet p50 / p99 us | ours p50 / p99 us | p99 ours/nvmet | guest CPU us/IO nvmet / ours |")
-print("|---|---|---|---|---|---|---|---|")
-for p in pats:
-    ki, oi = med(p, 'nvmet', 'iops'), med(p, 'ours', 'iops')
-    kp, op = med(p, 'nvmet', 'p99_us'), med(p, 'ours', 'p99_us')
-    print(f"| {p} | {ki:.0f} | {oi:.0f} | {oi / ki if ki else 0:.2f} | {med(p, 'nvmet', 'p50_us'):.0f} / {kp:.0f} | "
-          f"{med(p, 'ours', 'p50_us'):.0f} / {op:.0f} | {op / kp if kp else 0:.2f} | "
-          f"{med(p, 'nvmet', 'cpu_us'):.0f} / {med(p, 'ours', 'cpu_us'):.0f} |")
+variants = []
+for (_, t) in rows:
+    if t != 'nvmet' and t not in variants: variants.append(t)
+for o in variants:
+    print()
+    print(f"| pattern | nvmet IOPS | {o} IOPS | {o}/nvmet | nvmet p50 / p99 us | {o} p50 / p99 us | p99 {o}/nvmet | guest CPU us/IO nvmet / {o} |")
+    print("|---|---|---|---|---|---|---|---|")
+    for p in pats:
+        ki, oi = med(p, 'nvmet', 'iops'), med(p, o, 'iops')
+        kp, op = med(p, 'nvmet', 'p99_us'), med(p, o, 'p99_us')
+        print(f"| {p} | {ki:.0f} | {oi:.0f} | {oi / ki if ki else 0:.2f} | {med(p, 'nvmet', 'p50_us'):.0f} / {kp:.0f} | "
+              f"{med(p, o, 'p50_us'):.0f} / {op:.0f} | {op / kp if kp else 0:.2f} | "
+              f"{med(p, 'nvmet', 'cpu_us'):.0f} / {med(p, o, 'cpu_us'):.0f} |")
 n = len(next(iter(rows.values()), []))
 print(f"(medians of {n} rounds, {__import__('os').environ.get('RT', '10')} s each)")
 PY
