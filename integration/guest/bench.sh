@@ -25,18 +25,23 @@ echo "backing device: $BDEV ($(cat /sys/block/$(basename $BDEV)/queue/nowait 2>/
 rdma link add rxe0 type rxe netdev "${LAB_IF:-eth0}" 2>/dev/null
 C=/sys/kernel/config/nvmet; mountpoint -q $C || mount -t configfs none /sys/kernel/config
 cpu_ticks() { awk '/^cpu / {print $2 + $3 + $4 + $7 + $8}' /proc/stat; }
+# Our target's worker wakeups and busy seconds (all workers), from its /metrics; 0 for nvmet.
+engine_stats() {
+  curl -s --max-time 2 http://127.0.0.1:9469/metrics 2>/dev/null |
+    awk '/^nvmf_target_worker_wakeups_total/ {w += $2} /^nvmf_target_worker_busy_seconds_total/ {b += $2} END {printf "%d %.6f", w, b}'
+}
 devof() { for _ in $(seq 50); do d=$(ls /dev/nvme*n1 2>/dev/null | head -1); [ -n "$d" ] && { echo "$d"; return; }; sleep 0.1; done; }
 runfio() { # round target
   local d; d=$(devof); local p name rw bs qd t0 t1
   for p in $PATTERNS; do
     IFS=: read -r name rw bs qd <<<"$p"
-    t0=$(cpu_ticks)
+    t0=$(cpu_ticks); read -r w0 b0 < <(engine_stats)
     fio --name=b --filename="$d" --direct=1 --ioengine=libaio --rw="$rw" --rwmixread=70 --bs="$bs" \
         --iodepth="$qd" --runtime="$RT" --time_based --output-format=json --output=/tmp/b.json >/dev/null 2>&1
-    t1=$(cpu_ticks)
-    python3 - "$1" "$2" "$name" "$t0" "$t1" "$(getconf CLK_TCK)" <<'PY'
+    t1=$(cpu_ticks); read -r w1 b1 < <(engine_stats)
+    python3 - "$1" "$2" "$name" "$t0" "$t1" "$(getconf CLK_TCK)" "${w0:-0}" "${w1:-0}" "${b0:-0}" "${b1:-0}" <<'PY'
 import json, sys
-rnd, tgt, name, t0, t1, hz = sys.argv[1:]
+rnd, tgt, name, t0, t1, hz, w0, w1, b0, b1 = sys.argv[1:]
 j = json.load(open('/tmp/b.json'))['jobs'][0]
 ios = iops = 0; p50 = p99 = 0.0
 for k in ('read', 'write'):
@@ -46,7 +51,10 @@ for k in ('read', 'write'):
     pc = x['clat_ns'].get('percentile', {})
     p50 = max(p50, pc.get('50.000000', 0) / 1000); p99 = max(p99, pc.get('99.000000', 0) / 1000)
 cpu = (int(t1) - int(t0)) / int(hz) * 1e6 / max(ios, 1)
-print(f"BENCH round={rnd} target={tgt} pattern={name} iops={iops:.0f} p50_us={p50:.0f} p99_us={p99:.0f} cpu_us={cpu:.1f}")
+eng = ''
+if float(w1) > 0:
+    eng = f" wakeups_per_io={(float(w1) - float(w0)) / max(ios, 1):.2f} worker_busy_us_per_io={(float(b1) - float(b0)) * 1e6 / max(ios, 1):.1f}"
+print(f"BENCH round={rnd} target={tgt} pattern={name} iops={iops:.0f} p50_us={p50:.0f} p99_us={p99:.0f} cpu_us={cpu:.1f}{eng}")
 PY
   done | tee -a /tmp/bench.txt
 }
