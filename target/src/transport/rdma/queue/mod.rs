@@ -279,7 +279,12 @@ impl Queue {
             cq_share,
             params,
             inline,
-            reqs: (0..nreq).map(|_| Req::new()).collect(),
+            reqs: (0..nreq)
+                .map(|_| Req {
+                    ns: Vec::with_capacity(1),
+                    ..Req::new()
+                })
+                .collect(),
             free: (0..nreq as u16).rev().collect(),
             ctrl: None,
             link,
@@ -414,9 +419,14 @@ impl Queue {
             return self.fail(cx);
         };
         let r = r as usize;
+        // The lifecycle (its generation) and the namespace list (its
+        // allocation, emptied at release) carry over to the slot's next use.
         let life = std::mem::take(&mut self.reqs[r].life);
+        let ns = std::mem::take(&mut self.reqs[r].ns);
+        debug_assert!(ns.is_empty());
         self.reqs[r] = Req {
             life,
+            ns,
             cmd,
             start: Instant::now(),
             ..Req::new()
