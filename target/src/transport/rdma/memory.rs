@@ -187,11 +187,16 @@ impl RecvArea {
         self.srq.is_some()
     }
 
-    /// The command bytes of `slot` (valid after its receive completed).
-    pub fn command(&self, slot: u32) -> &[u8] {
+    /// The command bytes of `slot`.
+    ///
+    /// # Safety
+    /// The slot's receive must have completed, and the slot must not be
+    /// posted again while the returned bytes are in use (the device writes
+    /// into a posted slot).
+    pub unsafe fn command(&self, slot: u32) -> &[u8] {
         assert!(slot < self.slots);
-        // SAFETY: in bounds of the registered buffer; the slot's receive has
-        // completed and it is not reposted while the caller reads it.
+        // SAFETY: in bounds of the registered buffer; per the caller, no
+        // receive is posted on the slot.
         unsafe {
             std::slice::from_raw_parts(self.mem.base().add(slot as usize * SQE_SIZE), SQE_SIZE)
         }

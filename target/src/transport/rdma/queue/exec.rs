@@ -52,7 +52,8 @@ impl Queue {
     fn exec_fabrics(&mut self, cx: &mut Cx<'_>, r: usize) {
         let cmd = self.reqs[r].cmd;
         if cmd.fctype() == fctype::CONNECT {
-            let data = self.data_mut(cx.dev, r).to_vec();
+            // SAFETY: the request executes; the data is copied out at once.
+            let data = unsafe { self.data_mut(cx.dev, r) }.to_vec();
             match fabrics::connect(cx.target, self.qid(), &cmd, &data) {
                 Ok((ctrl, d)) => {
                     if let Err(st) = ctrl.attach(self.link.clone()) {
@@ -141,7 +142,9 @@ impl Queue {
             return self.complete(cx, r, Status::CMD_SEQ_ERROR, 0);
         };
         let cmd = self.reqs[r].cmd;
-        let buf = self.data_mut(cx.dev, r);
+        // SAFETY: the request executes; admin::execute is the only user of
+        // its data until it returns.
+        let buf = unsafe { self.data_mut(cx.dev, r) };
         let len = buf.len() as u32;
         match admin::execute(cx.target, &ctrl, &cmd, buf, Instant::now()) {
             AdminOutcome::Done {
@@ -182,7 +185,9 @@ impl Queue {
         self.reqs[r].counted.0 = true;
         let ranges = match plan {
             IoPlan::Dsm { nr, deallocate } => {
-                match io::dsm_ranges(&ns, self.data_mut(cx.dev, r), nr) {
+                // SAFETY: the request executes and nothing was submitted for it yet;
+                // the ranges are parsed before the data is used again.
+                match io::dsm_ranges(&ns, unsafe { self.data_mut(cx.dev, r) }, nr) {
                     Ok(v) if deallocate => v,
                     Ok(_) => Vec::new(),
                     Err(st) => return self.complete(cx, r, st, 0),

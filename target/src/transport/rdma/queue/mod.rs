@@ -370,8 +370,13 @@ impl Queue {
     }
 
     /// Request `r`'s data, mutably (empty when it has none).
+    ///
+    /// # Safety
+    /// Request `r` must be executing (its data fetched, nothing posted or
+    /// submitted on it yet), and the caller must hold no other reference to
+    /// that data while the returned one lives.
     #[allow(clippy::mut_from_ref)]
-    fn data_mut<'a>(&self, dev: &'a WorkerDevice, r: usize) -> &'a mut [u8] {
+    unsafe fn data_mut<'a>(&self, dev: &'a WorkerDevice, r: usize) -> &'a mut [u8] {
         let len = self.reqs[r].plan.len() as usize;
         let d = self.data_ref(dev, r);
         if len == 0 {
@@ -402,7 +407,9 @@ impl Queue {
             self.repost(cx, slot);
             return self.fail(cx);
         }
-        let cmd = match Command::parse(area.command(slot)) {
+        // SAFETY: the receive of `slot` just completed; it is reposted only
+        // after the command was copied out (Command::parse copies).
+        let cmd = match Command::parse(unsafe { area.command(slot) }) {
             Ok(c) => c,
             Err(_) => {
                 self.repost(cx, slot);
