@@ -19,21 +19,9 @@ use rdma::{
 type R<T> = Result<T, String>;
 
 fn wait(ch: &Arc<EventChannel>, want: CmEventKind, timeout: Duration) -> R<()> {
-    let deadline = Instant::now() + timeout;
-    loop {
-        let left = deadline.saturating_duration_since(Instant::now());
-        match ch.wait_event(left).map_err(|e| e.to_string())? {
-            Some(ev) if ev.kind == want => return Ok(()),
-            Some(ev) => {
-                return Err(format!(
-                    "{:?} (status {}) instead of {want:?}",
-                    ev.kind, ev.status
-                ))
-            }
-            None if left.is_zero() => return Err(format!("no {want:?} within {timeout:?}")),
-            None => {}
-        }
-    }
+    ch.wait_for(want, timeout)
+        .map(|_| ())
+        .map_err(|e| e.to_string())
 }
 
 /// One connection: the id with its queue pair, and what the QP holds.

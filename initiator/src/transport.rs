@@ -196,19 +196,7 @@ fn wait_cm(
     want: CmEventKind,
     timeout: Duration,
 ) -> std::result::Result<rdma::CmEvent, String> {
-    let deadline = Instant::now() + timeout;
-    loop {
-        let left = deadline.saturating_duration_since(Instant::now());
-        if left.is_zero() {
-            return Err(format!("no {want:?} event within {timeout:?}"));
-        }
-        match ch.wait_event(left) {
-            Ok(Some(ev)) if ev.kind == want => return Ok(ev),
-            Ok(Some(ev)) => return Err(format!("{:?} (status {})", ev.kind, ev.status)),
-            Ok(None) => continue,
-            Err(e) => return Err(e.to_string()),
-        }
-    }
+    ch.wait_for(want, timeout).map_err(|e| e.to_string())
 }
 
 impl RdmaQueue {

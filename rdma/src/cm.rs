@@ -131,6 +131,34 @@ impl EventChannel {
         self.get_event()
     }
 
+    /// Waits up to `timeout` for the next event and expects it to be `want`
+    /// (the steps of connection bring-up). Any other event, a timeout, or a
+    /// channel failure is an error.
+    pub fn wait_for(
+        self: &Arc<Self>,
+        want: CmEventKind,
+        timeout: std::time::Duration,
+    ) -> std::result::Result<CmEvent, WaitError> {
+        let deadline = std::time::Instant::now() + timeout;
+        loop {
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            if left.is_zero() {
+                return Err(WaitError::Timeout { want, timeout });
+            }
+            match self.wait_event(left) {
+                Ok(Some(ev)) if ev.kind == want => return Ok(ev),
+                Ok(Some(ev)) => {
+                    return Err(WaitError::Other {
+                        kind: ev.kind,
+                        status: ev.status,
+                    })
+                }
+                Ok(None) => continue,
+                Err(e) => return Err(WaitError::Channel(e)),
+            }
+        }
+    }
+
     /// Waits for (or, if non-blocking, polls for) the next event.
     pub fn get_event(self: &Arc<Self>) -> Result<Option<CmEvent>> {
         let mut ev: *mut rdma_cm_event = ptr::null_mut();
@@ -188,6 +216,30 @@ impl EventChannel {
         unsafe { rdma_ack_cm_event(ev) };
         Ok(Some(out))
     }
+}
+
+/// Why [`EventChannel::wait_for`] did not see the event it waited for.
+#[derive(Debug, thiserror::Error)]
+pub enum WaitError {
+    /// Another event came first.
+    #[error("{kind:?} (status {status})")]
+    Other {
+        /// The event that came.
+        kind: CmEventKind,
+        /// Its status (e.g. the reject reason).
+        status: i32,
+    },
+    /// Nothing came in time.
+    #[error("no {want:?} event within {timeout:?}")]
+    Timeout {
+        /// The event waited for.
+        want: CmEventKind,
+        /// How long.
+        timeout: std::time::Duration,
+    },
+    /// The channel failed.
+    #[error("{0}")]
+    Channel(Error),
 }
 
 impl Drop for EventChannel {

@@ -20,7 +20,7 @@ mod verbs;
 mod wrid;
 
 pub use buffer::Buffer;
-pub use cm::{CmEvent, CmEventKind, CmId, ConnParams, EventChannel, QpOptions};
+pub use cm::{CmEvent, CmEventKind, CmId, ConnParams, EventChannel, QpOptions, WaitError};
 pub use error::{Error, Result};
 pub use verbs::{
     Access, CompletionChannel, CompletionQueue, Context, DeviceAttr, MemoryRegion, MemoryWindow,

@@ -121,13 +121,8 @@ impl WorkerDevice {
         // after its ring (field order), and no operation outlives the worker.
         unsafe { ring.register_fixed(index as u16, data.base(), data.mr.buffer().len()) }
             .map_err(DeviceError::Uring)?;
+        count_pool(&shape, 1);
         let m = &metrics().engine;
-        m.pool_buffers
-            .with_label_values(&["small"])
-            .add(shape.small_count as i64);
-        m.pool_buffers
-            .with_label_values(&["large"])
-            .add(shape.large_count as i64);
         info!(
             srq = srq.as_ref().map_or(0, |a| a.slots()),
             cq = entries,
@@ -165,15 +160,21 @@ impl WorkerDevice {
     }
 }
 
+/// Adds (`sign` 1) or removes (-1) a pool's buffers in `buffer_pool_buffers`.
+fn count_pool(shape: &PoolShape, sign: i64) {
+    let m = &metrics().engine;
+    for (class, n) in [
+        (Class::Small, shape.small_count),
+        (Class::Large, shape.large_count),
+    ] {
+        m.pool_buffers
+            .with_label_values(&[class.label()])
+            .add(sign * n as i64);
+    }
+}
+
 impl Drop for WorkerDevice {
     fn drop(&mut self) {
-        let shape = self.pool.shape();
-        let m = &metrics().engine;
-        m.pool_buffers
-            .with_label_values(&["small"])
-            .sub(shape.small_count as i64);
-        m.pool_buffers
-            .with_label_values(&["large"])
-            .sub(shape.large_count as i64);
+        count_pool(&self.pool.shape(), -1);
     }
 }
