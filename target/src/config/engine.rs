@@ -95,17 +95,18 @@ pub(super) struct RawEngine {
 }
 
 impl RawEngine {
-    /// Validates; errors name the field (under `target.`) and the reason.
-    pub(super) fn validate(self) -> Result<EngineConfig, (String, String)> {
+    /// Validates; each error names the field (under `target.`) and the reason.
+    pub(super) fn validate(self) -> Result<EngineConfig, Vec<(String, String)>> {
         let d = EngineConfig::default();
         let f = |n: &str| format!("target.{n}");
+        let mut errors = Vec::new();
         let workers = self.workers.unwrap_or(d.workers);
         if !(1..=256).contains(&workers) {
-            return Err((f("workers"), format!("{workers} is out of range 1..=256")));
+            errors.push((f("workers"), format!("{workers} is out of range 1..=256")));
         }
         let srq_depth = self.srq_depth.unwrap_or(d.srq_depth);
         if !(16..=65536).contains(&srq_depth) {
-            return Err((
+            errors.push((
                 f("srq_depth"),
                 format!("{srq_depth} is out of range 16..=65536"),
             ));
@@ -113,29 +114,36 @@ impl RawEngine {
         let small_buffers = self.small_buffers.unwrap_or(d.small_buffers);
         let large_buffers = self.large_buffers.unwrap_or(d.large_buffers);
         if large_buffers == 0 {
-            return Err((
+            errors.push((
                 f("large_buffers"),
                 "must be at least 1 (a transfer of the largest size needs one)".into(),
             ));
         }
         let max_pinned_memory = match self.max_pinned_memory {
-            None => d.max_pinned_memory,
-            Some(super::SizeValue::Int(v)) => v,
-            Some(super::SizeValue::Text(t)) => {
-                super::parse_size(&t).map_err(|r| (f("max_pinned_memory"), r))?
-            }
+            None => Some(d.max_pinned_memory),
+            Some(super::SizeValue::Int(v)) => Some(v),
+            Some(super::SizeValue::Text(t)) => match super::parse_size(&t) {
+                Ok(v) => Some(v),
+                Err(r) => {
+                    errors.push((f("max_pinned_memory"), r));
+                    None
+                }
+            },
         };
+        if !errors.is_empty() {
+            return Err(errors);
+        }
         let e = EngineConfig {
             workers,
             srq: self.srq.unwrap_or(d.srq),
             srq_depth,
             small_buffers,
             large_buffers,
-            max_pinned_memory,
+            max_pinned_memory: max_pinned_memory.unwrap_or(d.max_pinned_memory),
         };
         let need = e.workers as u64 * e.per_worker_bytes(e.srq != SrqMode::Off);
         if need > e.max_pinned_memory {
-            return Err((
+            errors.push((
                 f("max_pinned_memory"),
                 format!(
                     "{} MiB is less than the {} worker(s) need before any host connects ({} MiB: \
@@ -146,6 +154,7 @@ impl RawEngine {
                     need.div_ceil(1 << 20)
                 ),
             ));
+            return Err(errors);
         }
         Ok(e)
     }
@@ -181,7 +190,7 @@ mod tests {
 
     #[test]
     fn bad_values_name_their_field() {
-        let err = |r: RawEngine| r.validate().unwrap_err();
+        let err = |r: RawEngine| r.validate().unwrap_err().remove(0);
         let (f, why) = err(RawEngine {
             workers: Some(0),
             ..raw()

@@ -5,10 +5,11 @@ use std::collections::HashSet;
 use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
 
-use serde::Deserialize;
-
 mod engine;
+mod raw;
 pub use engine::{affinity_cpus, EngineConfig, SrqMode, SMALL_BUFFER};
+pub(crate) use raw::SizeValue;
+use raw::{RawConfig, RawControl, RawListener, RawMetrics, RawNamespace, RawSubsystem};
 
 /// A configuration error, naming the file (if any), the field and the reason.
 #[derive(Debug, thiserror::Error)]
@@ -31,6 +32,32 @@ pub enum ConfigError {
         /// Why it is wrong.
         reason: String,
     },
+    /// Several fields are invalid: every one, a line each.
+    #[error("{}", .0.iter().map(|e| e.to_string()).collect::<Vec<_>>().join("\n"))]
+    Several(Vec<ConfigError>),
+}
+
+impl ConfigError {
+    /// How many errors this is.
+    pub fn count(&self) -> usize {
+        match self {
+            ConfigError::Several(v) => v.len(),
+            _ => 1,
+        }
+    }
+
+    /// Whether this error is about `field` or a field inside it.
+    fn names(&self, field: &str) -> bool {
+        match self {
+            ConfigError::Invalid { field: f, .. } => {
+                f == field
+                    || f.starts_with(&format!("{field}["))
+                    || f.starts_with(&format!("{field}."))
+            }
+            ConfigError::Load { .. } => false,
+            ConfigError::Several(v) => v.iter().any(|e| e.names(field)),
+        }
+    }
 }
 
 /// A listener.
@@ -97,6 +124,8 @@ pub struct TargetConfig {
     pub poll_spin_us: u64,
     /// Where `/metrics` is served (`None`: disabled).
     pub metrics_addr: Option<SocketAddr>,
+    /// The control socket `nvmf-target status` talks to (`None`: disabled).
+    pub control_socket: Option<PathBuf>,
     /// Log filter (`tracing` EnvFilter syntax), e.g. `info` or `nvmf_target=debug`.
     pub log_level: String,
     /// The RDMA engine: workers, receive queues, buffers, pinned-memory budget.
@@ -107,85 +136,8 @@ pub struct TargetConfig {
 pub const DEFAULT_METRICS_ADDR: &str = "127.0.0.1:9469";
 /// Default log filter.
 pub const DEFAULT_LOG_LEVEL: &str = "info";
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct RawConfig {
-    #[serde(default)]
-    listener: Vec<RawListener>,
-    #[serde(default)]
-    subsystem: Vec<RawSubsystem>,
-    #[serde(default)]
-    target: Option<RawTarget>,
-    #[serde(default)]
-    metrics: Option<RawMetrics>,
-    #[serde(default)]
-    log: Option<RawLog>,
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct RawMetrics {
-    enabled: Option<bool>,
-    address: Option<String>,
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct RawLog {
-    level: Option<String>,
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct RawTarget {
-    poll_spin_us: Option<u64>,
-    workers: Option<usize>,
-    srq: Option<SrqMode>,
-    srq_depth: Option<u32>,
-    small_buffers: Option<u32>,
-    large_buffers: Option<u32>,
-    max_pinned_memory: Option<SizeValue>,
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct RawListener {
-    transport: Option<String>,
-    address: Option<String>,
-    port: Option<u16>,
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct RawSubsystem {
-    nqn: Option<String>,
-    allow_any_host: Option<bool>,
-    #[serde(default)]
-    hosts: Vec<String>,
-    serial: Option<String>,
-    model: Option<String>,
-    #[serde(default)]
-    namespace: Vec<RawNamespace>,
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct RawNamespace {
-    nsid: Option<u32>,
-    path: Option<String>,
-    backend: Option<String>,
-    size: Option<SizeValue>,
-    block_size: Option<u32>,
-    readonly: Option<bool>,
-}
-
-#[derive(Deserialize)]
-#[serde(untagged)]
-pub(crate) enum SizeValue {
-    Int(u64),
-    Text(String),
-}
+/// Default path of the control socket.
+pub const DEFAULT_CONTROL_SOCKET: &str = "/run/nvmf-target/control.sock";
 
 /// Parses a size such as `1G`, `512M`, `4096`, `2GiB`.
 pub fn parse_size(s: &str) -> Result<u64, String> {
@@ -224,16 +176,35 @@ pub fn check_nqn(nqn: &str) -> Result<(), String> {
     Ok(())
 }
 
+/// Collects every error of one configuration source.
 struct Ctx<'a> {
     src: &'a str,
+    errors: Vec<ConfigError>,
 }
 
-impl Ctx<'_> {
-    fn err(&self, field: impl Into<String>, reason: impl Into<String>) -> ConfigError {
-        ConfigError::Invalid {
+impl<'a> Ctx<'a> {
+    fn new(src: &'a str) -> Self {
+        Ctx {
+            src,
+            errors: Vec::new(),
+        }
+    }
+
+    /// Records that `field` is wrong, and why.
+    fn err(&mut self, field: impl Into<String>, reason: impl Into<String>) {
+        self.errors.push(ConfigError::Invalid {
             source_name: self.src.to_string(),
             field: field.into(),
             reason: reason.into(),
+        });
+    }
+
+    /// `value` if nothing was wrong, else every error.
+    fn finish<T>(mut self, value: T) -> Result<T, ConfigError> {
+        match self.errors.len() {
+            0 => Ok(value),
+            1 => Err(self.errors.remove(0)),
+            _ => Err(ConfigError::Several(self.errors)),
         }
     }
 }
@@ -278,7 +249,12 @@ impl TargetConfig {
                 reason: "no such file".into(),
             });
         }
-        let raw: RawConfig = config::Config::builder()
+        let overridden = match &env {
+            Some(vars) => vars.keys().any(|k| k.starts_with(ENV_PREFIX)),
+            None => std::env::vars_os()
+                .any(|(k, _)| k.to_str().is_some_and(|k| k.starts_with(ENV_PREFIX))),
+        };
+        let c = config::Config::builder()
             .add_source(config::File::new(&file, config::FileFormat::Toml))
             .add_source(
                 config::Environment::with_prefix(ENV_PREFIX)
@@ -288,25 +264,32 @@ impl TargetConfig {
                     .source(env),
             )
             .build()
-            .and_then(|c| c.try_deserialize())
             .map_err(|e| ConfigError::Load {
                 file: format!("{file} (with {ENV_PREFIX}_* overrides)"),
                 reason: e.to_string(),
             })?;
-        Self::validate(raw, &file, true)
+        let label = if overridden {
+            format!("{file} (with {ENV_PREFIX}_* overrides)")
+        } else {
+            file.clone()
+        };
+        let mut cx = Ctx::new(&label);
+        let raw = raw::read(&mut cx, c);
+        Self::validate(raw, cx, true)
     }
 
     /// Parses and validates TOML text (for tests and `check-config`).
     pub fn from_toml(text: &str, name: &str) -> Result<TargetConfig, ConfigError> {
-        let raw: RawConfig = config::Config::builder()
+        let c = config::Config::builder()
             .add_source(config::File::from_str(text, config::FileFormat::Toml))
             .build()
-            .and_then(|c| c.try_deserialize())
             .map_err(|e| ConfigError::Load {
                 file: name.into(),
                 reason: e.to_string(),
             })?;
-        Self::validate(raw, name, false)
+        let mut cx = Ctx::new(name);
+        let raw = raw::read(&mut cx, c);
+        Self::validate(raw, cx, false)
     }
 
     /// The quick form: one listener, one subsystem open to any host, namespaces
@@ -324,211 +307,110 @@ impl TargetConfig {
             None => (listen.to_string(), Some(nvme::DEFAULT_PORT)),
         };
         let raw = RawConfig {
-            listener: vec![RawListener {
-                transport: Some("rdma".into()),
-                address: Some(address),
-                port: port.or(Some(0)),
-            }],
-            subsystem: vec![RawSubsystem {
-                nqn: Some(nqn.into()),
-                allow_any_host: Some(true),
-                hosts: vec![],
-                serial: None,
-                model: None,
-                namespace: namespaces
-                    .iter()
-                    .enumerate()
-                    .map(|(i, p)| {
-                        let (backend, path, size) = match p.strip_prefix("null:") {
-                            Some(sz) => {
-                                (Some("null".into()), None, Some(SizeValue::Text(sz.into())))
-                            }
-                            None => (None, Some(p.clone()), None),
-                        };
-                        RawNamespace {
-                            nsid: Some(i as u32 + 1),
-                            path,
-                            backend,
-                            size,
-                            block_size: None,
-                            readonly: None,
-                        }
-                    })
-                    .collect(),
-            }],
-            target: None,
-            metrics: None,
-            log: None,
+            listener: vec![(
+                0,
+                RawListener {
+                    transport: Some("rdma".into()),
+                    address: Some(address),
+                    port: port.or(Some(0)),
+                },
+            )],
+            subsystem: vec![(
+                0,
+                RawSubsystem {
+                    nqn: Some(nqn.into()),
+                    allow_any_host: Some(true),
+                    hosts: vec![],
+                    serial: None,
+                    model: None,
+                    namespace_values: vec![],
+                    namespaces: namespaces
+                        .iter()
+                        .enumerate()
+                        .map(|(i, p)| {
+                            let (backend, path, size) = match p.strip_prefix("null:") {
+                                Some(sz) => {
+                                    (Some("null".into()), None, Some(SizeValue::Text(sz.into())))
+                                }
+                                None => (None, Some(p.clone()), None),
+                            };
+                            (
+                                i,
+                                RawNamespace {
+                                    nsid: Some(i as u32 + 1),
+                                    path,
+                                    backend,
+                                    size,
+                                    block_size: None,
+                                    readonly: None,
+                                },
+                            )
+                        })
+                        .collect(),
+                },
+            )],
+            ..RawConfig::default()
         };
-        Self::validate(raw, "command line", true)
+        Self::validate(raw, Ctx::new("command line"), true)
     }
 
-    fn validate(raw: RawConfig, src: &str, check_paths: bool) -> Result<TargetConfig, ConfigError> {
-        let cx = Ctx { src };
-        if raw.listener.is_empty() {
-            return Err(cx.err("listener", "at least one [[listener]] is required"));
+    fn validate(
+        raw: RawConfig,
+        mut ctx: Ctx,
+        check_paths: bool,
+    ) -> Result<TargetConfig, ConfigError> {
+        let cx = &mut ctx;
+        if raw.listener.is_empty() && cx.errors.iter().all(|e| !e.names("listener")) {
+            cx.err("listener", "at least one [[listener]] is required");
         }
         let mut listeners = Vec::new();
         let mut seen_addrs = HashSet::new();
-        for (i, l) in raw.listener.iter().enumerate() {
+        for (i, l) in &raw.listener {
             let f = |n: &str| format!("listener[{i}].{n}");
             let t = l.transport.as_deref().unwrap_or("rdma");
             if t != "rdma" {
-                return Err(cx.err(
+                cx.err(
                     f("transport"),
                     format!("'{t}' is not supported (only \"rdma\")"),
-                ));
+                );
             }
-            let a = l
-                .address
-                .as_deref()
-                .ok_or_else(|| cx.err(f("address"), "is required"))?;
-            let ip: IpAddr = a.parse().map_err(|_| {
-                cx.err(
-                    f("address"),
-                    format!("'{a}' is not an IPv4 or IPv6 address"),
-                )
-            })?;
+            let ip = match l.address.as_deref() {
+                None => {
+                    cx.err(f("address"), "is required");
+                    None
+                }
+                Some(a) => match a.parse::<IpAddr>() {
+                    Ok(ip) => Some(ip),
+                    Err(_) => {
+                        cx.err(
+                            f("address"),
+                            format!("'{a}' is not an IPv4 or IPv6 address"),
+                        );
+                        None
+                    }
+                },
+            };
             let port = l.port.unwrap_or(nvme::DEFAULT_PORT);
             if port == 0 {
-                return Err(cx.err(f("port"), "must be 1..=65535"));
+                cx.err(f("port"), "must be 1..=65535");
+                continue;
             }
+            let Some(ip) = ip else { continue };
             let addr = SocketAddr::new(ip, port);
             if !seen_addrs.insert(addr) {
-                return Err(cx.err(f("address"), format!("{addr} is listed twice")));
+                cx.err(f("address"), format!("{addr} is listed twice"));
             }
             listeners.push(ListenerConfig { addr });
         }
-        if raw.subsystem.is_empty() {
-            return Err(cx.err("subsystem", "at least one [[subsystem]] is required"));
+        if raw.subsystem.is_empty() && cx.errors.iter().all(|e| !e.names("subsystem")) {
+            cx.err("subsystem", "at least one [[subsystem]] is required");
         }
         let mut subsystems = Vec::new();
         let mut nqns = HashSet::new();
-        for (i, s) in raw.subsystem.into_iter().enumerate() {
-            let f = |n: &str| format!("subsystem[{i}].{n}");
-            let nqn = s.nqn.ok_or_else(|| cx.err(f("nqn"), "is required"))?;
-            check_nqn(&nqn).map_err(|r| cx.err(f("nqn"), r))?;
-            if nqn == nvme::DISCOVERY_NQN {
-                return Err(cx.err(f("nqn"), "the discovery NQN is served by the target itself"));
+        for (i, s) in raw.subsystem {
+            if let Some(sub) = Self::subsystem(cx, i, s, &mut nqns, check_paths) {
+                subsystems.push(sub);
             }
-            if !nqns.insert(nqn.clone()) {
-                return Err(cx.err(f("nqn"), format!("'{nqn}' is defined twice")));
-            }
-            let allow_any_host = s.allow_any_host.unwrap_or(false);
-            for (h, host) in s.hosts.iter().enumerate() {
-                check_nqn(host).map_err(|r| cx.err(f(&format!("hosts[{h}]")), r))?;
-            }
-            if !allow_any_host && s.hosts.is_empty() {
-                return Err(cx.err(
-                    f("hosts"),
-                    "no host may connect: set allow_any_host = true or list hosts = [\"nqn...\"]",
-                ));
-            }
-            if let Some(sn) = &s.serial {
-                if sn.is_empty() || sn.len() > 20 || !sn.is_ascii() {
-                    return Err(cx.err(f("serial"), "must be 1 to 20 ASCII characters"));
-                }
-            }
-            let model = s.model.unwrap_or_else(|| DEFAULT_MODEL.to_string());
-            if model.len() > 40 || !model.is_ascii() {
-                return Err(cx.err(f("model"), "must be at most 40 ASCII characters"));
-            }
-            let mut namespaces = Vec::new();
-            let mut nsids = HashSet::new();
-            for (j, n) in s.namespace.into_iter().enumerate() {
-                let g = |k: &str| format!("subsystem[{i}].namespace[{j}].{k}");
-                let nsid = n.nsid.unwrap_or(j as u32 + 1);
-                if nsid == 0 || nsid > crate::MAX_NSID {
-                    return Err(cx.err(
-                        g("nsid"),
-                        format!("{nsid} is out of range 1..={}", crate::MAX_NSID),
-                    ));
-                }
-                if !nsids.insert(nsid) {
-                    return Err(
-                        cx.err(g("nsid"), format!("{nsid} is used twice in this subsystem"))
-                    );
-                }
-                if let Some(bs) = n.block_size {
-                    if !(512..=4096).contains(&bs) || !bs.is_power_of_two() {
-                        return Err(cx.err(
-                            g("block_size"),
-                            format!("{bs} must be a power of two in 512..=4096"),
-                        ));
-                    }
-                }
-                let kind =
-                    n.backend
-                        .as_deref()
-                        .unwrap_or(if n.path.is_some() { "file" } else { "" });
-                let backend = match kind {
-                    "file" | "block" => {
-                        let p = n.path.ok_or_else(|| {
-                            cx.err(g("path"), "is required for a file or block device")
-                        })?;
-                        if n.size.is_some() {
-                            return Err(
-                                cx.err(g("size"), "is taken from the file or device; remove it")
-                            );
-                        }
-                        let path = PathBuf::from(&p);
-                        if check_paths {
-                            check_backing_path(&path).map_err(|r| cx.err(g("path"), r))?;
-                        }
-                        BackendConfig::File { path }
-                    }
-                    "null" => {
-                        if n.path.is_some() {
-                            return Err(cx.err(g("path"), "a null namespace has no path"));
-                        }
-                        let size = match n.size {
-                            None => {
-                                return Err(cx.err(g("size"), "is required for backend = \"null\""))
-                            }
-                            Some(SizeValue::Int(v)) => v,
-                            Some(SizeValue::Text(t)) => {
-                                parse_size(&t).map_err(|r| cx.err(g("size"), r))?
-                            }
-                        };
-                        let bs = n.block_size.unwrap_or(512) as u64;
-                        if size < bs || size % bs != 0 {
-                            return Err(cx.err(
-                                g("size"),
-                                format!(
-                                    "{size} must be a non-zero multiple of the block size {bs}"
-                                ),
-                            ));
-                        }
-                        BackendConfig::Null { size }
-                    }
-                    "" => {
-                        return Err(cx.err(
-                            g("path"),
-                            "is required (or set backend = \"null\" with a size)",
-                        ))
-                    }
-                    other => {
-                        return Err(cx.err(
-                            g("backend"),
-                            format!("'{other}' is unknown (use \"file\" or \"null\")"),
-                        ))
-                    }
-                };
-                namespaces.push(NamespaceConfig {
-                    nsid,
-                    backend,
-                    block_size: n.block_size,
-                    readonly: n.readonly.unwrap_or(false),
-                });
-            }
-            subsystems.push(SubsystemConfig {
-                nqn,
-                allow_any_host,
-                hosts: s.hosts,
-                serial: s.serial,
-                model,
-                namespaces,
-            });
         }
         let poll_spin_us = raw
             .target
@@ -546,8 +428,16 @@ impl TargetConfig {
             },
             None => engine::RawEngine::default(),
         }
-        .validate()
-        .map_err(|(field, reason)| cx.err(field, reason))?;
+        .validate();
+        let engine = match engine {
+            Ok(e) => e,
+            Err(errors) => {
+                for (field, reason) in errors {
+                    cx.err(field, reason);
+                }
+                EngineConfig::default()
+            }
+        };
         let metrics_addr = match raw.metrics {
             Some(RawMetrics {
                 enabled: Some(false),
@@ -557,14 +447,45 @@ impl TargetConfig {
                 let a = m
                     .and_then(|m| m.address)
                     .unwrap_or_else(|| DEFAULT_METRICS_ADDR.to_string());
-                Some(a.parse::<SocketAddr>().map_err(|_| {
+                match a.parse::<SocketAddr>() {
+                    Ok(a) => Some(a),
+                    Err(_) => {
+                        cx.err(
+                            "metrics.address",
+                            format!(
+                                "'{a}' is not ADDRESS:PORT (e.g. \"127.0.0.1:9469\" or \"[::1]:9469\")"
+                            ),
+                        );
+                        None
+                    }
+                }
+            }
+        };
+        let control_socket = match raw.control {
+            Some(RawControl {
+                enabled: Some(false),
+                ..
+            }) => None,
+            c => {
+                let p = PathBuf::from(
+                    c.and_then(|c| c.socket)
+                        .unwrap_or_else(|| DEFAULT_CONTROL_SOCKET.to_string()),
+                );
+                if !p.is_absolute() || p.file_name().is_none() {
                     cx.err(
-                        "metrics.address",
+                        "control.socket",
                         format!(
-                            "'{a}' is not ADDRESS:PORT (e.g. \"127.0.0.1:9469\" or \"[::1]:9469\")"
+                            "'{}' must be an absolute path to a socket file (e.g. \"{DEFAULT_CONTROL_SOCKET}\")",
+                            p.display()
                         ),
-                    )
-                })?)
+                    );
+                } else if p.as_os_str().len() > 107 {
+                    cx.err(
+                        "control.socket",
+                        "is longer than the 107 bytes a Unix socket path may have",
+                    );
+                }
+                Some(p)
             }
         };
         let log_level = raw
@@ -572,20 +493,195 @@ impl TargetConfig {
             .and_then(|l| l.level)
             .unwrap_or_else(|| DEFAULT_LOG_LEVEL.to_string());
         if let Err(e) = tracing_subscriber::EnvFilter::try_new(&log_level) {
-            return Err(cx.err(
+            cx.err(
                 "log.level",
                 format!(
                     "'{log_level}' is not a log filter (e.g. \"info\", \"nvmf_target=debug\"): {e}"
                 ),
-            ));
+            );
         }
-        Ok(TargetConfig {
+        ctx.finish(TargetConfig {
             listeners,
             subsystems,
             poll_spin_us,
             metrics_addr,
+            control_socket,
             log_level,
             engine,
+        })
+    }
+
+    /// Checks one `[[subsystem]]`; `None` when it is too broken to use (its
+    /// errors are in `cx`).
+    fn subsystem(
+        cx: &mut Ctx,
+        i: usize,
+        s: RawSubsystem,
+        nqns: &mut HashSet<String>,
+        check_paths: bool,
+    ) -> Option<SubsystemConfig> {
+        let f = |n: &str| format!("subsystem[{i}].{n}");
+        let nqn = match s.nqn {
+            None => {
+                cx.err(f("nqn"), "is required");
+                None
+            }
+            Some(nqn) => {
+                if let Err(r) = check_nqn(&nqn) {
+                    cx.err(f("nqn"), r);
+                } else if nqn == nvme::DISCOVERY_NQN {
+                    cx.err(f("nqn"), "the discovery NQN is served by the target itself");
+                } else if !nqns.insert(nqn.clone()) {
+                    cx.err(f("nqn"), format!("'{nqn}' is defined twice"));
+                }
+                Some(nqn)
+            }
+        };
+        let allow_any_host = s.allow_any_host.unwrap_or(false);
+        for (h, host) in s.hosts.iter().enumerate() {
+            if let Err(r) = check_nqn(host) {
+                cx.err(f(&format!("hosts[{h}]")), r);
+            }
+        }
+        if !allow_any_host && s.hosts.is_empty() {
+            cx.err(
+                f("hosts"),
+                "no host may connect: set allow_any_host = true or list hosts = [\"nqn...\"]",
+            );
+        }
+        if let Some(sn) = &s.serial {
+            if sn.is_empty() || sn.len() > 20 || !sn.is_ascii() {
+                cx.err(f("serial"), "must be 1 to 20 ASCII characters");
+            }
+        }
+        let model = s.model.unwrap_or_else(|| DEFAULT_MODEL.to_string());
+        if model.len() > 40 || !model.is_ascii() {
+            cx.err(f("model"), "must be at most 40 ASCII characters");
+        }
+        let mut namespaces = Vec::new();
+        let mut nsids = HashSet::new();
+        for (j, n) in s.namespaces {
+            let g = |k: &str| format!("subsystem[{i}].namespace[{j}].{k}");
+            if let Some(ns) = Self::namespace(cx, g, j, n, &mut nsids, check_paths) {
+                namespaces.push(ns);
+            }
+        }
+        Some(SubsystemConfig {
+            nqn: nqn?,
+            allow_any_host,
+            hosts: s.hosts,
+            serial: s.serial,
+            model,
+            namespaces,
+        })
+    }
+
+    /// Checks one `[[subsystem.namespace]]` (`g` names its fields).
+    fn namespace(
+        cx: &mut Ctx,
+        g: impl Fn(&str) -> String,
+        j: usize,
+        n: RawNamespace,
+        nsids: &mut HashSet<u32>,
+        check_paths: bool,
+    ) -> Option<NamespaceConfig> {
+        let errors = cx.errors.len();
+        let nsid = n.nsid.unwrap_or(j as u32 + 1);
+        if nsid == 0 || nsid > crate::MAX_NSID {
+            cx.err(
+                g("nsid"),
+                format!("{nsid} is out of range 1..={}", crate::MAX_NSID),
+            );
+        } else if !nsids.insert(nsid) {
+            cx.err(g("nsid"), format!("{nsid} is used twice in this subsystem"));
+        }
+        if let Some(bs) = n.block_size {
+            if !(512..=4096).contains(&bs) || !bs.is_power_of_two() {
+                cx.err(
+                    g("block_size"),
+                    format!("{bs} must be a power of two in 512..=4096"),
+                );
+            }
+        }
+        let kind = n
+            .backend
+            .as_deref()
+            .unwrap_or(if n.path.is_some() { "file" } else { "" });
+        let backend = match kind {
+            "file" | "block" => {
+                if n.size.is_some() {
+                    cx.err(g("size"), "is taken from the file or device; remove it");
+                }
+                match n.path {
+                    None => {
+                        cx.err(g("path"), "is required for a file or block device");
+                        None
+                    }
+                    Some(p) => {
+                        let path = PathBuf::from(&p);
+                        if check_paths {
+                            if let Err(r) = check_backing_path(&path) {
+                                cx.err(g("path"), r);
+                            }
+                        }
+                        Some(BackendConfig::File { path })
+                    }
+                }
+            }
+            "null" => {
+                if n.path.is_some() {
+                    cx.err(g("path"), "a null namespace has no path");
+                }
+                let size = match n.size {
+                    None => {
+                        cx.err(g("size"), "is required for backend = \"null\"");
+                        None
+                    }
+                    Some(SizeValue::Int(v)) => Some(v),
+                    Some(SizeValue::Text(t)) => match parse_size(&t) {
+                        Ok(v) => Some(v),
+                        Err(r) => {
+                            cx.err(g("size"), r);
+                            None
+                        }
+                    },
+                };
+                let bs = n.block_size.unwrap_or(512) as u64;
+                match size {
+                    Some(size) if size < bs || size % bs != 0 => {
+                        cx.err(
+                            g("size"),
+                            format!("{size} must be a non-zero multiple of the block size {bs}"),
+                        );
+                        None
+                    }
+                    Some(size) => Some(BackendConfig::Null { size }),
+                    None => None,
+                }
+            }
+            "" => {
+                cx.err(
+                    g("path"),
+                    "is required (or set backend = \"null\" with a size)",
+                );
+                None
+            }
+            other => {
+                cx.err(
+                    g("backend"),
+                    format!("'{other}' is unknown (use \"file\" or \"null\")"),
+                );
+                None
+            }
+        };
+        if cx.errors.len() != errors {
+            return None;
+        }
+        Some(NamespaceConfig {
+            nsid,
+            backend: backend?,
+            block_size: n.block_size,
+            readonly: n.readonly.unwrap_or(false),
         })
     }
 }
@@ -716,6 +812,94 @@ block_size = 4096
                 "nsid = 1\nbackend = \"null\"\nsize = 512\n[[subsystem.namespace]]\nnsid = 1",
             ),
             "subsystem[1].namespace[1].nsid: 1 is used twice",
+        );
+    }
+
+    #[test]
+    fn every_error_is_reported_in_one_run() {
+        let text = r#"
+[target]
+workers = 0
+srq_depth = 1
+[[subsystem]]
+nqn = "disk1"
+allow_any_host = true
+[[subsystem.namespace]]
+nsid = 1
+backend = "null"
+size = "1Q"
+[[subsystem.namespace]]
+nsid = 2
+bogus = 1
+[[subsystem]]
+nqn = "nqn.2026-11.io.example:ok"
+port = 1
+[metrics]
+address = "nowhere"
+[controls]
+socket = "x"
+"#;
+        let e = TargetConfig::from_toml(text, "t.toml").unwrap_err();
+        let msg = e.to_string();
+        let lines: Vec<&str> = msg.lines().collect();
+        for want in [
+            "t.toml: controls: unknown section",
+            "t.toml: listener: at least one [[listener]] is required",
+            "t.toml: subsystem[0].nqn: 'disk1' must start with 'nqn.'",
+            "t.toml: subsystem[0].namespace[0].size: '1Q' has an unknown unit",
+            "t.toml: subsystem[0].namespace[1]: unknown field `bogus`",
+            "t.toml: subsystem[1]: unknown field `port`",
+            "t.toml: target.workers: 0 is out of range",
+            "t.toml: target.srq_depth: 1 is out of range",
+            "t.toml: metrics.address: 'nowhere' is not ADDRESS:PORT",
+        ] {
+            assert!(
+                lines.iter().any(|l| l.starts_with(want)),
+                "no line starts with '{want}' in:\n{msg}"
+            );
+        }
+        assert_eq!(e.count(), 9, "{msg}");
+        assert_eq!(lines.len(), 9, "{msg}");
+    }
+
+    #[test]
+    fn a_bad_nqn_and_no_listener_are_both_named() {
+        let text = GOOD
+            .replace("nqn.2026-11.io.example:disk1", "disk1")
+            .replace(
+                "[[listener]]\ntransport = \"rdma\"\naddress = \"10.0.2.15\"\nport = 4420\n",
+                "",
+            );
+        let e = TargetConfig::from_toml(&text, "t.toml")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("t.toml: listener: at least one"), "{e}");
+        assert!(e.contains("t.toml: subsystem[0].nqn: 'disk1'"), "{e}");
+    }
+
+    #[test]
+    fn control_socket() {
+        let c = TargetConfig::from_toml(GOOD, "t.toml").unwrap();
+        assert_eq!(
+            c.control_socket.as_deref(),
+            Some(Path::new(DEFAULT_CONTROL_SOCKET))
+        );
+        let c = TargetConfig::from_toml(&format!("[control]\nenabled = false\n{GOOD}"), "t.toml")
+            .unwrap();
+        assert_eq!(c.control_socket, None);
+        let c = TargetConfig::from_toml(
+            &format!("[control]\nsocket = \"/tmp/n.sock\"\n{GOOD}"),
+            "t.toml",
+        )
+        .unwrap();
+        assert_eq!(c.control_socket.as_deref(), Some(Path::new("/tmp/n.sock")));
+        let e =
+            TargetConfig::from_toml(&format!("[control]\nsocket = \"n.sock\"\n{GOOD}"), "t.toml")
+                .unwrap_err()
+                .to_string();
+        assert!(
+            e.contains("control.socket: 'n.sock' must be an absolute path"),
+            "{e}"
         );
     }
 

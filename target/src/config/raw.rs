@@ -1,0 +1,185 @@
+//! The configuration as read, before validation. Each section and each
+//! `[[listener]]`, `[[subsystem]]` and `[[subsystem.namespace]]` entry is read
+//! on its own, so one wrong type or unknown key does not hide the errors of
+//! the other entries.
+
+use serde::Deserialize;
+
+use super::Ctx;
+
+/// Top-level sections, in the order they are read.
+const SECTIONS: &[&str] = &[
+    "listener",
+    "subsystem",
+    "target",
+    "metrics",
+    "control",
+    "log",
+];
+
+/// The whole file, as read.
+#[derive(Default)]
+pub(super) struct RawConfig {
+    pub listener: Vec<(usize, RawListener)>,
+    pub subsystem: Vec<(usize, RawSubsystem)>,
+    pub target: Option<RawTarget>,
+    pub metrics: Option<RawMetrics>,
+    pub control: Option<RawControl>,
+    pub log: Option<RawLog>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawMetrics {
+    pub enabled: Option<bool>,
+    pub address: Option<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawControl {
+    pub enabled: Option<bool>,
+    pub socket: Option<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawLog {
+    pub level: Option<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawTarget {
+    pub poll_spin_us: Option<u64>,
+    pub workers: Option<usize>,
+    pub srq: Option<super::SrqMode>,
+    pub srq_depth: Option<u32>,
+    pub small_buffers: Option<u32>,
+    pub large_buffers: Option<u32>,
+    pub max_pinned_memory: Option<SizeValue>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawListener {
+    pub transport: Option<String>,
+    pub address: Option<String>,
+    pub port: Option<u16>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawSubsystem {
+    pub nqn: Option<String>,
+    pub allow_any_host: Option<bool>,
+    #[serde(default)]
+    pub hosts: Vec<String>,
+    pub serial: Option<String>,
+    pub model: Option<String>,
+    /// The entries as read; each is checked on its own into `namespaces`.
+    #[serde(default, rename = "namespace")]
+    pub namespace_values: Vec<config::Value>,
+    #[serde(skip)]
+    pub namespaces: Vec<(usize, RawNamespace)>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawNamespace {
+    pub nsid: Option<u32>,
+    pub path: Option<String>,
+    pub backend: Option<String>,
+    pub size: Option<SizeValue>,
+    pub block_size: Option<u32>,
+    pub readonly: Option<bool>,
+}
+
+#[derive(Deserialize)]
+#[serde(untagged)]
+pub(crate) enum SizeValue {
+    Int(u64),
+    Text(String),
+}
+
+/// A list section (`[[name]]`): each entry read on its own, with its index in
+/// the file; a wrong one is reported and left out.
+fn entries<T: for<'de> Deserialize<'de>>(
+    cx: &mut Ctx,
+    name: &str,
+    v: config::Value,
+) -> Vec<(usize, T)> {
+    let items = match v.into_array() {
+        Ok(items) => items,
+        Err(_) => {
+            cx.err(name, format!("must be a list of tables ([[{name}]])"));
+            return Vec::new();
+        }
+    };
+    let mut out = Vec::new();
+    for (i, item) in items.into_iter().enumerate() {
+        match item.try_deserialize::<T>() {
+            Ok(t) => out.push((i, t)),
+            Err(e) => cx.err(format!("{name}[{i}]"), e.to_string()),
+        }
+    }
+    out
+}
+
+/// A table section (`[name]`).
+fn table<T: for<'de> Deserialize<'de>>(cx: &mut Ctx, name: &str, v: config::Value) -> Option<T> {
+    match v.try_deserialize::<T>() {
+        Ok(t) => Some(t),
+        Err(e) => {
+            cx.err(name, e.to_string());
+            None
+        }
+    }
+}
+
+/// Reads every section of a loaded configuration, reporting each entry that
+/// does not have the right shape to `cx`.
+pub(super) fn read(cx: &mut Ctx, c: config::Config) -> RawConfig {
+    let top = match c.try_deserialize::<config::Map<String, config::Value>>() {
+        Ok(t) => t,
+        Err(e) => {
+            cx.err("(file)", e.to_string());
+            return RawConfig::default();
+        }
+    };
+    let mut raw = RawConfig::default();
+    let mut keys: Vec<_> = top.keys().cloned().collect();
+    keys.sort();
+    for k in keys {
+        if !SECTIONS.contains(&k.as_str()) {
+            cx.err(
+                k.clone(),
+                format!("unknown section (expected one of: {})", SECTIONS.join(", ")),
+            );
+        }
+    }
+    let mut top = top;
+    for &s in SECTIONS {
+        let Some(v) = top.remove(s) else { continue };
+        match s {
+            "listener" => raw.listener = entries(cx, s, v),
+            "subsystem" => {
+                raw.subsystem = entries::<RawSubsystem>(cx, s, v);
+                for (i, sub) in raw.subsystem.iter_mut() {
+                    let values = std::mem::take(&mut sub.namespace_values);
+                    sub.namespaces = entries(
+                        cx,
+                        &format!("subsystem[{i}].namespace"),
+                        config::Value::new(None, values),
+                    );
+                }
+            }
+            "target" => raw.target = table(cx, s, v),
+            "metrics" => raw.metrics = table(cx, s, v),
+            "control" => raw.control = table(cx, s, v),
+            "log" => raw.log = table(cx, s, v),
+            _ => unreachable!("every section is listed in SECTIONS"),
+        }
+    }
+    raw
+}
