@@ -3,6 +3,7 @@
 //! No I/O: the transport feeds it commands and the time.
 
 use std::collections::VecDeque;
+use std::net::SocketAddr;
 use std::os::fd::{AsFd, AsRawFd};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -342,6 +343,10 @@ pub struct Controller {
     pub units_read: AtomicU64,
     /// 512-byte units written.
     pub units_written: AtomicU64,
+    /// The host's and our transport address, from its admin queue.
+    addrs: std::sync::OnceLock<(SocketAddr, SocketAddr)>,
+    /// When the controller was created (Connect on the admin queue).
+    pub created: Instant,
 }
 
 impl Controller {
@@ -365,7 +370,27 @@ impl Controller {
             host_writes: AtomicU64::new(0),
             units_read: AtomicU64::new(0),
             units_written: AtomicU64::new(0),
+            addrs: std::sync::OnceLock::new(),
+            created: Instant::now(),
         }
+    }
+
+    /// Records the host's address and the local address it connected to
+    /// (its admin queue's; the first call wins).
+    pub fn set_addrs(&self, host: SocketAddr, local: SocketAddr) {
+        let _ = self.addrs.set((host, local));
+    }
+
+    /// The host's address and the local address it connected to.
+    pub fn addrs(&self) -> Option<(SocketAddr, SocketAddr)> {
+        self.addrs.get().copied()
+    }
+
+    /// The qids of the attached queues, ascending (0 is the admin queue).
+    pub fn qids(&self) -> Vec<u16> {
+        let mut v: Vec<u16> = self.links().iter().map(|l| l.qid).collect();
+        v.sort_unstable();
+        v
     }
 
     /// Locks the state.

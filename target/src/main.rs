@@ -4,7 +4,12 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
+use std::os::fd::AsFd;
+
 use clap::{Parser, Subcommand};
+use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+use nix::sys::signal::{SigSet, Signal};
+use nix::sys::signalfd::{SfdFlags, SignalFd};
 use sd_notify::NotifyState;
 use tracing::{error, info, warn};
 
@@ -62,6 +67,19 @@ enum Cmd {
     ImportNvmetcli {
         /// The nvmetcli JSON file.
         file: PathBuf,
+    },
+    /// Show what the running daemon serves and who is connected: subsystems,
+    /// namespaces, listeners and each controller (host NQN and address,
+    /// queues, keep-alive, I/O counts). Asks the daemon over its control
+    /// socket (the [control] socket of the configuration, by default
+    /// /run/nvmf-target/control.sock); needs root.
+    Status {
+        /// Print the status as JSON (format documented in the README).
+        #[arg(long)]
+        json: bool,
+        /// The control socket (default: from the configuration file).
+        #[arg(long, value_name = "PATH")]
+        socket: Option<PathBuf>,
     },
     /// Print a systemd drop-in that lets the service open the block devices
     /// a configuration exports (the unit sets DevicePolicy=closed), e.g.
@@ -122,8 +140,7 @@ fn init_logging(cli_level: Option<&str>, cfg_level: &str) -> Option<LogReload> {
     let filter = fixed.unwrap_or_else(|| EnvFilter::new(cfg_level));
     let (filter, handle) = reload::Layer::new(filter);
     let journal = std::env::var_os("JOURNAL_STREAM").is_some();
-    // SAFETY: isatty only inspects fd 2.
-    let tty = unsafe { libc::isatty(2) } == 1;
+    let tty = std::io::IsTerminal::is_terminal(&std::io::stderr());
     let plain = fmt::layer()
         .with_writer(std::io::stderr)
         .with_ansi(tty && !journal);
@@ -144,39 +161,55 @@ fn init_logging(cli_level: Option<&str>, cfg_level: &str) -> Option<LogReload> {
     })
 }
 
+/// A refused configuration, for stderr: one error on the line, several as an
+/// indented list under a count.
+fn refusal(e: &nvmf_target::config::ConfigError) -> String {
+    match e.count() {
+        1 => format!("configuration refused: {e}"),
+        n => format!(
+            "configuration refused, {n} errors:\n{}",
+            e.to_string()
+                .lines()
+                .map(|l| format!("  {l}"))
+                .collect::<Vec<_>>()
+                .join("\n")
+        ),
+    }
+}
+
 fn load(args: &Args) -> Result<TargetConfig, String> {
     match (&args.listen, &args.nqn, &args.config) {
         (Some(l), Some(n), None) => {
             if args.namespace.is_empty() {
-                return Err("the quick form needs at least one --namespace PATH".into());
+                return Err("configuration refused: the quick form needs at least one --namespace PATH".into());
             }
-            TargetConfig::quick(l, n, &args.namespace).map_err(|e| e.to_string())
+            TargetConfig::quick(l, n, &args.namespace).map_err(|e| refusal(&e))
         }
         (Some(_), _, Some(_)) => Err(
-            "use either --config or the quick form (--listen/--nqn/--namespace), not both".into(),
+            "configuration refused: use either --config or the quick form (--listen/--nqn/--namespace), not both".into(),
         ),
         _ => {
             let path = args
                 .config
                 .clone()
                 .unwrap_or_else(|| PathBuf::from(DEFAULT_CONFIG));
-            TargetConfig::load(&path).map_err(|e| e.to_string())
+            TargetConfig::load(&path).map_err(|e| refusal(&e))
         }
     }
 }
 
-fn block_signals() -> libc::sigset_t {
-    // SAFETY: sigset manipulation on a local; pthread_sigmask on the calling thread
-    // (inherited by the threads spawned after it).
-    unsafe {
-        let mut set: libc::sigset_t = std::mem::zeroed();
-        libc::sigemptyset(&mut set);
-        libc::sigaddset(&mut set, libc::SIGTERM);
-        libc::sigaddset(&mut set, libc::SIGINT);
-        libc::sigaddset(&mut set, libc::SIGHUP);
-        libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
-        set
+/// Blocks SIGTERM, SIGINT and SIGHUP in this thread (and so in every thread
+/// spawned after) and returns a descriptor the main thread reads them from.
+fn block_signals() -> std::io::Result<SignalFd> {
+    let mut set = SigSet::empty();
+    for s in [Signal::SIGTERM, Signal::SIGINT, Signal::SIGHUP] {
+        set.add(s);
     }
+    set.thread_block()?;
+    Ok(SignalFd::with_flags(
+        &set,
+        SfdFlags::SFD_NONBLOCK | SfdFlags::SFD_CLOEXEC,
+    )?)
 }
 
 /// Tells systemd (if it supervises us) about a state change.
@@ -221,8 +254,67 @@ fn print_from_config(
             ExitCode::SUCCESS
         }
         Err(e) => {
-            eprintln!("nvmf-target: configuration refused: {e}");
+            eprintln!("nvmf-target: {}", refusal(&e));
             ExitCode::from(2)
+        }
+    }
+}
+
+/// `nvmf-target status`: the socket from `--socket`, else from the
+/// configuration file (if it loads), else the default.
+fn status(args: &Args, json: bool, socket: Option<&std::path::Path>) -> ExitCode {
+    let path = match socket {
+        Some(p) => p.to_path_buf(),
+        None => {
+            let file = args
+                .config
+                .clone()
+                .unwrap_or_else(|| PathBuf::from(DEFAULT_CONFIG));
+            match TargetConfig::load(&file) {
+                Ok(c) => match c.control_socket {
+                    Some(p) => p,
+                    None => {
+                        eprintln!(
+                            "nvmf-target status: {} disables the control socket ([control] enabled = false)",
+                            file.display()
+                        );
+                        return ExitCode::from(2);
+                    }
+                },
+                Err(_) => PathBuf::from(nvmf_target::config::DEFAULT_CONTROL_SOCKET),
+            }
+        }
+    };
+    match nvmf_target::daemon::control::query_status(&path) {
+        Ok(st) if json => match serde_json::to_string_pretty(&st) {
+            Ok(j) => {
+                println!("{j}");
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("nvmf-target status: {e}");
+                ExitCode::from(1)
+            }
+        },
+        Ok(st) => {
+            print!("{}", st.text());
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            let hint = match &e {
+                nvmf_target::daemon::control::ControlError::Io { source, .. } => {
+                    match source.kind() {
+                        std::io::ErrorKind::PermissionDenied => " (run as root)",
+                        std::io::ErrorKind::NotFound | std::io::ErrorKind::ConnectionRefused => {
+                            " (is nvmf-target running? `systemctl status nvmf-target`)"
+                        }
+                        _ => "",
+                    }
+                }
+                _ => "",
+            };
+            eprintln!("nvmf-target status: {e}{hint}");
+            ExitCode::from(1)
         }
     }
 }
@@ -230,6 +322,7 @@ fn print_from_config(
 fn main() -> ExitCode {
     let args = Args::parse();
     match &args.cmd {
+        Some(Cmd::Status { json, socket }) => return status(&args, *json, socket.as_deref()),
         Some(Cmd::CheckConfig { file }) => {
             return print_from_config(file, |c| format!("{}\n", summary(c)))
         }
@@ -242,13 +335,26 @@ fn main() -> ExitCode {
     let mut cfg = match load(&args) {
         Ok(c) => c,
         Err(e) => {
-            eprintln!("nvmf-target: configuration refused: {e}");
-            notify(&[NotifyState::Status(&format!("configuration refused: {e}"))]);
+            eprintln!("nvmf-target: {e}");
+            notify(&[NotifyState::Status(&e)]);
             return ExitCode::from(2);
         }
     };
     if let Some(us) = args.poll_spin_us {
         cfg.poll_spin_us = us;
+    }
+    if args.listen.is_some() {
+        // The quick form is for trying things: a second one on this machine
+        // runs without a control socket rather than not at all.
+        if let Some(p) = &cfg.control_socket {
+            if std::os::unix::net::UnixStream::connect(p).is_ok() {
+                eprintln!(
+                    "nvmf-target: another nvmf-target answers on {}; this one runs without a control socket",
+                    p.display()
+                );
+                cfg.control_socket = None;
+            }
+        }
     }
     if args.check {
         println!("{}", summary(&cfg));
@@ -257,7 +363,13 @@ fn main() -> ExitCode {
     let log_reload = init_logging(args.log_level.as_deref(), &cfg.log_level);
     // Before any thread starts, so every thread inherits the mask and the
     // main thread alone takes the signals.
-    let set = block_signals();
+    let sfd = match block_signals() {
+        Ok(s) => s,
+        Err(e) => {
+            error!("cannot take signals: {e}");
+            return ExitCode::from(1);
+        }
+    };
     let mut daemon = match Daemon::start(cfg, log_reload) {
         Ok(d) => d,
         Err(e) => {
@@ -289,8 +401,8 @@ fn main() -> ExitCode {
         path = PathBuf::new();
     }
     loop {
-        match wait_signal(&set, tick) {
-            Some(libc::SIGHUP) => {
+        match wait_signal(&sfd, tick) {
+            Some(Signal::SIGHUP) => {
                 let mut st = vec![NotifyState::Reloading];
                 if let Ok(m) = NotifyState::monotonic_usec_now() {
                     st.push(m);
@@ -326,7 +438,7 @@ fn main() -> ExitCode {
                 ]);
             }
             Some(sig) => {
-                info!(signal = sig, "shutting down");
+                info!(signal = %sig, "shutting down");
                 break;
             }
             None => {}
@@ -372,13 +484,18 @@ fn main() -> ExitCode {
     }
 }
 
-/// Waits up to `timeout` for one of the blocked signals in `set`.
-fn wait_signal(set: &libc::sigset_t, timeout: Duration) -> Option<libc::c_int> {
-    let ts = libc::timespec {
-        tv_sec: timeout.as_secs() as libc::time_t,
-        tv_nsec: timeout.subsec_nanos() as libc::c_long,
-    };
-    // SAFETY: `set` and `ts` are valid for the call; no siginfo is requested.
-    let r = unsafe { libc::sigtimedwait(set, std::ptr::null_mut(), &ts) };
-    (r > 0).then_some(r)
+/// Waits up to `timeout` for one of the blocked signals.
+fn wait_signal(sfd: &SignalFd, timeout: Duration) -> Option<Signal> {
+    if let Ok(Some(si)) = sfd.read_signal() {
+        return Signal::try_from(si.ssi_signo as i32).ok();
+    }
+    let mut fds = [PollFd::new(sfd.as_fd(), PollFlags::POLLIN)];
+    let t = PollTimeout::try_from(timeout).unwrap_or(PollTimeout::MAX);
+    match poll(&mut fds, t) {
+        Ok(n) if n > 0 => match sfd.read_signal() {
+            Ok(Some(si)) => Signal::try_from(si.ssi_signo as i32).ok(),
+            _ => None,
+        },
+        _ => None,
+    }
 }

@@ -68,6 +68,10 @@ impl Queue {
                         .sq_flow_control_disabled();
                     let peer = self.id.as_ref().and_then(|i| i.peer_addr());
                     if self.qid() == 0 {
+                        let local = self.id.as_ref().and_then(|i| i.local_addr());
+                        if let (Some(h), Some(l)) = (peer, local) {
+                            ctrl.set_addrs(h, l);
+                        }
                         info!(cntlid = ctrl.cntlid, host = %d.hostnqn, subsys = %d.subsysnqn,
                               ?peer, kato_ms = ctrl.state().kato_ms, "controller connected");
                     } else {

@@ -8,6 +8,11 @@ use std::time::{Duration, Instant};
 
 use tracing::{error, info, warn};
 
+pub mod control;
+pub mod status;
+
+use control::ControlServer;
+
 use crate::backend::open_namespace;
 use crate::config::{NamespaceConfig, SubsystemConfig, TargetConfig};
 use crate::http::MetricsServer;
@@ -80,6 +85,7 @@ pub struct Daemon {
     /// daemon thread, never on a worker.
     retired: Vec<Arc<Namespace>>,
     metrics_server: Option<MetricsServer>,
+    control: Option<ControlServer>,
     log_reload: Option<LogReload>,
 }
 
@@ -88,6 +94,7 @@ impl Daemon {
     /// `log_reload` is `None` when the log filter is fixed (RUST_LOG or
     /// `--log-level`).
     pub fn start(config: TargetConfig, log_reload: Option<LogReload>) -> Result<Daemon, String> {
+        let started = Instant::now();
         check_memlock(config.engine.max_pinned_memory)?;
         let target = Arc::new(build_target(&config)?);
         let metrics_server = match config.metrics_addr {
@@ -105,6 +112,13 @@ impl Daemon {
                     .map_err(|e| e.to_string())?,
             );
         }
+        let control = match &config.control_socket {
+            Some(p) => Some(
+                ControlServer::start(p, target.clone(), started)
+                    .map_err(|e| format!("control socket: {e}"))?,
+            ),
+            None => None,
+        };
         Ok(Daemon {
             target,
             config,
@@ -112,6 +126,7 @@ impl Daemon {
             engine: Some(engine),
             retired: Vec::new(),
             metrics_server,
+            control,
             log_reload,
         })
     }
@@ -152,6 +167,14 @@ impl Daemon {
         if let Some(m) = &self.metrics_server {
             if !m.alive(STALL_MS) {
                 return Err(format!("metrics endpoint {} is not running", m.addr));
+            }
+        }
+        if let Some(c) = &self.control {
+            if !c.alive() {
+                return Err(format!(
+                    "control socket {} is not served",
+                    c.path().display()
+                ));
             }
         }
         match &self.engine {
@@ -283,6 +306,7 @@ impl Daemon {
     pub fn shutdown(mut self) -> Result<(), String> {
         let t = &self.target;
         t.stopping.store(true, Ordering::SeqCst);
+        drop(self.control.take());
         for l in self.listeners {
             l.stop();
         }

@@ -1,0 +1,487 @@
+//! What `nvmf-target status` shows: a snapshot of the running target
+//! (subsystems, namespaces, listeners, connected controllers), its stable JSON
+//! form, and the text an administrator reads.
+//!
+//! The JSON is versioned by `format`; fields are only ever added within a
+//! format. README ("Status") documents every field.
+
+use std::fmt::Write as _;
+use std::sync::atomic::Ordering::Relaxed;
+use std::time::Instant;
+
+use serde::{Deserialize, Serialize};
+
+use crate::backend::Backend;
+use crate::controller::Controller;
+use crate::subsystem::{SubsystemKind, Target};
+
+/// The JSON format version.
+pub const FORMAT: u32 = 1;
+
+/// The whole status.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Status {
+    /// Format version ([`FORMAT`]).
+    pub format: u32,
+    /// The daemon process.
+    pub daemon: DaemonInfo,
+    /// Where hosts connect.
+    pub listeners: Vec<ListenerInfo>,
+    /// NVM subsystems, in configuration order; then removed ones that still
+    /// have controllers (`configured: false`).
+    pub subsystems: Vec<SubsystemInfo>,
+    /// Controllers of the discovery subsystem (hosts running `nvme discover`
+    /// or holding a persistent discovery connection).
+    pub discovery_controllers: Vec<ControllerInfo>,
+}
+
+/// The daemon process.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct DaemonInfo {
+    /// nvmf-target version.
+    pub version: String,
+    /// Process id.
+    pub pid: u32,
+    /// Seconds since start.
+    pub uptime_seconds: u64,
+}
+
+/// A listener.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ListenerInfo {
+    /// Always "rdma".
+    pub transport: String,
+    /// IP address.
+    pub address: String,
+    /// Port.
+    pub port: u16,
+}
+
+/// A subsystem.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SubsystemInfo {
+    /// NQN.
+    pub nqn: String,
+    /// In the configuration (false: removed by a reload, controllers left).
+    pub configured: bool,
+    /// Serial number.
+    pub serial: String,
+    /// Model number.
+    pub model: String,
+    /// Any host may connect.
+    pub allow_any_host: bool,
+    /// Allowed host NQNs.
+    pub hosts: Vec<String>,
+    /// Namespaces by nsid.
+    pub namespaces: Vec<NamespaceInfo>,
+    /// Connected controllers by cntlid.
+    pub controllers: Vec<ControllerInfo>,
+}
+
+/// A namespace.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct NamespaceInfo {
+    /// Namespace id.
+    pub nsid: u32,
+    /// "block", "file" or "null".
+    pub backend: String,
+    /// The device or file (null for a null namespace).
+    pub path: Option<String>,
+    /// Size in bytes.
+    pub size_bytes: u64,
+    /// Logical block size in bytes.
+    pub block_size: u32,
+    /// Writes are refused.
+    pub readonly: bool,
+}
+
+/// A connected controller (one host association).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ControllerInfo {
+    /// Controller id.
+    pub cntlid: u16,
+    /// Host NQN.
+    pub host_nqn: String,
+    /// Host identifier (UUID form).
+    pub host_id: String,
+    /// The host's address and port ("10.0.0.2:47123"), from its admin queue.
+    pub host_address: Option<String>,
+    /// The target address the host connected to.
+    pub local_address: Option<String>,
+    /// Seconds since the admin queue connected.
+    pub connected_seconds: u64,
+    /// CSTS.RDY: the host enabled the controller.
+    pub ready: bool,
+    /// Connected queues, the admin queue included.
+    pub queues: usize,
+    /// The qids of the connected I/O queues.
+    pub io_queues: Vec<u16>,
+    /// Keep-alive timeout in milliseconds (0: none).
+    pub keep_alive_ms: u32,
+    /// Milliseconds since the last keep-alive (or connect).
+    pub last_keep_alive_ms: u64,
+    /// Read commands completed.
+    pub reads: u64,
+    /// Write commands completed.
+    pub writes: u64,
+    /// Bytes read by the host.
+    pub bytes_read: u64,
+    /// Bytes written by the host.
+    pub bytes_written: u64,
+}
+
+/// The UUID form of a host identifier.
+fn uuid(b: &[u8; 16]) -> String {
+    let h: String = b.iter().map(|x| format!("{x:02x}")).collect();
+    format!(
+        "{}-{}-{}-{}-{}",
+        &h[0..8],
+        &h[8..12],
+        &h[12..16],
+        &h[16..20],
+        &h[20..32]
+    )
+}
+
+fn controller(c: &Controller, now: Instant) -> ControllerInfo {
+    let (kato, since_ka, ready) = {
+        let st = c.state();
+        (
+            st.kato_ms,
+            now.saturating_duration_since(st.last_keepalive).as_millis() as u64,
+            st.ready(),
+        )
+    };
+    let qids = c.qids();
+    let addrs = c.addrs();
+    ControllerInfo {
+        cntlid: c.cntlid,
+        host_nqn: c.hostnqn.clone(),
+        host_id: uuid(&c.hostid),
+        host_address: addrs.map(|a| a.0.to_string()),
+        local_address: addrs.map(|a| a.1.to_string()),
+        connected_seconds: now.saturating_duration_since(c.created).as_secs(),
+        ready,
+        queues: qids.len(),
+        io_queues: qids.into_iter().filter(|&q| q != 0).collect(),
+        keep_alive_ms: kato,
+        last_keep_alive_ms: since_ka,
+        reads: c.host_reads.load(Relaxed),
+        writes: c.host_writes.load(Relaxed),
+        bytes_read: c.units_read.load(Relaxed) * 512,
+        bytes_written: c.units_written.load(Relaxed) * 512,
+    }
+}
+
+impl Status {
+    /// A snapshot of `target`, started at `started`.
+    pub fn of(target: &Target, started: Instant) -> Status {
+        let now = Instant::now();
+        let configured = target.subsystems();
+        let subsystems = target
+            .all_subsystems()
+            .iter()
+            .filter(|s| s.kind == SubsystemKind::Nvm)
+            .map(|s| {
+                let access = s.access();
+                let mut controllers: Vec<_> =
+                    s.controllers().iter().map(|c| controller(c, now)).collect();
+                controllers.sort_by_key(|c| c.cntlid);
+                SubsystemInfo {
+                    nqn: s.nqn.clone(),
+                    configured: configured.iter().any(|x| std::sync::Arc::ptr_eq(x, s)),
+                    serial: s.serial.clone(),
+                    model: s.model.clone(),
+                    allow_any_host: access.allow_any_host,
+                    hosts: access.hosts.clone(),
+                    namespaces: s
+                        .namespaces()
+                        .iter()
+                        .map(|n| {
+                            let (backend, path) = match &n.backend {
+                                Backend::File { path, is_block, .. } => (
+                                    if *is_block { "block" } else { "file" },
+                                    Some(path.display().to_string()),
+                                ),
+                                Backend::Null => ("null", None),
+                            };
+                            NamespaceInfo {
+                                nsid: n.nsid,
+                                backend: backend.into(),
+                                path,
+                                size_bytes: n.blocks << n.block_shift,
+                                block_size: n.block_size,
+                                readonly: n.readonly,
+                            }
+                        })
+                        .collect(),
+                    controllers,
+                }
+            })
+            .collect();
+        let mut discovery_controllers: Vec<_> = target
+            .discovery
+            .controllers()
+            .iter()
+            .map(|c| controller(c, now))
+            .collect();
+        discovery_controllers.sort_by_key(|c| c.cntlid);
+        Status {
+            format: FORMAT,
+            daemon: DaemonInfo {
+                version: env!("CARGO_PKG_VERSION").into(),
+                pid: std::process::id(),
+                uptime_seconds: now.saturating_duration_since(started).as_secs(),
+            },
+            listeners: target
+                .listeners
+                .iter()
+                .map(|a| ListenerInfo {
+                    transport: "rdma".into(),
+                    address: a.ip().to_string(),
+                    port: a.port(),
+                })
+                .collect(),
+            subsystems,
+            discovery_controllers,
+        }
+    }
+
+    /// The text `nvmf-target status` prints.
+    pub fn text(&self) -> String {
+        let mut o = String::new();
+        let d = &self.daemon;
+        let _ = writeln!(
+            o,
+            "nvmf-target {} (pid {}, up {})",
+            d.version,
+            d.pid,
+            duration(d.uptime_seconds)
+        );
+        let ls: Vec<String> = self
+            .listeners
+            .iter()
+            .map(|l| {
+                if l.address.contains(':') {
+                    format!("{} [{}]:{}", l.transport, l.address, l.port)
+                } else {
+                    format!("{} {}:{}", l.transport, l.address, l.port)
+                }
+            })
+            .collect();
+        let _ = writeln!(o, "listeners: {}", ls.join(", "));
+        for s in &self.subsystems {
+            let access = if s.allow_any_host {
+                "any host".to_string()
+            } else {
+                format!("hosts: {}", s.hosts.join(", "))
+            };
+            let removed = if s.configured {
+                ""
+            } else {
+                " [removed from the configuration]"
+            };
+            let _ = writeln!(o, "\nsubsystem {}{removed}", s.nqn);
+            let _ = writeln!(
+                o,
+                "  serial {}, model {}, {access}",
+                s.serial.trim(),
+                s.model.trim()
+            );
+            if s.namespaces.is_empty() {
+                let _ = writeln!(o, "  no namespaces");
+            }
+            for n in &s.namespaces {
+                let _ = writeln!(
+                    o,
+                    "  namespace {:<3} {:<5} {:<24} {:>10}  {} B blocks  {}",
+                    n.nsid,
+                    n.backend,
+                    n.path.as_deref().unwrap_or("-"),
+                    bytes(n.size_bytes),
+                    n.block_size,
+                    if n.readonly {
+                        "read-only"
+                    } else {
+                        "read-write"
+                    }
+                );
+            }
+            if s.controllers.is_empty() {
+                let _ = writeln!(o, "  no controllers connected");
+            }
+            for c in &s.controllers {
+                ctrl_text(&mut o, c);
+            }
+        }
+        if !self.discovery_controllers.is_empty() {
+            let _ = writeln!(o, "\ndiscovery");
+            for c in &self.discovery_controllers {
+                ctrl_text(&mut o, c);
+            }
+        }
+        o
+    }
+}
+
+fn ctrl_text(o: &mut String, c: &ControllerInfo) {
+    let _ = writeln!(
+        o,
+        "  controller {} host {} from {} ({}; connected {})",
+        c.cntlid,
+        c.host_nqn,
+        c.host_address.as_deref().unwrap_or("?"),
+        if c.ready { "enabled" } else { "not enabled" },
+        duration(c.connected_seconds)
+    );
+    let ka = if c.keep_alive_ms == 0 {
+        "keep-alive off".to_string()
+    } else {
+        format!(
+            "keep-alive {} ms (last {} ms ago)",
+            c.keep_alive_ms, c.last_keep_alive_ms
+        )
+    };
+    let _ = writeln!(
+        o,
+        "    queues {} (admin + {} I/O), {ka}; reads {} ({}), writes {} ({})",
+        c.queues,
+        c.io_queues.len(),
+        c.reads,
+        bytes(c.bytes_read),
+        c.writes,
+        bytes(c.bytes_written)
+    );
+}
+
+/// "1.50 GiB", "512 B".
+pub fn bytes(n: u64) -> String {
+    const UNITS: [&str; 5] = ["KiB", "MiB", "GiB", "TiB", "PiB"];
+    if n < 1024 {
+        return format!("{n} B");
+    }
+    let mut v = n as f64 / 1024.0;
+    let mut u = 0;
+    while v >= 1024.0 && u + 1 < UNITS.len() {
+        v /= 1024.0;
+        u += 1;
+    }
+    format!("{v:.2} {}", UNITS[u])
+}
+
+/// "3d 4h", "5m 3s", "42s".
+pub fn duration(s: u64) -> String {
+    match s {
+        0..=59 => format!("{s}s"),
+        60..=3599 => format!("{}m {}s", s / 60, s % 60),
+        3600..=86399 => format!("{}h {}m", s / 3600, s % 3600 / 60),
+        _ => format!("{}d {}h", s / 86400, s % 86400 / 3600),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::subsystem::Subsystem;
+    use std::sync::Arc;
+
+    fn target() -> Target {
+        let ns = crate::namespace::Namespace::new(
+            "nqn.2026-11.io.test:a",
+            1,
+            Backend::Null,
+            1 << 32,
+            4096,
+            false,
+        );
+        let s = Arc::new(Subsystem::new(
+            "nqn.2026-11.io.test:a".into(),
+            SubsystemKind::Nvm,
+            false,
+            vec!["nqn.2026-11.io.test:h1".into()],
+            Some("SN1".into()),
+            "model".into(),
+            vec![Arc::new(ns)],
+        ));
+        Target::new(vec![s], vec!["10.0.0.1:4420".parse().unwrap()], 0)
+    }
+
+    #[test]
+    fn snapshot_lists_subsystems_namespaces_and_controllers() {
+        let t = target();
+        let s = t.subsystem("nqn.2026-11.io.test:a").unwrap();
+        let c = s
+            .add_controller("nqn.2026-11.io.test:h1", [0xab; 16], 5000)
+            .unwrap();
+        c.set_addrs(
+            "10.0.0.2:50000".parse().unwrap(),
+            "10.0.0.1:4420".parse().unwrap(),
+        );
+        let w = crate::controller::Waker::new().unwrap();
+        c.attach(crate::controller::QueueLink::new(0, w.clone()))
+            .unwrap();
+        c.attach(crate::controller::QueueLink::new(2, w.clone()))
+            .unwrap();
+        c.attach(crate::controller::QueueLink::new(1, w)).unwrap();
+        c.host_reads.store(3, Relaxed);
+        c.units_read.store(24, Relaxed);
+        let st = Status::of(&t, Instant::now());
+        assert_eq!(st.format, FORMAT);
+        assert_eq!(st.listeners[0].address, "10.0.0.1");
+        assert_eq!(st.listeners[0].port, 4420);
+        let sub = &st.subsystems[0];
+        assert!(sub.configured);
+        assert_eq!(sub.hosts, vec!["nqn.2026-11.io.test:h1".to_string()]);
+        let n = &sub.namespaces[0];
+        assert_eq!(
+            (n.nsid, n.backend.as_str(), n.path.as_deref()),
+            (1, "null", None)
+        );
+        assert_eq!((n.size_bytes, n.block_size), (1 << 32, 4096));
+        let c = &sub.controllers[0];
+        assert_eq!(c.host_nqn, "nqn.2026-11.io.test:h1");
+        assert_eq!(c.host_id, "abababab-abab-abab-abab-abababababab");
+        assert_eq!(c.host_address.as_deref(), Some("10.0.0.2:50000"));
+        assert_eq!((c.queues, c.io_queues.clone()), (3, vec![1, 2]));
+        assert_eq!((c.reads, c.bytes_read, c.keep_alive_ms), (3, 12288, 5000));
+        // The JSON round-trips, and its field names are the documented ones.
+        let json = serde_json::to_string(&st).unwrap();
+        assert_eq!(serde_json::from_str::<Status>(&json).unwrap(), st);
+        let v: serde_json::Value = serde_json::from_str(&json).unwrap();
+        assert_eq!(
+            v["subsystems"][0]["controllers"][0]["host_nqn"],
+            "nqn.2026-11.io.test:h1"
+        );
+        let text = st.text();
+        assert!(text.contains("subsystem nqn.2026-11.io.test:a"), "{text}");
+        assert!(
+            text.contains("controller 1 host nqn.2026-11.io.test:h1 from 10.0.0.2:50000"),
+            "{text}"
+        );
+        assert!(text.contains("queues 3 (admin + 2 I/O)"), "{text}");
+    }
+
+    #[test]
+    fn a_removed_subsystem_with_controllers_is_marked() {
+        let t = target();
+        let s = t.subsystem("nqn.2026-11.io.test:a").unwrap();
+        let _c = s
+            .add_controller("nqn.2026-11.io.test:h1", [1; 16], 0)
+            .unwrap();
+        t.set_subsystems(vec![]);
+        let st = Status::of(&t, Instant::now());
+        assert_eq!(st.subsystems.len(), 1);
+        assert!(!st.subsystems[0].configured);
+        assert!(st.text().contains("[removed from the configuration]"));
+    }
+
+    #[test]
+    fn human_units() {
+        assert_eq!(bytes(512), "512 B");
+        assert_eq!(bytes(1 << 30), "1.00 GiB");
+        assert_eq!(bytes(3 << 19), "1.50 MiB");
+        assert_eq!(duration(42), "42s");
+        assert_eq!(duration(303), "5m 3s");
+        assert_eq!(duration(90061), "1d 1h");
+    }
+}
