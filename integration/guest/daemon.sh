@@ -2,14 +2,19 @@
 # daemon.sh: the target run as an operator runs it. Runs INSIDE the lab guest
 # (integration/run-daemon-tests), systemd is PID 1, cwd /lab = project root, as root.
 #
-#   1. check-config on broken configurations: exit 2 and the expected message each
-#   2. install binary, unit (systemd/nvmf-target.service), config, device drop-in;
-#      `systemctl start` returns only after the listener accepts (first discover works)
+#   1. check-config on broken configurations: exit 2 and the expected message each; a
+#      file with several errors names every one
+#   2. install exactly as the README says (its install block, run verbatim: binary,
+#      shipped config, unit, enable --now; no drop-in): `systemctl enable --now`
+#      returns only after the listener accepts (first discover works); the shipped
+#      config serves; `nvmf-target status` shows it; a non-root user is refused
 #   3. the kernel host connects; a real Prometheus scrapes /metrics during fio; its query
 #      API returns non-zero read and write rates; `promtool check metrics` passes
-#   4. `systemctl reload`: an added namespace appears on the connected host (same
-#      controller, no reconnect, namespace-changed AEN); a reload the daemon cannot apply
-#      (block device not allowed) and a broken file are refused, the old config serves;
+#   4. `systemctl reload`: an added file and an added block device (a disk not named
+#      when the unit started) appear on the connected host (same controller, no
+#      reconnect, namespace-changed AEN); `nvmf-target status --json` lists the host's
+#      NQN under its subsystem; a reload the daemon cannot apply (changed listener)
+#      and a broken file are refused, the old config serves;
 #      a removed namespace disappears; an added/removed subsystem enters/leaves discovery;
 #      a killed daemon is restarted (Restart=on-failure) and the host reconnects
 #   5. `systemctl stop` while fio and an acknowledged-writes logger run: fio sees errors
@@ -18,6 +23,8 @@
 #   6. kernel target configured via configfs, saved as nvmetcli JSON (nvmetcli if
 #      installed, else integration/guest/nvmet-save.py), imported with
 #      `nvmf-target import-nvmetcli`, served by our target: same data
+#   7. integration/demo on a machine with an RDMA device (the guest's soft-RoCE): it
+#      serves the kernel host on that device directly
 # Output: "=== [t] step" lines, "FAIL: ..." on failure (with the journal), last line
 # "DAEMON PASS" on success.
 set -euo pipefail
@@ -31,7 +38,7 @@ NQN=nqn.2026-11.io.nvmf-lab:daemon
 KNQN=nqn.2026-11.io.nvmf-lab:from-nvmet
 NQN_ADDED=nqn.2026-11.io.nvmf-lab:added-by-reload
 CONF=/etc/nvmf-target/nvmf-target.toml
-DROPIN=/etc/systemd/system/nvmf-target.service.d
+SHIPPED_NQN=nqn.2026-11.io.example:disk1   # etc/nvmf-target.toml
 NS2_FILE=/var/tmp/daemon-ns2.img
 METRICS=http://127.0.0.1:9469/metrics
 PROM=http://127.0.0.1:9090
@@ -104,6 +111,10 @@ promq() { # PromQL -> scalar (first sample)
     curl -sf "$PROM/api/v1/query" --data-urlencode "query=$1" |
         python3 -c 'import json,sys; r=json.load(sys.stdin)["data"]["result"]; print(r[0]["value"][1] if r else 0)'
 }
+status_json() { # nvmf-target status --json, validated as JSON
+    "$BIN" status --json >/tmp/status.json || fail "nvmf-target status --json failed"
+    python3 -m json.tool /tmp/status.json >/dev/null || fail "status --json is not JSON: $(head -c 300 /tmp/status.json)"
+}
 write_conf() { # extra namespace TOML appended to the subsystem
     cat >"$CONF" <<EOF
 # written by integration/guest/daemon.sh
@@ -167,25 +178,50 @@ sed 's/^allow_any_host = true$/allow_any_host = false/' /tmp/good.toml >"$BAD"; 
 printf '[metrics]\naddress = "localhost"\n%s\n' "$GOOD_CONF" >"$BAD"; check_bad "metrics address" "metrics.address: 'localhost' is not ADDRESS:PORT"
 printf '%s\n' "$GOOD_CONF" | sed "s/^address = .*/address = \"10.0.2\"/" >"$BAD"; check_bad "listener address" "listener[0].address: '10.0.2' is not an IPv4 or IPv6 address"
 cp /tmp/good.toml "$BAD"; CHECK_ENV=NVMF_TARGET_TARGET__POLL_SPIN_US=fast check_bad "environment override" "poll_spin_us"
+printf '[[subsystem]]\nnqn = "disk1"\nallow_any_host = true\n[[subsystem.namespace]]\npath = "/dev/ram0"\n' >"$BAD"
+check_bad "bad NQN and no listener" "listener: at least one [[listener]] is required"
+check_bad "bad NQN and no listener" "subsystem[0].nqn: 'disk1' must start with 'nqn.'"
 
 # =====================================================================================
-step "test 2: install and systemctl start (Type=notify: active only once listening)"
-install -m 0755 "$BIN_SRC" "$BIN"
-install -m 0644 systemd/nvmf-target.service /etc/systemd/system/nvmf-target.service
-mkdir -p /etc/nvmf-target "$DROPIN"
-write_conf ""
-"$BIN" systemd-devices "$CONF" >"$DROPIN/devices.conf"
-cat "$DROPIN/devices.conf" | sed 's/^/    /'
-systemctl daemon-reload
-systemd-analyze verify /etc/systemd/system/nvmf-target.service 2>&1 | sed 's/^/    verify: /' || true
+step "test 2: install as the README says (its install block, verbatim), start with the shipped config"
+# The block between <!-- install --> and <!-- /install --> in README.md, as typed.
+sed -n '/^<!-- install -->$/,/^<!-- \/install -->$/p' README.md | grep '^    ' | sed 's/^    //' >/tmp/install.sh
+[ -s /tmp/install.sh ] || fail "no <!-- install --> block in README.md"
+sed 's/^/    README: /' /tmp/install.sh
+grep -q "service.d\|systemd-devices" /tmp/install.sh && fail "the README's install still needs a drop-in"
+[ -e /etc/nvmf-target/nvmf-target.toml ] && fail "a config is already installed"
 t=$(date +%s%N)
-systemctl start nvmf-target || fail "systemctl start failed"
-info "systemctl start returned after $(( ($(date +%s%N) - t) / 1000000 )) ms"
-[ "$(systemctl is-active nvmf-target)" = active ] || fail "unit not active after start"
+bash -euxo pipefail /tmp/install.sh 2>&1 | sed 's/^/    /' || fail "the README's install commands failed"
+info "install + enable --now returned after $(( ($(date +%s%N) - t) / 1000000 )) ms"
+systemd-analyze verify /etc/systemd/system/nvmf-target.service 2>&1 | sed 's/^/    verify: /' || true
+[ "$(systemctl is-active nvmf-target)" = active ] || fail "unit not active after the README's install (shipped config)"
+[ "$(systemctl is-enabled nvmf-target)" = enabled ] || fail "unit not enabled"
 nvme discover -t rdma -a "$IP" -s "$PORT" >/tmp/discover.txt 2>&1 \
-    || { cat /tmp/discover.txt; fail "first nvme discover right after 'systemctl start' failed: READY=1 came before the listener accepted"; }
-grep -q "subnqn: *$NQN" /tmp/discover.txt || fail "discovery does not list $NQN"
-info "first discover right after start: ok"
+    || { cat /tmp/discover.txt; fail "first nvme discover right after 'systemctl enable --now' failed: READY=1 came before the listener accepted"; }
+grep -q "subnqn: *$SHIPPED_NQN" /tmp/discover.txt || fail "discovery does not list the shipped config's $SHIPPED_NQN"
+info "first discover right after start: ok, the shipped config serves $SHIPPED_NQN"
+"$BIN" status | sed 's/^/    status: /'
+status_json
+python3 - "$SHIPPED_NQN" <<'EOF' || fail "status --json does not show the shipped config"
+import json, sys
+st = json.load(open("/tmp/status.json"))
+assert st["format"] == 1, st["format"]
+s = [x for x in st["subsystems"] if x["nqn"] == sys.argv[1]]
+assert s, "subsystem missing"
+ns = {n["nsid"]: n for n in s[0]["namespaces"]}
+assert ns[1]["path"] == "/dev/ram0" and ns[1]["backend"] == "block", ns[1]
+assert ns[2]["backend"] == "null" and ns[2]["size_bytes"] == 1 << 30, ns[2]
+assert st["listeners"][0]["port"] == 4420
+EOF
+[ "$(stat -c %a /run/nvmf-target)" = 700 ] && [ "$(stat -c %a /run/nvmf-target/control.sock)" = 600 ] \
+    || fail "control socket permissions: $(stat -c '%n %a' /run/nvmf-target /run/nvmf-target/control.sock)"
+cp "$BIN" /tmp/nvmf-target-nobody && chmod 0755 /tmp/nvmf-target-nobody
+if setpriv --reuid=65534 --regid=65534 --clear-groups /tmp/nvmf-target-nobody status --socket /run/nvmf-target/control.sock >/tmp/st-nobody.txt 2>&1; then
+    fail "a non-root user read the status: $(head -n 3 /tmp/st-nobody.txt)"
+fi
+info "non-root user refused: $(cat /tmp/st-nobody.txt)"
+write_conf ""
+systemctl reload nvmf-target || fail "systemctl reload to the test configuration failed"
 status=$(systemctl show -p StatusText --value nvmf-target)
 info "StatusText: $status"
 grep -q "serving 1 subsystem(s), 1 namespace(s)" <<<"$status" || fail "unexpected StatusText"
@@ -237,11 +273,15 @@ grep -E '^nvmf_target_(controllers|queues|connects_total|build_info)' /tmp/metri
 kill "$PROM_PID"; wait "$PROM_PID" 2>/dev/null || true; PROM_PID=
 
 # =====================================================================================
-step "test 4: systemctl reload: add a namespace (host sees it without reconnecting) and a subsystem"
+step "test 4: systemctl reload adds a file and a new disk (host sees both, no reconnect); status lists the host"
 echo "reload-test-ns2" | dd of="$NS2_FILE" conv=notrunc status=none
+echo "reload-test-ram2" | dd of=/dev/ram2 oflag=direct bs=512 conv=sync status=none
 write_conf "[[subsystem.namespace]]
 nsid = 2
 path = \"$NS2_FILE\"
+[[subsystem.namespace]]
+nsid = 3
+path = \"/dev/ram2\"
 [[subsystem]]
 nqn = \"$NQN_ADDED\"
 allow_any_host = true
@@ -254,16 +294,46 @@ nvme discover -t rdma -a "$IP" -s "$PORT" >/tmp/discover.txt 2>&1 || { cat /tmp/
 grep -q "subnqn: *$NQN_ADDED" /tmp/discover.txt || fail "the added subsystem is not in the discovery log"
 info "discovery lists the added subsystem $NQN_ADDED"
 wait_for 30 "namespace 2 on the connected host" ns_of "$NQN" 2
-NS2=/dev/$(ns_of "$NQN" 2)
+wait_for 30 "namespace 3 (/dev/ram2, a disk the unit was not started with) on the connected host" ns_of "$NQN" 3
+NS2=/dev/$(ns_of "$NQN" 2); NS3=/dev/$(ns_of "$NQN" 3)
 [ "$(ctrl_of "$NQN")" = "$CTRL" ] && [ "$(cat /sys/class/nvme/$CTRL/cntlid)" = "$CNTLID" ] \
     || fail "the host reconnected (controller changed)"
 head -c 15 "$NS2" | grep -q "reload-test-ns2" || fail "namespace 2 does not read the file's data"
-info "namespace 2 = $NS2 on the same controller /dev/$CTRL (cntlid $CNTLID)"
+dd if="$NS3" bs=4096 count=1 iflag=direct status=none | head -c 16 | grep -q "reload-test-ram2" \
+    || fail "namespace 3 does not read /dev/ram2's data"
+dd if=/dev/urandom of=/tmp/ns3.bin bs=1M count=4 status=none
+dd if=/tmp/ns3.bin of="$NS3" bs=1M oflag=direct status=none || fail "writing namespace 3 failed"
+cmp -n $((4 << 20)) /tmp/ns3.bin /dev/ram2 || fail "/dev/ram2 does not hold what the host wrote to namespace 3"
+info "namespace 2 = $NS2 (file), namespace 3 = $NS3 (/dev/ram2, read and written) on the same controller /dev/$CTRL (cntlid $CNTLID)"
 journal | grep -E "namespaces changed|configuration reloaded" | sed 's/^/    journal: /'
 journal | grep -q "controllers_notified=1" || fail "no controller was sent the namespace-changed event"
 info "async events: $(metric "nvmf_target_async_events_total{subsystem=\"$NQN\",type=\"ns_changed\"}")"
+HOSTNQN=$(cat /sys/class/nvme/$CTRL/hostnqn)
+"$BIN" status | sed 's/^/    status: /'
+status_json
+python3 - "$NQN" "$HOSTNQN" "$CNTLID" "$IP" <<'EOF' || fail "status --json does not list the connected host under $NQN"
+import json, sys
+nqn, host, cntlid, ip = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
+st = json.load(open("/tmp/status.json"))
+s = [x for x in st["subsystems"] if x["nqn"] == nqn]
+assert s, "subsystem %s missing" % nqn
+s = s[0]
+c = [x for x in s["controllers"] if x["host_nqn"] == host]
+assert c, "host %s not among %s" % (host, [x["host_nqn"] for x in s["controllers"]])
+c = c[0]
+assert c["cntlid"] == cntlid, c
+assert c["host_address"].startswith(ip + ":"), c
+assert c["ready"] and c["queues"] == 1 + len(c["io_queues"]) and c["io_queues"], c
+assert c["reads"] > 0 and c["bytes_read"] > 0 and c["writes"] > 0 and c["bytes_written"] >= 4 << 20, c
+assert c["keep_alive_ms"] > 0, c
+ns = {n["nsid"]: n for n in s["namespaces"]}
+assert ns[3]["path"] == "/dev/ram2" and ns[3]["backend"] == "block" and ns[3]["size_bytes"] == 128 << 20, ns[3]
+assert ns[2]["backend"] == "file", ns[2]
+print("    status --json: host %s is controller %d of %s from %s, %d I/O queues, %d reads / %d writes" % (
+    host, c["cntlid"], nqn, c["host_address"], len(c["io_queues"]), c["reads"], c["writes"]))
+EOF
 
-step "test 4b: a reload the daemon cannot apply is refused; the old config keeps serving"
+step "test 4b: a reload the daemon cannot apply (changed listener) is refused; the old config keeps serving"
 refused_before=$(metric 'nvmf_target_config_reloads_total{result="refused"}')
 write_conf "[[subsystem.namespace]]
 nsid = 2
@@ -271,16 +341,17 @@ path = \"$NS2_FILE\"
 [[subsystem.namespace]]
 nsid = 3
 path = \"/dev/ram2\""
+sed -i "s/^port = $PORT\$/port = 4421/" "$CONF"
 systemctl reload nvmf-target || fail "systemctl reload failed"
 wait_for 20 "'reload refused' in the journal" bash -c "journalctl -u nvmf-target -b -o cat | grep -q 'reload refused'"
 journal | grep 'reload refused' | tail -n 1 | sed 's/^/    journal: /'
-journal | grep 'reload refused' | tail -n 1 | grep -q '/dev/ram2' || fail "refusal does not name /dev/ram2"
+journal | grep 'reload refused' | tail -n 1 | grep -q 'listeners cannot change' || fail "refusal does not name the listener"
 sleep 1
-ns_of "$NQN" 3 && fail "namespace 3 appeared although the reload was refused"
 [ "$(metric 'nvmf_target_config_reloads_total{result="refused"}')" -gt "$refused_before" ] || fail "refused reload not counted"
 dd if="$NS1" of=/dev/null bs=4k count=256 iflag=direct status=none || fail "namespace 1 unreadable after a refused reload"
+ns_of "$NQN" 2 >/dev/null || fail "namespace 2 gone after a refused reload"
 [ "$(systemctl is-active nvmf-target)" = active ] || fail "unit not active after a refused reload"
-info "still serving namespaces 1 and 2; StatusText: $(systemctl show -p StatusText --value nvmf-target)"
+info "still serving namespaces 1-3; StatusText: $(systemctl show -p StatusText --value nvmf-target)"
 
 step "test 4c: a broken file fails 'systemctl reload' (check-config) and changes nothing"
 echo "this is [not toml" >>"$CONF"
@@ -288,10 +359,11 @@ if systemctl reload nvmf-target 2>/tmp/reload.err; then fail "systemctl reload o
 journal | grep -m1 "configuration refused" | sed 's/^/    journal: /' || fail "no 'configuration refused' in the journal"
 [ "$(systemctl is-active nvmf-target)" = active ] || fail "unit not active after a broken reload"
 
-step "test 4d: systemctl reload removes namespace 2"
+step "test 4d: systemctl reload removes namespaces 2 and 3"
 write_conf ""
 systemctl reload nvmf-target || fail "systemctl reload failed"
 wait_for 30 "namespace 2 gone from the host" bash -c "! [ -b $NS2 ]"
+wait_for 30 "namespace 3 gone from the host" bash -c "! [ -b $NS3 ]"
 [ "$(ctrl_of "$NQN")" = "$CTRL" ] || fail "the host reconnected"
 info "namespace 2 removed; namespace 1 still on /dev/$CTRL"
 nvme discover -t rdma -a "$IP" -s "$PORT" >/tmp/discover.txt 2>&1 || fail "discover after reload"
@@ -428,6 +500,13 @@ info "the imported namespace serves the data the kernel target exported (sha256 
 nvme disconnect -n "$KNQN" >/dev/null
 kill -TERM "$FG_PID"; wait "$FG_PID" || fail "imported target exited with an error: $(tail -n 5 /tmp/imported.log)"
 FG_PID=
+
+# =====================================================================================
+step "test 7: integration/demo on a machine with an RDMA device (this guest's soft-RoCE)"
+SKIP_BUILD=1 FIO_RUNTIME=3 integration/demo >/tmp/demo.log 2>&1 || { tail -n 40 /tmp/demo.log; fail "integration/demo failed"; }
+grep -q "RDMA device on $IF ($IP): the demo runs on it" /tmp/demo.log || { head -n 5 /tmp/demo.log; fail "the demo did not take the RDMA-device path"; }
+grep -q "^DEMO OK" /tmp/demo.log || fail "no DEMO OK"
+grep -E "RDMA device on|IOPS=|controller 1 host" /tmp/demo.log | sed 's/^/    demo: /'
 
 PASSED=1
 echo

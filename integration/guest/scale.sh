@@ -158,7 +158,7 @@ run_target() { # own | kernel
     if [ -n "$dev" ]; then
         fio --name=scale --filename="$dev" --direct=1 --ioengine=libaio --rw=randwrite --bs=4k \
             --iodepth=16 --numjobs=4 --size="$FIO_SIZE" --offset_increment="$FIO_SIZE" \
-            --verify=crc32c --do_verify=1 --verify_fatal=1 --group_reporting \
+            --verify=crc32c --verify_state_save=0 --do_verify=1 --verify_fatal=1 --group_reporting \
             --output=/tmp/scale-fio-$t.txt >/dev/null 2>&1
         fio_rc=$?
         grep -E 'err=|IOPS=' /tmp/scale-fio-$t.txt | head -3 | sed 's/^/    fio: /'

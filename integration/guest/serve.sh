@@ -1,8 +1,9 @@
 #!/bin/bash
-# serve.sh: demo of nvmf-target on a machine without RDMA. Runs INSIDE the lab guest
-# (host side: integration/demo), cwd /lab = project root: soft-RoCE on eth0, a 1 GiB RAM
-# disk, our target exporting it, the kernel NVMe-oF host connected to it with nvme-cli,
-# a short fio run, disconnect, stop.
+# serve.sh: the demo (integration/demo), cwd = project root, as root. Runs inside the lab
+# guest (soft-RoCE on eth0), or on a machine with an RDMA device (LAB_IP/LAB_IF = its
+# address and netdev; soft-RoCE is added only when that netdev has no RDMA link): a
+# 1 GiB RAM disk, our target exporting it, the kernel NVMe-oF host connected to it with
+# nvme-cli, `nvmf-target status`, a short fio run, disconnect, stop.
 # Environment (optional): FIO_RUNTIME (5), TARGET_BIN (build/release/nvmf-target), RUST_LOG.
 set -euo pipefail
 IP=${LAB_IP:?LAB_IP not set (run this inside the lab guest)}
@@ -73,6 +74,9 @@ done
 [ -n "$DEV" ] || fail "no namespace block device appeared"
 nvme list
 nvme list-subsys
+
+step "nvmf-target status (the daemon's view, over its control socket)"
+"$TARGET_BIN" status || fail "nvmf-target status failed"
 
 step "fio 4k randrw 70/30 QD32 ${FIO_RUNTIME}s on $DEV"
 fio --name=demo --filename="$DEV" --direct=1 --ioengine=libaio --rw=randrw --rwmixread=70 \

@@ -1,6 +1,11 @@
 //! Page-aligned, zero-initialized anonymous memory, suitable for RDMA
 //! registration and for O_DIRECT I/O (io_uring fixed buffers).
 
+use std::num::NonZeroUsize;
+use std::ptr::NonNull;
+
+use nix::sys::mman::{mmap_anonymous, munmap, MapFlags, ProtFlags};
+
 use crate::error::{Error, Result};
 
 /// An owned anonymous mapping. Its address never changes while it lives.
@@ -19,22 +24,23 @@ impl Buffer {
     /// Maps `len` bytes (rounded up to the page size), zeroed.
     pub fn new(len: usize) -> Result<Buffer> {
         let len = len.max(1).next_multiple_of(4096);
-        // SAFETY: anonymous private mapping with no address hint; the result is checked.
+        let size = NonZeroUsize::new(len).expect("at least one page");
+        // SAFETY: a new anonymous private mapping with no address hint aliases
+        // nothing; it is unmapped only in Drop.
         let p = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-                -1,
-                0,
+            mmap_anonymous(
+                None,
+                size,
+                ProtFlags::PROT_READ | ProtFlags::PROT_WRITE,
+                MapFlags::MAP_PRIVATE,
             )
-        };
-        if p == libc::MAP_FAILED {
-            return Err(Error::last("mmap"));
         }
+        .map_err(|e| Error::Os {
+            call: "mmap",
+            source: e.into(),
+        })?;
         Ok(Buffer {
-            ptr: p as *mut u8,
+            ptr: p.as_ptr() as *mut u8,
             len,
         })
     }
@@ -65,9 +71,10 @@ impl Buffer {
 
 impl Drop for Buffer {
     fn drop(&mut self) {
-        // SAFETY: unmapping exactly the mapping created in `new`.
-        unsafe {
-            libc::munmap(self.ptr as *mut libc::c_void, self.len);
+        if let Some(p) = NonNull::new(self.ptr as *mut std::ffi::c_void) {
+            // SAFETY: unmapping exactly the mapping created in `new`, which
+            // nothing borrows any more (self is being dropped).
+            let _ = unsafe { munmap(p, self.len) };
         }
     }
 }

@@ -1,10 +1,11 @@
 //! RDMA connection manager: event channels, ids, and events.
 
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::net::{SocketAddr, SocketAddrV4, SocketAddrV6};
 use std::os::fd::RawFd;
 use std::ptr;
 use std::sync::Arc;
 
+use nix::sys::socket::{SockaddrLike, SockaddrStorage};
 use rdma_sys::*;
 
 use crate::error::{Error, Result};
@@ -166,7 +167,7 @@ impl EventChannel {
         let r = unsafe { rdma_get_cm_event(self.raw, &mut ev) };
         if r != 0 {
             let e = std::io::Error::last_os_error();
-            if e.raw_os_error() == Some(libc::EAGAIN) {
+            if e.raw_os_error() == Some(nix::errno::Errno::EAGAIN as i32) {
                 return Ok(None);
             }
             return Err(Error::Os {
@@ -295,7 +296,7 @@ pub struct ConnParams<'a> {
 fn conn_param(p: &ConnParams<'_>) -> rdma_conn_param {
     // SAFETY: plain data; zero is a valid value.
     let mut cp: rdma_conn_param = unsafe { std::mem::zeroed() };
-    cp.private_data = p.private_data.as_ptr() as *const libc::c_void;
+    cp.private_data = p.private_data.as_ptr() as *const std::ffi::c_void;
     cp.private_data_len = p.private_data.len().min(255) as u8;
     cp.responder_resources = p.responder_resources;
     cp.initiator_depth = p.initiator_depth;
@@ -305,53 +306,32 @@ fn conn_param(p: &ConnParams<'_>) -> rdma_conn_param {
     cp
 }
 
-fn to_sockaddr(addr: SocketAddr) -> libc::sockaddr_storage {
-    // SAFETY: sockaddr_storage is plain data.
-    let mut ss: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
-    match addr {
-        SocketAddr::V4(a) => {
-            // SAFETY: sockaddr_storage is large enough and aligned for sockaddr_in.
-            let sin = unsafe { &mut *(&mut ss as *mut _ as *mut libc::sockaddr_in) };
-            sin.sin_family = libc::AF_INET as u16;
-            sin.sin_port = a.port().to_be();
-            sin.sin_addr.s_addr = u32::from(*a.ip()).to_be();
-        }
-        SocketAddr::V6(a) => {
-            // SAFETY: as above for sockaddr_in6.
-            let sin6 = unsafe { &mut *(&mut ss as *mut _ as *mut libc::sockaddr_in6) };
-            sin6.sin6_family = libc::AF_INET6 as u16;
-            sin6.sin6_port = a.port().to_be();
-            sin6.sin6_addr.s6_addr = a.ip().octets();
-            sin6.sin6_scope_id = a.scope_id();
-        }
-    }
-    ss
+/// The C form of `addr`, for librdmacm (which copies what it keeps).
+fn to_sockaddr(addr: SocketAddr) -> SockaddrStorage {
+    SockaddrStorage::from(addr)
 }
 
-fn from_sockaddr(sa: *const libc::sockaddr) -> Option<SocketAddr> {
+/// A pointer librdmacm takes; it only reads through it. (`libc::sockaddr`:
+/// the type rdma-sys's bindings use.)
+fn sockaddr_ptr(ss: &SockaddrStorage) -> *mut libc::sockaddr {
+    ss.as_ptr() as *mut libc::sockaddr
+}
+
+/// Reads the IPv4 or IPv6 address at `sa` (None for null or another family).
+///
+/// # Safety
+/// `sa` is null or points at a sockaddr as large as its family says.
+unsafe fn from_sockaddr(sa: *const libc::sockaddr) -> Option<SocketAddr> {
     if sa.is_null() {
         return None;
     }
-    // SAFETY: sa points at a sockaddr whose family says which variant it is.
-    unsafe {
-        match (*sa).sa_family as i32 {
-            libc::AF_INET => {
-                let s = &*(sa as *const libc::sockaddr_in);
-                Some(SocketAddr::new(
-                    IpAddr::V4(Ipv4Addr::from(u32::from_be(s.sin_addr.s_addr))),
-                    u16::from_be(s.sin_port),
-                ))
-            }
-            libc::AF_INET6 => {
-                let s = &*(sa as *const libc::sockaddr_in6);
-                Some(SocketAddr::new(
-                    IpAddr::V6(Ipv6Addr::from(s.sin6_addr.s6_addr)),
-                    u16::from_be(s.sin6_port),
-                ))
-            }
-            _ => None,
-        }
+    // SAFETY: the caller's contract; the length comes from the family.
+    let ss = unsafe { SockaddrStorage::from_raw(sa, None) }?;
+    if let Some(v4) = ss.as_sockaddr_in() {
+        return Some(SocketAddr::V4(SocketAddrV4::from(*v4)));
     }
+    ss.as_sockaddr_in6()
+        .map(|v6| SocketAddr::V6(SocketAddrV6::from(*v6)))
 }
 
 impl CmId {
@@ -379,9 +359,9 @@ impl CmId {
 
     /// Binds to a local address.
     pub fn bind(&self, addr: SocketAddr) -> Result<()> {
-        let mut ss = to_sockaddr(addr);
+        let ss = to_sockaddr(addr);
         // SAFETY: raw is live; ss is a valid sockaddr for the call.
-        let r = unsafe { rdma_bind_addr(self.raw, &mut ss as *mut _ as *mut libc::sockaddr) };
+        let r = unsafe { rdma_bind_addr(self.raw, sockaddr_ptr(&ss)) };
         if r != 0 {
             return Err(Error::last("rdma_bind_addr"));
         }
@@ -396,20 +376,11 @@ impl CmId {
         dst: SocketAddr,
         timeout_ms: i32,
     ) -> Result<()> {
-        let mut s = src.map(to_sockaddr);
-        let mut d = to_sockaddr(dst);
-        let sp = s
-            .as_mut()
-            .map_or(ptr::null_mut(), |s| s as *mut _ as *mut libc::sockaddr);
+        let s = src.map(to_sockaddr);
+        let d = to_sockaddr(dst);
+        let sp = s.as_ref().map_or(ptr::null_mut(), sockaddr_ptr);
         // SAFETY: raw is live; the sockaddrs live for the call (librdmacm copies them).
-        let r = unsafe {
-            rdma_resolve_addr(
-                self.raw,
-                sp,
-                &mut d as *mut _ as *mut libc::sockaddr,
-                timeout_ms,
-            )
-        };
+        let r = unsafe { rdma_resolve_addr(self.raw, sp, sockaddr_ptr(&d), timeout_ms) };
         if r != 0 {
             return Err(Error::last("rdma_resolve_addr"));
         }
@@ -560,7 +531,7 @@ impl CmId {
         let r = unsafe {
             rdma_reject(
                 self.raw,
-                private_data.as_ptr() as *const libc::c_void,
+                private_data.as_ptr() as *const std::ffi::c_void,
                 private_data.len().min(255) as u8,
             )
         };
@@ -581,7 +552,8 @@ impl CmId {
 
     /// The peer's address.
     pub fn peer_addr(&self) -> Option<SocketAddr> {
-        // SAFETY: raw is live; route.addr is inline data of the id.
+        // SAFETY: raw is live; route.addr is inline data of the id, a union as
+        // large as sockaddr_storage whose family field says what it holds.
         unsafe {
             from_sockaddr(&(*self.raw).route.addr.dst_addr_union.dst_addr as *const libc::sockaddr)
         }
@@ -611,5 +583,28 @@ impl Drop for CmId {
             }
             rdma_destroy_id(self.raw);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn socket_addresses_round_trip_through_the_c_form() {
+        for a in [
+            "10.0.2.15:4420",
+            "[fe80::1%3]:4421",
+            "[2001:db8::7]:1",
+            "0.0.0.0:0",
+        ] {
+            let addr: SocketAddr = a.parse().unwrap();
+            let ss = to_sockaddr(addr);
+            // SAFETY: ss is a live sockaddr of its family's size.
+            let back = unsafe { from_sockaddr(sockaddr_ptr(&ss)) };
+            assert_eq!(back, Some(addr), "{a}");
+        }
+        // SAFETY: null is allowed.
+        assert_eq!(unsafe { from_sockaddr(ptr::null()) }, None);
     }
 }

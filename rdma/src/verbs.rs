@@ -205,7 +205,7 @@ impl MemoryRegion {
         let raw = unsafe {
             ibv_reg_mr(
                 pd.raw,
-                buf.as_ptr() as *mut libc::c_void,
+                buf.as_ptr() as *mut std::ffi::c_void,
                 buf.len(),
                 access.0 as i32,
             )
@@ -372,21 +372,24 @@ impl CompletionChannel {
 /// Waits up to `timeout_ms` (-1: forever) for `fd` to become readable.
 /// Returns whether it did (an interrupted wait counts as not yet).
 pub(crate) fn wait_readable(fd: RawFd, timeout_ms: i32, call: &'static str) -> Result<bool> {
-    let mut pfd = libc::pollfd {
-        fd,
-        events: libc::POLLIN,
-        revents: 0,
+    use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+    // SAFETY: the callers pass the descriptor of a channel they own and keep
+    // open for the call.
+    let fd = unsafe { std::os::fd::BorrowedFd::borrow_raw(fd) };
+    let mut fds = [PollFd::new(fd, PollFlags::POLLIN)];
+    let t = if timeout_ms < 0 {
+        PollTimeout::NONE
+    } else {
+        PollTimeout::try_from(timeout_ms).unwrap_or(PollTimeout::MAX)
     };
-    // SAFETY: one valid pollfd for the call.
-    let r = unsafe { libc::poll(&mut pfd, 1, timeout_ms) };
-    if r < 0 {
-        let e = std::io::Error::last_os_error();
-        if e.raw_os_error() == Some(libc::EINTR) {
-            return Ok(false);
-        }
-        return Err(Error::Os { call, source: e });
+    match poll(&mut fds, t) {
+        Ok(n) => Ok(n > 0),
+        Err(nix::errno::Errno::EINTR) => Ok(false),
+        Err(e) => Err(Error::Os {
+            call,
+            source: e.into(),
+        }),
     }
-    Ok(r > 0)
 }
 
 impl Drop for CompletionChannel {
@@ -399,13 +402,13 @@ impl Drop for CompletionChannel {
 }
 
 pub(crate) fn set_nonblocking(fd: RawFd) -> Result<()> {
-    // SAFETY: fcntl on a descriptor we own; no memory is passed.
-    unsafe {
-        let fl = libc::fcntl(fd, libc::F_GETFL);
-        if fl < 0 || libc::fcntl(fd, libc::F_SETFL, fl | libc::O_NONBLOCK) < 0 {
-            return Err(Error::last("fcntl(O_NONBLOCK)"));
-        }
-    }
+    use nix::fcntl::{fcntl, FcntlArg, OFlag};
+    let os = |e: nix::errno::Errno| Error::Os {
+        call: "fcntl(O_NONBLOCK)",
+        source: e.into(),
+    };
+    let fl = OFlag::from_bits_retain(fcntl(fd, FcntlArg::F_GETFL).map_err(os)?);
+    fcntl(fd, FcntlArg::F_SETFL(fl | OFlag::O_NONBLOCK)).map_err(os)?;
     Ok(())
 }
 
@@ -472,7 +475,7 @@ impl CompletionQueue {
         let mut n = 0;
         loop {
             let mut cq: *mut ibv_cq = ptr::null_mut();
-            let mut ctx: *mut libc::c_void = ptr::null_mut();
+            let mut ctx: *mut std::ffi::c_void = ptr::null_mut();
             // SAFETY: the channel is non-blocking; out pointers are valid.
             let r = unsafe { ibv_get_cq_event(self.channel.raw, &mut cq, &mut ctx) };
             if r != 0 {

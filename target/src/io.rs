@@ -3,6 +3,7 @@
 //! [`prepare`] runs when a capsule arrives, before any data moves, so that a bad
 //! command is answered without touching host memory or the backend.
 
+use nix::errno::Errno;
 use nvme::opcode::io as op;
 use nvme::{Command, Status};
 
@@ -151,11 +152,11 @@ pub fn dsm_ranges(ns: &Namespace, data: &[u8], nr: u32) -> Result<Vec<(u64, u64)
 
 /// Maps a backend errno to an NVMe status for the given plan.
 pub fn errno_status(plan: &IoPlan, errno: i32) -> Status {
-    match errno {
-        libc::ENOSPC => Status::CAPACITY_EXCEEDED.retryable(),
-        libc::EROFS | libc::EPERM | libc::EACCES => Status::NS_WRITE_PROTECTED,
-        libc::EOPNOTSUPP => Status::INVALID_OPCODE,
-        libc::EINVAL => Status::INVALID_FIELD,
+    match Errno::from_raw(errno) {
+        Errno::ENOSPC => Status::CAPACITY_EXCEEDED.retryable(),
+        Errno::EROFS | Errno::EPERM | Errno::EACCES => Status::NS_WRITE_PROTECTED,
+        Errno::EOPNOTSUPP => Status::INVALID_OPCODE,
+        Errno::EINVAL => Status::INVALID_FIELD,
         _ => match plan {
             IoPlan::Read { .. } => Status::UNRECOVERED_READ_ERROR,
             IoPlan::Write { .. } | IoPlan::WriteZeroes { .. } => Status::WRITE_FAULT,
@@ -289,14 +290,14 @@ mod tests {
             len: 1,
             fua: false,
         };
-        assert_eq!(errno_status(&w, libc::EIO), Status::WRITE_FAULT);
-        assert!(!errno_status(&w, libc::EIO).dnr);
+        assert_eq!(errno_status(&w, Errno::EIO as i32), Status::WRITE_FAULT);
+        assert!(!errno_status(&w, Errno::EIO as i32).dnr);
         assert_eq!(
-            errno_status(&IoPlan::Read { offset: 0, len: 1 }, libc::EIO),
+            errno_status(&IoPlan::Read { offset: 0, len: 1 }, Errno::EIO as i32),
             Status::UNRECOVERED_READ_ERROR
         );
         assert_eq!(
-            errno_status(&w, libc::ENOSPC).code(),
+            errno_status(&w, Errno::ENOSPC as i32).code(),
             Status::CAPACITY_EXCEEDED.code()
         );
     }

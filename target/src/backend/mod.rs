@@ -15,6 +15,8 @@ use std::sync::Arc;
 
 use crate::io::IoPlan;
 
+use nix::errno::Errno;
+use nix::fcntl::{FallocateFlags, OFlag};
 use std::fs::{File, OpenOptions};
 use std::os::fd::AsRawFd;
 use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
@@ -81,10 +83,11 @@ impl Backend {
     }
 }
 
-const BLKGETSIZE64: libc::c_ulong = 0x80081272;
-const BLKSSZGET: libc::c_ulong = 0x1268;
-/// `BLKDISCARD` ioctl.
-pub const BLKDISCARD: libc::c_ulong = 0x1277;
+// Block-device ioctls (linux/fs.h): BLKGETSIZE64 = _IOR(0x12, 114, u64); BLKSSZGET and
+// BLKDISCARD are old-style numbers without a size encoding.
+nix::ioctl_read!(blkgetsize64, 0x12, 114, u64);
+nix::ioctl_read_bad!(blksszget, 0x1268, std::ffi::c_int);
+nix::ioctl_write_ptr_bad!(blkdiscard, 0x1277, [u64; 2]);
 
 fn io_err(path: &Path, what: &'static str, source: std::io::Error) -> BackendError {
     BackendError::Io {
@@ -113,13 +116,13 @@ pub fn open_namespace(subnqn: &str, cfg: &NamespaceConfig) -> Result<Namespace, 
                 let mut o = OpenOptions::new();
                 o.read(true).write(!cfg.readonly);
                 if direct {
-                    o.custom_flags(libc::O_DIRECT);
+                    o.custom_flags(OFlag::O_DIRECT.bits());
                 }
                 o.open(path)
             };
             let (file, direct) = match open(true) {
                 Ok(f) => (f, true),
-                Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {
+                Err(e) if e.raw_os_error() == Some(Errno::EINVAL as i32) => {
                     tracing::warn!(path = %path.display(), "O_DIRECT not supported here; using buffered I/O");
                     (open(false).map_err(|e| io_err(path, "open", e))?, false)
                 }
@@ -129,20 +132,14 @@ pub fn open_namespace(subnqn: &str, cfg: &NamespaceConfig) -> Result<Namespace, 
             let is_block = meta.file_type().is_block_device();
             let (size, native_bs) = if is_block {
                 let mut size: u64 = 0;
-                let mut ssz: libc::c_int = 0;
-                // SAFETY: BLKGETSIZE64 writes a u64 and BLKSSZGET an int into valid locals.
-                unsafe {
-                    if libc::ioctl(file.as_raw_fd(), BLKGETSIZE64, &mut size) < 0 {
-                        return Err(io_err(
-                            path,
-                            "BLKGETSIZE64",
-                            std::io::Error::last_os_error(),
-                        ));
-                    }
-                    if libc::ioctl(file.as_raw_fd(), BLKSSZGET, &mut ssz) < 0 {
-                        return Err(io_err(path, "BLKSSZGET", std::io::Error::last_os_error()));
-                    }
-                }
+                let mut ssz: std::ffi::c_int = 0;
+                // SAFETY: BLKGETSIZE64 writes a u64 and BLKSSZGET an int into valid
+                // locals; the descriptor is the open block device.
+                unsafe { blkgetsize64(file.as_raw_fd(), &mut size) }
+                    .map_err(|e| io_err(path, "BLKGETSIZE64", e.into()))?;
+                // SAFETY: as above.
+                unsafe { blksszget(file.as_raw_fd(), &mut ssz) }
+                    .map_err(|e| io_err(path, "BLKSSZGET", e.into()))?;
                 (size, ssz.max(512) as u32)
             } else {
                 (meta.len(), 4096)
@@ -200,11 +197,15 @@ pub struct Submitted {
     pub errno: i32,
 }
 
-const FALLOC_PUNCH: i32 = libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE;
-const FALLOC_ZERO: i32 = libc::FALLOC_FL_ZERO_RANGE | libc::FALLOC_FL_KEEP_SIZE;
+const FALLOC_PUNCH: i32 = FallocateFlags::FALLOC_FL_PUNCH_HOLE
+    .union(FallocateFlags::FALLOC_FL_KEEP_SIZE)
+    .bits();
+const FALLOC_ZERO: i32 = FallocateFlags::FALLOC_FL_ZERO_RANGE
+    .union(FallocateFlags::FALLOC_FL_KEEP_SIZE)
+    .bits();
 
 fn errno_of(e: &std::io::Error) -> i32 {
-    e.raw_os_error().unwrap_or(libc::EIO)
+    e.raw_os_error().unwrap_or(Errno::EIO as i32)
 }
 
 /// Starts `plan` on `ns`. `data` is the request's data buffer (reads and
@@ -280,10 +281,10 @@ pub unsafe fn submit(
 fn discard_block(ns: &Namespace, ranges: &[(u64, u64)]) -> i32 {
     for &(o, l) in ranges {
         let range = [o, l];
-        // SAFETY: BLKDISCARD reads two u64s from a valid local array.
-        let rc = unsafe { libc::ioctl(ns.backend.fd(), BLKDISCARD, range.as_ptr()) };
-        if rc < 0 {
-            return -errno_of(&std::io::Error::last_os_error());
+        // SAFETY: BLKDISCARD reads two u64s from a valid local array; the
+        // descriptor is the namespace's open block device.
+        if let Err(e) = unsafe { blkdiscard(ns.backend.fd(), &range) } {
+            return -(e as i32);
         }
     }
     0

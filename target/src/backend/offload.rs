@@ -82,7 +82,7 @@ impl Offload {
         let sent = self.tx.as_ref().is_some_and(|tx| tx.send(job).is_ok());
         if !sent {
             // The thread is gone (only at exit): fail the operation, never lose it.
-            reply.post(ud, -libc::EIO);
+            reply.post(ud, -(nix::errno::Errno::EIO as i32));
         }
     }
 }

@@ -10,6 +10,8 @@ use std::io;
 use std::time::Duration;
 
 use io_uring::{opcode, squeue, types, IoUring};
+use nix::errno::Errno;
+use nix::poll::PollFlags;
 
 /// Fixed-buffer slots a ring reserves (one per RDMA device a worker serves).
 pub const FIXED_SLOTS: u32 = 8;
@@ -52,8 +54,9 @@ impl Ring {
         base: *mut u8,
         len: usize,
     ) -> io::Result<()> {
+        // libc: io-uring's registration API takes libc's iovec type.
         let iov = libc::iovec {
-            iov_base: base as *mut libc::c_void,
+            iov_base: base as *mut std::ffi::c_void,
             iov_len: len,
         };
         // SAFETY: the caller keeps the memory mapped while the ring lives.
@@ -119,6 +122,7 @@ impl Ring {
         dsync: bool,
         ud: u64,
     ) -> io::Result<()> {
+        // libc: nix has no RWF_* (preadv2/pwritev2) flags.
         let flags = if dsync { libc::RWF_DSYNC } else { 0 };
         let e = match fixed {
             Some(i) => opcode::WriteFixed::new(types::Fd(fd), buf, len, i)
@@ -164,7 +168,7 @@ impl Ring {
     /// Queues a one-shot poll for readability of `fd`.
     pub fn poll_in(&mut self, fd: i32, ud: u64) -> io::Result<()> {
         self.push(
-            opcode::PollAdd::new(types::Fd(fd), libc::POLLIN as u32)
+            opcode::PollAdd::new(types::Fd(fd), PollFlags::POLLIN.bits() as u32)
                 .build()
                 .user_data(ud),
         )
@@ -190,7 +194,7 @@ impl Ring {
             Err(e)
                 if matches!(
                     e.raw_os_error(),
-                    Some(libc::ETIME) | Some(libc::EINTR) | Some(libc::EBUSY)
+                    Some(e) if [Errno::ETIME, Errno::EINTR, Errno::EBUSY].contains(&Errno::from_raw(e))
                 ) => {}
             Err(e) => return Err(e),
         }

@@ -237,7 +237,8 @@ impl Queue {
         let Some(plan) = q.io else { return };
         if res < 0 {
             let e = -res;
-            let advisory = matches!(plan, IoPlan::Dsm { .. }) && e == libc::EOPNOTSUPP;
+            let advisory =
+                matches!(plan, IoPlan::Dsm { .. }) && e == nix::errno::Errno::EOPNOTSUPP as i32;
             if !advisory {
                 q.errno = e;
             }
@@ -245,7 +246,7 @@ impl Queue {
             q.done += res as u32;
             let done = q.done;
             if res == 0 && done < len {
-                q.errno = libc::EIO;
+                q.errno = nix::errno::Errno::EIO as i32;
             } else if done < len && self.live() {
                 // Short transfer: continue where it stopped (FUA kept).
                 let d = self.data_ref(cx.dev, r);
@@ -265,7 +266,7 @@ impl Queue {
                 };
                 match rr {
                     Ok(()) => return,
-                    Err(_) => self.reqs[r].errno = libc::EIO,
+                    Err(_) => self.reqs[r].errno = nix::errno::Errno::EIO as i32,
                 }
             }
         }
