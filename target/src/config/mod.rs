@@ -263,16 +263,16 @@ impl TargetConfig {
                     .try_parsing(true)
                     .source(env),
             )
-            .build()
-            .map_err(|e| ConfigError::Load {
-                file: format!("{file} (with {ENV_PREFIX}_* overrides)"),
-                reason: e.to_string(),
-            })?;
+            .build();
         let label = if overridden {
             format!("{file} (with {ENV_PREFIX}_* overrides)")
         } else {
             file.clone()
         };
+        let c = c.map_err(|e| ConfigError::Load {
+            file: label.clone(),
+            reason: e.to_string(),
+        })?;
         let mut cx = Ctx::new(&label);
         let raw = raw::read(&mut cx, c);
         Self::validate(raw, cx, true)
