@@ -506,7 +506,9 @@ step "test 7: integration/demo on a machine with an RDMA device (this guest's so
 SKIP_BUILD=1 FIO_RUNTIME=3 integration/demo >/tmp/demo.log 2>&1 || { tail -n 40 /tmp/demo.log; fail "integration/demo failed"; }
 grep -q "RDMA device on $IF ($IP): the demo runs on it" /tmp/demo.log || { head -n 5 /tmp/demo.log; fail "the demo did not take the RDMA-device path"; }
 grep -q "^DEMO OK" /tmp/demo.log || fail "no DEMO OK"
-grep -E "RDMA device on|IOPS=|controller 1 host" /tmp/demo.log | sed 's/^/    demo: /'
+grep -q "1 GiB disk /var/tmp/nvmf-demo.img" /tmp/demo.log || fail "the demo did not use a file of its own"
+[ -e /var/tmp/nvmf-demo.img ] && fail "the demo left its disk behind"
+grep -E "RDMA device on|IOPS=|controller 1 host|namespace 1" /tmp/demo.log | sed 's/^/    demo: /'
 
 PASSED=1
 echo

@@ -4,7 +4,9 @@
 # address and netdev; soft-RoCE is added only when that netdev has no RDMA link): a
 # 1 GiB RAM disk, our target exporting it, the kernel NVMe-oF host connected to it with
 # nvme-cli, `nvmf-target status`, a short fio run, disconnect, stop.
-# Environment (optional): FIO_RUNTIME (5), TARGET_BIN (build/release/nvmf-target), RUST_LOG.
+# Environment (optional): FIO_RUNTIME (5), TARGET_BIN (build/release/nvmf-target), RUST_LOG,
+#   DEMO_DISK (default: a 1 GiB brd RAM disk /dev/ram0; a path: a 1 GiB sparse file made
+#   there for the demo and removed after).
 set -euo pipefail
 IP=${LAB_IP:?LAB_IP not set (run this inside the lab guest)}
 IF=${LAB_IF:-eth0}
@@ -13,6 +15,8 @@ PORT=4420
 FIO_RUNTIME=${FIO_RUNTIME:-5}
 TARGET_BIN=${TARGET_BIN:-build/release/nvmf-target}
 TLOG=/tmp/nvmf-target.log
+DISK=/dev/ram0
+[ -n "${DEMO_DISK:-}" ] && DISK=$DEMO_DISK
 TPID=
 T0=$(date +%s%N)
 step() { printf '\n=== [%6.1fs] %s\n' "$(( ($(date +%s%N) - T0) / 1000000 ))e-3" "$*"; }
@@ -35,21 +39,27 @@ cleanup() {
     [ $rc = 0 ] && return
     nvme disconnect -n "$NQN" >/dev/null 2>&1
     stop_target
+    [ -n "${DEMO_DISK:-}" ] && rm -f "$DISK"
     print_log
     echo "DEMO FAILED (exit $rc)"
     exit $rc
 }
 trap cleanup EXIT
 
-step "soft-RoCE on $IF ($IP), 1 GiB RAM disk /dev/ram0"
+step "RDMA on $IF ($IP) (soft-RoCE unless it has a device), 1 GiB disk $DISK"
 [ -x "$TARGET_BIN" ] || fail "$TARGET_BIN missing (cargo build --release -p nvmf-target on the host)"
 modprobe -a rdma_rxe ib_uverbs rdma_ucm nvme-rdma
 rdma link show | grep "netdev $IF\b" >/dev/null || rdma link add rxe0 type rxe netdev "$IF"
 rdma link show
-[ -e /sys/module/brd ] || modprobe brd rd_nr=1 rd_size=1048576
+if [ -n "${DEMO_DISK:-}" ]; then
+    [ -e "$DISK" ] && fail "$DISK exists: the demo makes its own disk (set DEMO_DISK to a new path)"
+    truncate -s 1G "$DISK"
+else
+    [ -e /sys/module/brd ] || modprobe brd rd_nr=1 rd_size=1048576
+fi
 
-step "start: $TARGET_BIN --listen $IP:$PORT --nqn $NQN --namespace /dev/ram0"
-NO_COLOR=1 "$TARGET_BIN" --listen "$IP:$PORT" --nqn "$NQN" --namespace /dev/ram0 >"$TLOG" 2>&1 &
+step "start: $TARGET_BIN --listen $IP:$PORT --nqn $NQN --namespace $DISK"
+NO_COLOR=1 "$TARGET_BIN" --listen "$IP:$PORT" --nqn "$NQN" --namespace "$DISK" >"$TLOG" 2>&1 &
 TPID=$!
 for try in $(seq 40); do
     nvme discover -t rdma -a "$IP" -s "$PORT" >/tmp/discover.txt 2>&1 && break
@@ -76,7 +86,8 @@ nvme list
 nvme list-subsys
 
 step "nvmf-target status (the daemon's view, over its control socket)"
-"$TARGET_BIN" status || fail "nvmf-target status failed"
+"$TARGET_BIN" status | tee /tmp/demo-status.txt || fail "nvmf-target status failed"
+grep -q "^subsystem $NQN" /tmp/demo-status.txt || fail "nvmf-target status answered for another daemon (is one running?)"
 
 step "fio 4k randrw 70/30 QD32 ${FIO_RUNTIME}s on $DEV"
 fio --name=demo --filename="$DEV" --direct=1 --ioengine=libaio --rw=randrw --rwmixread=70 \
@@ -87,5 +98,6 @@ grep -E '^ *(read|write): IOPS=' /tmp/fio-demo.log
 step "nvme disconnect, stop the target"
 nvme disconnect -n "$NQN"
 stop_target
+[ -n "${DEMO_DISK:-}" ] && rm -f "$DISK"
 print_log
 echo "DEMO OK"

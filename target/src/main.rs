@@ -273,6 +273,14 @@ fn status(args: &Args, json: bool, socket: Option<&std::path::Path>) -> ExitCode
                 .clone()
                 .unwrap_or_else(|| PathBuf::from(DEFAULT_CONFIG));
             match TargetConfig::load(&file) {
+                Err(e) if file.exists() => {
+                    eprintln!(
+                        "nvmf-target status: note: {} does not load ({} error(s)); asking the default socket",
+                        file.display(),
+                        e.count()
+                    );
+                    PathBuf::from(nvmf_target::config::DEFAULT_CONTROL_SOCKET)
+                }
                 Ok(c) => match c.control_socket {
                     Some(p) => p,
                     None => {
@@ -338,25 +346,13 @@ fn main() -> ExitCode {
         Ok(c) => c,
         Err(e) => {
             eprintln!("nvmf-target: {e}");
-            notify(&[NotifyState::Status(&e)]);
+            // systemd's STATUS= is one line.
+            notify(&[NotifyState::Status(&e.replace("\n", "; "))]);
             return ExitCode::from(2);
         }
     };
     if let Some(us) = args.poll_spin_us {
         cfg.poll_spin_us = us;
-    }
-    if args.listen.is_some() {
-        // The quick form is for trying things: a second one on this machine
-        // runs without a control socket rather than not at all.
-        if let Some(p) = &cfg.control_socket {
-            if std::os::unix::net::UnixStream::connect(p).is_ok() {
-                eprintln!(
-                    "nvmf-target: another nvmf-target answers on {}; this one runs without a control socket",
-                    p.display()
-                );
-                cfg.control_socket = None;
-            }
-        }
     }
     if args.check {
         println!("{}", summary(&cfg));
@@ -430,7 +426,7 @@ fn main() -> ExitCode {
                     Err(e) => {
                         reloads.with_label_values(&["refused"]).inc();
                         error!("reload refused, the previous configuration stays in effect: {e}");
-                        format!("reload refused: {e}")
+                        format!("reload refused: {}", e.replace('\n', "; "))
                     }
                 };
                 status = daemon.status();

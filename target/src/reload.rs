@@ -126,6 +126,12 @@ pub fn plan(old: &TargetConfig, new: &TargetConfig) -> Result<Plan, NeedsRestart
             detail: format!("{:?} -> {:?}", addrs(old), addrs(new)),
         });
     }
+    if old.control_socket != new.control_socket {
+        return Err(NeedsRestart {
+            what: "control.socket",
+            detail: format!("{:?} -> {:?}", old.control_socket, new.control_socket),
+        });
+    }
     if old.metrics_addr != new.metrics_addr {
         return Err(NeedsRestart {
             what: "metrics.address",
@@ -297,6 +303,12 @@ size = "1M"
         )
         .unwrap_err();
         assert_eq!(e.what, "metrics.address");
+        let e = plan(
+            &cfg(BASE),
+            &cfg(&format!("[control]\nsocket = \"/run/x.sock\"\n{BASE}")),
+        )
+        .unwrap_err();
+        assert_eq!(e.what, "control.socket");
         let e = plan(
             &cfg(BASE),
             &cfg(&BASE.replace(

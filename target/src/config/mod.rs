@@ -126,6 +126,10 @@ pub struct TargetConfig {
     pub metrics_addr: Option<SocketAddr>,
     /// The control socket `nvmf-target status` talks to (`None`: disabled).
     pub control_socket: Option<PathBuf>,
+    /// Whether the target must not start without its control socket (true
+    /// for a configuration file; the quick form runs without one when it
+    /// cannot have it, e.g. as a non-root user or beside another daemon).
+    pub control_required: bool,
     /// Log filter (`tracing` EnvFilter syntax), e.g. `info` or `nvmf_target=debug`.
     pub log_level: String,
     /// The RDMA engine: workers, receive queues, buffers, pinned-memory budget.
@@ -351,7 +355,9 @@ impl TargetConfig {
             )],
             ..RawConfig::default()
         };
-        Self::validate(raw, Ctx::new("command line"), true)
+        let mut c = Self::validate(raw, Ctx::new("command line"), true)?;
+        c.control_required = false;
+        Ok(c)
     }
 
     fn validate(
@@ -506,6 +512,7 @@ impl TargetConfig {
             poll_spin_us,
             metrics_addr,
             control_socket,
+            control_required: true,
             log_level,
             engine,
         })
@@ -595,12 +602,16 @@ impl TargetConfig {
         } else if !nsids.insert(nsid) {
             cx.err(g("nsid"), format!("{nsid} is used twice in this subsystem"));
         }
+        // The block size checks of other fields use (512 when it is wrong,
+        // which is reported here).
+        let mut valid_bs = n.block_size;
         if let Some(bs) = n.block_size {
             if !(512..=4096).contains(&bs) || !bs.is_power_of_two() {
                 cx.err(
                     g("block_size"),
                     format!("{bs} must be a power of two in 512..=4096"),
                 );
+                valid_bs = None;
             }
         }
         let kind = n
@@ -646,7 +657,7 @@ impl TargetConfig {
                         }
                     },
                 };
-                let bs = n.block_size.unwrap_or(512) as u64;
+                let bs = valid_bs.unwrap_or(512) as u64;
                 match size {
                     Some(size) if size < bs || size % bs != 0 => {
                         cx.err(
@@ -860,6 +871,20 @@ socket = "x"
         }
         assert_eq!(e.count(), 9, "{msg}");
         assert_eq!(lines.len(), 9, "{msg}");
+    }
+
+    #[test]
+    fn a_zero_or_odd_block_size_is_one_error_not_a_panic() {
+        for bs in ["0", "3", "8192"] {
+            let text = GOOD.replace("block_size = 4096", &format!("block_size = {bs}"));
+            let e = TargetConfig::from_toml(&text, "t.toml").unwrap_err();
+            assert_eq!(e.count(), 1, "{e}");
+            assert!(
+                e.to_string()
+                    .contains(&format!("block_size: {bs} must be a power of two")),
+                "{e}"
+            );
+        }
     }
 
     #[test]

@@ -9,6 +9,7 @@
 //! credentials are checked on every connection.
 
 use std::io::{BufRead, BufReader, Read, Write};
+use std::os::fd::AsRawFd;
 use std::os::unix::fs::{DirBuilderExt, FileTypeExt, PermissionsExt};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
@@ -64,8 +65,21 @@ fn io<'a>(path: &'a Path, what: &'static str) -> impl FnOnce(std::io::Error) -> 
 #[derive(Debug)]
 pub struct ControlServer {
     path: PathBuf,
+    /// The listening socket (the thread accepts on a clone): shut down to
+    /// wake the thread at stop.
+    listener: UnixListener,
+    /// Device and inode of the socket file we bound, so stop removes only
+    /// ours (not one another daemon bound at the same path since).
+    file_id: (u64, u64),
     stop: Arc<AtomicBool>,
     thread: Option<std::thread::JoinHandle<()>>,
+}
+
+fn file_id(path: &Path) -> Option<(u64, u64)> {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::symlink_metadata(path)
+        .ok()
+        .map(|m| (m.dev(), m.ino()))
 }
 
 impl ControlServer {
@@ -103,15 +117,19 @@ impl ControlServer {
         let listener = UnixListener::bind(path).map_err(io(path, "bind"))?;
         std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))
             .map_err(io(path, "chmod 0600"))?;
+        let file_id = file_id(path).unwrap_or_default();
+        let accepting = listener.try_clone().map_err(io(path, "dup"))?;
         let stop = Arc::new(AtomicBool::new(false));
         let flag = stop.clone();
         let thread = std::thread::Builder::new()
             .name("control".into())
-            .spawn(move || serve(listener, target, started, flag))
+            .spawn(move || serve(accepting, target, started, flag))
             .map_err(io(path, "spawn thread"))?;
         info!(socket = %path.display(), "control socket ready (nvmf-target status)");
         Ok(ControlServer {
             path: path.into(),
+            listener,
+            file_id,
             stop,
             thread: Some(thread),
         })
@@ -131,12 +149,16 @@ impl ControlServer {
 impl Drop for ControlServer {
     fn drop(&mut self) {
         self.stop.store(true, Ordering::SeqCst);
-        // Wakes the accept; the thread sees the flag and returns.
-        let _ = UnixStream::connect(&self.path);
+        // Shutting the listening socket down fails the blocked accept (Linux),
+        // whatever became of the path; the thread sees the flag and returns.
+        let _ =
+            nix::sys::socket::shutdown(self.listener.as_raw_fd(), nix::sys::socket::Shutdown::Both);
         if let Some(t) = self.thread.take() {
             let _ = t.join();
         }
-        let _ = std::fs::remove_file(&self.path);
+        if file_id(&self.path) == Some(self.file_id) {
+            let _ = std::fs::remove_file(&self.path);
+        }
     }
 }
 
@@ -267,6 +289,15 @@ mod tests {
         assert!(query_status(&path).is_ok());
         drop(srv);
         assert!(!path.exists(), "the socket is removed at stop");
+        // Stop does not depend on the path: another daemon's socket there
+        // (bound after ours was unlinked) is neither needed nor removed.
+        let srv = ControlServer::start(&path, target(), Instant::now()).unwrap();
+        std::fs::remove_file(&path).unwrap();
+        let other = UnixListener::bind(&path).unwrap();
+        drop(srv);
+        assert!(path.exists(), "another daemon's socket was removed");
+        drop(other);
+        std::fs::remove_file(&path).unwrap();
         let e = query_status(&path).unwrap_err().to_string();
         assert!(e.contains("connect"), "{e}");
         std::fs::remove_dir_all(&d).unwrap();

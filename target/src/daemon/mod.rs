@@ -113,10 +113,14 @@ impl Daemon {
             );
         }
         let control = match &config.control_socket {
-            Some(p) => Some(
-                ControlServer::start(p, target.clone(), started)
-                    .map_err(|e| format!("control socket: {e}"))?,
-            ),
+            Some(p) => match ControlServer::start(p, target.clone(), started) {
+                Ok(c) => Some(c),
+                Err(e) if !config.control_required => {
+                    warn!("running without a control socket (nvmf-target status): {e}");
+                    None
+                }
+                Err(e) => return Err(format!("control socket: {e}")),
+            },
             None => None,
         };
         Ok(Daemon {
