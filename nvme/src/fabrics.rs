@@ -184,9 +184,45 @@ pub mod csts {
     pub const SHST_MASK: u32 = 3 << 2;
 }
 
+/// Parses a textual UUID (`8-4-4-4-12` hex digits).
+pub fn parse_uuid(s: &str) -> Option<[u8; 16]> {
+    let hex: String = s.trim().chars().filter(|c| *c != '-').collect();
+    if hex.len() != 32 || s.trim().len() != 36 {
+        return None;
+    }
+    let mut out = [0u8; 16];
+    for (i, b) in out.iter_mut().enumerate() {
+        *b = u8::from_str_radix(&hex[i * 2..i * 2 + 2], 16).ok()?;
+    }
+    Some(out)
+}
+
+/// Formats 16 bytes as a UUID.
+pub fn format_uuid(u: &[u8; 16]) -> String {
+    let h: String = u.iter().map(|b| format!("{b:02x}")).collect();
+    format!(
+        "{}-{}-{}-{}-{}",
+        &h[0..8],
+        &h[8..12],
+        &h[12..16],
+        &h[16..20],
+        &h[20..32]
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn host_identifier_uuid_round_trip() {
+        let s = "48ffc9b4-77a6-42da-9477-ef5ebf9e6038";
+        let u = parse_uuid(s).unwrap();
+        assert_eq!(u[0], 0x48);
+        assert_eq!(format_uuid(&u), s);
+        assert_eq!(parse_uuid("48ffc9b4"), None);
+        assert_eq!(parse_uuid("48ffc9b4-77a6-42da-9477-ef5ebf9e60zz"), None);
+    }
     use proptest::prelude::*;
 
     #[test]

@@ -130,19 +130,6 @@ pub struct ControllerInfo {
     pub bytes_written: u64,
 }
 
-/// The UUID form of a host identifier.
-fn uuid(b: &[u8; 16]) -> String {
-    let h: String = b.iter().map(|x| format!("{x:02x}")).collect();
-    format!(
-        "{}-{}-{}-{}-{}",
-        &h[0..8],
-        &h[8..12],
-        &h[12..16],
-        &h[16..20],
-        &h[20..32]
-    )
-}
-
 fn controller(c: &Controller, now: Instant) -> ControllerInfo {
     let (kato, since_ka, ready) = {
         let st = c.state();
@@ -157,7 +144,7 @@ fn controller(c: &Controller, now: Instant) -> ControllerInfo {
     ControllerInfo {
         cntlid: c.cntlid,
         host_nqn: c.hostnqn.clone(),
-        host_id: uuid(&c.hostid),
+        host_id: nvme::fabrics::format_uuid(&c.hostid),
         host_address: addrs.map(|a| a.0.to_string()),
         local_address: addrs.map(|a| a.1.to_string()),
         connected_seconds: now.saturating_duration_since(c.created).as_secs(),
