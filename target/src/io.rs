@@ -124,7 +124,10 @@ pub fn prepare(
         }
         _ => {
             let nr = (cmd.cdw(10) & 0xFF) + 1;
-            if sgl_len != nr * 16 {
+            // The ranges must fit the data; more data is allowed: the Linux host
+            // always sends a 4 KiB buffer (room for 256 ranges, "some devices
+            // ignore NR"), and nvmet checks only that the ranges fit.
+            if sgl_len < nr * 16 {
                 return Err(Status::SGL_INVALID_DATA);
             }
             Ok(IoPlan::Dsm {
@@ -274,6 +277,8 @@ mod tests {
             prepare(Some(&n), &d, 16, 131072),
             Err(Status::SGL_INVALID_DATA)
         );
+        // What the Linux host sends: 4 KiB whatever the number of ranges.
+        assert_eq!(prepare(Some(&n), &d, 4096, 131072), Ok(plan));
         let mut data = [0u8; 32];
         data[4..8].copy_from_slice(&8u32.to_le_bytes());
         data[8..16].copy_from_slice(&16u64.to_le_bytes());

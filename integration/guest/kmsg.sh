@@ -1,0 +1,26 @@
+# kmsg.sh: sourced by the guest scripts. The host's kernel log must show no I/O error,
+# reset, timeout or error recovery where a test expects none: tools hide failures
+# (mke2fs ignores a failed discard, a retried command looks like success), the kernel
+# log does not.
+#   kmsg_mark          start a window (also done when this file is sourced)
+#   kmsg_check WHAT    fail (with the lines) if the window shows errors; start a new one
+#   kmsg_errors        the error lines of the window
+# Needs: fail() from the sourcing script.
+KMSG_PAT='I/O Error|I/O error|timeout|[Rr]eset|error recovery|Reconnecting|failed to|EXT4-fs error|XFS .*(error|[Cc]orrupt|[Ss]hutdown)|Buffer I/O|blk_update_request|critical'
+kmsg_now() { awk '{print $1}' /proc/uptime; }
+kmsg_mark() { KMSG_MARK=$(kmsg_now); }
+kmsg_errors() {
+    dmesg | awk -v t="$KMSG_MARK" '{ ts = $0; sub(/^\[ */, "", ts); sub(/\].*/, "", ts); if (ts + 0 > t + 0) print }' |
+        grep -E "$KMSG_PAT" || true
+}
+kmsg_check() { # WHAT
+    local e
+    e=$(kmsg_errors)
+    if [ -n "$e" ]; then
+        echo "--- the host's kernel log during $1:"
+        echo "$e" | head -n 20 | sed 's/^/    kernel: /'
+        fail "the host's kernel log shows I/O errors, resets or timeouts during $1"
+    fi
+    kmsg_mark
+}
+kmsg_mark
