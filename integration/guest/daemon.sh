@@ -111,6 +111,7 @@ promq() { # PromQL -> scalar (first sample)
     curl -sf "$PROM/api/v1/query" --data-urlencode "query=$1" |
         python3 -c 'import json,sys; r=json.load(sys.stdin)["data"]["result"]; print(r[0]["value"][1] if r else 0)'
 }
+. integration/guest/kmsg.sh   # kmsg_check: no I/O error, reset or timeout in the kernel log
 status_json() { # nvmf-target status --json, validated as JSON
     "$BIN" status --json >/tmp/status.json || fail "nvmf-target status --json failed"
     python3 -m json.tool /tmp/status.json >/dev/null || fail "status --json is not JSON: $(head -c 300 /tmp/status.json)"
@@ -271,6 +272,7 @@ info "promtool check metrics: ok ($(grep -vc '^#' /tmp/metrics.txt) samples)"
 grep -E '^nvmf_target_(controllers|queues|connects_total|build_info)' /tmp/metrics.txt | sed 's/^/    /'
 [ "$(metric "nvmf_target_controllers{subsystem=\"$NQN\"}")" = 1 ] || fail "controllers gauge is not 1"
 kill "$PROM_PID"; wait "$PROM_PID" 2>/dev/null || true; PROM_PID=
+kmsg_check "tests 2-3 (start, connect, fio under Prometheus)"
 
 # =====================================================================================
 step "test 4: systemctl reload adds a file and a new disk (host sees both, no reconnect); status lists the host"
@@ -353,6 +355,7 @@ ns_of "$NQN" 2 >/dev/null || fail "namespace 2 gone after a refused reload"
 [ "$(systemctl is-active nvmf-target)" = active ] || fail "unit not active after a refused reload"
 info "still serving namespaces 1-3; StatusText: $(systemctl show -p StatusText --value nvmf-target)"
 
+kmsg_check "tests 4-4b (reloads adding a file and a disk, a refused reload)"
 step "test 4c: a broken file fails 'systemctl reload' (check-config) and changes nothing"
 echo "this is [not toml" >>"$CONF"
 if systemctl reload nvmf-target 2>/tmp/reload.err; then fail "systemctl reload of a broken file succeeded"; fi
@@ -370,6 +373,7 @@ nvme discover -t rdma -a "$IP" -s "$PORT" >/tmp/discover.txt 2>&1 || fail "disco
 grep -q "subnqn: *$NQN_ADDED" /tmp/discover.txt && fail "the removed subsystem is still in the discovery log"
 info "the removed subsystem left the discovery log"
 
+kmsg_check "tests 4c-4d (a broken reload, namespaces removed)"
 step "test 4e: Restart=on-failure brings a killed daemon back"
 pid=$(systemctl show -p MainPID --value nvmf-target)
 systemctl kill -s KILL nvmf-target
@@ -440,11 +444,13 @@ wait_for 45 "controller of $NQN gone after ctrl-loss-tmo" bash -c "! grep -qx '$
 systemctl start nvmf-target || fail "systemctl start (restart) failed"
 connect "$NQN"
 NS1=/dev/$(ns_of "$NQN" 1)
+kmsg_mark   # the stop (test 5) and the controller loss above log I/O errors by design
 python3 /tmp/ackwriter.py check "$NS1" $ACK_START $ACK_COUNT /tmp/acked.txt | sed 's/^/    /'
 [ "${PIPESTATUS[0]}" = 0 ] || fail "acknowledged writes were lost or corrupted"
 fio --name=verify --filename="$NS1" --direct=1 --ioengine=libaio --rw=read --bs=4k --iodepth=16 --size=32M \
     --output=/tmp/fio-read.log >/dev/null || { cat /tmp/fio-read.log; fail "reading the fio region failed"; }
 
+kmsg_check "test 5b (reconnect, acknowledged writes read back)"
 step "test 5c: systemctl restart under fio with verify: the host resends held I/O, no error"
 fio --name=restart --filename="$NS1" --direct=1 --ioengine=libaio --rw=randwrite --bs=4k --iodepth=16 \
     --size=32M --time_based --runtime=25 --verify=crc32c --verify_backlog=256 --verify_fatal=1 \
@@ -463,6 +469,7 @@ nvme disconnect -n "$NQN" >/dev/null
 systemctl stop nvmf-target
 
 # =====================================================================================
+kmsg_mark   # a restart makes the host reconnect (error recovery) by design
 step "test 6: kernel target config saved as nvmetcli JSON, imported, served by us"
 modprobe -a nvmet nvmet-rdma
 mountpoint -q /sys/kernel/config || mount -t configfs none /sys/kernel/config
@@ -502,6 +509,7 @@ kill -TERM "$FG_PID"; wait "$FG_PID" || fail "imported target exited with an err
 FG_PID=
 
 # =====================================================================================
+kmsg_check "test 6 (imported configuration)"
 step "test 7: integration/demo on a machine with an RDMA device (this guest's soft-RoCE)"
 SKIP_BUILD=1 FIO_RUNTIME=3 integration/demo >/tmp/demo.log 2>&1 || { tail -n 40 /tmp/demo.log; fail "integration/demo failed"; }
 grep -q "RDMA device on $IF ($IP): the demo runs on it" /tmp/demo.log || { head -n 5 /tmp/demo.log; fail "the demo did not take the RDMA-device path"; }

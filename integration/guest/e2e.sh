@@ -57,6 +57,7 @@ trap 'rc=$?; echo "FAIL: command failed (exit $rc) at line $LINENO: $BASH_COMMAN
 
 case $TARGET in own|kernel) ;; *) fail "TARGET must be own or kernel (got '$TARGET')" ;; esac
 
+. integration/guest/kmsg.sh   # kmsg_check: no I/O error, reset or timeout in the kernel log
 dmesg_mark() { dmesg | wc -l; }
 dmesg_since() { dmesg | tail -n +$(( $1 + 1 )); }
 
@@ -408,6 +409,7 @@ rm -f /tmp/pattern /tmp/readback
 disconnect "$NQN_OPEN"
 
 # =====================================================================================
+kmsg_check "tests 1-4 (discovery, connect, fio verify, ext4, reconnect)"
 step "test 5: access control"
 M=$(dmesg_mark)
 if nvme connect -t rdma -a "$IP" -s "$PORT" -n "$NQN_RESTRICTED" >/tmp/connect.txt 2>&1; then
@@ -427,6 +429,7 @@ dmesg_since "$M" | grep -iE 'nvme' | tail -n 5 | sed 's/^/    dmesg: /' || true
 dmesg_since "$M" | grep -E 'Connect Invalid Data Parameter, subsysnqn' >/dev/null \
     || fail "no 'Connect Invalid Data Parameter, subsysnqn' in dmesg (expected status 0x182 with IATTR=1, IPO=256)"
 
+kmsg_mark   # the refused connects above log their failures
 nvme connect -t rdma -a "$IP" -s "$PORT" -n "$NQN_RESTRICTED" --hostnqn="$HOST_ALLOWED" --hostid="$HOSTID_ALLOWED" \
     || fail "connect to $NQN_RESTRICTED as $HOST_ALLOWED failed"
 wait_ns "$NQN_RESTRICTED" 1
@@ -460,6 +463,7 @@ perf randwrite randwrite
 # =====================================================================================
 step "teardown"
 disconnect "$NQN_OPEN"
+kmsg_check "test 5 (allowed host), test 6 (perf) and disconnect"
 if [ "$TARGET" = own ]; then
     stop_own_target || fail "target did not stop on SIGTERM"
 fi

@@ -45,6 +45,7 @@ cleanup() {
     exit $rc
 }
 trap cleanup EXIT
+. integration/guest/kmsg.sh   # kmsg_check: no I/O error, reset or timeout in the kernel log
 
 step "RDMA on $IF ($IP) (soft-RoCE unless it has a device), 1 GiB disk $DISK"
 [ -x "$TARGET_BIN" ] || fail "$TARGET_BIN missing (cargo build --release -p nvmf-target on the host)"
@@ -97,6 +98,7 @@ grep -E '^ *(read|write): IOPS=' /tmp/fio-demo.log
 
 step "nvme disconnect, stop the target"
 nvme disconnect -n "$NQN"
+kmsg_check "the demo"
 stop_target
 [ -n "${DEMO_DISK:-}" ] && rm -f "$DISK"
 print_log
