@@ -14,7 +14,9 @@
 #      when the unit started) appear on the connected host (same controller, no
 #      reconnect, namespace-changed AEN); `nvmf-target status --json` lists the host's
 #      NQN under its subsystem; a reload the daemon cannot apply (changed listener)
-#      and a broken file are refused, the old config serves;
+#      and a broken file are refused, the old config serves; a reload that takes the
+#      host's access away (host list, removed subsystem) disconnects its controller and
+#      refuses it until access is restored;
 #      a removed namespace disappears; an added/removed subsystem enters/leaves discovery;
 #      a killed daemon is restarted (Restart=on-failure) and the host reconnects
 #   5. `systemctl stop` while fio and an acknowledged-writes logger run: fio sees errors
@@ -374,6 +376,39 @@ grep -q "subnqn: *$NQN_ADDED" /tmp/discover.txt && fail "the removed subsystem i
 info "the removed subsystem left the discovery log"
 
 kmsg_check "tests 4c-4d (a broken reload, namespaces removed)"
+step "test 4f: a reload that takes the host's access away disconnects its controller (as nvmet)"
+HOSTNQN=$(cat /sys/class/nvme/$CTRL/hostnqn)
+host_on_target() { # NQN -> true if status --json lists $HOSTNQN under subsystem NQN
+    "$BIN" status --json | python3 -c 'import json,sys; st=json.load(sys.stdin); sys.exit(0 if any(c["host_nqn"] == sys.argv[2] for s in st["subsystems"] if s["nqn"] == sys.argv[1] for c in s["controllers"]) else 1)' "$1" "$HOSTNQN"
+}
+host_live() { grep -qx live "/sys/class/nvme/$CTRL/state"; }
+host_dropped() { ! host_on_target "$NQN"; }
+host_not_live() { ! host_live; }
+host_on_target "$NQN" || fail "status does not list the host before the test"
+for variant in host subsystem; do
+    write_conf ""
+    if [ $variant = host ]; then
+        sed -i 's/^allow_any_host = true$/hosts = ["nqn.2026-11.io.nvmf-lab:someone-else"]/' "$CONF"
+        what="the host is no longer in the subsystem's hosts"
+    else
+        sed -i "s/^nqn = \"$NQN\"\$/nqn = \"$NQN_ADDED\"/" "$CONF"
+        what="the subsystem is removed"
+    fi
+    systemctl reload nvmf-target || fail "systemctl reload ($what) failed"
+    wait_for 15 "the target to drop the host's controller ($what)" host_dropped
+    wait_for 15 "the host to see its controller lost ($what)" host_not_live
+    info "$what: the target dropped the controller; host state $(cat /sys/class/nvme/$CTRL/state)"
+    sleep 2
+    host_live && fail "the host got back in although $what"
+    write_conf ""
+    systemctl reload nvmf-target || fail "systemctl reload (access restored) failed"
+    wait_for 30 "the host to reconnect once access is restored" host_live
+    info "access restored: the host reconnected by itself (/dev/$CTRL live)"
+done
+journal | grep -E "no longer allowed|controllers are disconnected" | tail -n 2 | sed 's/^/    journal: /'
+NS1=/dev/$(ns_of "$NQN" 1)
+kmsg_mark   # losing and regaining access logs reconnects by design
+
 step "test 4e: Restart=on-failure brings a killed daemon back"
 pid=$(systemctl show -p MainPID --value nvmf-target)
 systemctl kill -s KILL nvmf-target
@@ -465,7 +500,7 @@ grep -E '^ *write: IOPS=|err=' /tmp/fio-restart.log | sed 's/^ */    fio: /'
 [ $fio_rc = 0 ] && ! grep -qE 'err= *[1-9]' /tmp/fio-restart.log \
     || { cat /tmp/fio-restart.log; fail "fio saw errors across systemctl restart"; }
 info "fio ran through the restart without an error or a verify failure"
-nvme disconnect -n "$NQN" >/dev/null
+settle; nvme disconnect -n "$NQN" >/dev/null
 systemctl stop nvmf-target
 
 # =====================================================================================
@@ -504,7 +539,7 @@ connect "$KNQN"
 got=$(head -c $(( 4 * 1024 * 1024 )) "/dev/$(ns_of "$KNQN" 1)" | sha256sum | cut -d' ' -f1)
 [ "$got" = "$want" ] || fail "imported namespace reads different data"
 info "the imported namespace serves the data the kernel target exported (sha256 ${got:0:16}…)"
-nvme disconnect -n "$KNQN" >/dev/null
+settle; nvme disconnect -n "$KNQN" >/dev/null
 kill -TERM "$FG_PID"; wait "$FG_PID" || fail "imported target exited with an error: $(tail -n 5 /tmp/imported.log)"
 FG_PID=
 

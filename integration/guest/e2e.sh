@@ -118,6 +118,7 @@ connect_open() {
     NS1=/dev/${NSDEV[1]} NS2=/dev/${NSDEV[2]}
 }
 disconnect() {
+    settle
     nvme disconnect -n "$1" || fail "nvme disconnect -n $1 failed"
     for _ in $(seq 100); do ctrl_of "$1" >/dev/null || return 0; sleep 0.1; done
     fail "controller of $1 still present after nvme disconnect"

@@ -187,6 +187,7 @@ TOML
     exercise "loop" "$D1" "$LOOP_IMG"
     exercise "file" "$D2" "$FILE_IMG"
     step "[$CUR] disconnect, stop"
+    settle
     nvme disconnect -n "$NQN" >/dev/null
     if [ $CUR = kernel ]; then kernel_down; else own_down; fi
     kmsg_check "disconnect from $CUR"

@@ -23,4 +23,8 @@ kmsg_check() { # WHAT
     fi
     kmsg_mark
 }
+# Before a planned disconnect: udev's probe of a new namespace (blkid reads its last
+# blocks) fails as "Buffer I/O error ... async page read" if the device goes away under
+# it. That is the host's own teardown race, with any target: let udev finish first.
+settle() { udevadm settle -t 10 >/dev/null 2>&1 || true; }
 kmsg_mark

@@ -97,6 +97,7 @@ fio --name=demo --filename="$DEV" --direct=1 --ioengine=libaio --rw=randrw --rwm
 grep -E '^ *(read|write): IOPS=' /tmp/fio-demo.log
 
 step "nvme disconnect, stop the target"
+settle
 nvme disconnect -n "$NQN"
 kmsg_check "the demo"
 stop_target

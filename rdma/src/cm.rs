@@ -508,11 +508,14 @@ impl CmId {
     }
 
     /// The queue pair, if created.
-    pub fn qp(&self) -> Option<QueuePair> {
+    pub fn qp(&self) -> Option<QueuePair<'_>> {
         self.qp_res.as_ref()?;
         // SAFETY: raw is live; qp was set by rdma_create_qp.
         let qp = unsafe { (*self.raw).qp };
-        (!qp.is_null()).then_some(QueuePair { raw: qp })
+        (!qp.is_null()).then_some(QueuePair {
+            raw: qp,
+            _id: std::marker::PhantomData,
+        })
     }
 
     /// Accepts a connection request.

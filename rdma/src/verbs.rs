@@ -858,16 +858,34 @@ fn fill_op(w: &mut ibv_send_wr, op: SendOp) {
     }
 }
 
-/// The queue pair of a connected [`crate::CmId`]; borrowed from it.
+/// The queue pair of a connected [`crate::CmId`], borrowed from it: it
+/// cannot outlive the id, which destroys the QP.
+///
+/// ```no_run
+/// fn qp_num_of(id: &rdma::CmId) -> Option<u32> {
+///     id.qp().map(|qp| qp.qp_num())
+/// }
+/// ```
+/// A queue pair kept after its id is gone does not compile:
+/// ```compile_fail
+/// fn stale(ch: &std::sync::Arc<rdma::EventChannel>) -> Option<u32> {
+///     let qp = {
+///         let id = rdma::CmId::new(ch).ok()?;
+///         id.qp()?
+///     };
+///     Some(qp.qp_num())
+/// }
+/// ```
 #[derive(Clone, Copy)]
-pub struct QueuePair {
+pub struct QueuePair<'id> {
     pub(crate) raw: *mut ibv_qp,
+    pub(crate) _id: std::marker::PhantomData<&'id crate::CmId>,
 }
 
 const MAX_CHAIN: usize = 4;
 const MAX_SGE: usize = 4;
 
-impl QueuePair {
+impl QueuePair<'_> {
     /// Posts a chain of up to 4 send WRs, each with up to 4 SGEs.
     ///
     /// # Safety

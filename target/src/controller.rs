@@ -347,6 +347,9 @@ pub struct Controller {
     addrs: std::sync::OnceLock<(SocketAddr, SocketAddr)>,
     /// When the controller was created (Connect on the admin queue).
     pub created: Instant,
+    /// The host lost its access (a reload removed the subsystem or the host):
+    /// every queue is disconnected and none may attach any more.
+    revoked: AtomicBool,
 }
 
 impl Controller {
@@ -372,6 +375,7 @@ impl Controller {
             units_written: AtomicU64::new(0),
             addrs: std::sync::OnceLock::new(),
             created: Instant::now(),
+            revoked: AtomicBool::new(false),
         }
     }
 
@@ -412,9 +416,15 @@ impl Controller {
         self.links.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Attaches a queue; fails with CONNECT_CTRL_BUSY if its qid is taken.
+    /// Attaches a queue; fails with CONNECT_CTRL_BUSY if its qid is taken,
+    /// CONNECT_INVALID_HOST if the host's access was revoked.
     pub fn attach(&self, link: Arc<QueueLink>) -> Result<(), Status> {
         let mut l = self.links();
+        // Checked under the links lock: `revoke` sets the flag before it
+        // takes the lock, so a queue either sees it or is disconnected by it.
+        if self.revoked.load(Ordering::SeqCst) {
+            return Err(Status::CONNECT_INVALID_HOST);
+        }
         if l.iter().any(|x| x.qid == link.qid) {
             return Err(Status::CONNECT_CTRL_BUSY);
         }
@@ -438,6 +448,18 @@ impl Controller {
             .iter()
             .filter(|l| l.silent_ms() > max_ms)
             .count()
+    }
+
+    /// Takes the host's access away: disconnects every queue and refuses
+    /// queues that try to attach later.
+    pub fn revoke(&self) {
+        self.revoked.store(true, Ordering::SeqCst);
+        self.kill_all();
+    }
+
+    /// Whether the host's access was revoked.
+    pub fn is_revoked(&self) -> bool {
+        self.revoked.load(Ordering::SeqCst)
     }
 
     /// Disconnects every queue (controller failure or admin queue gone).

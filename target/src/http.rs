@@ -63,6 +63,12 @@ async fn serve(req: Request<Incoming>) -> Result<Response<Full<Bytes>>, Infallib
     })
 }
 
+/// Connections served at once; a connection beyond them is closed at accept,
+/// so a client cannot run the daemon out of file descriptors.
+pub const MAX_CONNECTIONS: usize = 32;
+/// The longest a connection stays open (a keep-alive scraper reconnects).
+pub const MAX_CONNECTION_LIFE: Duration = Duration::from_secs(60);
+
 /// Binds `addr` and serves `/metrics` on a thread of its own. Fails (before
 /// the daemon reports ready) if the address cannot be bound.
 pub fn start(addr: SocketAddr) -> std::io::Result<MetricsServer> {
@@ -85,6 +91,7 @@ pub fn start(addr: SocketAddr) -> std::io::Result<MetricsServer> {
                         hb.store(monotonic_ms(), Ordering::Relaxed);
                     }
                 });
+                let permits = Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS));
                 loop {
                     let (stream, peer) = match listener.accept().await {
                         Ok(x) => x,
@@ -94,7 +101,13 @@ pub fn start(addr: SocketAddr) -> std::io::Result<MetricsServer> {
                             continue;
                         }
                     };
+                    let Ok(permit) = permits.clone().try_acquire_owned() else {
+                        debug!(%peer, "metrics endpoint: {MAX_CONNECTIONS} connections open, closing this one");
+                        drop(stream);
+                        continue;
+                    };
                     tokio::spawn(async move {
+                        let _permit = permit;
                         let conn = hyper::server::conn::http1::Builder::new()
                             .timer(hyper_util::rt::TokioTimer::new())
                             .header_read_timeout(Duration::from_secs(10))
@@ -102,8 +115,10 @@ pub fn start(addr: SocketAddr) -> std::io::Result<MetricsServer> {
                                 TokioIo::new(stream),
                                 hyper::service::service_fn(serve),
                             );
-                        if let Err(e) = conn.await {
-                            debug!(%peer, "metrics connection: {e}");
+                        match tokio::time::timeout(MAX_CONNECTION_LIFE, conn).await {
+                            Ok(Err(e)) => debug!(%peer, "metrics connection: {e}"),
+                            Err(_) => debug!(%peer, "metrics connection open too long, closed"),
+                            Ok(Ok(())) => {}
                         }
                     });
                 }
@@ -150,6 +165,40 @@ mod tests {
             "GET /nope HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
         );
         assert!(r.starts_with("HTTP/1.1 404"), "{r}");
+        assert!(srv.alive(5000));
+    }
+
+    #[test]
+    fn idle_connections_cannot_run_the_daemon_out_of_descriptors() {
+        let srv = start("127.0.0.1:0".parse().unwrap()).unwrap();
+        let fds = || std::fs::read_dir("/proc/self/fd").unwrap().count();
+        let before = fds();
+        let idle: Vec<_> = (0..200)
+            .map(|_| std::net::TcpStream::connect(srv.addr).unwrap())
+            .collect();
+        // Let the server accept them all (and close those beyond the cap).
+        std::thread::sleep(Duration::from_millis(500));
+        let during = fds();
+        // Our 200 client sockets, at most MAX_CONNECTIONS server sockets, and
+        // slack for the other tests of this process (without the cap: +400).
+        assert!(
+            during <= before + 200 + MAX_CONNECTIONS + 64,
+            "{before} descriptors before, {during} with 200 idle connections"
+        );
+        drop(idle);
+        let mut ok = false;
+        for _ in 0..50 {
+            let mut s = std::net::TcpStream::connect(srv.addr).unwrap();
+            let _ = s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+            let mut out = String::new();
+            let _ = s.read_to_string(&mut out);
+            if out.starts_with("HTTP/1.1 200") {
+                ok = true;
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        assert!(ok, "no scrape served once the idle connections closed");
         assert!(srv.alive(5000));
     }
 }

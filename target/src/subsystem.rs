@@ -159,6 +159,20 @@ impl Subsystem {
             .cloned()
     }
 
+    /// Disconnects the controllers of hosts the current access list no
+    /// longer allows (all of them with `everyone`, for a removed subsystem),
+    /// as nvmet does; returns their host NQNs.
+    pub fn revoke_disallowed(&self, everyone: bool) -> Vec<String> {
+        let mut gone = Vec::new();
+        for c in self.controllers() {
+            if (everyone || !self.host_allowed(&c.hostnqn)) && !c.is_revoked() {
+                c.revoke();
+                gone.push(c.hostnqn.clone());
+            }
+        }
+        gone
+    }
+
     /// Removes a controller.
     pub fn remove_controller(&self, cntlid: u16) {
         self.controllers
@@ -320,6 +334,37 @@ mod tests {
         assert!(sub(false).host_allowed("nqn.h1"));
         assert!(!sub(false).host_allowed("nqn.h2"));
         assert!(sub(true).host_allowed("nqn.h2"));
+    }
+
+    #[test]
+    fn a_host_that_loses_access_loses_its_controllers() {
+        use crate::controller::{QueueLink, Waker};
+        let s = sub(true);
+        let w = Waker::new().unwrap();
+        let c1 = s.add_controller("nqn.h1", [1; 16], 0).unwrap();
+        let c2 = s.add_controller("nqn.h2", [2; 16], 0).unwrap();
+        let q0 = QueueLink::new(0, w.clone());
+        c2.attach(q0.clone()).unwrap();
+        assert!(
+            s.revoke_disallowed(false).is_empty(),
+            "any host may connect"
+        );
+        s.set_access(HostAccess {
+            allow_any_host: false,
+            hosts: vec!["nqn.h1".into()],
+        });
+        assert_eq!(s.revoke_disallowed(false), vec!["nqn.h2".to_string()]);
+        assert!(q0.killed(), "the revoked host's queues are disconnected");
+        assert!(!c1.is_revoked());
+        // A queue racing in afterwards is refused.
+        assert_eq!(
+            c2.attach(QueueLink::new(1, w.clone())),
+            Err(nvme::Status::CONNECT_INVALID_HOST)
+        );
+        assert!(s.revoke_disallowed(false).is_empty(), "once");
+        // A removed subsystem: everyone goes.
+        assert_eq!(s.revoke_disallowed(true), vec!["nqn.h1".to_string()]);
+        assert!(c1.attach(QueueLink::new(0, w)).is_err());
     }
 
     #[test]

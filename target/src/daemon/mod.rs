@@ -250,6 +250,9 @@ impl Daemon {
             };
             if let Some(a) = &c.access {
                 sub.set_access(HostAccess::clone(a));
+                for host in sub.revoke_disallowed(false) {
+                    warn!(subsys = %c.nqn, %host, "host no longer allowed: its controller is disconnected");
+                }
             }
             if !c.add.is_empty() || !c.remove.is_empty() {
                 let old = sub.namespaces();
@@ -292,8 +295,9 @@ impl Daemon {
                     ns.metrics.unregister();
                     self.retired.push(ns.clone());
                 }
-                info!(subsys = %nqn, connected = s.controllers().len(),
-                      "subsystem removed (connected controllers stay until they disconnect)");
+                let hosts = s.revoke_disallowed(true);
+                info!(subsys = %nqn, disconnected = ?hosts,
+                      "subsystem removed; its controllers are disconnected");
             }
         }
         self.target.set_subsystems(subs);
