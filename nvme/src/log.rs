@@ -210,6 +210,26 @@ pub fn encode_changed_ns(ids: &[u32]) -> [u8; CHANGED_NS_SIZE] {
     b
 }
 
+/// Size of the Commands Supported and Effects log page.
+pub const CMD_EFFECTS_SIZE: usize = 4096;
+/// Commands Supported and Effects: the command is supported (CSUPP).
+pub const EFFECT_CSUPP: u32 = 1 << 0;
+/// Commands Supported and Effects: the command may change logical block content (LBCC).
+pub const EFFECT_LBCC: u32 = 1 << 1;
+
+/// Encodes the Commands Supported and Effects log page: one u32 per admin
+/// opcode (bytes 0..1024), then one per I/O opcode (bytes 1024..2048).
+pub fn encode_cmd_effects(admin: &[(u8, u32)], io: &[(u8, u32)]) -> [u8; CMD_EFFECTS_SIZE] {
+    let mut b = [0u8; CMD_EFFECTS_SIZE];
+    for &(opc, e) in admin {
+        put_u32(&mut b, opc as usize * 4, e);
+    }
+    for &(opc, e) in io {
+        put_u32(&mut b, 1024 + opc as usize * 4, e);
+    }
+    b
+}
+
 /// Asynchronous event types (CQE result bits 2:0).
 pub mod aen {
     /// Error status.

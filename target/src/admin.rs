@@ -75,7 +75,8 @@ pub fn identify_controller(ctrl: &Controller) -> IdentifyController {
         acl: 3,
         aerl: (crate::MAX_AERS - 1) as u8,
         frmw: 0x3,
-        lpa: 1 << 2,
+        // Extended data for Get Log Page, the Commands Supported and Effects log.
+        lpa: (1 << 2) | (1 << 1),
         elpe: (ERROR_LOG_ENTRIES - 1) as u8,
         npss: 0,
         kas: 10,
@@ -210,6 +211,7 @@ fn get_log_page(target: &Target, ctrl: &Controller, cmd: &Command, out: &mut [u8
             let ids = ctrl.state().take_changed_ns(g.rae);
             nvme::log::encode_changed_ns(&ids).to_vec()
         }
+        lid::CMD_EFFECTS if !disc => cmd_effects().to_vec(),
         _ => return done(Status::INVALID_LOG_PAGE),
     };
     if !copy_window(&page, g.offset, out) {
@@ -294,20 +296,38 @@ fn features(ctrl: &Controller, cmd: &Command, out: &mut [u8], set: bool) -> Admi
     }
 }
 
+/// The admin commands this target implements.
+const ADMIN_OPCODES: [u8; 7] = [
+    op::IDENTIFY,
+    op::GET_LOG_PAGE,
+    op::SET_FEATURES,
+    op::GET_FEATURES,
+    op::KEEP_ALIVE,
+    op::ASYNC_EVENT_REQUEST,
+    op::ABORT,
+];
+
 /// Whether `opc` is an admin command this target implements (checked before
 /// the SGL, as nvmet does, so an unknown opcode gets INVALID_OPCODE whatever
 /// its SGL).
 pub fn supported(opc: u8) -> bool {
-    matches!(
-        opc,
-        op::IDENTIFY
-            | op::GET_LOG_PAGE
-            | op::SET_FEATURES
-            | op::GET_FEATURES
-            | op::KEEP_ALIVE
-            | op::ASYNC_EVENT_REQUEST
-            | op::ABORT
-    )
+    ADMIN_OPCODES.contains(&opc)
+}
+
+/// The Commands Supported and Effects log: the admin and I/O commands this
+/// target implements; the I/O commands that write change block content.
+fn cmd_effects() -> [u8; nvme::log::CMD_EFFECTS_SIZE] {
+    use nvme::log::{EFFECT_CSUPP, EFFECT_LBCC};
+    use nvme::opcode::io;
+    let admin: Vec<(u8, u32)> = ADMIN_OPCODES.iter().map(|&o| (o, EFFECT_CSUPP)).collect();
+    let io_cmds: Vec<(u8, u32)> = (0..=u8::MAX)
+        .filter(|&o| crate::io::supported(o))
+        .map(|o| {
+            let writes = matches!(o, io::WRITE | io::WRITE_ZEROES | io::DATASET_MANAGEMENT);
+            (o, EFFECT_CSUPP | if writes { EFFECT_LBCC } else { 0 })
+        })
+        .collect();
+    nvme::log::encode_cmd_effects(&admin, &io_cmds)
 }
 
 /// Executes an admin command (not a fabrics command) for `ctrl`. `buf` holds
@@ -529,6 +549,23 @@ mod tests {
             status(run(&t, &c, &glp(0x80, 512, 0), 512).0),
             Status::INVALID_LOG_PAGE
         );
+        // commands supported and effects: admin at 0, I/O at 1024, writes change content
+        let (o, b) = run(&t, &c, &glp(lid::CMD_EFFECTS, 4096, 0), 4096);
+        assert_eq!(status(o), Status::SUCCESS);
+        let at = |i: usize| u32::from_le_bytes(b[i..i + 4].try_into().unwrap());
+        assert_eq!(at(op::IDENTIFY as usize * 4), 1);
+        assert_eq!(at(0x80 * 4), 0, "Format NVM is not supported");
+        assert_eq!(at(1024 + 0x02 * 4), 1, "read: supported");
+        assert_eq!(at(1024 + 0x01 * 4), 3, "write: supported, changes content");
+        assert_eq!(at(1024 + 0x09 * 4), 3, "dataset management");
+        assert_eq!(at(1024 + 0x05 * 4), 0, "compare is not supported");
+        assert_eq!(
+            status(run(&t, &d, &glp(lid::CMD_EFFECTS, 4096, 0), 4096).0),
+            Status::INVALID_LOG_PAGE
+        );
+        // a log page may be read in part
+        let (o, _) = run(&t, &c, &glp(lid::SMART, 128, 0), 128);
+        assert_eq!(status(o), Status::SUCCESS);
     }
 
     #[test]

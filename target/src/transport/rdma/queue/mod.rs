@@ -517,7 +517,9 @@ impl Queue {
         if cmd.is_fabrics() {
             return match cmd.fctype() {
                 fctype::CONNECT if self.ctrl.is_none() => Ok(()),
-                fctype::CONNECT => Err(Status::CMD_SEQ_ERROR),
+                // A Connect on a connected queue: like any fabrics command an
+                // established queue does not take, Invalid Opcode (nvmet, SPDK).
+                fctype::CONNECT => Err(Status::INVALID_OPCODE),
                 fctype::PROPERTY_GET | fctype::PROPERTY_SET
                     if self.qid() == 0 && self.ctrl.is_some() =>
                 {
