@@ -21,7 +21,6 @@ LOOP_IMG=/var/tmp/fs-loop.img
 FILE_IMG=/var/tmp/fs-file.img
 SIZE_MB=1024
 MNT=/mnt/fs
-CFG=/sys/kernel/config/nvmet
 CONF=/tmp/fs-target.toml
 TLOG=/tmp/fs-target.log
 TPID= LOOP= PASSED=0 CUR=
@@ -31,17 +30,8 @@ info() { echo "    $*"; }
 fail() { echo "FAIL: $*" >&2; exit 1; }
 trap 'rc=$?; echo "FAIL: command failed (exit $rc) at line $LINENO: $BASH_COMMAND"' ERR
 . integration/guest/kmsg.sh
+. integration/guest/nvmet.sh
 
-kernel_down() {
-    [ -d "$CFG/subsystems/$NQN" ] || return 0
-    rm -f "$CFG/ports/1/subsystems/$NQN"; rmdir "$CFG/ports/1" 2>/dev/null || true
-    local n
-    for n in "$CFG/subsystems/$NQN"/namespaces/*/; do
-        [ -d "$n" ] || continue
-        echo 0 >"$n/enable"; rmdir "$n"
-    done
-    rmdir "$CFG/subsystems/$NQN"
-}
 own_down() {
     [ -n "$TPID" ] || return 0
     kill -TERM "$TPID" 2>/dev/null || true
@@ -57,24 +47,13 @@ cleanup() {
         echo "--- our target's log (last 40 lines)"; tail -n 40 "$TLOG"
     fi
     [ -n "$TPID" ] && kill -KILL "$TPID" 2>/dev/null
-    kernel_down 2>/dev/null
+    nvmet_unexport "$NQN" 2>/dev/null
     [ -n "$LOOP" ] && losetup -d "$LOOP" 2>/dev/null
     [ $PASSED = 1 ] || echo "FS FAILED (exit $rc)"
     exit $rc
 }
 trap cleanup EXIT
 
-ns_dev() { # nsid -> /dev/nvmeXnY of $NQN
-    local s n
-    for s in /sys/class/nvme-subsystem/*/ /sys/class/nvme/*/; do
-        [ "$(cat "$s/subsysnqn" 2>/dev/null)" = "$NQN" ] || continue
-        for n in "$s"nvme*n*; do
-            [[ ${n##*/} =~ ^nvme[0-9]+n[0-9]+$ ]] && [ -b "/dev/${n##*/}" ] || continue
-            [ "$(cat "/sys/block/${n##*/}/nsid" 2>/dev/null)" = "$1" ] && { echo "/dev/${n##*/}"; return 0; }
-        done
-    done
-    return 1
-}
 alloc_mb() { echo $(( $(stat -c %b "$1") * 512 / 1048576 )); }   # allocated MiB of a file
 
 # One namespace: DEV on the host, IMG the file that finally holds its blocks.
@@ -142,20 +121,7 @@ ROWS=()
 for CUR in ${FS_TARGETS:-kernel own}; do
     step "[$CUR] start the target: nsid 1 = $LOOP, nsid 2 = $FILE_IMG"
     if [ $CUR = kernel ]; then
-        modprobe -a nvmet nvmet-rdma
-        mountpoint -q /sys/kernel/config || mount -t configfs none /sys/kernel/config
-        mkdir "$CFG/subsystems/$NQN"
-        echo 1 >"$CFG/subsystems/$NQN/attr_allow_any_host"
-        for id in 1 2; do
-            mkdir "$CFG/subsystems/$NQN/namespaces/$id"
-            if [ $id = 1 ]; then p=$LOOP; else p=$FILE_IMG; fi
-            echo -n "$p" >"$CFG/subsystems/$NQN/namespaces/$id/device_path"
-            echo 1 >"$CFG/subsystems/$NQN/namespaces/$id/enable"
-        done
-        mkdir "$CFG/ports/1"
-        echo rdma >"$CFG/ports/1/addr_trtype"; echo ipv4 >"$CFG/ports/1/addr_adrfam"
-        echo "$IP" >"$CFG/ports/1/addr_traddr"; echo "$PORT" >"$CFG/ports/1/addr_trsvcid"
-        ln -s "$CFG/subsystems/$NQN" "$CFG/ports/1/subsystems/$NQN"
+        nvmet_export "$NQN" "$LOOP" "$FILE_IMG"
     else
         cat >"$CONF" <<TOML
 [[listener]]
@@ -174,14 +140,10 @@ TOML
         NO_COLOR=1 "$TARGET_BIN" --config "$CONF" >"$TLOG" 2>&1 &
         TPID=$!
     fi
-    for try in $(seq 40); do
-        nvme discover -t rdma -a "$IP" -s "$PORT" >/dev/null 2>&1 && break
-        [ "$try" = 40 ] && fail "the $CUR target does not answer discovery"
-        sleep 0.5
-    done
+    wait_discovery "the $CUR target"
     nvme connect -t rdma -a "$IP" -s "$PORT" -n "$NQN" >/dev/null || fail "nvme connect ($CUR) failed"
-    for _ in $(seq 100); do ns_dev 1 >/dev/null && ns_dev 2 >/dev/null && break; sleep 0.2; done
-    D1=$(ns_dev 1) && D2=$(ns_dev 2) || fail "namespaces of $NQN did not appear"
+    for _ in $(seq 100); do ns_dev "$NQN" 1 >/dev/null && ns_dev "$NQN" 2 >/dev/null && break; sleep 0.2; done
+    D1=$(ns_dev "$NQN" 1) && D2=$(ns_dev "$NQN" 2) || fail "namespaces of $NQN did not appear"
     info "nsid 1 = $D1 (discard_max_bytes $(cat /sys/block/${D1#/dev/}/queue/discard_max_bytes)), nsid 2 = $D2"
     kmsg_check "connect to $CUR"
     exercise "loop" "$D1" "$LOOP_IMG"
@@ -189,7 +151,7 @@ TOML
     step "[$CUR] disconnect, stop"
     settle
     nvme disconnect -n "$NQN" >/dev/null
-    if [ $CUR = kernel ]; then kernel_down; else own_down; fi
+    if [ $CUR = kernel ]; then nvmet_unexport "$NQN"; else own_down; fi
     kmsg_check "disconnect from $CUR"
 done
 

@@ -17,7 +17,6 @@ TARGET_BIN=${TARGET_BIN:-build/release/nvmf-target}
 NQN=nqn.2026-11.io.nvmf-lab:hostile
 IMG=/var/tmp/hostile.img
 BLOCKS=16384      # 64 MiB of 4 KiB blocks
-CFG=/sys/kernel/config/nvmet
 TLOG=/tmp/hostile-target.log
 TPID= PASSED=0
 T0=$(date +%s%N)
@@ -25,19 +24,14 @@ step() { printf '\n=== [%6.1fs] %s\n' "$(( ($(date +%s%N) - T0) / 1000000 ))e-3"
 info() { echo "    $*"; }
 fail() { echo "FAIL: $*" >&2; exit 1; }
 . integration/guest/kmsg.sh
+. integration/guest/nvmet.sh
 
-kernel_down() {
-    [ -d "$CFG/subsystems/$NQN" ] || return 0
-    rm -f "$CFG/ports/1/subsystems/$NQN"; rmdir "$CFG/ports/1" 2>/dev/null || true
-    echo 0 >"$CFG/subsystems/$NQN/namespaces/1/enable"; rmdir "$CFG/subsystems/$NQN/namespaces/1"
-    rmdir "$CFG/subsystems/$NQN"
-}
 cleanup() {
     local rc=$?
     set +e
     nvme disconnect -n "$NQN" >/dev/null 2>&1
     [ -n "$TPID" ] && { kill -TERM "$TPID"; wait "$TPID"; }
-    kernel_down 2>/dev/null
+    nvmet_unexport "$NQN" 2>/dev/null
     if [ $PASSED = 0 ] && [ -f "$TLOG" ]; then echo "--- our target's log (last 30 lines)"; tail -n 30 "$TLOG"; fi
     [ $PASSED = 1 ] || echo "HOSTILE FAILED (exit $rc)"
     exit $rc
@@ -199,35 +193,19 @@ info "${#CASES[@]} cases"
 for T in kernel own; do
     step "[$T] start, connect"
     if [ $T = kernel ]; then
-        modprobe -a nvmet nvmet-rdma
-        mountpoint -q /sys/kernel/config || mount -t configfs none /sys/kernel/config
-        mkdir "$CFG/subsystems/$NQN"; echo 1 >"$CFG/subsystems/$NQN/attr_allow_any_host"
-        mkdir "$CFG/subsystems/$NQN/namespaces/1"
-        echo -n "$IMG" >"$CFG/subsystems/$NQN/namespaces/1/device_path"
-        echo 1 >"$CFG/subsystems/$NQN/namespaces/1/enable"
-        mkdir "$CFG/ports/1"
-        echo rdma >"$CFG/ports/1/addr_trtype"; echo ipv4 >"$CFG/ports/1/addr_adrfam"
-        echo "$IP" >"$CFG/ports/1/addr_traddr"; echo "$PORT" >"$CFG/ports/1/addr_trsvcid"
-        ln -s "$CFG/subsystems/$NQN" "$CFG/ports/1/subsystems/$NQN"
+        nvmet_export "$NQN" "$IMG"
     else
         NO_COLOR=1 "$TARGET_BIN" --listen "$IP:$PORT" --nqn "$NQN" --namespace "$IMG" >"$TLOG" 2>&1 &
         TPID=$!
     fi
-    for try in $(seq 40); do
-        nvme discover -t rdma -a "$IP" -s "$PORT" >/dev/null 2>&1 && break
-        [ "$try" = 40 ] && fail "[$T] no discovery answer"
-        sleep 0.5
-    done
+    wait_discovery "[$T] the target"
     nvme connect -t rdma -a "$IP" -s "$PORT" -n "$NQN" >/dev/null || fail "[$T] connect failed"
     CTRL= NS=
     for _ in $(seq 100); do
         for c in /sys/class/nvme/nvme*; do
             [ "$(cat "$c/subsysnqn" 2>/dev/null)" = "$NQN" ] && [ "$(cat "$c/state")" = live ] && CTRL=${c##*/}
         done
-        [ -n "$CTRL" ] && for n in /sys/block/nvme*n1; do
-            [ "$(cat "$n/device/subsysnqn" 2>/dev/null)" = "$NQN" ] && NS=/dev/${n##*/}
-        done
-        [ -n "$NS" ] && [ -b "$NS" ] && break
+        [ -n "$CTRL" ] && NS=$(ns_dev "$NQN" 1) && break
         sleep 0.2
     done
     [ -n "$CTRL" ] && [ -n "$NS" ] || fail "[$T] controller or namespace missing"
@@ -242,7 +220,7 @@ for T in kernel own; do
     info "the controller still serves; no reset or timeout in the kernel log"
     settle
     nvme disconnect -n "$NQN" >/dev/null
-    if [ $T = kernel ]; then kernel_down; else kill -TERM "$TPID"; wait "$TPID" || fail "our target exited with an error"; TPID=; fi
+    if [ $T = kernel ]; then nvmet_unexport "$NQN"; else kill -TERM "$TPID"; wait "$TPID" || fail "our target exited with an error"; TPID=; fi
 done
 
 step "results: our status vs nvmet's (or the specification's, where nvmet 6.1 strays)"

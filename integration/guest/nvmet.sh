@@ -1,0 +1,54 @@
+# nvmet.sh: sourced by guest scripts that run the kernel target and ours side by side
+# (fs.sh, hostile.sh). Needs IP, PORT and fail() from the sourcing script.
+#   nvmet_export NQN PATH...   the kernel target (configfs) exports PATHs as nsid 1..n
+#                              of NQN, open to any host, on IP:PORT (port 1)
+#   nvmet_unexport NQN         tears that down
+#   wait_discovery WHAT        up to 20 s for a discovery answer on IP:PORT
+#   ns_dev NQN NSID            /dev/nvmeXnY of the namespace (multipath head or disk)
+NVMET_CFG=/sys/kernel/config/nvmet
+nvmet_export() {
+    local nqn=$1 id=0 p; shift
+    modprobe -a nvmet nvmet-rdma
+    mountpoint -q /sys/kernel/config || mount -t configfs none /sys/kernel/config
+    mkdir "$NVMET_CFG/subsystems/$nqn"
+    echo 1 >"$NVMET_CFG/subsystems/$nqn/attr_allow_any_host"
+    for p in "$@"; do
+        id=$((id + 1))
+        mkdir "$NVMET_CFG/subsystems/$nqn/namespaces/$id"
+        echo -n "$p" >"$NVMET_CFG/subsystems/$nqn/namespaces/$id/device_path"
+        echo 1 >"$NVMET_CFG/subsystems/$nqn/namespaces/$id/enable"
+    done
+    mkdir "$NVMET_CFG/ports/1"
+    echo rdma >"$NVMET_CFG/ports/1/addr_trtype"; echo ipv4 >"$NVMET_CFG/ports/1/addr_adrfam"
+    echo "$IP" >"$NVMET_CFG/ports/1/addr_traddr"; echo "$PORT" >"$NVMET_CFG/ports/1/addr_trsvcid"
+    ln -s "$NVMET_CFG/subsystems/$nqn" "$NVMET_CFG/ports/1/subsystems/$nqn"
+}
+nvmet_unexport() {
+    local nqn=$1 n
+    [ -d "$NVMET_CFG/subsystems/$nqn" ] || return 0
+    rm -f "$NVMET_CFG/ports/1/subsystems/$nqn"; rmdir "$NVMET_CFG/ports/1" 2>/dev/null || true
+    for n in "$NVMET_CFG/subsystems/$nqn"/namespaces/*/; do
+        [ -d "$n" ] || continue
+        echo 0 >"$n/enable"; rmdir "$n"
+    done
+    rmdir "$NVMET_CFG/subsystems/$nqn"
+}
+wait_discovery() {
+    local try
+    for try in $(seq 40); do
+        nvme discover -t rdma -a "$IP" -s "$PORT" >/dev/null 2>&1 && return 0
+        sleep 0.5
+    done
+    fail "$1 does not answer discovery on $IP:$PORT"
+}
+ns_dev() {
+    local s n
+    for s in /sys/class/nvme-subsystem/*/ /sys/class/nvme/*/; do
+        [ "$(cat "$s/subsysnqn" 2>/dev/null)" = "$1" ] || continue
+        for n in "$s"nvme*n*; do
+            [[ ${n##*/} =~ ^nvme[0-9]+n[0-9]+$ ]] && [ -b "/dev/${n##*/}" ] || continue
+            [ "$(cat "/sys/block/${n##*/}/nsid" 2>/dev/null)" = "$2" ] && { echo "/dev/${n##*/}"; return 0; }
+        done
+    done
+    return 1
+}
