@@ -8,6 +8,8 @@
 # Runs INSIDE the lab guest (integration/run-hostile-tests), cwd /lab = project root.
 # Cases the kernel host refuses before sending (an nsid that is not the device's) show
 # as host:... for both targets: they document the host's own check.
+# Then, for our target: a Write Zeroes with FUA must be followed by a sync before it
+# completes (seen on io_uring's submit tracepoint), one without FUA must not.
 # Output: a table (case, nvmet, ours, verdict) and "HOSTILE PASS" as the last line.
 set -euo pipefail
 IP=${LAB_IP:?LAB_IP not set (run this inside the lab guest)}
@@ -23,6 +25,7 @@ T0=$(date +%s%N)
 step() { printf '\n=== [%6.1fs] %s\n' "$(( ($(date +%s%N) - T0) / 1000000 ))e-3" "$*"; }
 info() { echo "    $*"; }
 fail() { echo "FAIL: $*" >&2; exit 1; }
+trap 'rc=$?; echo "FAIL: command failed (exit $rc) at line $LINENO: $BASH_COMMAND"' ERR
 . integration/guest/kmsg.sh
 . integration/guest/nvmet.sh
 
@@ -218,6 +221,29 @@ for T in kernel own; do
     resets=$(kmsg_errors | grep -ciE 'reset|timeout|error recovery|Reconnecting' || true)
     [ "$resets" = 0 ] || { kmsg_errors | head -n 5; fail "[$T] the cases caused resets or timeouts"; }
     info "the controller still serves; no reset or timeout in the kernel log"
+    if [ $T = own ]; then
+        step "[$T] durability: Write Zeroes with FUA is followed by a sync before it completes"
+        # io_uring's submit tracepoint names each operation our target queues.
+        TR=/sys/kernel/tracing
+        mountpoint -q $TR || mount -t tracefs nodev $TR
+        EV=
+        for e in io_uring_submit_req io_uring_submit_sqe; do
+            [ -d "$TR/events/io_uring/$e" ] && { EV=$TR/events/io_uring/$e; break; }
+        done
+        [ -n "$EV" ] || fail "no io_uring submit tracepoint in $TR"
+        uring_ops() { # CDW12 -> the io_uring operations our target submitted for one Write Zeroes
+            echo >$TR/trace; echo 1 >"$EV/enable"
+            nvme io-passthru "$NS" --opcode=0x08 --namespace-id=1 --cdw10=64 --cdw12="$1" >/dev/null \
+                || fail "write zeroes (cdw12 $1) failed"
+            echo 0 >"$EV/enable"
+            grep -v '^#' $TR/trace | grep -oE 'opcode [A-Z_0-9]+' | awk '{print $2}' | tr '\n' ' '
+        }
+        plain=$(uring_ops 7); fua=$(uring_ops 0x40000007)
+        info "io_uring operations: write zeroes: $plain; write zeroes + FUA: $fua"
+        [[ $fua =~ FALLOCATE.*FSYNC ]] || fail "Write Zeroes with FUA completed without a sync after the zeroing"
+        [[ $plain =~ FSYNC ]] && fail "Write Zeroes without FUA synced (expected only with FUA)"
+        info "FUA: FALLOCATE then FSYNC; without FUA: no FSYNC"
+    fi
     settle
     nvme disconnect -n "$NQN" >/dev/null
     if [ $T = kernel ]; then nvmet_unexport "$NQN"; else kill -TERM "$TPID"; wait "$TPID" || fail "our target exited with an error"; TPID=; fi

@@ -556,7 +556,11 @@ mod tests {
         assert_eq!(at(op::IDENTIFY as usize * 4), 1);
         assert_eq!(at(0x80 * 4), 0, "Format NVM is not supported");
         assert_eq!(at(1024 + 0x02 * 4), 1, "read: supported");
-        assert_eq!(at(1024 + 4), 3, "write (opcode 1): supported, changes content");
+        assert_eq!(
+            at(1024 + 4),
+            3,
+            "write (opcode 1): supported, changes content"
+        );
         assert_eq!(at(1024 + 0x09 * 4), 3, "dataset management");
         assert_eq!(at(1024 + 0x05 * 4), 0, "compare is not supported");
         assert_eq!(

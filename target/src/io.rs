@@ -36,6 +36,8 @@ pub enum IoPlan {
         offset: u64,
         /// Bytes.
         len: u64,
+        /// Force unit access: stable before completion.
+        fua: bool,
     },
     /// Dataset management: `nr` ranges arrive as data (16 bytes each).
     Dsm {
@@ -120,7 +122,11 @@ pub fn prepare(
         op::FLUSH => Ok(IoPlan::Flush),
         op::WRITE_ZEROES => {
             let (offset, len) = lba_range(ns, cmd.slba(), cmd.nlb() as u64)?;
-            Ok(IoPlan::WriteZeroes { offset, len })
+            Ok(IoPlan::WriteZeroes {
+                offset,
+                len,
+                fua: cmd.fua(),
+            })
         }
         _ => {
             let nr = (cmd.cdw(10) & 0xFF) + 1;
@@ -253,7 +259,18 @@ mod tests {
             prepare(Some(&n), &rw(op::WRITE_ZEROES, 100, 100), 0, 131072),
             Ok(IoPlan::WriteZeroes {
                 offset: 51200,
-                len: 51200
+                len: 51200,
+                fua: false
+            })
+        );
+        let mut fua = rw(op::WRITE_ZEROES, 100, 100);
+        fua.set_cdw(12, fua.cdw(12) | 1 << 30);
+        assert_eq!(
+            prepare(Some(&n), &fua, 0, 131072),
+            Ok(IoPlan::WriteZeroes {
+                offset: 51200,
+                len: 51200,
+                fua: true
             })
         );
         assert_eq!(

@@ -246,7 +246,8 @@ pub unsafe fn submit(
             one(ring.write(fd, data.ptr, len, offset, data.fixed, fua, ud))
         }
         IoPlan::Flush => one(ring.fdatasync(fd, ud)),
-        IoPlan::WriteZeroes { offset, len } => {
+        // With FUA the worker follows the zeroing with an fdatasync.
+        IoPlan::WriteZeroes { offset, len, .. } => {
             one(ring.fallocate(fd, offset, len, FALLOC_ZERO, ud))
         }
         IoPlan::Dsm { .. } if ranges.is_empty() => Submitted::default(),

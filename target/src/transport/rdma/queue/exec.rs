@@ -269,6 +269,19 @@ impl Queue {
                     Err(_) => self.reqs[r].errno = nix::errno::Errno::EIO as i32,
                 }
             }
+        } else if let IoPlan::WriteZeroes { fua: true, .. } = plan {
+            // Forced unit access: the zeroes are made durable before the
+            // command completes (`done` marks the sync as issued).
+            let synced = q.done != 0;
+            if !synced && self.live() {
+                self.reqs[r].done = 1;
+                let fd = self.reqs[r].ns.first().map_or(-1, |n| n.backend.fd());
+                let ud = self.wr_id(wr::IO, r);
+                match cx.ring.fdatasync(fd, ud) {
+                    Ok(()) => return,
+                    Err(_) => self.reqs[r].errno = nix::errno::Errno::EIO as i32,
+                }
+            }
         }
         match self.reqs[r].life.backend_done() {
             Step::Respond => self.finish_io(cx, r),
