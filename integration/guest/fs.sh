@@ -24,11 +24,7 @@ MNT=/mnt/fs
 CONF=/tmp/fs-target.toml
 TLOG=/tmp/fs-target.log
 TPID= LOOP= PASSED=0 CUR=
-T0=$(date +%s%N)
-step() { printf '\n=== [%6.1fs] %s\n' "$(( ($(date +%s%N) - T0) / 1000000 ))e-3" "$*"; }
-info() { echo "    $*"; }
-fail() { echo "FAIL: $*" >&2; exit 1; }
-trap 'rc=$?; echo "FAIL: command failed (exit $rc) at line $LINENO: $BASH_COMMAND"' ERR
+. integration/guest/common.sh
 . integration/guest/kmsg.sh
 . integration/guest/nvmet.sh
 

@@ -21,11 +21,7 @@ IMG=/var/tmp/hostile.img
 BLOCKS=16384      # 64 MiB of 4 KiB blocks
 TLOG=/tmp/hostile-target.log
 TPID= PASSED=0
-T0=$(date +%s%N)
-step() { printf '\n=== [%6.1fs] %s\n' "$(( ($(date +%s%N) - T0) / 1000000 ))e-3" "$*"; }
-info() { echo "    $*"; }
-fail() { echo "FAIL: $*" >&2; exit 1; }
-trap 'rc=$?; echo "FAIL: command failed (exit $rc) at line $LINENO: $BASH_COMMAND"' ERR
+. integration/guest/common.sh
 . integration/guest/kmsg.sh
 . integration/guest/nvmet.sh
 
