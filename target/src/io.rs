@@ -166,6 +166,11 @@ pub fn errno_status(plan: &IoPlan, errno: i32) -> Status {
         Errno::EROFS | Errno::EPERM | Errno::EACCES => Status::NS_WRITE_PROTECTED,
         Errno::EOPNOTSUPP => Status::INVALID_OPCODE,
         Errno::EINVAL => Status::INVALID_FIELD,
+        // A store that cannot be reached now (a Ceph cluster whose OSDs do
+        // not answer, a gateway fenced by the cluster): the host retries.
+        Errno::ETIMEDOUT | Errno::ESHUTDOWN | Errno::ENOTCONN | Errno::ECONNREFUSED => {
+            Status::NS_NOT_READY
+        }
         _ => match plan {
             IoPlan::Read { .. } => Status::UNRECOVERED_READ_ERROR,
             IoPlan::Write { .. } | IoPlan::WriteZeroes { .. } => Status::WRITE_FAULT,
@@ -322,5 +327,10 @@ mod tests {
             errno_status(&w, Errno::ENOSPC as i32).code(),
             Status::CAPACITY_EXCEEDED.code()
         );
+        for e in [Errno::ETIMEDOUT, Errno::ESHUTDOWN] {
+            let st = errno_status(&w, e as i32);
+            assert_eq!(st, Status::NS_NOT_READY);
+            assert!(!st.dnr, "an unreachable store is retried");
+        }
     }
 }

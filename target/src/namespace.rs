@@ -56,7 +56,7 @@ impl Namespace {
         block_size: u32,
         readonly: bool,
     ) -> Namespace {
-        let key = format!("{subnqn}/{nsid}/{}", backend.describe());
+        let key = format!("{subnqn}/{nsid}/{}", backend.identity());
         let nguid = id128(&key);
         let mut uuid = id128(&format!("uuid:{key}"));
         uuid[6] = (uuid[6] & 0x0F) | 0x40;
@@ -111,12 +111,13 @@ impl Namespace {
 }
 
 impl Namespace {
-    /// Makes completed writes durable (fdatasync of a file or block device;
-    /// nothing for the null backend).
+    /// Makes completed writes durable (fdatasync of a file or block device,
+    /// a flush of an RBD image; nothing for the null backend). Blocks.
     pub fn flush(&self) -> std::io::Result<()> {
         match &self.backend {
             Backend::File { file, .. } => file.sync_data(),
-            _ => Ok(()),
+            Backend::Rbd(img) => img.flush(),
+            Backend::Null => Ok(()),
         }
     }
 }

@@ -1,26 +1,24 @@
-//! Backends: files and block devices (served through the workers' io_uring)
-//! and a null backend for fabric benchmarks, behind one small interface:
-//! [`submit`] starts an operation and says how many completions will come
-//! back; each comes back as `(user data, result)`, from the worker's ring or,
-//! for the few calls io_uring cannot make without blocking a worker, from the
-//! [`offload::Offload`] thread through the worker's completion mailbox. A
-//! backend with a client library of its own (completing through an eventfd)
-//! plugs into that same mailbox.
+//! Backends: files and block devices (served through the workers' io_uring),
+//! Ceph RBD images (librbd) and a null backend for fabric benchmarks, behind
+//! one small interface: [`submit`] starts an operation and says how many
+//! completions will come back; each comes back as `(user data, result)`, from
+//! the worker's ring or through the worker's completion [`offload::Mailbox`]
+//! (which wakes the worker by its eventfd): from the [`offload::Offload`]
+//! thread for the few calls io_uring cannot make without blocking a worker,
+//! and from librbd's own threads for RBD.
 
+pub mod file;
 pub mod null;
 pub mod offload;
+pub mod rbd;
 pub mod uring;
 
+use std::fs::File;
+use std::os::fd::AsRawFd;
+use std::path::PathBuf;
 use std::sync::Arc;
 
 use crate::io::IoPlan;
-
-use nix::errno::Errno;
-use nix::fcntl::{FallocateFlags, OFlag};
-use std::fs::{File, OpenOptions};
-use std::os::fd::AsRawFd;
-use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
-use std::path::{Path, PathBuf};
 
 use crate::config::{BackendConfig, NamespaceConfig};
 use crate::namespace::Namespace;
@@ -64,36 +62,37 @@ pub enum Backend {
     },
     /// Discards writes; reads return the buffer as it is.
     Null,
+    /// A Ceph RBD image.
+    Rbd(rbd::RbdImage),
 }
 
 impl Backend {
-    /// A short description for logs and identifiers.
+    /// A short description for logs and status: the path, `null`, or
+    /// `rbd:pool/image`.
     pub fn describe(&self) -> String {
         match self {
             Backend::File { path, .. } => path.display().to_string(),
             Backend::Null => "null".into(),
+            Backend::Rbd(img) => format!("rbd:{}", img.spec()),
         }
     }
-    /// The raw fd (-1 for null).
+
+    /// What the namespace's identifiers (NGUID, UUID) derive from: the same
+    /// on every gateway that serves the same store (an RBD image by its
+    /// cluster and image id, which survive renames).
+    pub fn identity(&self) -> String {
+        match self {
+            Backend::Rbd(img) => img.identity(),
+            _ => self.describe(),
+        }
+    }
+
+    /// The raw fd (-1 when there is none).
     pub fn fd(&self) -> i32 {
         match self {
             Backend::File { file, .. } => file.as_raw_fd(),
-            Backend::Null => -1,
+            Backend::Null | Backend::Rbd(_) => -1,
         }
-    }
-}
-
-// Block-device ioctls (linux/fs.h): BLKGETSIZE64 = _IOR(0x12, 114, u64); BLKSSZGET and
-// BLKDISCARD are old-style numbers without a size encoding.
-nix::ioctl_read!(blkgetsize64, 0x12, 114, u64);
-nix::ioctl_read_bad!(blksszget, 0x1268, std::ffi::c_int);
-nix::ioctl_write_ptr_bad!(blkdiscard, 0x1277, [u64; 2]);
-
-fn io_err(path: &Path, what: &'static str, source: std::io::Error) -> BackendError {
-    BackendError::Io {
-        path: path.display().to_string(),
-        what,
-        source,
     }
 }
 
@@ -112,60 +111,25 @@ pub fn open_namespace(subnqn: &str, cfg: &NamespaceConfig) -> Result<Namespace, 
             ))
         }
         BackendConfig::File { path } => {
-            let open = |direct: bool| {
-                let mut o = OpenOptions::new();
-                o.read(true).write(!cfg.readonly);
-                if direct {
-                    o.custom_flags(OFlag::O_DIRECT.bits());
-                }
-                o.open(path)
-            };
-            let (file, direct) = match open(true) {
-                Ok(f) => (f, true),
-                Err(e) if e.raw_os_error() == Some(Errno::EINVAL as i32) => {
-                    tracing::warn!(path = %path.display(), "O_DIRECT not supported here; using buffered I/O");
-                    (open(false).map_err(|e| io_err(path, "open", e))?, false)
-                }
-                Err(e) => return Err(io_err(path, "open", e)),
-            };
-            let meta = file.metadata().map_err(|e| io_err(path, "stat", e))?;
-            let is_block = meta.file_type().is_block_device();
-            let (size, native_bs) = if is_block {
-                let mut size: u64 = 0;
-                let mut ssz: std::ffi::c_int = 0;
-                // SAFETY: BLKGETSIZE64 writes a u64 and BLKSSZGET an int into valid
-                // locals; the descriptor is the open block device.
-                unsafe { blkgetsize64(file.as_raw_fd(), &mut size) }
-                    .map_err(|e| io_err(path, "BLKGETSIZE64", e.into()))?;
-                // SAFETY: as above.
-                unsafe { blksszget(file.as_raw_fd(), &mut ssz) }
-                    .map_err(|e| io_err(path, "BLKSSZGET", e.into()))?;
-                (size, ssz.max(512) as u32)
-            } else {
-                (meta.len(), 4096)
-            };
-            let bs = cfg.block_size.unwrap_or(native_bs);
-            if bs < native_bs && is_block {
-                return Err(BackendError::Invalid {
-                    path: path.display().to_string(),
-                    reason: format!("block_size {bs} is smaller than the device's logical block size {native_bs}"),
-                });
-            }
+            let (backend, size, bs) = file::open(path, cfg.block_size, cfg.readonly)?;
+            Ok(Namespace::new(
+                subnqn,
+                cfg.nsid,
+                backend,
+                size,
+                bs,
+                cfg.readonly,
+            ))
+        }
+        BackendConfig::Rbd(rbd) => {
+            let (backend, size) = rbd::open(rbd)?;
+            let bs = cfg.block_size.unwrap_or(512);
             if size < bs as u64 {
                 return Err(BackendError::Invalid {
-                    path: path.display().to_string(),
+                    path: backend.describe(),
                     reason: format!("size {size} is smaller than one block ({bs} bytes)"),
                 });
             }
-            if size % bs as u64 != 0 {
-                tracing::warn!(path = %path.display(), size, bs, "size is not a multiple of the block size; the tail is not exported");
-            }
-            let backend = Backend::File {
-                file,
-                path: path.clone(),
-                is_block,
-                direct,
-            };
             Ok(Namespace::new(
                 subnqn,
                 cfg.nsid,
@@ -178,6 +142,16 @@ pub fn open_namespace(subnqn: &str, cfg: &NamespaceConfig) -> Result<Namespace, 
     }
 }
 
+/// How a worker runs backend operations and hears of their completion.
+pub struct Io<'a> {
+    /// The worker's ring (files and block devices).
+    pub ring: &'a mut uring::Ring,
+    /// The offload thread (blocking calls).
+    pub offload: &'a offload::Offload,
+    /// The worker's mailbox (completions from other threads).
+    pub mailbox: &'a Arc<offload::Mailbox>,
+}
+
 /// Where an operation's data is in memory.
 #[derive(Debug, Clone, Copy)]
 pub struct DataRef {
@@ -185,6 +159,14 @@ pub struct DataRef {
     pub ptr: *mut u8,
     /// The io_uring fixed buffer that holds it, if any.
     pub fixed: Option<u16>,
+}
+
+impl DataRef {
+    /// No data (flushes, zeroing, discards).
+    pub const NONE: DataRef = DataRef {
+        ptr: std::ptr::null_mut(),
+        fixed: None,
+    };
 }
 
 /// How a submission went.
@@ -197,96 +179,31 @@ pub struct Submitted {
     pub errno: i32,
 }
 
-const FALLOC_PUNCH: i32 = FallocateFlags::FALLOC_FL_PUNCH_HOLE
-    .union(FallocateFlags::FALLOC_FL_KEEP_SIZE)
-    .bits();
-const FALLOC_ZERO: i32 = FallocateFlags::FALLOC_FL_ZERO_RANGE
-    .union(FallocateFlags::FALLOC_FL_KEEP_SIZE)
-    .bits();
-
-fn errno_of(e: &std::io::Error) -> i32 {
-    e.raw_os_error().unwrap_or(Errno::EIO as i32)
-}
-
 /// Starts `plan` on `ns`. `data` is the request's data buffer (reads and
 /// writes); `ranges` the byte ranges of a deallocating Dataset Management
-/// command. Completions carry `ud`.
+/// command. Each operation in flight completes once, with `ud`, through
+/// `io`. A read or write completes with the bytes moved (a short one is
+/// continued by the caller), everything else with 0 or more; errors are
+/// negative errnos.
 ///
 /// # Safety
 /// `data` must stay valid (and, for reads, unaliased) until every operation
-/// submitted completes; `ns` (its file) is kept alive by the caller as long.
-#[allow(clippy::too_many_arguments)]
+/// submitted completes; `ns` is kept alive by the caller as long.
 pub unsafe fn submit(
     ns: &Arc<Namespace>,
     plan: &IoPlan,
     data: DataRef,
     ranges: &[(u64, u64)],
-    ring: &mut uring::Ring,
-    offload: &offload::Offload,
-    reply: &Arc<offload::Mailbox>,
+    io: &mut Io<'_>,
     ud: u64,
 ) -> Submitted {
-    let Backend::File { is_block, .. } = &ns.backend else {
-        return Submitted::default();
-    };
-    let fd = ns.backend.fd();
-    let one = |r: std::io::Result<()>| match r {
-        Ok(()) => Submitted {
-            in_flight: 1,
-            errno: 0,
+    match &ns.backend {
+        // SAFETY: the caller's guarantees, passed on.
+        Backend::File { is_block, .. } => unsafe {
+            file::submit(ns, *is_block, plan, data, ranges, io, ud)
         },
-        Err(e) => Submitted {
-            in_flight: 0,
-            errno: errno_of(&e),
-        },
-    };
-    match *plan {
-        IoPlan::Read { offset, len } => one(ring.read(fd, data.ptr, len, offset, data.fixed, ud)),
-        IoPlan::Write { offset, len, fua } => {
-            one(ring.write(fd, data.ptr, len, offset, data.fixed, fua, ud))
-        }
-        IoPlan::Flush => one(ring.fdatasync(fd, ud)),
-        // With FUA the worker follows the zeroing with an fdatasync.
-        IoPlan::WriteZeroes { offset, len, .. } => {
-            one(ring.fallocate(fd, offset, len, FALLOC_ZERO, ud))
-        }
-        IoPlan::Dsm { .. } if ranges.is_empty() => Submitted::default(),
-        IoPlan::Dsm { .. } if *is_block => {
-            // BLKDISCARD blocks: it runs on the offload thread.
-            let ns = ns.clone();
-            let ranges = ranges.to_vec();
-            offload.run(reply, ud, move || discard_block(&ns, &ranges));
-            Submitted {
-                in_flight: 1,
-                errno: 0,
-            }
-        }
-        IoPlan::Dsm { .. } => {
-            let mut s = Submitted::default();
-            for &(o, l) in ranges {
-                match ring.fallocate(fd, o, l, FALLOC_PUNCH, ud) {
-                    Ok(()) => s.in_flight += 1,
-                    Err(e) => {
-                        s.errno = errno_of(&e);
-                        break;
-                    }
-                }
-            }
-            s
-        }
+        // SAFETY: as above.
+        Backend::Rbd(img) => unsafe { rbd::submit(img, plan, data, ranges, io.mailbox, ud) },
+        Backend::Null => Submitted::default(),
     }
-}
-
-/// Discards byte ranges of a block device (blocking; on the offload thread).
-/// Returns 0 or a negative errno, as io_uring does.
-fn discard_block(ns: &Namespace, ranges: &[(u64, u64)]) -> i32 {
-    for &(o, l) in ranges {
-        let range = [o, l];
-        // SAFETY: BLKDISCARD reads two u64s from a valid local array; the
-        // descriptor is the namespace's open block device.
-        if let Err(e) = unsafe { blkdiscard(ns.backend.fd(), &range) } {
-            return -(e as i32);
-        }
-    }
-    0
 }

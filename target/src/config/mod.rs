@@ -80,6 +80,21 @@ pub enum BackendConfig {
         /// Size in bytes.
         size: u64,
     },
+    /// A Ceph RBD image (librbd); its size is the image's.
+    Rbd(RbdConfig),
+}
+
+/// Where an RBD image is.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct RbdConfig {
+    /// The pool.
+    pub pool: String,
+    /// The image.
+    pub image: String,
+    /// The Ceph configuration file (librados' default search when `None`).
+    pub ceph_conf: Option<PathBuf>,
+    /// The Ceph client id (`admin` for `client.admin`).
+    pub client: String,
 }
 
 /// A namespace.
@@ -347,6 +362,7 @@ impl TargetConfig {
                                     size,
                                     block_size: None,
                                     readonly: None,
+                                    ..RawNamespace::default()
                                 },
                             )
                         })
@@ -618,6 +634,18 @@ impl TargetConfig {
             .backend
             .as_deref()
             .unwrap_or(if n.path.is_some() { "file" } else { "" });
+        if kind != "rbd" {
+            for (field, set) in [
+                ("pool", n.pool.is_some()),
+                ("image", n.image.is_some()),
+                ("ceph_conf", n.ceph_conf.is_some()),
+                ("client", n.client.is_some()),
+            ] {
+                if set {
+                    cx.err(g(field), "is only for backend = \"rbd\"");
+                }
+            }
+        }
         let backend = match kind {
             "file" | "block" => {
                 if n.size.is_some() {
@@ -670,17 +698,18 @@ impl TargetConfig {
                     None => None,
                 }
             }
+            "rbd" => Self::rbd_namespace(cx, &g, &n, check_paths).map(BackendConfig::Rbd),
             "" => {
                 cx.err(
                     g("path"),
-                    "is required (or set backend = \"null\" with a size)",
+                    "is required (or set backend = \"null\" with a size, or \"rbd\" with a pool and an image)",
                 );
                 None
             }
             other => {
                 cx.err(
                     g("backend"),
-                    format!("'{other}' is unknown (use \"file\" or \"null\")"),
+                    format!("'{other}' is unknown (use \"file\", \"null\" or \"rbd\")"),
                 );
                 None
             }
@@ -693,6 +722,62 @@ impl TargetConfig {
             backend: backend?,
             block_size: n.block_size,
             readonly: n.readonly.unwrap_or(false),
+        })
+    }
+}
+
+impl TargetConfig {
+    /// Checks the fields of an RBD namespace.
+    fn rbd_namespace(
+        cx: &mut Ctx,
+        g: &impl Fn(&str) -> String,
+        n: &RawNamespace,
+        check_paths: bool,
+    ) -> Option<RbdConfig> {
+        let errors = cx.errors.len();
+        if n.path.is_some() {
+            cx.err(
+                g("path"),
+                "an RBD namespace has no path (set pool and image)",
+            );
+        }
+        if n.size.is_some() {
+            cx.err(
+                g("size"),
+                "is the image's size; remove it (rbd resize, then reload)",
+            );
+        }
+        let mut name = |field: &str, v: &Option<String>, required: bool| -> Option<String> {
+            match v {
+                None if required => {
+                    cx.err(g(field), "is required for backend = \"rbd\"");
+                    None
+                }
+                None => None,
+                Some(s) if s.is_empty() || s.contains(['\0', '/', '@']) => {
+                    cx.err(g(field), format!("{s:?} is not a valid Ceph name"));
+                    None
+                }
+                Some(s) => Some(s.clone()),
+            }
+        };
+        let pool = name("pool", &n.pool, true);
+        let image = name("image", &n.image, true);
+        let client = name("client", &n.client, false).unwrap_or_else(|| "admin".into());
+        let ceph_conf = n.ceph_conf.as_ref().map(PathBuf::from);
+        if let (Some(p), true) = (&ceph_conf, check_paths) {
+            if let Err(e) = std::fs::metadata(p) {
+                cx.err(g("ceph_conf"), format!("{}: {e}", p.display()));
+            }
+        }
+        if cx.errors.len() != errors {
+            return None;
+        }
+        Some(RbdConfig {
+            pool: pool?,
+            image: image?,
+            ceph_conf,
+            client,
         })
     }
 }
@@ -766,6 +851,66 @@ block_size = 4096
         );
     }
 
+    const LISTENER: &str = "[[listener]]\ntransport = \"rdma\"\naddress = \"10.0.2.15\"\nport = 4420\n[[subsystem]]\nnqn = \"nqn.2026-11.io.example:rbd\"\nallow_any_host = true\n";
+
+    #[test]
+    fn rbd_namespaces() {
+        let c = TargetConfig::from_toml(
+            &format!("{LISTENER}[[subsystem.namespace]]\nbackend = \"rbd\"\npool = \"rbd\"\nimage = \"disk1\"\n[[subsystem.namespace]]\nbackend = \"rbd\"\npool = \"fast\"\nimage = \"disk2\"\nclient = \"nvmf\"\nceph_conf = \"/etc/hostname\"\nblock_size = 4096\n"),
+            "t.toml",
+        )
+        .unwrap();
+        let ns = &c.subsystems[0].namespaces;
+        assert_eq!(
+            ns[0].backend,
+            BackendConfig::Rbd(RbdConfig {
+                pool: "rbd".into(),
+                image: "disk1".into(),
+                ceph_conf: None,
+                client: "admin".into(),
+            })
+        );
+        assert_eq!(
+            ns[1].backend,
+            BackendConfig::Rbd(RbdConfig {
+                pool: "fast".into(),
+                image: "disk2".into(),
+                ceph_conf: Some("/etc/hostname".into()),
+                client: "nvmf".into(),
+            })
+        );
+        assert_eq!(ns[1].block_size, Some(4096));
+        let ns = |body: &str| format!("{LISTENER}[[subsystem.namespace]]\n{body}");
+        bad(
+            &ns("backend = \"rbd\"\nimage = \"d\""),
+            "subsystem[0].namespace[0].pool: is required for backend = \"rbd\"",
+        );
+        bad(
+            &ns("backend = \"rbd\"\npool = \"p\""),
+            "namespace[0].image: is required",
+        );
+        bad(
+            &ns("backend = \"rbd\"\npool = \"p\"\nimage = \"a/b\""),
+            "namespace[0].image: \"a/b\" is not a valid Ceph name",
+        );
+        bad(
+            &ns("backend = \"rbd\"\npool = \"p\"\nimage = \"i\"\npath = \"/dev/null\""),
+            "namespace[0].path: an RBD namespace has no path",
+        );
+        bad(
+            &ns("backend = \"rbd\"\npool = \"p\"\nimage = \"i\"\nsize = \"1G\""),
+            "namespace[0].size: is the image's size",
+        );
+        bad(
+            &ns("backend = \"null\"\nsize = \"1M\"\npool = \"p\""),
+            "namespace[0].pool: is only for backend = \"rbd\"",
+        );
+        bad(
+            &ns("backend = \"ceph\""),
+            "use \"file\", \"null\" or \"rbd\"",
+        );
+    }
+
     #[test]
     fn bad_configs_name_field_and_reason() {
         bad("", "listener: at least one");
@@ -809,8 +954,8 @@ block_size = 4096
             "subsystem[1].hosts: no host may connect",
         );
         bad(
-            &GOOD.replace("backend = \"null\"\nsize = \"1G\"", "backend = \"rbd\""),
-            "subsystem[0].namespace[0].backend: 'rbd' is unknown",
+            &GOOD.replace("backend = \"null\"\nsize = \"1G\"", "backend = \"iscsi\""),
+            "subsystem[0].namespace[0].backend: 'iscsi' is unknown",
         );
         bad(
             &GOOD.replace("port = 4420", "port = 4420\nspeed = 1"),

@@ -84,7 +84,7 @@ pub(super) struct RawSubsystem {
     pub namespaces: Vec<(usize, RawNamespace)>,
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, Default)]
 #[serde(deny_unknown_fields)]
 pub(super) struct RawNamespace {
     pub nsid: Option<u32>,
@@ -93,6 +93,10 @@ pub(super) struct RawNamespace {
     pub size: Option<SizeValue>,
     pub block_size: Option<u32>,
     pub readonly: Option<bool>,
+    pub pool: Option<String>,
+    pub image: Option<String>,
+    pub ceph_conf: Option<String>,
+    pub client: Option<String>,
 }
 
 #[derive(Deserialize)]

@@ -191,6 +191,7 @@ impl Status {
                                     Some(path.display().to_string()),
                                 ),
                                 Backend::Null => ("null", None),
+                                Backend::Rbd(img) => ("rbd", Some(img.spec())),
                             };
                             NamespaceInfo {
                                 nsid: n.nsid,

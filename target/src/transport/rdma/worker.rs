@@ -109,9 +109,11 @@ impl Res {
         Cx {
             target: &self.engine.target,
             dev: &mut self.devices[dev],
-            ring: &mut self.ring,
-            offload: &self.offload,
-            mailbox: &self.shared.mailbox,
+            io: crate::backend::Io {
+                ring: &mut self.ring,
+                offload: &self.offload,
+                mailbox: &self.shared.mailbox,
+            },
             grants: &mut self.grants,
         }
     }

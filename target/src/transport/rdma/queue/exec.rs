@@ -10,7 +10,7 @@ use tracing::{debug, error, info, warn};
 
 use super::{queue_type, Cx, Queue};
 use crate::admin::{self, AdminOutcome};
-use crate::backend::{self, Backend};
+use crate::backend::{self, DataRef};
 use crate::controller::{Controller, PropertyEffect};
 use crate::core::request::{Stage, Step};
 use crate::fabrics;
@@ -123,11 +123,14 @@ impl Queue {
                     let ud = self.wr_id(wr::IO, r);
                     let mut n = 0;
                     for ns in ctrl.subsys.namespaces().iter() {
-                        if let Backend::File { .. } = ns.backend {
-                            if cx.ring.fdatasync(ns.backend.fd(), ud).is_ok() {
-                                n += 1;
-                                self.reqs[r].ns.push(ns.clone());
-                            }
+                        // SAFETY: a flush uses no data buffer; the request
+                        // holds the namespace until the flush completed.
+                        let s = unsafe {
+                            backend::submit(ns, &IoPlan::Flush, DataRef::NONE, &[], &mut cx.io, ud)
+                        };
+                        if s.in_flight > 0 {
+                            n += s.in_flight;
+                            self.reqs[r].ns.push(ns.clone());
                         }
                     }
                     self.reqs[r].life.backend_started(n);
@@ -204,11 +207,7 @@ impl Queue {
         // SAFETY: the data buffer is the request's until it is released, which
         // the lifecycle allows only after every submitted operation completed;
         // the request holds `ns` as long.
-        let s = unsafe {
-            backend::submit(
-                &ns, &plan, data, &ranges, cx.ring, cx.offload, cx.mailbox, ud,
-            )
-        };
+        let s = unsafe { backend::submit(&ns, &plan, data, &ranges, &mut cx.io, ud) };
         self.reqs[r].errno = s.errno;
         if s.errno != 0 {
             error!(
@@ -250,36 +249,27 @@ impl Queue {
             } else if done < len && self.live() {
                 // Short transfer: continue where it stopped (FUA kept).
                 let d = self.data_ref(cx.dev, r);
-                let ptr = d.ptr.wrapping_add(done as usize);
-                let fd = self.reqs[r].ns.first().map_or(-1, |n| n.backend.fd());
-                let ud = self.wr_id(wr::IO, r);
-                let rr = match plan {
-                    IoPlan::Read { .. } => {
-                        cx.ring
-                            .read(fd, ptr, len - done, offset + done as u64, d.fixed, ud)
-                    }
-                    IoPlan::Write { fua, .. } => {
-                        cx.ring
-                            .write(fd, ptr, len - done, offset + done as u64, d.fixed, fua, ud)
-                    }
-                    _ => Ok(()),
+                let rest = DataRef {
+                    ptr: d.ptr.wrapping_add(done as usize),
+                    fixed: d.fixed,
                 };
-                match rr {
-                    Ok(()) => return,
-                    Err(_) => self.reqs[r].errno = nix::errno::Errno::EIO as i32,
+                let (offset, len) = (offset + done as u64, len - done);
+                let next = match plan {
+                    IoPlan::Write { fua, .. } => IoPlan::Write { offset, len, fua },
+                    _ => IoPlan::Read { offset, len },
+                };
+                if self.resubmit(cx, r, next, rest) {
+                    return;
                 }
             }
         } else if let IoPlan::WriteZeroes { fua: true, .. } = plan {
             // Forced unit access: the zeroes are made durable before the
-            // command completes (`done` marks the sync as issued).
-            let synced = q.done != 0;
-            if !synced && self.live() {
+            // command completes (`done` marks the flush as issued).
+            let flushed = q.done != 0;
+            if !flushed && self.live() {
                 self.reqs[r].done = 1;
-                let fd = self.reqs[r].ns.first().map_or(-1, |n| n.backend.fd());
-                let ud = self.wr_id(wr::IO, r);
-                match cx.ring.fdatasync(fd, ud) {
-                    Ok(()) => return,
-                    Err(_) => self.reqs[r].errno = nix::errno::Errno::EIO as i32,
+                if self.resubmit(cx, r, IoPlan::Flush, DataRef::NONE) {
+                    return;
                 }
             }
         }
@@ -287,6 +277,27 @@ impl Queue {
             Step::Respond => self.finish_io(cx, r),
             s => self.step(cx, r, s),
         }
+    }
+
+    /// Starts the next backend operation of request `r` in place of the one
+    /// that just completed (the rest of a short transfer, the flush after a
+    /// zeroing with FUA): true when it is in flight; otherwise the request
+    /// records the error and goes on to complete.
+    fn resubmit(&mut self, cx: &mut Cx<'_>, r: usize, plan: IoPlan, data: DataRef) -> bool {
+        let Some(ns) = self.reqs[r].ns.first().cloned() else {
+            return false;
+        };
+        let ud = self.wr_id(wr::IO, r);
+        // SAFETY: `data` lies in the request's buffer, which stays its own
+        // until every submitted operation completed; the request holds `ns`.
+        let s = unsafe { backend::submit(&ns, &plan, data, &[], &mut cx.io, ud) };
+        if s.in_flight == 1 {
+            return true;
+        }
+        if s.errno != 0 {
+            self.reqs[r].errno = s.errno;
+        }
+        false
     }
 
     fn finish_io(&mut self, cx: &mut Cx<'_>, r: usize) {

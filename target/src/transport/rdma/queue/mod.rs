@@ -25,8 +25,7 @@ use super::device::WorkerDevice;
 use super::memory::{Budget, Pinned, RecvArea};
 use super::wr::{self, QueueKey};
 use crate::admin;
-use crate::backend::offload::{Mailbox, Offload};
-use crate::backend::uring::Ring;
+use crate::backend;
 use crate::backend::DataRef;
 use crate::controller::{Controller, QueueLink};
 use crate::core::pool::Buf;
@@ -58,12 +57,8 @@ pub struct Cx<'a> {
     pub target: &'a Arc<Target>,
     /// The queue's device resources.
     pub dev: &'a mut WorkerDevice,
-    /// The worker's ring.
-    pub ring: &'a mut Ring,
-    /// The offload thread.
-    pub offload: &'a Offload,
-    /// The worker's mailbox (offload completions).
-    pub mailbox: &'a Arc<Mailbox>,
+    /// How the worker runs backend operations.
+    pub io: backend::Io<'a>,
     /// Buffers given back that a waiting request (maybe of another queue) gets.
     pub grants: &'a mut Vec<(rdma::WrId, Buf)>,
 }

@@ -1,0 +1,203 @@
+#!/bin/bash
+# rbd.sh: a namespace on a Ceph RBD image (librbd), served by our target to the kernel
+# host, on a one-node Ceph cluster in this guest (ceph.sh). Runs INSIDE the lab guest
+# (integration/run-rbd-tests), cwd /lab = project root, as root.
+#   1. configuration errors: a missing image, a missing pool, a missing ceph_conf: the
+#      target refuses to start, naming the namespace and the reason
+#   2. the namespace: its size is the image's; `nvmf-target status` shows it
+#   3. fio with crc32c verify: 4k random writes QD16, 64k sequential writes QD8
+#   4. a pattern written through NVMe-oF is in the image (read with krbd while the target
+#      serves: no cache in the gateway); Write Zeroes reads back zeroes there too
+#   5. discard reaches the cluster (`rbd du` falls after blkdiscard)
+#   6. xfs with -o discard: files, fstrim, remount, reconnect, checksums, xfs_repair -n;
+#      after the target stopped, the image's xfs mounted through krbd holds the files
+# The host's kernel log must show no I/O error, reset or timeout (kmsg.sh).
+# Environment: TARGET_BIN (build/release/nvmf-target).
+# Output: "=== [t] step" lines, "RBD PASS" as the last line.
+set -euo pipefail
+IP=${LAB_IP:?LAB_IP not set (run this inside the lab guest)}
+IF=${LAB_IF:-eth0}
+PORT=4420
+TARGET_BIN=${TARGET_BIN:-build/release/nvmf-target}
+NQN=nqn.2026-11.io.nvmf-lab:rbd
+IMAGE=disk1
+SIZE_MB=512
+MNT=/mnt/rbd
+CONF=/tmp/rbd-target.toml
+CTL=/tmp/rbd-target.sock
+TLOG=/tmp/rbd-target.log
+TPID= PASSED=0 MAPPED=
+. integration/guest/common.sh
+. integration/guest/kmsg.sh
+. integration/guest/nvmet.sh
+. integration/guest/ceph.sh
+
+own_down() {
+    [ -n "$TPID" ] || return 0
+    kill -TERM "$TPID" 2>/dev/null || true
+    local rc=0; wait "$TPID" || rc=$?; TPID=
+    [ $rc = 0 ] || { sed 's/^/    target: /' "$TLOG" | tail -n 30; fail "our target exited with status $rc"; }
+}
+cleanup() {
+    local rc=$?
+    set +eE; trap - ERR
+    umount "$MNT" 2>/dev/null
+    nvme disconnect -n "$NQN" >/dev/null 2>&1
+    if [ $PASSED = 0 ] && [ -f "$TLOG" ]; then
+        echo "--- our target's log (last 40 lines)"; tail -n 40 "$TLOG"
+    fi
+    [ -n "$TPID" ] && kill -KILL "$TPID" 2>/dev/null
+    [ -n "$MAPPED" ] && rbd unmap "$MAPPED" 2>/dev/null
+    ceph_down
+    [ $PASSED = 1 ] || echo "RBD FAILED (exit $rc)"
+    exit $rc
+}
+trap cleanup EXIT
+
+config() { # POOL IMAGE [EXTRA namespace lines]
+    cat >"$CONF" <<TOML
+[[listener]]
+address = "$IP"
+port = $PORT
+[control]
+socket = "$CTL"
+[[subsystem]]
+nqn = "$NQN"
+allow_any_host = true
+[[subsystem.namespace]]
+nsid = 1
+backend = "rbd"
+pool = "$1"
+image = "$2"
+${3:-}
+TOML
+}
+own_up() {
+    NO_COLOR=1 "$TARGET_BIN" --config "$CONF" >"$TLOG" 2>&1 &
+    TPID=$!
+    wait_discovery "our target"
+}
+connect() {
+    nvme connect -t rdma -a "$IP" -s "$PORT" -n "$NQN" >/dev/null || fail "nvme connect failed"
+    for _ in $(seq 100); do ns_dev "$NQN" 1 >/dev/null && break; sleep 0.2; done
+    DEV=$(ns_dev "$NQN" 1) || fail "the namespace of $NQN did not appear"
+}
+disconnect() {
+    settle
+    nvme disconnect -n "$NQN" >/dev/null
+}
+# The target must refuse to start, and say why (stderr/log line matching PATTERN).
+refused() { # WHAT PATTERN
+    local rc=0
+    timeout 60 env NO_COLOR=1 "$TARGET_BIN" --config "$CONF" >"$TLOG" 2>&1 || rc=$?
+    [ $rc != 0 ] && [ $rc != 124 ] || { tail -5 "$TLOG"; fail "$1: the target did not refuse to start (exit $rc)"; }
+    grep -qE "$2" "$TLOG" || { tail -5 "$TLOG"; fail "$1: the target's message does not match /$2/"; }
+    info "$1: refused (exit $rc): $(grep -E "$2" "$TLOG" | head -1 | cut -c1-200)"
+}
+used_mb() { rbd du "rbd/$IMAGE" --format json 2>/dev/null | python3 -c 'import json,sys; d=json.load(sys.stdin); print(sum(i["used_size"] for i in d["images"] if i["name"]=="'"$IMAGE"'") >> 20)'; }
+
+# =====================================================================================
+step "setup: soft-RoCE on $IF, a one-node Ceph cluster, image rbd/$IMAGE ($SIZE_MB MiB)"
+[ -x "$TARGET_BIN" ] || fail "$TARGET_BIN missing"
+modprobe -a rdma_rxe ib_uverbs rdma_ucm nvme-rdma rbd
+rdma link show | grep -q "netdev $IF\b" || rdma link add rxe0 type rxe netdev "$IF"
+ceph_up
+rbd create "rbd/$IMAGE" --size ${SIZE_MB}M --image-feature layering
+info "$(ceph -s 2>/dev/null | grep -E 'health|osd:|pools:' | tr -s ' ' | paste -sd';')"
+
+step "1. configuration errors: the target refuses to start and says why"
+config rbd nope
+refused "missing image" "rbd:rbd/nope.*open image rbd/nope.*No such file"
+config nopool "$IMAGE"
+refused "missing pool" "rbd:nopool/$IMAGE.*open pool nopool.*No such file"
+config rbd "$IMAGE" 'ceph_conf = "/etc/ceph/missing.conf"'
+refused "missing ceph_conf" "ceph_conf: /etc/ceph/missing.conf: No such file"
+
+step "2. serve rbd/$IMAGE; connect; size and status"
+config rbd "$IMAGE"
+kmsg_mark
+own_up
+connect
+BYTES=$(blockdev --getsize64 "$DEV")
+info "$DEV: $BYTES bytes, logical block $(blockdev --getss "$DEV")"
+[ "$BYTES" = $(( SIZE_MB << 20 )) ] || fail "the namespace has $BYTES bytes, the image $(( SIZE_MB << 20 ))"
+"$TARGET_BIN" status --socket "$CTL" >/tmp/rbd-status.txt || fail "nvmf-target status failed"
+sed 's/^/    status: /' /tmp/rbd-status.txt
+grep -qE "namespace 1 +rbd +rbd/$IMAGE +512.00 MiB" /tmp/rbd-status.txt || fail "status does not show the RBD namespace"
+kmsg_check "connect"
+
+step "3. fio with crc32c verify: 4k random writes QD16, 64k sequential writes QD8"
+fio --name=rw4k --filename="$DEV" --direct=1 --ioengine=libaio --rw=randwrite --bs=4k --iodepth=16 \
+    --size=32M --offset=0 --verify=crc32c --verify_fatal=1 --output-format=terse --terse-version=3 \
+    >/tmp/fio1.txt || fail "fio 4k randwrite verify failed"
+fio --name=seq64k --filename="$DEV" --direct=1 --ioengine=libaio --rw=write --bs=64k --iodepth=8 \
+    --size=64M --offset=64M --verify=crc32c --verify_fatal=1 --output-format=terse --terse-version=3 \
+    >/tmp/fio2.txt || fail "fio 64k write verify failed"
+info "4k randwrite+verify: $(awk -F';' '{print $49 " write IOPS, " $8 " read IOPS (verify)"}' /tmp/fio1.txt)"
+info "64k write+verify: $(awk -F';' '{print $48 " KiB/s write, " $7 " KiB/s read (verify)"}' /tmp/fio2.txt)"
+kmsg_check "fio verify"
+
+step "4. a pattern and zeroes written through NVMe-oF (checked in the image below)"
+head -c $(( 8 << 20 )) /dev/urandom >/tmp/pattern
+dd if=/tmp/pattern of="$DEV" bs=1M seek=256 oflag=direct status=none
+dd if=/tmp/pattern of="$DEV" bs=1M seek=272 oflag=direct status=none
+WZ=$(cat "/sys/block/${DEV#/dev/}/queue/write_zeroes_max_bytes")
+info "write_zeroes_max_bytes $WZ"
+[ "$WZ" -gt 0 ] || fail "the host does not use Write Zeroes on the namespace"
+blkdiscard -z -o $(( 272 << 20 )) -l $(( 8 << 20 )) "$DEV" || fail "blkdiscard -z (Write Zeroes) failed"
+cmp -n $(( 8 << 20 )) -i $(( 272 << 20 )):0 "$DEV" /dev/zero || fail "zeroed range does not read back zeroes"
+cmp -n $(( 8 << 20 )) -i $(( 256 << 20 )):0 "$DEV" /tmp/pattern || fail "pattern does not read back"
+# The target keeps no cache of its own: what it acknowledged is in the cluster, for any
+# other client (another gateway) to read, while it serves.
+MAPPED=$(rbd map --read-only "rbd/$IMAGE")
+cmp -n $(( 8 << 20 )) -i $(( 256 << 20 )):0 "$MAPPED" /tmp/pattern || fail "the pattern is not in the image"
+cmp -n $(( 8 << 20 )) -i $(( 272 << 20 )):0 "$MAPPED" /dev/zero || fail "the zeroed range is not zero in the image"
+rbd unmap "$MAPPED"; MAPPED=
+info "read through krbd while the target serves: the 8 MiB pattern and 8 MiB of zeroes are in the image"
+kmsg_check "pattern and write zeroes"
+
+step "5. discard reaches the cluster"
+U0=$(used_mb)
+blkdiscard -f -o $(( 0 )) -l $(( 128 << 20 )) "$DEV" || fail "blkdiscard failed"
+U1=$(used_mb)
+info "rbd du: ${U0} MiB used before discarding the first 128 MiB, ${U1} MiB after"
+[ $(( U0 - U1 )) -ge 64 ] || fail "the discard did not free space in the image (${U0} -> ${U1} MiB)"
+kmsg_check "discard"
+
+step "6. xfs, mount -o discard, files, fstrim, remount, reconnect, verify, xfs_repair"
+mkfs.xfs -f -q -d agcount=2 "$DEV" >/dev/null 2>&1 || fail "mkfs.xfs failed"
+mkdir -p "$MNT"
+mount -o discard "$DEV" "$MNT" || fail "mount -o discard failed"
+for f in $(seq 12); do dd if=/dev/urandom of="$MNT/f$f" bs=1M count=4 status=none; done
+sync
+(cd "$MNT" && sha256sum f* >/tmp/rbd.sha)
+for f in $(seq 1 6); do rm "$MNT/f$f"; done
+sync
+fstrim -v "$MNT" | sed 's/^/    /' || fail "fstrim failed"
+umount "$MNT"
+disconnect
+kmsg_check "xfs"
+connect
+mount "$DEV" "$MNT" || fail "mount after reconnect failed"
+(cd "$MNT" && grep -E ' f([7-9]|1[0-2])$' /tmp/rbd.sha | sha256sum -c --quiet) \
+    || fail "files read back different after reconnect"
+umount "$MNT"
+xfs_repair -n "$DEV" >/tmp/fsck.log 2>&1 || { cat /tmp/fsck.log; fail "xfs_repair -n found problems"; }
+info "6 files of 4 MiB verified after fstrim, remount and reconnect; xfs_repair -n clean"
+kmsg_check "xfs after reconnect"
+
+step "stop the target; mount the image's xfs through krbd: the files are there"
+disconnect
+own_down
+MAPPED=$(rbd map --read-only "rbd/$IMAGE")
+mount -o ro,norecovery "$MAPPED" "$MNT" || fail "mounting the image through krbd failed"
+(cd "$MNT" && grep -E ' f([7-9]|1[0-2])$' /tmp/rbd.sha | sha256sum -c --quiet) \
+    || fail "the files read back different through krbd"
+umount "$MNT"
+rbd unmap "$MAPPED"; MAPPED=
+info "the image's xfs, mounted through krbd, holds the 6 files with their checksums"
+kmsg_check "stop"
+
+PASSED=1
+echo
+echo "RBD PASS"
