@@ -59,6 +59,14 @@ pub struct IdentifyController {
     pub elpe: u8,
     /// Number of power states supported (0-based).
     pub npss: u8,
+    /// ANA transition time (seconds).
+    pub anatt: u8,
+    /// ANA capabilities (the states reported).
+    pub anacap: u8,
+    /// Highest ANA group id.
+    pub anagrpmax: u32,
+    /// Number of ANA group ids.
+    pub nanagrpid: u32,
     /// Keep alive support (granularity in 100 ms units; 0 = not supported).
     pub kas: u16,
     /// SQ entry size (required 6 / max 6 → 0x66).
@@ -119,10 +127,20 @@ pub mod oncs {
     pub const WRITE_ZEROES: u16 = 1 << 3;
 }
 
+/// CMIC bits (controller multi-path I/O and namespace sharing capabilities).
+pub mod cmic {
+    /// The subsystem may have two or more controllers.
+    pub const MULTI_CTRL: u8 = 1 << 1;
+    /// The controller reports Asymmetric Namespace Access.
+    pub const ANA: u8 = 1 << 3;
+}
+
 /// OAES bits.
 pub mod oaes {
     /// Namespace attribute notices.
     pub const NS_ATTR: u32 = 1 << 8;
+    /// Asymmetric Namespace Access Change Notices.
+    pub const ANA_CHANGE: u32 = 1 << 11;
     /// Discovery log page change notices.
     pub const DISC_CHANGE: u32 = 1 << 31;
 }
@@ -152,6 +170,10 @@ impl IdentifyController {
         b[261] = self.lpa;
         b[262] = self.elpe;
         b[263] = self.npss;
+        b[343] = self.anatt;
+        b[344] = self.anacap;
+        put_u32(&mut b, 348, self.anagrpmax);
+        put_u32(&mut b, 352, self.nanagrpid);
         put_u16(&mut b, 320, self.kas);
         b[512] = self.sqes;
         b[513] = self.cqes;
@@ -199,6 +221,10 @@ impl IdentifyController {
             lpa: b[261],
             elpe: b[262],
             npss: b[263],
+            anatt: b[343],
+            anacap: b[344],
+            anagrpmax: u32_at(b, 348),
+            nanagrpid: u32_at(b, 352),
             kas: u16_at(b, 320),
             sqes: b[512],
             cqes: b[513],
@@ -415,6 +441,10 @@ mod tests {
             lpa: 7,
             elpe: 63,
             npss: 0,
+            anatt: 10,
+            anacap: 0x1F,
+            anagrpmax: 128,
+            nanagrpid: 128,
             kas: 10,
             sqes: 0x66,
             cqes: 0x44,

@@ -5,6 +5,7 @@
 //! Parsing never panics: short buffers yield [`WireError`], unknown values are kept
 //! as raw numbers so that the caller can answer with a precise status.
 
+pub mod ana;
 pub mod cm;
 pub mod command;
 pub mod completion;

@@ -240,6 +240,8 @@ pub mod aen {
     pub const TYPE_NOTICE: u8 = 2;
     /// Notice: namespace attribute changed.
     pub const INFO_NS_CHANGED: u8 = 0;
+    /// Notice: Asymmetric Namespace Access change.
+    pub const INFO_ANA_CHANGE: u8 = 0x03;
     /// Notice: discovery log page change.
     pub const INFO_DISC_CHANGE: u8 = 0xF0;
 

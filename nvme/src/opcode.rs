@@ -75,6 +75,8 @@ pub mod lid {
     pub const CHANGED_NS: u8 = 0x04;
     /// Commands Supported and Effects.
     pub const CMD_EFFECTS: u8 = 0x05;
+    /// Asymmetric Namespace Access.
+    pub const ANA: u8 = 0x0C;
     /// Discovery.
     pub const DISCOVERY: u8 = 0x70;
 }

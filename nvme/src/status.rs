@@ -118,6 +118,12 @@ statuses! {
     ACCESS_DENIED = (2, 0x86, true);
     /// Path: internal path error.
     PATH_INTERNAL = (3, 0x00, false);
+    /// Path: the namespace's ANA group is in Persistent Loss at this controller.
+    ANA_PERSISTENT_LOSS = (3, 0x01, false);
+    /// Path: the namespace's ANA group is Inaccessible at this controller.
+    ANA_INACCESSIBLE = (3, 0x02, false);
+    /// Path: the namespace's ANA group is changing state at this controller.
+    ANA_TRANSITION = (3, 0x03, false);
     /// Path: controller pathing error (host should retry elsewhere).
     CTRL_PATH_ERROR = (3, 0x60, false);
     /// Path: host pathing error.

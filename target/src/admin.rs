@@ -4,7 +4,7 @@
 use std::sync::atomic::Ordering::Relaxed;
 use std::time::Instant;
 
-use nvme::identify::{self, cntrltype, oaes, oncs, sgls, IdentifyController};
+use nvme::identify::{self, cmic, cntrltype, oaes, oncs, sgls, IdentifyController};
 use nvme::log::{copy_window, GetLogPage, SmartLog};
 use nvme::opcode::{admin as op, cns, fid, lid};
 use nvme::{Command, Status};
@@ -48,6 +48,10 @@ fn data(n: usize) -> AdminOutcome {
 /// Firmware revision reported by Identify.
 pub const FIRMWARE_REV: &str = env!("CARGO_PKG_VERSION");
 
+/// ANA Transition Time: how long (seconds) a group may stay in the change
+/// state, as nvmet.
+const ANATT_S: u8 = 10;
+
 /// Identify Controller data of `ctrl`.
 pub fn identify_controller(ctrl: &Controller) -> IdentifyController {
     let s = &ctrl.subsys;
@@ -60,11 +64,20 @@ pub fn identify_controller(ctrl: &Controller) -> IdentifyController {
         fr: FIRMWARE_REV.into(),
         rab: 6,
         ieee: [0; 3],
-        cmic: if disc { 0 } else { 1 << 1 },
+        // Several controllers (gateways), reporting ANA.
+        cmic: if disc {
+            0
+        } else {
+            cmic::MULTI_CTRL | cmic::ANA
+        },
         mdts: crate::MDTS,
         cntlid: ctrl.cntlid,
         ver: VERSION,
-        oaes: if disc { 0 } else { oaes::NS_ATTR },
+        oaes: if disc {
+            0
+        } else {
+            oaes::NS_ATTR | oaes::ANA_CHANGE
+        },
         ctratt: 1, // 128-bit host identifier
         cntrltype: if disc {
             cntrltype::DISCOVERY
@@ -79,6 +92,14 @@ pub fn identify_controller(ctrl: &Controller) -> IdentifyController {
         lpa: (1 << 2) | (1 << 1),
         elpe: (ERROR_LOG_ENTRIES - 1) as u8,
         npss: 0,
+        anatt: if disc { 0 } else { ANATT_S },
+        anacap: if disc {
+            0
+        } else {
+            nvme::ana::ANACAP_ALL_STATES
+        },
+        anagrpmax: if disc { 0 } else { nvme::ana::MAX_GROUPS },
+        nanagrpid: if disc { 0 } else { nvme::ana::MAX_GROUPS },
         kas: 10,
         sqes: 0x66,
         cqes: 0x44,
@@ -212,6 +233,17 @@ fn get_log_page(target: &Target, ctrl: &Controller, cmd: &Command, out: &mut [u8
             nvme::log::encode_changed_ns(&ids).to_vec()
         }
         lid::CMD_EFFECTS if !disc => cmd_effects().to_vec(),
+        lid::ANA if !disc => {
+            // LSP bit 0: Return Groups Only. Reading it (without Retain
+            // Asynchronous Event) re-arms the ANA change notice.
+            if !g.rae {
+                ctrl.state().ana_event_masked = false;
+            }
+            let rgo = g.lsp & 1 != 0;
+            target
+                .ana
+                .log_page(ctrl.port(), &ctrl.subsys.namespaces(), rgo)
+        }
         _ => return done(Status::INVALID_LOG_PAGE),
     };
     if !copy_window(&page, g.offset, out) {
@@ -257,7 +289,7 @@ fn features(ctrl: &Controller, cmd: &Command, out: &mut [u8], set: bool) -> Admi
         }
         (fid::KEEP_ALIVE_TIMER, false) => ok(st.kato_ms as u64),
         (fid::ASYNC_EVENT_CONFIG, true) => {
-            st.aen_config = cdw11 & (oaes::NS_ATTR | oaes::DISC_CHANGE);
+            st.aen_config = cdw11 & (oaes::NS_ATTR | oaes::ANA_CHANGE | oaes::DISC_CHANGE);
             ok(0)
         }
         (fid::ASYNC_EVENT_CONFIG, false) => ok(st.aen_config as u64),
@@ -570,6 +602,84 @@ mod tests {
         // a log page may be read in part
         let (o, _) = run(&t, &c, &glp(lid::SMART, 128, 0), 128);
         assert_eq!(status(o), Status::SUCCESS);
+    }
+
+    #[test]
+    fn ana_identify_log_and_event() {
+        use nvme::ana::{parse_log, AnaState};
+        let (t, c, d) = setup();
+        let (_, b) = run(&t, &c, &cmd(op::IDENTIFY, 0, 1, 0), 4096);
+        let id = IdentifyController::parse(&b).unwrap();
+        assert_eq!(id.cmic & 0x0A, 0x0A, "multi-controller, ANA");
+        assert_eq!((id.anacap, id.anagrpmax, id.nanagrpid), (0x1F, 128, 128));
+        assert_ne!(id.anatt, 0);
+        assert_ne!(id.oaes & oaes::ANA_CHANGE, 0);
+        let (_, b) = run(&t, &d, &cmd(op::IDENTIFY, 0, 1, 0), 4096);
+        assert_eq!(IdentifyController::parse(&b).unwrap().cmic, 0, "discovery");
+        let (_, b) = run(&t, &c, &cmd(op::IDENTIFY, 5, 0, 0), 4096);
+        assert_eq!(IdentifyNamespace::parse(&b).unwrap().anagrpid, 1);
+        // The log page: group 1 with both namespaces, optimized.
+        let glp = |lsp: u8, rae: bool| {
+            GetLogPage {
+                lid: lid::ANA,
+                lsp,
+                rae,
+                len: 4096,
+                offset: 0,
+            }
+            .to_command(1, 0xFFFF_FFFF)
+        };
+        let (o, b) = run(&t, &c, &glp(0, false), 4096);
+        assert_eq!(status(o), Status::SUCCESS);
+        let (count, groups) = parse_log(&b).unwrap();
+        assert_eq!(groups.len(), 1);
+        assert_eq!(
+            (groups[0].id, groups[0].state, &groups[0].nsids[..]),
+            (1, AnaState::Optimized, &[1, 5][..])
+        );
+        let (_, b) = run(&t, &c, &glp(1, false), 4096);
+        assert!(parse_log(&b).unwrap().1[0].nsids.is_empty(), "RGO");
+        assert_eq!(
+            status(run(&t, &d, &glp(0, false), 4096).0),
+            Status::INVALID_LOG_PAGE
+        );
+        // A change at the controller's listener: the state, the count, one
+        // notice until the log is read (with RAE it stays masked).
+        let mut l = crate::config::ListenerConfig {
+            addr: "10.0.0.1:4420".parse().unwrap(),
+            ana: [(1, AnaState::Inaccessible)].into_iter().collect(),
+        };
+        assert!(
+            !c.notify_ana_changed(),
+            "the host did not enable the notice"
+        );
+        let aec = cmd(
+            op::SET_FEATURES,
+            0,
+            fid::ASYNC_EVENT_CONFIG as u32,
+            oaes::ANA_CHANGE,
+        );
+        assert_eq!(status(run(&t, &c, &aec, 0).0), Status::SUCCESS);
+        assert_eq!(t.ana.update(std::slice::from_ref(&l)), vec![0]);
+        assert!(c.notify_ana_changed());
+        assert!(!c.notify_ana_changed(), "masked until the log is read");
+        assert_eq!(
+            c.state().events.front().copied(),
+            Some(0x000C_0302),
+            "notice, ANA change, log 0x0C"
+        );
+        let (_, b) = run(&t, &c, &glp(0, true), 4096);
+        let (count2, groups) = parse_log(&b).unwrap();
+        assert!(count2 > count);
+        assert_eq!(groups[0].state, AnaState::Inaccessible);
+        assert!(!c.notify_ana_changed(), "read with RAE: still masked");
+        run(&t, &c, &glp(0, false), 4096);
+        l.ana.clear();
+        t.ana.update(std::slice::from_ref(&l));
+        assert!(
+            c.notify_ana_changed(),
+            "read: the next change raises a notice"
+        );
     }
 
     #[test]

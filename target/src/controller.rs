@@ -142,6 +142,8 @@ pub struct CtrlState {
     /// A namespace-changed event was raised and the log not yet read: further
     /// changes only extend the list.
     pub ns_event_masked: bool,
+    /// An ANA change notice is outstanding (until the ANA log is read).
+    pub ana_event_masked: bool,
     /// Error log.
     pub errors: VecDeque<ErrorLogEntry>,
     /// Error count (unique id of the last entry).
@@ -177,6 +179,7 @@ impl CtrlState {
             events: VecDeque::new(),
             changed_ns: Vec::new(),
             ns_event_masked: false,
+            ana_event_masked: false,
             errors: VecDeque::new(),
             error_count: 0,
             failed: false,
@@ -297,6 +300,23 @@ impl CtrlState {
         true
     }
 
+    /// Raises an Asymmetric Namespace Access Change notice when the host
+    /// enabled it (Asynchronous Event Configuration bit 11) and none is
+    /// outstanding. Returns whether an event was queued.
+    pub fn ana_changed(&mut self) -> bool {
+        if self.aen_config & nvme::identify::oaes::ANA_CHANGE == 0 || self.ana_event_masked {
+            return false;
+        }
+        self.ana_event_masked = true;
+        use nvme::log::aen;
+        self.events.push_back(aen::result(
+            aen::TYPE_NOTICE,
+            aen::INFO_ANA_CHANGE,
+            nvme::opcode::lid::ANA,
+        ));
+        true
+    }
+
     /// The changed-namespace log was read: clears it (unless `retain`) and
     /// unmasks the notice.
     pub fn take_changed_ns(&mut self, retain: bool) -> Vec<u32> {
@@ -350,6 +370,9 @@ pub struct Controller {
     /// The host lost its access (a reload removed the subsystem or the host):
     /// every queue is disconnected and none may attach any more.
     revoked: AtomicBool,
+    /// The listener (port id - 1) its host connected through: the ANA
+    /// states it reports are that listener's.
+    port: std::sync::OnceLock<usize>,
 }
 
 impl Controller {
@@ -376,6 +399,7 @@ impl Controller {
             addrs: std::sync::OnceLock::new(),
             created: Instant::now(),
             revoked: AtomicBool::new(false),
+            port: std::sync::OnceLock::new(),
         }
     }
 
@@ -383,6 +407,16 @@ impl Controller {
     /// (its admin queue's; the first call wins).
     pub fn set_addrs(&self, host: SocketAddr, local: SocketAddr) {
         let _ = self.addrs.set((host, local));
+    }
+
+    /// Records the listener its host connected through (the first call wins).
+    pub fn set_port(&self, port: usize) {
+        let _ = self.port.set(port);
+    }
+
+    /// The listener its host connected through (port id - 1).
+    pub fn port(&self) -> usize {
+        self.port.get().copied().unwrap_or(0)
     }
 
     /// The host's address and the local address it connected to.
@@ -485,6 +519,20 @@ impl Controller {
             crate::metrics::metrics()
                 .async_events
                 .with_label_values(&[&self.subsys.nqn, "ns_changed"])
+                .inc();
+            self.wake_admin();
+        }
+        raised
+    }
+
+    /// The ANA states of its listener changed: raises the notice and wakes
+    /// the admin queue to complete a parked Asynchronous Event Request.
+    pub fn notify_ana_changed(&self) -> bool {
+        let raised = self.state().ana_changed();
+        if raised {
+            crate::metrics::metrics()
+                .async_events
+                .with_label_values(&[&self.subsys.nqn, "ana_change"])
                 .inc();
             self.wake_admin();
         }

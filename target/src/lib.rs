@@ -6,6 +6,7 @@
 //! serving many queue pairs) and the backends ([`backend`]) drive it.
 
 pub mod admin;
+pub mod ana;
 pub mod backend;
 pub mod config;
 pub mod controller;

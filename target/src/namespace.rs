@@ -18,6 +18,8 @@ pub struct Namespace {
     pub blocks: u64,
     /// Writes are refused.
     pub readonly: bool,
+    /// Its ANA group.
+    pub ana_group: u32,
     /// NGUID.
     pub nguid: [u8; 16],
     /// UUID (RFC 4122 version 4 layout, derived deterministically).
@@ -67,6 +69,7 @@ impl Namespace {
             block_shift: block_size.trailing_zeros(),
             blocks: size_bytes / block_size as u64,
             readonly,
+            ana_group: 1,
             nguid,
             uuid,
             backend,
@@ -85,6 +88,7 @@ impl Namespace {
             nlbaf: 0,
             flbas: 0,
             nmic: 1, // may be shared by several controllers
+            anagrpid: self.ana_group,
             nguid: self.nguid,
             lbads: self.block_shift as u8,
             ..Default::default()

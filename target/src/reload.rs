@@ -66,6 +66,9 @@ pub struct Plan {
     pub poll_spin_us: Option<u64>,
     /// New log filter, if it changed.
     pub log_level: Option<String>,
+    /// The ANA states of some listener changed (hosts connected there are
+    /// told).
+    pub ana: bool,
 }
 
 impl Plan {
@@ -76,6 +79,7 @@ impl Plan {
             && self.changed.is_empty()
             && self.poll_spin_us.is_none()
             && self.log_level.is_none()
+            && !self.ana
     }
 
     /// A one-line summary for the log and the service status.
@@ -87,12 +91,13 @@ impl Plan {
         let ns_removed: usize = self.changed.iter().map(|c| c.remove.len()).sum();
         let access = self.changed.iter().filter(|c| c.access.is_some()).count();
         format!(
-            "subsystems +{} -{}, namespaces +{} -{}, host access changed in {}",
+            "subsystems +{} -{}, namespaces +{} -{}, host access changed in {}{}",
             self.added.len(),
             self.removed.len(),
             ns_added,
             ns_removed,
-            access
+            access,
+            if self.ana { ", ANA states changed" } else { "" }
         )
     }
 }
@@ -159,6 +164,15 @@ pub fn plan(old: &TargetConfig, new: &TargetConfig) -> Result<Plan, NeedsRestart
                 ),
             });
         }
+        if o.cntlid_range != n.cntlid_range {
+            return Err(NeedsRestart {
+                what: "controller id ranges",
+                detail: format!(
+                    "subsystem {}: {:?} -> {:?}",
+                    o.nqn, o.cntlid_range, n.cntlid_range
+                ),
+            });
+        }
         let mut c = SubsystemChange {
             nqn: o.nqn.clone(),
             access: (access(o) != access(n)).then(|| access(n)),
@@ -193,6 +207,11 @@ pub fn plan(old: &TargetConfig, new: &TargetConfig) -> Result<Plan, NeedsRestart
     }
     p.poll_spin_us = (old.poll_spin_us != new.poll_spin_us).then_some(new.poll_spin_us);
     p.log_level = (old.log_level != new.log_level).then(|| new.log_level.clone());
+    p.ana = old
+        .listeners
+        .iter()
+        .map(|l| &l.ana)
+        .ne(new.listeners.iter().map(|l| &l.ana));
     Ok(p)
 }
 
@@ -290,6 +309,35 @@ size = "1M"
             })
         );
         assert!(p.changed[0].add.is_empty() && p.changed[0].remove.is_empty());
+    }
+
+    #[test]
+    fn ana_states_and_groups() {
+        let with_ana = BASE.replace(
+            "address = \"10.0.2.15\"",
+            "address = \"10.0.2.15\"\nana = { 1 = \"inaccessible\" }",
+        );
+        let p = plan(&cfg(BASE), &cfg(&with_ana)).unwrap();
+        assert!(p.ana && !p.is_empty());
+        assert!(
+            p.summary().ends_with("ANA states changed"),
+            "{}",
+            p.summary()
+        );
+        assert!(p.changed.is_empty());
+        // A namespace that moves to another group is replaced.
+        let moved = BASE.replacen("size = \"2M\"", "size = \"2M\"\nana_group = 2", 1);
+        let p = plan(&cfg(BASE), &cfg(&moved)).unwrap();
+        assert!(!p.ana);
+        assert_eq!(p.changed[0].changed_nsids(), vec![2]);
+        // Controller id ranges are fixed while hosts are connected.
+        let ranged = BASE.replacen(
+            "allow_any_host = true",
+            "allow_any_host = true\ncntlid_min = 10\ncntlid_max = 20",
+            1,
+        );
+        let e = plan(&cfg(BASE), &cfg(&ranged)).unwrap_err();
+        assert_eq!(e.what, "controller id ranges");
     }
 
     #[test]

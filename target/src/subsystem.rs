@@ -37,6 +37,8 @@ pub struct Subsystem {
     /// Namespaces, ordered by nsid (replaced on reload).
     namespaces: ArcSwap<Vec<Arc<Namespace>>>,
     controllers: Mutex<BTreeMap<u16, Arc<Controller>>>,
+    /// The controller ids given out (lowest free first).
+    cntlids: (u16, u16),
 }
 
 /// Which hosts may connect to a subsystem.
@@ -78,7 +80,15 @@ impl Subsystem {
             model,
             namespaces: ArcSwap::from_pointee(namespaces),
             controllers: Mutex::new(BTreeMap::new()),
+            cntlids: (CNTLID_MIN, CNTLID_MAX),
         }
+    }
+
+    /// Gives out controller ids in `min..=max` only (several gateways of one
+    /// subsystem must never give the same id).
+    pub fn with_cntlids(mut self, (min, max): (u16, u16)) -> Subsystem {
+        self.cntlids = (min.max(CNTLID_MIN), max.min(CNTLID_MAX));
+        self
     }
 
     /// Whether `hostnqn` may connect (and see this subsystem in discovery).
@@ -128,15 +138,15 @@ impl Subsystem {
         kato_ms: u32,
     ) -> Result<Arc<Controller>, Status> {
         let mut m = self.controllers.lock().unwrap_or_else(|p| p.into_inner());
-        let mut id = CNTLID_MIN;
-        for &k in m.keys() {
+        let (mut id, max) = self.cntlids;
+        for &k in m.range(id..).map(|(k, _)| k) {
             if k == id {
                 id += 1;
             } else if k > id {
                 break;
             }
         }
-        if id > CNTLID_MAX {
+        if id > max {
             return Err(Status::CONNECT_CTRL_BUSY);
         }
         let c = Arc::new(Controller::new(
@@ -203,6 +213,8 @@ pub struct Target {
     pub discovery: Arc<Subsystem>,
     /// Listener addresses (port ids are index + 1).
     pub listeners: Vec<SocketAddr>,
+    /// ANA group states by listener.
+    pub ana: crate::ana::Ana,
     /// Discovery log generation counter.
     genctr: AtomicU64,
     /// Transport counters.
@@ -238,6 +250,7 @@ impl Target {
             subsystems: ArcSwap::from_pointee(subsystems),
             retired: Mutex::new(Vec::new()),
             discovery,
+            ana: crate::ana::Ana::new(listeners.len()),
             listeners,
             genctr: AtomicU64::new(1),
             stats: Stats::default(),
@@ -246,6 +259,20 @@ impl Target {
             io_in_flight: Default::default(),
             stopping: Default::default(),
         }
+    }
+
+    /// The listener (port id - 1) of a local address a host connected to:
+    /// the listener bound to it, else one bound to the wildcard address on
+    /// its port (0 if none matches).
+    pub fn port_of(&self, local: SocketAddr) -> usize {
+        let l = &self.listeners;
+        l.iter()
+            .position(|a| *a == local)
+            .or_else(|| {
+                l.iter()
+                    .position(|a| a.port() == local.port() && a.ip().is_unspecified())
+            })
+            .unwrap_or(0)
     }
 
     /// The NVM subsystems.
@@ -365,6 +392,38 @@ mod tests {
         // A removed subsystem: everyone goes.
         assert_eq!(s.revoke_disallowed(true), vec!["nqn.h1".to_string()]);
         assert!(c1.attach(QueueLink::new(0, w)).is_err());
+    }
+
+    #[test]
+    fn cntlids_stay_in_their_range() {
+        let s = Arc::try_unwrap(sub(true)).unwrap().with_cntlids((100, 102));
+        let s = Arc::new(s);
+        let ids: Vec<u16> = (0..3)
+            .map(|_| s.add_controller("h", [0; 16], 0).unwrap().cntlid)
+            .collect();
+        assert_eq!(ids, vec![100, 101, 102]);
+        assert_eq!(
+            s.add_controller("h", [0; 16], 0).err(),
+            Some(Status::CONNECT_CTRL_BUSY),
+            "the range is used up"
+        );
+        s.remove_controller(101);
+        assert_eq!(s.add_controller("h", [0; 16], 0).unwrap().cntlid, 101);
+    }
+
+    #[test]
+    fn port_of_local_address() {
+        let t = Target::new(
+            vec![],
+            vec![
+                "10.0.0.1:4420".parse().unwrap(),
+                "0.0.0.0:4421".parse().unwrap(),
+            ],
+            0,
+        );
+        assert_eq!(t.port_of("10.0.0.1:4420".parse().unwrap()), 0);
+        assert_eq!(t.port_of("10.0.0.9:4421".parse().unwrap()), 1, "wildcard");
+        assert_eq!(t.port_of("10.0.0.1:9999".parse().unwrap()), 0);
     }
 
     #[test]

@@ -98,6 +98,12 @@ impl Backend {
 
 /// Opens the store of a configured namespace and builds the [`Namespace`].
 pub fn open_namespace(subnqn: &str, cfg: &NamespaceConfig) -> Result<Namespace, BackendError> {
+    let mut ns = open_store(subnqn, cfg)?;
+    ns.ana_group = cfg.ana_group;
+    Ok(ns)
+}
+
+fn open_store(subnqn: &str, cfg: &NamespaceConfig) -> Result<Namespace, BackendError> {
     match &cfg.backend {
         BackendConfig::Null { size } => {
             let bs = cfg.block_size.unwrap_or(512);

@@ -1,12 +1,15 @@
 //! Configuration: the TOML file (loaded with the `config` crate) or the quick
 //! command-line form, validated into a [`TargetConfig`] before anything starts.
 
-use std::collections::HashSet;
+use std::collections::{BTreeMap, HashSet};
+
+use nvme::ana::AnaState;
 use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
 
 mod engine;
 mod raw;
+use crate::subsystem::{CNTLID_MAX, CNTLID_MIN};
 pub use engine::{affinity_cpus, EngineConfig, SrqMode, SMALL_BUFFER};
 pub(crate) use raw::SizeValue;
 use raw::{RawConfig, RawControl, RawListener, RawMetrics, RawNamespace, RawSubsystem};
@@ -65,6 +68,16 @@ impl ConfigError {
 pub struct ListenerConfig {
     /// Address and port.
     pub addr: SocketAddr,
+    /// The state of each ANA group at this listener (groups not listed:
+    /// optimized).
+    pub ana: BTreeMap<u32, AnaState>,
+}
+
+impl ListenerConfig {
+    /// The state of ANA group `group` at this listener.
+    pub fn ana_state(&self, group: u32) -> AnaState {
+        self.ana.get(&group).copied().unwrap_or(AnaState::Optimized)
+    }
 }
 
 /// What backs a namespace.
@@ -108,6 +121,8 @@ pub struct NamespaceConfig {
     pub block_size: Option<u32>,
     /// Refuse writes.
     pub readonly: bool,
+    /// Its ANA group (1..=128).
+    pub ana_group: u32,
 }
 
 /// A subsystem.
@@ -123,6 +138,9 @@ pub struct SubsystemConfig {
     pub serial: Option<String>,
     /// Model number.
     pub model: String,
+    /// The controller ids this target gives out (disjoint ranges let several
+    /// gateways serve one subsystem).
+    pub cntlid_range: (u16, u16),
     /// Namespaces.
     pub namespaces: Vec<NamespaceConfig>,
 }
@@ -332,6 +350,7 @@ impl TargetConfig {
                     transport: Some("rdma".into()),
                     address: Some(address),
                     port: port.or(Some(0)),
+                    ana: None,
                 },
             )],
             subsystem: vec![(
@@ -342,6 +361,8 @@ impl TargetConfig {
                     hosts: vec![],
                     serial: None,
                     model: None,
+                    cntlid_min: None,
+                    cntlid_max: None,
                     namespace_values: vec![],
                     namespaces: namespaces
                         .iter()
@@ -422,7 +443,29 @@ impl TargetConfig {
             if !seen_addrs.insert(addr) {
                 cx.err(f("address"), format!("{addr} is listed twice"));
             }
-            listeners.push(ListenerConfig { addr });
+            let mut ana = BTreeMap::new();
+            for (g, st) in l.ana.iter().flatten() {
+                let group = match g.parse::<u32>() {
+                    Ok(n) if (1..=nvme::ana::MAX_GROUPS).contains(&n) => n,
+                    _ => {
+                        cx.err(
+                            f(&format!("ana.{g}")),
+                            format!("ANA group ids are 1..={}", nvme::ana::MAX_GROUPS),
+                        );
+                        continue;
+                    }
+                };
+                match AnaState::from_name(st) {
+                    Some(a) => {
+                        ana.insert(group, a);
+                    }
+                    None => cx.err(
+                        f(&format!("ana.{g}")),
+                        format!("'{st}' is not an ANA state (optimized, non-optimized, inaccessible, persistent-loss, change)"),
+                    ),
+                }
+            }
+            listeners.push(ListenerConfig { addr, ana });
         }
         if raw.subsystem.is_empty() && cx.errors.iter().all(|e| !e.names("subsystem")) {
             cx.err("subsystem", "at least one [[subsystem]] is required");
@@ -581,6 +624,22 @@ impl TargetConfig {
         if model.len() > 40 || !model.is_ascii() {
             cx.err(f("model"), "must be at most 40 ASCII characters");
         }
+        let cmin = s.cntlid_min.unwrap_or(CNTLID_MIN as u32);
+        let cmax = s.cntlid_max.unwrap_or(CNTLID_MAX as u32);
+        for (k, v) in [("cntlid_min", cmin), ("cntlid_max", cmax)] {
+            if !(CNTLID_MIN as u32..=CNTLID_MAX as u32).contains(&v) {
+                cx.err(
+                    f(k),
+                    format!("{v} is out of range {CNTLID_MIN}..={CNTLID_MAX}"),
+                );
+            }
+        }
+        if cmin > cmax {
+            cx.err(
+                f("cntlid_max"),
+                format!("{cmax} is below cntlid_min {cmin}"),
+            );
+        }
         let mut namespaces = Vec::new();
         let mut nsids = HashSet::new();
         for (j, n) in s.namespaces {
@@ -595,6 +654,7 @@ impl TargetConfig {
             hosts: s.hosts,
             serial: s.serial,
             model,
+            cntlid_range: (cmin as u16, cmax as u16),
             namespaces,
         })
     }
@@ -714,10 +774,18 @@ impl TargetConfig {
                 None
             }
         };
+        let ana_group = n.ana_group.unwrap_or(1);
+        if !(1..=nvme::ana::MAX_GROUPS).contains(&ana_group) {
+            cx.err(
+                g("ana_group"),
+                format!("{ana_group} is out of range 1..={}", nvme::ana::MAX_GROUPS),
+            );
+        }
         if cx.errors.len() != errors {
             return None;
         }
         Some(NamespaceConfig {
+            ana_group,
             nsid,
             backend: backend?,
             block_size: n.block_size,
@@ -852,6 +920,44 @@ block_size = 4096
     }
 
     const LISTENER: &str = "[[listener]]\ntransport = \"rdma\"\naddress = \"10.0.2.15\"\nport = 4420\n[[subsystem]]\nnqn = \"nqn.2026-11.io.example:rbd\"\nallow_any_host = true\n";
+
+    #[test]
+    fn ana_and_cntlids() {
+        let text = format!(
+            "{LISTENER}cntlid_min = 100\ncntlid_max = 199\n[[subsystem.namespace]]\nbackend = \"null\"\nsize = \"1M\"\nana_group = 2\n"
+        )
+        .replace("port = 4420", "port = 4420\nana = { 1 = \"optimized\", 2 = \"non-optimized\" }");
+        let c = TargetConfig::from_toml(&text, "t.toml").unwrap();
+        let l = &c.listeners[0];
+        assert_eq!(l.ana_state(1), AnaState::Optimized);
+        assert_eq!(l.ana_state(2), AnaState::NonOptimized);
+        assert_eq!(l.ana_state(3), AnaState::Optimized, "not listed");
+        assert_eq!(c.subsystems[0].cntlid_range, (100, 199));
+        assert_eq!(c.subsystems[0].namespaces[0].ana_group, 2);
+        let d = TargetConfig::from_toml(GOOD, "t.toml").unwrap();
+        assert_eq!(d.subsystems[0].cntlid_range, (1, 0xFFEF));
+        assert_eq!(d.subsystems[0].namespaces[0].ana_group, 1);
+        bad(
+            &text.replace("\"non-optimized\"", "\"standby\""),
+            "listener[0].ana.2: 'standby' is not an ANA state",
+        );
+        bad(
+            &text.replace("2 = \"non", "129 = \"non"),
+            "listener[0].ana.129: ANA group ids are 1..=128",
+        );
+        bad(
+            &text.replace("ana_group = 2", "ana_group = 0"),
+            "namespace[0].ana_group: 0 is out of range 1..=128",
+        );
+        bad(
+            &text.replace("cntlid_max = 199", "cntlid_max = 50"),
+            "subsystem[0].cntlid_max: 50 is below cntlid_min 100",
+        );
+        bad(
+            &text.replace("cntlid_max = 199", "cntlid_max = 65535"),
+            "subsystem[0].cntlid_max: 65535 is out of range 1..=65519",
+        );
+    }
 
     #[test]
     fn rbd_namespaces() {

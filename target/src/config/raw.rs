@@ -66,6 +66,8 @@ pub(super) struct RawListener {
     pub transport: Option<String>,
     pub address: Option<String>,
     pub port: Option<u16>,
+    /// ANA group id -> state name.
+    pub ana: Option<std::collections::BTreeMap<String, String>>,
 }
 
 #[derive(Deserialize)]
@@ -77,6 +79,8 @@ pub(super) struct RawSubsystem {
     pub hosts: Vec<String>,
     pub serial: Option<String>,
     pub model: Option<String>,
+    pub cntlid_min: Option<u32>,
+    pub cntlid_max: Option<u32>,
     /// The entries as read; each is checked on its own into `namespaces`.
     #[serde(default, rename = "namespace")]
     pub namespace_values: Vec<config::Value>,
@@ -97,6 +101,7 @@ pub(super) struct RawNamespace {
     pub image: Option<String>,
     pub ceph_conf: Option<String>,
     pub client: Option<String>,
+    pub ana_group: Option<u32>,
 }
 
 #[derive(Deserialize)]

@@ -47,15 +47,18 @@ pub fn open_subsystem(s: &SubsystemConfig) -> Result<Arc<Subsystem>, String> {
         .iter()
         .map(|n| open_ns(&s.nqn, n))
         .collect::<Result<Vec<_>, _>>()?;
-    Ok(Arc::new(Subsystem::new(
-        s.nqn.clone(),
-        SubsystemKind::Nvm,
-        s.allow_any_host,
-        s.hosts.clone(),
-        s.serial.clone(),
-        s.model.clone(),
-        namespaces,
-    )))
+    Ok(Arc::new(
+        Subsystem::new(
+            s.nqn.clone(),
+            SubsystemKind::Nvm,
+            s.allow_any_host,
+            s.hosts.clone(),
+            s.serial.clone(),
+            s.model.clone(),
+            namespaces,
+        )
+        .with_cntlids(s.cntlid_range),
+    ))
 }
 
 /// Builds the target (opening every namespace) without serving it.
@@ -65,11 +68,13 @@ pub fn build_target(cfg: &TargetConfig) -> Result<Target, String> {
         .iter()
         .map(open_subsystem)
         .collect::<Result<Vec<_>, _>>()?;
-    Ok(Target::new(
+    let t = Target::new(
         subsystems,
         cfg.listeners.iter().map(|l| l.addr).collect(),
         cfg.poll_spin_us,
-    ))
+    );
+    t.ana.update(&cfg.listeners);
+    Ok(t)
 }
 
 /// The daemon.
@@ -301,6 +306,22 @@ impl Daemon {
             }
         }
         self.target.set_subsystems(subs);
+        if plan.ana {
+            let ports = self.target.ana.update(&new.listeners);
+            let mut raised = 0;
+            for ctrl in self.target.all_controllers() {
+                if ctrl.subsys.kind == SubsystemKind::Nvm
+                    && ports.contains(&ctrl.port())
+                    && ctrl.notify_ana_changed()
+                {
+                    raised += 1;
+                }
+            }
+            for &p in &ports {
+                let l = &new.listeners[p];
+                info!(listener = %l.addr, ana = ?l.ana, controllers_notified = raised, "ANA states changed");
+            }
+        }
         if let Some(us) = plan.poll_spin_us {
             self.target.poll_spin_us.store(us, Ordering::Relaxed);
         }

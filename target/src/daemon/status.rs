@@ -46,6 +46,17 @@ pub struct DaemonInfo {
     pub uptime_seconds: u64,
 }
 
+/// Group 1 and the ANA groups of the namespaces of `subsystems`.
+fn ana_groups(subsystems: &[SubsystemInfo]) -> std::collections::BTreeSet<u32> {
+    std::iter::once(1)
+        .chain(
+            subsystems
+                .iter()
+                .flat_map(|s| s.namespaces.iter().map(|n| n.ana_group)),
+        )
+        .collect()
+}
+
 /// A listener.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ListenerInfo {
@@ -55,6 +66,10 @@ pub struct ListenerInfo {
     pub address: String,
     /// Port.
     pub port: u16,
+    /// The state of each ANA group in use (group 1 and the groups of the
+    /// namespaces) at this listener: "optimized", "non-optimized", ...
+    #[serde(default)]
+    pub ana: std::collections::BTreeMap<u32, String>,
 }
 
 /// A subsystem.
@@ -93,6 +108,9 @@ pub struct NamespaceInfo {
     pub block_size: u32,
     /// Writes are refused.
     pub readonly: bool,
+    /// Its ANA group.
+    #[serde(default)]
+    pub ana_group: u32,
 }
 
 /// A connected controller (one host association).
@@ -165,7 +183,7 @@ impl Status {
     pub fn of(target: &Target, started: Instant) -> Status {
         let now = Instant::now();
         let configured = target.subsystems();
-        let subsystems = target
+        let subsystems: Vec<SubsystemInfo> = target
             .all_subsystems()
             .iter()
             .filter(|s| s.kind == SubsystemKind::Nvm)
@@ -200,6 +218,7 @@ impl Status {
                                 size_bytes: n.blocks << n.block_shift,
                                 block_size: n.block_size,
                                 readonly: n.readonly,
+                                ana_group: n.ana_group,
                             }
                         })
                         .collect(),
@@ -224,10 +243,15 @@ impl Status {
             listeners: target
                 .listeners
                 .iter()
-                .map(|a| ListenerInfo {
+                .enumerate()
+                .map(|(port, a)| ListenerInfo {
                     transport: "rdma".into(),
                     address: a.ip().to_string(),
                     port: a.port(),
+                    ana: ana_groups(&subsystems)
+                        .into_iter()
+                        .map(|g| (g, target.ana.state(port, g).name().to_string()))
+                        .collect(),
                 })
                 .collect(),
             subsystems,
@@ -250,10 +274,16 @@ impl Status {
             .listeners
             .iter()
             .map(|l| {
-                if l.address.contains(':') {
-                    format!("{} [{}]:{}", l.transport, l.address, l.port)
+                let ana = if l.ana.values().all(|s| s == "optimized") {
+                    String::new()
                 } else {
-                    format!("{} {}:{}", l.transport, l.address, l.port)
+                    let g: Vec<String> = l.ana.iter().map(|(g, s)| format!("{g} {s}")).collect();
+                    format!(" (ANA groups: {})", g.join(", "))
+                };
+                if l.address.contains(':') {
+                    format!("{} [{}]:{}{ana}", l.transport, l.address, l.port)
+                } else {
+                    format!("{} {}:{}{ana}", l.transport, l.address, l.port)
                 }
             })
             .collect();
@@ -282,7 +312,7 @@ impl Status {
             for n in &s.namespaces {
                 let _ = writeln!(
                     o,
-                    "  namespace {:<3} {:<5} {:<24} {:>10}  {} B blocks  {}",
+                    "  namespace {:<3} {:<5} {:<24} {:>10}  {} B blocks  {}  ANA group {}",
                     n.nsid,
                     n.backend,
                     n.path.as_deref().unwrap_or("-"),
@@ -292,7 +322,8 @@ impl Status {
                         "read-only"
                     } else {
                         "read-write"
-                    }
+                    },
+                    n.ana_group
                 );
             }
             if s.controllers.is_empty() {

@@ -71,6 +71,7 @@ impl Queue {
                         let local = self.id.as_ref().and_then(|i| i.local_addr());
                         if let (Some(h), Some(l)) = (peer, local) {
                             ctrl.set_addrs(h, l);
+                            ctrl.set_port(cx.target.port_of(l));
                         }
                         info!(cntlid = ctrl.cntlid, host = %d.hostnqn, subsys = %d.subsysnqn,
                               ?peer, kato_ms = ctrl.state().kato_ms, "controller connected");

@@ -458,10 +458,11 @@ impl Queue {
         } else {
             Err(Status::INVALID_OPCODE)
         };
+        let target = cx.target;
         let checked = planned.and_then(|(plan, inv)| {
             self.reqs[r].plan = plan;
             self.reqs[r].inv = inv;
-            self.precheck(r)
+            self.precheck(target, r)
         });
         if let Err(st) = checked {
             // Keyed subtype 0xF still owes an invalidation.
@@ -507,7 +508,7 @@ impl Queue {
     }
 
     /// Checks that must pass before any data moves.
-    fn precheck(&mut self, r: usize) -> Result<(), Status> {
+    fn precheck(&mut self, target: &Target, r: usize) -> Result<(), Status> {
         let cmd = self.reqs[r].cmd;
         if cmd.is_fabrics() {
             return match cmd.fctype() {
@@ -536,6 +537,13 @@ impl Queue {
             return Err(Status::CMD_SEQ_ERROR);
         }
         let ns = ctrl.subsys.namespace(cmd.nsid());
+        if let Some(n) = &ns {
+            // The namespace's ANA group at the listener this host came
+            // through: inaccessible there, the host is to take another path.
+            if let Some(st) = target.ana.state(ctrl.port(), n.ana_group).refusal() {
+                return Err(st);
+            }
+        }
         let plan = io::prepare(ns.as_deref(), &cmd, self.reqs[r].plan.len(), MAX_IO_SIZE)?;
         self.reqs[r].io = Some(plan);
         self.reqs[r].ns.extend(ns);

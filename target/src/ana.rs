@@ -1,0 +1,177 @@
+//! Asymmetric Namespace Access: the state of each ANA group at each listener
+//! (a controller reports the states of the listener its host connected
+//! through), the change count, and the ANA log page a controller returns.
+//!
+//! Several gateways that serve one subsystem each say, per listener, which
+//! groups they serve optimized, non-optimized or not at all; the host's
+//! multipath sends I/O to the optimized path and fails over to the others.
+
+use std::collections::BTreeSet;
+use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
+use std::sync::Arc;
+
+use nvme::ana::{AnaGroup, AnaState, MAX_GROUPS};
+
+use crate::config::ListenerConfig;
+use crate::namespace::Namespace;
+
+/// The states of the groups at one listener (index: group id; 0 unused).
+type States = [AtomicU8; MAX_GROUPS as usize + 1];
+
+/// ANA states by listener (port id - 1) and group.
+#[derive(Debug)]
+pub struct Ana {
+    ports: Vec<States>,
+    change_count: AtomicU64,
+}
+
+impl Ana {
+    /// `ports` listeners, every group optimized.
+    pub fn new(ports: usize) -> Ana {
+        let code = AnaState::Optimized.code();
+        Ana {
+            ports: (0..ports)
+                .map(|_| std::array::from_fn(|_| AtomicU8::new(code)))
+                .collect(),
+            change_count: AtomicU64::new(1),
+        }
+    }
+
+    /// The state of `group` at listener `port` (optimized for a listener or
+    /// group out of range).
+    pub fn state(&self, port: usize, group: u32) -> AnaState {
+        self.ports
+            .get(port)
+            .and_then(|s| s.get(group as usize))
+            .and_then(|a| AnaState::from_code(a.load(Ordering::Acquire)))
+            .unwrap_or(AnaState::Optimized)
+    }
+
+    /// Takes the states of `listeners` (in port order); returns the ports
+    /// where a state changed, and counts the change.
+    pub fn update(&self, listeners: &[ListenerConfig]) -> Vec<usize> {
+        let mut changed = Vec::new();
+        for (port, (states, l)) in self.ports.iter().zip(listeners).enumerate() {
+            let mut any = false;
+            for (g, a) in states.iter().enumerate().skip(1) {
+                let code = l.ana_state(g as u32).code();
+                if a.swap(code, Ordering::AcqRel) != code {
+                    any = true;
+                }
+            }
+            if any {
+                changed.push(port);
+            }
+        }
+        if !changed.is_empty() {
+            self.bump();
+        }
+        changed
+    }
+
+    /// The change count (reported in the log page; it moves on every change).
+    pub fn change_count(&self) -> u64 {
+        self.change_count.load(Ordering::Acquire)
+    }
+
+    /// Counts a change (of states or of which namespaces are in which group).
+    pub fn bump(&self) {
+        self.change_count.fetch_add(1, Ordering::AcqRel);
+    }
+
+    /// The ANA log page for a controller at `port` of a subsystem with
+    /// `namespaces`: group 1 and every group a namespace is in, with their
+    /// namespaces unless `groups_only`.
+    pub fn log_page(
+        &self,
+        port: usize,
+        namespaces: &[Arc<Namespace>],
+        groups_only: bool,
+    ) -> Vec<u8> {
+        let ids: BTreeSet<u32> = std::iter::once(1)
+            .chain(namespaces.iter().map(|n| n.ana_group))
+            .collect();
+        let groups: Vec<AnaGroup> = ids
+            .into_iter()
+            .map(|id| AnaGroup {
+                id,
+                state: self.state(port, id),
+                nsids: namespaces
+                    .iter()
+                    .filter(|n| n.ana_group == id)
+                    .map(|n| n.nsid)
+                    .collect(),
+            })
+            .collect();
+        nvme::ana::encode_log(self.change_count(), &groups, groups_only)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backend::Backend;
+
+    fn listener(ana: &[(u32, AnaState)]) -> ListenerConfig {
+        ListenerConfig {
+            addr: "10.0.0.1:4420".parse().unwrap(),
+            ana: ana.iter().copied().collect(),
+        }
+    }
+
+    fn ns(nsid: u32, group: u32) -> Arc<Namespace> {
+        let mut n = Namespace::new("nqn.t", nsid, Backend::Null, 1 << 20, 512, false);
+        n.ana_group = group;
+        Arc::new(n)
+    }
+
+    #[test]
+    fn states_by_port_and_group() {
+        let a = Ana::new(2);
+        assert_eq!(a.state(0, 1), AnaState::Optimized);
+        let c0 = a.change_count();
+        let l = [
+            listener(&[(2, AnaState::NonOptimized)]),
+            listener(&[(1, AnaState::Inaccessible)]),
+        ];
+        assert_eq!(a.update(&l), vec![0, 1]);
+        assert_eq!(a.change_count(), c0 + 1);
+        assert_eq!(a.state(0, 1), AnaState::Optimized, "not listed: optimized");
+        assert_eq!(a.state(0, 2), AnaState::NonOptimized);
+        assert_eq!(a.state(1, 1), AnaState::Inaccessible);
+        assert_eq!(a.update(&l), Vec::<usize>::new(), "nothing changed");
+        assert_eq!(a.change_count(), c0 + 1);
+        let l2 = [l[0].clone(), listener(&[])];
+        assert_eq!(a.update(&l2), vec![1], "only the port that changed");
+        assert_eq!(a.state(1, 1), AnaState::Optimized);
+        assert_eq!(a.state(7, 1), AnaState::Optimized, "unknown port");
+        assert_eq!(a.state(0, 999), AnaState::Optimized, "unknown group");
+    }
+
+    #[test]
+    fn log_page_lists_groups_of_namespaces() {
+        let a = Ana::new(1);
+        a.update(&[listener(&[(3, AnaState::Inaccessible)])]);
+        let nss = [ns(1, 3), ns(2, 1), ns(4, 3)];
+        let (count, groups) = nvme::ana::parse_log(&a.log_page(0, &nss, false)).unwrap();
+        assert_eq!(count, a.change_count());
+        assert_eq!(
+            groups,
+            vec![
+                AnaGroup {
+                    id: 1,
+                    state: AnaState::Optimized,
+                    nsids: vec![2]
+                },
+                AnaGroup {
+                    id: 3,
+                    state: AnaState::Inaccessible,
+                    nsids: vec![1, 4]
+                },
+            ]
+        );
+        let (_, only) = nvme::ana::parse_log(&a.log_page(0, &[], true)).unwrap();
+        assert_eq!(only.len(), 1, "group 1 is always there");
+        assert!(only[0].nsids.is_empty());
+    }
+}
