@@ -72,6 +72,8 @@ CASES=(
 "log-fw-slot|ctrl|--opcode=0x02 --namespace-id=0xffffffff --cdw10=0x007f0003 --data-len=512 -r||"
 "log-changed-ns|ctrl|--opcode=0x02 --namespace-id=0xffffffff --cdw10=0x03ff0004 --data-len=4096 -r||"
 "log-cmd-effects|ctrl|--opcode=0x02 --namespace-id=0xffffffff --cdw10=0x03ff0005 --data-len=4096 -r||"
+"log-ana|ctrl|--opcode=0x02 --namespace-id=0xffffffff --cdw10=0x03ff000c --data-len=4096 -r||"
+"log-ana-groups-only|ctrl|--opcode=0x02 --namespace-id=0xffffffff --cdw10=0x03ff010c --data-len=4096 -r||"
 "log-unknown-0x7f|ctrl|--opcode=0x02 --namespace-id=0xffffffff --cdw10=0x007f007f --data-len=512 -r|109|spec: an unsupported log page is Invalid Log Page (nvmet 6.1: Invalid Field)"
 "log-vendor-0xc0|ctrl|--opcode=0x02 --namespace-id=0xffffffff --cdw10=0x007f00c0 --data-len=512 -r|109|spec: an unsupported log page is Invalid Log Page (nvmet 6.1: Invalid Field)"
 "log-smart-short-len|ctrl|--opcode=0x02 --namespace-id=0xffffffff --cdw10=0x001f0002 --data-len=128 -r|000|spec: a log page may be read in part (NUMD below its size); nvmet 6.1: Internal Error"

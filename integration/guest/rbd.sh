@@ -11,6 +11,13 @@
 #   5. discard reaches the cluster (`rbd du` falls after blkdiscard)
 #   6. xfs with -o discard: files, fstrim, remount, reconnect, checksums, xfs_repair -n;
 #      after the target stopped, the image's xfs mounted through krbd holds the files
+#   7. two gateways (two processes, ports 4420/4421) serve one subsystem on rbd/disk2, A
+#      optimized and B non-optimized: the host sees one subsystem, one namespace, two paths
+#   8. failover: A is killed (SIGKILL) while fio writes with verify: no fio error, every
+#      block verified, the I/O pause measured
+#   9. failback: A restarts, the host reconnects, I/O goes through A again
+#  10. a reload makes group 1 inaccessible at A during fio (the host moves to B), then
+#      optimized again (back to A)
 # The host's kernel log must show no I/O error, reset or timeout (kmsg.sh).
 # Environment: TARGET_BIN (build/release/nvmf-target).
 # Output: "=== [t] step" lines, "RBD PASS" as the last line.
@@ -27,6 +34,7 @@ CONF=/tmp/rbd-target.toml
 CTL=/tmp/rbd-target.sock
 TLOG=/tmp/rbd-target.log
 TPID= PASSED=0 MAPPED=
+declare -A GWPID=()
 . integration/guest/common.sh
 . integration/guest/kmsg.sh
 . integration/guest/nvmet.sh
@@ -47,6 +55,11 @@ cleanup() {
         echo "--- our target's log (last 40 lines)"; tail -n 40 "$TLOG"
     fi
     [ -n "$TPID" ] && kill -KILL "$TPID" 2>/dev/null
+    nvme disconnect -n "${NQN2:-none}" >/dev/null 2>&1
+    for p in "${GWPID[@]}"; do [ -n "$p" ] && kill -KILL "$p" 2>/dev/null; done
+    if [ $PASSED = 0 ]; then
+        for g in A B; do [ -f "/tmp/gw-$g.log" ] && { echo "--- gateway $g (last 15 lines)"; tail -n 15 "/tmp/gw-$g.log"; }; done
+    fi
     [ -n "$MAPPED" ] && rbd unmap "$MAPPED" 2>/dev/null
     ceph_down
     [ $PASSED = 1 ] || echo "RBD FAILED (exit $rc)"
@@ -197,6 +210,177 @@ umount "$MNT"
 rbd unmap "$MAPPED"; MAPPED=
 info "the image's xfs, mounted through krbd, holds the 6 files with their checksums"
 kmsg_check "stop"
+
+# =====================================================================================
+# Part 2: two gateways (two target processes, ports 4420 and 4421) serve one subsystem
+# with one namespace on rbd/disk2: gateway A optimized, B non-optimized for ANA group 1,
+# disjoint controller ids. The kernel host connects to both (native multipath).
+NQN2=nqn.2026-11.io.nvmf-lab:rbd-gw
+IMAGE2=disk2
+declare -A GWPORT=([A]=4420 [B]=4421) GWCNTLID=([A]="1 99" [B]="100 199")
+gw_conf() { # NAME ANA_STATE
+    local c=(${GWCNTLID[$1]})
+    cat >"/tmp/gw-$1.toml" <<TOML
+[[listener]]
+address = "$IP"
+port = ${GWPORT[$1]}
+ana = { 1 = "$2" }
+[control]
+socket = "/tmp/gw-$1.sock"
+[metrics]
+enabled = false
+[[subsystem]]
+nqn = "$NQN2"
+allow_any_host = true
+cntlid_min = ${c[0]}
+cntlid_max = ${c[1]}
+[[subsystem.namespace]]
+nsid = 1
+backend = "rbd"
+pool = "rbd"
+image = "$IMAGE2"
+TOML
+}
+gw_up() { # NAME
+    NO_COLOR=1 "$TARGET_BIN" --config "/tmp/gw-$1.toml" >>"/tmp/gw-$1.log" 2>&1 &
+    GWPID[$1]=$!
+    PORT=${GWPORT[$1]} wait_discovery "gateway $1"
+}
+gw_writes() { # NAME -> write commands its controllers completed
+    "$TARGET_BIN" status --json --socket "/tmp/gw-$1.sock" |
+        python3 -c 'import json,sys; s=json.load(sys.stdin); print(sum(c["writes"] for x in s["subsystems"] for c in x["controllers"]))'
+}
+ctrl_at() { # PORT -> nvmeX, the host's controller of NQN2 through that port
+    local c
+    for c in /sys/class/nvme/nvme*; do
+        [ "$(cat "$c/subsysnqn" 2>/dev/null)" = "$NQN2" ] || continue
+        grep -q "trsvcid=$1\b" "$c/address" 2>/dev/null && { echo "${c##*/}"; return 0; }
+    done
+    return 1
+}
+path_state() { # PORT -> "live optimized" etc. (controller state, ANA state of its path)
+    local c p
+    c=$(ctrl_at "$1") || { echo "gone"; return 0; }
+    p=$(ls -d /sys/class/nvme/"$c"/nvme*c*n1 2>/dev/null | head -1)
+    echo "$(cat "/sys/class/nvme/$c/state") $(cat "$p/ana_state" 2>/dev/null || echo '?')"
+}
+wait_state() { # SECONDS PORT PATTERN
+    local i
+    for i in $(seq $(( $1 * 5 ))); do
+        [[ $(path_state "$2") =~ $3 ]] && return 0
+        sleep 0.2
+    done
+    fail "the path through port $2 is '$(path_state "$2")', not /$3/, after $1 s"
+}
+# fio with crc32c verify on the multipath head, in the background. Every block written is
+# read back and checked once the writes are done. The longest write latency is how long
+# I/O paused for the writes caught in a path change.
+fio_bg() { # NAME SIZE
+    fio --name="$1" --filename="/dev/$HEAD" --direct=1 --ioengine=libaio --rw=randwrite --bs=4k \
+        --iodepth=16 --size="$2" --verify=crc32c --verify_fatal=1 --output-format=json \
+        >"/tmp/fio-$1.json" 2>"/tmp/fio-$1.err" &
+    FIOPID=$!
+}
+fio_wait() { # NAME -> FIO_ERR, FIO_VERIFIED_MIB, FIO_WRITE_IOPS, FIO_MAX_S; fails on a fio error
+    local rc=0
+    wait $FIOPID || rc=$?
+    read -r FIO_ERR FIO_VERIFIED_MIB FIO_WRITE_IOPS FIO_MAX_S < <(python3 -c 'import json,sys
+j=json.load(open(sys.argv[1]))["jobs"][0]
+print(j["error"], j["read"]["io_kbytes"] // 1024, int(j["write"]["iops"]), "%.1f" % (j["write"]["lat_ns"]["max"] / 1e9))' \
+        "/tmp/fio-$1.json") || { cat "/tmp/fio-$1.err"; fail "fio $1 gave no result (exit $rc)"; }
+    [ $rc = 0 ] && [ "$FIO_ERR" = 0 ] || { tail -5 "/tmp/fio-$1.err"; fail "fio $1: exit $rc, error $FIO_ERR"; }
+}
+mp_errors() { # the host's kernel log since the mark: I/O errors only (path changes and
+    # reconnects are what this part is about)
+    dmesg | awk -v t="$KMSG_MARK" '{ ts = $0; sub(/^\[ */, "", ts); sub(/\].*/, "", ts); if (ts + 0 > t + 0) print }' |
+        grep -E 'I/O Error|I/O error|Buffer I/O|blk_update_request|critical' || true
+}
+
+step "7. two gateways of rbd/$IMAGE2: A (port 4420) optimized, B (port 4421) non-optimized"
+[ "$(cat /sys/module/nvme_core/parameters/multipath)" = Y ] || fail "the host's nvme_core has no native multipath"
+rbd create "rbd/$IMAGE2" --size ${SIZE_MB}M --image-feature layering
+gw_conf A optimized; gw_conf B non-optimized
+gw_up A; gw_up B
+kmsg_mark
+for g in A B; do
+    nvme connect -t rdma -a "$IP" -s "${GWPORT[$g]}" -n "$NQN2" --reconnect-delay=1 --ctrl-loss-tmo=120 \
+        >/dev/null || fail "nvme connect to gateway $g failed"
+done
+for _ in $(seq 100); do ns_dev "$NQN2" 1 >/dev/null && break; sleep 0.2; done
+HEAD=$(ns_dev "$NQN2" 1) || fail "the namespace of $NQN2 did not appear"; HEAD=${HEAD#/dev/}
+wait_state 10 4420 "live optimized"; wait_state 10 4421 "live non-optimized"
+nvme list-subsys "/dev/$HEAD" | sed 's/^/    /'
+NSUB=$(ls -d /sys/class/nvme-subsystem/*/ | while read -r d; do cat "$d/subsysnqn"; done | grep -cx "$NQN2")
+NPATH=0
+for p in 4420 4421; do c=$(ctrl_at $p) && ls -d /sys/class/nvme/"$c"/nvme*c*n1 >/dev/null 2>&1 && NPATH=$((NPATH + 1)); done
+info "host: $NSUB subsystem $NQN2, head /dev/$HEAD with $NPATH paths: A $(path_state 4420), B $(path_state 4421)"
+[ "$NSUB" = 1 ] && [ "$NPATH" = 2 ] || fail "expected one subsystem with two paths"
+info "controller ids: A $(cat /sys/class/nvme/$(ctrl_at 4420)/cntlid), B $(cat /sys/class/nvme/$(ctrl_at 4421)/cntlid)"
+[ -z "$(kmsg_errors)" ] || { kmsg_errors; fail "errors in the host's kernel log while connecting both gateways"; }
+
+step "8. failover: gateway A killed (SIGKILL) while fio writes with verify; B carries on"
+W0=$(gw_writes B)
+fio_bg kill 48M
+sleep 8
+kill -KILL "${GWPID[A]}"; wait "${GWPID[A]}" 2>/dev/null || true; GWPID[A]=
+info "gateway A killed at +8 s"
+fio_wait kill
+W1=$(gw_writes B)
+info "fio: error $FIO_ERR, ${FIO_VERIFIED_MIB} MiB verified after the writes (write IOPS $FIO_WRITE_IOPS); longest write ${FIO_MAX_S} s (I/O paused when A died); B completed $((W1 - W0)) writes"
+[ "$FIO_VERIFIED_MIB" -ge 48 ] || fail "fio verified only $FIO_VERIFIED_MIB MiB"
+[ $((W1 - W0)) -gt 0 ] || fail "gateway B took no writes after A died"
+info "paths now: A $(path_state 4420), B $(path_state 4421)"
+E=$(mp_errors); [ -z "$E" ] || { echo "$E"; fail "I/O errors in the host's kernel log during failover"; }
+FAILOVER_ROW="kill: fio error $FIO_ERR, verified ${FIO_VERIFIED_MIB} MiB (every block written), longest write ${FIO_MAX_S} s"
+
+step "9. failback: A restarts; the host reconnects and sends I/O to A again"
+kmsg_mark
+gw_up A
+wait_state 30 4420 "live optimized"
+info "paths: A $(path_state 4420), B $(path_state 4421)"
+A0=$(gw_writes A); B0=$(gw_writes B)
+fio_bg back 8M; fio_wait back
+A1=$(gw_writes A); B1=$(gw_writes B)
+info "fio: error $FIO_ERR, ${FIO_VERIFIED_MIB} MiB verified; writes through A $((A1 - A0)), through B $((B1 - B0))"
+[ $((A1 - A0)) -gt 0 ] && [ $((B1 - B0)) -eq 0 ] || fail "I/O did not return to the optimized gateway A"
+E=$(mp_errors); [ -z "$E" ] || { echo "$E"; fail "I/O errors in the host's kernel log during failback"; }
+
+step "10. a reload makes group 1 inaccessible at A while fio writes; then optimized again"
+kmsg_mark
+A0=$(gw_writes A); B0=$(gw_writes B)
+fio_bg reload 24M
+sleep 5
+gw_conf A inaccessible
+kill -HUP "${GWPID[A]}"
+wait_state 15 4420 "live inaccessible"
+info "after the reload: A $(path_state 4420), B $(path_state 4421)"
+fio_wait reload
+A1=$(gw_writes A); B1=$(gw_writes B)
+info "fio: error $FIO_ERR, ${FIO_VERIFIED_MIB} MiB verified; longest write ${FIO_MAX_S} s; writes through A $((A1 - A0)), through B $((B1 - B0))"
+[ $((B1 - B0)) -gt 0 ] || fail "gateway B took no writes after A became inaccessible"
+A2=$(gw_writes A)
+fio_bg inacc 4M; fio_wait inacc
+[ "$(gw_writes A)" = "$A2" ] || fail "gateway A took writes while inaccessible"
+gw_conf A optimized
+kill -HUP "${GWPID[A]}"
+wait_state 15 4420 "live optimized"
+A3=$(gw_writes A)
+fio_bg opt 4M; fio_wait opt
+[ "$(gw_writes A)" -gt "$A3" ] || fail "I/O did not return to A once optimized again"
+info "A inaccessible: no writes through it; optimized again: writes through it"
+E=$(mp_errors); [ -z "$E" ] || { echo "$E"; fail "I/O errors in the host's kernel log during the ANA reloads"; }
+grep -q "ANA states changed" /tmp/gw-A.log || fail "gateway A did not log the ANA change"
+RELOAD_ROW="reload: fio error $FIO_ERR, verified ${FIO_VERIFIED_MIB} MiB, longest write ${FIO_MAX_S} s"
+
+step "11. disconnect; stop both gateways"
+settle
+nvme disconnect -n "$NQN2" >/dev/null
+for g in A B; do
+    kill -TERM "${GWPID[$g]}"; rc=0; wait "${GWPID[$g]}" || rc=$?; GWPID[$g]=
+    [ $rc = 0 ] || { tail -20 "/tmp/gw-$g.log"; fail "gateway $g exited with status $rc"; }
+done
+info "$FAILOVER_ROW"
+info "$RELOAD_ROW"
 
 PASSED=1
 echo

@@ -129,6 +129,8 @@ pub mod oncs {
 
 /// CMIC bits (controller multi-path I/O and namespace sharing capabilities).
 pub mod cmic {
+    /// The subsystem may have two or more ports.
+    pub const MULTI_PORT: u8 = 1 << 0;
     /// The subsystem may have two or more controllers.
     pub const MULTI_CTRL: u8 = 1 << 1;
     /// The controller reports Asymmetric Namespace Access.
