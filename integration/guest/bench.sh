@@ -10,16 +10,31 @@ set -uo pipefail
 : >/tmp/bench.txt
 IP=${LAB_IP:?}; NQN=nqn.2026-11.io.nvmf-lab:bench; RT=${RT:-10}; ROUNDS=${ROUNDS:-2}
 TARGET_BIN=${TARGET_BIN:-build/release/nvmf-target}
+PATTERNS_SET=${PATTERNS:-}
 PATTERNS=${PATTERNS:-"rr4k-qd1:randread:4k:1 rw4k-qd1:randwrite:4k:1 rr4k-qd32:randread:4k:32 rw4k-qd32:randwrite:4k:32 r64k-qd8:read:64k:8 w64k-qd8:write:64k:8 mix4k-qd32:randrw:4k:32"}
 # DEV=ram (default): brd, 256 MiB. DEV=nullb: null_blk, memory-backed (keeps data), 1 GiB.
 # brd in 6.1 cannot take I/O without blocking (no NOWAIT), so io_uring runs each of its
-# I/Os on an io-wq thread; null_blk can.
+# I/Os on an io-wq thread; null_blk can. DEV=rbd: an RBD image (256 MiB, written once in
+# full) on a one-node Ceph cluster in the guest (guest/ceph.sh): nvmet exports it mapped
+# with krbd, ours through librbd (4k QD32 and 64k QD8 unless PATTERNS says otherwise).
 DEV=${DEV:-ram}
+OURS_NS=
 modprobe -a rdma_rxe ib_uverbs rdma_ucm nvme-rdma nvmet nvmet-rdma
 case $DEV in
   ram) modprobe brd rd_nr=1 rd_size=262144; BDEV=/dev/ram0 ;;
   nullb) modprobe null_blk nr_devices=1 memory_backed=1 gb=1 bs=512 queue_mode=2 || exit 1; BDEV=/dev/nullb0 ;;
-  *) echo "DEV must be ram or nullb"; exit 2 ;;
+  rbd)
+    fail() { echo "FAIL: $*"; exit 1; }
+    . integration/guest/ceph.sh
+    ceph_up >/dev/null
+    rbd create rbd/bench --size 256M --image-feature layering
+    modprobe rbd; BDEV=$(rbd map rbd/bench)
+    fio --name=fill --filename="$BDEV" --direct=1 --ioengine=libaio --rw=write --bs=1M --iodepth=4 \
+        --size=256M --output-format=terse >/dev/null
+    OURS_NS=rbd:rbd/bench
+    PATTERNS=${PATTERNS_SET:-"rr4k-qd32:randread:4k:32 rw4k-qd32:randwrite:4k:32 r64k-qd8:read:64k:8 w64k-qd8:write:64k:8"}
+    echo "rbd/bench: 256 MiB written in full; nvmet exports $BDEV (krbd), ours rbd:rbd/bench (librbd)" ;;
+  *) echo "DEV must be ram, nullb or rbd"; exit 2 ;;
 esac
 echo "backing device: $BDEV ($(cat /sys/block/$(basename $BDEV)/queue/nowait 2>/dev/null | sed 's/^/nowait=/'))"
 rdma link add rxe0 type rxe netdev "${LAB_IF:-eth0}" 2>/dev/null
@@ -73,7 +88,7 @@ for r in $(seq "$ROUNDS"); do
   for spin in ${OURS_SPINS:-default}; do
     args=(); label=ours
     [ "$spin" != default ] && { args=(--poll-spin-us "$spin"); label=ours-spin$spin; }
-    "$TARGET_BIN" --listen "$IP:4420" --nqn $NQN --namespace $BDEV --log-level warn "${args[@]}" >/tmp/t.log 2>&1 &
+    "$TARGET_BIN" --listen "$IP:4420" --nqn $NQN --namespace "${OURS_NS:-$BDEV}" --log-level warn "${args[@]}" >/tmp/t.log 2>&1 &
     TP=$!; sleep 1
     nvme connect -t rdma -a "$IP" -s 4420 -n $NQN >/dev/null && runfio "$r" "$label"; nvme disconnect -n $NQN >/dev/null
     echo "io_uring io-wq threads of the target after the run: $(grep -l '^iou-' /proc/$TP/task/*/comm 2>/dev/null | wc -l)"

@@ -4,7 +4,10 @@
 # (integration/run-rbd-tests), cwd /lab = project root, as root.
 #   1. configuration errors: a missing image, a missing pool, a missing ceph_conf: the
 #      target refuses to start, naming the namespace and the reason
-#   2. the namespace: its size is the image's; `nvmf-target status` shows it
+#   2. the namespace: its size is the image's; `nvmf-target status` shows it; an `rbd
+#      resize` and a reload: the host sees the new size; the cluster's OSD paused 30 s: a
+#      read waits (librados times out at 20 s, the host retries on the retryable status)
+#      and completes; the target's other namespace serves meanwhile
 #   3. fio with crc32c verify: 4k random writes QD16, 64k sequential writes QD8
 #   4. a pattern written through NVMe-oF is in the image (read with krbd while the target
 #      serves: no cache in the gateway); Write Zeroes reads back zeroes there too
@@ -67,7 +70,7 @@ cleanup() {
 }
 trap cleanup EXIT
 
-config() { # POOL IMAGE [EXTRA namespace lines]
+config() { # POOL IMAGE [EXTRA namespace lines]   (nsid 2: a null namespace)
     cat >"$CONF" <<TOML
 [[listener]]
 address = "$IP"
@@ -83,6 +86,10 @@ backend = "rbd"
 pool = "$1"
 image = "$2"
 ${3:-}
+[[subsystem.namespace]]
+nsid = 2
+backend = "null"
+size = "64M"
 TOML
 }
 own_up() {
@@ -138,6 +145,38 @@ info "$DEV: $BYTES bytes, logical block $(blockdev --getss "$DEV")"
 sed 's/^/    status: /' /tmp/rbd-status.txt
 grep -qE "namespace 1 +rbd +rbd/$IMAGE +512.00 MiB" /tmp/rbd-status.txt || fail "status does not show the RBD namespace"
 kmsg_check "connect"
+
+step "2b. rbd resize + reload: the host sees the new size (namespace-changed event)"
+rbd resize --size $(( SIZE_MB + 256 ))M "rbd/$IMAGE" >/dev/null 2>&1
+kill -HUP "$TPID"
+for _ in $(seq 75); do [ "$(blockdev --getsize64 "$DEV")" = $(( (SIZE_MB + 256) << 20 )) ] && break; sleep 0.2; done
+[ "$(blockdev --getsize64 "$DEV")" = $(( (SIZE_MB + 256) << 20 )) ] \
+    || fail "the host still sees $(blockdev --getsize64 "$DEV") bytes after the resize"
+grep -q "namespace resized" "$TLOG" || fail "the target did not log the resize"
+info "$DEV: $(blockdev --getsize64 "$DEV") bytes after rbd resize and a reload, same controller"
+kmsg_check "resize"
+
+step "2c. the cluster stops answering (its OSD paused 30 s): the read waits and is retried; the target serves its other namespace meanwhile"
+DEV2=$(ns_dev "$NQN" 2) || fail "nsid 2 missing"
+dd if=/dev/urandom of=/tmp/block bs=4k count=1 status=none
+dd if=/tmp/block of="$DEV" bs=4k seek=1000 oflag=direct status=none
+pkill -STOP -x ceph-osd
+T0=$SECONDS
+dd if="$DEV" of=/tmp/block.back bs=4k count=1 skip=1000 iflag=direct status=none 2>/tmp/dd.err &
+DDPID=$!
+sleep 3
+timeout 10 dd if="$DEV2" of=/dev/null bs=64k count=64 iflag=direct status=none \
+    || fail "the null namespace did not serve while the cluster was paused"
+kill -0 $DDPID 2>/dev/null || fail "the read of the RBD namespace did not wait for the paused cluster"
+info "cluster paused: the RBD read waits, the null namespace of the same target serves"
+sleep 27
+pkill -CONT -x ceph-osd
+wait $DDPID || { cat /tmp/dd.err; fail "the read failed after the cluster came back"; }
+cmp /tmp/block /tmp/block.back || fail "the read returned other data"
+N=$(grep -c "backend I/O failed.*errno=110" "$TLOG" || true)
+info "the read completed after $((SECONDS - T0)) s with the right data; the target answered $N attempt(s) with a retryable status (librados timeout)"
+[ "$N" -ge 1 ] || fail "no attempt timed out in the target (rados_osd_op_timeout)"
+kmsg_check "cluster pause"
 
 step "3. fio with crc32c verify: 4k random writes QD16, 64k sequential writes QD8"
 fio --name=rw4k --filename="$DEV" --direct=1 --ioengine=libaio --rw=randwrite --bs=4k --iodepth=16 \

@@ -43,6 +43,8 @@ pub struct IdentifyController {
     pub oaes: u32,
     /// Controller attributes.
     pub ctratt: u32,
+    /// Command Retry Delay Times 1..3 (units of 100 ms).
+    pub crdt: [u16; 3],
     /// Controller type.
     pub cntrltype: u8,
     /// Optional admin command support.
@@ -164,6 +166,9 @@ impl IdentifyController {
         put_u32(&mut b, 80, self.ver);
         put_u32(&mut b, 92, self.oaes);
         put_u32(&mut b, 96, self.ctratt);
+        for (i, t) in self.crdt.iter().enumerate() {
+            put_u16(&mut b, 134 + 2 * i, *t);
+        }
         b[111] = self.cntrltype;
         put_u16(&mut b, 256, self.oacs);
         b[258] = self.acl;
@@ -215,6 +220,7 @@ impl IdentifyController {
             ver: u32_at(b, 80),
             oaes: u32_at(b, 92),
             ctratt: u32_at(b, 96),
+            crdt: [u16_at(b, 134), u16_at(b, 136), u16_at(b, 138)],
             cntrltype: b[111],
             oacs: u16_at(b, 256),
             acl: b[258],
@@ -435,6 +441,7 @@ mod tests {
             ver: 0x10300,
             oaes: oaes::NS_ATTR,
             ctratt: 0,
+            crdt: [50, 0, 0],
             cntrltype: cntrltype::IO,
             oacs: 0,
             acl: 3,

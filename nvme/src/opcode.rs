@@ -105,6 +105,8 @@ pub mod fid {
     pub const KEEP_ALIVE_TIMER: u8 = 0x0F;
     /// Host Identifier.
     pub const HOST_ID: u8 = 0x81;
+    /// Host Behavior Support (ACRE: the host honours Command Retry Delay).
+    pub const HOST_BEHAVIOR: u8 = 0x16;
 }
 
 /// Direction of the data transfer of a command, from opcode bits 1:0

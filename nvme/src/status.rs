@@ -7,6 +7,9 @@ pub struct Status {
     pub sct: u8,
     /// Status Code.
     pub sc: u8,
+    /// Command Retry Delay: which of the controller's CRDT1..3 the host
+    /// waits before retrying (0: none; only when the host enabled ACRE).
+    pub crd: u8,
     /// More information in the error log.
     pub more: bool,
     /// Do Not Retry.
@@ -28,7 +31,7 @@ pub mod sct {
 macro_rules! statuses {
     ($($(#[$m:meta])* $name:ident = ($sct:expr, $sc:expr, $dnr:expr);)*) => {
         impl Status {
-            $($(#[$m])* pub const $name: Status = Status { sct: $sct, sc: $sc, more: false, dnr: $dnr };)*
+            $($(#[$m])* pub const $name: Status = Status { sct: $sct, sc: $sc, crd: 0, more: false, dnr: $dnr };)*
 
             /// The specification's name of this status, or `None` for codes this crate does not name.
             pub fn name(&self) -> Option<&'static str> {
@@ -137,6 +140,7 @@ impl Status {
     pub fn to_field(self) -> u16 {
         (self.sc as u16)
             | ((self.sct as u16 & 7) << 8)
+            | ((self.crd as u16 & 3) << 11)
             | ((self.more as u16) << 13)
             | ((self.dnr as u16) << 14)
     }
@@ -146,6 +150,7 @@ impl Status {
         Status {
             sc: (f & 0xFF) as u8,
             sct: ((f >> 8) & 7) as u8,
+            crd: ((f >> 11) & 3) as u8,
             more: f & (1 << 13) != 0,
             dnr: f & (1 << 14) != 0,
         }
@@ -159,6 +164,14 @@ impl Status {
     /// The same status with DNR cleared (a retryable variant).
     pub fn retryable(self) -> Status {
         Status { dnr: false, ..self }
+    }
+
+    /// The same status asking the host to wait CRDT`crd` before a retry.
+    pub fn with_crd(self, crd: u8) -> Status {
+        Status {
+            crd: crd & 3,
+            ..self
+        }
     }
 
     /// The same status with DNR set.
@@ -213,13 +226,14 @@ mod tests {
             "INVALID_FIELD (0x002, DNR)"
         );
         assert_eq!(Status::from_field(0x4084 & 0x7FFF).code(), 0x084);
+        let st = Status::NS_NOT_READY.with_crd(1);
+        assert_eq!(st.to_field(), 0x0882, "CRD in bits 12:11");
+        assert_eq!(Status::from_field(0x0882).crd, 1);
     }
 
     proptest! {
         #[test]
         fn field_roundtrip(f in 0u16..0x8000) {
-            // bits 11, 12 (CRD) are not modelled; mask them out.
-            let f = f & !(3 << 11);
             prop_assert_eq!(Status::from_field(f).to_field(), f);
         }
     }

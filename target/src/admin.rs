@@ -48,6 +48,10 @@ fn data(n: usize) -> AdminOutcome {
 /// Firmware revision reported by Identify.
 pub const FIRMWARE_REV: &str = env!("CARGO_PKG_VERSION");
 
+/// Command Retry Delay Time 1 (100 ms units): 5 s, so the host's retries of
+/// a command to a store that stopped answering span its outage.
+pub const CRDT1_100MS: u16 = 50;
+
 /// ANA Transition Time: how long (seconds) a group may stay in the change
 /// state, as nvmet.
 const ANATT_S: u8 = 10;
@@ -79,6 +83,9 @@ pub fn identify_controller(ctrl: &Controller) -> IdentifyController {
             oaes::NS_ATTR | oaes::ANA_CHANGE
         },
         ctratt: 1, // 128-bit host identifier
+        // A store that does not answer (Namespace Not Ready) asks the host to
+        // wait this long before a retry, when it enabled ACRE.
+        crdt: if disc { [0; 3] } else { [CRDT1_100MS, 0, 0] },
         cntrltype: if disc {
             cntrltype::DISCOVERY
         } else {
@@ -294,6 +301,22 @@ fn features(ctrl: &Controller, cmd: &Command, out: &mut [u8], set: bool) -> Admi
         }
         (fid::ASYNC_EVENT_CONFIG, false) => ok(st.aen_config as u64),
         (fid::VOLATILE_WC, false) if !disc => ok(1),
+        (fid::HOST_BEHAVIOR, _) if disc => done(Status::INVALID_FIELD),
+        (fid::HOST_BEHAVIOR, true) => {
+            // 512 bytes from the host; byte 0 is ACRE.
+            if out.len() < HOST_BEHAVIOR_SIZE {
+                return done(Status::SGL_INVALID_DATA);
+            }
+            st.acre = out[0] & 1 != 0;
+            ok(0)
+        }
+        (fid::HOST_BEHAVIOR, false) => {
+            if out.len() < HOST_BEHAVIOR_SIZE {
+                return done(Status::SGL_INVALID_DATA);
+            }
+            put(out, &[st.acre as u8]);
+            data(out.len())
+        }
         (fid::HOST_ID, false) => {
             if cdw11 & 1 == 0 {
                 return done(Status::INVALID_FIELD);
@@ -327,6 +350,9 @@ fn features(ctrl: &Controller, cmd: &Command, out: &mut [u8], set: bool) -> Admi
         _ => done(Status::INVALID_FIELD),
     }
 }
+
+/// Size of the Host Behavior Support data structure.
+const HOST_BEHAVIOR_SIZE: usize = 512;
 
 /// The admin commands this target implements.
 const ADMIN_OPCODES: [u8; 7] = [
@@ -679,6 +705,40 @@ mod tests {
         assert!(
             c.notify_ana_changed(),
             "read: the next change raises a notice"
+        );
+    }
+
+    #[test]
+    fn host_behavior_and_retry_delay() {
+        let (t, c, d) = setup();
+        let (_, b) = run(&t, &c, &cmd(op::IDENTIFY, 0, 1, 0), 4096);
+        assert_eq!(
+            IdentifyController::parse(&b).unwrap().crdt,
+            [CRDT1_100MS, 0, 0]
+        );
+        let hb = fid::HOST_BEHAVIOR as u32;
+        let (o, b) = run(&t, &c, &cmd(op::GET_FEATURES, 0, hb, 0), 512);
+        assert_eq!((status(o), b[0]), (Status::SUCCESS, 0), "ACRE off at first");
+        let mut data = vec![0u8; 512];
+        data[0] = 1;
+        let o = execute(
+            &t,
+            &c,
+            &cmd(op::SET_FEATURES, 0, hb, 0),
+            &mut data,
+            Instant::now(),
+        );
+        assert_eq!(status(o), Status::SUCCESS);
+        assert!(c.state().acre);
+        let (_, b) = run(&t, &c, &cmd(op::GET_FEATURES, 0, hb, 0), 512);
+        assert_eq!(b[0], 1);
+        assert_eq!(
+            status(run(&t, &c, &cmd(op::SET_FEATURES, 0, hb, 0), 16).0),
+            Status::SGL_INVALID_DATA
+        );
+        assert_eq!(
+            status(run(&t, &d, &cmd(op::GET_FEATURES, 0, hb, 0), 512).0),
+            Status::INVALID_FIELD
         );
     }
 

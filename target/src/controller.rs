@@ -144,6 +144,8 @@ pub struct CtrlState {
     pub ns_event_masked: bool,
     /// An ANA change notice is outstanding (until the ANA log is read).
     pub ana_event_masked: bool,
+    /// The host honours Command Retry Delay (Host Behavior Support, ACRE).
+    pub acre: bool,
     /// Error log.
     pub errors: VecDeque<ErrorLogEntry>,
     /// Error count (unique id of the last entry).
@@ -180,6 +182,7 @@ impl CtrlState {
             changed_ns: Vec::new(),
             ns_event_masked: false,
             ana_event_masked: false,
+            acre: false,
             errors: VecDeque::new(),
             error_count: 0,
             failed: false,

@@ -68,7 +68,7 @@ impl IoPlan {
 
 fn lba_range(ns: &Namespace, slba: u64, nlb: u64) -> Result<(u64, u64), Status> {
     match slba.checked_add(nlb) {
-        Some(end) if end <= ns.blocks => Ok((slba << ns.block_shift, nlb << ns.block_shift)),
+        Some(end) if end <= ns.blocks() => Ok((slba << ns.block_shift, nlb << ns.block_shift)),
         _ => Err(Status::LBA_RANGE),
     }
 }
@@ -168,8 +168,9 @@ pub fn errno_status(plan: &IoPlan, errno: i32) -> Status {
         Errno::EINVAL => Status::INVALID_FIELD,
         // A store that cannot be reached now (a Ceph cluster whose OSDs do
         // not answer, a gateway fenced by the cluster): the host retries.
+        // A host that enabled ACRE waits CRDT1 before retrying.
         Errno::ETIMEDOUT | Errno::ESHUTDOWN | Errno::ENOTCONN | Errno::ECONNREFUSED => {
-            Status::NS_NOT_READY
+            Status::NS_NOT_READY.with_crd(1)
         }
         _ => match plan {
             IoPlan::Read { .. } => Status::UNRECOVERED_READ_ERROR,
@@ -329,8 +330,8 @@ mod tests {
         );
         for e in [Errno::ETIMEDOUT, Errno::ESHUTDOWN] {
             let st = errno_status(&w, e as i32);
-            assert_eq!(st, Status::NS_NOT_READY);
-            assert!(!st.dnr, "an unreachable store is retried");
+            assert_eq!(st, Status::NS_NOT_READY.with_crd(1));
+            assert!(!st.dnr, "an unreachable store is retried, after CRDT1");
         }
     }
 }

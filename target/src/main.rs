@@ -37,7 +37,7 @@ struct Args {
     /// Quick form: subsystem NQN (open to any host).
     #[arg(long, requires = "listen")]
     nqn: Option<String>,
-    /// Quick form: a namespace (file, block device, or null:SIZE), repeatable; numbered from 1.
+    /// Quick form: a namespace (file, block device, null:SIZE, or rbd:POOL/IMAGE with the default Ceph configuration), repeatable; numbered from 1.
     #[arg(long, value_name = "PATH")]
     namespace: Vec<String>,
     /// Busy-poll window of the queue threads in microseconds (overrides the config).

@@ -1,5 +1,7 @@
 //! Namespaces: size, block size, identifiers, and what backs them.
 
+use std::sync::atomic::{AtomicU64, Ordering};
+
 use nvme::identify::{nidt, IdentifyNamespace, NsDescriptor};
 
 use crate::backend::Backend;
@@ -14,8 +16,9 @@ pub struct Namespace {
     pub block_size: u32,
     /// log2(block_size).
     pub block_shift: u32,
-    /// Size in logical blocks.
-    pub blocks: u64,
+    /// Size in logical blocks (the store may grow or shrink: see
+    /// [`Namespace::refresh_size`]).
+    blocks: AtomicU64,
     /// Writes are refused.
     pub readonly: bool,
     /// Its ANA group.
@@ -67,7 +70,7 @@ impl Namespace {
             nsid,
             block_size,
             block_shift: block_size.trailing_zeros(),
-            blocks: size_bytes / block_size as u64,
+            blocks: AtomicU64::new(size_bytes / block_size as u64),
             readonly,
             ana_group: 1,
             nguid,
@@ -77,12 +80,29 @@ impl Namespace {
         }
     }
 
+    /// Size in logical blocks.
+    pub fn blocks(&self) -> u64 {
+        self.blocks.load(Ordering::Acquire)
+    }
+
+    /// Reads the size of the store again (blocking: on the daemon thread);
+    /// when it changed, takes it and returns (old, new) in blocks.
+    pub fn refresh_size(&self) -> std::io::Result<Option<(u64, u64)>> {
+        let Some(bytes) = self.backend.size_now()? else {
+            return Ok(None);
+        };
+        let new = bytes >> self.block_shift;
+        let old = self.blocks.swap(new, Ordering::AcqRel);
+        Ok((old != new).then_some((old, new)))
+    }
+
     /// Identify Namespace data.
     pub fn identify(&self) -> IdentifyNamespace {
+        let blocks = self.blocks();
         IdentifyNamespace {
-            nsze: self.blocks,
-            ncap: self.blocks,
-            nuse: self.blocks,
+            nsze: blocks,
+            ncap: blocks,
+            nuse: blocks,
             // bit 0: thin provisioning (deallocate supported); bit 3: NGUID/EUI64 never reused
             nsfeat: 0,
             nlbaf: 0,
@@ -133,5 +153,35 @@ impl Drop for Namespace {
         if let Err(e) = self.flush() {
             tracing::warn!(nsid = self.nsid, "flush of a closing namespace: {e}");
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::{BackendConfig, NamespaceConfig};
+
+    #[test]
+    fn a_grown_file_is_taken_on_refresh() {
+        let path = std::env::temp_dir().join(format!("nvmf-ns-size-{}", std::process::id()));
+        let f = std::fs::File::create(&path).unwrap();
+        f.set_len(1 << 20).unwrap();
+        let cfg = NamespaceConfig {
+            nsid: 1,
+            backend: BackendConfig::File { path: path.clone() },
+            block_size: Some(4096),
+            readonly: false,
+            ana_group: 1,
+        };
+        let ns = crate::backend::open_namespace("nqn.t", &cfg).unwrap();
+        assert_eq!(ns.blocks(), 256);
+        assert_eq!(ns.refresh_size().unwrap(), None, "unchanged");
+        f.set_len(3 << 20).unwrap();
+        assert_eq!(ns.refresh_size().unwrap(), Some((256, 768)));
+        assert_eq!(ns.identify().nsze, 768);
+        let null = Namespace::new("nqn.t", 2, Backend::Null, 1 << 20, 512, false);
+        assert_eq!(null.refresh_size().unwrap(), None, "null: fixed size");
+        drop(ns);
+        std::fs::remove_file(&path).unwrap();
     }
 }

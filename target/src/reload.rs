@@ -69,6 +69,8 @@ pub struct Plan {
     /// The ANA states of some listener changed (hosts connected there are
     /// told).
     pub ana: bool,
+    /// Namespaces whose store changed size (found while applying the plan).
+    pub resized: usize,
 }
 
 impl Plan {
@@ -84,20 +86,24 @@ impl Plan {
 
     /// A one-line summary for the log and the service status.
     pub fn summary(&self) -> String {
-        if self.is_empty() {
+        if self.is_empty() && self.resized == 0 {
             return "no changes".into();
         }
         let ns_added: usize = self.changed.iter().map(|c| c.add.len()).sum();
         let ns_removed: usize = self.changed.iter().map(|c| c.remove.len()).sum();
         let access = self.changed.iter().filter(|c| c.access.is_some()).count();
         format!(
-            "subsystems +{} -{}, namespaces +{} -{}, host access changed in {}{}",
+            "subsystems +{} -{}, namespaces +{} -{}, host access changed in {}{}{}",
             self.added.len(),
             self.removed.len(),
             ns_added,
             ns_removed,
             access,
-            if self.ana { ", ANA states changed" } else { "" }
+            if self.ana { ", ANA states changed" } else { "" },
+            match self.resized {
+                0 => String::new(),
+                n => format!(", {n} namespace(s) resized"),
+            }
         )
     }
 }

@@ -29,6 +29,19 @@ fn io_err(path: &Path, what: &'static str, source: std::io::Error) -> BackendErr
     }
 }
 
+/// The size in bytes of an open file or block device.
+pub fn size(file: &std::fs::File, is_block: bool) -> std::io::Result<u64> {
+    if is_block {
+        let mut size: u64 = 0;
+        // SAFETY: BLKGETSIZE64 writes a u64 into a valid local; the
+        // descriptor is the open block device.
+        unsafe { blkgetsize64(file.as_raw_fd(), &mut size) }?;
+        Ok(size)
+    } else {
+        Ok(file.metadata()?.len())
+    }
+}
+
 /// Opens a file or block device: the backend, its size in bytes and the
 /// block size to export (`block_size`, else the device's logical block size,
 /// 4096 for a file).
@@ -55,19 +68,16 @@ pub fn open(
     };
     let meta = file.metadata().map_err(|e| io_err(path, "stat", e))?;
     let is_block = meta.file_type().is_block_device();
-    let (size, native_bs) = if is_block {
-        let mut size: u64 = 0;
+    let size = size(&file, is_block).map_err(|e| io_err(path, "size", e))?;
+    let native_bs = if is_block {
         let mut ssz: std::ffi::c_int = 0;
-        // SAFETY: BLKGETSIZE64 writes a u64 and BLKSSZGET an int into valid
-        // locals; the descriptor is the open block device.
-        unsafe { blkgetsize64(file.as_raw_fd(), &mut size) }
-            .map_err(|e| io_err(path, "BLKGETSIZE64", e.into()))?;
-        // SAFETY: as above.
+        // SAFETY: BLKSSZGET writes an int into a valid local; the descriptor
+        // is the open block device.
         unsafe { blksszget(file.as_raw_fd(), &mut ssz) }
             .map_err(|e| io_err(path, "BLKSSZGET", e.into()))?;
-        (size, ssz.max(512) as u32)
+        ssz.max(512) as u32
     } else {
-        (meta.len(), 4096)
+        4096
     };
     let bs = block_size.unwrap_or(native_bs);
     if bs < native_bs && is_block {

@@ -87,6 +87,19 @@ impl Backend {
         }
     }
 
+    /// The store's size in bytes as it is now (blocking), or `None` for a
+    /// store of fixed size (null).
+    pub fn size_now(&self) -> std::io::Result<Option<u64>> {
+        match self {
+            Backend::File { file, is_block, .. } => file::size(file, *is_block).map(Some),
+            Backend::Rbd(img) => img.size().map(Some).map_err(|e| match e.errno() {
+                Some(n) => std::io::Error::from_raw_os_error(n),
+                None => std::io::Error::other(e.to_string()),
+            }),
+            Backend::Null => Ok(None),
+        }
+    }
+
     /// The raw fd (-1 when there is none).
     pub fn fd(&self) -> i32 {
         match self {

@@ -368,24 +368,31 @@ impl TargetConfig {
                         .iter()
                         .enumerate()
                         .map(|(i, p)| {
-                            let (backend, path, size) = match p.strip_prefix("null:") {
-                                Some(sz) => {
-                                    (Some("null".into()), None, Some(SizeValue::Text(sz.into())))
-                                }
-                                None => (None, Some(p.clone()), None),
+                            let n = RawNamespace {
+                                nsid: Some(i as u32 + 1),
+                                ..RawNamespace::default()
                             };
-                            (
-                                i,
+                            let n = if let Some(sz) = p.strip_prefix("null:") {
                                 RawNamespace {
-                                    nsid: Some(i as u32 + 1),
-                                    path,
-                                    backend,
-                                    size,
-                                    block_size: None,
-                                    readonly: None,
-                                    ..RawNamespace::default()
-                                },
-                            )
+                                    backend: Some("null".into()),
+                                    size: Some(SizeValue::Text(sz.into())),
+                                    ..n
+                                }
+                            } else if let Some(spec) = p.strip_prefix("rbd:") {
+                                let (pool, image) = spec.split_once('/').unwrap_or(("", spec));
+                                RawNamespace {
+                                    backend: Some("rbd".into()),
+                                    pool: Some(pool.into()),
+                                    image: Some(image.into()),
+                                    ..n
+                                }
+                            } else {
+                                RawNamespace {
+                                    path: Some(p.clone()),
+                                    ..n
+                                }
+                            };
+                            (i, n)
                         })
                         .collect(),
                 },
@@ -1273,6 +1280,29 @@ socket = "x"
             c.subsystems[0].namespaces[0].backend,
             BackendConfig::Null { size: 64 << 20 }
         );
+        let c = TargetConfig::quick(
+            "10.0.0.1:4420",
+            "nqn.2026-11.io.example:x",
+            &["rbd:rbd/disk1".into(), "null:1M".into()],
+        )
+        .unwrap();
+        assert_eq!(
+            c.subsystems[0].namespaces[0].backend,
+            BackendConfig::Rbd(RbdConfig {
+                pool: "rbd".into(),
+                image: "disk1".into(),
+                ceph_conf: None,
+                client: "admin".into()
+            })
+        );
+        let e = TargetConfig::quick(
+            "10.0.0.1:4420",
+            "nqn.2026-11.io.example:x",
+            &["rbd:disk1".into()],
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("namespace[0].pool"), "{e}");
     }
 
     #[test]

@@ -35,7 +35,7 @@ pub const DISCONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 fn open_ns(nqn: &str, n: &NamespaceConfig) -> Result<Arc<Namespace>, String> {
     let ns =
         open_namespace(nqn, n).map_err(|e| format!("subsystem {nqn} namespace {}: {e}", n.nsid))?;
-    info!(subsys = %nqn, nsid = ns.nsid, backend = %ns.backend.describe(), blocks = ns.blocks,
+    info!(subsys = %nqn, nsid = ns.nsid, backend = %ns.backend.describe(), blocks = ns.blocks(),
           block_size = ns.block_size, "namespace ready");
     Ok(Arc::new(ns))
 }
@@ -195,9 +195,10 @@ impl Daemon {
     /// Applies a new configuration. On any error nothing changes and the old
     /// configuration keeps serving.
     pub fn reload(&mut self, new: TargetConfig) -> Result<Plan, String> {
-        let plan = reload::plan(&self.config, &new).map_err(|e| e.to_string())?;
+        let mut plan = reload::plan(&self.config, &new).map_err(|e| e.to_string())?;
         if plan.is_empty() {
             self.config = new;
+            plan.resized = self.refresh_sizes();
             return Ok(plan);
         }
         // Open everything new first: a backend that fails refuses the reload.
@@ -306,6 +307,7 @@ impl Daemon {
             }
         }
         self.target.set_subsystems(subs);
+        plan.resized = self.refresh_sizes();
         if plan.ana {
             let ports = self.target.ana.update(&new.listeners);
             let mut raised = 0;
@@ -327,6 +329,35 @@ impl Daemon {
         }
         self.config = new;
         Ok(plan)
+    }
+
+    /// Reads the size of every namespace's store again (an RBD image resized,
+    /// a file or volume grown): a namespace whose size changed takes the new
+    /// one and its hosts get a namespace-changed event, as for any change of
+    /// its attributes. Returns how many changed.
+    fn refresh_sizes(&self) -> usize {
+        let mut n = 0;
+        for sub in self.target.subsystems().iter() {
+            for ns in sub.namespaces().iter() {
+                match ns.refresh_size() {
+                    Ok(Some((old, new))) => {
+                        n += 1;
+                        let raised = sub
+                            .controllers()
+                            .iter()
+                            .filter(|c| c.notify_ns_changed(&[ns.nsid]))
+                            .count();
+                        info!(subsys = %sub.nqn, nsid = ns.nsid, old_blocks = old, new_blocks = new,
+                              controllers_notified = raised, "namespace resized");
+                    }
+                    Ok(None) => {}
+                    Err(e) => {
+                        warn!(subsys = %sub.nqn, nsid = ns.nsid, "size of the store unknown: {e}")
+                    }
+                }
+            }
+        }
+        n
     }
 
     /// Stops the daemon: refuse new connections, let in-flight I/O finish

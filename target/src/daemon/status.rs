@@ -215,7 +215,7 @@ impl Status {
                                 nsid: n.nsid,
                                 backend: backend.into(),
                                 path,
-                                size_bytes: n.blocks << n.block_shift,
+                                size_bytes: n.blocks() << n.block_shift,
                                 block_size: n.block_size,
                                 readonly: n.readonly,
                                 ana_group: n.ana_group,

@@ -318,7 +318,10 @@ impl Queue {
         if errno != 0 {
             Stats::inc(&cx.target.stats.backend_errors);
             ns.metrics.backend_errors.inc();
-            let st = io::errno_status(&plan, errno);
+            let mut st = io::errno_status(&plan, errno);
+            if !self.ctrl.as_ref().is_some_and(|c| c.state().acre) {
+                st = st.with_crd(0); // the host did not enable ACRE
+            }
             warn!(nsid = ns.nsid, cid = q.cmd.cid(), ?plan, errno, status = %st, "backend I/O failed");
             return self.complete(cx, r, st, 0);
         }
