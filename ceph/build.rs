@@ -16,7 +16,7 @@ fn main() {
     let bindings = bindgen::Builder::default()
         .header("src/wrapper.h")
         .allowlist_function(
-            "rados_(create2|conf_read_file|conf_set|conf_get|connect|shutdown|cluster_fsid|ioctx_create|ioctx_destroy|pool_lookup)",
+            "rados_(create2|conf_read_file|conf_parse_env|conf_set|conf_get|connect|shutdown|cluster_fsid|ioctx_create|ioctx_destroy|pool_lookup)",
         )
         .allowlist_function(
             "rbd_(open|close|get_size|get_id|flush|aio_(create_completion|get_return_value|release|read|write|flush|discard|write_zeroes))",

@@ -98,6 +98,7 @@ pub fn library() -> Result<&'static ffi::LibRbd, Error> {
         require!(
             rados_create2,
             rados_conf_read_file,
+            rados_conf_parse_env,
             rados_conf_set,
             rados_conf_get,
             rados_connect,
@@ -147,8 +148,9 @@ impl std::fmt::Debug for Cluster {
 impl Cluster {
     /// Connects as `client` (`admin` for `client.admin`), reading `conf`
     /// (the default search path, `/etc/ceph/ceph.conf` and others, when
-    /// `None`), then applying `options` over it. Blocks until the monitors
-    /// answer or `client_mount_timeout` passes.
+    /// `None`), then `options`, then the `CEPH_ARGS` environment variable
+    /// (`--option=value ...`, as every Ceph client takes it). Blocks until
+    /// the monitors answer or `client_mount_timeout` passes.
     pub fn connect(
         conf: Option<&Path>,
         client: &str,
@@ -189,6 +191,9 @@ impl Cluster {
         for (k, v) in options {
             cluster.set(k, v)?;
         }
+        // SAFETY: live handle; a null name means CEPH_ARGS.
+        let r = unsafe { lib.rados_conf_parse_env(cluster.raw, std::ptr::null()) };
+        check(r, "parse CEPH_ARGS for", desc)?;
         // SAFETY: the handle is live and configured.
         let r = unsafe { lib.rados_connect(cluster.raw) };
         check(r, "connect to the Ceph cluster", desc)?;

@@ -5,7 +5,8 @@
 # Patterns: 4k QD1 and QD32 randread/randwrite, 64k QD8 read/write, 4k QD32 70/30 mix.
 # "cpu_us" is the whole guest's CPU time per I/O (host and target side together; the same
 # host work for both targets). OURS_SPINS="0 200" runs our target once per --poll-spin-us
-# value (targets ours-spinN), for tuning the busy-poll window.
+# value (targets ours-spinN), for tuning the busy-poll window; OURS_CEPH_ARGS="--a=b ..."
+# once more per value, with CEPH_ARGS set (librados options, for DEV=rbd).
 set -uo pipefail
 : >/tmp/bench.txt
 IP=${LAB_IP:?}; NQN=nqn.2026-11.io.nvmf-lab:bench; RT=${RT:-10}; ROUNDS=${ROUNDS:-2}
@@ -85,10 +86,17 @@ kernel_down() {
 }
 for r in $(seq "$ROUNDS"); do
   kernel_up; nvme connect -t rdma -a "$IP" -s 4420 -n $NQN >/dev/null && runfio "$r" nvmet; nvme disconnect -n $NQN >/dev/null; kernel_down
-  for spin in ${OURS_SPINS:-default}; do
-    args=(); label=ours
-    [ "$spin" != default ] && { args=(--poll-spin-us "$spin"); label=ours-spin$spin; }
-    "$TARGET_BIN" --listen "$IP:4420" --nqn $NQN --namespace "${OURS_NS:-$BDEV}" --log-level warn "${args[@]}" >/tmp/t.log 2>&1 &
+  variants=()
+  for spin in ${OURS_SPINS:-default}; do variants+=("spin:$spin"); done
+  for ca in ${OURS_CEPH_ARGS:-}; do variants+=("ceph:$ca"); done
+  for v in "${variants[@]}"; do
+    args=(); envs=(); label=ours
+    case $v in
+      spin:default) ;;
+      spin:*) args=(--poll-spin-us "${v#spin:}"); label=ours-spin${v#spin:} ;;
+      ceph:*) envs=("CEPH_ARGS=${v#ceph:}"); label=ours-$(tr -dc 'a-z0-9_=' <<<"${v#ceph:}" | cut -c1-28) ;;
+    esac
+    env "${envs[@]}" "$TARGET_BIN" --listen "$IP:4420" --nqn $NQN --namespace "${OURS_NS:-$BDEV}" --log-level warn "${args[@]}" >/tmp/t.log 2>&1 &
     TP=$!; sleep 1
     nvme connect -t rdma -a "$IP" -s 4420 -n $NQN >/dev/null && runfio "$r" "$label"; nvme disconnect -n $NQN >/dev/null
     echo "io_uring io-wq threads of the target after the run: $(grep -l '^iou-' /proc/$TP/task/*/comm 2>/dev/null | wc -l)"

@@ -28,12 +28,6 @@ TPID= LOOP= PASSED=0 CUR=
 . integration/guest/kmsg.sh
 . integration/guest/nvmet.sh
 
-own_down() {
-    [ -n "$TPID" ] || return 0
-    kill -TERM "$TPID" 2>/dev/null || true
-    local rc=0; wait "$TPID" || rc=$?; TPID=
-    [ $rc = 0 ] || { sed 's/^/    target: /' "$TLOG" | tail -n 30; fail "our target exited with status $rc"; }
-}
 cleanup() {
     local rc=$?
     set +eE; trap - ERR

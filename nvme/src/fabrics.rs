@@ -17,6 +17,8 @@ pub const CONNECT_DATA_SUBNQN_OFFSET: u16 = 256;
 pub const CONNECT_DATA_HOSTNQN_OFFSET: u16 = 512;
 /// Byte offset of `cntlid` in the connect data.
 pub const CONNECT_DATA_CNTLID_OFFSET: u16 = 16;
+/// Byte offset of `hostid` in the connect data.
+pub const CONNECT_DATA_HOSTID_OFFSET: u16 = 0;
 
 /// The Connect command's own fields (SQE bytes 40..52).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -5,7 +5,8 @@ use std::sync::Arc;
 
 use nvme::fabrics::{
     ConnectCommand, ConnectData, PropertyCommand, CONNECT_DATA_CNTLID_OFFSET,
-    CONNECT_DATA_HOSTNQN_OFFSET, CONNECT_DATA_SIZE, CONNECT_DATA_SUBNQN_OFFSET,
+    CONNECT_DATA_HOSTID_OFFSET, CONNECT_DATA_HOSTNQN_OFFSET, CONNECT_DATA_SIZE,
+    CONNECT_DATA_SUBNQN_OFFSET,
 };
 use nvme::{Command, Status};
 
@@ -56,6 +57,7 @@ fn refuse(status: Status, result: u64) -> ConnectError {
 pub fn connect(
     target: &Target,
     cm_qid: u16,
+    cm_sqsize: u16,
     cmd: &Command,
     data: &[u8],
 ) -> Result<(Arc<Controller>, ConnectData), ConnectError> {
@@ -83,7 +85,7 @@ pub fn connect(
         ));
     }
     if c.qid == 0 {
-        if c.sqsize == 0 || c.sqsize >= crate::ADMIN_QUEUE_SIZE {
+        if c.sqsize == 0 || c.sqsize >= crate::ADMIN_QUEUE_SIZE || c.sqsize != cm_sqsize {
             return Err(refuse(Status::CONNECT_INVALID_PARAM, SQE_SQSIZE_OFFSET));
         }
         let kato = if c.kato == 0 && subsys.kind == SubsystemKind::Discovery {
@@ -111,6 +113,13 @@ pub fn connect(
             iattr_data(CONNECT_DATA_HOSTNQN_OFFSET),
         ));
     }
+    // The same host identifier on every queue of the association.
+    if ctrl.hostid != d.hostid {
+        return Err(refuse(
+            Status::CONNECT_INVALID_PARAM,
+            iattr_data(CONNECT_DATA_HOSTID_OFFSET),
+        ));
+    }
     {
         let st = ctrl.state();
         if !st.ready() {
@@ -120,7 +129,9 @@ pub fn connect(
             return Err(refuse(Status::CONNECT_INVALID_PARAM, SQE_QID_OFFSET));
         }
     }
-    if c.sqsize == 0 || c.sqsize >= crate::MAX_QUEUE_SIZE {
+    // SQSIZE must be the queue's size as the host gave it in the RDMA-CM
+    // private data (HSQSIZE): its receive buffers were posted for that many.
+    if c.sqsize == 0 || c.sqsize >= crate::MAX_QUEUE_SIZE || c.sqsize != cm_sqsize {
         return Err(refuse(Status::CONNECT_INVALID_PARAM, SQE_SQSIZE_OFFSET));
     }
     Ok((ctrl, d))
@@ -199,6 +210,11 @@ mod tests {
         (c, d.encode().to_vec())
     }
 
+    /// The SQSIZE of a Connect, as a host that gives the same HSQSIZE sends it.
+    fn sq(c: &Command) -> u16 {
+        ConnectCommand::from_command(c).sqsize
+    }
+
     fn enable(ctrl: &Controller) {
         let v = (6 << cc::IOSQES_SHIFT | 4 << cc::IOCQES_SHIFT | cc::EN) as u64;
         let c = PropertyCommand {
@@ -214,41 +230,56 @@ mod tests {
     fn admin_then_io() {
         let t = target();
         let (c, d) = conn(0, 31, 5000, "nqn.t:open", "nqn.host:a", 0xFFFF);
-        let (ctrl, _) = connect(&t, 0, &c, &d).unwrap();
+        let (ctrl, _) = connect(&t, 0, sq(&c), &c, &d).unwrap();
         assert_eq!(ctrl.cntlid, 1);
         assert_eq!(ctrl.state().kato_ms, 5000);
         // I/O queue before enable
         let (c, d) = conn(1, 127, 0, "nqn.t:open", "nqn.host:a", 1);
         assert_eq!(
-            connect(&t, 1, &c, &d).unwrap_err().status,
+            connect(&t, 1, sq(&c), &c, &d).unwrap_err().status,
             Status::CMD_SEQ_ERROR
         );
         enable(&ctrl);
         assert!(ctrl.is_ready());
-        let (io_ctrl, _) = connect(&t, 1, &c, &d).unwrap();
+        let (io_ctrl, _) = connect(&t, 1, sq(&c), &c, &d).unwrap();
         assert!(Arc::ptr_eq(&io_ctrl, &ctrl));
         // wrong host for the controller
         let (c, d) = conn(1, 127, 0, "nqn.t:open", "nqn.host:b", 1);
         assert_eq!(
-            connect(&t, 1, &c, &d).unwrap_err(),
+            connect(&t, 1, sq(&c), &c, &d).unwrap_err(),
             refuse(Status::CONNECT_INVALID_PARAM, (1 << 16) | 512)
         );
         // unknown controller
         let (c, d) = conn(1, 127, 0, "nqn.t:open", "nqn.host:a", 9);
         assert_eq!(
-            connect(&t, 1, &c, &d).unwrap_err(),
+            connect(&t, 1, sq(&c), &c, &d).unwrap_err(),
             refuse(Status::CONNECT_INVALID_PARAM, (1 << 16) | 16)
         );
         // sqsize too big, qid mismatch
         let (c, d) = conn(1, 128, 0, "nqn.t:open", "nqn.host:a", 1);
         assert_eq!(
-            connect(&t, 1, &c, &d).unwrap_err(),
+            connect(&t, 1, sq(&c), &c, &d).unwrap_err(),
             refuse(Status::CONNECT_INVALID_PARAM, 44)
         );
         let (c, d) = conn(2, 127, 0, "nqn.t:open", "nqn.host:a", 1);
         assert_eq!(
-            connect(&t, 1, &c, &d).unwrap_err(),
+            connect(&t, 1, sq(&c), &c, &d).unwrap_err(),
             refuse(Status::CONNECT_INVALID_PARAM, 42)
+        );
+        // SQSIZE other than the CM's HSQSIZE
+        let (c, d) = conn(1, 127, 0, "nqn.t:open", "nqn.host:a", 1);
+        assert_eq!(
+            connect(&t, 1, 63, &c, &d).unwrap_err(),
+            refuse(Status::CONNECT_INVALID_PARAM, 44)
+        );
+        let (c, d) = conn(0, 31, 0, "nqn.t:open", "nqn.host:a", 0xFFFF);
+        assert_eq!(connect(&t, 0, 15, &c, &d).unwrap_err().result, 44);
+        // another host identifier than the admin queue's
+        let (c, mut d) = conn(1, 127, 0, "nqn.t:open", "nqn.host:a", 1);
+        d[0] ^= 0xFF;
+        assert_eq!(
+            connect(&t, 1, sq(&c), &c, &d).unwrap_err(),
+            refuse(Status::CONNECT_INVALID_PARAM, 1 << 16)
         );
     }
 
@@ -256,26 +287,26 @@ mod tests {
     fn refusals() {
         let t = target();
         let (c, d) = conn(0, 31, 0, "nqn.t:nope", "nqn.host:a", 0xFFFF);
-        let e = connect(&t, 0, &c, &d).unwrap_err();
+        let e = connect(&t, 0, sq(&c), &c, &d).unwrap_err();
         assert_eq!(e.status.code(), 0x182);
         assert_eq!(e.result, (1 << 16) | 256);
         let (c, d) = conn(0, 31, 0, "nqn.t:closed", "nqn.host:a", 0xFFFF);
-        let e = connect(&t, 0, &c, &d).unwrap_err();
+        let e = connect(&t, 0, sq(&c), &c, &d).unwrap_err();
         assert_eq!(e.status.code(), 0x184);
         assert_eq!(e.result, (1 << 16) | 512);
         let (c, d) = conn(0, 31, 0, "nqn.t:closed", "nqn.host:ok", 0xFFFF);
-        assert!(connect(&t, 0, &c, &d).is_ok());
+        assert!(connect(&t, 0, sq(&c), &c, &d).is_ok());
         let (c, d) = conn(0, 32, 0, "nqn.t:open", "nqn.host:a", 0xFFFF);
-        assert_eq!(connect(&t, 0, &c, &d).unwrap_err().result, 44);
+        assert_eq!(connect(&t, 0, sq(&c), &c, &d).unwrap_err().result, 44);
         let (mut c, d) = conn(0, 31, 0, "nqn.t:open", "nqn.host:a", 0xFFFF);
         c.raw[40] = 1;
         assert_eq!(
-            connect(&t, 0, &c, &d).unwrap_err().status,
+            connect(&t, 0, sq(&c), &c, &d).unwrap_err().status,
             Status::CONNECT_FORMAT
         );
         let (c, d) = conn(0, 31, 0, "nqn.t:open", "nqn.host:a", 0xFFFF);
         assert_eq!(
-            connect(&t, 0, &c, &d[..512]).unwrap_err().status,
+            connect(&t, 0, sq(&c), &c, &d[..512]).unwrap_err().status,
             Status::SGL_INVALID_DATA
         );
     }
@@ -284,9 +315,9 @@ mod tests {
     fn discovery_defaults() {
         let t = target();
         let (c, d) = conn(0, 31, 0, nvme::DISCOVERY_NQN, "nqn.host:any", 0xFFFF);
-        let (ctrl, _) = connect(&t, 0, &c, &d).unwrap();
+        let (ctrl, _) = connect(&t, 0, sq(&c), &c, &d).unwrap();
         assert_eq!(ctrl.state().kato_ms, DISCOVERY_KATO_MS);
         let (c, d) = conn(1, 31, 0, nvme::DISCOVERY_NQN, "nqn.host:any", ctrl.cntlid);
-        assert_eq!(connect(&t, 1, &c, &d).unwrap_err().result, 42);
+        assert_eq!(connect(&t, 1, sq(&c), &c, &d).unwrap_err().result, 42);
     }
 }

@@ -88,12 +88,6 @@ pub fn open(
             ),
         });
     }
-    if size < bs as u64 {
-        return Err(BackendError::Invalid {
-            path: path.display().to_string(),
-            reason: format!("size {size} is smaller than one block ({bs} bytes)"),
-        });
-    }
     if size % bs as u64 != 0 {
         tracing::warn!(path = %path.display(), size, bs, "size is not a multiple of the block size; the tail is not exported");
     }

@@ -111,54 +111,23 @@ impl Backend {
 
 /// Opens the store of a configured namespace and builds the [`Namespace`].
 pub fn open_namespace(subnqn: &str, cfg: &NamespaceConfig) -> Result<Namespace, BackendError> {
-    let mut ns = open_store(subnqn, cfg)?;
-    ns.ana_group = cfg.ana_group;
-    Ok(ns)
-}
-
-fn open_store(subnqn: &str, cfg: &NamespaceConfig) -> Result<Namespace, BackendError> {
-    match &cfg.backend {
-        BackendConfig::Null { size } => {
-            let bs = cfg.block_size.unwrap_or(512);
-            Ok(Namespace::new(
-                subnqn,
-                cfg.nsid,
-                Backend::Null,
-                *size,
-                bs,
-                cfg.readonly,
-            ))
-        }
-        BackendConfig::File { path } => {
-            let (backend, size, bs) = file::open(path, cfg.block_size, cfg.readonly)?;
-            Ok(Namespace::new(
-                subnqn,
-                cfg.nsid,
-                backend,
-                size,
-                bs,
-                cfg.readonly,
-            ))
-        }
+    let (backend, size, bs) = match &cfg.backend {
+        BackendConfig::Null { size } => (Backend::Null, *size, cfg.block_size.unwrap_or(512)),
+        BackendConfig::File { path } => file::open(path, cfg.block_size, cfg.readonly)?,
         BackendConfig::Rbd(rbd) => {
             let (backend, size) = rbd::open(rbd)?;
-            let bs = cfg.block_size.unwrap_or(512);
-            if size < bs as u64 {
-                return Err(BackendError::Invalid {
-                    path: backend.describe(),
-                    reason: format!("size {size} is smaller than one block ({bs} bytes)"),
-                });
-            }
-            Ok(Namespace::new(
-                subnqn,
-                cfg.nsid,
-                backend,
-                size,
-                bs,
-                cfg.readonly,
-            ))
+            (backend, size, cfg.block_size.unwrap_or(512))
         }
+    };
+    if size < bs as u64 {
+        return Err(BackendError::Invalid {
+            path: backend.describe(),
+            reason: format!("size {size} is smaller than one block ({bs} bytes)"),
+        });
     }
+    let mut ns = Namespace::new(subnqn, cfg.nsid, backend, size, bs, cfg.readonly);
+    ns.ana_group = cfg.ana_group;
+    Ok(ns)
 }
 
 /// How a worker runs backend operations and hears of their completion.

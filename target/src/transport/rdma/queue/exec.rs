@@ -54,7 +54,7 @@ impl Queue {
         if cmd.fctype() == fctype::CONNECT {
             // SAFETY: the request executes; the data is copied out at once.
             let data = unsafe { self.data_mut(cx.dev, r) }.to_vec();
-            match fabrics::connect(cx.target, self.qid(), &cmd, &data) {
+            match fabrics::connect(cx.target, self.qid(), self.params.sq_size - 1, &cmd, &data) {
                 Ok((ctrl, d)) => {
                     if let Err(st) = ctrl.attach(self.link.clone()) {
                         warn!(
