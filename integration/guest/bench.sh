@@ -94,7 +94,7 @@ for r in $(seq "$ROUNDS"); do
     case $v in
       spin:default) ;;
       spin:*) args=(--poll-spin-us "${v#spin:}"); label=ours-spin${v#spin:} ;;
-      ceph:*) envs=("CEPH_ARGS=${v#ceph:}"); label=ours-$(tr -dc 'a-z0-9_=' <<<"${v#ceph:}" | cut -c1-28) ;;
+      ceph:*) envs=("CEPH_ARGS=${v#ceph:}"); label=ours-$(tr -dc 'a-z0-9_=' <<<"${v#ceph:}" | tr '=' '-' | cut -c1-28) ;;
     esac
     env "${envs[@]}" "$TARGET_BIN" --listen "$IP:4420" --nqn $NQN --namespace "${OURS_NS:-$BDEV}" --log-level warn "${args[@]}" >/tmp/t.log 2>&1 &
     TP=$!; sleep 1

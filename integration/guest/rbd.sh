@@ -131,6 +131,10 @@ config nopool "$IMAGE"
 refused "missing pool" "rbd:nopool/$IMAGE.*open pool nopool.*No such file"
 config rbd "$IMAGE" 'ceph_conf = "/etc/ceph/missing.conf"'
 refused "missing ceph_conf" "ceph_conf: /etc/ceph/missing.conf: No such file"
+# A cluster whose monitors do not answer: librados gives up after 15 s.
+sed 's/^mon host = .*/mon host = 127.0.0.1:6999/' /etc/ceph/ceph.conf >/tmp/nocluster.conf
+config rbd "$IMAGE" 'ceph_conf = "/tmp/nocluster.conf"'
+refused "cluster not answering" "connect to the Ceph cluster.*(timed out|refused).*monitors"
 
 step "2. serve rbd/$IMAGE; connect; size and status"
 config rbd "$IMAGE"
@@ -145,7 +149,15 @@ sed 's/^/    status: /' /tmp/rbd-status.txt
 grep -qE "namespace 1 +rbd +rbd/$IMAGE +512.00 MiB" /tmp/rbd-status.txt || fail "status does not show the RBD namespace"
 kmsg_check "connect"
 
-step "2b. rbd resize + reload: the host sees the new size (namespace-changed event)"
+step "2b. a reload naming a missing image is refused; rbd resize + reload: the host sees the new size"
+cp "$CONF" /tmp/rbd-good.toml
+printf '[[subsystem.namespace]]\nnsid = 3\nbackend = "rbd"\npool = "rbd"\nimage = "nope"\n' >>"$CONF"
+kill -HUP "$TPID"
+for _ in $(seq 50); do grep -q "reload refused" "$TLOG" && break; sleep 0.2; done
+grep "reload refused" "$TLOG" | grep -q "open image rbd/nope" || fail "the reload naming a missing image was not refused with the reason"
+info "$(grep -o 'reload refused.*' "$TLOG" | head -1 | cut -c1-160)"
+cp /tmp/rbd-good.toml "$CONF"
+[ -z "$(ns_dev "$NQN" 3)" ] || fail "nsid 3 appeared"
 rbd resize --size $(( SIZE_MB + 256 ))M "rbd/$IMAGE" >/dev/null 2>&1
 kill -HUP "$TPID"
 for _ in $(seq 75); do [ "$(blockdev --getsize64 "$DEV")" = $(( (SIZE_MB + 256) << 20 )) ] && break; sleep 0.2; done

@@ -103,7 +103,9 @@ pub fn open(cfg: &RbdConfig) -> Result<(Backend, u64), BackendError> {
     let fail = |e: ceph::Error| {
         let hint = match e.errno().map(Errno::from_raw) {
             Some(Errno::ENOENT) => " (does it exist? `rbd ls <pool>`, `ceph osd pool ls`)",
-            Some(Errno::ETIMEDOUT) => " (are the monitors of the Ceph configuration reachable?)",
+            Some(Errno::ETIMEDOUT) | Some(Errno::ECONNREFUSED) => {
+                " (are the monitors of the Ceph configuration reachable?)"
+            }
             Some(Errno::EACCES) | Some(Errno::EPERM) => " (the client's key and capabilities)",
             _ => "",
         };
