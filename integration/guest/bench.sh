@@ -6,7 +6,8 @@
 # "cpu_us" is the whole guest's CPU time per I/O (host and target side together; the same
 # host work for both targets). OURS_SPINS="0 200" runs our target once per --poll-spin-us
 # value (targets ours-spinN), for tuning the busy-poll window; OURS_CEPH_ARGS="--a=b ..."
-# once more per value, with CEPH_ARGS set (librados options, for DEV=rbd).
+# once more per value, with CEPH_ARGS set (librados options, for DEV=rbd; several options
+# in one value separated by commas: "--a=1,--b=2").
 set -uo pipefail
 : >/tmp/bench.txt
 IP=${LAB_IP:?}; NQN=nqn.2026-11.io.nvmf-lab:bench; RT=${RT:-10}; ROUNDS=${ROUNDS:-2}
@@ -94,7 +95,8 @@ for r in $(seq "$ROUNDS"); do
     case $v in
       spin:default) ;;
       spin:*) args=(--poll-spin-us "${v#spin:}"); label=ours-spin${v#spin:} ;;
-      ceph:*) envs=("CEPH_ARGS=${v#ceph:}"); label=ours-$(tr -dc 'a-z0-9_=' <<<"${v#ceph:}" | tr '=' '-' | cut -c1-28) ;;
+      ceph:*) envs=("CEPH_ARGS=${v//,/ }"); envs[0]=${envs[0]/ceph:/}
+              label=ours-$(tr -dc 'a-z0-9_=,' <<<"${v#ceph:}" | tr '=,' '-+' | cut -c1-40) ;;
     esac
     env "${envs[@]}" "$TARGET_BIN" --listen "$IP:4420" --nqn $NQN --namespace "${OURS_NS:-$BDEV}" --log-level warn "${args[@]}" >/tmp/t.log 2>&1 &
     TP=$!; sleep 1
