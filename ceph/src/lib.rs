@@ -27,6 +27,9 @@ mod ffi {
 /// The library loaded: librbd, which brings librados as its dependency.
 pub const LIBRARY: &str = "librbd.so.1";
 
+/// The errno librbd returns when an output array is too small.
+const ERANGE: i32 = 34;
+
 /// Errors of the Ceph libraries, with what was being done.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -111,6 +114,8 @@ pub fn library() -> Result<&'static ffi::LibRbd, Error> {
             rbd_get_size,
             rbd_get_id,
             rbd_flush,
+            rbd_config_image_list,
+            rbd_config_image_list_cleanup,
             rbd_aio_create_completion,
             rbd_aio_get_return_value,
             rbd_aio_release,
@@ -394,6 +399,41 @@ impl Image {
         };
         check(r, "read the id of", || self.spec())?;
         Ok(c_str(&buf))
+    }
+
+    /// The value of an RBD option as it applies to this image: the client's
+    /// configuration, or the pool's or the image's override of it (`rbd
+    /// config pool|image set`). `None` if librbd has no such option.
+    pub fn config(&self, name: &str) -> Result<Option<String>, Error> {
+        let mut max: std::ffi::c_int = 0;
+        let mut opts: Vec<ffi::rbd_config_option_t> = Vec::new();
+        loop {
+            // SAFETY: an all-zero option (null strings, source 0) is valid.
+            opts.resize_with(max.max(0) as usize, || unsafe { std::mem::zeroed() });
+            let mut n = max;
+            // SAFETY: live image; `opts` has room for `n` options.
+            let r = unsafe {
+                self.lib
+                    .rbd_config_image_list(self.raw, opts.as_mut_ptr(), &mut n)
+            };
+            if r == -(ERANGE) && n > max {
+                max = n;
+                continue;
+            }
+            check(r, "list the configuration of", || self.spec())?;
+            let found = opts[..n as usize].iter().find_map(|o| {
+                // SAFETY: librbd filled the option with NUL-terminated strings.
+                let key = unsafe { CStr::from_ptr(o.name) };
+                (key.to_bytes() == name.as_bytes()).then(|| {
+                    unsafe { CStr::from_ptr(o.value) }
+                        .to_string_lossy()
+                        .into_owned()
+                })
+            });
+            // SAFETY: the `n` options librbd filled, freed once.
+            unsafe { self.lib.rbd_config_image_list_cleanup(opts.as_mut_ptr(), n) };
+            return Ok(found);
+        }
     }
 
     /// Flushes, blocking until written data is durable.

@@ -121,6 +121,17 @@ pub fn open(cfg: &RbdConfig) -> Result<(Backend, u64), BackendError> {
         .map_err(fail)?
         .image(&cfg.image)
         .map_err(fail)?;
+    // A pool or image override (`rbd config image set IMG rbd_cache true`)
+    // would turn the writeback cache on again for this image.
+    if image.config("rbd_cache").map_err(fail)?.as_deref() == Some("true") {
+        return Err(BackendError::Invalid {
+            path: spec.clone(),
+            reason: format!(
+                "librbd's writeback cache is on for this image (a pool or image override of rbd_cache): a gateway must not cache writes; remove it with `rbd config image remove {0}/{1} rbd_cache` (or `rbd config pool remove {0} rbd_cache`)",
+                cfg.pool, cfg.image
+            ),
+        });
+    }
     let id = image.id().map_err(fail)?;
     let size = image.size().map_err(fail)?;
     Ok((Backend::Rbd(RbdImage { image, fsid, id }), size))

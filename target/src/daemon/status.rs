@@ -146,15 +146,19 @@ pub struct ControllerInfo {
     pub bytes_read: u64,
     /// Bytes written by the host.
     pub bytes_written: u64,
+    /// The host honours Command Retry Delay (it enabled ACRE).
+    #[serde(default)]
+    pub retry_delay: bool,
 }
 
 fn controller(c: &Controller, now: Instant) -> ControllerInfo {
-    let (kato, since_ka, ready) = {
+    let (kato, since_ka, ready, acre) = {
         let st = c.state();
         (
             st.kato_ms,
             now.saturating_duration_since(st.last_keepalive).as_millis() as u64,
             st.ready(),
+            st.acre,
         )
     };
     let qids = c.qids();
@@ -175,6 +179,7 @@ fn controller(c: &Controller, now: Instant) -> ControllerInfo {
         writes: c.host_writes.load(Relaxed),
         bytes_read: c.units_read.load(Relaxed) * 512,
         bytes_written: c.units_written.load(Relaxed) * 512,
+        retry_delay: acre,
     }
 }
 
