@@ -43,7 +43,7 @@ pub struct IdentifyController {
     pub oaes: u32,
     /// Controller attributes.
     pub ctratt: u32,
-    /// Command Retry Delay Times 1..3 (units of 100 ms).
+    /// Command Retry Delay Times 1..3 (units of 100 ms; bytes 128..134).
     pub crdt: [u16; 3],
     /// Controller type.
     pub cntrltype: u8,
@@ -167,7 +167,7 @@ impl IdentifyController {
         put_u32(&mut b, 92, self.oaes);
         put_u32(&mut b, 96, self.ctratt);
         for (i, t) in self.crdt.iter().enumerate() {
-            put_u16(&mut b, 134 + 2 * i, *t);
+            put_u16(&mut b, 128 + 2 * i, *t);
         }
         b[111] = self.cntrltype;
         put_u16(&mut b, 256, self.oacs);
@@ -220,7 +220,7 @@ impl IdentifyController {
             ver: u32_at(b, 80),
             oaes: u32_at(b, 92),
             ctratt: u32_at(b, 96),
-            crdt: [u16_at(b, 134), u16_at(b, 136), u16_at(b, 138)],
+            crdt: [u16_at(b, 128), u16_at(b, 130), u16_at(b, 132)],
             cntrltype: b[111],
             oacs: u16_at(b, 256),
             acl: b[258],
@@ -486,6 +486,7 @@ mod tests {
         assert_eq!(&b[78..80], &[7, 0]);
         assert_eq!(&b[80..84], &0x10300u32.to_le_bytes());
         assert_eq!(&b[92..96], &0x100u32.to_le_bytes());
+        assert_eq!(&b[128..130], &[50, 0], "CRDT1 at bytes 129:128");
         assert_eq!(b[111], 1);
         assert_eq!(&b[320..322], &[10, 0]);
         assert_eq!(b[512], 0x66);

@@ -68,11 +68,11 @@ pub fn identify_controller(ctrl: &Controller) -> IdentifyController {
         fr: FIRMWARE_REV.into(),
         rab: 6,
         ieee: [0; 3],
-        // Several controllers (gateways), reporting ANA.
+        // Several ports and controllers (gateways), reporting ANA, as nvmet.
         cmic: if disc {
             0
         } else {
-            cmic::MULTI_CTRL | cmic::ANA
+            cmic::MULTI_PORT | cmic::MULTI_CTRL | cmic::ANA
         },
         mdts: crate::MDTS,
         cntlid: ctrl.cntlid,
