@@ -361,7 +361,7 @@ wait_state() { # SECONDS PORT PATTERN
 # I/O paused for the writes caught in a path change.
 fio_bg() { # NAME SIZE
     fio --name="$1" --filename="/dev/$HEAD" --direct=1 --ioengine=libaio --rw=randwrite --bs=4k \
-        --iodepth=16 --size="$2" --verify=crc32c --verify_fatal=1 --output-format=json \
+        --iodepth=16 --size="$2" --verify=crc32c --verify_fatal=1 --verify_state_save=0 --output-format=json \
         >"/tmp/fio-$1.json" 2>"/tmp/fio-$1.err" &
     FIOPID=$!
 }
