@@ -225,10 +225,10 @@ kmsg_mark
 
 step "3. fio with crc32c verify: 4k random writes QD16, 64k sequential writes QD8"
 fio --name=rw4k --filename="$DEV" --direct=1 --ioengine=libaio --rw=randwrite --bs=4k --iodepth=16 \
-    --size=32M --offset=0 --verify=crc32c --verify_fatal=1 --output-format=terse --terse-version=3 \
+    --size=32M --offset=0 --verify=crc32c --verify_fatal=1 --verify_state_save=0 --output-format=terse --terse-version=3 \
     >/tmp/fio1.txt || fail "fio 4k randwrite verify failed"
 fio --name=seq64k --filename="$DEV" --direct=1 --ioengine=libaio --rw=write --bs=64k --iodepth=8 \
-    --size=64M --offset=64M --verify=crc32c --verify_fatal=1 --output-format=terse --terse-version=3 \
+    --size=64M --offset=64M --verify=crc32c --verify_fatal=1 --verify_state_save=0 --output-format=terse --terse-version=3 \
     >/tmp/fio2.txt || fail "fio 64k write verify failed"
 info "4k randwrite+verify: $(awk -F';' '{print $49 " write IOPS, " $8 " read IOPS (verify)"}' /tmp/fio1.txt)"
 info "64k write+verify: $(awk -F';' '{print $48 " KiB/s write, " $7 " KiB/s read (verify)"}' /tmp/fio2.txt)"
