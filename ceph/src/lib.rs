@@ -51,6 +51,16 @@ pub enum Error {
     Name(String),
 }
 
+impl From<Error> for std::io::Error {
+    /// The errno of a failed call, or the error's text.
+    fn from(e: Error) -> std::io::Error {
+        match e.errno() {
+            Some(n) => std::io::Error::from_raw_os_error(n),
+            None => std::io::Error::other(e.to_string()),
+        }
+    }
+}
+
 impl Error {
     /// The errno of a failed call (ENOENT for a missing pool or image, ...).
     pub fn errno(&self) -> Option<i32> {

@@ -92,10 +92,7 @@ impl Backend {
     pub fn size_now(&self) -> std::io::Result<Option<u64>> {
         match self {
             Backend::File { file, is_block, .. } => file::size(file, *is_block).map(Some),
-            Backend::Rbd(img) => img.size().map(Some).map_err(|e| match e.errno() {
-                Some(n) => std::io::Error::from_raw_os_error(n),
-                None => std::io::Error::other(e.to_string()),
-            }),
+            Backend::Rbd(img) => Ok(Some(img.size()?)),
             Backend::Null => Ok(None),
         }
     }

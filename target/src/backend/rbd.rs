@@ -54,10 +54,7 @@ impl RbdImage {
 
     /// Flushes (blocking).
     pub fn flush(&self) -> std::io::Result<()> {
-        self.image.flush().map_err(|e| match e.errno() {
-            Some(n) => std::io::Error::from_raw_os_error(n),
-            None => std::io::Error::other(e.to_string()),
-        })
+        Ok(self.image.flush()?)
     }
 }
 
