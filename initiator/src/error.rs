@@ -28,7 +28,10 @@ pub enum Error {
         addr: SocketAddr,
         /// Queue id.
         qid: u16,
-        /// The NVMe/RDMA reject status, named.
+        /// The NVMe/RDMA reject status (`nvme::cm::RejectStatus` codes), when
+        /// the target gave one.
+        status: Option<u16>,
+        /// The reject status, named.
         reason: String,
     },
     /// The RDMA-CM connection failed for another reason.

@@ -72,6 +72,9 @@ pub struct QueueConfig {
     pub src: Option<SocketAddr>,
     /// Busy-poll the CQ this long before sleeping on the completion channel.
     pub spin: Duration,
+    /// Raw mode: the RDMA-CM private data to send instead of the NVMe/RDMA
+    /// request built from `qid` and `depth` (malformed-input tests).
+    pub cm_private: Option<Vec<u8>>,
 }
 
 impl QueueConfig {
@@ -87,6 +90,7 @@ impl QueueConfig {
             timeout: Duration::from_secs(10),
             src: None,
             spin: Duration::ZERO,
+            cm_private: None,
         }
     }
 }
@@ -179,15 +183,23 @@ pub struct RdmaQueue {
     crqsize: u16,
 }
 
-fn reject_reason(private: &[u8], cm_status: i32) -> String {
+/// The NVMe/RDMA reject status in a reject's private data, if any, and the
+/// reason in words. RDMA-CM status 28 is a consumer reject (the target's).
+fn reject_reason(private: &[u8], cm_status: i32) -> (Option<u16>, String) {
     match CmReject::parse(private) {
-        Ok(r) => {
+        Ok(r) if cm_status == 28 => {
             let name = RejectStatus::from_code(r.status)
                 .map_or("unknown NVMe/RDMA reject status", RejectStatus::describe);
-            format!("{name} (NVMe/RDMA status {})", r.status)
+            (
+                Some(r.status),
+                format!("{name} (NVMe/RDMA status {})", r.status),
+            )
         }
-        Err(_) if cm_status == 28 => "rejected without NVMe/RDMA status".into(),
-        Err(_) => format!("no listener or refused (CM status {cm_status})"),
+        _ if cm_status == 28 => (None, "rejected without NVMe/RDMA status".into()),
+        _ => (
+            None,
+            format!("no listener or refused (CM status {cm_status})"),
+        ),
     }
 }
 
@@ -288,13 +300,17 @@ impl RdmaQueue {
         for i in 0..depth as u16 {
             q.post_recv(i)?;
         }
-        let req = CmRequest {
-            recfmt: 0,
-            qid,
-            hrqsize: q.cfg.depth,
-            hsqsize: q.cfg.depth - 1,
-        }
-        .encode();
+        let req = match &q.cfg.cm_private {
+            Some(p) => p.clone(),
+            None => CmRequest {
+                recfmt: 0,
+                qid,
+                hrqsize: q.cfg.depth,
+                hsqsize: q.cfg.depth - 1,
+            }
+            .encode()
+            .to_vec(),
+        };
         q.id.connect(&ConnParams {
             private_data: &req,
             responder_resources: attr.max_qp_rd_atom.min(255) as u8,
@@ -323,11 +339,13 @@ impl RdmaQueue {
                     break;
                 }
                 CmEventKind::Rejected => {
+                    let (status, reason) = reject_reason(&ev.private_data, ev.status);
                     return Err(Error::Rejected {
                         addr: dst,
                         qid,
-                        reason: reject_reason(&ev.private_data, ev.status),
-                    })
+                        status,
+                        reason,
+                    });
                 }
                 k => {
                     return Err(Error::Connect {
@@ -864,6 +882,16 @@ impl RdmaQueue {
                 })
             }
         }
+    }
+
+    /// Whether the target hung up: waits up to `wait` for an RDMA-CM
+    /// disconnect event. (The target's disconnect does not flush this side's
+    /// work requests until this side disconnects too.)
+    pub fn peer_disconnected(&self, wait: Duration) -> bool {
+        self.id
+            .channel()
+            .wait_for(CmEventKind::Disconnected, wait)
+            .is_ok()
     }
 
     /// Starts a disconnect (pending work flushes).

@@ -8,14 +8,24 @@
 # Runs INSIDE the lab guest (integration/run-hostile-tests), cwd /lab = project root.
 # Cases the kernel host refuses before sending (an nsid that is not the device's) show
 # as host:... for both targets: they document the host's own check.
+# Then what the kernel host never sends, from our initiator's hostile-probe (its own host
+# NQN, while the kernel host stays connected): RDMA-CM private data wrong in each field,
+# Connect wrong in each part (short data, qid, sqsize, unknown subsystem, empty host NQN,
+# another host's controller or host ID, a qid beyond the granted count), commands before
+# Connect and before CC.EN, admin and fabrics commands on an I/O queue, a queue sent more
+# commands than its size, and a flood of connections that never send Connect. Outcomes are
+# compared as above (PROBE_SPEC: where ours differs from nvmet on purpose, and why); the
+# kernel host's controller must serve throughout.
 # Then, for our target: a Write Zeroes with FUA must be followed by a sync before it
 # completes (seen on io_uring's submit tracepoint), one without FUA must not.
-# Output: a table (case, nvmet, ours, verdict) and "HOSTILE PASS" as the last line.
+# Output: tables (case, nvmet, ours, verdict) and "HOSTILE PASS" as the last line.
 set -euo pipefail
 IP=${LAB_IP:?LAB_IP not set (run this inside the lab guest)}
 IF=${LAB_IF:-eth0}
 PORT=4420
 TARGET_BIN=${TARGET_BIN:-build/release/nvmf-target}
+PROBE=build/release/examples/hostile-probe
+FLOOD=64
 NQN=nqn.2026-11.io.nvmf-lab:hostile
 IMG=/var/tmp/hostile.img
 BLOCKS=16384      # 64 MiB of 4 KiB blocks
@@ -162,7 +172,45 @@ status() {
 }
 name() { [[ $1 == host:* ]] && { echo "$1"; return; }; echo "${SNAME[$1]:-0x$1}"; }
 
-declare -A GOT
+# hostile-probe cases where our outcome differs from nvmet 6.1 on purpose:
+# name|our outcome (a bash pattern)|why
+PROBE_SPEC=(
+"cm-no-private-data|reject:InvalidHsqsize|all zeros ask for a 1-entry queue, a queue has at least 2; nvmet accepts"
+"cm-admin-hsqsize-0|reject:InvalidHsqsize|a 1-entry queue; nvmet accepts"
+"cm-io-hsqsize-0|reject:InvalidHsqsize|a 1-entry queue; nvmet accepts"
+"cm-io-hsqsize-65535|reject:InvalidHsqsize|NVMe/RDMA reject 04h is this case; nvmet says no resources"
+"cm-io-hrqsize-0|reject:InvalidHrqsize|a host that takes no response; nvmet accepts"
+"cm-qid-65535|reject:InvalidQid|NVMe/RDMA reject 03h; nvmet waits for the Connect"
+"connect-sqsize-ne-hsqsize|status:CONNECT_INVALID_PARAM|SQSIZE is the CM's HSQSIZE (RDMA binding); nvmet does not compare"
+"io-connect-sqsize-ne-hsqsize|status:CONNECT_INVALID_PARAM|as above, on an I/O queue"
+"connect-empty-hostnqn|status:CONNECT_INVALID_PARAM|an NQN is never empty; nvmet 6.1 accepts it"
+"io-connect-other-hostid|status:CONNECT_INVALID_PARAM|one host ID per association; nvmet 6.1 does not compare"
+"read-before-connect|status:CMD_SEQ_ERROR|as SPDK: no controller yet; nvmet says invalid opcode"
+"property-get-before-connect|status:CMD_SEQ_ERROR|as SPDK: no controller yet; nvmet says invalid opcode"
+"io-connect-before-cc-en|status:CMD_SEQ_ERROR|I/O queue before CC.EN; nvmet 6.1 creates it, SPDK refuses"
+"io-queue-40-of-16-at-once|disconnected:after_*|a host past its queue size broke the protocol: dropped; nvmet lets RNR pace it"
+"flood-$FLOOD-never-connect|served=yes,hung_up=$FLOOD/$FLOOD|a queue without Connect is hung up on (issue 9); nvmet keeps them"
+)
+
+declare -A GOT PGOT
+PNAMES=()
+run_probe() { # target: hostile-probe's cases, then the flood, into PGOT
+    local cid out line n o
+    cid=$(cat "/sys/class/nvme/$CTRL/cntlid")
+    out=$(timeout 300 "$PROBE" cases "$IP" "$PORT" "$NQN" "$cid" 2>&1) || { echo "$out"; fail "[$1] hostile-probe failed"; }
+    while read -r line; do
+        [[ $line == CASE\ * ]] || continue
+        read -r _ n o _ <<<"$line"
+        PGOT[$1.$n]=$o
+        [ "$1" = kernel ] && PNAMES+=("$n")
+    done <<<"$out"
+    out=$(timeout 120 "$PROBE" flood "$IP" "$PORT" "$NQN" $FLOOD 12 2>&1) || { echo "$out"; fail "[$1] hostile-probe flood failed"; }
+    info "$(grep '^FLOOD' <<<"$out")"
+    n=flood-$FLOOD-never-connect
+    PGOT[$1.$n]=$(sed -n 's/^FLOOD .* served_meanwhile \([a-z]*\).* hung_up \([0-9/]*\) .*/served=\1,hung_up=\2/p' <<<"$out")
+    [ "$1" = kernel ] && PNAMES+=("$n")
+    return 0
+}
 run_cases() { # target
     local c n d args spec why dev
     for c in "${CASES[@]}"; do
@@ -219,6 +267,13 @@ for T in kernel own; do
     resets=$(kmsg_errors | grep -ciE 'reset|timeout|error recovery|Reconnecting' || true)
     [ "$resets" = 0 ] || { kmsg_errors | head -n 5; fail "[$T] the cases caused resets or timeouts"; }
     info "the controller still serves; no reset or timeout in the kernel log"
+    step "[$T] hostile-probe: what the kernel host never sends"
+    kmsg_mark
+    run_probe $T
+    serving || fail "[$T] the kernel host's controller does not serve after hostile-probe"
+    resets=$(kmsg_errors | grep -ciE 'reset|timeout|error recovery|Reconnecting' || true)
+    [ "$resets" = 0 ] || { kmsg_errors | head -n 5; fail "[$T] hostile-probe disturbed the kernel host"; }
+    info "${#PNAMES[@]} probe cases run; the kernel host's controller served throughout"
     if [ $T = own ]; then
         step "[$T] durability: Write Zeroes with FUA is followed by a sync before it completes"
         # io_uring's submit tracepoint names each operation our target queues.
@@ -261,6 +316,24 @@ for c in "${CASES[@]}"; do
 done
 info "${#CASES[@]} cases: $same as nvmet, $byspec by the specification, $bad wrong"
 [ $bad = 0 ] || fail "$bad case(s) differ"
+
+step "results: hostile-probe, our outcome vs nvmet's (or ours by design, and why)"
+declare -A PSPEC PWHY
+for c in "${PROBE_SPEC[@]}"; do IFS='|' read -r n spec why <<<"$c"; PSPEC[$n]=$spec; PWHY[$n]=$why; done
+pbad=0 psame=0 pdesign=0
+printf '    %-30s %-28s %-28s %s\n' case nvmet ours verdict
+for n in "${PNAMES[@]}"; do
+    k=${PGOT[kernel.$n]:-none} o=${PGOT[own.$n]:-none}
+    if [ -n "${PSPEC[$n]:-}" ]; then
+        # shellcheck disable=SC2053
+        if [[ $o == ${PSPEC[$n]} ]]; then v="ok (${PWHY[$n]})"; pdesign=$((pdesign + 1)); else v="WRONG: want ${PSPEC[$n]} (${PWHY[$n]})"; pbad=$((pbad + 1)); fi
+    elif [ "$o" = "$k" ]; then v=ok; psame=$((psame + 1))
+    else v=DIFFERS; pbad=$((pbad + 1)); fi
+    printf '    %-30s %-28s %-28s %s\n' "$n" "$k" "$o" "$v"
+done
+for n in "${!PSPEC[@]}"; do [ -n "${PGOT[own.$n]:-}" ] || { echo "    $n: not run"; pbad=$((pbad + 1)); }; done
+info "${#PNAMES[@]} probe cases: $psame as nvmet, $pdesign ours by design, $pbad wrong"
+[ $pbad = 0 ] || fail "$pbad probe case(s) wrong"
 PASSED=1
 echo
 echo "HOSTILE PASS"

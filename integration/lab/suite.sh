@@ -2,7 +2,8 @@
 # run one guest script there:
 #   run_suite NAME TITLE GUEST_SCRIPT TIMEOUT [ARG...]
 # (a) integration/lab/build-image (quick when up to date; as root), (b) cargo build
-# --release -p nvmf-target (skipped when SKIP_BUILD is set and the binary exists), (c) boot
+# --release of the target, the initiator and its examples (skipped when SKIP_BUILD is set
+# and the target's binary exists), (c) boot
 # the lab VM and run GUEST_SCRIPT (relative to the project root), its output also saved to
 # integration/out/NAME.log, (d) exit with its status. ARGs: --keep (keep the VM's files),
 # -e VAR=VALUE (an environment variable for the guest script), -h (the caller's header).
@@ -33,9 +34,10 @@ run_suite() {
     fi
     bin=$root/build/release/nvmf-target
     if command -v cargo >/dev/null && { [ -z "${SKIP_BUILD:-}" ] || [ ! -x "$bin" ]; }; then
-        log "cargo build --release -p nvmf-target"
+        log "cargo build --release -p nvmf-target -p nvmf-initiator --bins --examples"
         (cd "$root" && env -u CARGO_TARGET_DIR cargo build --release -p nvmf-target \
-            --target-dir "$root/build") || die "cargo build --release failed"
+            -p nvmf-initiator --bins --examples --target-dir "$root/build") \
+            || die "cargo build --release failed"
     fi
     [ -x "$bin" ] || die "$bin missing"
     mkdir -p "$root/integration/out"

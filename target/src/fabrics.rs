@@ -72,6 +72,14 @@ pub fn connect(
     if c.qid != cm_qid {
         return Err(refuse(Status::CONNECT_INVALID_PARAM, SQE_QID_OFFSET));
     }
+    // A host without a name could not be told from another one (access
+    // lists, controller ownership): an NQN has at least one character.
+    if d.hostnqn.is_empty() {
+        return Err(refuse(
+            Status::CONNECT_INVALID_PARAM,
+            iattr_data(CONNECT_DATA_HOSTNQN_OFFSET),
+        ));
+    }
     let subsys = target.subsystem(&d.subsysnqn).ok_or_else(|| {
         refuse(
             Status::CONNECT_INVALID_PARAM,
@@ -308,6 +316,12 @@ mod tests {
         assert_eq!(
             connect(&t, 0, sq(&c), &c, &d[..512]).unwrap_err().status,
             Status::SGL_INVALID_DATA
+        );
+        // No host NQN at all, even where any host is allowed.
+        let (c, d) = conn(0, 31, 0, "nqn.t:open", "", 0xFFFF);
+        assert_eq!(
+            connect(&t, 0, sq(&c), &c, &d).unwrap_err(),
+            refuse(Status::CONNECT_INVALID_PARAM, (1 << 16) | 512)
         );
     }
 

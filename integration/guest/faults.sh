@@ -1,0 +1,234 @@
+#!/bin/bash
+# faults.sh: faults, with the stock kernel host. Runs INSIDE the lab guest
+# (integration/run-faults-tests), cwd /lab = project root.
+#   1. A backend that fails under the namespace (device-mapper: the middle of a loop device
+#      switched to the `error` target, then back): nvmet-rdma and our target in one boot,
+#      each alone. Read, write, flush and write zeroes into the failing range must give the
+#      same NVMe status from both (or the specification's); the good range must serve
+#      meanwhile; the controller must stay live (no reset or timeout in the host's log); once
+#      the device heals, the data written before the fault reads back unchanged.
+#   2. Our target killed with SIGKILL while fio writes with verify information, restarted
+#      3 s later: the host reconnects, fio completes without an error, and a verify pass
+#      reads back every block it wrote (acknowledged means on the backing file).
+#   3. A host killed mid-I/O (our initiator, SIGKILL during random writes) and a host that
+#      stops answering (SIGSTOP: keep-alive expires): the target frees each controller
+#      (status --json) within the keep-alive timeout and a margin; the kernel host serves
+#      throughout.
+#   4. CYCLES (1000) connect / read / shutdown cycles of a whole controller (hostile-probe):
+#      every cycle works, and the target's RSS, fds and threads do not grow.
+# Output ends with "FAULTS PASS".
+set -euo pipefail
+IP=${LAB_IP:?LAB_IP not set (run this inside the lab guest)}
+IF=${LAB_IF:-eth0}
+PORT=4420
+TARGET_BIN=${TARGET_BIN:-build/release/nvmf-target}
+INI=build/release/nvmf-initiator
+PROBE=build/release/examples/hostile-probe
+NQN=nqn.2026-11.io.nvmf-lab:faults
+IMG=/var/tmp/faults-loop.img
+FILE=/var/tmp/faults-file.img
+DM=faults
+CYCLES=${CYCLES:-1000}
+TLOG=/tmp/faults-target.log
+TPID= LOOP= PASSED=0 BG=
+. integration/guest/common.sh
+. integration/guest/kmsg.sh
+. integration/guest/nvmet.sh
+
+cleanup() {
+    local rc=$?
+    set +e
+    [ -n "$BG" ] && kill -9 $BG 2>/dev/null
+    nvme disconnect -n "$NQN" >/dev/null 2>&1
+    [ -n "$TPID" ] && { kill -TERM "$TPID"; wait "$TPID"; }
+    nvmet_unexport "$NQN" 2>/dev/null
+    dmsetup remove "$DM" 2>/dev/null
+    [ -n "$LOOP" ] && losetup -d "$LOOP"
+    if [ $PASSED = 0 ] && [ -f "$TLOG" ]; then echo "--- our target's log (last 30 lines)"; tail -n 30 "$TLOG"; fi
+    [ $PASSED = 1 ] || echo "FAULTS FAILED (exit $rc)"
+    exit $rc
+}
+trap cleanup EXIT
+
+start_own() { # ARGS...: our target in the background, log in $TLOG
+    NO_COLOR=1 "$TARGET_BIN" --listen "$IP:$PORT" --nqn "$NQN" "$@" >>"$TLOG" 2>&1 &
+    TPID=$!
+    wait_discovery "our target"
+}
+host_connect() { # [nvme connect options]: the kernel host; sets CTRL, NS
+    nvme connect -t rdma -a "$IP" -s "$PORT" -n "$NQN" "$@" >/dev/null || fail "nvme connect failed"
+    CTRL= NS=
+    for _ in $(seq 100); do
+        for c in /sys/class/nvme/nvme*; do
+            [ "$(cat "$c/subsysnqn" 2>/dev/null)" = "$NQN" ] && [ "$(cat "$c/state")" = live ] && CTRL=${c##*/}
+        done
+        [ -n "$CTRL" ] && NS=$(ns_dev "$NQN" 1) && break
+        sleep 0.2
+    done
+    [ -n "$CTRL" ] && [ -n "$NS" ] || fail "controller or namespace missing"
+    settle
+}
+host_disconnect() { settle; nvme disconnect -n "$NQN" >/dev/null; }
+resets() { kmsg_errors | grep -ciE 'reset|timeout|error recovery|Reconnecting' || true; }
+# io STATUS-OF: nvme io-passthru ARGS -> "SSS" (SCT << 8 | SC, hex) or "host:..."
+io_status() {
+    local out rc=0 hex
+    out=$(timeout 60 nvme io-passthru "$NS" --namespace-id=1 "$@" 2>&1 >/dev/null) || rc=$?
+    [ $rc = 0 ] && { echo 000; return; }
+    hex=$(grep -oE 'NVMe status: .*\((0x[0-9a-fA-F]+)\)' <<<"$out" | grep -oE '0x[0-9a-fA-F]+' | tail -n1) || true
+    [ -n "$hex" ] && { printf '%03x\n' $(( hex & 0x7ff )); return; }
+    echo "host:$(tr '\n' ' ' <<<"$out" | cut -c1-40 | tr ' ' '_')"
+}
+target_pids() { [ -n "$TPID" ] && echo "$TPID"; }
+proc_counts() { # PID -> "rss_kib fds threads"
+    echo "$(awk '/^VmRSS/ {print $2}' "/proc/$1/status") $(ls "/proc/$1/fd" | wc -l) $(awk '/^Threads/ {print $2}' "/proc/$1/status")"
+}
+controllers_of() { # HOSTNQN -> how many controllers our target has for it
+    "$TARGET_BIN" status --json | python3 -c 'import json,sys; st=json.load(sys.stdin); print(sum(1 for s in st["subsystems"] for c in s["controllers"] if c["host_nqn"] == sys.argv[1]))' "$1"
+}
+
+step "setup: soft-RoCE on $IF, a 128 MiB loop device under device-mapper ($DM), a 256 MiB file"
+modprobe -a rdma_rxe ib_uverbs rdma_ucm nvme-rdma dm-mod
+rdma link show | grep -q "netdev $IF\b" || rdma link add rxe0 type rxe netdev "$IF"
+for b in "$TARGET_BIN" "$INI" "$PROBE"; do [ -x "$b" ] || fail "$b missing (cargo build --release)"; done
+rm -f "$IMG" "$FILE"; truncate -s 128M "$IMG"; truncate -s 256M "$FILE"
+LOOP=$(losetup --find --show --direct-io=on "$IMG")
+SECTORS=$(blockdev --getsz "$LOOP")
+# The failing range: 32 MiB at 32 MiB (512-byte sectors 65536..131071).
+FAIL_START=65536 FAIL_LEN=65536
+table_linear() { echo "0 $SECTORS linear $LOOP 0"; }
+table_error() {
+    echo "0 $FAIL_START linear $LOOP 0"
+    echo "$FAIL_START $FAIL_LEN error"
+    echo "$((FAIL_START + FAIL_LEN)) $((SECTORS - FAIL_START - FAIL_LEN)) linear $LOOP $((FAIL_START + FAIL_LEN))"
+}
+dm_load() { # linear|error
+    "table_$1" | dmsetup reload "$DM" || fail "dmsetup reload ($1)"
+    dmsetup suspend "$DM"; dmsetup resume "$DM"
+}
+table_linear | dmsetup create "$DM"
+DEV=/dev/mapper/$DM
+head -c 4M /dev/urandom >/tmp/pattern
+dd if=/tmp/pattern of="$DEV" bs=1M seek=36 oflag=direct conv=fsync status=none
+info "loop $LOOP ($SECTORS sectors) under $DEV; 4 MiB of data at 36 MiB, inside the range that will fail"
+
+declare -A ST
+# case|io-passthru arguments (512-byte blocks; LBA 73728 = 36 MiB, in the failing range)
+BCASES=(
+"read-failing|--opcode=0x02 --cdw10=73728 --cdw12=7 --data-len=4096 -r"
+"write-failing|--opcode=0x01 --cdw10=81920 --cdw12=7 --data-len=4096 -w -i /tmp/pattern"
+"write-zeroes-failing|--opcode=0x08 --cdw10=81920 --cdw12=7"
+"flush-while-failing|--opcode=0x00"
+"read-good-range|--opcode=0x02 --cdw10=0 --cdw12=7 --data-len=4096 -r"
+"write-good-range|--opcode=0x01 --cdw10=8 --cdw12=7 --data-len=4096 -w -i /tmp/pattern"
+)
+# Where ours differs from nvmet 6.1 on purpose: case|our status|why
+BSPEC=()
+for T in kernel own; do
+    step "1. [$T] a failing backend: $DEV, the middle 32 MiB switched to dm-error"
+    if [ $T = kernel ]; then nvmet_export "$NQN" "$DEV"; else start_own --namespace "$DEV"; fi
+    [ $T = kernel ] && wait_discovery "nvmet"
+    host_connect
+    dm_load error
+    kmsg_mark
+    for c in "${BCASES[@]}"; do
+        IFS='|' read -r n args <<<"$c"
+        # shellcheck disable=SC2086
+        ST[$T.$n]=$(io_status $args)
+        printf '    %-22s %s\n' "$n" "${ST[$T.$n]}"
+    done
+    [ "$(cat "/sys/class/nvme/$CTRL/state")" = live ] || fail "[$T] the controller left live while the backend failed"
+    r=$(resets); [ "$r" = 0 ] || { kmsg_errors | head -n 5; fail "[$T] the failing backend caused resets or timeouts"; }
+    dm_load linear
+    dd if="$NS" of=/tmp/back bs=1M skip=36 count=4 iflag=direct status=none
+    cmp /tmp/pattern /tmp/back || fail "[$T] the data written before the fault changed"
+    info "no reset or timeout; the controller stayed live; healed, the data before the fault reads back"
+    host_disconnect
+    if [ $T = kernel ]; then nvmet_unexport "$NQN"; else own_down; fi
+done
+bad=0
+for c in "${BCASES[@]}"; do
+    IFS='|' read -r n _ <<<"$c"
+    k=${ST[kernel.$n]} o=${ST[own.$n]}
+    if [ "$o" = "$k" ]; then v=ok; else v=DIFFERS; bad=$((bad + 1)); fi
+    printf '    %-22s nvmet %-8s ours %-8s %s\n' "$n" "$k" "$o" "$v"
+done
+[ $bad = 0 ] || fail "$bad backend-failure status(es) differ from nvmet"
+
+step "2. our target killed (SIGKILL) while fio writes with verify, restarted 3 s later"
+: >"$TLOG"
+start_own --namespace "$FILE"
+host_connect --reconnect-delay=1 --ctrl-loss-tmo=120
+FIO=(fio --name=w --filename="$NS" --rw=randwrite --bs=4k --direct=1 --ioengine=libaio --iodepth=16
+     --size=96M --verify=crc32c --verify_state_save=0 --output-format=terse)
+kmsg_mark
+"${FIO[@]}" --do_verify=0 --rate_iops=2500 >/tmp/fio-w.txt 2>&1 &
+BG=$!
+sleep 4
+kill -9 "$TPID"; wait "$TPID" 2>/dev/null || true; TPID=
+kill -0 $BG 2>/dev/null || fail "fio finished before the kill: make it longer"
+info "SIGKILL at 4 s, fio still writing"
+sleep 3
+start_own --namespace "$FILE"
+for _ in $(seq 60); do [ "$(cat "/sys/class/nvme/$CTRL/state")" = live ] && break; sleep 0.5; done
+[ "$(cat "/sys/class/nvme/$CTRL/state")" = live ] || fail "the host did not reconnect to the restarted target"
+info "the host reconnected"
+rc=0; wait $BG || rc=$?; BG=
+[ $rc = 0 ] || { cat /tmp/fio-w.txt; fail "fio's writes failed across the restart (exit $rc)"; }
+werr=$(awk -F';' '{print $5}' /tmp/fio-w.txt | head -n1)
+[ "${werr:-1}" = 0 ] || { cat /tmp/fio-w.txt; fail "fio reported errors: $werr"; }
+rc=0; "${FIO[@]}" --verify_only >/tmp/fio-v.txt 2>&1 || rc=$?
+[ $rc = 0 ] || { tail -n 20 /tmp/fio-v.txt; fail "verify after the restart failed (exit $rc)"; }
+info "fio wrote 96 MiB across the kill and restart with 0 errors; every block verified"
+if kmsg_errors | grep -qE 'I/O Error|I/O error|Buffer I/O|blk_update_request'; then
+    kmsg_errors | head -n 5; fail "the host saw I/O errors across the restart"
+fi
+info "host log: $(kmsg_errors | grep -ciE 'Reconnecting|reset|error recovery') reconnect/recovery lines, no I/O error"
+kmsg_mark
+
+step "3. a host killed mid-I/O, and a host that stops answering (keep-alive)"
+H1=nqn.2026-11.io.nvmf-lab:killed H2=nqn.2026-11.io.nvmf-lab:stopped
+"$INI" perf -a "$IP" -n "$NQN" -q "$H1" --windows mr --rw randwrite --qd 32 --queues 2 --time 30 >/dev/null 2>&1 &
+BG=$!
+for _ in $(seq 40); do [ "$(controllers_of "$H1")" = 1 ] && break; sleep 0.25; done
+[ "$(controllers_of "$H1")" = 1 ] || fail "the perf host did not connect"
+sleep 2
+kill -9 $BG; wait $BG 2>/dev/null || true; BG=
+t0=$(date +%s%N); gone=
+for _ in $(seq 60); do [ "$(controllers_of "$H1")" = 0 ] && { gone=1; break; }; sleep 0.25; done
+[ -n "$gone" ] || fail "the killed host's controller is still there after 15 s"
+info "killed host (SIGKILL during writes at QD 32): its controller freed after $(( ($(date +%s%N) - t0) / 1000000 )) ms"
+"$INI" connect -a "$IP" -n "$NQN" -q "$H2" --windows mr -k 5 --watch 60 >/dev/null 2>&1 &
+BG=$!
+for _ in $(seq 40); do [ "$(controllers_of "$H2")" = 1 ] && break; sleep 0.25; done
+[ "$(controllers_of "$H2")" = 1 ] || fail "the keep-alive host did not connect"
+kill -STOP $BG
+t0=$(date +%s%N); gone=
+for _ in $(seq 80); do [ "$(controllers_of "$H2")" = 0 ] && { gone=1; break; }; sleep 0.25; done
+ms=$(( ($(date +%s%N) - t0) / 1000000 ))
+kill -9 $BG; kill -CONT $BG 2>/dev/null || true; wait $BG 2>/dev/null || true; BG=
+[ -n "$gone" ] || fail "the stopped host's controller is still there after 20 s (KATO 5 s)"
+info "stopped host (SIGSTOP, KATO 5 s): its controller freed after $ms ms"
+dd if="$NS" of=/dev/null bs=64k count=64 iflag=direct status=none || fail "the kernel host does not serve"
+r=$(resets); [ "$r" = 0 ] || { kmsg_errors | head -n 5; fail "the kernel host saw resets while other hosts died"; }
+info "the kernel host served throughout, no reset"
+
+step "4. $CYCLES connect / read / shutdown cycles of a whole controller"
+read -r rss0 fd0 th0 <<<"$(proc_counts "$TPID")"
+out=$(timeout 900 "$PROBE" cycles "$IP" "$PORT" "$NQN" "$CYCLES" 2>&1) || { echo "$out"; fail "hostile-probe cycles failed"; }
+echo "$out" | sed 's/^/    /'
+sleep 2
+read -r rss1 fd1 th1 <<<"$(proc_counts "$TPID")"
+info "target: RSS ${rss0} -> ${rss1} KiB, fds $fd0 -> $fd1, threads $th0 -> $th1"
+grep -q "^CYCLES $CYCLES failed 0 " <<<"$out" || fail "some cycles failed"
+[ $((fd1 - fd0)) -le 2 ] || fail "fds grew by $((fd1 - fd0)) over $CYCLES cycles"
+[ $((th1 - th0)) -le 0 ] || fail "threads grew by $((th1 - th0)) over $CYCLES cycles"
+[ $((rss1 - rss0)) -le 8192 ] || fail "RSS grew by $((rss1 - rss0)) KiB over $CYCLES cycles"
+r=$(resets); [ "$r" = 0 ] || { kmsg_errors | head -n 5; fail "the kernel host saw resets during the cycles"; }
+echo "FAULTS cycles=$CYCLES rss_growth_kib=$((rss1 - rss0)) fd_growth=$((fd1 - fd0)) thread_growth=$((th1 - th0))"
+
+host_disconnect
+own_down
+PASSED=1
+echo
+echo "FAULTS PASS"
