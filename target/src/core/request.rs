@@ -317,6 +317,197 @@ impl Lifecycle {
     }
 }
 
+/// A reference check of the lifecycle's rules against a model of what a
+/// driver (or a misbehaving device) can deliver, in any order. Used by the
+/// property tests and by the fuzz target `lifecycle`.
+pub mod model {
+    use super::{Lifecycle, Stage, Step};
+
+    /// One event.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+    pub enum Ev {
+        /// A data buffer is granted.
+        Grant,
+        /// The driver posted the RDMA READ.
+        FetchPosted,
+        /// The RDMA READ completed (ok or not).
+        Fetched(bool),
+        /// The driver started this many backend operations.
+        Started(u16),
+        /// One backend operation completed.
+        BackendDone,
+        /// The command executed without (more) backend operations.
+        Executed,
+        /// The command failed before executing.
+        FailEarly,
+        /// The driver posted the response.
+        Posted,
+        /// The response SEND completed (ok or not).
+        SendDone(bool),
+        /// The queue is going away.
+        Disconnect,
+        /// The queue pair was destroyed (work requests will never complete).
+        QpDestroyed,
+        /// The driver asks to release.
+        Release,
+    }
+
+    impl Ev {
+        /// The event a byte stands for (fuzzing input).
+        pub fn from_byte(b: u8) -> Ev {
+            match b % 12 {
+                0 => Ev::Grant,
+                1 => Ev::FetchPosted,
+                2 => Ev::Fetched(b & 0x80 == 0),
+                3 => Ev::Started(1 + (b as u16 >> 4) % 3),
+                4 => Ev::BackendDone,
+                5 => Ev::Executed,
+                6 => Ev::FailEarly,
+                7 => Ev::Posted,
+                8 => Ev::SendDone(b & 0x80 == 0),
+                9 => Ev::Disconnect,
+                10 => Ev::QpDestroyed,
+                _ => Ev::Release,
+            }
+        }
+    }
+
+    /// Replays `evs` on a request that arrived needing a buffer, a fetch and
+    /// its receive buffer as given, skipping events the model says cannot
+    /// happen (a completion of nothing in flight). Checks: a release happens
+    /// only with nothing in flight and at most once per use; no response is
+    /// asked for once the queue went away; the backend count matches; and a
+    /// request that went away is released once what it waits for completed.
+    pub fn replay(buffer: bool, fetch: bool, recv: bool, evs: &[Ev]) -> Result<(), String> {
+        let mut l = Lifecycle::new();
+        l.arrive(buffer, fetch, recv);
+        let mut wr_in_flight = false; // a signaled WR the driver posted
+        let mut ops = 0u16; // backend ops in flight
+        let mut released = 0;
+        let mut dead = false;
+        for &e in evs {
+            let before = l.stage();
+            let step = match e {
+                Ev::Grant => l.buffer_granted(),
+                Ev::FetchPosted => {
+                    l.fetch_posted();
+                    if l.stage() == Stage::Fetching {
+                        wr_in_flight = true;
+                    }
+                    Step::Wait
+                }
+                Ev::Fetched(ok) => {
+                    if !(wr_in_flight && before == Stage::Fetching) {
+                        continue;
+                    }
+                    wr_in_flight = false;
+                    dead |= !ok;
+                    l.fetched(ok)
+                }
+                Ev::Started(n) => {
+                    l.backend_started(n);
+                    if before == Stage::Executing {
+                        ops += n;
+                    }
+                    Step::Wait
+                }
+                Ev::BackendDone => {
+                    if ops == 0 {
+                        continue;
+                    }
+                    ops -= 1;
+                    l.backend_done()
+                }
+                Ev::Executed => l.executed(),
+                Ev::FailEarly => l.fail_early(),
+                Ev::Posted => {
+                    l.response_posted();
+                    if l.stage() == Stage::Responding && before == Stage::Executing {
+                        wr_in_flight = true;
+                    }
+                    Step::Wait
+                }
+                Ev::SendDone(ok) => {
+                    if !(wr_in_flight && before == Stage::Responding) {
+                        continue;
+                    }
+                    wr_in_flight = false;
+                    dead |= !ok;
+                    l.response_done(ok)
+                }
+                Ev::Disconnect => {
+                    dead |= l.in_use();
+                    l.disconnect()
+                }
+                Ev::QpDestroyed => {
+                    if l.in_use() {
+                        dead = true;
+                        wr_in_flight = false;
+                    }
+                    l.qp_destroyed()
+                }
+                Ev::Release => {
+                    if l.release().is_some() {
+                        if wr_in_flight || ops != 0 {
+                            return Err(format!("released with work in flight after {e:?}"));
+                        }
+                        released += 1;
+                        dead = false;
+                    }
+                    if !l.in_use() {
+                        break;
+                    }
+                    Step::Wait
+                }
+            };
+            if l.backend_in_flight() != ops {
+                return Err(format!(
+                    "backend count {} where the model has {ops}",
+                    l.backend_in_flight()
+                ));
+            }
+            if dead && step == Step::Respond {
+                return Err(format!("respond after the queue went away ({e:?})"));
+            }
+            if dead && (step == Step::Fetch || step == Step::Execute) && before != Stage::Free {
+                return Err(format!("{step:?} after the queue went away ({e:?})"));
+            }
+            if step == Step::Release && (wr_in_flight || ops != 0) {
+                return Err(format!("release asked with work in flight ({e:?})"));
+            }
+        }
+        if released > 1 {
+            return Err(format!("released {released} times"));
+        }
+        // Drain: deliver what is in flight, then the queue goes away.
+        if l.in_use() {
+            l.disconnect();
+            while ops > 0 {
+                ops -= 1;
+                l.backend_done();
+            }
+            if wr_in_flight {
+                match l.stage() {
+                    Stage::Fetching => {
+                        l.fetched(false);
+                    }
+                    Stage::Responding => {
+                        l.response_done(false);
+                    }
+                    _ => {}
+                }
+            }
+            if l.release().is_none() {
+                return Err("a dead request with nothing in flight did not release".into());
+            }
+        }
+        if l.in_use() {
+            return Err("still in use after the drain".into());
+        }
+        Ok(())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -478,22 +669,7 @@ mod tests {
         assert_eq!(l.response_done(true), Step::Release);
     }
 
-    /// Events a driver (or a misbehaving device) can deliver, in any order.
-    #[derive(Debug, Clone, Copy)]
-    enum Ev {
-        Grant,
-        FetchPosted,
-        Fetched(bool),
-        Started(u16),
-        BackendDone,
-        Executed,
-        FailEarly,
-        Posted,
-        SendDone(bool),
-        Disconnect,
-        QpDestroyed,
-        Release,
-    }
+    use super::model::{self, Ev};
 
     fn ev() -> impl Strategy<Value = Ev> {
         prop_oneof![
@@ -513,100 +689,14 @@ mod tests {
     }
 
     proptest! {
-        /// Whatever arrives in whatever order: a release happens only with
-        /// nothing in flight and at most once per use, no response is asked
-        /// for once the queue goes away, and a request that went away is
-        /// released once what it waits for completed.
+        /// Whatever arrives in whatever order, the rules hold (see
+        /// [`model::replay`]).
         #[test]
         fn invariants(buffer in any::<bool>(), fetch in any::<bool>(), recv in any::<bool>(),
                       evs in proptest::collection::vec(ev(), 0..40)) {
-            let mut l = Lifecycle::new();
-            l.arrive(buffer, fetch, recv);
-            let mut wr_in_flight = false; // model: a signaled WR the driver posted
-            let mut ops = 0u16;          // model: backend ops in flight
-            let mut released = 0;
-            let mut dead = false;
-            for e in evs {
-                let before = l.stage();
-                let step = match e {
-                    Ev::Grant => l.buffer_granted(),
-                    Ev::FetchPosted => {
-                        l.fetch_posted();
-                        if l.stage() == Stage::Fetching { wr_in_flight = true; }
-                        Step::Wait
-                    }
-                    Ev::Fetched(ok) => {
-                        // Only a posted READ can complete.
-                        if !(wr_in_flight && before == Stage::Fetching) { continue; }
-                        wr_in_flight = false;
-                        if !ok { dead = true; }
-                        l.fetched(ok)
-                    }
-                    Ev::Started(n) => {
-                        l.backend_started(n);
-                        if before == Stage::Executing { ops += n; }
-                        Step::Wait
-                    }
-                    Ev::BackendDone => {
-                        if ops == 0 { continue; }
-                        ops -= 1;
-                        l.backend_done()
-                    }
-                    Ev::Executed => l.executed(),
-                    Ev::FailEarly => l.fail_early(),
-                    Ev::Posted => {
-                        l.response_posted();
-                        if l.stage() == Stage::Responding && before == Stage::Executing {
-                            wr_in_flight = true;
-                        }
-                        Step::Wait
-                    }
-                    Ev::SendDone(ok) => {
-                        if !(wr_in_flight && before == Stage::Responding) { continue; }
-                        wr_in_flight = false;
-                        if !ok { dead = true; }
-                        l.response_done(ok)
-                    }
-                    Ev::Disconnect => { dead |= l.in_use(); l.disconnect() }
-                    Ev::QpDestroyed => {
-                        if l.in_use() { dead = true; wr_in_flight = false; }
-                        l.qp_destroyed()
-                    }
-                    Ev::Release => {
-                        let r = l.release();
-                        if r.is_some() {
-                            prop_assert!(!wr_in_flight && ops == 0, "released with work in flight");
-                            released += 1;
-                            dead = false;
-                        }
-                        if !l.in_use() { break; }
-                        Step::Wait
-                    }
-                };
-                prop_assert_eq!(l.backend_in_flight(), ops);
-                if dead {
-                    prop_assert!(step != Step::Respond, "respond after the queue went away");
-                    prop_assert!(step != Step::Fetch && step != Step::Execute || before == Stage::Free);
-                }
-                if step == Step::Release {
-                    prop_assert!(!wr_in_flight && ops == 0, "release asked with work in flight");
-                }
+            if let Err(e) = model::replay(buffer, fetch, recv, &evs) {
+                prop_assert!(false, "{}", e);
             }
-            prop_assert!(released <= 1);
-            // Drain: deliver what is in flight, then the queue goes away.
-            if l.in_use() {
-                l.disconnect();
-                while ops > 0 { ops -= 1; l.backend_done(); }
-                if wr_in_flight {
-                    match l.stage() {
-                        Stage::Fetching => { l.fetched(false); }
-                        Stage::Responding => { l.response_done(false); }
-                        _ => {}
-                    }
-                }
-                prop_assert!(l.release().is_some(), "a dead request with nothing in flight must release");
-            }
-            prop_assert!(!l.in_use());
         }
     }
 }

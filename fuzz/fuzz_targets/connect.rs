@@ -1,0 +1,36 @@
+//! Fabrics Connect as the target handles it. Input: the CM's qid (1 byte) and
+//! HSQSIZE (2 bytes), a 64-byte command, then the Connect data. Runs against a
+//! target with an open subsystem, a closed one and the discovery subsystem; an
+//! admin Connect that succeeds is followed by an I/O queue Connect with the same
+//! data for the new controller.
+#![no_main]
+use libfuzzer_sys::fuzz_target;
+use nvme::command::Command;
+use nvme::fabrics::{ConnectCommand, ConnectData};
+
+#[path = "common.rs"]
+mod common;
+
+fuzz_target!(|b: &[u8]| {
+    if b.len() < 67 {
+        return;
+    }
+    let t = common::target();
+    let cm_qid = b[0] as u16 % 4;
+    let cm_sqsize = u16::from_le_bytes([b[1], b[2]]);
+    let cmd = Command::parse(&b[3..67]).unwrap();
+    let data = &b[67..];
+    if let Ok((ctrl, d)) = nvmf_target::fabrics::connect(&t, cm_qid, cm_sqsize, &cmd, data) {
+        assert_eq!(ConnectCommand::from_command(&cmd).qid, cm_qid);
+        assert!(ctrl.subsys.host_allowed(&d.hostnqn));
+        if cm_qid == 0 {
+            // The same host brings up an I/O queue of the new controller.
+            let mut io = ConnectCommand::from_command(&cmd);
+            io.qid = 1;
+            let c = io.to_command(1);
+            let mut d2 = ConnectData::parse(data).unwrap();
+            d2.cntlid = ctrl.cntlid;
+            let _ = nvmf_target::fabrics::connect(&t, 1, io.sqsize, &c, &d2.encode());
+        }
+    }
+});
