@@ -55,4 +55,7 @@ fuzz_target!(|b: &[u8]| {
             AdminOutcome::Parked => {}
         }
     }
+    // As the transport does when the admin queue goes away (the subsystem and
+    // its controller hold each other until then).
+    subsys.remove_controller(ctrl.cntlid);
 });

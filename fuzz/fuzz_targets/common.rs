@@ -1,6 +1,8 @@
 //! The target the fuzz targets run against, built afresh for each input (so a
 //! crash reproduces from its input alone): an open subsystem with two null
 //! namespaces (4 KiB and 512-byte blocks), a closed one, and discovery.
+//! (Each target uses part of it.)
+#![allow(dead_code)]
 use std::sync::Arc;
 
 use nvmf_target::backend::Backend;

@@ -32,5 +32,7 @@ fuzz_target!(|b: &[u8]| {
             d2.cntlid = ctrl.cntlid;
             let _ = nvmf_target::fabrics::connect(&t, 1, io.sqsize, &c, &d2.encode());
         }
+        // As the transport does when the admin queue goes away.
+        ctrl.subsys.remove_controller(ctrl.cntlid);
     }
 });

@@ -144,7 +144,9 @@ impl Peer {
                 }
                 if wc.wr_id() < 8 {
                     let off = wc.wr_id() as usize * 64;
-                    return Command::parse(&self.recv.buffer().as_slice()[off..off + 64])
+                    // SAFETY: this receive completed and is not reposted
+                    // before the parse (which copies).
+                    return Command::parse(unsafe { self.recv.bytes(off..off + 64) })
                         .map_err(|e| e.to_string());
                 }
             }
@@ -184,7 +186,8 @@ impl Peer {
 
     fn respond(&mut self, cid: u16, invalidate: Option<u32>) -> R<()> {
         let c = Completion::new(cid, Status::SUCCESS);
-        c.encode_into(self.send.buffer_mut().as_mut_slice());
+        // SAFETY: the previous response's SEND was waited for: nothing reads it.
+        c.encode_into(unsafe { self.send.bytes_mut(0..16) });
         let sge = self.send.sge(0, 16);
         let op = invalidate.map_or(SendOp::Send, SendOp::SendWithInv);
         // SAFETY: the SGE lies in `self.send`, alive until the WR completes (waited below).
@@ -341,7 +344,8 @@ fn run(lab: &Lab) -> R<()> {
             ));
         }
         println!("ok   read capsule carries SGL 0x4F: {len} bytes, key {key:#010x}");
-        p.data.buffer_mut().as_mut_slice()[..LEN as usize].fill(0xA5);
+        // SAFETY: no work request of this peer uses its data buffer now.
+        unsafe { p.data.bytes_mut(0..LEN as usize) }.fill(0xA5);
         granted(
             "RDMA WRITE of the I/O's 4096 bytes into its window",
             p.rdma(true, addr, key, LEN)?,
@@ -458,7 +462,8 @@ fn run(lab: &Lab) -> R<()> {
             "RDMA READ of a write I/O's 4096 bytes",
             p.rdma(false, addr, key, LEN)?,
         )?;
-        if p.data.buffer().as_slice()[..LEN as usize]
+        // SAFETY: the RDMA READ into it completed (waited for above).
+        if unsafe { p.data.bytes(0..LEN as usize) }
             .iter()
             .any(|&b| b != 0x3C)
         {

@@ -410,9 +410,18 @@ impl RdmaQueue {
         let _ = self.slots.release(tag);
     }
 
-    /// The data buffer of a slot.
+    /// The data buffer of a reserved slot, to read after its command
+    /// completed.
+    ///
+    /// # Panics
+    /// If the slot is not reserved (free, or in flight: the target may be
+    /// writing it).
     pub fn buffer(&self, tag: u16) -> &[u8] {
-        &self.data.mrs[tag as usize].buffer().as_slice()[..self.cfg.slot_size]
+        assert!(self.slots.is_reserved(tag), "slot {tag} is not reserved");
+        // SAFETY: a reserved slot has no command in flight: no RDMA WRITE of
+        // the target can reach it (its window is closed, or in region mode the
+        // target writes only for a command in flight).
+        unsafe { self.data.mrs[tag as usize].bytes(0..self.cfg.slot_size) }
     }
 
     /// The data buffer of a reserved slot, to fill before a write.
@@ -423,7 +432,8 @@ impl RdmaQueue {
     pub fn buffer_mut(&mut self, tag: u16) -> &mut [u8] {
         assert!(self.slots.is_reserved(tag), "slot {tag} is not reserved");
         let s = self.cfg.slot_size;
-        &mut self.data.mrs[tag as usize].buffer_mut().as_mut_slice()[..s]
+        // SAFETY: as in `buffer`; no work request names a reserved slot.
+        unsafe { self.data.mrs[tag as usize].bytes_mut(0..s) }
     }
 
     fn fail(&mut self, reason: String) -> Error {
@@ -605,11 +615,14 @@ impl RdmaQueue {
         window: Option<u32>,
     ) -> Result<()> {
         let off = tag as usize * SQE_SIZE;
-        self.cmd.buffer_mut().as_mut_slice()[off..off + SQE_SIZE].copy_from_slice(sqe);
-        let cmd_sge = self.cmd.sge(off, SQE_SIZE as u32);
+        // Only a reserved slot starts: its previous capsule's SEND completed.
         self.slots
             .start(tag, window)
             .map_err(|e| Error::Invalid(e.to_string()))?;
+        // SAFETY: the slot's previous SEND completed (it was reserved) and
+        // this one is posted below: the device does not read these bytes now.
+        unsafe { self.cmd.bytes_mut(off..off + SQE_SIZE) }.copy_from_slice(sqe);
+        let cmd_sge = self.cmd.sge(off, SQE_SIZE as u32);
         let sges = [cmd_sge, data.unwrap_or(cmd_sge)];
         let n = if data.is_some() { 2 } else { 1 };
         self.stats.commands += 1;
@@ -662,7 +675,9 @@ impl RdmaQueue {
             WR_RECV => {
                 let invalidated = wc.invalidated_rkey();
                 let off = idx as usize * CQE_SIZE;
-                let parsed = Completion::parse(&self.rsp.buffer().as_slice()[off..off + CQE_SIZE]);
+                // SAFETY: the receive into this slot completed; it is reposted
+                // only after the parse (which copies).
+                let parsed = Completion::parse(unsafe { self.rsp.bytes(off..off + CQE_SIZE) });
                 self.post_recv(idx)?;
                 let mut cqe = match parsed {
                     Ok(c) => c,

@@ -5,7 +5,7 @@ use std::os::fd::RawFd;
 use std::ptr;
 use std::sync::Arc;
 
-use nix::sys::socket::{SockaddrLike, SockaddrStorage};
+use nix::sys::socket::{SockaddrIn, SockaddrIn6, SockaddrLike, SockaddrStorage};
 use rdma_sys::*;
 
 use crate::error::{Error, Result};
@@ -319,19 +319,29 @@ fn sockaddr_ptr(ss: &SockaddrStorage) -> *mut libc::sockaddr {
 
 /// Reads the IPv4 or IPv6 address at `sa` (None for null or another family).
 ///
+/// Reads only as much as the family says: nix's `SockaddrStorage` accessors
+/// would read bytes of the storage past a `sockaddr_in` (the length check of
+/// a Unix address), which `from_raw` left uninitialized (Miri: undefined
+/// behaviour).
+///
 /// # Safety
 /// `sa` is null or points at a sockaddr as large as its family says.
 unsafe fn from_sockaddr(sa: *const libc::sockaddr) -> Option<SocketAddr> {
     if sa.is_null() {
         return None;
     }
-    // SAFETY: the caller's contract; the length comes from the family.
-    let ss = unsafe { SockaddrStorage::from_raw(sa, None) }?;
-    if let Some(v4) = ss.as_sockaddr_in() {
-        return Some(SocketAddr::V4(SocketAddrV4::from(*v4)));
+    // SAFETY: the caller's contract: the family field is there.
+    let family = i32::from(unsafe { (*sa).sa_family });
+    match family {
+        // SAFETY: an AF_INET sockaddr is a sockaddr_in (caller's contract).
+        libc::AF_INET => {
+            unsafe { SockaddrIn::from_raw(sa, None) }.map(|a| SocketAddr::V4(SocketAddrV4::from(a)))
+        }
+        // SAFETY: an AF_INET6 sockaddr is a sockaddr_in6 (caller's contract).
+        libc::AF_INET6 => unsafe { SockaddrIn6::from_raw(sa, None) }
+            .map(|a| SocketAddr::V6(SocketAddrV6::from(a))),
+        _ => None,
     }
-    ss.as_sockaddr_in6()
-        .map(|v6| SocketAddr::V6(SocketAddrV6::from(*v6)))
 }
 
 impl CmId {

@@ -187,6 +187,22 @@ impl std::ops::BitOr for Access {
 }
 
 /// A memory region: owns the buffer it registers and holds its PD.
+///
+/// Registered memory is written by the device (receives, RDMA READs, remote
+/// writes) behind the compiler's back, so safe code cannot borrow it: reading
+/// or writing it is an `unsafe` promise that no such access is in flight.
+///
+/// ```compile_fail,E0133
+/// fn peek(mr: &rdma::MemoryRegion) -> u8 {
+///     mr.bytes(0..1)[0] // a receive may be landing there: needs `unsafe`
+/// }
+/// ```
+/// ```no_run
+/// fn peek(mr: &rdma::MemoryRegion) -> u8 {
+///     // SAFETY: (the caller knows) no work request writes byte 0 now.
+///     unsafe { mr.bytes(0..1)[0] }
+/// }
+/// ```
 pub struct MemoryRegion {
     raw: *mut ibv_mr,
     buf: Buffer,
@@ -195,7 +211,8 @@ pub struct MemoryRegion {
 
 // SAFETY: an MR is usable from any thread; the buffer is owned.
 unsafe impl Send for MemoryRegion {}
-// SAFETY: as above.
+// SAFETY: as above; its memory is reached only through `bytes`/`bytes_mut`
+// (unsafe: the device may be writing it) or raw pointers.
 unsafe impl Sync for MemoryRegion {}
 
 impl MemoryRegion {
@@ -229,13 +246,39 @@ impl MemoryRegion {
         // SAFETY: raw is live.
         unsafe { (*self.raw).rkey }
     }
-    /// The registered buffer.
-    pub fn buffer(&self) -> &Buffer {
-        &self.buf
+    /// Bytes of registered memory.
+    pub fn len(&self) -> usize {
+        self.buf.len()
     }
-    /// The registered buffer, mutably.
-    pub fn buffer_mut(&mut self) -> &mut Buffer {
-        &mut self.buf
+    /// Whether the region is empty (never: a buffer has at least one page).
+    pub fn is_empty(&self) -> bool {
+        self.buf.is_empty()
+    }
+    /// Start of the registered memory (for io_uring fixed buffers and raw
+    /// users that keep the rules of [`bytes`](Self::bytes)).
+    pub fn as_ptr(&self) -> *mut u8 {
+        self.buf.as_ptr()
+    }
+    /// Reads `range` of the registered memory. Panics if out of bounds.
+    ///
+    /// Once registered, the memory is written by the device behind the
+    /// compiler's back, so a safe shared slice could change under its reader:
+    /// reading is the caller's promise.
+    ///
+    /// # Safety
+    /// Nothing may write `range` while the slice lives: no receive or RDMA
+    /// READ posted into it, and no remote write through this region's key (or
+    /// a window bound on it) possible.
+    pub unsafe fn bytes(&self, range: std::ops::Range<usize>) -> &[u8] {
+        &self.buf.as_slice()[range]
+    }
+    /// Writes `range` of the registered memory. Panics if out of bounds.
+    ///
+    /// # Safety
+    /// Nothing else may read or write `range` while the slice lives: no work
+    /// request naming it posted, and no remote access to it possible.
+    pub unsafe fn bytes_mut(&mut self, range: std::ops::Range<usize>) -> &mut [u8] {
+        &mut self.buf.as_mut_slice()[range]
     }
     /// Start address.
     pub fn addr(&self) -> u64 {

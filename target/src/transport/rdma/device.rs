@@ -119,7 +119,7 @@ impl WorkerDevice {
         let data = Pinned::new(&pd, budget, shape.bytes(), 2)?;
         // SAFETY: `data` lives in the WorkerDevice, which the worker drops
         // after its ring (field order), and no operation outlives the worker.
-        unsafe { ring.register_fixed(index as u16, data.base(), data.mr.buffer().len()) }
+        unsafe { ring.register_fixed(index as u16, data.base(), data.mr.len()) }
             .map_err(DeviceError::Uring)?;
         count_pool(&shape, 1);
         let m = &metrics().engine;

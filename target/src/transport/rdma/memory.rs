@@ -137,7 +137,7 @@ impl Pinned {
 
     /// Start of the memory.
     pub fn base(&self) -> *mut u8 {
-        self.mr.buffer().as_ptr()
+        self.mr.as_ptr()
     }
 }
 
