@@ -113,8 +113,8 @@ write("io", "read", read8 + struct.pack("<I", 8 * 4096))
 write("io", "dsm-deallocate", cmd(0x09, nsid=1, cdw={10: 1, 11: 4}, sgl=keyed(4096)) + struct.pack("<I", 4096) + dsm_range(100, 8) + dsm_range(200, 4))
 write("io", "write-zeroes-fua-512", cmd(0x08, nsid=5, cdw={10: 8, 12: (1 << 30) | 15}, sgl=keyed(0)) + struct.pack("<I", 0))
 # lifecycle: arrival flags, events (see model::Ev::from_byte)
-write("lifecycle", "write-by-read", bytes([0x03, 0, 1, 2, 3 | 0x10, 4, 4, 7, 8, 11]))
-write("lifecycle", "read-then-disconnect", bytes([0x01, 0, 3, 9, 4, 11]))
+write("lifecycle", "write-by-read", bytes([0x03, 0, 1, 2, 3, 12, 4, 7, 8, 11]))
+write("lifecycle", "read-then-disconnect", bytes([0x01, 0, 3, 9, 12, 4, 11]))
 # config_reload: the example configuration, then one with a namespace more
 etc = os.path.join(HERE, "..", "..", "etc", "nvmf-target.toml")
 with open(etc, "rb") as f:

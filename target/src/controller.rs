@@ -240,11 +240,29 @@ impl CtrlState {
             return Ok(PropertyEffect::Reset);
         }
         if shn_new {
-            self.csts = (self.csts & !csts::SHST_MASK) | csts::SHST_COMPLETE;
+            // Complete only once the flushes of shutdown processing are done
+            // (see `shutdown_done`).
+            self.csts = (self.csts & !csts::SHST_MASK) | csts::SHST_OCCURRING;
             self.csts &= !csts::RDY;
             return Ok(PropertyEffect::Shutdown);
         }
         Ok(PropertyEffect::None)
+    }
+
+    /// The flushes of a host shutdown (CC.SHN) finished. `ok`: every one
+    /// succeeded, and shutdown processing is complete (CSTS.SHST). Otherwise
+    /// data acknowledged to the host may not be durable: the controller reports
+    /// a fatal status (CSTS.CFS) and never "complete", so the host sees the
+    /// failure rather than a clean shutdown.
+    pub fn shutdown_done(&mut self, ok: bool) {
+        if self.csts & csts::SHST_MASK != csts::SHST_OCCURRING || self.csts & csts::CFS != 0 {
+            return;
+        }
+        if ok {
+            self.csts = (self.csts & !csts::SHST_MASK) | csts::SHST_COMPLETE;
+        } else {
+            self.csts |= csts::CFS;
+        }
     }
 
     /// Whether the keep-alive timer expired at `now`.
@@ -593,7 +611,11 @@ mod tests {
             s.property_set(prop::CC, false, shn),
             Ok(PropertyEffect::Shutdown)
         );
+        // Not complete before the flushes are done.
+        assert_eq!(s.csts & csts::SHST_MASK, csts::SHST_OCCURRING);
+        s.shutdown_done(true);
         assert_eq!(s.csts & csts::SHST_MASK, csts::SHST_COMPLETE);
+        assert_eq!(s.csts & csts::CFS, 0);
         assert_eq!(
             s.property_set(prop::CC, false, 0),
             Ok(PropertyEffect::Reset)
@@ -607,6 +629,25 @@ mod tests {
             s.property_set(prop::CC, true, 1),
             Err(Status::INVALID_FIELD)
         );
+    }
+
+    /// A flush at host shutdown failed: acknowledged writes may not be
+    /// durable, so the controller never says the shutdown completed.
+    #[test]
+    fn failed_shutdown_flush_is_fatal_not_complete() {
+        let mut s = CtrlState::new(0, Instant::now());
+        s.property_set(prop::CC, false, cc_enable()).unwrap();
+        let shn = cc_enable() | (1 << cc::SHN_SHIFT) as u64;
+        assert_eq!(
+            s.property_set(prop::CC, false, shn),
+            Ok(PropertyEffect::Shutdown)
+        );
+        s.shutdown_done(false);
+        assert_eq!(s.csts & csts::SHST_MASK, csts::SHST_OCCURRING);
+        assert_ne!(s.csts & csts::CFS, 0);
+        // A late report changes nothing.
+        s.shutdown_done(true);
+        assert_eq!(s.csts & csts::SHST_MASK, csts::SHST_OCCURRING);
     }
 
     #[test]

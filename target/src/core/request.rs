@@ -129,6 +129,20 @@ impl Lifecycle {
         self.held
     }
 
+    /// Whether a backend completion issued for use `gen` of this slot belongs
+    /// to the request there now: the slot is in that use and has operations
+    /// in flight. A completion that arrives after its request was released
+    /// (and maybe the slot reused) is stale and must touch nothing.
+    pub fn owns_backend_completion(&self, gen: u16) -> bool {
+        self.in_use() && self.gen == gen && self.backend > 0
+    }
+
+    /// Whether a work completion (READ, WRITE or SEND) issued for use `gen`
+    /// of this slot belongs to the request there now.
+    pub fn owns_work_completion(&self, gen: u16) -> bool {
+        self.in_use() && self.gen == gen
+    }
+
     /// A capsule arrived in this free slot. `buffer`: the command needs a data
     /// buffer from the pool; `fetch`: its data comes by RDMA READ (implies
     /// `buffer`); `recv`: it keeps its receive buffer (in-capsule data used in
@@ -350,12 +364,14 @@ pub mod model {
         QpDestroyed,
         /// The driver asks to release.
         Release,
+        /// A completion of the slot's previous use arrives (late).
+        Stale,
     }
 
     impl Ev {
         /// The event a byte stands for (fuzzing input).
         pub fn from_byte(b: u8) -> Ev {
-            match b % 12 {
+            match b % 13 {
                 0 => Ev::Grant,
                 1 => Ev::FetchPosted,
                 2 => Ev::Fetched(b & 0x80 == 0),
@@ -367,7 +383,8 @@ pub mod model {
                 8 => Ev::SendDone(b & 0x80 == 0),
                 9 => Ev::Disconnect,
                 10 => Ev::QpDestroyed,
-                _ => Ev::Release,
+                11 => Ev::Release,
+                _ => Ev::Stale,
             }
         }
     }
@@ -412,11 +429,21 @@ pub mod model {
                     Step::Wait
                 }
                 Ev::BackendDone => {
+                    if l.owns_backend_completion(l.generation()) != (ops > 0) {
+                        return Err(format!("a completion with {ops} in flight misjudged"));
+                    }
                     if ops == 0 {
                         continue;
                     }
                     ops -= 1;
                     l.backend_done()
+                }
+                Ev::Stale => {
+                    let old = l.generation().wrapping_sub(1);
+                    if l.owns_backend_completion(old) || l.owns_work_completion(old) {
+                        return Err("a completion of the previous use was taken".into());
+                    }
+                    continue;
                 }
                 Ev::Executed => l.executed(),
                 Ev::FailEarly => l.fail_early(),
@@ -660,6 +687,41 @@ mod tests {
         assert!(l.release().is_some());
     }
 
+    /// A DSM whose submission failed part way: two of its operations were
+    /// queued. Their completions arrive after the response, after the release,
+    /// and after the slot was reused: each is matched to its own use only.
+    #[test]
+    fn late_backend_completions_touch_only_their_own_request() {
+        let mut l = Lifecycle::new();
+        l.arrive(false, false, false);
+        let g1 = l.generation();
+        l.backend_started(2);
+        assert_eq!(l.executed(), Step::Wait, "the queued operations are owed");
+        assert!(l.owns_backend_completion(g1));
+        assert_eq!(l.backend_done(), Step::Wait);
+        assert!(l.owns_backend_completion(g1));
+        assert_eq!(l.backend_done(), Step::Respond);
+        // Nothing more in flight: a third (duplicate or late) completion of
+        // the same use is not the request's.
+        assert!(!l.owns_backend_completion(g1));
+        l.response_posted();
+        assert_eq!(l.response_done(true), Step::Release);
+        assert!(l.release().is_some());
+        assert!(!l.owns_backend_completion(g1), "released slot");
+        assert!(!l.owns_work_completion(g1), "released slot");
+        // The slot is reused by a read with one operation in flight.
+        l.arrive(true, false, false);
+        let g2 = l.generation();
+        assert_ne!(g1, g2);
+        assert_eq!(l.buffer_granted(), Step::Execute);
+        l.backend_started(1);
+        assert!(!l.owns_backend_completion(g1), "the old use's completion");
+        assert!(!l.owns_work_completion(g1));
+        assert!(l.owns_backend_completion(g2));
+        assert_eq!(l.backend_in_flight(), 1, "untouched by the stale one");
+        assert_eq!(l.backend_done(), Step::Respond);
+    }
+
     #[test]
     fn early_failure_from_a_buffer_wait() {
         let mut l = Lifecycle::new();
@@ -685,6 +747,7 @@ mod tests {
             Just(Ev::Disconnect),
             Just(Ev::QpDestroyed),
             Just(Ev::Release),
+            Just(Ev::Stale),
         ]
     }
 

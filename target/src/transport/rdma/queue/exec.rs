@@ -133,11 +133,16 @@ impl Queue {
                             n += s.in_flight;
                             self.reqs[r].ns.push(ns.clone());
                         }
+                        if s.errno != 0 {
+                            self.reqs[r].errno = s.errno;
+                        }
                     }
                     self.reqs[r].life.backend_started(n);
                     if n > 0 {
                         return;
                     }
+                    // Nothing to flush (or every flush failed to submit).
+                    ctrl.state().shutdown_done(self.reqs[r].errno == 0);
                 }
                 _ => {}
             }
@@ -229,8 +234,7 @@ impl Queue {
         let Some(q) = self.reqs.get_mut(r) else {
             return;
         };
-        if !q.life.in_use() || q.life.generation() != id.slot_gen || q.life.backend_in_flight() == 0
-        {
+        if !q.life.owns_backend_completion(id.slot_gen) {
             debug!(qid = self.params.qid, "stale backend completion ignored");
             return;
         }
@@ -242,22 +246,17 @@ impl Queue {
             if !advisory {
                 q.errno = e;
             }
-        } else if let IoPlan::Read { offset, len } | IoPlan::Write { offset, len, .. } = plan {
+        } else if let IoPlan::Read { len, .. } | IoPlan::Write { len, .. } = plan {
             q.done += res as u32;
             let done = q.done;
             if res == 0 && done < len {
                 q.errno = nix::errno::Errno::EIO as i32;
-            } else if done < len && self.live() {
+            } else if let Some(next) = io::rest_of(&plan, done).filter(|_| self.live()) {
                 // Short transfer: continue where it stopped (FUA kept).
                 let d = self.data_ref(cx.dev, r);
                 let rest = DataRef {
                     ptr: d.ptr.wrapping_add(done as usize),
                     fixed: d.fixed,
-                };
-                let (offset, len) = (offset + done as u64, len - done);
-                let next = match plan {
-                    IoPlan::Write { fua, .. } => IoPlan::Write { offset, len, fua },
-                    _ => IoPlan::Read { offset, len },
                 };
                 if self.resubmit(cx, r, next, rest) {
                     return;
@@ -305,9 +304,15 @@ impl Queue {
         let q = &self.reqs[r];
         let (errno, plan) = (q.errno, q.io);
         if q.cmd.is_fabrics() {
-            // The flushes of a host shutdown.
+            // The flushes of a host shutdown: complete, or fatal if one failed.
             if errno != 0 {
-                warn!(qid = self.qid(), errno, "flush at host shutdown failed");
+                warn!(
+                    qid = self.qid(),
+                    errno, "flush at host shutdown failed: reporting CSTS.CFS"
+                );
+            }
+            if let Some(c) = &self.ctrl {
+                c.state().shutdown_done(errno == 0);
             }
             let (st, res) = (q.status, q.result);
             return self.complete(cx, r, st, res);

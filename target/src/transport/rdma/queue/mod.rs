@@ -757,7 +757,7 @@ impl Queue {
     pub fn on_wc(&mut self, cx: &mut Cx<'_>, id: &rdma::WrId, ok: bool) {
         let r = id.slot as usize;
         let Some(q) = self.reqs.get(r) else { return };
-        if !q.life.in_use() || q.life.generation() != id.slot_gen {
+        if !q.life.owns_work_completion(id.slot_gen) {
             return;
         }
         let step = match id.kind {
