@@ -85,12 +85,17 @@ impl Context {
     pub fn take_async_events(&self) -> Result<Vec<String>> {
         // SAFETY: self.0 is a live context; async_fd is its event descriptor.
         let fd = unsafe { (*self.0).async_fd };
+        // Non-blocking: every queue of every thread on this device shares the
+        // descriptor, so another reader may take the event between the poll
+        // and the read; a blocking read would then hang this thread.
+        set_nonblocking(fd)?;
         let mut out = Vec::new();
         while wait_readable(fd, 0, "poll(async events)")? {
             // SAFETY: ibv_async_event is plain data; zero is a valid initial value.
             let mut ev: ibv_async_event = unsafe { std::mem::zeroed() };
-            // SAFETY: the descriptor is readable, so this does not block; `ev` is a
-            // valid out pointer.
+            // SAFETY: `ev` is a valid out pointer; on the non-blocking
+            // descriptor the call returns at once (-1, EAGAIN) when another
+            // reader took the event.
             if unsafe { ibv_get_async_event(self.0, &mut ev) } != 0 {
                 break;
             }
@@ -444,6 +449,7 @@ impl Drop for CompletionChannel {
     }
 }
 
+/// Sets O_NONBLOCK on `fd` (a descriptor a verbs or RDMA-CM object owns).
 pub(crate) fn set_nonblocking(fd: RawFd) -> Result<()> {
     use nix::fcntl::{fcntl, FcntlArg, OFlag};
     let os = |e: nix::errno::Errno| Error::Os {
