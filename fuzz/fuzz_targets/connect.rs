@@ -6,7 +6,7 @@
 #![no_main]
 use libfuzzer_sys::fuzz_target;
 use nvme::command::Command;
-use nvme::fabrics::{ConnectCommand, ConnectData};
+use nvme::fabrics::{cc, prop, ConnectCommand, ConnectData, PropertyCommand};
 
 #[path = "common.rs"]
 mod common;
@@ -24,7 +24,14 @@ fuzz_target!(|b: &[u8]| {
         assert_eq!(ConnectCommand::from_command(&cmd).qid, cm_qid);
         assert!(ctrl.subsys.host_allowed(&d.hostnqn));
         if cm_qid == 0 {
-            // The same host brings up an I/O queue of the new controller.
+            // The host enables the controller (CC.EN) and brings up an I/O
+            // queue of it.
+            let en = PropertyCommand {
+                eight_bytes: false,
+                offset: prop::CC,
+                value: (6 << cc::IOSQES_SHIFT | 4 << cc::IOCQES_SHIFT | cc::EN) as u64,
+            };
+            let _ = nvmf_target::fabrics::property(&ctrl, &en.to_command(2, true));
             let mut io = ConnectCommand::from_command(&cmd);
             io.qid = 1;
             let c = io.to_command(1);

@@ -14,6 +14,9 @@
 //!   how many of them the target hung up on within DEADLINE_S.
 //! - `hostile-probe cycles IP PORT NQN N`: N connect / read / disconnect cycles
 //!   of a whole controller (admin + one I/O queue).
+//! - `hostile-probe kato0 IP PORT NQN SECONDS`: a controller with keep-alive
+//!   off (KATO 0) and one I/O queue, idle for SECONDS (the target probes it
+//!   at the RDMA level and must keep it).
 //!
 //! The probe is its own host (`nqn.2026-11.io.nvmf-lab:probe`), so it is not
 //! the kernel host of the same machine.
@@ -356,8 +359,10 @@ impl Probe {
             }
         };
         let cntlid = ctrl.info().cntlid;
-        let granted = match ctrl.admin(commands::set_num_queues(1)) {
-            Ok(c) if c.status.is_success() => (c.result & 0xFFFF) as u16 + 1,
+        // Eight I/O queues, so that each case that connects one uses its own
+        // qid: a queue just dropped may still be leaving its controller.
+        let granted = match ctrl.admin(commands::set_num_queues(8)) {
+            Ok(c) if c.status.is_success() => ((c.result & 0xFFFF) as u16).saturating_add(1),
             Ok(c) => {
                 println!("SETUP FAILED: Set Features Number of Queues: {}", c.status);
                 std::process::exit(1);
@@ -398,11 +403,11 @@ impl Probe {
         );
         case(
             "io-connect-valid",
-            self.connect_case(1, io(1), mine.clone(), full),
+            self.connect_case(2, io(2), mine.clone(), full),
         );
 
         // --- commands on the wrong queue
-        match self.io_queue(&ctrl, 1) {
+        match self.io_queue(&ctrl, 3) {
             Ok(mut q) => {
                 let mut c = |name: &str, cmd: Command, x: Xfer| {
                     let out = self.raw(&mut q, &cmd, x, &[]);
@@ -439,9 +444,10 @@ impl Probe {
         case("admin-unknown-fctype", admin_token(ctrl.admin(unknown)));
 
         // --- a queue filled to its size, then overrun: told 16 entries, sent 40
-        let told16 = |n: u16| match self.queue(1, Some(cm_req(0, 1, LOCAL_DEPTH, 15))) {
+        let told16 = |qid: u16, n: u16| match self.queue(qid, Some(cm_req(0, qid, LOCAL_DEPTH, 15)))
+        {
             Ok(mut q) => {
-                let st = self.connect(&mut q, &commands::connect(1, 16, 0), &mine, full);
+                let st = self.connect(&mut q, &commands::connect(qid, 16, 0), &mine, full);
                 if st == "status:SUCCESS" {
                     self.burst(&mut q, n, &commands::read(1, 0, 1), Xfer::FromTarget(4096))
                 } else {
@@ -450,12 +456,12 @@ impl Probe {
             }
             Err(e) => format!("cm-failed:{}", e.to_string().replace(' ', "_")),
         };
-        case("io-queue-16-of-16-at-once", told16(16));
+        case("io-queue-16-of-16-at-once", told16(4, 16));
         // The probe's controller still serves after all of the above.
         case("probe-controller-serves", {
             let mut page = vec![0u8; 4096];
             match ctrl.admin_read(commands::identify_controller(), &mut page) {
-                Ok(_) => match self.io_queue(&ctrl, 1) {
+                Ok(_) => match self.io_queue(&ctrl, 5) {
                     Ok(mut q) => self.raw(
                         &mut q,
                         &commands::read(1, 0, 1),
@@ -467,7 +473,7 @@ impl Probe {
                 Err(e) => admin_token(Err(e)),
             }
         });
-        case("io-queue-40-of-16-at-once", told16(40));
+        case("io-queue-40-of-16-at-once", told16(6, 40));
         // Whatever the overrun cost this host, a new association works.
         case(
             "new-controller-after-overrun",
@@ -494,8 +500,9 @@ impl Probe {
             let q = qs
                 .first_mut()
                 .ok_or_else(|| Error::Protocol("no I/O queue".into()))?;
-            let mut b = vec![0u8; 4096];
-            let blocks = 4096 / c.identify_namespace(1)?.block_size().max(512);
+            let bs = c.identify_namespace(1)?.block_size().max(512);
+            let blocks = (4096 / bs).max(1);
+            let mut b = vec![0u8; (blocks * bs) as usize];
             q.read(1, 0, blocks as u32, &mut b)?;
         }
         c.shutdown()
@@ -517,6 +524,36 @@ impl Probe {
             "CYCLES {n} failed {failed} in {s:.1} s ({:.1} ms per cycle)",
             s * 1000.0 / n.max(1) as f64
         );
+    }
+
+    fn kato0(&self, secs: u64) {
+        let mut o = ConnectOptions::new(self.dst, &self.nqn);
+        o.host = host();
+        o.kato = Duration::ZERO;
+        o.io_queues = 1;
+        o.windows = WindowMode::Mr;
+        o.timeout = WAIT;
+        let c = match Controller::connect(&o) {
+            Ok(c) => c,
+            Err(e) => {
+                println!("KATO0 connect failed: {e}");
+                std::process::exit(1);
+            }
+        };
+        let _qs = match c.connect_io_queues() {
+            Ok(q) => q,
+            Err(e) => {
+                println!("KATO0 I/O queue failed: {e}");
+                std::process::exit(1);
+            }
+        };
+        println!("KATO0 cntlid {} idle for {secs} s", c.info().cntlid);
+        std::thread::sleep(Duration::from_secs(secs));
+        let mut page = vec![0u8; 4096];
+        match c.admin_read(commands::identify_controller(), &mut page) {
+            Ok(_) => println!("KATO0 still connected"),
+            Err(e) => println!("KATO0 lost: {e}"),
+        }
     }
 
     fn flood(&self, count: u16, deadline: Duration) {
@@ -595,7 +632,8 @@ fn usage() -> ! {
     eprintln!(
         "usage: hostile-probe cases IP PORT NQN OTHER_CNTLID\n       \
          hostile-probe flood IP PORT NQN COUNT DEADLINE_S\n       \
-         hostile-probe cycles IP PORT NQN N"
+         hostile-probe cycles IP PORT NQN N\n       \
+         hostile-probe kato0 IP PORT NQN SECONDS"
     );
     std::process::exit(2)
 }
@@ -619,6 +657,7 @@ fn main() {
             p.cases();
         }
         "cycles" => p.cycles(num(&a[5])),
+        "kato0" => p.kato0(num(&a[5]) as u64),
         "flood" if a.len() == 7 => {
             p.flood(num(&a[5]) as u16, Duration::from_secs(num(&a[6]) as u64))
         }

@@ -481,7 +481,16 @@ impl Controller {
             &mut a,
             Duration::from_secs(10),
             "CSTS.SHST after shutdown",
-            |v| Ok(v & csts::SHST_MASK == csts::SHST_COMPLETE),
+            |v| {
+                if v & csts::CFS != 0 {
+                    // The target could not finish shutdown processing (a
+                    // flush failed): written data may not be durable.
+                    return Err(Error::Protocol(
+                        "controller fatal status during shutdown (CSTS.CFS): the target could not make written data durable".into(),
+                    ));
+                }
+                Ok(v & csts::SHST_MASK == csts::SHST_COMPLETE)
+            },
         )?;
         a.q.disconnect();
         Ok(())

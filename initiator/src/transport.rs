@@ -418,9 +418,10 @@ impl RdmaQueue {
     /// writing it).
     pub fn buffer(&self, tag: u16) -> &[u8] {
         assert!(self.slots.is_reserved(tag), "slot {tag} is not reserved");
-        // SAFETY: a reserved slot has no command in flight: no RDMA WRITE of
-        // the target can reach it (its window is closed, or in region mode the
-        // target writes only for a command in flight).
+        // SAFETY: a reserved slot has no command in flight. With windows the
+        // device enforces it: the slot's window is closed. In region mode the
+        // target keeps the region's key, and the initiator trusts it to write
+        // only for a command in flight (as every region-mode host does).
         unsafe { self.data.mrs[tag as usize].bytes(0..self.cfg.slot_size) }
     }
 
@@ -860,7 +861,13 @@ impl RdmaQueue {
                     .min(self.cfg.slot_size);
                 self.buffer_mut(tag)[..n].copy_from_slice(&req.write_data[..n]);
             }
-            let (sgl, _, key) = self.prepare_data(tag, x, false)?;
+            let (sgl, _, key) = match self.prepare_data(tag, x, false) {
+                Ok(p) => p,
+                Err(e) => {
+                    self.release(tag);
+                    return Err(e);
+                }
+            };
             sqe[24..40].copy_from_slice(&sgl.encode());
             window = key;
         } else if !req.in_capsule.is_empty() {

@@ -400,11 +400,17 @@ impl Worker {
                     }
                 });
             }
-            wr::READ | wr::WRITE | wr::SEND => {
+            wr::READ | wr::WRITE | wr::SEND | wr::PROBE => {
                 let key = wr::queue_of(&id);
                 let (ok, flush) = (wc.is_ok(), wc.is_flush());
                 let what = if ok {
                     String::new()
+                } else if id.kind == wr::PROBE {
+                    format!(
+                        "host unreachable: no acknowledgement of the liveness probe ({}); \
+                         the host turned keep-alive off",
+                        wc.status_str()
+                    )
                 } else {
                     format!(
                         "work completion error: {} (vendor error {:#x}, op {})",
@@ -615,6 +621,9 @@ impl Worker {
                 self.remove(key.slot);
             }
         }
+        // What the timers queued (AER answers, liveness probes) goes now, not
+        // after the next wake-up.
+        self.flush_sends();
     }
 
     fn remove(&mut self, slot: u16) {

@@ -15,6 +15,8 @@ pub const READ: u8 = 3;
 pub const WRITE: u8 = 4;
 /// The response SEND.
 pub const SEND: u8 = 5;
+/// A zero-length RDMA WRITE probing a host without keep-alive (signaled).
+pub const PROBE: u8 = 6;
 /// A backend operation (io_uring or offload).
 pub const IO: u8 = 8;
 /// io_uring poll of a device's completion channel (slot = device index).

@@ -43,7 +43,7 @@ impl Queue {
             return self.disconnect(cx, "asked to disconnect", "controller");
         }
         let Some(c) = self.ctrl.clone() else {
-            if now.duration_since(self.accepted) > CONNECT_TIMEOUT {
+            if now.duration_since(self.liveness.accepted()) > CONNECT_TIMEOUT {
                 let peer = self.id.as_ref().and_then(|i| i.peer_addr());
                 warn!(
                     qid = self.qid(),
@@ -73,6 +73,13 @@ impl Queue {
                     .inc();
                 c.kill_all();
                 return self.disconnect(cx, "keep-alive timeout", "keep_alive");
+            }
+            // Without keep-alive, a quiet host is probed at the RDMA level; a
+            // probe that fails fails the queue (and the controller with it).
+            let kato = c.state().kato_ms;
+            if self.liveness.probe_due(now, kato) {
+                debug!(cntlid = c.cntlid, host = %c.hostnqn, "no keep-alive and quiet: probing the host");
+                self.send_probe(cx, now);
             }
             self.complete_aers(cx, &c);
         }

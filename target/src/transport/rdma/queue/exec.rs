@@ -142,7 +142,7 @@ impl Queue {
                         return;
                     }
                     // Nothing to flush (or every flush failed to submit).
-                    ctrl.state().shutdown_done(self.reqs[r].errno == 0);
+                    return self.finish_io(cx, r);
                 }
                 _ => {}
             }

@@ -28,6 +28,7 @@ use crate::admin;
 use crate::backend;
 use crate::backend::DataRef;
 use crate::controller::{Controller, QueueLink};
+use crate::core::liveness::Liveness;
 use crate::core::pool::Buf;
 use crate::core::request::{Lifecycle, Stage, Step};
 use crate::io::{self, IoPlan};
@@ -147,7 +148,7 @@ pub struct Queue {
     state: State,
     cm_gone: bool,
     reason: &'static str,
-    accepted: Instant,
+    liveness: Liveness,
 }
 
 /// Parameters of an accepted connection, from the listener.
@@ -289,7 +290,7 @@ impl Queue {
             state: State::Live,
             cm_gone: false,
             reason: "",
-            accepted: Instant::now(),
+            liveness: Liveness::new(Instant::now()),
         })
     }
 
@@ -391,6 +392,7 @@ impl Queue {
         if !self.live() {
             return self.repost(cx, slot);
         }
+        self.liveness.heard(Instant::now());
         let Some(area) = self.area(cx.dev) else {
             return;
         };
@@ -714,6 +716,22 @@ impl Queue {
         self.reqs[r].life.response_posted();
     }
 
+    /// Probes the host with a zero-length RDMA WRITE (no memory, no key): its
+    /// transport acknowledges it if it is still there.
+    pub(super) fn send_probe(&mut self, cx: &mut Cx<'_>, now: Instant) {
+        let probe = SendRequest {
+            wr_id: wr::req(wr::PROBE, self.key, 0, 0),
+            op: SendOp::RdmaWrite {
+                remote_addr: 0,
+                rkey: 0,
+            },
+            sges: &[],
+            signaled: true,
+        };
+        self.queue_sends(cx, &[probe], false);
+        self.liveness.probe_sent(now);
+    }
+
     /// Queues work requests; they are posted together at the end of the loop
     /// pass ([`Queue::flush_sends`]). `inline`: the data is copied at post time.
     fn queue_sends(&mut self, cx: &mut Cx<'_>, wrs: &[SendRequest<'_>], inline: bool) {
@@ -753,8 +771,16 @@ impl Queue {
 
     // ---- completions ---------------------------------------------------
 
-    /// A work completion for request `id` (READ, WRITE or SEND).
+    /// A work completion for request `id` (READ, WRITE or SEND), or of a
+    /// liveness probe.
     pub fn on_wc(&mut self, cx: &mut Cx<'_>, id: &rdma::WrId, ok: bool) {
+        if id.kind == wr::PROBE {
+            // A failed probe failed the queue already (`on_wc_error`).
+            if ok {
+                self.liveness.probe_answered(Instant::now());
+            }
+            return;
+        }
         let r = id.slot as usize;
         let Some(q) = self.reqs.get(r) else { return };
         if !q.life.owns_work_completion(id.slot_gen) {

@@ -1,0 +1,94 @@
+//! Liveness of a host that turned keep-alive off (Connect KATO 0). Such a host
+//! sends nothing while idle, so a host that vanished without a word (power
+//! loss, a cable pulled) would hold its controller, queues and memory
+//! forever. The transport probes it instead: after [`IDLE`] without a
+//! capsule, one zero-length RDMA WRITE (which needs no memory key). A live
+//! host's transport acknowledges it; a gone one does not, the write fails
+//! after the transport's retries, and the queue fails with it.
+//!
+//! Sans-IO: this decides when; the transport sends.
+
+use std::time::{Duration, Instant};
+
+/// Quiet time after which a host without keep-alive is probed.
+pub const IDLE: Duration = Duration::from_secs(10);
+
+/// When a queue last heard from its host, and its probe in flight.
+#[derive(Debug, Clone, Copy)]
+pub struct Liveness {
+    accepted: Instant,
+    last_heard: Instant,
+    probe: Option<Instant>,
+}
+
+impl Liveness {
+    /// A queue accepted at `now`.
+    pub fn new(now: Instant) -> Liveness {
+        Liveness {
+            accepted: now,
+            last_heard: now,
+            probe: None,
+        }
+    }
+
+    /// When the queue was accepted.
+    pub fn accepted(&self) -> Instant {
+        self.accepted
+    }
+
+    /// A capsule arrived.
+    pub fn heard(&mut self, now: Instant) {
+        self.last_heard = now;
+    }
+
+    /// Whether to probe now: the controller runs without keep-alive
+    /// (`kato_ms` 0), nothing was heard for [`IDLE`], and no probe is out.
+    pub fn probe_due(&self, now: Instant, kato_ms: u32) -> bool {
+        kato_ms == 0
+            && self.probe.is_none()
+            && now.saturating_duration_since(self.last_heard) >= IDLE
+    }
+
+    /// A probe was sent.
+    pub fn probe_sent(&mut self, now: Instant) {
+        self.probe = Some(now);
+    }
+
+    /// The probe was acknowledged: the host's transport is alive; the next
+    /// probe follows after another quiet [`IDLE`].
+    pub fn probe_answered(&mut self, now: Instant) {
+        self.probe = None;
+        self.last_heard = now;
+    }
+
+    /// Whether a probe is out.
+    pub fn probing(&self) -> bool {
+        self.probe.is_some()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn probes_only_a_quiet_host_without_keep_alive() {
+        let t0 = Instant::now();
+        let mut l = Liveness::new(t0);
+        assert!(!l.probe_due(t0 + IDLE / 2, 0), "not quiet long enough");
+        assert!(l.probe_due(t0 + IDLE, 0));
+        assert!(!l.probe_due(t0 + IDLE * 10, 5000), "keep-alive covers it");
+        l.heard(t0 + IDLE);
+        assert!(!l.probe_due(t0 + IDLE + IDLE / 2, 0), "heard from");
+        let t1 = t0 + IDLE * 2;
+        assert!(l.probe_due(t1, 0));
+        l.probe_sent(t1);
+        assert!(l.probing());
+        assert!(!l.probe_due(t1 + IDLE * 3, 0), "one probe at a time");
+        l.probe_answered(t1 + Duration::from_millis(1));
+        assert!(!l.probing());
+        assert!(!l.probe_due(t1 + IDLE / 2, 0));
+        assert!(l.probe_due(t1 + IDLE * 2, 0));
+        assert_eq!(l.accepted(), t0);
+    }
+}
