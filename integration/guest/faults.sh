@@ -16,9 +16,10 @@
 #      throughout.
 #   4. CYCLES (1000) connect / read / shutdown cycles of a whole controller (hostile-probe):
 #      every cycle works, and the target's RSS, fds and threads do not grow.
-#   5. Hosts with keep-alive off (KATO 0: the kernel host and hostile-probe): quiet for 25 s,
-#      each is probed at the RDMA level (a zero-length RDMA WRITE; a host that vanished
-#      would not acknowledge it) and each keeps its controller, with no error on the host.
+#   5. A host with keep-alive off (KATO 0: hostile-probe; the Linux 6.1 host, asked for 0,
+#      still connects with KATO 5 s), quiet for 25 s: it is probed at the RDMA level (a
+#      zero-length RDMA WRITE, which a host that vanished would not acknowledge) and keeps
+#      its controller; the kernel host, connected meanwhile, sees no error.
 # Output ends with "FAULTS PASS".
 set -euo pipefail
 IP=${LAB_IP:?LAB_IP not set (run this inside the lab guest)}
@@ -60,6 +61,9 @@ start_own() { # ARGS...: our target in the background, log in $TLOG (liveness pr
 }
 host_connect() { # [nvme connect options]: the kernel host; sets CTRL, NS
     nvme connect -t rdma -a "$IP" -s "$PORT" -n "$NQN" "$@" >/dev/null || fail "nvme connect failed"
+    host_find
+}
+host_find() { # sets CTRL, NS of the live controller of $NQN
     CTRL= NS=
     for _ in $(seq 100); do
         for c in /sys/class/nvme/nvme*; do
@@ -242,22 +246,19 @@ grep -q "^CYCLES $CYCLES failed 0 " <<<"$out" || fail "some cycles failed"
 r=$(resets); [ "$r" = 0 ] || { kmsg_errors | head -n 5; fail "the kernel host saw resets during the cycles"; }
 echo "FAULTS cycles=$CYCLES rss_growth_kib=$((rss1 - rss0)) fd_growth=$((fd1 - fd0)) thread_growth=$((th1 - th0))"
 
-step "5. hosts with keep-alive off (KATO 0), quiet for 25 s: probed at the RDMA level, and kept"
-host_disconnect
+step "5. a host with keep-alive off (KATO 0), quiet for 25 s: probed at the RDMA level, and kept"
 kmsg_mark
-host_connect --keep-alive-tmo=0
 p0=$(grep -c 'probing the host' "$TLOG" || true)
 "$PROBE" kato0 "$IP" "$PORT" "$NQN" 25 >/tmp/kato0.txt 2>&1 &
 BG=$!
 rc=0; wait $BG || rc=$?; BG=
-cat /tmp/kato0.txt | sed 's/^/    /'
+sed 's/^/    /' /tmp/kato0.txt
 [ $rc = 0 ] && grep -q "^KATO0 still connected" /tmp/kato0.txt || fail "hostile-probe's KATO 0 controller did not survive 25 quiet seconds"
 p1=$(grep -c 'probing the host' "$TLOG" || true)
-[ "$(cat "/sys/class/nvme/$CTRL/state")" = live ] || fail "the kernel host's KATO 0 controller left live"
-dd if="$NS" of=/dev/null bs=64k count=16 iflag=direct status=none || fail "the kernel host's KATO 0 controller does not serve"
-r=$(resets); [ "$r" = 0 ] || { kmsg_errors | head -n 5; fail "the liveness probes disturbed the kernel host"; }
-[ $((p1 - p0)) -ge 3 ] || fail "$((p1 - p0)) liveness probes in 25 s of two quiet KATO 0 hosts (want at least 3)"
-info "$((p1 - p0)) probes answered; both controllers kept; no error on the kernel host"
+[ $((p1 - p0)) -ge 2 ] || fail "$((p1 - p0)) liveness probes in 25 s of a quiet KATO 0 host (want 2: one per 10 s)"
+dd if="$NS" of=/dev/null bs=64k count=16 iflag=direct status=none || fail "the kernel host does not serve"
+r=$(resets); [ "$r" = 0 ] || { kmsg_errors | head -n 5; fail "the kernel host saw resets meanwhile"; }
+info "$((p1 - p0)) probes, each answered; the controller kept; the kernel host undisturbed"
 
 host_disconnect
 own_down
