@@ -63,18 +63,7 @@ host_connect() { # [nvme connect options]: the kernel host; sets CTRL, NS
     nvme connect -t rdma -a "$IP" -s "$PORT" -n "$NQN" "$@" >/dev/null || fail "nvme connect failed"
     host_find
 }
-host_find() { # sets CTRL, NS of the live controller of $NQN
-    CTRL= NS=
-    for _ in $(seq 100); do
-        for c in /sys/class/nvme/nvme*; do
-            [ "$(cat "$c/subsysnqn" 2>/dev/null)" = "$NQN" ] && [ "$(cat "$c/state")" = live ] && CTRL=${c##*/}
-        done
-        [ -n "$CTRL" ] && NS=$(ns_dev "$NQN" 1) && break
-        sleep 0.2
-    done
-    [ -n "$CTRL" ] && [ -n "$NS" ] || fail "controller or namespace missing"
-    settle
-}
+host_find() { live_ctrl "$NQN"; settle; }
 host_disconnect() { settle; nvme disconnect -n "$NQN" >/dev/null; }
 resets() { kmsg_errors | grep -ciE 'reset|timeout|error recovery|Reconnecting' || true; }
 # io STATUS-OF: nvme io-passthru ARGS -> "SSS" (SCT << 8 | SC, hex) or "host:..."

@@ -249,15 +249,7 @@ for T in kernel own; do
     fi
     wait_discovery "[$T] the target"
     nvme connect -t rdma -a "$IP" -s "$PORT" -n "$NQN" >/dev/null || fail "[$T] connect failed"
-    CTRL= NS=
-    for _ in $(seq 100); do
-        for c in /sys/class/nvme/nvme*; do
-            [ "$(cat "$c/subsysnqn" 2>/dev/null)" = "$NQN" ] && [ "$(cat "$c/state")" = live ] && CTRL=${c##*/}
-        done
-        [ -n "$CTRL" ] && NS=$(ns_dev "$NQN" 1) && break
-        sleep 0.2
-    done
-    [ -n "$CTRL" ] && [ -n "$NS" ] || fail "[$T] controller or namespace missing"
+    live_ctrl "$NQN"
     info "controller /dev/$CTRL, namespace $NS"
     settle
     kmsg_mark

@@ -5,6 +5,8 @@
 #   nvmet_unexport NQN         tears that down
 #   wait_discovery WHAT        up to 20 s for a discovery answer on IP:PORT
 #   ns_dev NQN NSID            /dev/nvmeXnY of the namespace (multipath head or disk)
+#   live_ctrl NQN              sets CTRL (a live controller of NQN) and NS (its namespace
+#                              1), waiting up to 20 s; fails if there is none
 NVMET_CFG=/sys/kernel/config/nvmet
 nvmet_export() {
     local nqn=$1 id=0 p; shift
@@ -51,4 +53,16 @@ ns_dev() {
         done
     done
     return 1
+}
+live_ctrl() {
+    local c
+    CTRL= NS=
+    for _ in $(seq 100); do
+        for c in /sys/class/nvme/nvme*; do
+            [ "$(cat "$c/subsysnqn" 2>/dev/null)" = "$1" ] && [ "$(cat "$c/state")" = live ] && CTRL=${c##*/}
+        done
+        [ -n "$CTRL" ] && NS=$(ns_dev "$1" 1) && break
+        sleep 0.2
+    done
+    [ -n "$CTRL" ] && [ -n "$NS" ] || fail "no live controller with namespace 1 of $1"
 }
