@@ -91,7 +91,8 @@ struct Req {
 }
 
 impl Req {
-    fn new() -> Req {
+    /// A request slot whose command arrived (or whose queue was set up) at `start`.
+    fn new(start: Instant) -> Req {
         Req {
             life: Lifecycle::new(),
             cmd: Command::default(),
@@ -106,7 +107,7 @@ impl Req {
             out_len: 0,
             status: Status::SUCCESS,
             result: 0,
-            start: Instant::now(),
+            start,
             ns: Vec::new(),
             counted: (false, false),
             rsp: [0; CQE_SIZE],
@@ -264,6 +265,7 @@ impl Queue {
         dev.cq_room -= cq_share;
         debug!(qid = params.qid, sq_size = params.sq_size, peer = ?id.peer_addr(), inline,
                srq = !own_recv, "queue accepted");
+        let accepted = Instant::now();
         Ok(Queue {
             cm_key: id.key(),
             id: Some(id),
@@ -278,7 +280,7 @@ impl Queue {
             reqs: (0..nreq)
                 .map(|_| Req {
                     ns: Vec::with_capacity(1),
-                    ..Req::new()
+                    ..Req::new(accepted)
                 })
                 .collect(),
             free: (0..nreq as u16).rev().collect(),
@@ -290,7 +292,7 @@ impl Queue {
             state: State::Live,
             cm_gone: false,
             reason: "",
-            liveness: Liveness::new(Instant::now()),
+            liveness: Liveness::new(accepted),
         })
     }
 
@@ -392,7 +394,9 @@ impl Queue {
         if !self.live() {
             return self.repost(cx, slot);
         }
-        self.liveness.heard(Instant::now());
+        // One clock read per capsule: liveness and the request's start time.
+        let now = Instant::now();
+        self.liveness.heard(now);
         let Some(area) = self.area(cx.dev) else {
             return;
         };
@@ -432,8 +436,7 @@ impl Queue {
             life,
             ns,
             cmd,
-            start: Instant::now(),
-            ..Req::new()
+            ..Req::new(now)
         };
         if self.qid() != 0 && !cmd.is_fabrics() {
             cx.target.io_in_flight.fetch_add(1, Ordering::SeqCst);
