@@ -7,7 +7,9 @@
 # host work for both targets). OURS_SPINS="0 200" runs our target once per --poll-spin-us
 # value (targets ours-spinN), for tuning the busy-poll window; OURS_CEPH_ARGS="--a=b ..."
 # once more per value, with CEPH_ARGS set (librados options, for DEV=rbd; several options
-# in one value separated by commas: "--a=1,--b=2").
+# in one value separated by commas: "--a=1,--b=2"). OURS_BINS="build/a build/b" runs each of
+# these target binaries instead of TARGET_BIN (targets ours-<file name>): two builds compared
+# in one boot.
 set -uo pipefail
 : >/tmp/bench.txt
 IP=${LAB_IP:?}; NQN=nqn.2026-11.io.nvmf-lab:bench; RT=${RT:-10}; ROUNDS=${ROUNDS:-2}
@@ -88,17 +90,19 @@ kernel_down() {
 for r in $(seq "$ROUNDS"); do
   kernel_up; nvme connect -t rdma -a "$IP" -s 4420 -n $NQN >/dev/null && runfio "$r" nvmet; nvme disconnect -n $NQN >/dev/null; kernel_down
   variants=()
-  for spin in ${OURS_SPINS:-default}; do variants+=("spin:$spin"); done
+  [ -n "${OURS_BINS:-}" ] || for spin in ${OURS_SPINS:-default}; do variants+=("spin:$spin"); done
+  for b in ${OURS_BINS:-}; do variants+=("bin:$b"); done
   for ca in ${OURS_CEPH_ARGS:-}; do variants+=("ceph:$ca"); done
   for v in "${variants[@]}"; do
-    args=(); envs=(); label=ours
+    args=(); envs=(); label=ours; bin=$TARGET_BIN
     case $v in
+      bin:*) bin=${v#bin:}; label=ours-$(basename "$bin") ;;
       spin:default) ;;
       spin:*) args=(--poll-spin-us "${v#spin:}"); label=ours-spin${v#spin:} ;;
       ceph:*) envs=("CEPH_ARGS=${v//,/ }"); envs[0]=${envs[0]/ceph:/}
               label=ours-$(tr -dc 'a-z0-9_=,' <<<"${v#ceph:}" | tr '=,' '-+' | cut -c1-40) ;;
     esac
-    env "${envs[@]}" "$TARGET_BIN" --listen "$IP:4420" --nqn $NQN --namespace "${OURS_NS:-$BDEV}" --log-level warn "${args[@]}" >/tmp/t.log 2>&1 &
+    env "${envs[@]}" "$bin" --listen "$IP:4420" --nqn $NQN --namespace "${OURS_NS:-$BDEV}" --log-level warn "${args[@]}" >/tmp/t.log 2>&1 &
     TP=$!; sleep 1
     nvme connect -t rdma -a "$IP" -s 4420 -n $NQN >/dev/null && runfio "$r" "$label"; nvme disconnect -n $NQN >/dev/null
     echo "io_uring io-wq threads of the target after the run: $(grep -l '^iou-' /proc/$TP/task/*/comm 2>/dev/null | wc -l)"

@@ -98,6 +98,8 @@ struct Res {
     ring: Ring,
     devices: Vec<WorkerDevice>,
     grants: Vec<(WrId, Buf)>,
+    /// When the current pass began.
+    now: Instant,
     shared: Arc<WorkerShared>,
     engine: Arc<EngineShared>,
     offload: Arc<Offload>,
@@ -115,6 +117,7 @@ impl Res {
                 mailbox: &self.shared.mailbox,
             },
             grants: &mut self.grants,
+            now: self.now,
         }
     }
 }
@@ -153,6 +156,7 @@ impl Worker {
                 ring,
                 devices: Vec::new(),
                 grants: Vec::new(),
+                now: Instant::now(),
                 shared,
                 engine,
                 offload,
@@ -229,9 +233,20 @@ impl Worker {
         let mut cqes = [(0u64, 0i32); 64];
         let mut mail = Vec::new();
         let mut last_work = Instant::now();
-        let mut last_tick = Instant::now();
+        let mut last_tick = last_work;
+        // The start of the last pass that found work: the busy time runs from
+        // there to the start of the next pass (one clock read per pass).
+        let mut busy_since: Option<Instant> = None;
+        let mut woke = false;
         loop {
-            let t0 = Instant::now();
+            let now = Instant::now();
+            self.res.now = now;
+            if let Some(b) = busy_since.take() {
+                busy.inc_by(now.duration_since(b).as_secs_f64());
+            }
+            if std::mem::take(&mut woke) {
+                last_work = now;
+            }
             let mut work = 0;
             for d in 0..self.res.devices.len() {
                 match self.res.devices[d].cq.poll(&mut wcs) {
@@ -262,7 +277,6 @@ impl Worker {
             if let Err(e) = self.res.ring.submit() {
                 error!(worker = self.res.shared.index, "io_uring submit: {e}");
             }
-            let now = Instant::now();
             if std::mem::take(&mut self.armed.tick_now) || now.duration_since(last_tick) >= TICK {
                 last_tick = now;
                 self.tick(now);
@@ -271,7 +285,7 @@ impl Worker {
                 }
             }
             if work > 0 {
-                busy.inc_by(t0.elapsed().as_secs_f64());
+                busy_since = Some(now);
                 last_work = now;
                 continue;
             }
@@ -296,7 +310,8 @@ impl Worker {
             }
             if late > 0 {
                 self.flush_sends();
-                last_work = Instant::now();
+                busy_since = Some(now);
+                last_work = now;
                 continue;
             }
             self.arm_polls();
@@ -305,7 +320,7 @@ impl Worker {
                 std::thread::sleep(Duration::from_millis(10));
             }
             wakeups.inc();
-            last_work = Instant::now();
+            woke = true;
         }
     }
 
@@ -391,7 +406,11 @@ impl Worker {
             wr::RECV_QP => {
                 let key = wr::queue_of(&id);
                 let (ok, flush, len) = (wc.is_ok(), wc.is_flush(), wc.byte_len());
-                let what = format!("receive failed: {}", wc.status_str());
+                let what = if ok {
+                    String::new()
+                } else {
+                    format!("receive failed: {}", wc.status_str())
+                };
                 self.with_queue(key, |q, cx| {
                     if ok {
                         q.on_recv(cx, id.slot as u32, len)

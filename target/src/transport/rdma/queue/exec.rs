@@ -337,7 +337,8 @@ impl Queue {
             IoPlan::WriteZeroes { .. } => (IoOp::WriteZeroes, 0),
             IoPlan::Dsm { .. } => (IoOp::Dsm, 0),
         };
-        ns.metrics.record(op, bytes, q.start.elapsed());
+        ns.metrics
+            .record(op, bytes, cx.now.saturating_duration_since(q.start));
         if let Some(ctrl) = &self.ctrl {
             match plan {
                 IoPlan::Read { len, .. } => {

@@ -62,6 +62,10 @@ pub struct Cx<'a> {
     pub io: backend::Io<'a>,
     /// Buffers given back that a waiting request (maybe of another queue) gets.
     pub grants: &'a mut Vec<(rdma::WrId, Buf)>,
+    /// When the worker's current pass began: the time of every capsule and
+    /// completion it handles (one clock read per pass, not per request; a
+    /// clock read is a system call where the clock source has no vDSO path).
+    pub now: Instant,
 }
 
 /// One request slot.
@@ -394,8 +398,7 @@ impl Queue {
         if !self.live() {
             return self.repost(cx, slot);
         }
-        // One clock read per capsule: liveness and the request's start time.
-        let now = Instant::now();
+        let now = cx.now;
         self.liveness.heard(now);
         let Some(area) = self.area(cx.dev) else {
             return;
@@ -780,7 +783,7 @@ impl Queue {
         if id.kind == wr::PROBE {
             // A failed probe failed the queue already (`on_wc_error`).
             if ok {
-                self.liveness.probe_answered(Instant::now());
+                self.liveness.probe_answered(cx.now);
             }
             return;
         }
