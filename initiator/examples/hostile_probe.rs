@@ -605,8 +605,8 @@ fn idle_connection(dst: SocketAddr, qid: u16) -> Result<Idle, String> {
     id.resolve_route(5000).map_err(e)?;
     ch.wait_for(CmEventKind::RouteResolved, WAIT).map_err(e)?;
     let ctx = id.context().ok_or("no RDMA device for that address")?;
-    let pd = ProtectionDomain::new(ctx).map_err(e)?;
-    let cc = CompletionChannel::new(ctx).map_err(e)?;
+    let pd = ProtectionDomain::new(&ctx).map_err(e)?;
+    let cc = CompletionChannel::new(&ctx).map_err(e)?;
     let cq = CompletionQueue::new(&cc, 8).map_err(e)?;
     let caps = QpCaps {
         max_send_wr: 2,

@@ -41,8 +41,8 @@ fn connect(dst: SocketAddr, qid: u16) -> R<Conn> {
     id.resolve_route(5000).map_err(|e| e.to_string())?;
     wait(&ch, CmEventKind::RouteResolved, t)?;
     let ctx = id.context().ok_or("no RDMA device for that address")?;
-    let pd = ProtectionDomain::new(ctx).map_err(|e| e.to_string())?;
-    let cc = CompletionChannel::new(ctx).map_err(|e| e.to_string())?;
+    let pd = ProtectionDomain::new(&ctx).map_err(|e| e.to_string())?;
+    let cc = CompletionChannel::new(&ctx).map_err(|e| e.to_string())?;
     let cq = CompletionQueue::new(&cc, 16).map_err(|e| e.to_string())?;
     id.create_qp(
         &pd,

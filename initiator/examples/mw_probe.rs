@@ -57,8 +57,8 @@ impl Peer {
         let ev = wait_event(ch, CmEventKind::ConnectRequest)?;
         let mut id = ev.new_id.ok_or("connect request without id")?;
         let ctx = id.context().ok_or("no device")?;
-        let pd = ProtectionDomain::new(ctx).map_err(|e| e.to_string())?;
-        let cc = CompletionChannel::new(ctx).map_err(|e| e.to_string())?;
+        let pd = ProtectionDomain::new(&ctx).map_err(|e| e.to_string())?;
+        let cc = CompletionChannel::new(&ctx).map_err(|e| e.to_string())?;
         let cq = CompletionQueue::new(&cc, 64).map_err(|e| e.to_string())?;
         id.create_qp(
             &pd,

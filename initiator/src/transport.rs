@@ -247,8 +247,8 @@ impl RdmaQueue {
             return Err(Error::NoWindows);
         }
         let depth = cfg.depth as usize;
-        let pd = ProtectionDomain::new(ctx)?;
-        let cc = CompletionChannel::new(ctx)?;
+        let pd = ProtectionDomain::new(&ctx)?;
+        let cc = CompletionChannel::new(&ctx)?;
         let send_wr = depth * 3 + 4;
         let cq = CompletionQueue::new(&cc, (send_wr + depth + 4) as u32)?;
         id.create_qp(

@@ -428,11 +428,12 @@ impl CmId {
         Ok(())
     }
 
-    /// The device context this id is bound to (None before address binding to a device).
+    /// The device context this id is bound to (None before address binding
+    /// to a device, or if the device went away).
     pub fn context(&self) -> Option<Context> {
         // SAFETY: raw is live.
         let v = unsafe { (*self.raw).verbs };
-        (!v.is_null()).then_some(Context(v))
+        Context::anchored(v)
     }
 
     /// Moves the id's events to another channel.

@@ -10,16 +10,90 @@ use rdma_sys::*;
 use crate::buffer::Buffer;
 use crate::error::{Error, Result};
 
-/// A device context (owned by librdmacm for the life of the process; RDMA-CM ids
-/// point at it).
-#[derive(Clone, Copy, Debug)]
-pub struct Context(pub(crate) *mut ibv_context);
+/// A device context, opened by librdmacm.
+///
+/// librdmacm closes a device's context once the device is removed and nothing
+/// references it any more: no RDMA-CM id bound to it and no device list from
+/// `rdma_get_devices` that names it. So that a context outlives no resource
+/// made from it (a protection domain, a completion channel), every `Context`
+/// holds such a list ([`DeviceList`]); whatever is made from a context holds
+/// the `Context`.
+#[derive(Clone, Debug)]
+pub struct Context {
+    raw: *mut ibv_context,
+    _anchor: Arc<DeviceList>,
+}
 
-// SAFETY: ibv_context is thread safe per libibverbs; librdmacm keeps it open for
-// the life of the process.
+// SAFETY: ibv_context is thread safe per libibverbs; the anchor keeps it open.
 unsafe impl Send for Context {}
 // SAFETY: as above.
 unsafe impl Sync for Context {}
+
+/// A device list from `rdma_get_devices`: while it is held, librdmacm keeps
+/// every context on it open (it counts a reference per listed device until
+/// `rdma_free_devices`).
+#[derive(Debug)]
+struct DeviceList(*mut *mut ibv_context);
+
+// SAFETY: the list is read-only after creation; rdma_free_devices takes
+// librdmacm's lock.
+unsafe impl Send for DeviceList {}
+// SAFETY: as above.
+unsafe impl Sync for DeviceList {}
+
+impl DeviceList {
+    /// The devices librdmacm has now (it also notices removed ones).
+    fn fetch() -> Option<Arc<DeviceList>> {
+        // SAFETY: no preconditions; the result is NULL or a NULL-terminated array.
+        let raw = unsafe { rdma_get_devices(ptr::null_mut()) };
+        (!raw.is_null()).then(|| Arc::new(DeviceList(raw)))
+    }
+
+    fn contains(&self, ctx: *mut ibv_context) -> bool {
+        let mut i = 0;
+        loop {
+            // SAFETY: the array is NULL-terminated and lives as long as self.
+            let c = unsafe { *self.0.add(i) };
+            if c.is_null() {
+                return false;
+            }
+            if c == ctx {
+                return true;
+            }
+            i += 1;
+        }
+    }
+}
+
+impl Drop for DeviceList {
+    fn drop(&mut self) {
+        // SAFETY: the list came from rdma_get_devices and is freed once.
+        unsafe { rdma_free_devices(self.0) }
+    }
+}
+
+impl Context {
+    /// The context `raw` (an RDMA-CM id's device), anchored by a device list
+    /// that names it. The latest list is shared; a context that list does not
+    /// name (a device added since) makes a new one. None if librdmacm does not
+    /// list the device (it went away).
+    pub(crate) fn anchored(raw: *mut ibv_context) -> Option<Context> {
+        static LATEST: std::sync::Mutex<Option<Arc<DeviceList>>> = std::sync::Mutex::new(None);
+        if raw.is_null() {
+            return None;
+        }
+        let mut latest = LATEST.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(l) = latest.as_ref().filter(|l| l.contains(raw)) {
+            return Some(Context {
+                raw,
+                _anchor: l.clone(),
+            });
+        }
+        let l = DeviceList::fetch()?;
+        *latest = Some(l.clone());
+        l.contains(raw).then_some(Context { raw, _anchor: l })
+    }
+}
 
 /// The device limits a queue pair is sized against.
 #[derive(Debug, Clone, Copy)]
@@ -52,8 +126,8 @@ impl Context {
     pub fn query(&self) -> Result<DeviceAttr> {
         // SAFETY: ibv_device_attr is plain data; zero is a valid initial value.
         let mut a: ibv_device_attr = unsafe { std::mem::zeroed() };
-        // SAFETY: self.0 is a live context; `a` is a valid out pointer.
-        let r = unsafe { ibv_query_device(self.0, &mut a) };
+        // SAFETY: self.raw is a live context; `a` is a valid out pointer.
+        let r = unsafe { ibv_query_device(self.raw, &mut a) };
         if r != 0 {
             return Err(Error::from_ret("ibv_query_device", r));
         }
@@ -75,7 +149,7 @@ impl Context {
 
     /// The raw pointer.
     pub fn as_ptr(&self) -> *mut ibv_context {
-        self.0
+        self.raw
     }
 
     /// Takes the device's pending asynchronous events (QP fatal, access errors,
@@ -83,8 +157,8 @@ impl Context {
     /// plus the QP number where the event concerns a QP. Meant for diagnosing a
     /// queue that failed: whoever calls this first consumes the events.
     pub fn take_async_events(&self) -> Result<Vec<String>> {
-        // SAFETY: self.0 is a live context; async_fd is its event descriptor.
-        let fd = unsafe { (*self.0).async_fd };
+        // SAFETY: self.raw is a live context; async_fd is its event descriptor.
+        let fd = unsafe { (*self.raw).async_fd };
         // Non-blocking: every queue of every thread on this device shares the
         // descriptor, so another reader may take the event between the poll
         // and the read; a blocking read would then hang this thread.
@@ -96,7 +170,7 @@ impl Context {
             // SAFETY: `ev` is a valid out pointer; on the non-blocking
             // descriptor the call returns at once (-1, EAGAIN) when another
             // reader took the event.
-            if unsafe { ibv_get_async_event(self.0, &mut ev) } != 0 {
+            if unsafe { ibv_get_async_event(self.raw, &mut ev) } != 0 {
                 break;
             }
             // SAFETY: ibv_event_type_str returns a static C string for any value.
@@ -141,18 +215,21 @@ unsafe impl Send for ProtectionDomain {}
 unsafe impl Sync for ProtectionDomain {}
 
 impl ProtectionDomain {
-    /// Allocates a PD on `ctx`.
-    pub fn new(ctx: Context) -> Result<Arc<ProtectionDomain>> {
+    /// Allocates a PD on `ctx` (which it holds).
+    pub fn new(ctx: &Context) -> Result<Arc<ProtectionDomain>> {
         // SAFETY: ctx is a live context.
-        let raw = unsafe { ibv_alloc_pd(ctx.0) };
+        let raw = unsafe { ibv_alloc_pd(ctx.raw) };
         if raw.is_null() {
             return Err(Error::last("ibv_alloc_pd"));
         }
-        Ok(Arc::new(ProtectionDomain { raw, ctx }))
+        Ok(Arc::new(ProtectionDomain {
+            raw,
+            ctx: ctx.clone(),
+        }))
     }
     /// The device context.
-    pub fn context(&self) -> Context {
-        self.ctx
+    pub fn context(&self) -> &Context {
+        &self.ctx
     }
     /// The raw pointer.
     pub fn as_ptr(&self) -> *mut ibv_pd {
@@ -386,6 +463,7 @@ impl Drop for MemoryWindow {
 /// CQ gets a completion).
 pub struct CompletionChannel {
     raw: *mut ibv_comp_channel,
+    _ctx: Context,
 }
 
 // SAFETY: usable from any thread.
@@ -394,14 +472,17 @@ unsafe impl Send for CompletionChannel {}
 unsafe impl Sync for CompletionChannel {}
 
 impl CompletionChannel {
-    /// Creates a channel on `ctx`, in non-blocking mode.
-    pub fn new(ctx: Context) -> Result<Arc<CompletionChannel>> {
+    /// Creates a channel on `ctx` (which it holds), in non-blocking mode.
+    pub fn new(ctx: &Context) -> Result<Arc<CompletionChannel>> {
         // SAFETY: ctx is live.
-        let raw = unsafe { ibv_create_comp_channel(ctx.0) };
+        let raw = unsafe { ibv_create_comp_channel(ctx.raw) };
         if raw.is_null() {
             return Err(Error::last("ibv_create_comp_channel"));
         }
-        let ch = CompletionChannel { raw };
+        let ch = CompletionChannel {
+            raw,
+            _ctx: ctx.clone(),
+        };
         set_nonblocking(ch.fd())?;
         Ok(Arc::new(ch))
     }
@@ -1149,5 +1230,20 @@ impl WorkCompletion {
     /// receive from a shared receive queue names its connection).
     pub fn qp_num(&self) -> u32 {
         self.0.qp_num
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A context is only ever made for a pointer librdmacm lists (and so
+    /// keeps open while the list is held): an unknown one gets no `Context`.
+    #[test]
+    #[cfg_attr(miri, ignore = "calls librdmacm")]
+    fn context_only_for_listed_devices() {
+        assert!(Context::anchored(ptr::null_mut()).is_none());
+        let mut fake = std::mem::MaybeUninit::<ibv_context>::uninit();
+        assert!(Context::anchored(fake.as_mut_ptr()).is_none());
     }
 }

@@ -70,7 +70,7 @@ impl WorkerDevice {
     /// shared receive queue (posted full), data pool (registered with the
     /// device and as fixed buffer `index` of `ring`).
     pub fn new(
-        ctx: Context,
+        ctx: &Context,
         pd: Arc<ProtectionDomain>,
         cfg: &EngineConfig,
         budget: &Arc<Budget>,

@@ -75,7 +75,7 @@ pub struct EngineShared {
 
 impl EngineShared {
     /// The target-wide protection domain of the device of `ctx`.
-    pub fn pd_for(&self, ctx: Context) -> rdma::Result<Arc<ProtectionDomain>> {
+    pub fn pd_for(&self, ctx: &Context) -> rdma::Result<Arc<ProtectionDomain>> {
         let key = ctx.as_ptr() as usize;
         let mut pds = self.pds.lock().unwrap_or_else(|p| p.into_inner());
         if let Some((_, pd)) = pds.iter().find(|(k, _)| *k == key) {

@@ -520,11 +520,11 @@ impl Worker {
                     let made = self
                         .res
                         .engine
-                        .pd_for(ctx)
+                        .pd_for(&ctx)
                         .map_err(|e| e.to_string())
                         .and_then(|pd| {
                             WorkerDevice::new(
-                                ctx,
+                                &ctx,
                                 pd,
                                 &self.res.engine.cfg,
                                 &self.res.engine.budget,
