@@ -436,6 +436,14 @@ impl CmId {
         Context::anchored(v)
     }
 
+    /// Names the device this id is bound to (its verbs context's address),
+    /// without touching it: usable after the device went away.
+    pub fn device_key(&self) -> Option<usize> {
+        // SAFETY: raw is live; the pointer is only read, not followed.
+        let v = unsafe { (*self.raw).verbs };
+        (!v.is_null()).then_some(v as usize)
+    }
+
     /// Moves the id's events to another channel.
     pub fn migrate(&mut self, channel: &Arc<EventChannel>) -> Result<()> {
         // SAFETY: both live; no event of this id is held unacked (events are acked on receipt).

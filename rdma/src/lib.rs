@@ -23,9 +23,9 @@ pub use buffer::Buffer;
 pub use cm::{CmEvent, CmEventKind, CmId, ConnParams, EventChannel, QpOptions, WaitError};
 pub use error::{Error, Result};
 pub use verbs::{
-    Access, CompletionChannel, CompletionQueue, Context, DeviceAttr, MemoryRegion, MemoryWindow,
-    MrHandle, MwHandle, ProtectionDomain, QpCaps, QueuePair, SendBatch, SendOp, SendRequest, Sge,
-    SharedReceiveQueue, WcOpcode, WorkCompletion,
+    sync_devices, Access, CompletionChannel, CompletionQueue, Context, DeviceAttr, MemoryRegion,
+    MemoryWindow, MrHandle, MwHandle, ProtectionDomain, QpCaps, QueuePair, SendBatch, SendOp,
+    SendRequest, Sge, SharedReceiveQueue, WcOpcode, WorkCompletion,
 };
 pub use wrid::WrId;
 

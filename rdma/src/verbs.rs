@@ -12,16 +12,18 @@ use crate::error::{Error, Result};
 
 /// A device context, opened by librdmacm.
 ///
-/// librdmacm closes a device's context once the device is removed and nothing
-/// references it any more: no RDMA-CM id bound to it and no device list from
-/// `rdma_get_devices` that names it. So that a context outlives no resource
-/// made from it (a protection domain, a completion channel), every `Context`
-/// holds such a list ([`DeviceList`]); whatever is made from a context holds
-/// the `Context`.
+/// librdmacm closes a removed device's context once nothing references it:
+/// no RDMA-CM id bound to it and no device list from `rdma_get_devices` that
+/// names it. So that a context outlives no resource made from it (a
+/// protection domain, a completion channel), every `Context` holds a list
+/// that names its device and no other ([`DeviceAnchor`]); whatever is made
+/// from a context holds the `Context`. When the last of them is gone, the
+/// device's reference goes back to librdmacm, and a removed device can be
+/// closed ([`sync_devices`]).
 #[derive(Clone, Debug)]
 pub struct Context {
     raw: *mut ibv_context,
-    _anchor: Arc<DeviceList>,
+    _anchor: Arc<DeviceAnchor>,
 }
 
 // SAFETY: ibv_context is thread safe per libibverbs; the anchor keeps it open.
@@ -29,69 +31,119 @@ unsafe impl Send for Context {}
 // SAFETY: as above.
 unsafe impl Sync for Context {}
 
-/// A device list from `rdma_get_devices`: while it is held, librdmacm keeps
-/// every context on it open (it counts a reference per listed device until
-/// `rdma_free_devices`).
+/// A device list from `rdma_get_devices`, cut down to one device: while it
+/// is held, librdmacm keeps that device's context open (it counts one
+/// reference per listed device until `rdma_free_devices`).
 #[derive(Debug)]
-struct DeviceList(*mut *mut ibv_context);
+struct DeviceAnchor(*mut *mut ibv_context);
 
-// SAFETY: the list is read-only after creation; rdma_free_devices takes
-// librdmacm's lock.
-unsafe impl Send for DeviceList {}
+// SAFETY: the list is not touched after creation until rdma_free_devices,
+// which takes librdmacm's lock.
+unsafe impl Send for DeviceAnchor {}
 // SAFETY: as above.
-unsafe impl Sync for DeviceList {}
+unsafe impl Sync for DeviceAnchor {}
 
-impl DeviceList {
-    /// The devices librdmacm has now (it also notices removed ones).
-    fn fetch() -> Option<Arc<DeviceList>> {
-        // SAFETY: no preconditions; the result is NULL or a NULL-terminated array.
-        let raw = unsafe { rdma_get_devices(ptr::null_mut()) };
-        (!raw.is_null()).then(|| Arc::new(DeviceList(raw)))
-    }
-
-    fn contains(&self, ctx: *mut ibv_context) -> bool {
-        let mut i = 0;
-        loop {
-            // SAFETY: the array is NULL-terminated and lives as long as self.
-            let c = unsafe { *self.0.add(i) };
-            if c.is_null() {
-                return false;
-            }
-            if c == ctx {
-                return true;
-            }
-            i += 1;
+impl DeviceAnchor {
+    /// A reference to the device of `ctx`, if librdmacm lists it now.
+    fn take(ctx: *mut ibv_context) -> Option<DeviceAnchor> {
+        // SAFETY: no preconditions; the result is NULL or a NULL-terminated
+        // array from malloc, with one reference taken per listed device.
+        let list = unsafe { rdma_get_devices(ptr::null_mut()) };
+        if list.is_null() {
+            return None;
         }
+        let mut n = 0;
+        // SAFETY: the array is NULL-terminated.
+        while !unsafe { *list.add(n) }.is_null() {
+            n += 1;
+        }
+        // SAFETY: n entries are readable.
+        let all: Vec<*mut ibv_context> = (0..n).map(|i| unsafe { *list.add(i) }).collect();
+        let others: Vec<_> = all.iter().copied().filter(|&c| c != ctx).collect();
+        // The other devices' references go back at once, through a list of
+        // them alone (malloc'd, as rdma_free_devices frees it).
+        // SAFETY: room for the others and the terminating NULL.
+        let rest = unsafe { libc::malloc((others.len() + 1) * std::mem::size_of::<usize>()) }
+            as *mut *mut ibv_context;
+        if rest.is_null() {
+            // SAFETY: the list as librdmacm made it, freed once.
+            unsafe { rdma_free_devices(list) };
+            return None;
+        }
+        for (i, &c) in others
+            .iter()
+            .chain(std::iter::once(&ptr::null_mut()))
+            .enumerate()
+        {
+            // SAFETY: in bounds of `rest`.
+            unsafe { *rest.add(i) = c };
+        }
+        // SAFETY: `rest` is a NULL-terminated malloc'd list of devices whose
+        // references the original list took; freed once.
+        unsafe { rdma_free_devices(rest) };
+        if others.len() == n {
+            // SAFETY: nothing references this device's entry: free the list
+            // memory alone (its references went back through `rest`).
+            unsafe { libc::free(list as *mut libc::c_void) };
+            return None;
+        }
+        // The original list now names only `ctx` (one reference).
+        // SAFETY: n >= 1 entries, so [0] and [1] are in bounds.
+        unsafe {
+            *list = ctx;
+            *list.add(1) = ptr::null_mut();
+        }
+        Some(DeviceAnchor(list))
     }
 }
 
-impl Drop for DeviceList {
+impl Drop for DeviceAnchor {
     fn drop(&mut self) {
-        // SAFETY: the list came from rdma_get_devices and is freed once.
+        // SAFETY: the list names one device whose reference it holds; freed once.
         unsafe { rdma_free_devices(self.0) }
     }
 }
 
+/// Has librdmacm look at the devices now: a device that was removed and that
+/// nothing references any more gets its context closed (the kernel's removal
+/// of a device without disassociation waits for that). librdmacm keeps every
+/// device it saw open, used or not, so a process using it must do this from
+/// time to time for any removal to complete. Returns how many devices there
+/// are; with none, librdmacm stops short and closes nothing.
+pub fn sync_devices() -> usize {
+    let mut n: std::os::raw::c_int = 0;
+    // SAFETY: `n` is a valid out pointer; the list is freed at once.
+    let list = unsafe { rdma_get_devices(&mut n) };
+    if list.is_null() {
+        return 0;
+    }
+    // SAFETY: as returned, freed once.
+    unsafe { rdma_free_devices(list) };
+    n.max(0) as usize
+}
+
 impl Context {
-    /// The context `raw` (an RDMA-CM id's device), anchored by a device list
-    /// that names it. The latest list is shared; a context that list does not
-    /// name (a device added since) makes a new one. None if librdmacm does not
+    /// The context `raw` (an RDMA-CM id's device), anchored. Contexts of one
+    /// device share their anchor while any lives. None if librdmacm does not
     /// list the device (it went away).
     pub(crate) fn anchored(raw: *mut ibv_context) -> Option<Context> {
-        static LATEST: std::sync::Mutex<Option<Arc<DeviceList>>> = std::sync::Mutex::new(None);
+        type Anchors = Vec<(usize, std::sync::Weak<DeviceAnchor>)>;
+        static ANCHORS: std::sync::Mutex<Anchors> = std::sync::Mutex::new(Vec::new());
         if raw.is_null() {
             return None;
         }
-        let mut latest = LATEST.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(l) = latest.as_ref().filter(|l| l.contains(raw)) {
-            return Some(Context {
-                raw,
-                _anchor: l.clone(),
-            });
+        let mut anchors = ANCHORS.lock().unwrap_or_else(|p| p.into_inner());
+        anchors.retain(|(_, w)| w.strong_count() > 0);
+        if let Some(a) = anchors
+            .iter()
+            .find(|(k, _)| *k == raw as usize)
+            .and_then(|(_, w)| w.upgrade())
+        {
+            return Some(Context { raw, _anchor: a });
         }
-        let l = DeviceList::fetch()?;
-        *latest = Some(l.clone());
-        l.contains(raw).then_some(Context { raw, _anchor: l })
+        let a = Arc::new(DeviceAnchor::take(raw)?);
+        anchors.push((raw as usize, Arc::downgrade(&a)));
+        Some(Context { raw, _anchor: a })
     }
 }
 

@@ -67,6 +67,21 @@ impl Ring {
         }
     }
 
+    /// Empties fixed buffer `index` (the ring no longer refers to its memory
+    /// once operations that used it completed).
+    pub fn unregister_fixed(&mut self, index: u16) -> io::Result<()> {
+        let iov = libc::iovec {
+            iov_base: std::ptr::null_mut(),
+            iov_len: 0,
+        };
+        // SAFETY: an empty entry names no memory.
+        unsafe {
+            self.ring
+                .submitter()
+                .register_buffers_update(index as u32, &[iov], None)
+        }
+    }
+
     fn push(&mut self, e: squeue::Entry) -> io::Result<()> {
         loop {
             // SAFETY: every entry built here names memory inside the registered
@@ -172,6 +187,12 @@ impl Ring {
                 .build()
                 .user_data(ud),
         )
+    }
+
+    /// Cancels the poll queued with user data `target`; the cancel completes
+    /// with user data `ud` (and the poll, if it had not, with -ECANCELED).
+    pub fn poll_cancel(&mut self, target: u64, ud: u64) -> io::Result<()> {
+        self.push(opcode::PollRemove::new(target).build().user_data(ud))
     }
 
     /// Submits queued entries without waiting.

@@ -6,7 +6,7 @@
 use std::sync::Arc;
 
 use rdma::{CompletionChannel, CompletionQueue, Context, DeviceAttr, ProtectionDomain, WrId};
-use tracing::info;
+use tracing::{info, warn};
 
 use super::memory::{Budget, MemoryError, Pinned, RecvArea};
 use super::wr;
@@ -63,6 +63,12 @@ pub struct WorkerDevice {
     pub fixed: u16,
     /// `buffer_pool_in_use` and `buffer_pool_waits_total` per class, resolved once.
     pub gauges: [(prometheus::IntGauge, prometheus::IntCounter); 2],
+    /// Tells this device's completion-channel polls from those of an earlier
+    /// device in the same slot.
+    pub gen: u8,
+    /// The device is being removed: its queues are leaving, and the worker
+    /// lets go of it when they are gone.
+    pub removed: bool,
 }
 
 impl WorkerDevice {
@@ -76,6 +82,7 @@ impl WorkerDevice {
         budget: &Arc<Budget>,
         ring: &mut Ring,
         index: usize,
+        gen: u8,
     ) -> Result<WorkerDevice, DeviceError> {
         if index >= FIXED_SLOTS as usize {
             return Err(DeviceError::TooManyDevices);
@@ -140,6 +147,8 @@ impl WorkerDevice {
             data,
             pool: Pool::new(shape),
             fixed: index as u16,
+            gen,
+            removed: false,
             gauges: [Class::Small, Class::Large].map(|c| {
                 (
                     m.pool_in_use.with_label_values(&[c.label()]),
@@ -147,6 +156,25 @@ impl WorkerDevice {
                 )
             }),
         })
+    }
+
+    /// Lets go of a removed device once no queue uses it: the ring stops
+    /// polling its completion channel and forgets the pool's fixed buffer;
+    /// dropping the rest frees the completion queue, the shared receive
+    /// queue, the pool's memory region and the channel.
+    pub fn retire(self, ring: &mut Ring, index: u16) {
+        if self.cq_poll_armed {
+            if let Err(e) = ring.poll_cancel(
+                wr::poll_cq(index, self.gen),
+                wr::worker(wr::POLL_CANCEL, index),
+            ) {
+                warn!("cancelling the completion-channel poll of a removed device: {e}");
+            }
+        }
+        if let Err(e) = ring.unregister_fixed(self.fixed) {
+            warn!("unregistering the buffers of a removed device: {e}");
+        }
+        info!("worker let go of a removed RDMA device");
     }
 
     /// Start of a pool buffer.

@@ -5,11 +5,11 @@
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use nvme::cm::RejectStatus;
 use rdma::{CmEventKind, CmId, EventChannel};
-use tracing::{debug, error, info};
+use tracing::{debug, error, info, warn};
 
 use super::queue::NewConn;
 use super::{reject, EngineShared, TransportError};
@@ -29,6 +29,9 @@ pub struct Listener {
 /// How long the listener thread waits for an event before it checks for stop
 /// and records its heartbeat.
 const LISTEN_TICK: Duration = Duration::from_millis(500);
+/// How often the listener has librdmacm look at the RDMA devices, so that
+/// it closes those that were removed (their removal waits for that).
+const DEVICE_SYNC: Duration = Duration::from_secs(2);
 
 impl Listener {
     /// Whether the thread is running and went round its loop within `max_ms`.
@@ -47,16 +50,25 @@ impl Listener {
     }
 }
 
-/// Starts a listener thread for `addr`. Returns once the address is bound and listening.
-pub fn listen(engine: Arc<EngineShared>, addr: SocketAddr) -> Result<Listener, TransportError> {
+/// A listening RDMA-CM id on `addr`.
+fn bind_listen(ch: &Arc<EventChannel>, addr: SocketAddr) -> Result<CmId, TransportError> {
     let rdma_err = |context: String| move |source| TransportError::Rdma { context, source };
-    let ch = EventChannel::new().map_err(rdma_err("creating an RDMA-CM event channel".into()))?;
-    let id = CmId::new(&ch).map_err(rdma_err("creating an RDMA-CM id".into()))?;
+    let id = CmId::new(ch).map_err(rdma_err("creating an RDMA-CM id".into()))?;
     id.bind(addr).map_err(rdma_err(format!(
         "binding {addr} (is an RDMA device configured on that address?)"
     )))?;
     id.listen(1024)
         .map_err(rdma_err(format!("listening on {addr}")))?;
+    Ok(id)
+}
+
+/// Starts a listener thread for `addr`. Returns once the address is bound and listening.
+pub fn listen(engine: Arc<EngineShared>, addr: SocketAddr) -> Result<Listener, TransportError> {
+    let ch = EventChannel::new().map_err(|source| TransportError::Rdma {
+        context: "creating an RDMA-CM event channel".into(),
+        source,
+    })?;
+    let id = bind_listen(&ch, addr)?;
     info!(%addr, "listening (rdma)");
     let stop = Arc::new(AtomicBool::new(false));
     let heartbeat = Arc::new(AtomicU64::new(monotonic_ms()));
@@ -84,12 +96,34 @@ fn listener_loop(
     stop: Arc<AtomicBool>,
     heartbeat: Arc<AtomicU64>,
 ) {
+    // None while the address's RDMA device is gone: the listener binds again
+    // each tick until it is back.
+    let mut listen_id = Some(listen_id);
+    let mut synced = Instant::now();
+    let mut warned_none = false;
     loop {
         heartbeat.store(monotonic_ms(), Ordering::Relaxed);
+        if synced.elapsed() >= DEVICE_SYNC {
+            synced = Instant::now();
+            let n = rdma::sync_devices();
+            if n == 0 && listen_id.is_none() && !warned_none {
+                warn!(%addr, "no RDMA device is left: librdmacm closes a removed device only while another is present, so its removal (rdma link delete, a driver unload) waits until a device is added or the target stops");
+            }
+            warned_none = n == 0;
+        }
         if stop.load(Ordering::Acquire) {
             drop(listen_id);
             info!(%addr, "stopped listening");
             return;
+        }
+        if listen_id.is_none() {
+            match bind_listen(&ch, addr) {
+                Ok(id) => {
+                    info!(%addr, "the RDMA device is back: listening again");
+                    listen_id = Some(id);
+                }
+                Err(e) => debug!(%addr, "not listening yet: {e}"),
+            }
         }
         let ev = match ch.wait_event(LISTEN_TICK) {
             Ok(Some(ev)) => ev,
@@ -119,6 +153,15 @@ fn listener_loop(
                     host_ird: ev.initiator_depth,
                     host_ord: ev.responder_resources,
                 });
+            }
+            (CmEventKind::DeviceRemoval, _) => {
+                // The listening id goes (librdmacm keeps the device open
+                // while it lives), and with it every queue on the device.
+                warn!(%addr, "the RDMA device of this address is being removed; listening again when it is back");
+                if let Some(key) = listen_id.as_ref().and_then(|i| i.device_key()) {
+                    engine.device_removed(key);
+                }
+                listen_id = None;
             }
             (kind, _) => debug!(%addr, ?kind, "listener event"),
         }

@@ -20,7 +20,7 @@ pub mod worker;
 mod wr;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, Weak};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -69,6 +69,8 @@ pub struct EngineShared {
     /// The pinned-memory budget.
     pub budget: Arc<Budget>,
     pds: Mutex<Vec<(usize, Arc<ProtectionDomain>)>>,
+    /// Protection domains of removed devices, until every worker let go.
+    removed: Mutex<Vec<Weak<ProtectionDomain>>>,
     workers: Vec<Arc<WorkerShared>>,
     next_admin: AtomicUsize,
 }
@@ -84,6 +86,35 @@ impl EngineShared {
         let pd = ProtectionDomain::new(ctx)?;
         pds.push((key, pd.clone()));
         Ok(pd)
+    }
+
+    /// The RDMA device `key` (its verbs context) is being removed: no new
+    /// queue gets its protection domain, and every worker lets go of it once
+    /// its queues there are gone (the removal waits for that).
+    pub fn device_removed(&self, key: usize) {
+        let mut pds = self.pds.lock().unwrap_or_else(|p| p.into_inner());
+        let Some(i) = pds.iter().position(|(k, _)| *k == key) else {
+            return;
+        };
+        let (_, pd) = pds.remove(i);
+        drop(pds);
+        let mut removed = self.removed.lock().unwrap_or_else(|p| p.into_inner());
+        removed.retain(|w| w.strong_count() > 0);
+        removed.push(Arc::downgrade(&pd));
+        drop(removed);
+        warn!("RDMA device removed: its queues are disconnected and its resources freed");
+        for w in &self.workers {
+            w.waker.wake();
+        }
+    }
+
+    /// Whether `pd` belongs to a removed device.
+    pub fn is_removed(&self, pd: &Arc<ProtectionDomain>) -> bool {
+        self.removed
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+            .any(|w| w.upgrade().is_some_and(|r| Arc::ptr_eq(&r, pd)))
     }
 
     /// The worker that serves queue `qid`.
@@ -121,6 +152,7 @@ impl Engine {
             budget: Budget::new(cfg.max_pinned_memory),
             cfg,
             pds: Mutex::new(Vec::new()),
+            removed: Mutex::new(Vec::new()),
             workers,
             next_admin: AtomicUsize::new(0),
         });

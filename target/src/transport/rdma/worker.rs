@@ -16,7 +16,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use nvme::cm::RejectStatus;
-use rdma::{EventChannel, WorkCompletion, WrId};
+use rdma::{CmEventKind, EventChannel, WorkCompletion, WrId};
 use tracing::{debug, error, warn};
 
 use super::device::WorkerDevice;
@@ -96,7 +96,7 @@ pub struct Worker {
 /// its fixed-buffer registrations) goes before the devices' memory.
 struct Res {
     ring: Ring,
-    devices: Vec<WorkerDevice>,
+    devices: Vec<DevSlot>,
     grants: Vec<(WrId, Buf)>,
     /// When the current pass began.
     now: Instant,
@@ -105,12 +105,22 @@ struct Res {
     offload: Arc<Offload>,
 }
 
+/// A device slot: the device's resources while the worker serves it, and
+/// the generation of its completion-channel polls (a slot is reused after a
+/// device is removed).
+#[derive(Default)]
+struct DevSlot {
+    gen: u8,
+    dev: Option<WorkerDevice>,
+}
+
 impl Res {
-    /// The context a queue on device `dev` works with.
-    fn cx(&mut self, dev: usize) -> Cx<'_> {
-        Cx {
+    /// The context a queue on device `dev` works with (None once the device
+    /// is let go of, which waits for its queues).
+    fn cx(&mut self, dev: usize) -> Option<Cx<'_>> {
+        Some(Cx {
             target: &self.engine.target,
-            dev: &mut self.devices[dev],
+            dev: self.devices.get_mut(dev)?.dev.as_mut()?,
             io: crate::backend::Io {
                 ring: &mut self.ring,
                 offload: &self.offload,
@@ -118,7 +128,7 @@ impl Res {
             },
             grants: &mut self.grants,
             now: self.now,
-        }
+        })
     }
 }
 
@@ -179,7 +189,10 @@ impl Worker {
         }
         let Some(q) = s.queue.as_mut() else { return };
         let dev = q.dev;
-        f(q, &mut self.res.cx(dev));
+        let Some(mut cx) = self.res.cx(dev) else {
+            return;
+        };
+        f(q, &mut cx);
         self.hand_out(dev);
     }
 
@@ -192,7 +205,9 @@ impl Worker {
                 .get_mut(key.slot as usize)
                 .filter(|s| s.gen == key.gen)
                 .and_then(|s| s.queue.as_mut());
-            let mut cx = self.res.cx(dev);
+            let Some(mut cx) = self.res.cx(dev) else {
+                return;
+            };
             let back = match q {
                 Some(q) => q.grant(&mut cx, &who, buf),
                 None => Some(buf),
@@ -249,7 +264,10 @@ impl Worker {
             }
             let mut work = 0;
             for d in 0..self.res.devices.len() {
-                match self.res.devices[d].cq.poll(&mut wcs) {
+                let Some(dev) = &self.res.devices[d].dev else {
+                    continue;
+                };
+                match dev.cq.poll(&mut wcs) {
                     Ok(n) => {
                         for wc in &wcs[..n] {
                             self.on_wc(d, wc);
@@ -298,10 +316,14 @@ impl Worker {
             // Sleep: arm every CQ, look once more, then wait on the ring.
             let mut late = 0;
             for d in 0..self.res.devices.len() {
-                if let Err(e) = self.res.devices[d].cq.req_notify() {
+                // A removed device's queues leave on their timers.
+                let Some(dev) = self.res.devices[d].dev.as_ref().filter(|d| !d.removed) else {
+                    continue;
+                };
+                if let Err(e) = dev.cq.req_notify() {
                     error!(worker = self.res.shared.index, "ibv_req_notify_cq: {e}");
                 }
-                if let Ok(n) = self.res.devices[d].cq.poll(&mut wcs) {
+                if let Ok(n) = dev.cq.poll(&mut wcs) {
                     for wc in &wcs[..n] {
                         self.on_wc(d, wc);
                     }
@@ -325,12 +347,15 @@ impl Worker {
     }
 
     fn arm_polls(&mut self) {
-        for (i, d) in self.res.devices.iter_mut().enumerate() {
+        for (i, s) in self.res.devices.iter_mut().enumerate() {
+            let Some(d) = s.dev.as_mut().filter(|d| !d.removed) else {
+                continue;
+            };
             if !d.cq_poll_armed
                 && self
                     .res
                     .ring
-                    .poll_in(d.cq.channel().fd(), wr::worker(wr::POLL_CQ, i as u16))
+                    .poll_in(d.cq.channel().fd(), wr::poll_cq(i as u16, s.gen))
                     .is_ok()
             {
                 d.cq_poll_armed = true;
@@ -394,7 +419,13 @@ impl Worker {
                         if !ok && !wc.is_flush() {
                             warn!(worker = self.res.shared.index, status = %wc.status_str(), "shared receive failed");
                         }
-                        if let Some(area) = self.res.devices.get(d).and_then(|d| d.srq.as_ref()) {
+                        if let Some(area) = self
+                            .res
+                            .devices
+                            .get(d)
+                            .and_then(|d| d.dev.as_ref())
+                            .and_then(|d| d.srq.as_ref())
+                        {
                             if ok {
                                 // SAFETY: nobody uses the slot: its capsule is dropped.
                                 let _ = unsafe { area.post(slot, wr::recv_srq(slot), None) };
@@ -457,7 +488,13 @@ impl Worker {
         let id = WrId::unpack(ud);
         match id.kind {
             wr::POLL_CQ => {
-                if let Some(d) = self.res.devices.get_mut(id.slot as usize) {
+                if let Some(d) = self
+                    .res
+                    .devices
+                    .get_mut(id.slot as usize)
+                    .filter(|s| s.gen == id.conn_gen)
+                    .and_then(|s| s.dev.as_mut())
+                {
                     d.cq_poll_armed = false;
                     d.cq.drain_events();
                 }
@@ -514,9 +551,26 @@ impl Worker {
                 continue;
             };
             let key = ctx.as_ptr() as usize;
-            let dev = match self.res.devices.iter().position(|d| d.key == key) {
+            let found = self
+                .res
+                .devices
+                .iter()
+                .position(|s| s.dev.as_ref().is_some_and(|d| d.key == key && !d.removed));
+            let dev = match found {
                 Some(d) => d,
                 None => {
+                    // A free slot (a removed device's) or a new one.
+                    let idx = self
+                        .res
+                        .devices
+                        .iter()
+                        .position(|s| s.dev.is_none())
+                        .unwrap_or(self.res.devices.len());
+                    let gen = self
+                        .res
+                        .devices
+                        .get(idx)
+                        .map_or(0, |s| s.gen.wrapping_add(1));
                     let made = self
                         .res
                         .engine
@@ -529,14 +583,20 @@ impl Worker {
                                 &self.res.engine.cfg,
                                 &self.res.engine.budget,
                                 &mut self.res.ring,
-                                self.res.devices.len(),
+                                idx,
+                                gen,
                             )
                             .map_err(|e| e.to_string())
                         });
                     match made {
                         Ok(d) => {
-                            self.res.devices.push(d);
-                            self.res.devices.len() - 1
+                            let s = DevSlot { gen, dev: Some(d) };
+                            if idx == self.res.devices.len() {
+                                self.res.devices.push(s);
+                            } else {
+                                self.res.devices[idx] = s;
+                            }
+                            idx
                         }
                         Err(e) => {
                             error!(
@@ -548,6 +608,10 @@ impl Worker {
                         }
                     }
                 }
+            };
+            let Some(wd) = self.res.devices.get_mut(dev).and_then(|s| s.dev.as_mut()) else {
+                super::reject(target, &c.id, RejectStatus::NoResources);
+                continue;
             };
             let slot = match self.free_slots.pop() {
                 Some(s) => s,
@@ -568,14 +632,7 @@ impl Worker {
             let qkey = QueueKey { slot, gen: s.gen };
             let qid = c.params.qid;
             let link = QueueLink::new(qid, self.res.shared.waker.clone());
-            match Queue::accept(
-                c,
-                qkey,
-                dev,
-                &mut self.res.devices[dev],
-                &self.res.engine.budget,
-                link,
-            ) {
+            match Queue::accept(c, qkey, dev, wd, &self.res.engine.budget, link) {
                 Ok(q) => {
                     Stats::inc(&target.stats.queues_accepted);
                     target.live_queues.fetch_add(1, Ordering::AcqRel);
@@ -607,6 +664,9 @@ impl Worker {
                     n += 1;
                     if let Some(&slot) = self.by_cm.get(&ev.id_key) {
                         let key = self.key_of(slot);
+                        if ev.kind == CmEventKind::DeviceRemoval {
+                            self.device_removed(slot);
+                        }
                         self.with_queue(key, |q, cx| q.on_cm_event(cx, ev.kind));
                     }
                 }
@@ -627,11 +687,20 @@ impl Worker {
         // channel's poll is not armed.
         self.cm_events();
         let stop = self.res.shared.stop.load(Ordering::Acquire);
+        // Devices another thread saw removed.
+        for s in &mut self.res.devices {
+            if let Some(d) = s.dev.as_mut().filter(|d| !d.removed) {
+                d.removed = self.res.engine.is_removed(&d.pd);
+            }
+        }
         for key in self.queue_keys() {
             let mut gone = false;
             self.with_queue(key, |q, cx| {
                 if stop {
                     q.disconnect(cx, "target stopping", "shutdown");
+                }
+                if cx.dev.removed {
+                    q.disconnect(cx, "RDMA device removed", "device_removed");
                 }
                 q.periodic(cx, now);
                 gone = q.finished(cx, now);
@@ -643,6 +712,43 @@ impl Worker {
         // What the timers queued (AER answers, liveness probes) goes now, not
         // after the next wake-up.
         self.flush_sends();
+        self.retire_removed();
+    }
+
+    /// A queue's device is being removed (its RDMA-CM id said so).
+    fn device_removed(&mut self, slot: u16) {
+        let Some(dev) = self.slots[slot as usize].queue.as_ref().map(|q| q.dev) else {
+            return;
+        };
+        if let Some(d) = self.res.devices.get_mut(dev).and_then(|s| s.dev.as_mut()) {
+            d.removed = true;
+            self.res.engine.device_removed(d.key);
+        }
+    }
+
+    /// Lets go of removed devices no queue uses any more, so that librdmacm
+    /// can close them (the kernel's removal of the device waits for that).
+    fn retire_removed(&mut self) {
+        let mut retired = false;
+        for i in 0..self.res.devices.len() {
+            let removed = self.res.devices[i].dev.as_ref().is_some_and(|d| d.removed);
+            let used = self
+                .slots
+                .iter()
+                .any(|s| s.queue.as_ref().is_some_and(|q| q.dev == i));
+            if removed && !used {
+                if let Some(d) = self.res.devices[i].dev.take() {
+                    d.retire(&mut self.res.ring, i as u16);
+                    retired = true;
+                }
+            }
+        }
+        if retired {
+            if let Err(e) = self.res.ring.submit() {
+                error!(worker = self.res.shared.index, "io_uring submit: {e}");
+            }
+            rdma::sync_devices();
+        }
     }
 
     fn remove(&mut self, slot: u16) {
@@ -653,7 +759,7 @@ impl Worker {
         q.teardown(&target);
         self.by_qpn.remove(&q.qp_num);
         self.by_cm.remove(&q.cm_key);
-        if let Some(d) = self.res.devices.get_mut(q.dev) {
+        if let Some(d) = self.res.devices.get_mut(q.dev).and_then(|s| s.dev.as_mut()) {
             d.cq_room += q.cq_share;
         }
         drop(q);

@@ -25,6 +25,20 @@ pub const POLL_CQ: u8 = 9;
 pub const POLL_CM: u8 = 10;
 /// io_uring poll of the worker's eventfd.
 pub const POLL_WAKE: u8 = 11;
+/// The cancel of a poll (of a removed device's completion channel).
+pub const POLL_CANCEL: u8 = 12;
+
+/// The id of the poll of device `index`'s completion channel, in the
+/// device's generation `gen` (a slot is reused after a device is removed).
+pub fn poll_cq(index: u16, gen: u8) -> u64 {
+    WrId {
+        kind: POLL_CQ,
+        slot: index,
+        conn_gen: gen,
+        ..Default::default()
+    }
+    .pack()
+}
 
 /// A queue's place in its worker's table.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
