@@ -1,0 +1,60 @@
+#!/bin/bash
+# Developer profile (runs in the guest): perf record of the whole guest while fio runs each
+# of JOBS against nvmet-rdma, then against our target (build/release/nvmf-target). Reports
+# (per command, per symbol, our workers' symbols with and without children) and the raw
+# perf data go to build/prof/<target>-<job>-*.txt on the host.
+# The lab image has no perf: make a copy with it, once, as root:
+#   cp -a /var/tmp/nvmf-lab /var/tmp/nvmf-lab-perf
+#   LAB_EXTRA_PKGS=linux-perf integration/lab/build-image /var/tmp/nvmf-lab-perf
+# then: NVMF_LAB_DIR=/var/tmp/nvmf-lab-perf integration/lab/run-guest -t 900 \
+#         -e JOBS="qd1r:randread:1:4k r64k:read:8:64k" . integration/dev/prof.sh
+# JOBS: name:rw:iodepth:bs ... ; DEV=nullb (default) or ram; RT seconds per job (8).
+set -uo pipefail
+IP=$LAB_IP; NQN=nqn.2026-11.io.nvmf-lab:bench; RT=${RT:-8}
+DEV=${DEV:-nullb}
+echo "clocksource: $(cat /sys/devices/system/clocksource/clocksource0/current_clocksource) (avail: $(cat /sys/devices/system/clocksource/clocksource0/available_clocksource))"
+modprobe -a rdma_rxe ib_uverbs rdma_ucm nvme-rdma nvmet nvmet-rdma
+case $DEV in
+ ram) modprobe brd rd_nr=1 rd_size=262144; BDEV=/dev/ram0 ;;
+ nullb) modprobe null_blk nr_devices=1 memory_backed=1 gb=1 bs=512 queue_mode=2; BDEV=/dev/nullb0 ;;
+esac
+rdma link add rxe0 type rxe netdev "${LAB_IF:-eth0}" 2>/dev/null
+C=/sys/kernel/config/nvmet; mountpoint -q $C || mount -t configfs none /sys/kernel/config
+kernel_up() {
+  mkdir $C/subsystems/$NQN; echo 1 >$C/subsystems/$NQN/attr_allow_any_host
+  mkdir $C/subsystems/$NQN/namespaces/1; echo -n $BDEV >$C/subsystems/$NQN/namespaces/1/device_path; echo 1 >$C/subsystems/$NQN/namespaces/1/enable
+  mkdir $C/ports/1; echo rdma >$C/ports/1/addr_trtype; echo ipv4 >$C/ports/1/addr_adrfam; echo "$IP" >$C/ports/1/addr_traddr; echo 4420 >$C/ports/1/addr_trsvcid
+  ln -s $C/subsystems/$NQN $C/ports/1/subsystems/$NQN
+}
+kernel_down() {
+  rm $C/ports/1/subsystems/$NQN; rmdir $C/ports/1; echo 0 >$C/subsystems/$NQN/namespaces/1/enable
+  rmdir $C/subsystems/$NQN/namespaces/1 $C/subsystems/$NQN
+}
+devof() { for _ in $(seq 50); do d=$(ls /dev/nvme*n1 2>/dev/null | head -1); [ -n "$d" ] && { echo "$d"; return; }; sleep 0.1; done; }
+OUT=/lab/build/prof; JOBS=${JOBS:-"qd1r:randread:1:4k qd32r:randread:32:4k qd32w:randwrite:32:4k r64k:read:8:64k"}; mkdir -p $OUT
+fiojob() { # tgt name rw qd [bs]
+  local d; d=$(devof)
+  perf record -a -g -F 499 -o /tmp/p.data -- fio --name=b --filename="$d" --direct=1 --ioengine=libaio --rw=$3 --bs=${5:-4k} \
+      --iodepth=$4 --runtime=$RT --time_based --output-format=terse >/tmp/f.txt 2>/dev/null
+  local ios; ios=$(awk -F';' '{print $6+$47}' /tmp/f.txt)
+  echo "PROF $1 $2 ios=$ios iops=$(awk -F';' '{print $8+$49}' /tmp/f.txt)"
+  perf report -i /tmp/p.data --no-children --sort comm,dso --stdio -g none 2>/dev/null | grep -v '^#' | grep -v '^$' | head -30 > $OUT/$1-$2-comm.txt
+  perf report -i /tmp/p.data --no-children --sort sym --stdio -g none 2>/dev/null | grep -v '^#' | grep -v '^$' | head -70 > $OUT/$1-$2-sym.txt
+  perf report -i /tmp/p.data --no-children --comm nvmf-worker-0,nvmf-worker-1 --sort sym --stdio -g none 2>/dev/null | grep -v '^#' | grep -v '^$' | head -60 > $OUT/$1-$2-worker-sym.txt
+  perf report -i /tmp/p.data --children --comm nvmf-worker-0,nvmf-worker-1 --sort sym --stdio -g none 2>/dev/null | grep -v '^#' | grep -v '^$' | head -80 > $OUT/$1-$2-worker-children.txt
+  cp /tmp/p.data $OUT/$1-$2.data
+  cat $OUT/$1-$2-comm.txt | head -20
+}
+runjobs() { # target
+  local j name rw qd bs
+  for j in $JOBS; do IFS=: read -r name rw qd bs <<<"$j"; fiojob "$1" "$name" "$rw" "$qd" "$bs"; done
+}
+kernel_up; nvme connect -t rdma -a "$IP" -s 4420 -n $NQN >/dev/null
+runjobs nvmet
+nvme disconnect -n $NQN >/dev/null; kernel_down
+build/release/nvmf-target --listen "$IP:4420" --nqn $NQN --namespace "$BDEV" --log-level warn >/tmp/t.log 2>&1 &
+TP=$!; sleep 1
+nvme connect -t rdma -a "$IP" -s 4420 -n $NQN >/dev/null
+runjobs ours
+nvme disconnect -n $NQN >/dev/null; kill $TP; wait $TP
+echo "PROF DONE: build/prof/"
