@@ -8,9 +8,10 @@ use std::sync::Arc;
 use nix::sys::socket::{SockaddrIn, SockaddrIn6, SockaddrLike, SockaddrStorage};
 use rdma_sys::*;
 
+use crate::device::Context;
 use crate::error::{Error, Result};
 use crate::verbs::{
-    set_nonblocking, wait_readable, CompletionQueue, Context, ProtectionDomain, QpCaps, QueuePair,
+    set_nonblocking, wait_readable, CompletionQueue, ProtectionDomain, QpCaps, QueuePair,
     SharedReceiveQueue,
 };
 

@@ -15,17 +15,19 @@
 
 mod buffer;
 mod cm;
+mod device;
 mod error;
 mod verbs;
 mod wrid;
 
 pub use buffer::Buffer;
 pub use cm::{CmEvent, CmEventKind, CmId, ConnParams, EventChannel, QpOptions, WaitError};
+pub use device::{sync_devices, Context, DeviceAttr};
 pub use error::{Error, Result};
 pub use verbs::{
-    sync_devices, Access, CompletionChannel, CompletionQueue, Context, DeviceAttr, MemoryRegion,
-    MemoryWindow, MrHandle, MwHandle, ProtectionDomain, QpCaps, QueuePair, SendBatch, SendOp,
-    SendRequest, Sge, SharedReceiveQueue, WcOpcode, WorkCompletion,
+    Access, CompletionChannel, CompletionQueue, MemoryRegion, MemoryWindow, MrHandle, MwHandle,
+    ProtectionDomain, QpCaps, QueuePair, SendBatch, SendOp, SendRequest, Sge, SharedReceiveQueue,
+    WcOpcode, WorkCompletion,
 };
 pub use wrid::WrId;
 
