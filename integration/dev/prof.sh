@@ -19,17 +19,9 @@ case $DEV in
  nullb) modprobe null_blk nr_devices=1 memory_backed=1 gb=1 bs=512 queue_mode=2; BDEV=/dev/nullb0 ;;
 esac
 rdma link add rxe0 type rxe netdev "${LAB_IF:-eth0}" 2>/dev/null
-C=/sys/kernel/config/nvmet; mountpoint -q $C || mount -t configfs none /sys/kernel/config
-kernel_up() {
-  mkdir $C/subsystems/$NQN; echo 1 >$C/subsystems/$NQN/attr_allow_any_host
-  mkdir $C/subsystems/$NQN/namespaces/1; echo -n $BDEV >$C/subsystems/$NQN/namespaces/1/device_path; echo 1 >$C/subsystems/$NQN/namespaces/1/enable
-  mkdir $C/ports/1; echo rdma >$C/ports/1/addr_trtype; echo ipv4 >$C/ports/1/addr_adrfam; echo "$IP" >$C/ports/1/addr_traddr; echo 4420 >$C/ports/1/addr_trsvcid
-  ln -s $C/subsystems/$NQN $C/ports/1/subsystems/$NQN
-}
-kernel_down() {
-  rm $C/ports/1/subsystems/$NQN; rmdir $C/ports/1; echo 0 >$C/subsystems/$NQN/namespaces/1/enable
-  rmdir $C/subsystems/$NQN/namespaces/1 $C/subsystems/$NQN
-}
+PORT=4420
+fail() { echo "FAIL: $*" >&2; exit 1; }
+. integration/guest/nvmet.sh
 devof() { for _ in $(seq 50); do d=$(ls /dev/nvme*n1 2>/dev/null | head -1); [ -n "$d" ] && { echo "$d"; return; }; sleep 0.1; done; }
 OUT=/lab/build/prof; JOBS=${JOBS:-"qd1r:randread:1:4k qd32r:randread:32:4k qd32w:randwrite:32:4k r64k:read:8:64k"}; mkdir -p $OUT
 fiojob() { # tgt name rw qd [bs]
@@ -49,9 +41,9 @@ runjobs() { # target
   local j name rw qd bs
   for j in $JOBS; do IFS=: read -r name rw qd bs <<<"$j"; fiojob "$1" "$name" "$rw" "$qd" "$bs"; done
 }
-kernel_up; nvme connect -t rdma -a "$IP" -s 4420 -n $NQN >/dev/null
+nvmet_export $NQN "$BDEV"; nvme connect -t rdma -a "$IP" -s 4420 -n $NQN >/dev/null
 runjobs nvmet
-nvme disconnect -n $NQN >/dev/null; kernel_down
+nvme disconnect -n $NQN >/dev/null; nvmet_unexport $NQN
 build/release/nvmf-target --listen "$IP:4420" --nqn $NQN --namespace "$BDEV" --log-level warn >/tmp/t.log 2>&1 &
 TP=$!; sleep 1
 nvme connect -t rdma -a "$IP" -s 4420 -n $NQN >/dev/null
