@@ -731,12 +731,14 @@ impl Worker {
     fn retire_removed(&mut self) {
         let mut retired = false;
         for i in 0..self.res.devices.len() {
+            // Only a removed device's queues are looked for (each tick).
             let removed = self.res.devices[i].dev.as_ref().is_some_and(|d| d.removed);
-            let used = self
-                .slots
-                .iter()
-                .any(|s| s.queue.as_ref().is_some_and(|q| q.dev == i));
-            if removed && !used {
+            if removed
+                && !self
+                    .slots
+                    .iter()
+                    .any(|s| s.queue.as_ref().is_some_and(|q| q.dev == i))
+            {
                 if let Some(d) = self.res.devices[i].dev.take() {
                     d.retire(&mut self.res.ring, i as u16);
                     retired = true;
