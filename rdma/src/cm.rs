@@ -8,12 +8,12 @@ use std::sync::Arc;
 use nix::sys::socket::{SockaddrIn, SockaddrIn6, SockaddrLike, SockaddrStorage};
 use rdma_sys::*;
 
+use crate::completion::CompletionQueue;
 use crate::device::Context;
 use crate::error::{Error, Result};
-use crate::verbs::{
-    set_nonblocking, wait_readable, CompletionQueue, ProtectionDomain, QpCaps, QueuePair,
-    SharedReceiveQueue,
-};
+use crate::fd::{set_nonblocking, wait_readable};
+use crate::memory::ProtectionDomain;
+use crate::qp::{QpCaps, QueuePair, SharedReceiveQueue};
 
 /// An RDMA-CM event channel: the file descriptor on which a set of ids report
 /// their connection events.

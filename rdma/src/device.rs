@@ -8,7 +8,7 @@ use std::sync::Arc;
 use rdma_sys::*;
 
 use crate::error::{Error, Result};
-use crate::verbs::{set_nonblocking, wait_readable};
+use crate::fd::{set_nonblocking, wait_readable};
 
 /// A device context, opened by librdmacm.
 ///

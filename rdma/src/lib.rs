@@ -15,20 +15,21 @@
 
 mod buffer;
 mod cm;
+mod completion;
 mod device;
 mod error;
-mod verbs;
+mod fd;
+mod memory;
+mod qp;
 mod wrid;
 
 pub use buffer::Buffer;
 pub use cm::{CmEvent, CmEventKind, CmId, ConnParams, EventChannel, QpOptions, WaitError};
+pub use completion::{CompletionChannel, CompletionQueue, WcOpcode, WorkCompletion};
 pub use device::{sync_devices, Context, DeviceAttr};
 pub use error::{Error, Result};
-pub use verbs::{
-    Access, CompletionChannel, CompletionQueue, MemoryRegion, MemoryWindow, MrHandle, MwHandle,
-    ProtectionDomain, QpCaps, QueuePair, SendBatch, SendOp, SendRequest, Sge, SharedReceiveQueue,
-    WcOpcode, WorkCompletion,
-};
+pub use memory::{Access, MemoryRegion, MemoryWindow, MrHandle, MwHandle, ProtectionDomain};
+pub use qp::{QpCaps, QueuePair, SendBatch, SendOp, SendRequest, Sge, SharedReceiveQueue};
 pub use wrid::WrId;
 
 pub use rdma_sys as sys;
