@@ -13,8 +13,9 @@ use io_uring::{opcode, squeue, types, IoUring};
 use nix::errno::Errno;
 use nix::poll::PollFlags;
 
-/// Fixed-buffer slots a ring reserves (one per RDMA device a worker serves).
-pub const FIXED_SLOTS: u32 = 8;
+/// Fixed-buffer slots a ring reserves (two per RDMA device a worker serves:
+/// its data pool and its shared receive queue's buffers).
+pub const FIXED_SLOTS: u32 = 16;
 
 /// io-wq workers per ring for file and block I/O.
 const IOWQ_BOUNDED: u32 = 4;

@@ -40,7 +40,7 @@ pub const DEFAULT_SMALL_BUFFERS: u32 = 256;
 /// Default large buffers per worker.
 pub const DEFAULT_LARGE_BUFFERS: u32 = 32;
 /// Default pinned-memory budget.
-pub const DEFAULT_MAX_PINNED: u64 = 160 << 20;
+pub const DEFAULT_MAX_PINNED: u64 = 192 << 20;
 
 /// The CPUs this process may run on (its affinity mask), at least 1.
 pub fn affinity_cpus() -> usize {
@@ -55,9 +55,9 @@ pub fn affinity_cpus() -> usize {
 
 impl EngineConfig {
     /// Pinned bytes one worker needs per RDMA device, before any connection:
-    /// its data buffers (registered twice: as a memory region and as io_uring
-    /// fixed buffers, and the kernel counts both) and its shared receive
-    /// queue's buffers.
+    /// its data buffers and its shared receive queue's buffers, each counted
+    /// twice (registered as a memory region and as io_uring fixed buffers,
+    /// and the kernel counts both).
     pub fn per_worker_bytes(&self, srq: bool) -> u64 {
         let pool = self.small_buffers as u64 * SMALL_BUFFER as u64
             + self.large_buffers as u64 * crate::MAX_IO_SIZE as u64;
@@ -66,7 +66,7 @@ impl EngineConfig {
         } else {
             0
         };
-        2 * pool + recv
+        2 * (pool + recv)
     }
 }
 
@@ -180,10 +180,10 @@ mod tests {
         let need = 8 * e.per_worker_bytes(true);
         assert!(need <= e.max_pinned_memory, "{need}");
         assert!(e.max_pinned_memory < 256 << 20);
-        // 2 x (256 x 8 KiB + 32 x 128 KiB) + 512 x (64 B + 8 KiB)
+        // 2 x (256 x 8 KiB + 32 x 128 KiB + 512 x (64 B + 8 KiB))
         assert_eq!(
             e.per_worker_bytes(true),
-            2 * (2 << 20) + 2 * (4 << 20) + 512 * 8256
+            2 * (2 << 20) + 2 * (4 << 20) + 2 * 512 * 8256
         );
         assert_eq!(e.per_worker_bytes(false), 12 << 20);
     }

@@ -18,6 +18,9 @@ use crate::MAX_IO_SIZE;
 
 /// Completion queue entries per worker and device (capped by the device).
 const CQ_ENTRIES: u32 = 32 * 1024;
+/// Fixed-buffer slots of a worker's ring: device `i`'s data pool is slot `i`,
+/// its shared receive queue's area slot `RECV_FIXED_BASE + i`.
+const RECV_FIXED_BASE: u16 = (FIXED_SLOTS / 2) as u16;
 
 /// Why a worker could not serve a device.
 #[derive(Debug, thiserror::Error)]
@@ -32,7 +35,7 @@ pub enum DeviceError {
     #[error("[target] srq = \"on\", but the device has no shared receive queues")]
     NoSrq,
     /// Too many devices for the ring's fixed-buffer table.
-    #[error("a worker serves at most {FIXED_SLOTS} RDMA devices")]
+    #[error("a worker serves at most {RECV_FIXED_BASE} RDMA devices")]
     TooManyDevices,
     /// io_uring registration failed.
     #[error("registering io_uring fixed buffers: {0}")]
@@ -84,7 +87,7 @@ impl WorkerDevice {
         index: usize,
         gen: u8,
     ) -> Result<WorkerDevice, DeviceError> {
-        if index >= FIXED_SLOTS as usize {
+        if index >= RECV_FIXED_BASE as usize {
             return Err(DeviceError::TooManyDevices);
         }
         let attr = ctx
@@ -106,7 +109,14 @@ impl WorkerDevice {
             let depth = cfg.srq_depth.min(attr.max_srq_wr.max(16));
             let q = rdma::SharedReceiveQueue::new(&pd, depth, 2)
                 .map_err(|e| DeviceError::Rdma("ibv_create_srq", e))?;
-            let area = RecvArea::new(&pd, budget, depth, Some(q))?;
+            let mut area = RecvArea::new_fixed(&pd, budget, depth, Some(q))?;
+            let (base, len) = area.memory();
+            let fixed = RECV_FIXED_BASE + index as u16;
+            // SAFETY: the area lives in the WorkerDevice, which the worker
+            // drops after its ring (field order); a removed device's slot is
+            // emptied (`retire`) before the area goes.
+            unsafe { ring.register_fixed(fixed, base, len) }.map_err(DeviceError::Uring)?;
+            area.set_fixed(fixed);
             for s in 0..depth {
                 // SAFETY: a fresh area: no slot is in use.
                 unsafe { area.post(s, wr::recv_srq(s), None) }
@@ -171,8 +181,10 @@ impl WorkerDevice {
                 warn!("cancelling the completion-channel poll of a removed device: {e}");
             }
         }
-        if let Err(e) = ring.unregister_fixed(self.fixed) {
-            warn!("unregistering the buffers of a removed device: {e}");
+        for f in std::iter::once(self.fixed).chain(self.srq.as_ref().and_then(|a| a.fixed())) {
+            if let Err(e) = ring.unregister_fixed(f) {
+                warn!("unregistering the buffers of a removed device: {e}");
+            }
         }
         info!("worker let go of a removed RDMA device");
     }

@@ -149,6 +149,7 @@ pub struct RecvArea {
     srq: Option<Arc<SharedReceiveQueue>>,
     mem: Pinned,
     slots: u32,
+    fixed: Option<u16>,
 }
 
 impl RecvArea {
@@ -159,13 +160,57 @@ impl RecvArea {
         slots: u32,
         srq: Option<Arc<SharedReceiveQueue>>,
     ) -> Result<RecvArea, MemoryError> {
-        let len = Self::data_off(slots) + slots as usize * INLINE_DATA_SIZE as usize;
+        Self::with_factor(pd, budget, slots, srq, 1)
+    }
+
+    /// Like [`RecvArea::new`], the area to be registered as an io_uring fixed
+    /// buffer as well (so the budget counts it twice, as the kernel does).
+    pub fn new_fixed(
+        pd: &Arc<ProtectionDomain>,
+        budget: &Arc<Budget>,
+        slots: u32,
+        srq: Option<Arc<SharedReceiveQueue>>,
+    ) -> Result<RecvArea, MemoryError> {
+        Self::with_factor(pd, budget, slots, srq, 2)
+    }
+
+    fn with_factor(
+        pd: &Arc<ProtectionDomain>,
+        budget: &Arc<Budget>,
+        slots: u32,
+        srq: Option<Arc<SharedReceiveQueue>>,
+        factor: u64,
+    ) -> Result<RecvArea, MemoryError> {
+        let len = Self::bytes(slots);
         debug_assert!(len as u64 <= slots as u64 * RECV_SLOT_BYTES as u64 + 2 * PAGE as u64);
         Ok(RecvArea {
-            mem: Pinned::new(pd, budget, len, 1)?,
+            mem: Pinned::new(pd, budget, len, factor)?,
             slots,
             srq,
+            fixed: None,
         })
+    }
+
+    /// Bytes of an area of `slots` receive buffers.
+    pub fn bytes(slots: u32) -> usize {
+        Self::data_off(slots) + slots as usize * INLINE_DATA_SIZE as usize
+    }
+
+    /// Start and length of the area's memory (to register it as a fixed buffer).
+    pub fn memory(&self) -> (*mut u8, usize) {
+        (self.mem.base(), self.mem.mr.len())
+    }
+
+    /// Records that the area is io_uring fixed buffer `index`.
+    pub fn set_fixed(&mut self, index: u16) {
+        self.fixed = Some(index);
+    }
+
+    /// The io_uring fixed buffer over this area, if it is one: in-capsule data
+    /// is then written to the backend straight from its receive buffer
+    /// without the kernel pinning its pages for each write.
+    pub fn fixed(&self) -> Option<u16> {
+        self.fixed
     }
 
     fn data_off(slots: u32) -> usize {

@@ -361,7 +361,7 @@ impl Queue {
         } else if let (Some(slot), Some(area)) = (q.recv, self.area(dev)) {
             DataRef {
                 ptr: area.data_ptr(slot).wrapping_add(q.capsule_off as usize),
-                fixed: None,
+                fixed: area.fixed(),
             }
         } else {
             DataRef {
