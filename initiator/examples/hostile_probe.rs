@@ -34,8 +34,7 @@ use nvmf_initiator::transport::RawRequest;
 use nvmf_initiator::{
     commands, ConnectOptions, Controller, Done, Error, QueueConfig, RdmaQueue, WindowMode, Xfer,
 };
-use rdma::{CmEventKind, CmId, CompletionChannel, CompletionQueue, ConnParams, EventChannel};
-use rdma::{ProtectionDomain, QpCaps};
+use rdma::{CmEventKind, CmId, ConnParams, EventChannel, QpCaps};
 
 const PROBE_NQN: &str = "nqn.2026-11.io.nvmf-lab:probe";
 const PROBE_ID: [u8; 16] = *b"hostile-probe-01";
@@ -600,21 +599,14 @@ fn e<E: ToString>(e: E) -> String {
 fn idle_connection(dst: SocketAddr, qid: u16) -> Result<Idle, String> {
     let ch = EventChannel::new().map_err(e)?;
     let mut id = CmId::new(&ch).map_err(e)?;
-    id.resolve_addr(None, dst, 5000).map_err(e)?;
-    ch.wait_for(CmEventKind::AddrResolved, WAIT).map_err(e)?;
-    id.resolve_route(5000).map_err(e)?;
-    ch.wait_for(CmEventKind::RouteResolved, WAIT).map_err(e)?;
-    let ctx = id.context().ok_or("no RDMA device for that address")?;
-    let pd = ProtectionDomain::new(&ctx).map_err(e)?;
-    let cc = CompletionChannel::new(&ctx).map_err(e)?;
-    let cq = CompletionQueue::new(&cc, 8).map_err(e)?;
+    id.resolve(None, dst, WAIT).map_err(e)?;
     let caps = QpCaps {
         max_send_wr: 2,
         max_recv_wr: 2,
         max_send_sge: 1,
         max_recv_sge: 1,
     };
-    id.create_qp(&pd, &cq, caps).map_err(e)?;
+    id.create_own_qp(8, caps).map_err(e)?;
     let req = cm_req(0, qid, 32, 31);
     let params = ConnParams {
         private_data: &req,

@@ -34,8 +34,8 @@ use nvme::status::Status;
 use nvmf_initiator::commands;
 use nvmf_initiator::transport::{QueueConfig, RdmaQueue, WindowMode, Xfer};
 use rdma::{
-    Access, Buffer, CmEventKind, CmId, CompletionChannel, CompletionQueue, ConnParams,
-    EventChannel, MemoryRegion, ProtectionDomain, QpCaps, SendOp, SendRequest, WorkCompletion,
+    Access, Buffer, CmEventKind, CmId, CompletionQueue, ConnParams, EventChannel, MemoryRegion,
+    QpCaps, SendOp, SendRequest, WorkCompletion,
 };
 
 const LEN: u32 = 4096;
@@ -56,21 +56,17 @@ impl Peer {
     fn accept(ch: &Arc<EventChannel>) -> R<Peer> {
         let ev = wait_event(ch, CmEventKind::ConnectRequest)?;
         let mut id = ev.new_id.ok_or("connect request without id")?;
-        let ctx = id.context().ok_or("no device")?;
-        let pd = ProtectionDomain::new(&ctx).map_err(|e| e.to_string())?;
-        let cc = CompletionChannel::new(&ctx).map_err(|e| e.to_string())?;
-        let cq = CompletionQueue::new(&cc, 64).map_err(|e| e.to_string())?;
-        id.create_qp(
-            &pd,
-            &cq,
-            QpCaps {
-                max_send_wr: 16,
-                max_recv_wr: 8,
-                max_send_sge: 1,
-                max_recv_sge: 1,
-            },
-        )
-        .map_err(|e| e.to_string())?;
+        let rdma::OwnQueue { pd, cq } = id
+            .create_own_qp(
+                64,
+                QpCaps {
+                    max_send_wr: 16,
+                    max_recv_wr: 8,
+                    max_send_sge: 1,
+                    max_recv_sge: 1,
+                },
+            )
+            .map_err(|e| e.to_string())?;
         let mr = |n| {
             MemoryRegion::new(
                 &pd,

@@ -23,9 +23,8 @@ use nvme::completion::Completion;
 use nvme::sgl::Sgl;
 use nvme::{CQE_SIZE, SQE_SIZE};
 use rdma::{
-    Access, Buffer, CmEventKind, CmId, CompletionChannel, CompletionQueue, ConnParams,
-    EventChannel, MemoryRegion, MemoryWindow, ProtectionDomain, QpCaps, SendBatch, SendOp,
-    SendRequest, Sge, WorkCompletion,
+    Access, Buffer, CmEventKind, CmId, CompletionQueue, ConnParams, EventChannel, MemoryRegion,
+    MemoryWindow, ProtectionDomain, QpCaps, SendBatch, SendOp, SendRequest, Sge, WorkCompletion,
 };
 
 use crate::error::{Error, Result};
@@ -203,14 +202,6 @@ fn reject_reason(private: &[u8], cm_status: i32) -> (Option<u16>, String) {
     }
 }
 
-fn wait_cm(
-    ch: &Arc<EventChannel>,
-    want: CmEventKind,
-    timeout: Duration,
-) -> std::result::Result<rdma::CmEvent, String> {
-    ch.wait_for(want, timeout).map_err(|e| e.to_string())
-}
-
 impl RdmaQueue {
     /// Connects queue `cfg.qid` to the target at `dst` (RDMA-CM with NVMe/RDMA
     /// private data). The NVMe-level Connect command is the caller's.
@@ -224,18 +215,13 @@ impl RdmaQueue {
         let qid = cfg.qid;
         let ch = EventChannel::new()?;
         let mut id = CmId::new(&ch)?;
-        let ms = cfg.timeout.as_millis().min(i32::MAX as u128) as i32;
-        id.resolve_addr(cfg.src, dst, ms)?;
-        wait_cm(&ch, CmEventKind::AddrResolved, cfg.timeout).map_err(|detail| Error::Resolve {
-            addr: dst,
-            what: "address resolution",
-            detail,
-        })?;
-        id.resolve_route(ms)?;
-        wait_cm(&ch, CmEventKind::RouteResolved, cfg.timeout).map_err(|detail| Error::Resolve {
-            addr: dst,
-            what: "route resolution",
-            detail,
+        id.resolve(cfg.src, dst, cfg.timeout).map_err(|e| match e {
+            rdma::ResolveError::Call(e) => Error::from(e),
+            rdma::ResolveError::Step { step, source } => Error::Resolve {
+                addr: dst,
+                what: step,
+                detail: source.to_string(),
+            },
         })?;
         let ctx = id.context().ok_or_else(|| Error::Resolve {
             addr: dst,
@@ -247,13 +233,9 @@ impl RdmaQueue {
             return Err(Error::NoWindows);
         }
         let depth = cfg.depth as usize;
-        let pd = ProtectionDomain::new(&ctx)?;
-        let cc = CompletionChannel::new(&ctx)?;
         let send_wr = depth * 3 + 4;
-        let cq = CompletionQueue::new(&cc, (send_wr + depth + 4) as u32)?;
-        id.create_qp(
-            &pd,
-            &cq,
+        let rdma::OwnQueue { pd, cq } = id.create_own_qp(
+            (send_wr + depth + 4) as u32,
             QpCaps {
                 max_send_wr: send_wr as u32,
                 max_recv_wr: depth as u32,

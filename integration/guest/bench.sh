@@ -44,23 +44,27 @@ echo "backing device: $BDEV ($(cat /sys/block/$(basename $BDEV)/queue/nowait 2>/
 rdma link add rxe0 type rxe netdev "${LAB_IF:-eth0}" 2>/dev/null
 C=/sys/kernel/config/nvmet; mountpoint -q $C || mount -t configfs none /sys/kernel/config
 cpu_ticks() { awk '/^cpu / {print $2 + $3 + $4 + $7 + $8}' /proc/stat; }
-# Our target's worker wakeups and busy seconds (all workers), from its /metrics; 0 for nvmet.
+# Our target's worker wakeups and busy seconds (all workers), and the seconds and count of
+# its commands from arrival to response (request_duration_seconds), from its /metrics; 0 for nvmet.
 engine_stats() {
   curl -s --max-time 2 http://127.0.0.1:9469/metrics 2>/dev/null |
-    awk '/^nvmf_target_worker_wakeups_total/ {w += $2} /^nvmf_target_worker_busy_seconds_total/ {b += $2} END {printf "%d %.6f", w, b}'
+    awk '/^nvmf_target_worker_wakeups_total/ {w += $2} /^nvmf_target_worker_busy_seconds_total/ {b += $2}
+         /^nvmf_target_request_duration_seconds_sum/ {s += $2} /^nvmf_target_request_duration_seconds_count/ {c += $2}
+         END {printf "%d %.6f %.6f %d", w, b, s, c}'
 }
 devof() { for _ in $(seq 50); do d=$(ls /dev/nvme*n1 2>/dev/null | head -1); [ -n "$d" ] && { echo "$d"; return; }; sleep 0.1; done; }
 runfio() { # round target
   local d; d=$(devof); local p name rw bs qd t0 t1
   for p in $PATTERNS; do
     IFS=: read -r name rw bs qd <<<"$p"
-    t0=$(cpu_ticks); read -r w0 b0 < <(engine_stats)
+    t0=$(cpu_ticks); read -r w0 b0 s0 c0 < <(engine_stats)
     fio --name=b --filename="$d" --direct=1 --ioengine=libaio --rw="$rw" --rwmixread=70 --bs="$bs" \
         --iodepth="$qd" --runtime="$RT" --time_based --output-format=json --output=/tmp/b.json >/dev/null 2>&1
-    t1=$(cpu_ticks); read -r w1 b1 < <(engine_stats)
-    python3 - "$1" "$2" "$name" "$t0" "$t1" "$(getconf CLK_TCK)" "${w0:-0}" "${w1:-0}" "${b0:-0}" "${b1:-0}" <<'PY'
+    t1=$(cpu_ticks); read -r w1 b1 s1 c1 < <(engine_stats)
+    python3 - "$1" "$2" "$name" "$t0" "$t1" "$(getconf CLK_TCK)" "${w0:-0}" "${w1:-0}" "${b0:-0}" "${b1:-0}" \
+        "${s0:-0}" "${s1:-0}" "${c0:-0}" "${c1:-0}" <<'PY'
 import json, sys
-rnd, tgt, name, t0, t1, hz, w0, w1, b0, b1 = sys.argv[1:]
+rnd, tgt, name, t0, t1, hz, w0, w1, b0, b1, s0, s1, c0, c1 = sys.argv[1:]
 j = json.load(open('/tmp/b.json'))['jobs'][0]
 ios = iops = 0; p50 = p99 = 0.0
 for k in ('read', 'write'):
@@ -73,6 +77,9 @@ cpu = (int(t1) - int(t0)) / int(hz) * 1e6 / max(ios, 1)
 eng = ''
 if float(w1) > 0:
     eng = f" wakeups_per_io={(float(w1) - float(w0)) / max(ios, 1):.2f} worker_busy_us_per_io={(float(b1) - float(b0)) * 1e6 / max(ios, 1):.1f}"
+    # Mean time inside the target, capsule arrival to response posted: the rest of the
+    # host's latency is the wire (soft-RoCE) and the host.
+    eng += f" target_lat_us={(float(s1) - float(s0)) * 1e6 / max(int(c1) - int(c0), 1):.0f} host_lat_us={j['read']['clat_ns']['mean'] / 1000 if j['read']['total_ios'] else j['write']['clat_ns']['mean'] / 1000:.0f}"
 print(f"BENCH round={rnd} target={tgt} pattern={name} iops={iops:.0f} p50_us={p50:.0f} p99_us={p99:.0f} cpu_us={cpu:.1f}{eng}")
 PY
   done | tee -a /tmp/bench.txt

@@ -11,8 +11,6 @@
 # mode cases with the status our target must give; with nvmet, a namespace-changed
 # asynchronous event. Every perf run
 # must show no errors and, in window mode, one target invalidation per bound window.
-# Our target only: 8 connections that never send a Fabrics Connect are disconnected by
-# the target (build/release/examples/idle-connect), which keeps serving.
 # Then the window security probe (build/release/examples/mw-probe).
 # Environment: PERF_TIME (10), TARGETS ("own kernel"), INIT_OUT (/lab/integration/out).
 # Last line on success: INITIATOR PASS
@@ -27,7 +25,6 @@ OUT=${INIT_OUT:-/lab/integration/out}
 INI=build/release/nvmf-initiator
 TGT=build/release/nvmf-target
 PROBE=build/release/examples/mw-probe
-IDLE=build/release/examples/idle-connect
 NQN=nqn.2026-11.io.nvmf-lab:init
 SIZE_MB=256
 CFG=/sys/kernel/config/nvmet
@@ -176,7 +173,7 @@ step "setup: soft-RoCE on $IF ($IP), brd ${SIZE_MB} MiB"
 modprobe -a rdma_rxe ib_uverbs rdma_ucm
 rdma link show | grep -q "netdev $IF\b" || rdma link add rxe0 type rxe netdev "$IF"
 [ -e /sys/module/brd ] || modprobe brd rd_nr=1 rd_size=$(( SIZE_MB * 1024 ))
-for b in "$INI" "$TGT" "$PROBE" "$IDLE"; do [ -x "$b" ] || fail "$b missing (cargo build --release)"; done
+for b in "$INI" "$TGT" "$PROBE"; do [ -x "$b" ] || fail "$b missing (cargo build --release)"; done
 head -c 64M /dev/urandom >/tmp/data64
 head -c 16M /dev/urandom >/tmp/data16
 
@@ -227,15 +224,6 @@ for t in $TARGETS; do
         grep -q "^event: notice, info 0x00, log page 0x04, changed namespaces \[2\]" /tmp/watch.txt \
             || fail "no namespace-changed event for namespace 2"
         grep -q "^namespace 2: 16384 blocks of 4096 B" /tmp/watch.txt || fail "namespace 2 not listed after the event"
-    fi
-    if [ "$t" = own ]; then
-        # Connections that never send a Fabrics Connect hold resources for
-        # nothing: the target hangs up on them (after 5 s), and keeps serving.
-        step "[$t] idle connections without a Fabrics Connect are disconnected"
-        "$IDLE" "$IP" 4420 8 15 | tee /tmp/idle.txt
-        grep -q "^IDLE PASS" /tmp/idle.txt || fail "[$t] idle connections were not disconnected"
-        "$INI" connect -a "$IP" -n "$NQN" >/dev/null || fail "[$t] target not serving after the idle connections"
-        echo "    the target still serves a host"
     fi
     stop_target
 done

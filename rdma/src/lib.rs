@@ -13,6 +13,7 @@
 //! [`CmId`] with a queue pair holds the PD and CQ it was created with, and every
 //! [`CmId`] holds its [`EventChannel`]. Dropping in any order is therefore safe.
 
+mod bringup;
 mod buffer;
 mod cm;
 mod completion;
@@ -23,6 +24,7 @@ mod memory;
 mod qp;
 mod wrid;
 
+pub use bringup::{OwnQueue, ResolveError};
 pub use buffer::Buffer;
 pub use cm::{CmEvent, CmEventKind, CmId, ConnParams, EventChannel, QpOptions, WaitError};
 pub use completion::{CompletionChannel, CompletionQueue, WcOpcode, WorkCompletion};
