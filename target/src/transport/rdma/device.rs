@@ -109,7 +109,7 @@ impl WorkerDevice {
             let depth = cfg.srq_depth.min(attr.max_srq_wr.max(16));
             let q = rdma::SharedReceiveQueue::new(&pd, depth, 2)
                 .map_err(|e| DeviceError::Rdma("ibv_create_srq", e))?;
-            let mut area = RecvArea::new_fixed(&pd, budget, depth, Some(q))?;
+            let mut area = RecvArea::new(&pd, budget, depth, Some(q), true)?;
             let (base, len) = area.memory();
             let fixed = RECV_FIXED_BASE + index as u16;
             // SAFETY: the area lives in the WorkerDevice, which the worker

@@ -154,37 +154,19 @@ pub struct RecvArea {
 
 impl RecvArea {
     /// `slots` receive buffers, for `srq` if given (else for one queue pair).
+    /// `fixed`: the area is to be an io_uring fixed buffer as well (see
+    /// [`RecvArea::set_fixed`]), so the budget counts it twice, as the kernel does.
     pub fn new(
         pd: &Arc<ProtectionDomain>,
         budget: &Arc<Budget>,
         slots: u32,
         srq: Option<Arc<SharedReceiveQueue>>,
-    ) -> Result<RecvArea, MemoryError> {
-        Self::with_factor(pd, budget, slots, srq, 1)
-    }
-
-    /// Like [`RecvArea::new`], the area to be registered as an io_uring fixed
-    /// buffer as well (so the budget counts it twice, as the kernel does).
-    pub fn new_fixed(
-        pd: &Arc<ProtectionDomain>,
-        budget: &Arc<Budget>,
-        slots: u32,
-        srq: Option<Arc<SharedReceiveQueue>>,
-    ) -> Result<RecvArea, MemoryError> {
-        Self::with_factor(pd, budget, slots, srq, 2)
-    }
-
-    fn with_factor(
-        pd: &Arc<ProtectionDomain>,
-        budget: &Arc<Budget>,
-        slots: u32,
-        srq: Option<Arc<SharedReceiveQueue>>,
-        factor: u64,
+        fixed: bool,
     ) -> Result<RecvArea, MemoryError> {
         let len = Self::bytes(slots);
         debug_assert!(len as u64 <= slots as u64 * RECV_SLOT_BYTES as u64 + 2 * PAGE as u64);
         Ok(RecvArea {
-            mem: Pinned::new(pd, budget, len, factor)?,
+            mem: Pinned::new(pd, budget, len, if fixed { 2 } else { 1 })?,
             slots,
             srq,
             fixed: None,

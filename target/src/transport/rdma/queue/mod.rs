@@ -232,7 +232,7 @@ impl Queue {
             }
         };
         let recv = if own_recv {
-            match RecvArea::new(&dev.pd, budget, sq, None) {
+            match RecvArea::new(&dev.pd, budget, sq, None, false) {
                 Ok(a) => Some(a),
                 Err(e) => return Err((id, format!("receive buffers: {e}"))),
             }
