@@ -105,18 +105,11 @@ impl WorkerDevice {
             SrqMode::On => return Err(DeviceError::NoSrq),
         };
         let mut cq_room = entries;
-        let srq = if use_srq {
+        let mut srq = if use_srq {
             let depth = cfg.srq_depth.min(attr.max_srq_wr.max(16));
             let q = rdma::SharedReceiveQueue::new(&pd, depth, 2)
                 .map_err(|e| DeviceError::Rdma("ibv_create_srq", e))?;
-            let mut area = RecvArea::new(&pd, budget, depth, Some(q), true)?;
-            let (base, len) = area.memory();
-            let fixed = RECV_FIXED_BASE + index as u16;
-            // SAFETY: the area lives in the WorkerDevice, which the worker
-            // drops after its ring (field order); a removed device's slot is
-            // emptied (`retire`) before the area goes.
-            unsafe { ring.register_fixed(fixed, base, len) }.map_err(DeviceError::Uring)?;
-            area.set_fixed(fixed);
+            let area = RecvArea::new(&pd, budget, depth, Some(q), true)?;
             for s in 0..depth {
                 // SAFETY: a fresh area: no slot is in use.
                 unsafe { area.post(s, wr::recv_srq(s), None) }
@@ -138,6 +131,20 @@ impl WorkerDevice {
         // after its ring (field order), and no operation outlives the worker.
         unsafe { ring.register_fixed(index as u16, data.base(), data.mr.len()) }
             .map_err(DeviceError::Uring)?;
+        // Last, so that no error path leaves a ring slot naming freed memory.
+        if let Some(area) = srq.as_mut() {
+            let (base, len) = area.memory();
+            let fixed = RECV_FIXED_BASE + index as u16;
+            // SAFETY: as for `data`; a removed device's slots are emptied
+            // (`retire`) before its memory goes.
+            if let Err(e) = unsafe { ring.register_fixed(fixed, base, len) } {
+                if let Err(u) = ring.unregister_fixed(index as u16) {
+                    warn!("unregistering the buffers of a device that failed to set up: {u}");
+                }
+                return Err(DeviceError::Uring(e));
+            }
+            area.set_fixed(fixed);
+        }
         count_pool(&shape, 1);
         let m = &metrics().engine;
         info!(
