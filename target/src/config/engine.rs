@@ -147,8 +147,8 @@ impl RawEngine {
                 f("max_pinned_memory"),
                 format!(
                     "{} MiB is less than the {} worker(s) need before any host connects ({} MiB: \
-                     data buffers counted twice, as RDMA and io_uring registrations, plus receive \
-                     buffers); raise it, or lower workers, small_buffers, large_buffers or srq_depth",
+                     data and shared receive buffers, each counted twice, as RDMA and io_uring \
+                     registrations); raise it, or lower workers, small_buffers, large_buffers or srq_depth",
                     e.max_pinned_memory >> 20,
                     e.workers,
                     need.div_ceil(1 << 20)
