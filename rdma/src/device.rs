@@ -8,7 +8,7 @@ use std::sync::Arc;
 use rdma_sys::*;
 
 use crate::error::{Error, Result};
-use crate::fd::{set_nonblocking, wait_readable};
+use crate::fd::drain_shared;
 
 /// A device context, opened by librdmacm.
 ///
@@ -211,19 +211,17 @@ impl Context {
     pub fn take_async_events(&self) -> Result<Vec<String>> {
         // SAFETY: self.raw is a live context; async_fd is its event descriptor.
         let fd = unsafe { (*self.raw).async_fd };
-        // Non-blocking: every queue of every thread on this device shares the
-        // descriptor, so another reader may take the event between the poll
-        // and the read; a blocking read would then hang this thread.
-        set_nonblocking(fd)?;
-        let mut out = Vec::new();
-        while wait_readable(fd, 0, "poll(async events)")? {
+        // Every queue of every thread on this device shares the descriptor,
+        // so another reader may take the event between the poll and the
+        // read: drain_shared reads it non-blocking.
+        drain_shared(fd, "poll(async events)", || {
             // SAFETY: ibv_async_event is plain data; zero is a valid initial value.
             let mut ev: ibv_async_event = unsafe { std::mem::zeroed() };
             // SAFETY: `ev` is a valid out pointer; on the non-blocking
             // descriptor the call returns at once (-1, EAGAIN) when another
             // reader took the event.
             if unsafe { ibv_get_async_event(self.raw, &mut ev) } != 0 {
-                break;
+                return None;
             }
             // SAFETY: ibv_event_type_str returns a static C string for any value.
             let name = unsafe { std::ffi::CStr::from_ptr(ibv_event_type_str(ev.event_type)) }
@@ -241,17 +239,17 @@ impl Context {
                     | IBV_EVENT_PATH_MIG_ERR
                     | IBV_EVENT_QP_LAST_WQE_REACHED
             );
-            out.push(if qp_event {
+            let text = if qp_event {
                 // SAFETY: for QP events the union holds the QP, live until acked.
                 let qpn = unsafe { (*ev.element.qp).qp_num };
                 format!("{name} (qp {qpn})")
             } else {
                 name
-            });
+            };
             // SAFETY: acking the event obtained above exactly once.
             unsafe { ibv_ack_async_event(&mut ev) };
-        }
-        Ok(out)
+            Some(text)
+        })
     }
 }
 
