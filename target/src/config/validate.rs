@@ -1,0 +1,520 @@
+//! Validation: the raw TOML (or the command-line form) checked field by
+//! field into a [`TargetConfig`], every error collected with its field.
+
+use std::collections::{BTreeMap, HashSet};
+use std::net::{IpAddr, SocketAddr};
+use std::path::{Path, PathBuf};
+
+use nvme::ana::AnaState;
+
+use super::raw::{RawConfig, RawControl, RawMetrics, RawNamespace, RawSubsystem, SizeValue};
+use super::{
+    check_nqn, default_poll_spin_us, engine, parse_size, BackendConfig, ConfigError, EngineConfig,
+    ListenerConfig, NamespaceConfig, RbdConfig, SubsystemConfig, TargetConfig,
+    DEFAULT_CONTROL_SOCKET, DEFAULT_LOG_LEVEL, DEFAULT_METRICS_ADDR, DEFAULT_MODEL,
+};
+use crate::subsystem::{CNTLID_MAX, CNTLID_MIN};
+
+/// Collects every error of one configuration source.
+pub(super) struct Ctx<'a> {
+    src: &'a str,
+    errors: Vec<ConfigError>,
+}
+
+impl<'a> Ctx<'a> {
+    pub(super) fn new(src: &'a str) -> Self {
+        Ctx {
+            src,
+            errors: Vec::new(),
+        }
+    }
+
+    /// Records that `field` is wrong, and why.
+    pub(super) fn err(&mut self, field: impl Into<String>, reason: impl Into<String>) {
+        self.errors.push(ConfigError::Invalid {
+            source_name: self.src.to_string(),
+            field: field.into(),
+            reason: reason.into(),
+        });
+    }
+
+    /// `value` if nothing was wrong, else every error.
+    pub(super) fn finish<T>(mut self, value: T) -> Result<T, ConfigError> {
+        match self.errors.len() {
+            0 => Ok(value),
+            1 => Err(self.errors.remove(0)),
+            _ => Err(ConfigError::Several(self.errors)),
+        }
+    }
+}
+
+impl TargetConfig {
+    pub(super) fn validate(
+        raw: RawConfig,
+        mut ctx: Ctx,
+        check_paths: bool,
+    ) -> Result<TargetConfig, ConfigError> {
+        let cx = &mut ctx;
+        if raw.listener.is_empty() && cx.errors.iter().all(|e| !e.names("listener")) {
+            cx.err("listener", "at least one [[listener]] is required");
+        }
+        let mut listeners = Vec::new();
+        let mut seen_addrs = HashSet::new();
+        for (i, l) in &raw.listener {
+            let f = |n: &str| format!("listener[{i}].{n}");
+            let t = l.transport.as_deref().unwrap_or("rdma");
+            if t != "rdma" {
+                cx.err(
+                    f("transport"),
+                    format!("'{t}' is not supported (only \"rdma\")"),
+                );
+            }
+            let ip = match l.address.as_deref() {
+                None => {
+                    cx.err(f("address"), "is required");
+                    None
+                }
+                Some(a) => match a.parse::<IpAddr>() {
+                    Ok(ip) => Some(ip),
+                    Err(_) => {
+                        cx.err(
+                            f("address"),
+                            format!("'{a}' is not an IPv4 or IPv6 address"),
+                        );
+                        None
+                    }
+                },
+            };
+            let port = l.port.unwrap_or(nvme::DEFAULT_PORT);
+            if port == 0 {
+                cx.err(f("port"), "must be 1..=65535");
+                continue;
+            }
+            let Some(ip) = ip else { continue };
+            let addr = SocketAddr::new(ip, port);
+            if !seen_addrs.insert(addr) {
+                cx.err(f("address"), format!("{addr} is listed twice"));
+            }
+            let mut ana = BTreeMap::new();
+            for (g, st) in l.ana.iter().flatten() {
+                let group = match g.parse::<u32>() {
+                    Ok(n) if (1..=nvme::ana::MAX_GROUPS).contains(&n) => n,
+                    _ => {
+                        cx.err(
+                            f(&format!("ana.{g}")),
+                            format!("ANA group ids are 1..={}", nvme::ana::MAX_GROUPS),
+                        );
+                        continue;
+                    }
+                };
+                match AnaState::from_name(st) {
+                    Some(a) => {
+                        ana.insert(group, a);
+                    }
+                    None => cx.err(
+                        f(&format!("ana.{g}")),
+                        format!("'{st}' is not an ANA state (optimized, non-optimized, inaccessible, persistent-loss, change)"),
+                    ),
+                }
+            }
+            listeners.push(ListenerConfig { addr, ana });
+        }
+        if raw.subsystem.is_empty() && cx.errors.iter().all(|e| !e.names("subsystem")) {
+            cx.err("subsystem", "at least one [[subsystem]] is required");
+        }
+        let mut subsystems = Vec::new();
+        let mut nqns = HashSet::new();
+        for (i, s) in raw.subsystem {
+            if let Some(sub) = Self::subsystem(cx, i, s, &mut nqns, check_paths) {
+                subsystems.push(sub);
+            }
+        }
+        let poll_spin_us = raw
+            .target
+            .as_ref()
+            .and_then(|t| t.poll_spin_us)
+            .unwrap_or_else(default_poll_spin_us);
+        let engine = match raw.target {
+            Some(t) => engine::RawEngine {
+                workers: t.workers,
+                srq: t.srq,
+                srq_depth: t.srq_depth,
+                small_buffers: t.small_buffers,
+                large_buffers: t.large_buffers,
+                max_pinned_memory: t.max_pinned_memory,
+            },
+            None => engine::RawEngine::default(),
+        }
+        .validate();
+        let engine = match engine {
+            Ok(e) => e,
+            Err(errors) => {
+                for (field, reason) in errors {
+                    cx.err(field, reason);
+                }
+                EngineConfig::default()
+            }
+        };
+        let metrics_addr = match raw.metrics {
+            Some(RawMetrics {
+                enabled: Some(false),
+                ..
+            }) => None,
+            m => {
+                let a = m
+                    .and_then(|m| m.address)
+                    .unwrap_or_else(|| DEFAULT_METRICS_ADDR.to_string());
+                match a.parse::<SocketAddr>() {
+                    Ok(a) => Some(a),
+                    Err(_) => {
+                        cx.err(
+                            "metrics.address",
+                            format!(
+                                "'{a}' is not ADDRESS:PORT (e.g. \"127.0.0.1:9469\" or \"[::1]:9469\")"
+                            ),
+                        );
+                        None
+                    }
+                }
+            }
+        };
+        let control_socket = match raw.control {
+            Some(RawControl {
+                enabled: Some(false),
+                ..
+            }) => None,
+            c => {
+                let p = PathBuf::from(
+                    c.and_then(|c| c.socket)
+                        .unwrap_or_else(|| DEFAULT_CONTROL_SOCKET.to_string()),
+                );
+                if !p.is_absolute() || p.file_name().is_none() {
+                    cx.err(
+                        "control.socket",
+                        format!(
+                            "'{}' must be an absolute path to a socket file (e.g. \"{DEFAULT_CONTROL_SOCKET}\")",
+                            p.display()
+                        ),
+                    );
+                } else if p.as_os_str().len() > 107 {
+                    cx.err(
+                        "control.socket",
+                        "is longer than the 107 bytes a Unix socket path may have",
+                    );
+                }
+                Some(p)
+            }
+        };
+        let log_level = raw
+            .log
+            .and_then(|l| l.level)
+            .unwrap_or_else(|| DEFAULT_LOG_LEVEL.to_string());
+        if let Err(e) = tracing_subscriber::EnvFilter::try_new(&log_level) {
+            cx.err(
+                "log.level",
+                format!(
+                    "'{log_level}' is not a log filter (e.g. \"info\", \"nvmf_target=debug\"): {e}"
+                ),
+            );
+        }
+        ctx.finish(TargetConfig {
+            listeners,
+            subsystems,
+            poll_spin_us,
+            metrics_addr,
+            control_socket,
+            control_required: true,
+            log_level,
+            engine,
+        })
+    }
+
+    /// Checks one `[[subsystem]]`; `None` when it is too broken to use (its
+    /// errors are in `cx`).
+    fn subsystem(
+        cx: &mut Ctx,
+        i: usize,
+        s: RawSubsystem,
+        nqns: &mut HashSet<String>,
+        check_paths: bool,
+    ) -> Option<SubsystemConfig> {
+        let f = |n: &str| format!("subsystem[{i}].{n}");
+        let nqn = match s.nqn {
+            None => {
+                cx.err(f("nqn"), "is required");
+                None
+            }
+            Some(nqn) => {
+                if let Err(r) = check_nqn(&nqn) {
+                    cx.err(f("nqn"), r);
+                } else if nqn == nvme::DISCOVERY_NQN {
+                    cx.err(f("nqn"), "the discovery NQN is served by the target itself");
+                } else if !nqns.insert(nqn.clone()) {
+                    cx.err(f("nqn"), format!("'{nqn}' is defined twice"));
+                }
+                Some(nqn)
+            }
+        };
+        let allow_any_host = s.allow_any_host.unwrap_or(false);
+        for (h, host) in s.hosts.iter().enumerate() {
+            if let Err(r) = check_nqn(host) {
+                cx.err(f(&format!("hosts[{h}]")), r);
+            }
+        }
+        if !allow_any_host && s.hosts.is_empty() {
+            cx.err(
+                f("hosts"),
+                "no host may connect: set allow_any_host = true or list hosts = [\"nqn...\"]",
+            );
+        }
+        if let Some(sn) = &s.serial {
+            if sn.is_empty() || sn.len() > 20 || !sn.is_ascii() {
+                cx.err(f("serial"), "must be 1 to 20 ASCII characters");
+            }
+        }
+        let model = s.model.unwrap_or_else(|| DEFAULT_MODEL.to_string());
+        if model.len() > 40 || !model.is_ascii() {
+            cx.err(f("model"), "must be at most 40 ASCII characters");
+        }
+        let cmin = s.cntlid_min.unwrap_or(CNTLID_MIN as u32);
+        let cmax = s.cntlid_max.unwrap_or(CNTLID_MAX as u32);
+        for (k, v) in [("cntlid_min", cmin), ("cntlid_max", cmax)] {
+            if !(CNTLID_MIN as u32..=CNTLID_MAX as u32).contains(&v) {
+                cx.err(
+                    f(k),
+                    format!("{v} is out of range {CNTLID_MIN}..={CNTLID_MAX}"),
+                );
+            }
+        }
+        if cmin > cmax {
+            cx.err(
+                f("cntlid_max"),
+                format!("{cmax} is below cntlid_min {cmin}"),
+            );
+        }
+        let mut namespaces = Vec::new();
+        let mut nsids = HashSet::new();
+        for (j, n) in s.namespaces {
+            let g = |k: &str| format!("subsystem[{i}].namespace[{j}].{k}");
+            if let Some(ns) = Self::namespace(cx, g, j, n, &mut nsids, check_paths) {
+                namespaces.push(ns);
+            }
+        }
+        Some(SubsystemConfig {
+            nqn: nqn?,
+            allow_any_host,
+            hosts: s.hosts,
+            serial: s.serial,
+            model,
+            cntlid_range: (cmin as u16, cmax as u16),
+            namespaces,
+        })
+    }
+
+    /// Checks one `[[subsystem.namespace]]` (`g` names its fields).
+    fn namespace(
+        cx: &mut Ctx,
+        g: impl Fn(&str) -> String,
+        j: usize,
+        n: RawNamespace,
+        nsids: &mut HashSet<u32>,
+        check_paths: bool,
+    ) -> Option<NamespaceConfig> {
+        let errors = cx.errors.len();
+        let nsid = n.nsid.unwrap_or(j as u32 + 1);
+        if nsid == 0 || nsid > crate::MAX_NSID {
+            cx.err(
+                g("nsid"),
+                format!("{nsid} is out of range 1..={}", crate::MAX_NSID),
+            );
+        } else if !nsids.insert(nsid) {
+            cx.err(g("nsid"), format!("{nsid} is used twice in this subsystem"));
+        }
+        // The block size checks of other fields use (512 when it is wrong,
+        // which is reported here).
+        let mut valid_bs = n.block_size;
+        if let Some(bs) = n.block_size {
+            if !(512..=4096).contains(&bs) || !bs.is_power_of_two() {
+                cx.err(
+                    g("block_size"),
+                    format!("{bs} must be a power of two in 512..=4096"),
+                );
+                valid_bs = None;
+            }
+        }
+        let kind = n
+            .backend
+            .as_deref()
+            .unwrap_or(if n.path.is_some() { "file" } else { "" });
+        if kind != "rbd" {
+            for (field, set) in [
+                ("pool", n.pool.is_some()),
+                ("image", n.image.is_some()),
+                ("ceph_conf", n.ceph_conf.is_some()),
+                ("client", n.client.is_some()),
+            ] {
+                if set {
+                    cx.err(g(field), "is only for backend = \"rbd\"");
+                }
+            }
+        }
+        let backend = match kind {
+            "file" | "block" => {
+                if n.size.is_some() {
+                    cx.err(g("size"), "is taken from the file or device; remove it");
+                }
+                match n.path {
+                    None => {
+                        cx.err(g("path"), "is required for a file or block device");
+                        None
+                    }
+                    Some(p) => {
+                        let path = PathBuf::from(&p);
+                        if check_paths {
+                            if let Err(r) = check_backing_path(&path) {
+                                cx.err(g("path"), r);
+                            }
+                        }
+                        Some(BackendConfig::File { path })
+                    }
+                }
+            }
+            "null" => {
+                if n.path.is_some() {
+                    cx.err(g("path"), "a null namespace has no path");
+                }
+                let size = match n.size {
+                    None => {
+                        cx.err(g("size"), "is required for backend = \"null\"");
+                        None
+                    }
+                    Some(SizeValue::Int(v)) => Some(v),
+                    Some(SizeValue::Text(t)) => match parse_size(&t) {
+                        Ok(v) => Some(v),
+                        Err(r) => {
+                            cx.err(g("size"), r);
+                            None
+                        }
+                    },
+                };
+                let bs = valid_bs.unwrap_or(512) as u64;
+                match size {
+                    Some(size) if size < bs || size % bs != 0 => {
+                        cx.err(
+                            g("size"),
+                            format!("{size} must be a non-zero multiple of the block size {bs}"),
+                        );
+                        None
+                    }
+                    Some(size) => Some(BackendConfig::Null { size }),
+                    None => None,
+                }
+            }
+            "rbd" => Self::rbd_namespace(cx, &g, &n, check_paths).map(BackendConfig::Rbd),
+            "" => {
+                cx.err(
+                    g("path"),
+                    "is required (or set backend = \"null\" with a size, or \"rbd\" with a pool and an image)",
+                );
+                None
+            }
+            other => {
+                cx.err(
+                    g("backend"),
+                    format!("'{other}' is unknown (use \"file\", \"null\" or \"rbd\")"),
+                );
+                None
+            }
+        };
+        let ana_group = n.ana_group.unwrap_or(1);
+        if !(1..=nvme::ana::MAX_GROUPS).contains(&ana_group) {
+            cx.err(
+                g("ana_group"),
+                format!("{ana_group} is out of range 1..={}", nvme::ana::MAX_GROUPS),
+            );
+        }
+        if cx.errors.len() != errors {
+            return None;
+        }
+        Some(NamespaceConfig {
+            ana_group,
+            nsid,
+            backend: backend?,
+            block_size: n.block_size,
+            readonly: n.readonly.unwrap_or(false),
+        })
+    }
+
+    /// Checks the fields of an RBD namespace.
+    fn rbd_namespace(
+        cx: &mut Ctx,
+        g: &impl Fn(&str) -> String,
+        n: &RawNamespace,
+        check_paths: bool,
+    ) -> Option<RbdConfig> {
+        let errors = cx.errors.len();
+        if n.path.is_some() {
+            cx.err(
+                g("path"),
+                "an RBD namespace has no path (set pool and image)",
+            );
+        }
+        if n.size.is_some() {
+            cx.err(
+                g("size"),
+                "is the image's size; remove it (rbd resize, then reload)",
+            );
+        }
+        let mut name = |field: &str, v: &Option<String>, required: bool| -> Option<String> {
+            match v {
+                None if required => {
+                    cx.err(g(field), "is required for backend = \"rbd\"");
+                    None
+                }
+                None => None,
+                Some(s) if s.is_empty() || s.contains(['\0', '/', '@']) => {
+                    cx.err(g(field), format!("{s:?} is not a valid Ceph name"));
+                    None
+                }
+                Some(s) => Some(s.clone()),
+            }
+        };
+        let pool = name("pool", &n.pool, true);
+        let image = name("image", &n.image, true);
+        let client = name("client", &n.client, false).unwrap_or_else(|| "admin".into());
+        let ceph_conf = n.ceph_conf.as_ref().map(PathBuf::from);
+        if let (Some(p), true) = (&ceph_conf, check_paths) {
+            if let Err(e) = std::fs::metadata(p) {
+                cx.err(g("ceph_conf"), format!("{}: {e}", p.display()));
+            }
+        }
+        if cx.errors.len() != errors {
+            return None;
+        }
+        Some(RbdConfig {
+            pool: pool?,
+            image: image?,
+            ceph_conf,
+            client,
+        })
+    }
+}
+
+fn check_backing_path(p: &Path) -> Result<(), String> {
+    use std::os::unix::fs::FileTypeExt;
+    let m = std::fs::metadata(p).map_err(|e| format!("{}: {e}", p.display()))?;
+    let ft = m.file_type();
+    if !(ft.is_file() || ft.is_block_device()) {
+        return Err(format!(
+            "{} is neither a regular file nor a block device",
+            p.display()
+        ));
+    }
+    if ft.is_file() && m.len() == 0 {
+        return Err(format!(
+            "{} is empty (size it first, e.g. truncate -s 1G)",
+            p.display()
+        ));
+    }
+    Ok(())
+}

@@ -1,0 +1,235 @@
+//! The discovery, hosts and ports sections; ports become listeners.
+
+use std::net::{IpAddr, SocketAddr};
+
+use super::json::{at, safe, Cx, Obj};
+use super::ImportError;
+
+pub(super) fn check_discovery(
+    cx: &Cx,
+    root: &Obj,
+    notes: &mut Vec<String>,
+) -> Result<(), ImportError> {
+    if let Some(d) = cx.opt_object(root, "", "discovery")? {
+        if let Some(nqn) = cx.opt_text(d, "discovery", "nqn")? {
+            if !nqn.is_empty() && nqn != nvme::DISCOVERY_NQN {
+                notes.push(format!(
+                    "the discovery NQN '{}' is not configurable: nvmf-target serves discovery \
+                     as '{}'",
+                    safe(&nqn),
+                    nvme::DISCOVERY_NQN
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+pub(super) fn check_hosts(cx: &Cx, root: &Obj, notes: &mut Vec<String>) -> Result<(), ImportError> {
+    for (path, h) in cx.objects(root, "", "hosts")? {
+        let nqn = cx.req_string(h, &path, "nqn")?;
+        if let Some(d) = cx.opt_object(h, &path, "dhchap")? {
+            let dpath = at(&path, "dhchap");
+            let mut keys = Vec::new();
+            for k in ["key", "ctrl_key"] {
+                if cx.opt_text(d, &dpath, k)?.is_some_and(|v| !v.is_empty()) {
+                    keys.push(k);
+                }
+            }
+            if !keys.is_empty() {
+                notes.push(format!(
+                    "host '{}' has DH-HMAC-CHAP secrets (dhchap.{}); nvmf-target does not \
+                     support in-band authentication, so it is admitted by its NQN alone",
+                    safe(nqn),
+                    keys.join(", dhchap.")
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// A port of the nvmet configuration.
+pub(super) struct Port {
+    /// `port 1` (or `ports[0]` without a portid).
+    pub(super) label: String,
+    pub(super) trtype: String,
+    /// Where an rdma port listens; `None` for ports that are skipped.
+    pub(super) endpoint: Option<SocketAddr>,
+    /// NQNs of the linked subsystems.
+    pub(super) subsystems: Vec<String>,
+}
+
+pub(super) fn parse_ports(
+    cx: &Cx,
+    root: &Obj,
+    notes: &mut Vec<String>,
+) -> Result<Vec<Port>, ImportError> {
+    let mut out = Vec::new();
+    for (path, o) in cx.objects(root, "", "ports")? {
+        let label = match cx.opt_int(o, &path, "portid")? {
+            Some(id) => format!("port {id}"),
+            None => path.clone(),
+        };
+        let apath = at(&path, "addr");
+        let addr = cx
+            .opt_object(o, &path, "addr")?
+            .ok_or_else(|| cx.err(&apath, "is required"))?;
+        let trtype = cx.req_string(addr, &apath, "trtype")?.trim().to_string();
+        let traddr = cx.opt_text(addr, &apath, "traddr")?.unwrap_or_default();
+        let trsvcid = cx.opt_text(addr, &apath, "trsvcid")?.unwrap_or_default();
+        let treq = cx.opt_text(addr, &apath, "treq")?;
+        let subsystems: Vec<String> = cx
+            .strings(o, &path, "subsystems")?
+            .into_iter()
+            .map(String::from)
+            .collect();
+        let referrals = cx.objects(o, &path, "referrals")?;
+        let ana_groups = cx.objects(o, &path, "ana_groups")?;
+        let param = cx.opt_object(o, &path, "param")?;
+        let mut port = Port {
+            label,
+            trtype,
+            endpoint: None,
+            subsystems,
+        };
+        let l = &port.label;
+        if port.trtype != "rdma" {
+            notes.push(format!(
+                "{l}: transport '{}' is not supported (nvmf-target serves rdma only); \
+                 the port is skipped",
+                safe(&port.trtype)
+            ));
+            out.push(port);
+            continue;
+        }
+        if traddr.is_empty() {
+            notes.push(format!(
+                "{l}: rdma port without an address (traddr); skipped"
+            ));
+            out.push(port);
+            continue;
+        }
+        let Ok(ip) = traddr.parse::<IpAddr>() else {
+            notes.push(format!(
+                "{l}: traddr '{}' is not an IPv4 or IPv6 address; the port is skipped",
+                safe(&traddr)
+            ));
+            out.push(port);
+            continue;
+        };
+        let tcp_port = if trsvcid.is_empty() {
+            notes.push(format!(
+                "{l}: no trsvcid; using the default port {}",
+                nvme::DEFAULT_PORT
+            ));
+            nvme::DEFAULT_PORT
+        } else {
+            match trsvcid.parse::<u16>() {
+                Ok(p) if p != 0 => p,
+                _ => {
+                    notes.push(format!(
+                        "{l}: trsvcid '{}' is not a port number 1..=65535; the port is skipped",
+                        safe(&trsvcid)
+                    ));
+                    out.push(port);
+                    continue;
+                }
+            }
+        };
+        if treq.as_deref() == Some("required") {
+            notes.push(format!(
+                "{l}: treq 'required' (secure channel) is not supported; the listener \
+                 accepts hosts without it"
+            ));
+        }
+        if !referrals.is_empty() {
+            notes.push(format!(
+                "{l}: {} discovery referral(s) are not supported; dropped",
+                referrals.len()
+            ));
+        }
+        let mut groups = Vec::new();
+        for (gpath, g) in &ana_groups {
+            let grpid = cx.opt_int(g, gpath, "grpid")?;
+            let state = match cx.opt_object(g, gpath, "ana")? {
+                Some(a) => cx.opt_text(a, &at(gpath, "ana"), "state")?,
+                None => None,
+            };
+            let state = state.unwrap_or_else(|| "optimized".into());
+            if grpid != Some(1) || state != "optimized" {
+                let id = grpid.map_or_else(|| "?".to_string(), |g| g.to_string());
+                groups.push(format!("group {id} '{}'", safe(&state)));
+            }
+        }
+        if !groups.is_empty() {
+            notes.push(format!(
+                "{l}: ANA groups are not supported (every path is reported optimized): {}",
+                groups.join(", ")
+            ));
+        }
+        if let Some(param) = param {
+            let ppath = at(&path, "param");
+            for (k, v) in param.iter().filter(|(_, v)| !v.is_null()) {
+                let v = cx.text_of(v, &at(&ppath, k))?;
+                let ours = match k.as_str() {
+                    "inline_data_size" => {
+                        let ours = crate::INLINE_DATA_SIZE.to_string();
+                        if v == "-1" || v == ours {
+                            continue;
+                        }
+                        format!("nvmf-target uses {ours} bytes")
+                    }
+                    "max_queue_size" => {
+                        let ours = crate::MAX_QUEUE_SIZE.to_string();
+                        if v == "-1" || v == ours {
+                            continue;
+                        }
+                        format!("nvmf-target allows {ours} entries")
+                    }
+                    "pi_enable" => {
+                        if v == "0" || v.is_empty() {
+                            continue;
+                        }
+                        "protection information is not supported".into()
+                    }
+                    _ => "not supported".into(),
+                };
+                notes.push(format!(
+                    "{l}: param.{k} = '{}' is ignored ({ours})",
+                    safe(&v)
+                ));
+            }
+        }
+        port.endpoint = Some(SocketAddr::new(ip, tcp_port));
+        out.push(port);
+    }
+    Ok(out)
+}
+
+/// A `[[listener]]`.
+pub(super) struct Listener {
+    pub(super) addr: SocketAddr,
+    /// Labels of the nvmet ports it comes from.
+    pub(super) from: Vec<String>,
+}
+
+pub(super) fn merge_listeners(ports: &[Port], notes: &mut Vec<String>) -> Vec<Listener> {
+    let mut out: Vec<Listener> = Vec::new();
+    for p in ports {
+        let Some(addr) = p.endpoint else { continue };
+        if let Some(l) = out.iter_mut().find(|l| l.addr == addr) {
+            notes.push(format!(
+                "{}: {addr} is also the address of {}; one listener is emitted",
+                p.label, l.from[0]
+            ));
+            l.from.push(p.label.clone());
+        } else {
+            out.push(Listener {
+                addr,
+                from: vec![p.label.clone()],
+            });
+        }
+    }
+    out
+}

@@ -1,0 +1,330 @@
+//! The subsystems section (namespaces, attributes) and the port links.
+
+use std::collections::{BTreeSet, HashSet};
+
+use super::json::{at, safe, Cx, Obj};
+use super::ports::Port;
+use super::ImportError;
+
+/// A namespace of a subsystem.
+pub(super) struct Namespace {
+    pub(super) nsid: u64,
+    pub(super) path: Option<String>,
+    pub(super) enabled: bool,
+}
+
+/// A `[[subsystem]]`.
+pub(super) struct Subsystem {
+    pub(super) nqn: String,
+    pub(super) allow_any_host: bool,
+    pub(super) hosts: Vec<String>,
+    pub(super) serial: Option<String>,
+    pub(super) model: Option<String>,
+    pub(super) namespaces: Vec<Namespace>,
+}
+
+/// Subsystem attributes nvmf-target does not configure, with the kernel's
+/// default (a non-default value gets a note); `None`: never noted.
+const SUBSYSTEM_ATTR_DEFAULTS: &[(&str, Option<&str>)] = &[
+    ("cntlid_max", Some("65519")),
+    ("cntlid_min", Some("1")),
+    ("firmware", None),
+    ("ieee_oui", Some("0x000000")),
+    ("pi_enable", Some("0")),
+    ("qid_max", Some("128")),
+    ("version", Some("1.3")),
+];
+
+pub(super) fn parse_subsystems(
+    cx: &Cx,
+    root: &Obj,
+    notes: &mut Vec<String>,
+) -> Result<Vec<Subsystem>, ImportError> {
+    let mut out = Vec::new();
+    let list = cx.objects(root, "", "subsystems")?;
+    if list.is_empty() {
+        notes.push("the nvmet configuration defines no subsystem; add a [[subsystem]]".into());
+    }
+    for (path, o) in list {
+        let nqn = cx.req_string(o, &path, "nqn")?.to_string();
+        let l = format!("subsystem '{}'", safe(&nqn));
+        if nqn == nvme::DISCOVERY_NQN {
+            notes.push(format!(
+                "{l}: the discovery subsystem is served by nvmf-target itself; skipped"
+            ));
+            continue;
+        }
+        let mut allow_any_host = false;
+        let mut serial = None;
+        let mut model = None;
+        if let Some(attr) = cx.opt_object(o, &path, "attr")? {
+            let apath = at(&path, "attr");
+            allow_any_host = cx
+                .opt_flag(attr, &apath, "allow_any_host")?
+                .unwrap_or(false);
+            serial = cx
+                .opt_text(attr, &apath, "serial")?
+                .filter(|s| !s.is_empty());
+            model = cx
+                .opt_text(attr, &apath, "model")?
+                .filter(|s| !s.is_empty());
+            for (k, v) in attr {
+                if v.is_null() || matches!(k.as_str(), "allow_any_host" | "serial" | "model") {
+                    continue;
+                }
+                let v = cx.text_of(v, &at(&apath, k))?;
+                let default = SUBSYSTEM_ATTR_DEFAULTS
+                    .iter()
+                    .find(|(n, _)| *n == k.as_str());
+                match default {
+                    Some((_, None)) => continue,
+                    Some((_, Some(d))) if v == *d => continue,
+                    _ => {}
+                }
+                if k == "pi_enable" {
+                    notes.push(format!(
+                        "{l}: attr.pi_enable = '{}' is ignored (protection information is \
+                         not supported)",
+                        safe(&v)
+                    ));
+                } else {
+                    notes.push(format!(
+                        "{l}: attr.{k} = '{}' is not supported; ignored",
+                        safe(&v)
+                    ));
+                }
+            }
+        }
+        let hosts: Vec<String> = cx
+            .strings(o, &path, "allowed_hosts")?
+            .into_iter()
+            .map(String::from)
+            .collect();
+        if !allow_any_host && hosts.is_empty() {
+            notes.push(format!(
+                "{l}: no host may connect (allow_any_host is 0 and allowed_hosts is empty); \
+                 nvmf-target refuses that: list hosts or set allow_any_host = true"
+            ));
+        }
+        for (ppath, pt) in cx.objects(o, &path, "passthru")? {
+            let dev = match cx.opt_object(pt, &ppath, "device")? {
+                Some(d) => cx.opt_text(d, &at(&ppath, "device"), "path")?,
+                None => None,
+            };
+            let enabled = cx.opt_flag(pt, &ppath, "enable")?.unwrap_or(false);
+            if enabled || dev.as_deref().is_some_and(|d| !d.is_empty()) {
+                notes.push(format!(
+                    "{l}: passthru of controller '{}' is not supported; dropped",
+                    safe(dev.as_deref().unwrap_or("?"))
+                ));
+            }
+        }
+        let mut namespaces = Vec::new();
+        for (npath, n) in cx.objects(o, &path, "namespaces")? {
+            namespaces.push(parse_namespace(cx, &npath, n, &l, notes)?);
+        }
+        namespaces.sort_by_key(|n| n.nsid);
+        if !namespaces.iter().any(|n| n.enabled) {
+            notes.push(format!("{l}: exports no (enabled) namespace"));
+        }
+        out.push(Subsystem {
+            nqn,
+            allow_any_host,
+            hosts,
+            serial,
+            model,
+            namespaces,
+        });
+    }
+    Ok(out)
+}
+
+fn parse_namespace(
+    cx: &Cx,
+    path: &str,
+    n: &Obj,
+    subsys: &str,
+    notes: &mut Vec<String>,
+) -> Result<Namespace, ImportError> {
+    let nsid = cx
+        .opt_int(n, path, "nsid")?
+        .ok_or_else(|| cx.err(&at(path, "nsid"), "is required"))?;
+    if nsid > u64::from(u32::MAX) {
+        return Err(cx.err(&at(path, "nsid"), format!("{nsid} is out of range")));
+    }
+    let l = format!("{subsys} namespace {nsid}");
+    if nsid == 0 || nsid > u64::from(crate::MAX_NSID) {
+        notes.push(format!(
+            "{l}: nsid {nsid} is out of nvmf-target's range 1..={}; renumber it",
+            crate::MAX_NSID
+        ));
+    }
+    let enable = cx.opt_flag(n, path, "enable")?;
+    let dpath = at(path, "device");
+    let device = cx.opt_object(n, path, "device")?;
+    let dev_path = match device {
+        Some(d) => cx.opt_string(d, &dpath, "path")?.map(String::from),
+        None => None,
+    };
+    if enable != Some(true) {
+        let why = if enable.is_none() {
+            "has no 'enable' (nvmetcli restore leaves it disabled)"
+        } else {
+            "is disabled"
+        };
+        notes.push(format!(
+            "{l} ({}) {why}; written commented out",
+            safe(dev_path.as_deref().unwrap_or("no device path"))
+        ));
+        return Ok(Namespace {
+            nsid,
+            path: dev_path.filter(|p| !p.is_empty()),
+            enabled: false,
+        });
+    }
+    let dev_path = match dev_path {
+        Some(p) if !p.trim().is_empty() => p,
+        Some(_) => {
+            return Err(cx.err(
+                &at(&dpath, "path"),
+                "is empty, but the namespace is enabled",
+            ))
+        }
+        None => {
+            return Err(cx.err(
+                &at(&dpath, "path"),
+                "is required (the namespace is enabled)",
+            ))
+        }
+    };
+    let mut dropped = Vec::new();
+    let mut ids = false;
+    if let Some(d) = device {
+        for (k, v) in d {
+            if k == "path" || v.is_null() {
+                continue;
+            }
+            let v = cx.text_of(v, &at(&dpath, k))?;
+            let unset = v.is_empty()
+                || v == "0"
+                || (k == "nguid" && v.chars().all(|c| c == '0' || c == '-'));
+            if unset {
+                continue;
+            }
+            if matches!(k.as_str(), "nguid" | "uuid") {
+                ids = true;
+            }
+            dropped.push(format!("device.{k} {}", safe(&v)));
+        }
+    }
+    let mut grpid = cx.opt_int(n, path, "ana_grpid")?;
+    if let Some(ana) = cx.opt_object(n, path, "ana")? {
+        let apath = at(path, "ana");
+        if grpid.is_none() {
+            grpid = cx.opt_int(ana, &apath, "grpid")?;
+        }
+    }
+    if let Some(g) = grpid.filter(|&g| g != 1) {
+        dropped.push(format!("ANA group {g}"));
+    }
+    if let Some(resv) = cx.opt_object(n, path, "resv")? {
+        if cx.opt_flag(resv, &at(path, "resv"), "enable")? == Some(true) {
+            dropped.push("reservations (resv.enable)".into());
+        }
+    }
+    for k in ["buffered_io", "p2pmem"] {
+        if let Some(v) = cx.opt_text(n, path, k)? {
+            if !v.is_empty() && v != "0" {
+                dropped.push(format!("{k} {}", safe(&v)));
+            }
+        }
+    }
+    if !dropped.is_empty() {
+        let mut note = format!("{l}: not carried over: {}", dropped.join(", "));
+        if ids {
+            note.push_str(
+                " (nvmf-target derives its own NGUID and UUID: hosts that identify the \
+                 namespace by them, e.g. multipath or /dev/disk/by-id, will see new ones)",
+            );
+        }
+        notes.push(note);
+    }
+    Ok(Namespace {
+        nsid,
+        path: Some(dev_path),
+        enabled: true,
+    })
+}
+
+pub(super) fn check_links(ports: &[Port], subsystems: &[Subsystem], notes: &mut Vec<String>) {
+    let rdma: Vec<&Port> = ports.iter().filter(|p| p.endpoint.is_some()).collect();
+    if rdma.is_empty() {
+        notes.push(
+            "no usable rdma port in the nvmet configuration: add a [[listener]] \
+             (a commented example is included)"
+                .into(),
+        );
+        return;
+    }
+    let defined: HashSet<&str> = subsystems.iter().map(|s| s.nqn.as_str()).collect();
+    for p in &rdma {
+        if p.subsystems.is_empty() {
+            notes.push(format!(
+                "{}: links no subsystem; it is still imported as a listener, and nvmf-target \
+                 exports every subsystem on it",
+                p.label
+            ));
+        }
+        for s in &p.subsystems {
+            if !defined.contains(s.as_str()) {
+                notes.push(format!(
+                    "{}: links subsystem '{}', which is not defined; ignored",
+                    p.label,
+                    safe(s)
+                ));
+            }
+        }
+    }
+    let sets: Vec<(&str, BTreeSet<&str>)> = rdma
+        .iter()
+        .filter(|p| !p.subsystems.is_empty())
+        .map(|p| {
+            let set = p.subsystems.iter().map(String::as_str).collect();
+            (p.label.as_str(), set)
+        })
+        .collect();
+    if sets.iter().any(|(_, s)| *s != sets[0].1) {
+        let list: Vec<String> = sets
+            .iter()
+            .map(|(l, s)| {
+                let names: Vec<String> = s.iter().map(|n| safe(n)).collect();
+                format!("{l}: {}", names.join(", "))
+            })
+            .collect();
+        notes.push(format!(
+            "the rdma ports link different subsystems ({}); nvmf-target exports every \
+             subsystem on every listener",
+            list.join("; ")
+        ));
+    }
+    for s in subsystems {
+        if rdma.iter().any(|p| p.subsystems.contains(&s.nqn)) {
+            continue;
+        }
+        let others: Vec<String> = ports
+            .iter()
+            .filter(|p| p.endpoint.is_none() && p.subsystems.contains(&s.nqn))
+            .map(|p| format!("{} ({})", p.label, safe(&p.trtype)))
+            .collect();
+        let linked = if others.is_empty() {
+            "is not linked to any port".to_string()
+        } else {
+            format!("is linked only to {}", others.join(", "))
+        };
+        notes.push(format!(
+            "subsystem '{}' {linked} in nvmet; it is imported and will be exported on every \
+             listener",
+            safe(&s.nqn)
+        ));
+    }
+}
