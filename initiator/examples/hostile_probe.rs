@@ -17,6 +17,11 @@
 //! - `hostile-probe kato0 IP PORT NQN SECONDS`: a controller with keep-alive
 //!   off (KATO 0) and one I/O queue, idle for SECONDS (the target probes it
 //!   at the RDMA level and must keep it).
+//! - `hostile-probe vanish IP PORT NQN SECONDS`: a controller with keep-alive
+//!   off (KATO 0), enabled, with one I/O queue, whose queue pairs then fall
+//!   silent without a disconnect (error state: nothing acknowledged, as from
+//!   a host that lost power); holds them for SECONDS. The target must find
+//!   out by its RDMA-level probe and free the controller.
 //!
 //! The probe is its own host (`nqn.2026-11.io.nvmf-lab:probe`), so it is not
 //! the kernel host of the same machine.
@@ -555,6 +560,48 @@ impl Probe {
         }
     }
 
+    fn vanish(&self, secs: u64) {
+        let run = || -> Result<(u16, Vec<RdmaQueue>), String> {
+            let (mut admin, cntlid) = self.admin_not_enabled()?; // KATO 0
+                                                                 // CC: EN, IOSQES 6 (64 B), IOCQES 4 (16 B).
+            let en = self.raw(
+                &mut admin,
+                &commands::property_set(prop::CC, 1 | (6 << 16) | (4 << 20)),
+                Xfer::None,
+                &[],
+            );
+            if en != "status:SUCCESS" {
+                return Err(format!("CC.EN: {en}"));
+            }
+            let mut io = self.queue(1, None).map_err(|e| e.to_string())?;
+            let st = self.connect(
+                &mut io,
+                &commands::connect(1, 32, 0),
+                &self.connect_data(cntlid),
+                CONNECT_DATA_SIZE,
+            );
+            if st != "status:SUCCESS" {
+                return Err(format!("I/O Connect: {st}"));
+            }
+            let mut qs = vec![admin, io];
+            for q in &mut qs {
+                q.go_silent().map_err(|e| e.to_string())?;
+            }
+            Ok((cntlid, qs))
+        };
+        match run() {
+            Ok((cntlid, qs)) => {
+                println!("VANISH cntlid {cntlid} silent for {secs} s");
+                std::thread::sleep(Duration::from_secs(secs));
+                drop(qs);
+            }
+            Err(e) => {
+                println!("VANISH setup failed: {e}");
+                std::process::exit(1);
+            }
+        }
+    }
+
     fn flood(&self, count: u16, deadline: Duration) {
         let mut conns = Vec::new();
         let t0 = Instant::now();
@@ -625,7 +672,8 @@ fn usage() -> ! {
         "usage: hostile-probe cases IP PORT NQN OTHER_CNTLID\n       \
          hostile-probe flood IP PORT NQN COUNT DEADLINE_S\n       \
          hostile-probe cycles IP PORT NQN N\n       \
-         hostile-probe kato0 IP PORT NQN SECONDS"
+         hostile-probe kato0 IP PORT NQN SECONDS\n       \
+         hostile-probe vanish IP PORT NQN SECONDS"
     );
     std::process::exit(2)
 }
@@ -650,6 +698,7 @@ fn main() {
         }
         "cycles" => p.cycles(num(&a[5])),
         "kato0" => p.kato0(num(&a[5]) as u64),
+        "vanish" => p.vanish(num(&a[5]) as u64),
         "flood" if a.len() == 7 => {
             p.flood(num(&a[5]) as u16, Duration::from_secs(num(&a[6]) as u64))
         }

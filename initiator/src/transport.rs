@@ -902,6 +902,21 @@ impl RdmaQueue {
     pub fn disconnect(&self) {
         let _ = self.id.disconnect();
     }
+
+    /// Falls silent without telling the target: the queue pair goes to the
+    /// error state, so the target's requests (a liveness probe) are never
+    /// acknowledged, as from a host that lost power. Dropping the queue
+    /// afterwards still disconnects. For fault tests.
+    pub fn go_silent(&mut self) -> Result<()> {
+        let qp = self
+            .id
+            .qp()
+            .ok_or_else(|| Error::Invalid("the queue has no queue pair".into()))?;
+        qp.set_error()?;
+        self.broken
+            .get_or_insert_with(|| "fell silent (go_silent)".into());
+        Ok(())
+    }
 }
 
 impl Drop for RdmaQueue {

@@ -19,7 +19,9 @@
 #   5. A host with keep-alive off (KATO 0: hostile-probe; the Linux 6.1 host, asked for 0,
 #      still connects with KATO 5 s), quiet for 25 s: it is probed at the RDMA level (a
 #      zero-length RDMA WRITE, which a host that vanished would not acknowledge) and keeps
-#      its controller; the kernel host, connected meanwhile, sees no error.
+#      its controller; the kernel host, connected meanwhile, sees no error. 5b: such a
+#      host whose queue pairs then fall silent (error state, no disconnect: a power loss)
+#      is found by the probe and its controller freed within 60 s.
 #   6. The RDMA device removed under a connected host (`rdma link delete`) and added back:
 #      the removal completes (the kernel waits for every process to close the device: the
 #      target must let go of it), the target keeps running with no pinned memory left, it
@@ -254,6 +256,35 @@ p1=$(grep -c 'probing the host' "$TLOG" || true)
 dd if="$NS" of=/dev/null bs=64k count=16 iflag=direct status=none || fail "the kernel host does not serve"
 r=$(resets); [ "$r" = 0 ] || { kmsg_errors | head -n 5; fail "the kernel host saw resets meanwhile"; }
 info "$((p1 - p0)) probes, each answered; the controller kept; the kernel host undisturbed"
+
+step "5b. a host with keep-alive off (KATO 0) that vanishes: found by the probe, freed"
+# hostile-probe's queue pairs go to the error state without a disconnect: nothing of the
+# host answers any more (a power loss). Without the RDMA-level probe nothing would ever
+# free this controller. Due: the quiet time (10 s), then the probe's retries or, where the
+# transport retries forever (soft-RoCE with the retry count 7 the Linux host asks for),
+# the probe's 20 s timeout.
+PROBE_NQN=nqn.2026-11.io.nvmf-lab:probe
+p0=$(grep -c 'probing the host' "$TLOG" || true)
+u0=$(grep -c 'host unreachable' "$TLOG" || true)
+"$PROBE" vanish "$IP" "$PORT" "$NQN" 90 >/tmp/vanish.txt 2>&1 &
+BG=$!
+for _ in $(seq 40); do grep -q "^VANISH cntlid" /tmp/vanish.txt && break; sleep 0.25; done
+sed 's/^/    /' /tmp/vanish.txt
+grep -q "^VANISH cntlid" /tmp/vanish.txt || fail "hostile-probe vanish did not set up its controller"
+[ "$(controllers_of "$PROBE_NQN")" = 1 ] || fail "the vanishing host's controller is not there"
+t0=$(date +%s%N); gone=
+for _ in $(seq 240); do [ "$(controllers_of "$PROBE_NQN")" = 0 ] && { gone=1; break; }; sleep 0.25; done
+ms=$(( ($(date +%s%N) - t0) / 1000000 ))
+kill -9 $BG 2>/dev/null || true; wait $BG 2>/dev/null || true; BG=
+[ -n "$gone" ] || fail "the vanished KATO 0 host's controller is still there after 60 s"
+p1=$(grep -c 'probing the host' "$TLOG" || true)
+[ "$p1" -gt "$p0" ] || fail "the vanished host's controller went without a liveness probe"
+u1=$(grep -c 'host unreachable' "$TLOG" || true)
+[ "$u1" -gt "$u0" ] || fail "the target freed the vanished host without finding it unreachable"
+dd if="$NS" of=/dev/null bs=64k count=16 iflag=direct status=none || fail "the kernel host does not serve"
+r=$(resets); [ "$r" = 0 ] || { kmsg_errors | head -n 5; fail "the kernel host saw resets meanwhile"; }
+info "vanished host (KATO 0, queue pairs silenced): its controller freed after $ms ms; the kernel host undisturbed"
+echo "FAULTS kato0_vanished_freed_ms=$ms"
 
 step "6. the RDMA device removed under a connected host, then added back"
 ip link add faults0 type dummy 2>/dev/null || true

@@ -448,4 +448,20 @@ impl QueuePair<'_> {
         // SAFETY: raw is live while the owning CmId lives (QueuePair is borrowed from it).
         unsafe { (*self.raw).qp_num }
     }
+
+    /// Moves the QP to the error state without a word to the peer: its work
+    /// requests flush, and the peer's requests go unanswered from now on (as
+    /// from a host that lost power). For fault tests.
+    pub fn set_error(&self) -> Result<()> {
+        // SAFETY: ibv_qp_attr is plain data; zero is a valid initial value.
+        let mut attr: ibv_qp_attr = unsafe { std::mem::zeroed() };
+        attr.qp_state = ibv_qp_state::IBV_QPS_ERR;
+        // SAFETY: raw is live (borrowed from its CmId); only the state changes.
+        let r =
+            unsafe { ibv_modify_qp(self.raw, &mut attr, ibv_qp_attr_mask::IBV_QP_STATE.0 as i32) };
+        if r != 0 {
+            return Err(Error::from_ret("ibv_modify_qp(ERR)", r));
+        }
+        Ok(())
+    }
 }

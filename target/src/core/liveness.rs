@@ -4,7 +4,10 @@
 //! forever. The transport probes it instead: after [`IDLE`] without a
 //! capsule, one zero-length RDMA WRITE (which needs no memory key). A live
 //! host's transport acknowledges it; a gone one does not, the write fails
-//! after the transport's retries, and the queue fails with it.
+//! after the transport's retries, and the queue fails with it. Where the
+//! transport retries forever, the probe times out instead ([`PROBE_TIMEOUT`]):
+//! the passive side's retry count is the one the host asked for in its CM
+//! request (Linux asks 7), and soft-RoCE reads 7 as "retry forever".
 //!
 //! Sans-IO: this decides when; the transport sends.
 
@@ -12,6 +15,10 @@ use std::time::{Duration, Instant};
 
 /// Quiet time after which a host without keep-alive is probed.
 pub const IDLE: Duration = Duration::from_secs(10);
+
+/// How long a probe may go unanswered, with nothing else heard from the
+/// host, before the host counts as gone.
+pub const PROBE_TIMEOUT: Duration = Duration::from_secs(20);
 
 /// When a queue last heard from its host, and its probe in flight.
 #[derive(Debug, Clone, Copy)]
@@ -65,6 +72,15 @@ impl Liveness {
     pub fn probing(&self) -> bool {
         self.probe.is_some()
     }
+
+    /// Whether a probe is out and nothing (neither its acknowledgement nor a
+    /// capsule) was heard from the host for [`PROBE_TIMEOUT`] since the later
+    /// of the probe and the last capsule: the host is gone.
+    pub fn probe_overdue(&self, now: Instant) -> bool {
+        self.probe.is_some_and(|sent| {
+            now.saturating_duration_since(sent.max(self.last_heard)) >= PROBE_TIMEOUT
+        })
+    }
 }
 
 #[cfg(test)]
@@ -90,5 +106,25 @@ mod tests {
         assert!(!l.probe_due(t1 + IDLE / 2, 0));
         assert!(l.probe_due(t1 + IDLE * 2, 0));
         assert_eq!(l.accepted(), t0);
+    }
+
+    #[test]
+    fn an_unanswered_probe_times_out_unless_the_host_speaks() {
+        let t0 = Instant::now();
+        let mut l = Liveness::new(t0);
+        assert!(!l.probe_overdue(t0 + PROBE_TIMEOUT * 2), "no probe out");
+        let t1 = t0 + IDLE;
+        l.probe_sent(t1);
+        assert!(!l.probe_overdue(t1 + PROBE_TIMEOUT / 2));
+        assert!(l.probe_overdue(t1 + PROBE_TIMEOUT));
+        // A capsule after the probe: the host lived then; the clock restarts
+        // from it (a host that then falls silent, its probe still out, is gone).
+        let t2 = t1 + Duration::from_secs(5);
+        l.heard(t2);
+        assert!(!l.probe_overdue(t1 + PROBE_TIMEOUT));
+        assert!(!l.probe_overdue(t2 + PROBE_TIMEOUT / 2));
+        assert!(l.probe_overdue(t2 + PROBE_TIMEOUT));
+        l.probe_answered(t2 + Duration::from_secs(1));
+        assert!(!l.probe_overdue(t2 + PROBE_TIMEOUT * 3), "answered");
     }
 }

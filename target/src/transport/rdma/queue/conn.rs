@@ -1,17 +1,150 @@
-//! A queue's connection: RDMA-CM events, timers (kill requests, the
+//! A queue's connection: accepting it (queue pair, receives, reply),
+//! RDMA-CM events, timers (kill requests, the
 //! Connect timeout, keep-alive), disconnect and teardown.
 
 use std::sync::atomic::Ordering;
+use std::sync::Arc;
 use std::time::Instant;
 
-use rdma::CmEventKind;
+use nvme::cm::CmReply;
+use nvme::CQE_SIZE;
+use rdma::{CmEventKind, CmId, ConnParams, QpCaps, QpOptions, SendBatch};
 use tracing::{debug, info, warn};
 
-use super::{queue_type, Cx, Queue, State, CONNECT_TIMEOUT, DISCONNECT_GRACE};
+use super::super::device::WorkerDevice;
+use super::super::memory::{Budget, Pinned, RecvArea};
+use super::super::wr::{self, QueueKey};
+use super::{
+    queue_type, Cx, NewConn, Queue, Req, State, CONNECT_TIMEOUT, DISCONNECT_GRACE, INLINE_RSP,
+};
+use crate::controller::QueueLink;
+use crate::core::liveness::{Liveness, PROBE_TIMEOUT};
 use crate::metrics::metrics;
 use crate::subsystem::Target;
 
 impl Queue {
+    /// Creates the queue pair on `dev`, posts its receives and accepts. On
+    /// error the id is handed back for a reject.
+    #[allow(clippy::result_large_err)]
+    pub fn accept(
+        c: NewConn,
+        key: QueueKey,
+        dev_index: usize,
+        dev: &mut WorkerDevice,
+        budget: &Arc<Budget>,
+        link: Arc<QueueLink>,
+    ) -> Result<Queue, (CmId, String)> {
+        let NewConn {
+            mut id,
+            params,
+            host_ird,
+            host_ord,
+        } = c;
+        let sq = params.sq_size as u32;
+        let nreq = sq * 2;
+        let own_recv = dev.srq.is_none();
+        let cq_share = nreq + if own_recv { sq } else { 0 };
+        if dev.cq_room < cq_share {
+            return Err((id, "the worker's completion queue is full".into()));
+        }
+        let attr = dev.attr;
+        let srq = dev.srq.as_ref().and_then(|a| a.srq_handle());
+        let caps = QpCaps {
+            max_send_wr: (nreq * 2).min(attr.max_qp_wr),
+            max_recv_wr: sq.min(attr.max_qp_wr),
+            max_send_sge: 2.min(attr.max_sge),
+            max_recv_sge: 2.min(attr.max_sge),
+        };
+        let granted = match id.create_qp_with(
+            &dev.pd,
+            &dev.cq,
+            caps,
+            QpOptions {
+                srq,
+                max_inline_data: INLINE_RSP,
+            },
+        ) {
+            Ok(g) => g,
+            Err(e) => return Err((id, format!("rdma_create_qp: {e}"))),
+        };
+        let inline = granted >= INLINE_RSP;
+        let rsp_mem = if inline {
+            None
+        } else {
+            match Pinned::new(&dev.pd, budget, nreq as usize * CQE_SIZE, 1) {
+                Ok(p) => Some(p),
+                Err(e) => return Err((id, format!("response buffers: {e}"))),
+            }
+        };
+        let recv = if own_recv {
+            match RecvArea::new(&dev.pd, budget, sq, None, false) {
+                Ok(a) => Some(a),
+                Err(e) => return Err((id, format!("receive buffers: {e}"))),
+            }
+        } else {
+            None
+        };
+        let Some(qp) = id.qp() else {
+            return Err((id, "no queue pair".into()));
+        };
+        let qp_num = qp.qp_num();
+        if let Some(area) = &recv {
+            for s in 0..sq {
+                // SAFETY: a fresh area; the QP is live (owned by `id`).
+                if let Err(e) = unsafe { area.post(s, wr::recv_qp(key, s), Some(&qp)) } {
+                    return Err((id, format!("ibv_post_recv: {e}")));
+                }
+            }
+        }
+        let rep = CmReply {
+            recfmt: 0,
+            crqsize: params.sq_size,
+        }
+        .encode();
+        let p = ConnParams {
+            private_data: &rep,
+            responder_resources: host_ord.min(attr.max_qp_rd_atom.min(255) as u8),
+            initiator_depth: host_ird.min(attr.max_qp_init_rd_atom.min(255) as u8),
+            rnr_retry_count: 7,
+            retry_count: 7,
+        };
+        if let Err(e) = id.accept(&p) {
+            return Err((id, format!("rdma_accept: {e}")));
+        }
+        dev.cq_room -= cq_share;
+        debug!(qid = params.qid, sq_size = params.sq_size, peer = ?id.peer_addr(), inline,
+               srq = !own_recv, "queue accepted");
+        let accepted = Instant::now();
+        Ok(Queue {
+            cm_key: id.key(),
+            id: Some(id),
+            recv,
+            rsp_mem,
+            key,
+            dev: dev_index,
+            qp_num,
+            cq_share,
+            params,
+            inline,
+            reqs: (0..nreq)
+                .map(|_| Req {
+                    ns: Vec::with_capacity(1),
+                    ..Req::new(accepted)
+                })
+                .collect(),
+            free: (0..nreq as u16).rev().collect(),
+            ctrl: None,
+            link,
+            sq_head: 0,
+            sq_fc_disabled: false,
+            batch: SendBatch::new(64),
+            state: State::Live,
+            cm_gone: false,
+            reason: "",
+            liveness: Liveness::new(accepted),
+        })
+    }
+
     // ---- connection events --------------------------------------------
 
     /// An RDMA-CM event for this queue.
@@ -77,6 +210,14 @@ impl Queue {
             // Without keep-alive, a quiet host is probed at the RDMA level; a
             // probe that fails fails the queue (and the controller with it).
             let kato = c.state().kato_ms;
+            if self.liveness.probe_overdue(now) {
+                warn!(cntlid = c.cntlid, host = %c.hostnqn, subsys = %c.subsys.nqn,
+                      "host unreachable: the liveness probe went unanswered for {} s \
+                       (keep-alive off); tearing the controller down",
+                      PROBE_TIMEOUT.as_secs());
+                c.kill_all();
+                return self.disconnect(cx, "liveness probe unanswered", "probe_timeout");
+            }
             if self.liveness.probe_due(now, kato) {
                 debug!(cntlid = c.cntlid, host = %c.hostnqn, "no keep-alive and quiet: probing the host");
                 self.send_probe(cx, now);

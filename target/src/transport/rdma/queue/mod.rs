@@ -15,14 +15,13 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use nvme::cm::CmReply;
 use nvme::opcode::fctype;
 use nvme::{Command, Completion, Status, CQE_SIZE, SQE_SIZE};
-use rdma::{CmId, ConnParams, QpCaps, QpOptions, SendBatch, SendOp, SendRequest, Sge};
+use rdma::{CmId, SendBatch, SendOp, SendRequest, Sge};
 use tracing::{debug, error};
 
 use super::device::WorkerDevice;
-use super::memory::{Budget, Pinned, RecvArea};
+use super::memory::{Pinned, RecvArea};
 use super::wr::{self, QueueKey};
 use crate::admin;
 use crate::backend;
@@ -178,128 +177,6 @@ fn queue_type(qid: u16) -> &'static str {
 }
 
 impl Queue {
-    /// Creates the queue pair on `dev`, posts its receives and accepts. On
-    /// error the id is handed back for a reject.
-    #[allow(clippy::result_large_err)]
-    pub fn accept(
-        c: NewConn,
-        key: QueueKey,
-        dev_index: usize,
-        dev: &mut WorkerDevice,
-        budget: &Arc<Budget>,
-        link: Arc<QueueLink>,
-    ) -> Result<Queue, (CmId, String)> {
-        let NewConn {
-            mut id,
-            params,
-            host_ird,
-            host_ord,
-        } = c;
-        let sq = params.sq_size as u32;
-        let nreq = sq * 2;
-        let own_recv = dev.srq.is_none();
-        let cq_share = nreq + if own_recv { sq } else { 0 };
-        if dev.cq_room < cq_share {
-            return Err((id, "the worker's completion queue is full".into()));
-        }
-        let attr = dev.attr;
-        let srq = dev.srq.as_ref().and_then(|a| a.srq_handle());
-        let caps = QpCaps {
-            max_send_wr: (nreq * 2).min(attr.max_qp_wr),
-            max_recv_wr: sq.min(attr.max_qp_wr),
-            max_send_sge: 2.min(attr.max_sge),
-            max_recv_sge: 2.min(attr.max_sge),
-        };
-        let granted = match id.create_qp_with(
-            &dev.pd,
-            &dev.cq,
-            caps,
-            QpOptions {
-                srq,
-                max_inline_data: INLINE_RSP,
-            },
-        ) {
-            Ok(g) => g,
-            Err(e) => return Err((id, format!("rdma_create_qp: {e}"))),
-        };
-        let inline = granted >= INLINE_RSP;
-        let rsp_mem = if inline {
-            None
-        } else {
-            match Pinned::new(&dev.pd, budget, nreq as usize * CQE_SIZE, 1) {
-                Ok(p) => Some(p),
-                Err(e) => return Err((id, format!("response buffers: {e}"))),
-            }
-        };
-        let recv = if own_recv {
-            match RecvArea::new(&dev.pd, budget, sq, None, false) {
-                Ok(a) => Some(a),
-                Err(e) => return Err((id, format!("receive buffers: {e}"))),
-            }
-        } else {
-            None
-        };
-        let Some(qp) = id.qp() else {
-            return Err((id, "no queue pair".into()));
-        };
-        let qp_num = qp.qp_num();
-        if let Some(area) = &recv {
-            for s in 0..sq {
-                // SAFETY: a fresh area; the QP is live (owned by `id`).
-                if let Err(e) = unsafe { area.post(s, wr::recv_qp(key, s), Some(&qp)) } {
-                    return Err((id, format!("ibv_post_recv: {e}")));
-                }
-            }
-        }
-        let rep = CmReply {
-            recfmt: 0,
-            crqsize: params.sq_size,
-        }
-        .encode();
-        let p = ConnParams {
-            private_data: &rep,
-            responder_resources: host_ord.min(attr.max_qp_rd_atom.min(255) as u8),
-            initiator_depth: host_ird.min(attr.max_qp_init_rd_atom.min(255) as u8),
-            rnr_retry_count: 7,
-            retry_count: 7,
-        };
-        if let Err(e) = id.accept(&p) {
-            return Err((id, format!("rdma_accept: {e}")));
-        }
-        dev.cq_room -= cq_share;
-        debug!(qid = params.qid, sq_size = params.sq_size, peer = ?id.peer_addr(), inline,
-               srq = !own_recv, "queue accepted");
-        let accepted = Instant::now();
-        Ok(Queue {
-            cm_key: id.key(),
-            id: Some(id),
-            recv,
-            rsp_mem,
-            key,
-            dev: dev_index,
-            qp_num,
-            cq_share,
-            params,
-            inline,
-            reqs: (0..nreq)
-                .map(|_| Req {
-                    ns: Vec::with_capacity(1),
-                    ..Req::new(accepted)
-                })
-                .collect(),
-            free: (0..nreq as u16).rev().collect(),
-            ctrl: None,
-            link,
-            sq_head: 0,
-            sq_fc_disabled: false,
-            batch: SendBatch::new(64),
-            state: State::Live,
-            cm_gone: false,
-            reason: "",
-            liveness: Liveness::new(accepted),
-        })
-    }
-
     fn qid(&self) -> u16 {
         self.params.qid
     }
