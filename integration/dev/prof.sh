@@ -9,6 +9,8 @@
 # then: NVMF_LAB_DIR=/var/tmp/nvmf-lab-perf integration/lab/run-guest -t 900 \
 #         -e JOBS="qd1r:randread:1:4k r64k:read:8:64k" . integration/dev/prof.sh
 # JOBS: name:rw:iodepth:bs ... ; DEV=nullb (default) or ram; RT seconds per job (8).
+# CALLERS="sym ...": also who calls each kernel symbol, per command (<target>-<job>-callers.txt;
+# kernel symbols resolve only in the boot that recorded them, KASLR).
 set -uo pipefail
 IP=$LAB_IP; NQN=nqn.2026-11.io.nvmf-lab:bench; RT=${RT:-8}
 DEV=${DEV:-nullb}
@@ -34,6 +36,11 @@ fiojob() { # tgt name rw qd [bs]
   perf report -i /tmp/p.data --no-children --sort sym --stdio -g none 2>/dev/null | grep -v '^#' | grep -v '^$' | head -70 > $OUT/$1-$2-sym.txt
   perf report -i /tmp/p.data --no-children --comm nvmf-worker-0,nvmf-worker-1 --sort sym --stdio -g none 2>/dev/null | grep -v '^#' | grep -v '^$' | head -60 > $OUT/$1-$2-worker-sym.txt
   perf report -i /tmp/p.data --children --comm nvmf-worker-0,nvmf-worker-1 --sort sym --stdio -g none 2>/dev/null | grep -v '^#' | grep -v '^$' | head -80 > $OUT/$1-$2-worker-children.txt
+  local s
+  for s in ${CALLERS:-}; do
+    echo "=== $s"
+    perf report -i /tmp/p.data --no-children --symbols="$s" --sort comm --stdio -G 2>/dev/null | grep -v '^#' | grep -v '^$' | head -80
+  done > $OUT/$1-$2-callers.txt
   cp /tmp/p.data $OUT/$1-$2.data
   cat $OUT/$1-$2-comm.txt | head -20
 }

@@ -9,7 +9,9 @@
 # once more per value, with CEPH_ARGS set (librados options, for DEV=rbd; several options
 # in one value separated by commas: "--a=1,--b=2"). OURS_BINS="build/a build/b" runs each of
 # these target binaries instead of TARGET_BIN (targets ours-<file name>): two builds compared
-# in one boot.
+# in one boot. INTERLEAVE=1 (default) runs each pattern against every target in turn (a
+# target is set up per pattern); INTERLEAVE=0 gives each target one phase per round for all
+# patterns. Either way, even rounds reverse the order of the targets.
 set -uo pipefail
 : >/tmp/bench.txt
 IP=${LAB_IP:?}; NQN=nqn.2026-11.io.nvmf-lab:bench; RT=${RT:-10}; ROUNDS=${ROUNDS:-2}
@@ -58,8 +60,10 @@ runfio() { # round target
   for p in $PATTERNS; do
     IFS=: read -r name rw bs qd <<<"$p"
     t0=$(cpu_ticks); read -r w0 b0 s0 c0 < <(engine_stats)
+    rm -f /tmp/b.json
     fio --name=b --filename="$d" --direct=1 --ioengine=libaio --rw="$rw" --rwmixread=70 --bs="$bs" \
-        --iodepth="$qd" --runtime="$RT" --time_based --output-format=json --output=/tmp/b.json >/dev/null 2>&1
+        --iodepth="$qd" --runtime="$RT" --time_based --output-format=json --output=/tmp/b.json >/dev/null 2>&1 ||
+        { echo "fio failed: target $2 pattern $name (round $1); no row" >&2; continue; }
     t1=$(cpu_ticks); read -r w1 b1 s1 c1 < <(engine_stats)
     python3 - "$1" "$2" "$name" "$t0" "$t1" "$(getconf CLK_TCK)" "${w0:-0}" "${w1:-0}" "${b0:-0}" "${b1:-0}" \
         "${s0:-0}" "${s1:-0}" "${c0:-0}" "${c1:-0}" <<'PY'
@@ -94,27 +98,41 @@ kernel_down() {
   rm $C/ports/1/subsystems/$NQN; rmdir $C/ports/1; echo 0 >$C/subsystems/$NQN/namespaces/1/enable
   rmdir $C/subsystems/$NQN/namespaces/1 $C/subsystems/$NQN
 }
+# One phase: one target (nvmet, or a variant of ours) serving, alone, for the patterns in $3.
+phase() { # round variant patterns
+  local v=$2 args=() envs=() label=ours bin=$TARGET_BIN
+  if [ "$v" = nvmet ]; then
+    kernel_up; nvme connect -t rdma -a "$IP" -s 4420 -n $NQN >/dev/null && PATTERNS=$3 runfio "$1" nvmet
+    nvme disconnect -n $NQN >/dev/null; kernel_down; return
+  fi
+  case $v in
+    bin:*) bin=${v#bin:}; label=ours-$(basename "$bin") ;;
+    spin:default) ;;
+    spin:*) args=(--poll-spin-us "${v#spin:}"); label=ours-spin${v#spin:} ;;
+    ceph:*) envs=("CEPH_ARGS=${v//,/ }"); envs[0]=${envs[0]/ceph:/}
+            label=ours-$(tr -dc 'a-z0-9_=,' <<<"${v#ceph:}" | tr '=,' '-+' | cut -c1-40) ;;
+  esac
+  env "${envs[@]}" "$bin" --listen "$IP:4420" --nqn $NQN --namespace "${OURS_NS:-$BDEV}" --log-level warn "${args[@]}" >/tmp/t.log 2>&1 &
+  TP=$!; sleep 1
+  nvme connect -t rdma -a "$IP" -s 4420 -n $NQN >/dev/null && PATTERNS=$3 runfio "$1" "$label"; nvme disconnect -n $NQN >/dev/null
+  local wq; wq=$(grep -l '^iou-' /proc/$TP/task/*/comm 2>/dev/null | wc -l)
+  [ "$wq" = 0 ] || echo "io_uring io-wq threads of the target after the run: $wq"
+  kill $TP; wait $TP; grep -v INFO /tmp/t.log | head -5
+}
+variants=(nvmet)
+[ -n "${OURS_BINS:-}" ] || for spin in ${OURS_SPINS:-default}; do variants+=("spin:$spin"); done
+for b in ${OURS_BINS:-}; do variants+=("bin:$b"); done
+for ca in ${OURS_CEPH_ARGS:-}; do variants+=("ceph:$ca"); done
 for r in $(seq "$ROUNDS"); do
-  kernel_up; nvme connect -t rdma -a "$IP" -s 4420 -n $NQN >/dev/null && runfio "$r" nvmet; nvme disconnect -n $NQN >/dev/null; kernel_down
-  variants=()
-  [ -n "${OURS_BINS:-}" ] || for spin in ${OURS_SPINS:-default}; do variants+=("spin:$spin"); done
-  for b in ${OURS_BINS:-}; do variants+=("bin:$b"); done
-  for ca in ${OURS_CEPH_ARGS:-}; do variants+=("ceph:$ca"); done
-  for v in "${variants[@]}"; do
-    args=(); envs=(); label=ours; bin=$TARGET_BIN
-    case $v in
-      bin:*) bin=${v#bin:}; label=ours-$(basename "$bin") ;;
-      spin:default) ;;
-      spin:*) args=(--poll-spin-us "${v#spin:}"); label=ours-spin${v#spin:} ;;
-      ceph:*) envs=("CEPH_ARGS=${v//,/ }"); envs[0]=${envs[0]/ceph:/}
-              label=ours-$(tr -dc 'a-z0-9_=,' <<<"${v#ceph:}" | tr '=,' '-+' | cut -c1-40) ;;
-    esac
-    env "${envs[@]}" "$bin" --listen "$IP:4420" --nqn $NQN --namespace "${OURS_NS:-$BDEV}" --log-level warn "${args[@]}" >/tmp/t.log 2>&1 &
-    TP=$!; sleep 1
-    nvme connect -t rdma -a "$IP" -s 4420 -n $NQN >/dev/null && runfio "$r" "$label"; nvme disconnect -n $NQN >/dev/null
-    echo "io_uring io-wq threads of the target after the run: $(grep -l '^iou-' /proc/$TP/task/*/comm 2>/dev/null | wc -l)"
-    kill $TP; wait $TP; grep -v INFO /tmp/t.log | head -5
-  done
+  # Even rounds run the targets in reverse order, so neither always goes first.
+  order=("${variants[@]}"); [ $((r % 2)) = 0 ] && for ((i = ${#variants[@]} - 1, j = 0; i >= 0; i--, j++)); do order[j]=${variants[i]}; done
+  if [ -n "${INTERLEAVE:-1}" ] && [ "${INTERLEAVE:-1}" != 0 ]; then
+    # Each pattern against every target in turn: the two runs of a pair are seconds
+    # apart, not a whole phase (TCG's speed drifts by 10-20 % within a boot).
+    for p in $PATTERNS; do for v in "${order[@]}"; do phase "$r" "$v" "$p"; done; done
+  else
+    for v in "${order[@]}"; do phase "$r" "$v" "$PATTERNS"; done
+  fi
 done
 python3 - <<'PY'
 import statistics as st
@@ -127,20 +145,26 @@ pats = []
 for (p, _) in rows:
     if p not in pats: pats.append(p)
 med = lambda p, t, k: st.median(float(r[k]) for r in rows.get((p, t), [{k: 0}]))
+def paired(p, o):
+    """ours/nvmet IOPS of each round (the two runs of a round are a pair)."""
+    k = {r['round']: float(r['iops']) for r in rows.get((p, 'nvmet'), [])}
+    return [float(r['iops']) / k[r['round']] for r in rows.get((p, o), []) if k.get(r['round'])]
 variants = []
 for (_, t) in rows:
     if t != 'nvmet' and t not in variants: variants.append(t)
 for o in variants:
     print()
-    print(f"| pattern | nvmet IOPS | {o} IOPS | {o}/nvmet | nvmet p50 / p99 us | {o} p50 / p99 us | p99 {o}/nvmet | guest CPU us/IO nvmet / {o} |")
-    print("|---|---|---|---|---|---|---|---|")
+    print(f"| pattern | nvmet IOPS | {o} IOPS | {o}/nvmet | paired ratios (min-max) | nvmet p50 / p99 us | {o} p50 / p99 us | p99 {o}/nvmet | guest CPU us/IO nvmet / {o} |")
+    print("|---|---|---|---|---|---|---|---|---|")
     for p in pats:
         ki, oi = med(p, 'nvmet', 'iops'), med(p, o, 'iops')
         kp, op = med(p, 'nvmet', 'p99_us'), med(p, o, 'p99_us')
-        print(f"| {p} | {ki:.0f} | {oi:.0f} | {oi / ki if ki else 0:.2f} | {med(p, 'nvmet', 'p50_us'):.0f} / {kp:.0f} | "
+        pr = paired(p, o)
+        prs = f"{st.median(pr):.2f} ({min(pr):.2f}-{max(pr):.2f})" if pr else "-"
+        print(f"| {p} | {ki:.0f} | {oi:.0f} | {oi / ki if ki else 0:.2f} | {prs} | {med(p, 'nvmet', 'p50_us'):.0f} / {kp:.0f} | "
               f"{med(p, o, 'p50_us'):.0f} / {op:.0f} | {op / kp if kp else 0:.2f} | "
               f"{med(p, 'nvmet', 'cpu_us'):.0f} / {med(p, o, 'cpu_us'):.0f} |")
 n = len(next(iter(rows.values()), []))
-print(f"(medians of {n} rounds, {__import__('os').environ.get('RT', '10')} s each)")
+print(f"(medians of {n} rounds, {__import__('os').environ.get('RT', '10')} s each; paired: median of the per-round ratios)")
 PY
 echo BENCH DONE
