@@ -742,6 +742,9 @@ fn run(cli: Cli) -> Result<bool> {
 }
 
 fn main() -> ExitCode {
+    // Before any thread: librdmacm's device list must survive a device
+    // added back after a removal (see the function).
+    rdma::one_malloc_arena();
     let cli = Cli::parse();
     tracing_subscriber::fmt()
         .with_writer(std::io::stderr)

@@ -28,7 +28,7 @@ pub use bringup::{OwnQueue, ResolveError};
 pub use buffer::Buffer;
 pub use cm::{CmEvent, CmEventKind, CmId, ConnParams, EventChannel, QpOptions, WaitError};
 pub use completion::{CompletionChannel, CompletionQueue, WcOpcode, WorkCompletion};
-pub use device::{sync_devices, Context, DeviceAttr};
+pub use device::{one_malloc_arena, sync_devices, Context, DeviceAttr};
 pub use error::{Error, Result};
 pub use memory::{Access, MemoryRegion, MemoryWindow, MrHandle, MwHandle, ProtectionDomain};
 pub use qp::{QpCaps, QueuePair, SendBatch, SendOp, SendRequest, Sge, SharedReceiveQueue};

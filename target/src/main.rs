@@ -330,6 +330,9 @@ fn status(args: &Args, json: bool, socket: Option<&std::path::Path>) -> ExitCode
 }
 
 fn main() -> ExitCode {
+    // Before any thread: librdmacm's device list must survive a device
+    // added back after a removal (see the function).
+    rdma::one_malloc_arena();
     let args = Args::parse();
     match &args.cmd {
         Some(Cmd::Status { json, socket }) => return status(&args, *json, socket.as_deref()),
