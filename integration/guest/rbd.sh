@@ -354,6 +354,9 @@ wait_state() { # SECONDS PORT PATTERN
         [[ $(path_state "$2") =~ $3 ]] && return 0
         sleep 0.2
     done
+    # What the host did (seen once in a test-all run: a path live with no namespace on it).
+    echo "--- the host's kernel log (nvme, last 20 lines)"; dmesg | grep -E 'nvme|NVMe' | tail -n 20
+    nvme list-subsys 2>&1 | sed 's/^/    /'
     fail "the path through port $2 is '$(path_state "$2")', not /$3/, after $1 s"
 }
 # fio with crc32c verify on the multipath head, in the background. Every block written is
