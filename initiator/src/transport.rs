@@ -558,14 +558,17 @@ impl RdmaQueue {
                     },
                     rkey: key,
                 };
-                self.key_updates.push((tag, key));
-                self.stats.binds += 1;
                 self.push(SendRequest {
                     wr_id: wr_id(WR_BIND, tag),
                     op,
                     sges: &[],
                     signaled: false,
                 })?;
+                // Recorded once queued: a push that had to flush the batch
+                // first must not advance this window's key before its bind
+                // is posted (the flush applies the updates it posted).
+                self.key_updates.push((tag, key));
+                self.stats.binds += 1;
                 Ok((
                     Sgl::Keyed {
                         addr,
