@@ -133,10 +133,13 @@ pub fn sync_devices() -> usize {
 /// RDMA device added back after a removal) sorts wrongly against those found
 /// at start: librdmacm then loses devices from its list and, once it is
 /// empty, deadlocks on its own lock in `ucma_init` (the listener never binds
-/// again, and a worker that refreshes the list hangs). Measured in the lab:
-/// 9 of 10 remove/add rounds failed that way, 0 of 8 with this. One arena
-/// keeps every device libibverbs allocates in the main heap, within 2 GiB of
-/// each other. The hot paths allocate little (per-thread caches serve them).
+/// again, and a worker that refreshes the list hangs). Whether the truncated
+/// sign comes out wrong depends on where the heaps land: in the lab, a run
+/// failed 9 of 10 remove/add rounds, another none; with address-space
+/// randomization off, round 2 failed every time, and with this, none did.
+/// One arena keeps every device libibverbs allocates in the main heap, within
+/// 2 GiB of each other. The hot paths allocate little (glibc's per-thread
+/// caches serve them): the same-boot benchmark showed no cost beyond noise.
 pub fn one_malloc_arena() {
     #[cfg(target_env = "gnu")]
     // SAFETY: mallopt only sets a glibc tunable; called before other threads.
