@@ -639,22 +639,7 @@ impl RdmaQueue {
         let kind = wc.wr_id() >> 32;
         let idx = wc.wr_id() as u16;
         if !wc.is_ok() {
-            let what = match kind {
-                WR_SEND => "capsule send",
-                WR_RECV => "response receive",
-                WR_LOCAL_INV => "local invalidate",
-                _ => "memory window bind",
-            };
-            let reason = if wc.is_flush() {
-                format!("disconnected ({what} flushed)")
-            } else {
-                format!(
-                    "{what} failed: {} (vendor error {:#x})",
-                    wc.status_str(),
-                    wc.vendor_err()
-                )
-            };
-            let reason = format!("{reason}{}", self.why_broken());
+            let reason = format!("{}{}", wc_failure(wc), self.why_broken());
             return Err(self.fail(reason));
         }
         let (next, tag) = match kind {
@@ -701,6 +686,29 @@ impl RdmaQueue {
         Ok(())
     }
 
+    /// The first completion with an error other than a flush among
+    /// `wcs[from..n]` and what else the completion queue holds: what broke
+    /// the queue pair when the first error seen is a flush.
+    fn flush_cause(&mut self, from: usize, n: usize) -> Option<String> {
+        let real_error = |wc: &WorkCompletion| !wc.is_ok() && !wc.is_flush();
+        if let Some(wc) = self.wcs[from..n].iter().find(|w| real_error(w)) {
+            return Some(format!("{} (after flushed requests)", wc_failure(wc)));
+        }
+        let mut more: Vec<WorkCompletion> = (0..32).map(|_| WorkCompletion::default()).collect();
+        // A broken queue pair completes everything it holds at once; a few
+        // rounds see all of it.
+        for _ in 0..8 {
+            let m = self.cq.poll(&mut more).ok()?;
+            if let Some(wc) = more[..m].iter().find(|w| real_error(w)) {
+                return Some(format!("{} (after flushed requests)", wc_failure(wc)));
+            }
+            if m == 0 {
+                break;
+            }
+        }
+        None
+    }
+
     fn drain_cq(&mut self, out: &mut Vec<Done>) -> Result<usize> {
         let mut seen = 0;
         loop {
@@ -709,6 +717,14 @@ impl RdmaQueue {
                 Err(e) => return Err(self.fail(e.to_string())),
             };
             for i in 0..n {
+                if self.wcs[i].is_flush() {
+                    // The queue pair broke; the work request that broke it
+                    // may complete after requests flushed ahead of it.
+                    if let Some(cause) = self.flush_cause(i + 1, n) {
+                        let reason = format!("{cause}{}", self.why_broken());
+                        return Err(self.fail(reason));
+                    }
+                }
                 self.on_wc(i, out)?;
             }
             seen += n;
@@ -928,5 +944,24 @@ impl Drop for RdmaQueue {
         // A bound type-2 window holds a reference on its QP: deallocate the
         // windows first, or destroying the QP waits for them (rxe hangs).
         self.data.mws.clear();
+    }
+}
+
+/// What a failed work completion says, for a queue's failure reason.
+fn wc_failure(wc: &WorkCompletion) -> String {
+    let what = match wc.wr_id() >> 32 {
+        WR_SEND => "capsule send",
+        WR_RECV => "response receive",
+        WR_LOCAL_INV => "local invalidate",
+        _ => "memory window bind",
+    };
+    if wc.is_flush() {
+        format!("disconnected ({what} flushed)")
+    } else {
+        format!(
+            "{what} failed: {} (vendor error {:#x})",
+            wc.status_str(),
+            wc.vendor_err()
+        )
     }
 }
