@@ -31,6 +31,14 @@
 #      on a target started with address-space randomization off: the second round is where
 #      librdmacm 44 lost its device list (see rdma::one_malloc_arena) and the target
 #      stopped listening.
+#   7. A slow backend (device-mapper `delay`, 50 ms) under 4 KiB in-capsule writes at queue
+#      depth 128 on each of the host's I/O queues, with a shared receive queue (128) shorter
+#      than what those queues may send together: no capsule may find its receive queue
+#      empty. The I/O queues get receives of their own (a queue shares the SRQ only while
+#      the SRQ has a receive for every capsule of every queue on it), and a receive goes
+#      back before its response is sent. A capsule that finds none meets an RNR NAK, and
+#      soft-RoCE replays the host's REG_MR when it resends: "rxe_reg_fast_mr: ... not free",
+#      error recovery (before: ~50 IOPS, the queue broken; now no RNR at all).
 # Output ends with "FAULTS PASS".
 set -euo pipefail
 IP=${LAB_IP:?LAB_IP not set (run this inside the lab guest)}
@@ -355,6 +363,49 @@ info "a device the target never used removed as well"
 
 host_disconnect
 own_down
+
+step "7. a slow backend (dm-delay 50 ms) under 2 x 128 in-capsule writes, shared receive queue 128"
+rnr_naks() { cat /sys/class/infiniband/*/ports/1/hw_counters/rcvd_rnr_err | awk '{ n += $1 } END { print n + 0 }'; }
+echo "0 $SECTORS delay $LOOP 0 50" | dmsetup reload "$DM" || fail "dmsetup reload (delay)"
+dmsetup suspend "$DM"; dmsetup resume "$DM"
+SLOWCFG=/tmp/faults-slow.toml
+cat >"$SLOWCFG" <<EOF2
+[target]
+workers = 1
+srq_depth = 128
+[metrics]
+enabled = false
+[control]
+enabled = false
+[[listener]]
+address = "$IP"
+port = $PORT
+[[subsystem]]
+nqn = "$NQN"
+allow_any_host = true
+[[subsystem.namespace]]
+path = "$DEV"
+EOF2
+: >"$TLOG"
+RUST_LOG=info,nvmf_target::transport::rdma::queue::conn=debug NO_COLOR=1 "$TARGET_BIN" -c "$SLOWCFG" >>"$TLOG" 2>&1 &
+TPID=$!
+wait_discovery "our target"
+host_connect
+kmsg_mark
+rnr0=$(rnr_naks)
+out=$(fio --name=slow --filename="$NS" --direct=1 --ioengine=libaio --rw=randwrite --bs=4k \
+    --iodepth=128 --numjobs=2 --group_reporting --time_based --runtime=10 \
+    --output-format=terse --terse-version=3 2>&1) || fail "fio on the slow backend failed: $out"
+rnr1=$(rnr_naks)
+iops=$(tail -n1 <<<"$out" | awk -F';' '{print $49}')
+own=$(grep -c 'queue accepted qid=[1-9].* srq=false' "$TLOG" || true)
+[ "$rnr1" = "$rnr0" ] || fail "$((rnr1 - rnr0)) RNR NAKs: capsules found no receive posted (${iops} IOPS)"
+kmsg_check "in-capsule writes on a slow backend"
+[ "$own" -ge 1 ] || fail "no I/O queue got receives of its own beyond the 128-deep shared receive queue"
+info "${iops} write IOPS at 50 ms per write, 0 RNR NAKs; $own I/O queue(s) with receives of their own"
+host_disconnect
+own_down
+dm_load linear
 PASSED=1
 echo
 echo "FAULTS PASS"

@@ -31,7 +31,9 @@ pub use completion::{CompletionChannel, CompletionQueue, WcOpcode, WorkCompletio
 pub use device::{one_malloc_arena, sync_devices, Context, DeviceAttr};
 pub use error::{Error, Result};
 pub use memory::{Access, MemoryRegion, MemoryWindow, MrHandle, MwHandle, ProtectionDomain};
-pub use qp::{QpCaps, QueuePair, SendBatch, SendOp, SendRequest, Sge, SharedReceiveQueue};
+pub use qp::{
+    rnr_timer_us, QpCaps, QueuePair, SendBatch, SendOp, SendRequest, Sge, SharedReceiveQueue,
+};
 pub use wrid::WrId;
 
 pub use rdma_sys as sys;

@@ -58,6 +58,9 @@ pub struct WorkerDevice {
     pub cq_poll_armed: bool,
     /// The shared receive queue's buffers, if the device has one.
     pub srq: Option<RecvArea>,
+    /// Capsules the queue pairs on the shared receive queue may have
+    /// outstanding together (the sum of their queue sizes).
+    pub srq_committed: u32,
     /// The data-buffer pool's memory.
     pub data: Pinned,
     /// The pool's bookkeeping; waiters are named by request ids.
@@ -159,6 +162,7 @@ impl WorkerDevice {
             attr,
             cq,
             cq_room,
+            srq_committed: 0,
             cq_poll_armed: false,
             srq,
             data,

@@ -414,8 +414,11 @@ impl Worker {
                         self.with_queue(key, |q, cx| q.on_recv(cx, slot, len));
                     }
                     (ok, _) => {
-                        // A receive for a queue pair that is gone, or an
-                        // SRQ error: the buffer goes back to the SRQ.
+                        // A receive for a queue pair that is gone, or one
+                        // flushed or failed with its queue pair: the device is
+                        // done with the buffer, which goes back to the SRQ
+                        // (else every queue pair that dies holding a receive
+                        // would shrink the SRQ for good).
                         if !ok && !wc.is_flush() {
                             warn!(worker = self.res.shared.index, status = %wc.status_str(), "shared receive failed");
                         }
@@ -426,10 +429,8 @@ impl Worker {
                             .and_then(|d| d.dev.as_ref())
                             .and_then(|d| d.srq.as_ref())
                         {
-                            if ok {
-                                // SAFETY: nobody uses the slot: its capsule is dropped.
-                                let _ = unsafe { area.post(slot, wr::recv_srq(slot), None) };
-                            }
+                            // SAFETY: nobody uses the slot: its capsule is dropped.
+                            let _ = unsafe { area.post(slot, wr::recv_srq(slot), None) };
                         }
                     }
                 }
@@ -763,6 +764,7 @@ impl Worker {
         self.by_cm.remove(&q.cm_key);
         if let Some(d) = self.res.devices.get_mut(q.dev).and_then(|s| s.dev.as_mut()) {
             d.cq_room += q.cq_share;
+            d.srq_committed = d.srq_committed.saturating_sub(q.srq_share());
         }
         drop(q);
         self.free_slots.push(slot);

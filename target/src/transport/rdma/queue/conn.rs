@@ -16,6 +16,7 @@ use super::super::memory::{Budget, Pinned, RecvArea};
 use super::super::wr::{self, QueueKey};
 use super::{
     queue_type, Cx, NewConn, Queue, Req, State, CONNECT_TIMEOUT, DISCONNECT_GRACE, INLINE_RSP,
+    MIN_RNR_TIMER,
 };
 use crate::controller::QueueLink;
 use crate::core::liveness::{Liveness, PROBE_TIMEOUT};
@@ -42,13 +43,43 @@ impl Queue {
         } = c;
         let sq = params.sq_size as u32;
         let nreq = sq * 2;
-        let own_recv = dev.srq.is_none();
+        // The host may have `sq` capsules outstanding on this queue, and a
+        // capsule that finds no receive posted meets an RNR NAK: its queue
+        // stalls for the RNR timer, and soft-RoCE, which replays the local
+        // operations of a send queue it retransmits, breaks hosts that
+        // register memory per I/O. So a queue shares the SRQ only while the
+        // SRQ has a receive for every capsule of every queue on it; beyond
+        // that it gets receives of its own, and only when the pinned budget
+        // cannot pay for them does it share an overcommitted SRQ.
+        let srq_room = dev.srq.as_ref().map(|a| a.slots().saturating_sub(dev.srq_committed));
+        let recv = match srq_room {
+            Some(room) if room >= sq => None,
+            Some(room) => match RecvArea::new(&dev.pd, budget, sq, None, false) {
+                Ok(a) => Some(a),
+                Err(e) => {
+                    warn!(qid = params.qid, sq_size = sq, srq_room = room,
+                          "the shared receive queue is overcommitted: the pinned budget has no room for \
+                           this queue's own receives ({e}); under load its host may meet RNR retries \
+                           (raise [target] srq_depth or max_pinned_memory)");
+                    None
+                }
+            },
+            None => match RecvArea::new(&dev.pd, budget, sq, None, false) {
+                Ok(a) => Some(a),
+                Err(e) => return Err((id, format!("receive buffers: {e}"))),
+            },
+        };
+        let own_recv = recv.is_some();
         let cq_share = nreq + if own_recv { sq } else { 0 };
         if dev.cq_room < cq_share {
             return Err((id, "the worker's completion queue is full".into()));
         }
         let attr = dev.attr;
-        let srq = dev.srq.as_ref().and_then(|a| a.srq_handle());
+        let srq = if own_recv {
+            None
+        } else {
+            dev.srq.as_ref().and_then(|a| a.srq_handle())
+        };
         let caps = QpCaps {
             max_send_wr: (nreq * 2).min(attr.max_qp_wr),
             max_recv_wr: sq.min(attr.max_qp_wr),
@@ -75,14 +106,6 @@ impl Queue {
                 Ok(p) => Some(p),
                 Err(e) => return Err((id, format!("response buffers: {e}"))),
             }
-        };
-        let recv = if own_recv {
-            match RecvArea::new(&dev.pd, budget, sq, None, false) {
-                Ok(a) => Some(a),
-                Err(e) => return Err((id, format!("receive buffers: {e}"))),
-            }
-        } else {
-            None
         };
         let Some(qp) = id.qp() else {
             return Err((id, "no queue pair".into()));
@@ -111,7 +134,17 @@ impl Queue {
         if let Err(e) = id.accept(&p) {
             return Err((id, format!("rdma_accept: {e}")));
         }
+        // A capsule that finds the shared receive queue empty is refused with
+        // an RNR NAK and resent after this delay; the connection manager's
+        // default (code 0) is the longest, 655 ms, which makes a short
+        // shortage stall the host's queue for most of a second.
+        if let Some(Err(e)) = id.qp().map(|qp| qp.set_min_rnr_timer(MIN_RNR_TIMER)) {
+            warn!(qid = params.qid, "setting the RNR timer: {e}");
+        }
         dev.cq_room -= cq_share;
+        if !own_recv {
+            dev.srq_committed += sq;
+        }
         debug!(qid = params.qid, sq_size = params.sq_size, peer = ?id.peer_addr(), inline,
                srq = !own_recv, "queue accepted");
         let accepted = Instant::now();

@@ -42,6 +42,10 @@ mod conn;
 mod exec;
 
 const PAGE: usize = 4096;
+/// The RNR timer our queue pairs give the host (InfiniBand code 10: 0.32 ms,
+/// the value RDS uses): how long a capsule that found no receive posted
+/// waits before the host's adapter resends it.
+pub const MIN_RNR_TIMER: u8 = 10;
 /// A queue that has not sent a valid Fabrics Connect within this long after
 /// it was accepted is disconnected (it holds resources for nothing).
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
@@ -513,6 +517,16 @@ impl Queue {
     // ---- responses out -------------------------------------------------
 
     fn respond(&mut self, cx: &mut Cx<'_>, r: usize) {
+        // In-capsule data is used up once a request responds (no backend
+        // operation is in flight then): its receive goes back before the
+        // response is posted, as nvmet does. The host sends its next capsule
+        // once it has the response; a receive given back only when the
+        // response's SEND completes would miss it, and the capsule would meet
+        // an RNR NAK on a queue pair whose receives are all in use.
+        if let Some(slot) = self.reqs[r].recv.take() {
+            self.reqs[r].life.recv_returned();
+            self.repost(cx, slot);
+        }
         let (cmd, status, result) = {
             let q = &self.reqs[r];
             (q.cmd, q.status, q.result)
@@ -627,6 +641,16 @@ impl Queue {
             } else {
                 self.batch.push(w);
             }
+        }
+    }
+
+    /// The capsules this queue may have outstanding on its device's shared
+    /// receive queue (0 when it has receives of its own).
+    pub fn srq_share(&self) -> u32 {
+        if self.recv.is_some() {
+            0
+        } else {
+            self.params.sq_size as u32
         }
     }
 
