@@ -61,6 +61,8 @@ pub struct WorkerDevice {
     /// Capsules the queue pairs on the shared receive queue may have
     /// outstanding together (the sum of their queue sizes).
     pub srq_committed: u32,
+    /// A queue had to share the SRQ beyond what it covers (said once).
+    pub srq_overcommitted: bool,
     /// The data-buffer pool's memory.
     pub data: Pinned,
     /// The pool's bookkeeping; waiters are named by request ids.
@@ -163,6 +165,7 @@ impl WorkerDevice {
             cq,
             cq_room,
             srq_committed: 0,
+            srq_overcommitted: false,
             cq_poll_armed: false,
             srq,
             data,

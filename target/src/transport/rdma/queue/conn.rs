@@ -51,16 +51,29 @@ impl Queue {
         // SRQ has a receive for every capsule of every queue on it; beyond
         // that it gets receives of its own, and only when the pinned budget
         // cannot pay for them does it share an overcommitted SRQ.
-        let srq_room = dev.srq.as_ref().map(|a| a.slots().saturating_sub(dev.srq_committed));
+        let srq_room = dev
+            .srq
+            .as_ref()
+            .map(|a| a.slots().saturating_sub(dev.srq_committed));
         let recv = match srq_room {
             Some(room) if room >= sq => None,
             Some(room) => match RecvArea::new(&dev.pd, budget, sq, None, false) {
                 Ok(a) => Some(a),
                 Err(e) => {
-                    warn!(qid = params.qid, sq_size = sq, srq_room = room,
-                          "the shared receive queue is overcommitted: the pinned budget has no room for \
-                           this queue's own receives ({e}); under load its host may meet RNR retries \
-                           (raise [target] srq_depth or max_pinned_memory)");
+                    // Said once per worker and device; each queue at debug.
+                    if !std::mem::replace(&mut dev.srq_overcommitted, true) {
+                        warn!(qid = params.qid, sq_size = sq, srq_room = room,
+                              "the shared receive queue is overcommitted: the pinned budget has no room \
+                               for this queue's own receives ({e}); under load its hosts may meet RNR \
+                               retries (raise [target] srq_depth or max_pinned_memory)");
+                    } else {
+                        debug!(
+                            qid = params.qid,
+                            sq_size = sq,
+                            srq_room = room,
+                            "the shared receive queue is overcommitted"
+                        );
+                    }
                     None
                 }
             },
