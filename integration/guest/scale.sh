@@ -184,7 +184,11 @@ run_target() { # own | kernel
         growth="rss_kib=$((rss1 - rss0)),fds=$((fd1 - fd0)),threads=$((th1 - th0))"
         say "after $CYCLES cycles: RSS ${rss0} -> ${rss1} KiB, fds $fd0 -> $fd1, threads $th0 -> $th1"
     fi
-    echo "SCALE target=$t controllers=$n/$HOSTS io_queues=$q mem_per_queue_mib=$per_q verify=$verify pinned_mib=$pin threads=$threads idle_cpu_pct=$idle_proc guest_idle_cpu_pct=$idle_sys cycles_ok=$okc/$CYCLES growth=$growth dmesg_errors=$errs"
+    # Workers whose SRQ had to be shared beyond what it covers (the budget had no room for
+    # a queue's own receives; said once per worker and device).
+    local overcommit=-
+    [ "$t" = own ] && overcommit=$(grep -c 'shared receive queue is overcommitted' /tmp/scale-target.log || true)
+    echo "SCALE target=$t controllers=$n/$HOSTS io_queues=$q mem_per_queue_mib=$per_q verify=$verify pinned_mib=$pin threads=$threads idle_cpu_pct=$idle_proc guest_idle_cpu_pct=$idle_sys cycles_ok=$okc/$CYCLES growth=$growth dmesg_errors=$errs srq_overcommitted_workers=$overcommit"
     if [ "$t" = own ]; then
         [ "$n" = "$HOSTS" ] || bad "own: $n of $HOSTS controllers connected"
         [ "$q" -ge $((HOSTS * $(nproc))) ] || bad "own: only $q I/O queues"
