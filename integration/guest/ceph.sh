@@ -4,6 +4,18 @@
 #                  for RBD; about 50 s under TCG. /etc/ceph/ceph.conf points at it.
 #   ceph_down      stops its daemons
 # (From the lab's examples/ceph-single-node.sh.) CEPH_MEMSTORE_BYTES sizes the OSD's store.
+# ceph_setup CMD...: one idempotent cluster-setup command (ceph or rbd), retried: a monitor
+# still settling under TCG sometimes refuses the CLI ("Error EPERM: problem getting command
+# descriptions from mon"), seen once in CI right after the monitor had accepted a command.
+ceph_setup() {
+    local try
+    for try in 1 2 3 4 5 6; do
+        timeout 60 "$@" 2>/tmp/ceph-setup.err && return 0
+        echo "$* (attempt $try): $(cat /tmp/ceph-setup.err)" >&2
+        sleep 2
+    done
+    fail "$* failed 6 times: $(cat /tmp/ceph-setup.err)"
+}
 ceph_up() {
     local fsid osd_uuid id
     command -v ceph-mon >/dev/null || fail "ceph-mon missing in the guest image (rebuild: integration/lab/build-image)"
@@ -40,17 +52,17 @@ CONF
     for _ in $(seq 60); do timeout 10 ceph -s >/dev/null 2>&1 && break; sleep 1; done
     ceph-mgr -i lab
     osd_uuid=$(cat /proc/sys/kernel/random/uuid)
-    id=$(ceph osd create "$osd_uuid")
+    id=$(ceph_setup ceph osd create "$osd_uuid")
     ceph-osd -i "$id" --mkfs --osd-uuid "$osd_uuid" >/tmp/osd-mkfs.log 2>&1 \
         || { tail -5 /tmp/osd-mkfs.log; fail "ceph-osd --mkfs failed"; }
-    ceph osd crush add-bucket lab host >/dev/null
-    ceph osd crush move lab root=default >/dev/null
-    ceph osd crush add "osd.$id" 1.0 host=lab >/dev/null
+    ceph_setup ceph osd crush add-bucket lab host >/dev/null
+    ceph_setup ceph osd crush move lab root=default >/dev/null
+    ceph_setup ceph osd crush add "osd.$id" 1.0 host=lab >/dev/null
     ceph-osd -i "$id" 2>/tmp/osd.err || { cat /tmp/osd.err; fail "ceph-osd failed to start"; }
     for _ in $(seq 90); do ceph osd stat 2>/dev/null | grep -q '1 up' && break; sleep 1; done
-    ceph osd pool create rbd 16 16 >/dev/null
+    ceph_setup ceph osd pool create rbd 16 16 >/dev/null
     ceph osd pool set rbd size 1 --yes-i-really-mean-it >/dev/null 2>&1 || true
-    rbd pool init rbd
+    ceph_setup rbd pool init rbd
     for _ in $(seq 90); do
         ceph -s 2>/dev/null | grep -q 'active+clean' && ! ceph -s | grep -qE 'creating|peering|unknown' && break
         sleep 1
