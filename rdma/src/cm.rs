@@ -252,6 +252,7 @@ impl Drop for EventChannel {
 }
 
 struct QpResources {
+    lane: Arc<crate::lane::Lane>,
     _cq: Arc<CompletionQueue>,
     _pd: Arc<ProtectionDomain>,
     _srq: Option<Arc<SharedReceiveQueue>>,
@@ -515,6 +516,7 @@ impl CmId {
             Err(e) => return Err(e),
         };
         self.qp_res = Some(QpResources {
+            lane: Arc::default(),
             _cq: cq.clone(),
             _pd: pd.clone(),
             _srq: opts.srq,
@@ -529,12 +531,12 @@ impl CmId {
 
     /// The queue pair, if created.
     pub fn qp(&self) -> Option<QueuePair<'_>> {
-        self.qp_res.as_ref()?;
+        let res = self.qp_res.as_ref()?;
         // SAFETY: raw is live; qp was set by rdma_create_qp.
         let qp = unsafe { (*self.raw).qp };
         (!qp.is_null()).then_some(QueuePair {
             raw: qp,
-            _id: std::marker::PhantomData,
+            lane: &res.lane,
         })
     }
 
@@ -600,8 +602,11 @@ impl Drop for CmId {
     fn drop(&mut self) {
         // SAFETY: destroying the QP (if any) and then the id created/owned by self;
         // the CQ, PD and channel are released after (fields drop after this).
+        // A send ticket still out is about to post (lane.rs): its post returns
+        // before the queue pair goes.
         unsafe {
-            if self.qp_res.is_some() {
+            if let Some(res) = &self.qp_res {
+                res.lane.wait_idle();
                 rdma_destroy_qp(self.raw);
             }
             rdma_destroy_id(self.raw);

@@ -225,6 +225,25 @@ impl Context {
         })
     }
 
+    /// The device's name (`rxe0`, `mlx5_0`, ...).
+    pub fn name(&self) -> String {
+        // SAFETY: a live context names its device; the name is a C string
+        // owned by the device.
+        unsafe { std::ffi::CStr::from_ptr(ibv_get_device_name((*self.raw).device)) }
+            .to_string_lossy()
+            .into_owned()
+    }
+
+    /// Whether the device is a software one (soft-RoCE, soft-iWARP): a
+    /// hardware device has the bus device it sits on (`device` in sysfs), a
+    /// software one has none.
+    pub fn is_software(&self) -> bool {
+        !std::path::Path::new("/sys/class/infiniband")
+            .join(self.name())
+            .join("device")
+            .exists()
+    }
+
     /// The raw pointer.
     pub fn as_ptr(&self) -> *mut ibv_context {
         self.raw

@@ -4,7 +4,7 @@
 //! and queues, RC queue pairs created through RDMA-CM, memory regions over
 //! page-aligned buffers, and posting RECV / SEND / SEND_WITH_INV / RDMA READ /
 //! RDMA WRITE work requests (inline where the device allows), shared receive
-//! queues, type-2 memory windows (BIND_MW, LOCAL_INV) for the initiator, and
+//! queues, sends posted from another thread ([`SendTicket`]), type-2 memory windows (BIND_MW, LOCAL_INV) for the initiator, and
 //! [`WrId`], the work-request id that names a connection, a slot and their
 //! generations.
 //!
@@ -20,6 +20,7 @@ mod completion;
 mod device;
 mod error;
 mod fd;
+mod lane;
 mod memory;
 mod qp;
 mod wrid;
@@ -30,6 +31,7 @@ pub use cm::{CmEvent, CmEventKind, CmId, ConnParams, EventChannel, QpOptions, Wa
 pub use completion::{CompletionChannel, CompletionQueue, WcOpcode, WorkCompletion};
 pub use device::{one_malloc_arena, sync_devices, Context, DeviceAttr};
 pub use error::{Error, Result};
+pub use lane::SendTicket;
 pub use memory::{Access, MemoryRegion, MemoryWindow, MrHandle, MwHandle, ProtectionDomain};
 pub use qp::{
     rnr_timer_us, QpCaps, QueuePair, SendBatch, SendOp, SendRequest, Sge, SharedReceiveQueue,

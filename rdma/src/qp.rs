@@ -206,6 +206,7 @@ pub struct SendBatch {
     wrs: Vec<ibv_send_wr>,
     sges: Vec<[ibv_sge; 2]>,
     len: usize,
+    largest_write: u32,
 }
 
 // SAFETY: the raw pointers inside point only into the batch's own vectors.
@@ -220,6 +221,7 @@ impl SendBatch {
             // SAFETY: as above.
             sges: (0..cap).map(|_| unsafe { std::mem::zeroed() }).collect(),
             len: 0,
+            largest_write: 0,
         }
     }
     /// Number of queued requests.
@@ -272,6 +274,10 @@ impl SendBatch {
             w.send_flags |= ibv_send_flags::IBV_SEND_INLINE.0;
         }
         fill_op(&mut w, r.op);
+        if let SendOp::RdmaWrite { .. } = r.op {
+            let bytes = r.sges.iter().map(|s| s.len).sum::<u32>();
+            self.largest_write = self.largest_write.max(bytes);
+        }
         self.wrs[i] = w;
         self.len += 1;
         true
@@ -281,6 +287,19 @@ impl SendBatch {
     /// # Safety
     /// As [`QueuePair::post_send`], for every queued request.
     pub unsafe fn post(&mut self, qp: &QueuePair) -> Result<()> {
+        // SAFETY: the borrowed queue pair is live; memory per the caller.
+        unsafe { self.post_raw(qp.raw) }
+    }
+
+    /// The longest RDMA WRITE queued, in bytes (0: none).
+    pub fn largest_write(&self) -> u32 {
+        self.largest_write
+    }
+
+    /// # Safety
+    /// `qp` is a live queue pair; memory as [`QueuePair::post_send`].
+    pub(crate) unsafe fn post_raw(&mut self, qp: *mut ibv_qp) -> Result<()> {
+        self.largest_write = 0;
         let n = std::mem::replace(&mut self.len, 0);
         if n == 0 {
             return Ok(());
@@ -297,7 +316,7 @@ impl SendBatch {
         }
         let mut bad: *mut ibv_send_wr = ptr::null_mut();
         // SAFETY: the chain lives in self for the call; memory per the caller's guarantee.
-        let r = unsafe { ibv_post_send(qp.raw, base, &mut bad) };
+        let r = unsafe { ibv_post_send(qp, base, &mut bad) };
         if r != 0 {
             return Err(Error::from_ret("ibv_post_send", r));
         }
@@ -368,7 +387,7 @@ fn fill_op(w: &mut ibv_send_wr, op: SendOp) {
 #[derive(Clone, Copy)]
 pub struct QueuePair<'id> {
     pub(crate) raw: *mut ibv_qp,
-    pub(crate) _id: std::marker::PhantomData<&'id crate::CmId>,
+    pub(crate) lane: &'id std::sync::Arc<crate::lane::Lane>,
 }
 
 const MAX_CHAIN: usize = 4;

@@ -82,6 +82,9 @@ pub struct EngineMetrics {
     pub worker_busy: prometheus::CounterVec,
     /// `worker_wakeups_total{worker}`: times a worker woke from sleep.
     pub worker_wakeups: IntCounterVec,
+    /// `offloaded_send_batches_total`: batches of sends handed to a poster
+    /// thread (each with a large RDMA WRITE, or behind one).
+    pub offloaded_send_batches: prometheus::IntCounter,
 }
 
 fn name(n: &str) -> String {
@@ -270,6 +273,15 @@ impl Metrics {
                     "worker_wakeups_total",
                     "Times each worker woke from sleep",
                     &["worker"],
+                ),
+                offloaded_send_batches: reg(
+                    &registry,
+                    prometheus::IntCounter::new(
+                        name("offloaded_send_batches_total"),
+                        "Batches of sends handed to a poster thread (a large RDMA WRITE on a \
+                         software RDMA device, [target] send_offload)",
+                    )
+                    .expect("valid metric"),
                 ),
             },
             registry,

@@ -28,6 +28,8 @@ pub struct Stats {
     pub cm_rejects: IntCounter,
     /// Backend I/O errors.
     pub backend_errors: IntCounter,
+    /// Batches of sends handed to a poster thread.
+    pub offloaded_sends: IntCounter,
 }
 
 impl Default for Stats {
@@ -47,6 +49,7 @@ impl Default for Stats {
             queues_accepted: plain(),
             cm_rejects: plain(),
             backend_errors: plain(),
+            offloaded_sends: m.engine.offloaded_send_batches.clone(),
         }
     }
 }
@@ -61,7 +64,7 @@ impl Stats {
     /// The `STATS k=v ...` line.
     pub fn line(&self) -> String {
         format!(
-            "STATS send_with_inv={} in_capsule_writes={} rdma_reads={} rdma_writes={} wc_errors={} failed_commands={} queues_accepted={} cm_rejects={} backend_errors={}",
+            "STATS send_with_inv={} in_capsule_writes={} rdma_reads={} rdma_writes={} wc_errors={} failed_commands={} queues_accepted={} cm_rejects={} backend_errors={} offloaded_sends={}",
             self.send_with_inv.get(),
             self.in_capsule_writes.get(),
             self.rdma_reads.get(),
@@ -71,6 +74,7 @@ impl Stats {
             self.queues_accepted.get(),
             self.cm_rejects.get(),
             self.backend_errors.get(),
+            self.offloaded_sends.get(),
         )
     }
 }

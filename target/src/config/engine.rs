@@ -14,6 +14,20 @@ pub enum SrqMode {
     Off,
 }
 
+/// Whether poster threads post the sends that carry a large RDMA WRITE
+/// (see `transport::rdma::poster`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum SendOffload {
+    /// For software RDMA devices (soft-RoCE, soft-iWARP), whose post call
+    /// runs the protocol; never for hardware, whose post call rings a doorbell.
+    Auto,
+    /// For every device.
+    On,
+    /// Never: workers post all their sends.
+    Off,
+}
+
 /// Settings of the RDMA engine.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct EngineConfig {
@@ -29,6 +43,8 @@ pub struct EngineConfig {
     pub large_buffers: u32,
     /// Bytes of memory the target may pin in all (registered for RDMA or io_uring).
     pub max_pinned_memory: u64,
+    /// Large sends posted by poster threads.
+    pub send_offload: SendOffload,
 }
 
 /// Bytes of a small data buffer.
@@ -79,6 +95,7 @@ impl Default for EngineConfig {
             small_buffers: DEFAULT_SMALL_BUFFERS,
             large_buffers: DEFAULT_LARGE_BUFFERS,
             max_pinned_memory: DEFAULT_MAX_PINNED,
+            send_offload: SendOffload::Auto,
         }
     }
 }
@@ -92,6 +109,7 @@ pub(super) struct RawEngine {
     pub small_buffers: Option<u32>,
     pub large_buffers: Option<u32>,
     pub max_pinned_memory: Option<super::SizeValue>,
+    pub send_offload: Option<SendOffload>,
 }
 
 impl RawEngine {
@@ -140,6 +158,7 @@ impl RawEngine {
             small_buffers,
             large_buffers,
             max_pinned_memory: max_pinned_memory.unwrap_or(d.max_pinned_memory),
+            send_offload: self.send_offload.unwrap_or(d.send_offload),
         };
         let need = e.workers as u64 * e.per_worker_bytes(e.srq != SrqMode::Off);
         if need > e.max_pinned_memory {

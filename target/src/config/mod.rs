@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 mod engine;
 mod raw;
 mod validate;
-pub use engine::{affinity_cpus, EngineConfig, SrqMode, SMALL_BUFFER};
+pub use engine::{affinity_cpus, EngineConfig, SendOffload, SrqMode, SMALL_BUFFER};
 pub(crate) use raw::SizeValue;
 use raw::{RawConfig, RawListener, RawNamespace, RawSubsystem};
 use validate::Ctx;
@@ -760,6 +760,17 @@ socket = "x"
             .unwrap_err()
             .to_string();
         assert!(e.contains("poll_spin"), "{e}");
+        assert_eq!(c.engine.send_offload, SendOffload::Auto);
+        let c = TargetConfig::load_with_env(&path, env("NVMF_TARGET_TARGET__SEND_OFFLOAD", "off"))
+            .unwrap();
+        assert_eq!(c.engine.send_offload, SendOffload::Off);
+        let e = TargetConfig::load_with_env(
+            &path,
+            env("NVMF_TARGET_TARGET__SEND_OFFLOAD", "sometimes"),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("sometimes") && e.contains("send_offload"), "{e}");
         std::fs::remove_dir_all(&dir).unwrap();
     }
 

@@ -58,6 +58,7 @@ pub(super) struct RawTarget {
     pub small_buffers: Option<u32>,
     pub large_buffers: Option<u32>,
     pub max_pinned_memory: Option<SizeValue>,
+    pub send_offload: Option<super::SendOffload>,
 }
 
 #[derive(Deserialize)]

@@ -142,6 +142,7 @@ impl TargetConfig {
                 small_buffers: t.small_buffers,
                 large_buffers: t.large_buffers,
                 max_pinned_memory: t.max_pinned_memory,
+                send_offload: t.send_offload,
             },
             None => engine::RawEngine::default(),
         }

@@ -11,7 +11,7 @@ use tracing::{info, warn};
 use super::memory::{Budget, MemoryError, Pinned, RecvArea};
 use super::wr;
 use crate::backend::uring::{Ring, FIXED_SLOTS};
-use crate::config::{EngineConfig, SrqMode, SMALL_BUFFER};
+use crate::config::{EngineConfig, SendOffload, SrqMode, SMALL_BUFFER};
 use crate::core::pool::{Buf, Class, Pool, PoolShape};
 use crate::metrics::metrics;
 use crate::MAX_IO_SIZE;
@@ -77,6 +77,8 @@ pub struct WorkerDevice {
     /// The device is being removed: its queues are leaving, and the worker
     /// lets go of it when they are gone.
     pub removed: bool,
+    /// Batches with a large RDMA WRITE go to a poster thread (`poster.rs`).
+    pub offload_sends: bool,
 }
 
 impl WorkerDevice {
@@ -151,8 +153,15 @@ impl WorkerDevice {
             area.set_fixed(fixed);
         }
         count_pool(&shape, 1);
+        let offload_sends = match cfg.send_offload {
+            SendOffload::On => true,
+            SendOffload::Off => false,
+            SendOffload::Auto => ctx.is_software(),
+        };
         let m = &metrics().engine;
         info!(
+            device = %ctx.name(),
+            offload_sends,
             srq = srq.as_ref().map_or(0, |a| a.slots()),
             cq = entries,
             pool_mib = shape.bytes() >> 20,
@@ -173,6 +182,7 @@ impl WorkerDevice {
             fixed: index as u16,
             gen,
             removed: false,
+            offload_sends,
             gauges: [Class::Small, Class::Large].map(|c| {
                 (
                     m.pool_in_use.with_label_values(&[c.label()]),

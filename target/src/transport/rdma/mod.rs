@@ -9,12 +9,15 @@
 //!   shared receive queue and data pool per RDMA device; [`queue`]: one queue
 //!   pair, driving each request through [`crate::core::request::Lifecycle`].
 //! - [`memory`]: the pinned-memory budget every registration is charged to.
+//! - [`poster`]: threads that post the sends carrying large RDMA WRITEs, for
+//!   software RDMA devices, whose post call runs the protocol.
 //!
 //! One protection domain per device serves the whole target.
 
 pub mod device;
 pub mod listener;
 pub mod memory;
+pub mod poster;
 pub mod queue;
 pub mod worker;
 mod wr;
@@ -29,11 +32,12 @@ use rdma::{CmId, Context, ProtectionDomain};
 use tracing::{info, warn};
 
 use crate::backend::offload::Offload;
-use crate::config::EngineConfig;
+use crate::config::{EngineConfig, SendOffload};
 use crate::stats::Stats;
 use crate::subsystem::Target;
 pub use listener::{listen, Listener};
 use memory::Budget;
+use poster::{Poster, Posters};
 use worker::{Worker, WorkerShared};
 
 /// Errors setting up the transport.
@@ -73,6 +77,8 @@ pub struct EngineShared {
     removed: Mutex<Vec<Weak<ProtectionDomain>>>,
     workers: Vec<Arc<WorkerShared>>,
     next_admin: AtomicUsize,
+    /// Poster threads (none with `send_offload = "off"`).
+    posters: Option<Posters>,
 }
 
 impl EngineShared {
@@ -106,6 +112,11 @@ impl EngineShared {
         for w in &self.workers {
             w.waker.wake();
         }
+    }
+
+    /// The poster of worker `worker`, if sends may be offloaded.
+    pub fn poster(&self, worker: usize) -> Option<&Poster> {
+        Some(self.posters.as_ref()?.for_worker(worker))
     }
 
     /// Whether `pd` belongs to a removed device.
@@ -147,12 +158,15 @@ impl Engine {
             .map(WorkerShared::new)
             .collect::<Result<Vec<_>, _>>()
             .map_err(os("creating a worker eventfd"))?;
+        let posters = (cfg.send_offload != SendOffload::Off)
+            .then(|| Posters::new(poster::poster_count(cfg.workers)));
         let shared = Arc::new(EngineShared {
             target,
             budget: Budget::new(cfg.max_pinned_memory),
             cfg,
             pds: Mutex::new(Vec::new()),
             removed: Mutex::new(Vec::new()),
+            posters,
             workers,
             next_admin: AtomicUsize::new(0),
         });
@@ -169,6 +183,7 @@ impl Engine {
         info!(
             workers = shared.workers.len(),
             srq = ?shared.cfg.srq,
+            send_offload = ?shared.cfg.send_offload,
             max_pinned_mib = shared.cfg.max_pinned_memory >> 20,
             "engine started"
         );

@@ -128,6 +128,7 @@ impl Res {
             },
             grants: &mut self.grants,
             now: self.now,
+            poster: self.engine.poster(self.shared.index),
         })
     }
 }
@@ -591,6 +592,13 @@ impl Worker {
                         });
                     match made {
                         Ok(d) => {
+                            // The poster's thread starts with the first device
+                            // that offloads, not mid-run at the first large read.
+                            if d.offload_sends {
+                                if let Some(p) = self.res.engine.poster(self.res.shared.index) {
+                                    p.start();
+                                }
+                            }
                             let s = DevSlot { gen, dev: Some(d) };
                             if idx == self.res.devices.len() {
                                 self.res.devices.push(s);

@@ -9,7 +9,7 @@ use std::time::Instant;
 use nvme::cm::CmReply;
 use nvme::CQE_SIZE;
 use rdma::{CmEventKind, CmId, ConnParams, QpCaps, QpOptions, SendBatch};
-use tracing::{debug, info, warn};
+use tracing::{debug, error, info, warn};
 
 use super::super::device::WorkerDevice;
 use super::super::memory::{Budget, Pinned, RecvArea};
@@ -183,7 +183,7 @@ impl Queue {
             link,
             sq_head: 0,
             sq_fc_disabled: false,
-            batch: SendBatch::new(64),
+            batch: SendBatch::new(super::super::poster::BATCH_WRS),
             state: State::Live,
             cm_gone: false,
             reason: "",
@@ -214,6 +214,15 @@ impl Queue {
     pub fn periodic(&mut self, cx: &mut Cx<'_>, now: Instant) {
         if !self.live() {
             return;
+        }
+        let lent_error = self.id.as_ref().and_then(|i| i.qp()?.lent_post_error());
+        if let Some(code) = lent_error {
+            error!(
+                qid = self.qid(),
+                "ibv_post_send (poster thread): {}",
+                std::io::Error::from_raw_os_error(code)
+            );
+            return self.fail(cx);
         }
         if self.link.killed() {
             if cx.target.stopping.load(Ordering::Acquire) {
@@ -328,6 +337,16 @@ impl Queue {
         let State::Disconnecting { since } = self.state else {
             return false;
         };
+        // A poster still holds batches of this queue: the queue pair stays
+        // until they are posted (dropping it would wait for them).
+        if self
+            .id
+            .as_ref()
+            .and_then(|i| i.qp())
+            .is_some_and(|qp| qp.tickets_out() > 0)
+        {
+            return false;
+        }
         let busy = self.reqs.iter().any(|q| q.life.in_use());
         if !busy && (self.cm_gone || now.duration_since(since) > DISCONNECT_GRACE) {
             return true;

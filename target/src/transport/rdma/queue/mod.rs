@@ -22,6 +22,7 @@ use tracing::{debug, error};
 
 use super::device::WorkerDevice;
 use super::memory::{Pinned, RecvArea};
+use super::poster::{route, Poster, Route};
 use super::wr::{self, QueueKey};
 use crate::admin;
 use crate::backend;
@@ -69,6 +70,8 @@ pub struct Cx<'a> {
     /// completion it handles (one clock read per pass, not per request; a
     /// clock read is a system call where the clock source has no vDSO path).
     pub now: Instant,
+    /// The worker's poster thread, if sends may be offloaded.
+    pub poster: Option<&'a Poster>,
 }
 
 /// One request slot.
@@ -667,6 +670,20 @@ impl Queue {
         let Some(qp) = self.id.as_ref().and_then(|i| i.qp()) else {
             return;
         };
+        let to = route(
+            cx.dev.offload_sends,
+            self.batch.largest_write(),
+            qp.tickets_out(),
+        );
+        if let (Route::Poster, Some(poster)) = (to, cx.poster) {
+            Stats::inc(&cx.target.stats.offloaded_sends);
+            let batch = std::mem::replace(&mut self.batch, SendBatch::new(0));
+            // SAFETY: as below; the requests hold their memory until their
+            // completions whichever thread posts, and the ticket holds the QP
+            // (`finished` waits for it).
+            self.batch = unsafe { poster.hand(qp.ticket(), batch) };
+            return;
+        }
         // SAFETY: every queued WR names a pool buffer, response slot or inline
         // response of a request that holds it until its SEND (or READ)
         // completes; the QP is live (owned by `id`).
