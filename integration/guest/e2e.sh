@@ -484,8 +484,8 @@ if [ "$TARGET" = own ]; then
     # (the 128k verify of test 3b) to poster threads, so that path was verified too
     grep -q 'offload_sends=true' /tmp/nvmf-target.plain.log \
         || fail "send_offload auto did not take soft-RoCE for a software device"
-    ofs=$(grep -oE 'offloaded_sends=[0-9]+' <<<"$STATS" | cut -d= -f2) || true
-    [ "${ofs:-0}" -gt 0 ] || fail "offloaded_sends=${ofs:-missing}: expected > 0 (large reads not offloaded)"
+    ofs=$(grep -oE 'offloaded_batches=[0-9]+' <<<"$STATS" | cut -d= -f2) || true
+    [ "${ofs:-0}" -gt 0 ] || fail "offloaded_batches=${ofs:-missing}: expected > 0 (large reads not offloaded)"
 else
     kernel_teardown
     LEFT=$(find "$CFG/subsystems" "$CFG/ports" "$CFG/hosts" -mindepth 1 -maxdepth 1 2>/dev/null)

@@ -197,6 +197,8 @@ pub struct DeviceAttr {
     pub max_srq_wr: u32,
     /// Maximum scatter/gather entries per shared receive queue work request.
     pub max_srq_sge: u32,
+    /// The IEEE vendor ID.
+    pub vendor_id: u32,
 }
 
 impl Context {
@@ -222,6 +224,7 @@ impl Context {
             max_srq: a.max_srq.max(0) as u32,
             max_srq_wr: a.max_srq_wr.max(0) as u32,
             max_srq_sge: a.max_srq_sge.max(0) as u32,
+            vendor_id: a.vendor_id,
         })
     }
 
@@ -234,14 +237,19 @@ impl Context {
             .into_owned()
     }
 
-    /// Whether the device is a software one (soft-RoCE, soft-iWARP): a
-    /// hardware device has the bus device it sits on (`device` in sysfs), a
-    /// software one has none.
+    /// Whether the device is a software one: soft-RoCE (rxe, vendor ID
+    /// 0xFFFFFF, as SPDK tells it) or soft-iWARP (siw, 0x626D74), or any
+    /// device that sysfs shows with no bus device under it.
     pub fn is_software(&self) -> bool {
-        !std::path::Path::new("/sys/class/infiniband")
-            .join(self.name())
-            .join("device")
-            .exists()
+        const SOFTWARE_VENDORS: [u32; 2] = [0xFF_FFFF, 0x62_6D74];
+        if self
+            .query()
+            .is_ok_and(|a| SOFTWARE_VENDORS.contains(&a.vendor_id))
+        {
+            return true;
+        }
+        let dir = std::path::Path::new("/sys/class/infiniband").join(self.name());
+        dir.exists() && !dir.join("device").exists()
     }
 
     /// The raw pointer.

@@ -5,7 +5,8 @@
 //! thread, which posts the batch through it. The queue pair is not destroyed
 //! while a ticket is out: dropping the id waits until every ticket is posted
 //! or dropped, so a ticket can never post to a freed queue pair. An owner
-//! that must not wait asks [`QueuePair::tickets_out`] first.
+//! that must not wait asks [`QueuePair::tickets_out`] first. (So a ticket
+//! must not be leaked, nor held by the thread that drops the id.)
 //!
 //! Order: the work requests of one queue pair are executed in the order they
 //! are posted. An owner that posts some batches itself and lends others keeps
@@ -68,6 +69,17 @@ impl SendTicket {
                 .compare_exchange(0, code, Ordering::AcqRel, Ordering::Acquire);
         }
         r
+    }
+}
+
+impl SendTicket {
+    /// Gives the ticket up without posting: recorded as a failed post
+    /// (`EIO`), so that the owner learns its batch was lost.
+    pub fn abandon(self) {
+        let _ = self
+            .lane
+            .error
+            .compare_exchange(0, libc::EIO, Ordering::AcqRel, Ordering::Acquire);
     }
 }
 

@@ -35,6 +35,7 @@ pub use lane::SendTicket;
 pub use memory::{Access, MemoryRegion, MemoryWindow, MrHandle, MwHandle, ProtectionDomain};
 pub use qp::{
     rnr_timer_us, QpCaps, QueuePair, SendBatch, SendOp, SendRequest, Sge, SharedReceiveQueue,
+    INLINE_MAX,
 };
 pub use wrid::WrId;
 

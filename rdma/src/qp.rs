@@ -134,7 +134,7 @@ pub struct QpCaps {
 }
 
 /// A scatter/gather element: `len` bytes at `addr` in the region with `lkey`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 #[repr(C)]
 pub struct Sge {
     /// Local virtual address.
@@ -201,15 +201,22 @@ pub struct SendRequest<'a> {
 }
 
 /// A reusable batch of send-queue work requests, posted with one
-/// `ibv_post_send` call (one doorbell). Holds no allocation per request.
+/// `ibv_post_send` call (one doorbell). Holds no allocation per request;
+/// the data of inline sends is copied into the batch.
 pub struct SendBatch {
     wrs: Vec<ibv_send_wr>,
     sges: Vec<[ibv_sge; 2]>,
+    inline: Vec<[u8; INLINE_MAX]>,
     len: usize,
     largest_write: u32,
 }
 
-// SAFETY: the raw pointers inside point only into the batch's own vectors.
+/// Bytes of data an inline send in a [`SendBatch`] may carry.
+pub const INLINE_MAX: usize = 32;
+
+// SAFETY: the raw pointers inside point into the batch's own vectors (their
+// heap storage does not move with the batch), or at registered memory that
+// the caller of `post` vouches for whichever thread posts.
 unsafe impl Send for SendBatch {}
 
 impl SendBatch {
@@ -220,6 +227,7 @@ impl SendBatch {
             wrs: (0..cap).map(|_| unsafe { std::mem::zeroed() }).collect(),
             // SAFETY: as above.
             sges: (0..cap).map(|_| unsafe { std::mem::zeroed() }).collect(),
+            inline: vec![[0; INLINE_MAX]; cap],
             len: 0,
             largest_write: 0,
         }
@@ -238,39 +246,51 @@ impl SendBatch {
     }
     /// Queues a request (at most 2 SGEs). Returns false if the batch is full.
     pub fn push(&mut self, r: &SendRequest<'_>) -> bool {
-        self.push_with(r, false)
+        self.push_with(r, None)
     }
 
-    /// Queues a request whose data the device copies into the work request at
-    /// post time (`IBV_SEND_INLINE`): its SGEs need no memory region, but must
-    /// hold no more than the queue pair's `max_inline_data` bytes in all, and
-    /// stay valid until [`SendBatch::post`]. Returns false if the batch is full.
-    pub fn push_inline(&mut self, r: &SendRequest<'_>) -> bool {
-        self.push_with(r, true)
+    /// Queues a send of `data` (at most [`INLINE_MAX`] bytes, and no more
+    /// than the queue pair's `max_inline_data`) that the device copies into
+    /// the work request at post time (`IBV_SEND_INLINE`): the batch keeps a
+    /// copy, so the data needs no memory region and the caller's buffer is
+    /// free at once. `r.sges` is ignored. Returns false if the batch is full
+    /// or the data too long.
+    pub fn push_inline(&mut self, r: &SendRequest<'_>, data: &[u8]) -> bool {
+        self.push_with(r, Some(data))
     }
 
-    fn push_with(&mut self, r: &SendRequest<'_>, inline: bool) -> bool {
-        if self.len == self.wrs.len() || r.sges.len() > 2 {
+    fn push_with(&mut self, r: &SendRequest<'_>, inline: Option<&[u8]>) -> bool {
+        let sges = if inline.is_some() { 1 } else { r.sges.len() };
+        if self.len == self.wrs.len() || sges > 2 || inline.is_some_and(|d| d.len() > INLINE_MAX) {
             return false;
         }
         let i = self.len;
-        for (j, s) in r.sges.iter().enumerate() {
-            self.sges[i][j] = ibv_sge {
-                addr: s.addr,
-                length: s.len,
-                lkey: s.lkey,
+        if let Some(d) = inline {
+            self.inline[i][..d.len()].copy_from_slice(d);
+            self.sges[i][0] = ibv_sge {
+                addr: self.inline[i].as_ptr() as u64,
+                length: d.len() as u32,
+                lkey: 0,
             };
+        } else {
+            for (j, s) in r.sges.iter().enumerate() {
+                self.sges[i][j] = ibv_sge {
+                    addr: s.addr,
+                    length: s.len,
+                    lkey: s.lkey,
+                };
+            }
         }
         // SAFETY: plain data.
         let mut w: ibv_send_wr = unsafe { std::mem::zeroed() };
         w.wr_id = r.wr_id;
-        w.num_sge = r.sges.len() as i32;
+        w.num_sge = sges as i32;
         w.send_flags = if r.signaled {
             ibv_send_flags::IBV_SEND_SIGNALED.0
         } else {
             0
         };
-        if inline {
+        if inline.is_some() {
             w.send_flags |= ibv_send_flags::IBV_SEND_INLINE.0;
         }
         fill_op(&mut w, r.op);
@@ -289,6 +309,12 @@ impl SendBatch {
     pub unsafe fn post(&mut self, qp: &QueuePair) -> Result<()> {
         // SAFETY: the borrowed queue pair is live; memory per the caller.
         unsafe { self.post_raw(qp.raw) }
+    }
+
+    /// Drops everything queued, unposted.
+    pub fn clear(&mut self) {
+        self.len = 0;
+        self.largest_write = 0;
     }
 
     /// The longest RDMA WRITE queued, in bytes (0: none).
@@ -531,5 +557,79 @@ mod rnr_tests {
         for c in 2..32u8 {
             assert!(rnr_timer_us(c) > rnr_timer_us(c - 1), "increasing from 1");
         }
+    }
+}
+
+#[cfg(test)]
+mod batch_tests {
+    use super::*;
+
+    fn send(wr_id: u64) -> SendRequest<'static> {
+        SendRequest {
+            wr_id,
+            op: SendOp::Send,
+            sges: &[],
+            signaled: true,
+        }
+    }
+
+    #[test]
+    fn an_inline_send_is_a_copy_the_caller_may_reuse_at_once() {
+        let mut b = SendBatch::new(4);
+        let mut rsp = [7u8; 16];
+        assert!(b.push_inline(&send(1), &rsp));
+        rsp.fill(0); // the caller's buffer is free again
+        let sge = b.sges[0][0];
+        assert_eq!(sge.length, 16);
+        assert_eq!(sge.addr, b.inline[0].as_ptr() as u64);
+        assert_eq!(&b.inline[0][..16], &[7u8; 16]);
+        assert_ne!(b.wrs[0].send_flags & ibv_send_flags::IBV_SEND_INLINE.0, 0);
+        // Moving the batch (to a poster thread) keeps the copy where the SGE points.
+        let moved = b;
+        assert_eq!(moved.sges[0][0].addr, moved.inline[0].as_ptr() as u64);
+    }
+
+    #[test]
+    fn too_long_inline_data_and_a_full_batch_are_refused() {
+        let mut b = SendBatch::new(2);
+        assert!(!b.push_inline(&send(1), &[0; INLINE_MAX + 1]));
+        assert!(b.is_empty());
+        assert!(b.push_inline(&send(1), &[0; INLINE_MAX]));
+        assert!(b.push(&send(2)));
+        assert!(!b.push_inline(&send(3), &[1]));
+        assert_eq!(b.len(), 2);
+    }
+
+    #[test]
+    fn the_largest_rdma_write_is_tracked_until_cleared() {
+        let mut b = SendBatch::new(4);
+        let sg = |len| {
+            [Sge {
+                addr: 0x1000,
+                len,
+                lkey: 1,
+            }]
+        };
+        let w = |sges: &'static [Sge]| SendRequest {
+            wr_id: 0,
+            op: SendOp::RdmaWrite {
+                remote_addr: 0,
+                rkey: 0,
+            },
+            sges,
+            signaled: false,
+        };
+        let (a, c) = (
+            Box::leak(Box::new(sg(4096))),
+            Box::leak(Box::new(sg(65536))),
+        );
+        assert!(b.push(&w(a)));
+        assert_eq!(b.largest_write(), 4096);
+        assert!(b.push(&w(c)));
+        assert!(b.push(&send(9)));
+        assert_eq!(b.largest_write(), 65536);
+        b.clear();
+        assert!(b.is_empty());
+        assert_eq!(b.largest_write(), 0);
     }
 }

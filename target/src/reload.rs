@@ -151,7 +151,8 @@ pub fn plan(old: &TargetConfig, new: &TargetConfig) -> Result<Plan, NeedsRestart
     }
     if old.engine != new.engine {
         return Err(NeedsRestart {
-            what: "[target] engine settings (workers, srq, buffers, max_pinned_memory)",
+            what:
+                "[target] engine settings (workers, srq, buffers, max_pinned_memory, send_offload)",
             detail: format!("{:?} -> {:?}", old.engine, new.engine),
         });
     }

@@ -29,7 +29,7 @@ pub struct Stats {
     /// Backend I/O errors.
     pub backend_errors: IntCounter,
     /// Batches of sends handed to a poster thread.
-    pub offloaded_sends: IntCounter,
+    pub offloaded_batches: IntCounter,
 }
 
 impl Default for Stats {
@@ -49,7 +49,7 @@ impl Default for Stats {
             queues_accepted: plain(),
             cm_rejects: plain(),
             backend_errors: plain(),
-            offloaded_sends: m.engine.offloaded_send_batches.clone(),
+            offloaded_batches: m.engine.offloaded_send_batches.clone(),
         }
     }
 }
@@ -64,7 +64,7 @@ impl Stats {
     /// The `STATS k=v ...` line.
     pub fn line(&self) -> String {
         format!(
-            "STATS send_with_inv={} in_capsule_writes={} rdma_reads={} rdma_writes={} wc_errors={} failed_commands={} queues_accepted={} cm_rejects={} backend_errors={} offloaded_sends={}",
+            "STATS send_with_inv={} in_capsule_writes={} rdma_reads={} rdma_writes={} wc_errors={} failed_commands={} queues_accepted={} cm_rejects={} backend_errors={} offloaded_batches={}",
             self.send_with_inv.get(),
             self.in_capsule_writes.get(),
             self.rdma_reads.get(),
@@ -74,7 +74,7 @@ impl Stats {
             self.queues_accepted.get(),
             self.cm_rejects.get(),
             self.backend_errors.get(),
-            self.offloaded_sends.get(),
+            self.offloaded_batches.get(),
         )
     }
 }

@@ -25,6 +25,8 @@ use std::thread::JoinHandle;
 use rdma::{SendBatch, SendTicket};
 use tracing::error;
 
+use crate::metrics::metrics;
+
 /// A batch whose longest RDMA WRITE has at least this many bytes is posted by
 /// a poster (on a device where posting is offloaded).
 pub const OFFLOAD_MIN_WRITE: u32 = 32 * 1024;
@@ -61,15 +63,22 @@ const NEW: u8 = 0;
 const RUNNING: u8 = 1;
 const FAILED: u8 = 2;
 
+/// Empty batches kept for reuse (each about 10 KiB); beyond this they are freed.
+const MAX_SPARE: usize = 256;
+
 struct Jobs {
     queue: Vec<(SendTicket, SendBatch)>,
     spare: Vec<SendBatch>,
+    /// The thread waits on the condition variable (a hand-over wakes it).
+    sleeping: bool,
     stop: bool,
 }
 
 struct Shared {
     jobs: Mutex<Jobs>,
     cv: Condvar,
+    /// `NEW`, `RUNNING`, or `FAILED` (the thread could not start, or died).
+    state: AtomicU8,
 }
 
 /// One poster thread (started with the first device that offloads, or at
@@ -77,8 +86,6 @@ struct Shared {
 pub struct Poster {
     index: usize,
     shared: Arc<Shared>,
-    /// `NEW`, `RUNNING`, or `FAILED` (the thread could not be started).
-    state: AtomicU8,
     thread: Mutex<Option<JoinHandle<()>>>,
 }
 
@@ -90,41 +97,52 @@ impl Poster {
                 jobs: Mutex::new(Jobs {
                     queue: Vec::new(),
                     spare: Vec::new(),
+                    sleeping: false,
                     stop: false,
                 }),
                 cv: Condvar::new(),
+                state: AtomicU8::new(NEW),
             }),
-            state: AtomicU8::new(NEW),
             thread: Mutex::new(None),
         }
     }
 
     /// Hands `batch` to the poster, to be posted through `ticket`; returns an
-    /// empty batch to go on with. If the thread cannot be started, the batch
-    /// is posted here.
+    /// empty batch to go on with. If the thread cannot be started (or died),
+    /// the batch is posted here.
     ///
     /// # Safety
     /// As [`SendTicket::post`]: every queued work request names memory that
     /// stays valid until its completion (the memory's owner keeps it until
     /// then, whichever thread posts).
     pub unsafe fn hand(&self, ticket: SendTicket, mut batch: SendBatch) -> SendBatch {
-        let running = match self.state.load(Ordering::Acquire) {
+        let running = match self.shared.state.load(Ordering::Acquire) {
             NEW => self.start(),
             s => s == RUNNING,
         };
-        if !running {
-            // SAFETY: the caller's guarantee.
-            if let Err(e) = unsafe { ticket.post(&mut batch) } {
-                error!("ibv_post_send: {e}");
+        if running {
+            let mut jobs = self.shared.jobs.lock().unwrap_or_else(|p| p.into_inner());
+            // Checked again under the lock: a thread that died has emptied
+            // the queue for the last time (`Guard`).
+            if self.shared.state.load(Ordering::Acquire) == RUNNING {
+                jobs.queue.push((ticket, batch));
+                let fresh = jobs.spare.pop();
+                let wake = std::mem::take(&mut jobs.sleeping);
+                drop(jobs);
+                if wake {
+                    self.shared.cv.notify_one();
+                }
+                metrics().engine.offloaded_send_batches.inc();
+                return fresh.unwrap_or_else(|| SendBatch::new(BATCH_WRS));
             }
-            return batch;
         }
-        let mut jobs = self.shared.jobs.lock().unwrap_or_else(|p| p.into_inner());
-        jobs.queue.push((ticket, batch));
-        let fresh = jobs.spare.pop();
-        drop(jobs);
-        self.shared.cv.notify_one();
-        fresh.unwrap_or_else(|| SendBatch::new(BATCH_WRS))
+        // SAFETY: the caller's guarantee; no batch of this queue pair is
+        // left at the poster (it posts or fails every batch it holds before
+        // it is marked FAILED).
+        if let Err(e) = unsafe { ticket.post(&mut batch) } {
+            error!("ibv_post_send: {e}");
+        }
+        batch
     }
 
     /// Starts the thread if it is not running (workers sharing the poster
@@ -132,7 +150,7 @@ impl Poster {
     /// the workers.
     pub fn start(&self) -> bool {
         let mut t = self.thread.lock().unwrap_or_else(|p| p.into_inner());
-        let state = self.state.load(Ordering::Acquire);
+        let state = self.shared.state.load(Ordering::Acquire);
         if state != NEW {
             return state == RUNNING;
         }
@@ -150,27 +168,64 @@ impl Poster {
                 FAILED
             }
         };
-        self.state.store(state, Ordering::Release);
+        self.shared.state.store(state, Ordering::Release);
         state == RUNNING
     }
 }
 
+/// What the poster thread holds; if the thread unwinds, the batches it
+/// holds or that wait for it are given up (their tickets record a failure,
+/// so their queues fail, and their queue pairs are released), and later
+/// hand-overs are posted by the workers.
+struct Guard<'a> {
+    shared: &'a Shared,
+    work: Vec<(SendTicket, SendBatch)>,
+}
+
+impl Drop for Guard<'_> {
+    fn drop(&mut self) {
+        if !std::thread::panicking() {
+            return;
+        }
+        let mut jobs = self.shared.jobs.lock().unwrap_or_else(|p| p.into_inner());
+        self.shared.state.store(FAILED, Ordering::Release);
+        let left: Vec<_> = jobs.queue.drain(..).chain(self.work.drain(..)).collect();
+        drop(jobs);
+        error!(
+            "a send poster thread died; {} batch(es) not posted (their queues fail)",
+            left.len()
+        );
+        for (ticket, _) in left {
+            ticket.abandon();
+        }
+    }
+}
+
 fn run(shared: &Shared) {
-    let mut work = Vec::new();
+    let mut g = Guard {
+        shared,
+        work: Vec::new(),
+    };
     let mut done = Vec::new();
     loop {
         {
             let mut jobs = shared.jobs.lock().unwrap_or_else(|p| p.into_inner());
+            let room = MAX_SPARE.saturating_sub(jobs.spare.len());
+            done.truncate(room);
             jobs.spare.append(&mut done);
             while jobs.queue.is_empty() && !jobs.stop {
+                jobs.sleeping = true;
                 jobs = shared.cv.wait(jobs).unwrap_or_else(|p| p.into_inner());
             }
+            jobs.sleeping = false;
             if jobs.queue.is_empty() {
                 return;
             }
-            std::mem::swap(&mut jobs.queue, &mut work);
+            std::mem::swap(&mut jobs.queue, &mut g.work);
         }
-        for (ticket, mut batch) in work.drain(..) {
+        // Oldest first; what is not yet posted stays in the guard.
+        g.work.reverse();
+        while let Some((ticket, mut batch)) = g.work.pop() {
             // SAFETY: the worker that handed the batch over guaranteed its
             // memory (`Poster::hand`); the ticket keeps the queue pair.
             if let Err(e) = unsafe { ticket.post(&mut batch) } {

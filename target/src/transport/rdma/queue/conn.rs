@@ -9,7 +9,7 @@ use std::time::Instant;
 use nvme::cm::CmReply;
 use nvme::CQE_SIZE;
 use rdma::{CmEventKind, CmId, ConnParams, QpCaps, QpOptions, SendBatch};
-use tracing::{debug, error, info, warn};
+use tracing::{debug, info, warn};
 
 use super::super::device::WorkerDevice;
 use super::super::memory::{Budget, Pinned, RecvArea};
@@ -171,7 +171,6 @@ impl Queue {
             qp_num,
             cq_share,
             params,
-            inline,
             reqs: (0..nreq)
                 .map(|_| Req {
                     ns: Vec::with_capacity(1),
@@ -215,14 +214,15 @@ impl Queue {
         if !self.live() {
             return;
         }
-        let lent_error = self.id.as_ref().and_then(|i| i.qp()?.lent_post_error());
-        if let Some(code) = lent_error {
-            error!(
-                qid = self.qid(),
-                "ibv_post_send (poster thread): {}",
-                std::io::Error::from_raw_os_error(code)
-            );
-            return self.fail(cx);
+        // A batch the poster failed to post fails the queue at its next
+        // flush, or here if nothing was queued after it.
+        if self
+            .id
+            .as_ref()
+            .and_then(|i| i.qp()?.lent_post_error())
+            .is_some()
+        {
+            return self.lent_failed(cx);
         }
         if self.link.killed() {
             if cx.target.stopping.load(Ordering::Acquire) {

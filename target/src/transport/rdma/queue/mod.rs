@@ -97,7 +97,6 @@ struct Req {
     ns: Vec<Arc<Namespace>>,
     /// Counted in the namespace's in-flight gauge / in `Target::io_in_flight`.
     counted: (bool, bool),
-    rsp: [u8; CQE_SIZE],
 }
 
 impl Req {
@@ -120,7 +119,6 @@ impl Req {
             start,
             ns: Vec::new(),
             counted: (false, false),
-            rsp: [0; CQE_SIZE],
         }
     }
 }
@@ -148,7 +146,6 @@ pub struct Queue {
     /// Completion queue entries it may use.
     pub cq_share: u32,
     params: QueueParams,
-    inline: bool,
     reqs: Vec<Req>,
     free: Vec<u16>,
     ctrl: Option<Arc<Controller>>,
@@ -505,7 +502,7 @@ impl Queue {
             signaled: true,
         };
         Stats::inc(&cx.target.stats.rdma_reads);
-        self.queue_sends(cx, &[wr], false);
+        self.queue_sends(cx, &[wr], None);
         self.reqs[r].life.fetch_posted();
     }
 
@@ -558,6 +555,9 @@ impl Queue {
             status,
             phase: false,
         };
+        // Inline (the queue pair took INLINE_RSP bytes of inline data): the
+        // batch keeps a copy of the response. Else from the response area.
+        let mut inline_rsp = [0u8; CQE_SIZE];
         let rsp_sge = if let Some(mem) = &self.rsp_mem {
             let off = r * CQE_SIZE;
             // SAFETY: slot `r` of the response area is this request's; its
@@ -566,12 +566,8 @@ impl Queue {
             cqe.encode_into(slot);
             mem.mr.sge(off, CQE_SIZE as u32)
         } else {
-            cqe.encode_into(&mut self.reqs[r].rsp);
-            Sge {
-                addr: self.reqs[r].rsp.as_ptr() as u64,
-                len: CQE_SIZE as u32,
-                lkey: 0,
-            }
+            cqe.encode_into(&mut inline_rsp);
+            Sge::default()
         };
         let rsp_sge = [rsp_sge];
         let (inv, plan, out_len) = (self.reqs[r].inv, self.reqs[r].plan, self.reqs[r].out_len);
@@ -608,11 +604,12 @@ impl Queue {
                     signaled: false,
                 };
                 Stats::inc(&cx.target.stats.rdma_writes);
-                self.queue_sends(cx, &[write], false);
-                self.queue_sends(cx, &[send], self.inline);
+                self.queue_sends(cx, &[write], None);
             }
-            _ => self.queue_sends(cx, &[send], self.inline),
+            _ => {}
         }
+        let inline = self.rsp_mem.is_none().then_some(&inline_rsp[..]);
+        self.queue_sends(cx, &[send], inline);
         self.reqs[r].life.response_posted();
     }
 
@@ -628,22 +625,22 @@ impl Queue {
             sges: &[],
             signaled: true,
         };
-        self.queue_sends(cx, &[probe], false);
+        self.queue_sends(cx, &[probe], None);
         self.liveness.probe_sent(now);
     }
 
     /// Queues work requests; they are posted together at the end of the loop
-    /// pass ([`Queue::flush_sends`]). `inline`: the data is copied at post time.
-    fn queue_sends(&mut self, cx: &mut Cx<'_>, wrs: &[SendRequest<'_>], inline: bool) {
+    /// pass ([`Queue::flush_sends`]). `inline`: the data of each, sent inline
+    /// (the batch keeps a copy).
+    fn queue_sends(&mut self, cx: &mut Cx<'_>, wrs: &[SendRequest<'_>], inline: Option<&[u8]>) {
         if self.batch.room() < wrs.len() {
             self.flush_sends(cx);
         }
         for w in wrs {
-            if inline {
-                self.batch.push_inline(w);
-            } else {
-                self.batch.push(w);
-            }
+            match inline {
+                Some(data) => self.batch.push_inline(w, data),
+                None => self.batch.push(w),
+            };
         }
     }
 
@@ -670,13 +667,15 @@ impl Queue {
         let Some(qp) = self.id.as_ref().and_then(|i| i.qp()) else {
             return;
         };
+        if qp.lent_post_error().is_some() {
+            return self.lent_failed(cx);
+        }
         let to = route(
             cx.dev.offload_sends,
             self.batch.largest_write(),
             qp.tickets_out(),
         );
         if let (Route::Poster, Some(poster)) = (to, cx.poster) {
-            Stats::inc(&cx.target.stats.offloaded_sends);
             let batch = std::mem::replace(&mut self.batch, SendBatch::new(0));
             // SAFETY: as below; the requests hold their memory until their
             // completions whichever thread posts, and the ticket holds the QP
@@ -684,11 +683,27 @@ impl Queue {
             self.batch = unsafe { poster.hand(qp.ticket(), batch) };
             return;
         }
-        // SAFETY: every queued WR names a pool buffer, response slot or inline
-        // response of a request that holds it until its SEND (or READ)
-        // completes; the QP is live (owned by `id`).
+        // SAFETY: every queued WR names a pool buffer or response slot of a
+        // request that holds it until its SEND (or READ) completes (inline
+        // responses are copies in the batch); the QP is live (owned by `id`).
         if let Err(e) = unsafe { self.batch.post(&qp) } {
             error!(qid = self.qid(), "ibv_post_send: {e}");
+            self.fail(cx);
+        }
+    }
+
+    /// A batch the poster was given could not be posted: the queue fails
+    /// (as when a post on the worker fails), and nothing queued after the
+    /// lost batch goes out.
+    pub(super) fn lent_failed(&mut self, cx: &mut Cx<'_>) {
+        self.batch.clear();
+        let code = self.id.as_ref().and_then(|i| i.qp()?.lent_post_error());
+        if let (Some(code), true) = (code, self.live()) {
+            error!(
+                qid = self.qid(),
+                "ibv_post_send (poster thread): {}",
+                std::io::Error::from_raw_os_error(code.max(0))
+            );
             self.fail(cx);
         }
     }
