@@ -45,6 +45,9 @@ pub struct EngineConfig {
     pub max_pinned_memory: u64,
     /// Large sends posted by poster threads.
     pub send_offload: SendOffload,
+    /// Microseconds a worker polls after its last work while at most one
+    /// I/O is in flight (see `core::polling`); 0: off.
+    pub light_load_spin_us: u64,
 }
 
 /// Bytes of a small data buffer.
@@ -55,6 +58,8 @@ pub const DEFAULT_SRQ_DEPTH: u32 = 512;
 pub const DEFAULT_SMALL_BUFFERS: u32 = 256;
 /// Default large buffers per worker.
 pub const DEFAULT_LARGE_BUFFERS: u32 = 32;
+/// Default polling window under light load (µs).
+pub const DEFAULT_LIGHT_LOAD_SPIN_US: u64 = 300;
 /// Default pinned-memory budget.
 pub const DEFAULT_MAX_PINNED: u64 = 192 << 20;
 
@@ -96,6 +101,7 @@ impl Default for EngineConfig {
             large_buffers: DEFAULT_LARGE_BUFFERS,
             max_pinned_memory: DEFAULT_MAX_PINNED,
             send_offload: SendOffload::Auto,
+            light_load_spin_us: DEFAULT_LIGHT_LOAD_SPIN_US,
         }
     }
 }
@@ -110,6 +116,7 @@ pub(super) struct RawEngine {
     pub large_buffers: Option<u32>,
     pub max_pinned_memory: Option<super::SizeValue>,
     pub send_offload: Option<SendOffload>,
+    pub light_load_spin_us: Option<u64>,
 }
 
 impl RawEngine {
@@ -127,6 +134,13 @@ impl RawEngine {
             errors.push((
                 f("srq_depth"),
                 format!("{srq_depth} is out of range 16..=65536"),
+            ));
+        }
+        let light_load_spin_us = self.light_load_spin_us.unwrap_or(d.light_load_spin_us);
+        if light_load_spin_us > 100_000 {
+            errors.push((
+                f("light_load_spin_us"),
+                format!("{light_load_spin_us} is out of range 0..=100000 (µs)"),
             ));
         }
         let small_buffers = self.small_buffers.unwrap_or(d.small_buffers);
@@ -159,6 +173,7 @@ impl RawEngine {
             large_buffers,
             max_pinned_memory: max_pinned_memory.unwrap_or(d.max_pinned_memory),
             send_offload: self.send_offload.unwrap_or(d.send_offload),
+            light_load_spin_us,
         };
         let need = e.workers as u64 * e.per_worker_bytes(e.srq != SrqMode::Off);
         if need > e.max_pinned_memory {
@@ -226,6 +241,12 @@ mod tests {
             ..raw()
         });
         assert_eq!(f, "target.large_buffers");
+        let (f, why) = err(RawEngine {
+            light_load_spin_us: Some(200_000),
+            ..raw()
+        });
+        assert_eq!(f, "target.light_load_spin_us");
+        assert!(why.contains("0..=100000"), "{why}");
         let (f, why) = err(RawEngine {
             workers: Some(8),
             max_pinned_memory: Some(crate::config::SizeValue::Text("64M".into())),

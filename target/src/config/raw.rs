@@ -59,6 +59,7 @@ pub(super) struct RawTarget {
     pub large_buffers: Option<u32>,
     pub max_pinned_memory: Option<SizeValue>,
     pub send_offload: Option<super::SendOffload>,
+    pub light_load_spin_us: Option<u64>,
 }
 
 #[derive(Deserialize)]

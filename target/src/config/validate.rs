@@ -143,6 +143,7 @@ impl TargetConfig {
                 large_buffers: t.large_buffers,
                 max_pinned_memory: t.max_pinned_memory,
                 send_offload: t.send_offload,
+                light_load_spin_us: t.light_load_spin_us,
             },
             None => engine::RawEngine::default(),
         }

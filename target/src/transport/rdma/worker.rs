@@ -4,7 +4,8 @@
 //! its queues, and one RDMA-CM event channel for their connection events.
 //!
 //! The loop busy-polls while there is work and for `poll_spin_us` after the
-//! last of it, then arms completion notification and sleeps in one
+//! last of it (longer while the target is lightly loaded:
+//! [`crate::core::polling`]), then arms completion notification and sleeps in one
 //! `io_uring_enter` that wakes on a completion of any device, a CM event, a
 //! backend completion, or the worker's eventfd (new connection, a queue to
 //! stop, an offload result). It goes round at least every [`IDLE_WAIT`],
@@ -26,6 +27,7 @@ use super::EngineShared;
 use crate::backend::offload::{Mailbox, Offload};
 use crate::backend::uring::Ring;
 use crate::controller::{QueueLink, Waker};
+use crate::core::polling::spin_window_us;
 use crate::core::pool::Buf;
 use crate::metrics::metrics;
 use crate::stats::Stats;
@@ -308,8 +310,12 @@ impl Worker {
                 last_work = now;
                 continue;
             }
-            let spin =
-                Duration::from_micros(self.res.engine.target.poll_spin_us.load(Ordering::Relaxed));
+            let target = &self.res.engine.target;
+            let spin = Duration::from_micros(spin_window_us(
+                target.poll_spin_us.load(Ordering::Relaxed),
+                self.res.engine.cfg.light_load_spin_us,
+                target.io_in_flight.load(Ordering::Relaxed),
+            ));
             if now.duration_since(last_work) < spin {
                 std::hint::spin_loop();
                 continue;
