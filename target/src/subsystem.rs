@@ -225,6 +225,9 @@ pub struct Target {
     pub live_queues: AtomicUsize,
     /// I/O commands accepted and not yet released (drained at shutdown).
     pub io_in_flight: AtomicUsize,
+    /// I/O commands accepted since start (workers tell I/O activity from
+    /// keep-alives and timers by it).
+    pub io_started: AtomicU64,
     /// Shutting down: listeners stop, new I/O is held unanswered (the host
     /// resends it after reconnecting).
     pub stopping: AtomicBool,
@@ -257,6 +260,7 @@ impl Target {
             poll_spin_us: AtomicU64::new(poll_spin_us),
             live_queues: Default::default(),
             io_in_flight: Default::default(),
+            io_started: Default::default(),
             stopping: Default::default(),
         }
     }

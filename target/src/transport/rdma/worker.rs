@@ -37,6 +37,10 @@ pub const TICK: Duration = Duration::from_millis(100);
 /// The longest a worker sleeps: timers (connect and keep-alive timeouts, the
 /// heartbeat) need no finer grain, and everything else wakes it.
 pub const IDLE_WAIT: Duration = Duration::from_secs(1);
+/// I/O started within this long counts as a stream of I/O for the polling
+/// rule ([`spin_window_us`]): a host at queue depth 1 starts one every round
+/// trip; keep-alives and the workers' timers start none.
+const IO_RECENT: Duration = Duration::from_millis(1);
 /// io_uring entries per worker.
 const RING_ENTRIES: u32 = 4096;
 
@@ -256,9 +260,15 @@ impl Worker {
         // there to the start of the next pass (one clock read per pass).
         let mut busy_since: Option<Instant> = None;
         let mut woke = false;
+        // When the target last started an I/O (seen by this worker).
+        let (mut io_seen, mut last_io) = (0, last_work);
         loop {
             let now = Instant::now();
             self.res.now = now;
+            let io_started = self.res.engine.target.io_started.load(Ordering::Relaxed);
+            if io_started != io_seen {
+                (io_seen, last_io) = (io_started, now);
+            }
             if let Some(b) = busy_since.take() {
                 busy.inc_by(now.duration_since(b).as_secs_f64());
             }
@@ -315,6 +325,7 @@ impl Worker {
                 target.poll_spin_us.load(Ordering::Relaxed),
                 self.res.engine.cfg.light_load_spin_us,
                 target.io_in_flight.load(Ordering::Relaxed),
+                now.duration_since(last_io) < IO_RECENT,
             ));
             if now.duration_since(last_work) < spin {
                 std::hint::spin_loop();

@@ -324,6 +324,7 @@ impl Queue {
         };
         if self.qid() != 0 && !cmd.is_fabrics() {
             cx.target.io_in_flight.fetch_add(1, Ordering::SeqCst);
+            cx.target.io_started.fetch_add(1, Ordering::Relaxed);
             if cx.target.stopping.load(Ordering::SeqCst) {
                 // Shutting down: hold the command unanswered (parked). The
                 // queue is disconnected once in-flight I/O drained; the host
