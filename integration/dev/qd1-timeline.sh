@@ -15,18 +15,10 @@ modprobe -a rdma_rxe ib_uverbs rdma_ucm nvme-rdma nvmet nvmet-rdma
 modprobe null_blk nr_devices=1 memory_backed=1 gb=1 bs=512 queue_mode=2
 BDEV=/dev/nullb0
 rdma link add rxe0 type rxe netdev "${LAB_IF:-eth0}" 2>/dev/null
-C=/sys/kernel/config/nvmet; mountpoint -q $C || mount -t configfs none /sys/kernel/config
 T=/sys/kernel/tracing; mountpoint -q $T || mount -t tracefs none $T
-kernel_up() {
-  mkdir $C/subsystems/$NQN; echo 1 >$C/subsystems/$NQN/attr_allow_any_host
-  mkdir $C/subsystems/$NQN/namespaces/1; echo -n $BDEV >$C/subsystems/$NQN/namespaces/1/device_path; echo 1 >$C/subsystems/$NQN/namespaces/1/enable
-  mkdir $C/ports/1; echo rdma >$C/ports/1/addr_trtype; echo ipv4 >$C/ports/1/addr_adrfam; echo "$IP" >$C/ports/1/addr_traddr; echo 4420 >$C/ports/1/addr_trsvcid
-  ln -s $C/subsystems/$NQN $C/ports/1/subsystems/$NQN
-}
-kernel_down() {
-  rm $C/ports/1/subsystems/$NQN; rmdir $C/ports/1; echo 0 >$C/subsystems/$NQN/namespaces/1/enable
-  rmdir $C/subsystems/$NQN/namespaces/1 $C/subsystems/$NQN
-}
+PORT=4420
+fail() { echo "FAIL: $*" >&2; exit 1; }
+. integration/guest/nvmet.sh
 mkdir -p /lab/build/qd1
 devof() { for _ in $(seq 50); do d=$(ls /dev/nvme*n1 2>/dev/null | head -1); [ -n "$d" ] && { echo "$d"; return; }; sleep 0.1; done; }
 echo 'p:rxecq rxe_cq_post cq=%di' > $T/kprobe_events
@@ -45,7 +37,7 @@ run() { # label
     cp $T/trace /lab/build/qd1/$1-$rw.txt
   done
 }
-kernel_up; nvme connect -t rdma -a $IP -s 4420 -n $NQN >/dev/null; run nvmet; nvme disconnect -n $NQN >/dev/null; kernel_down
+nvmet_export $NQN $BDEV; nvme connect -t rdma -a $IP -s 4420 -n $NQN >/dev/null; run nvmet; nvme disconnect -n $NQN >/dev/null; nvmet_unexport $NQN
 NO_COLOR=1 build/release/nvmf-target --listen "$IP:4420" --nqn $NQN --namespace $BDEV --log-level warn ${OURS_ARGS:-} >/tmp/t.log 2>&1 &
 TP=$!; sleep 1
 nvme connect -t rdma -a $IP -s 4420 -n $NQN >/dev/null; run ours; nvme disconnect -n $NQN >/dev/null

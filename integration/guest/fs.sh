@@ -100,7 +100,13 @@ exercise() { # label DEV IMG
             || { cat /tmp/fsck.log; fail "$fs check of $dev found problems"; }
         a2=$(alloc_mb "$img")
         info "$fs: 6 files of 4 MiB verified after remount ($n left), check clean; $img ${a0} -> ${a1} MiB after deleting 24 MiB and fstrim"
-        [ $(( a0 - a1 )) -ge 16 ] || fail "online discard/fstrim on $fs did not reach $img (${a0} -> ${a1} MiB)"
+        if [ $(( a0 - a1 )) -lt 16 ]; then
+            # nvmet is the reference here, not under test: once (in ~20 runs) its ext4 run
+            # freed 10 of 24 MiB with the second fstrim trimming nothing. Said, not failed;
+            # the same on our target fails.
+            [ "$CUR" = kernel ] || fail "online discard/fstrim on $fs did not reach $img (${a0} -> ${a1} MiB)"
+            info "NOTE nvmet: online discard/fstrim on $fs freed only $(( a0 - a1 )) of 24 MiB in $img (reference run, not asserted)"
+        fi
         kmsg_check "$fs on $CUR $label"
         row+=" $fs=ok trim_freed=$(( a0 - a1 ))MiB"
     done
