@@ -357,6 +357,15 @@ wait_state() { # SECONDS PORT PATTERN
     # What the host did (seen once in a test-all run: a path live with no namespace on it).
     echo "--- the host's kernel log (nvme, last 20 lines)"; dmesg | grep -E 'nvme|NVMe' | tail -n 20
     nvme list-subsys 2>&1 | sed 's/^/    /'
+    # Seen twice in ~20 runs: "identifiers changed for nsid 1" as A's controller reconnected,
+    # and the host dropped the namespace from it. What each gateway says now:
+    local p c
+    for p in 4420 4421; do
+        c=$(ctrl_at $p) || continue
+        echo "--- port $p ($c): namespace identifiers"
+        nvme ns-descs "/dev/$c" -n 1 2>&1 | sed 's/^/    /'
+        nvme id-ns "/dev/$c" -n 1 2>&1 | grep -iE '^(nsze|nguid|eui64|anagrpid)' | sed 's/^/    /'
+    done
     fail "the path through port $2 is '$(path_state "$2")', not /$3/, after $1 s"
 }
 # fio with crc32c verify on the multipath head, in the background. Every block written is
