@@ -1,6 +1,7 @@
 //! Fabrics commands: Connect (controller creation and queue attachment with
 //! host access control) and Property Get/Set.
 
+use std::net::IpAddr;
 use std::sync::Arc;
 
 use nvme::fabrics::{
@@ -29,6 +30,8 @@ pub struct ConnectError {
     pub status: Status,
     /// Result dword: which parameter was wrong.
     pub result: u64,
+    /// The reason, where the status does not tell it.
+    why: Option<&'static str>,
 }
 
 impl ConnectError {
@@ -36,6 +39,9 @@ impl ConnectError {
     pub fn reason(&self) -> &'static str {
         let subnqn = iattr_data(CONNECT_DATA_SUBNQN_OFFSET);
         let cntlid = iattr_data(CONNECT_DATA_CNTLID_OFFSET);
+        if let Some(w) = self.why {
+            return w;
+        }
         match (self.status, self.result) {
             (Status::CONNECT_INVALID_HOST, _) => "host_not_allowed",
             (Status::CONNECT_INVALID_PARAM, r) if r == subnqn => "unknown_subsystem",
@@ -48,16 +54,22 @@ impl ConnectError {
 }
 
 fn refuse(status: Status, result: u64) -> ConnectError {
-    ConnectError { status, result }
+    ConnectError {
+        status,
+        result,
+        why: None,
+    }
 }
 
 /// Handles Connect on a queue not yet connected. `cm_qid` is the queue id the
-/// host named in the RDMA-CM private data. On success the caller attaches the
-/// queue to the returned controller and answers with `cntlid` as the result.
+/// host named in the RDMA-CM private data, `peer` the address the queue comes
+/// from. On success the caller attaches the queue to the returned controller
+/// and answers with `cntlid` as the result.
 pub fn connect(
     target: &Target,
     cm_qid: u16,
     cm_sqsize: u16,
+    peer: Option<IpAddr>,
     cmd: &Command,
     data: &[u8],
 ) -> Result<(Arc<Controller>, ConnectData), ConnectError> {
@@ -127,6 +139,21 @@ pub fn connect(
             Status::CONNECT_INVALID_PARAM,
             iattr_data(CONNECT_DATA_HOSTID_OFFSET),
         ));
+    }
+    // The host NQN, host ID and controller ID travel in clear: an I/O queue
+    // joins only a controller whose admin queue came from the same address,
+    // so another peer cannot take a queue (and fail the controller with it).
+    // To that peer the controller does not exist.
+    if let (Some(p), Some((h, _))) = (peer, ctrl.addrs()) {
+        if p != h.ip() {
+            return Err(ConnectError {
+                why: Some("other_peer"),
+                ..refuse(
+                    Status::CONNECT_INVALID_PARAM,
+                    iattr_data(CONNECT_DATA_CNTLID_OFFSET),
+                )
+            });
+        }
     }
     {
         let st = ctrl.state();
@@ -238,89 +265,115 @@ mod tests {
     fn admin_then_io() {
         let t = target();
         let (c, d) = conn(0, 31, 5000, "nqn.t:open", "nqn.host:a", 0xFFFF);
-        let (ctrl, _) = connect(&t, 0, sq(&c), &c, &d).unwrap();
+        let (ctrl, _) = connect(&t, 0, sq(&c), None, &c, &d).unwrap();
         assert_eq!(ctrl.cntlid, 1);
         assert_eq!(ctrl.state().kato_ms, 5000);
         // I/O queue before enable
         let (c, d) = conn(1, 127, 0, "nqn.t:open", "nqn.host:a", 1);
         assert_eq!(
-            connect(&t, 1, sq(&c), &c, &d).unwrap_err().status,
+            connect(&t, 1, sq(&c), None, &c, &d).unwrap_err().status,
             Status::CMD_SEQ_ERROR
         );
         enable(&ctrl);
         assert!(ctrl.is_ready());
-        let (io_ctrl, _) = connect(&t, 1, sq(&c), &c, &d).unwrap();
+        let (io_ctrl, _) = connect(&t, 1, sq(&c), None, &c, &d).unwrap();
         assert!(Arc::ptr_eq(&io_ctrl, &ctrl));
         // wrong host for the controller
         let (c, d) = conn(1, 127, 0, "nqn.t:open", "nqn.host:b", 1);
         assert_eq!(
-            connect(&t, 1, sq(&c), &c, &d).unwrap_err(),
+            connect(&t, 1, sq(&c), None, &c, &d).unwrap_err(),
             refuse(Status::CONNECT_INVALID_PARAM, (1 << 16) | 512)
         );
         // unknown controller
         let (c, d) = conn(1, 127, 0, "nqn.t:open", "nqn.host:a", 9);
         assert_eq!(
-            connect(&t, 1, sq(&c), &c, &d).unwrap_err(),
+            connect(&t, 1, sq(&c), None, &c, &d).unwrap_err(),
             refuse(Status::CONNECT_INVALID_PARAM, (1 << 16) | 16)
         );
         // sqsize too big, qid mismatch
         let (c, d) = conn(1, 128, 0, "nqn.t:open", "nqn.host:a", 1);
         assert_eq!(
-            connect(&t, 1, sq(&c), &c, &d).unwrap_err(),
+            connect(&t, 1, sq(&c), None, &c, &d).unwrap_err(),
             refuse(Status::CONNECT_INVALID_PARAM, 44)
         );
         let (c, d) = conn(2, 127, 0, "nqn.t:open", "nqn.host:a", 1);
         assert_eq!(
-            connect(&t, 1, sq(&c), &c, &d).unwrap_err(),
+            connect(&t, 1, sq(&c), None, &c, &d).unwrap_err(),
             refuse(Status::CONNECT_INVALID_PARAM, 42)
         );
         // SQSIZE other than the CM's HSQSIZE
         let (c, d) = conn(1, 127, 0, "nqn.t:open", "nqn.host:a", 1);
         assert_eq!(
-            connect(&t, 1, 63, &c, &d).unwrap_err(),
+            connect(&t, 1, 63, None, &c, &d).unwrap_err(),
             refuse(Status::CONNECT_INVALID_PARAM, 44)
         );
         let (c, d) = conn(0, 31, 0, "nqn.t:open", "nqn.host:a", 0xFFFF);
-        assert_eq!(connect(&t, 0, 15, &c, &d).unwrap_err().result, 44);
+        assert_eq!(connect(&t, 0, 15, None, &c, &d).unwrap_err().result, 44);
         // another host identifier than the admin queue's
         let (c, mut d) = conn(1, 127, 0, "nqn.t:open", "nqn.host:a", 1);
         d[0] ^= 0xFF;
         assert_eq!(
-            connect(&t, 1, sq(&c), &c, &d).unwrap_err(),
+            connect(&t, 1, sq(&c), None, &c, &d).unwrap_err(),
             refuse(Status::CONNECT_INVALID_PARAM, 1 << 16)
         );
+    }
+
+    #[test]
+    fn an_io_queue_joins_only_from_the_admin_queues_address() {
+        let t = target();
+        let (c, d) = conn(0, 31, 5000, "nqn.t:open", "nqn.host:a", 0xFFFF);
+        let (ctrl, _) = connect(&t, 0, sq(&c), None, &c, &d).unwrap();
+        let host: std::net::SocketAddr = "10.0.0.1:5000".parse().unwrap();
+        ctrl.set_addrs(host, "10.0.0.9:4420".parse().unwrap());
+        enable(&ctrl);
+        let (c, d) = conn(1, 127, 0, "nqn.t:open", "nqn.host:a", ctrl.cntlid);
+        let other = Some("10.0.0.2".parse().unwrap());
+        let e = connect(&t, 1, sq(&c), other, &c, &d).unwrap_err();
+        assert_eq!(
+            e,
+            ConnectError {
+                why: Some("other_peer"),
+                ..refuse(Status::CONNECT_INVALID_PARAM, (1 << 16) | 16)
+            }
+        );
+        assert_eq!(e.reason(), "other_peer");
+        // Another port of the same address is the same host.
+        let (io, _) = connect(&t, 1, sq(&c), Some(host.ip()), &c, &d).unwrap();
+        assert!(Arc::ptr_eq(&io, &ctrl));
     }
 
     #[test]
     fn refusals() {
         let t = target();
         let (c, d) = conn(0, 31, 0, "nqn.t:nope", "nqn.host:a", 0xFFFF);
-        let e = connect(&t, 0, sq(&c), &c, &d).unwrap_err();
+        let e = connect(&t, 0, sq(&c), None, &c, &d).unwrap_err();
         assert_eq!(e.status.code(), 0x182);
         assert_eq!(e.result, (1 << 16) | 256);
         let (c, d) = conn(0, 31, 0, "nqn.t:closed", "nqn.host:a", 0xFFFF);
-        let e = connect(&t, 0, sq(&c), &c, &d).unwrap_err();
+        let e = connect(&t, 0, sq(&c), None, &c, &d).unwrap_err();
         assert_eq!(e.status.code(), 0x184);
         assert_eq!(e.result, (1 << 16) | 512);
         let (c, d) = conn(0, 31, 0, "nqn.t:closed", "nqn.host:ok", 0xFFFF);
-        assert!(connect(&t, 0, sq(&c), &c, &d).is_ok());
+        assert!(connect(&t, 0, sq(&c), None, &c, &d).is_ok());
         let (c, d) = conn(0, 32, 0, "nqn.t:open", "nqn.host:a", 0xFFFF);
-        assert_eq!(connect(&t, 0, sq(&c), &c, &d).unwrap_err().result, 44);
+        assert_eq!(connect(&t, 0, sq(&c), None, &c, &d).unwrap_err().result, 44);
         let (mut c, d) = conn(0, 31, 0, "nqn.t:open", "nqn.host:a", 0xFFFF);
         c.raw[40] = 1;
         assert_eq!(
-            connect(&t, 0, sq(&c), &c, &d).unwrap_err().status,
+            connect(&t, 0, sq(&c), None, &c, &d).unwrap_err().status,
             Status::CONNECT_FORMAT
         );
         let (c, d) = conn(0, 31, 0, "nqn.t:open", "nqn.host:a", 0xFFFF);
         assert_eq!(
-            connect(&t, 0, sq(&c), &c, &d[..512]).unwrap_err().status,
+            connect(&t, 0, sq(&c), None, &c, &d[..512])
+                .unwrap_err()
+                .status,
             Status::SGL_INVALID_DATA
         );
         // No host NQN at all, even where any host is allowed.
         let (c, d) = conn(0, 31, 0, "nqn.t:open", "", 0xFFFF);
         assert_eq!(
-            connect(&t, 0, sq(&c), &c, &d).unwrap_err(),
+            connect(&t, 0, sq(&c), None, &c, &d).unwrap_err(),
             refuse(Status::CONNECT_INVALID_PARAM, (1 << 16) | 512)
         );
     }
@@ -329,9 +382,9 @@ mod tests {
     fn discovery_defaults() {
         let t = target();
         let (c, d) = conn(0, 31, 0, nvme::DISCOVERY_NQN, "nqn.host:any", 0xFFFF);
-        let (ctrl, _) = connect(&t, 0, sq(&c), &c, &d).unwrap();
+        let (ctrl, _) = connect(&t, 0, sq(&c), None, &c, &d).unwrap();
         assert_eq!(ctrl.state().kato_ms, DISCOVERY_KATO_MS);
         let (c, d) = conn(1, 31, 0, nvme::DISCOVERY_NQN, "nqn.host:any", ctrl.cntlid);
-        assert_eq!(connect(&t, 1, sq(&c), &c, &d).unwrap_err().result, 42);
+        assert_eq!(connect(&t, 1, sq(&c), None, &c, &d).unwrap_err().result, 42);
     }
 }

@@ -129,10 +129,12 @@ pub(super) unsafe fn submit(
         Ok(()) => Submitted {
             in_flight: 1,
             errno: 0,
+            done: 0,
         },
         Err(e) => Submitted {
             in_flight: 0,
             errno: errno_of(&e),
+            done: 0,
         },
     };
     match *plan {
@@ -157,6 +159,7 @@ pub(super) unsafe fn submit(
             Submitted {
                 in_flight: 1,
                 errno: 0,
+                done: 0,
             }
         }
         IoPlan::Dsm { .. } => {

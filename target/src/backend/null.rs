@@ -1,9 +1,84 @@
-//! The null backend: every operation succeeds at once. Reads return the data
-//! buffer as it is (no copy), writes are dropped. For fabric benchmarks.
+//! The null backend: every operation succeeds at once, writes are dropped and
+//! reads return zeroes, as from a device that was never written. A read fills
+//! its whole buffer: a pool buffer last held another request's data (another
+//! host's, another subsystem's), and the transport sends what the buffer holds.
 
+use super::{DataRef, Submitted};
 use crate::io::IoPlan;
 
-/// Result of a null operation: always success, for any plan.
-pub fn execute(_plan: &IoPlan) -> i32 {
-    0
+/// Runs `plan` at once: a read zeroes its `len` bytes at `data` and counts
+/// them as moved; everything else is a no-op.
+///
+/// # Safety
+/// For a read, `data.ptr` must be valid for writes of the plan's length and
+/// not aliased while this runs.
+pub unsafe fn execute(plan: &IoPlan, data: DataRef) -> Submitted {
+    let done = match *plan {
+        IoPlan::Read { len, .. } if len > 0 => {
+            // SAFETY: the caller's guarantee: the request's own buffer of at
+            // least `len` bytes, used by nothing else.
+            unsafe { std::ptr::write_bytes(data.ptr, 0, len as usize) };
+            len
+        }
+        IoPlan::Write { len, .. } => len,
+        _ => 0,
+    };
+    Submitted {
+        in_flight: 0,
+        errno: 0,
+        done,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_read_zeroes_its_whole_buffer() {
+        let mut buf = vec![0xA5u8; 8192];
+        let data = DataRef {
+            ptr: buf.as_mut_ptr(),
+            fixed: None,
+        };
+        let plan = IoPlan::Read {
+            offset: 0,
+            len: 4096,
+        };
+        // SAFETY: `buf` holds 8192 bytes and nothing else uses it.
+        let s = unsafe { execute(&plan, data) };
+        assert_eq!(
+            s,
+            Submitted {
+                in_flight: 0,
+                errno: 0,
+                done: 4096
+            }
+        );
+        assert!(
+            buf[..4096].iter().all(|&b| b == 0),
+            "stale bytes left in a null read"
+        );
+        assert!(
+            buf[4096..].iter().all(|&b| b == 0xA5),
+            "wrote past the read"
+        );
+    }
+
+    #[test]
+    fn writes_and_the_rest_complete_without_touching_data() {
+        let plan = IoPlan::Write {
+            offset: 0,
+            len: 512,
+            fua: true,
+        };
+        // SAFETY: a write reads nothing here (the null backend drops it).
+        let s = unsafe { execute(&plan, DataRef::NONE) };
+        assert_eq!(s.done, 512);
+        // SAFETY: a flush uses no data.
+        assert_eq!(
+            unsafe { execute(&IoPlan::Flush, DataRef::NONE) },
+            Submitted::default()
+        );
+    }
 }

@@ -171,10 +171,12 @@ pub(super) unsafe fn submit(
         Ok(()) => Submitted {
             in_flight: 1,
             errno: 0,
+            done: 0,
         },
         Err(e) => Submitted {
             in_flight: 0,
             errno: -e,
+            done: 0,
         },
     };
     let image = &img.image;

@@ -48,6 +48,15 @@ pub struct EngineConfig {
     /// Microseconds a worker polls after its last work while at most one
     /// I/O is in flight (see `core::polling`); 0: off.
     pub light_load_spin_us: u64,
+    /// Queues not yet connected (no successful Fabrics Connect) one peer
+    /// address may hold (see `core::admission`).
+    pub max_pending_queues_per_peer: u32,
+    /// Queues not yet connected the target holds in all.
+    pub max_pending_queues: u32,
+    /// Keep-alive timeouts above this (ms) are not waited out: a quiet host
+    /// is probed at the RDMA level, as one without keep-alive (see
+    /// `core::liveness`).
+    pub max_keep_alive_ms: u32,
 }
 
 /// Bytes of a small data buffer.
@@ -60,6 +69,12 @@ pub const DEFAULT_SMALL_BUFFERS: u32 = 256;
 pub const DEFAULT_LARGE_BUFFERS: u32 = 32;
 /// Default polling window under light load (µs).
 pub const DEFAULT_LIGHT_LOAD_SPIN_US: u64 = 300;
+/// Default cap of pending queues per peer address.
+pub const DEFAULT_MAX_PENDING_PER_PEER: u32 = 32;
+/// Default cap of pending queues in all.
+pub const DEFAULT_MAX_PENDING: u32 = 128;
+/// Default keep-alive bound (ms).
+pub const DEFAULT_MAX_KEEP_ALIVE_MS: u32 = 120_000;
 /// Default pinned-memory budget.
 pub const DEFAULT_MAX_PINNED: u64 = 192 << 20;
 
@@ -102,6 +117,9 @@ impl Default for EngineConfig {
             max_pinned_memory: DEFAULT_MAX_PINNED,
             send_offload: SendOffload::Auto,
             light_load_spin_us: DEFAULT_LIGHT_LOAD_SPIN_US,
+            max_pending_queues_per_peer: DEFAULT_MAX_PENDING_PER_PEER,
+            max_pending_queues: DEFAULT_MAX_PENDING,
+            max_keep_alive_ms: DEFAULT_MAX_KEEP_ALIVE_MS,
         }
     }
 }
@@ -117,6 +135,9 @@ pub(super) struct RawEngine {
     pub max_pinned_memory: Option<super::SizeValue>,
     pub send_offload: Option<SendOffload>,
     pub light_load_spin_us: Option<u64>,
+    pub max_pending_queues_per_peer: Option<u32>,
+    pub max_pending_queues: Option<u32>,
+    pub max_keep_alive_ms: Option<u32>,
 }
 
 impl RawEngine {
@@ -141,6 +162,29 @@ impl RawEngine {
             errors.push((
                 f("light_load_spin_us"),
                 format!("{light_load_spin_us} is out of range 0..=100000 (µs)"),
+            ));
+        }
+        let per_peer = self
+            .max_pending_queues_per_peer
+            .unwrap_or(d.max_pending_queues_per_peer);
+        let pending = self.max_pending_queues.unwrap_or(d.max_pending_queues);
+        if !(1..=65536).contains(&per_peer) {
+            errors.push((
+                f("max_pending_queues_per_peer"),
+                format!("{per_peer} is out of range 1..=65536"),
+            ));
+        }
+        if !(1..=65536).contains(&pending) {
+            errors.push((
+                f("max_pending_queues"),
+                format!("{pending} is out of range 1..=65536"),
+            ));
+        }
+        let max_keep_alive_ms = self.max_keep_alive_ms.unwrap_or(d.max_keep_alive_ms);
+        if max_keep_alive_ms < 1000 {
+            errors.push((
+                f("max_keep_alive_ms"),
+                format!("{max_keep_alive_ms} is below 1000 (ms)"),
             ));
         }
         let small_buffers = self.small_buffers.unwrap_or(d.small_buffers);
@@ -174,6 +218,9 @@ impl RawEngine {
             max_pinned_memory: max_pinned_memory.unwrap_or(d.max_pinned_memory),
             send_offload: self.send_offload.unwrap_or(d.send_offload),
             light_load_spin_us,
+            max_pending_queues_per_peer: per_peer,
+            max_pending_queues: pending,
+            max_keep_alive_ms,
         };
         let need = e.workers as u64 * e.per_worker_bytes(e.srq != SrqMode::Off);
         if need > e.max_pinned_memory {
@@ -247,6 +294,22 @@ mod tests {
         });
         assert_eq!(f, "target.light_load_spin_us");
         assert!(why.contains("0..=100000"), "{why}");
+        let (f, _) = err(RawEngine {
+            max_pending_queues_per_peer: Some(0),
+            ..raw()
+        });
+        assert_eq!(f, "target.max_pending_queues_per_peer");
+        let (f, _) = err(RawEngine {
+            max_pending_queues: Some(0),
+            ..raw()
+        });
+        assert_eq!(f, "target.max_pending_queues");
+        let (f, why) = err(RawEngine {
+            max_keep_alive_ms: Some(10),
+            ..raw()
+        });
+        assert_eq!(f, "target.max_keep_alive_ms");
+        assert!(why.contains("below 1000"), "{why}");
         let (f, why) = err(RawEngine {
             workers: Some(8),
             max_pinned_memory: Some(crate::config::SizeValue::Text("64M".into())),

@@ -60,6 +60,9 @@ pub(super) struct RawTarget {
     pub max_pinned_memory: Option<SizeValue>,
     pub send_offload: Option<super::SendOffload>,
     pub light_load_spin_us: Option<u64>,
+    pub max_pending_queues_per_peer: Option<u32>,
+    pub max_pending_queues: Option<u32>,
+    pub max_keep_alive_ms: Option<u32>,
 }
 
 #[derive(Deserialize)]

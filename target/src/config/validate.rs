@@ -144,6 +144,9 @@ impl TargetConfig {
                 max_pinned_memory: t.max_pinned_memory,
                 send_offload: t.send_offload,
                 light_load_spin_us: t.light_load_spin_us,
+                max_pending_queues_per_peer: t.max_pending_queues_per_peer,
+                max_pending_queues: t.max_pending_queues,
+                max_keep_alive_ms: t.max_keep_alive_ms,
             },
             None => engine::RawEngine::default(),
         }

@@ -49,9 +49,12 @@ impl Liveness {
     }
 
     /// Whether to probe now: the controller runs without keep-alive
-    /// (`kato_ms` 0), nothing was heard for [`IDLE`], and no probe is out.
-    pub fn probe_due(&self, now: Instant, kato_ms: u32) -> bool {
-        kato_ms == 0
+    /// (`kato_ms` 0) or with one longer than the target waits out
+    /// (`max_kato_ms`: a host that asks for 49 days and vanishes must not
+    /// hold its queues that long), nothing was heard for [`IDLE`], and no
+    /// probe is out.
+    pub fn probe_due(&self, now: Instant, kato_ms: u32, max_kato_ms: u32) -> bool {
+        (kato_ms == 0 || kato_ms > max_kato_ms)
             && self.probe.is_none()
             && now.saturating_duration_since(self.last_heard) >= IDLE
     }
@@ -87,24 +90,45 @@ impl Liveness {
 mod tests {
     use super::*;
 
+    const MAX: u32 = 120_000;
+
+    #[test]
+    fn a_keep_alive_beyond_the_bound_is_probed_like_none() {
+        let t0 = Instant::now();
+        let l = Liveness::new(t0);
+        assert!(l.probe_due(t0 + IDLE, u32::MAX, MAX));
+        assert!(l.probe_due(t0 + IDLE, MAX + 1, MAX));
+        assert!(
+            !l.probe_due(t0 + IDLE, MAX, MAX),
+            "within the bound: keep-alive covers it"
+        );
+        assert!(
+            !l.probe_due(t0 + IDLE / 2, u32::MAX, MAX),
+            "not quiet long enough"
+        );
+    }
+
     #[test]
     fn probes_only_a_quiet_host_without_keep_alive() {
         let t0 = Instant::now();
         let mut l = Liveness::new(t0);
-        assert!(!l.probe_due(t0 + IDLE / 2, 0), "not quiet long enough");
-        assert!(l.probe_due(t0 + IDLE, 0));
-        assert!(!l.probe_due(t0 + IDLE * 10, 5000), "keep-alive covers it");
+        assert!(!l.probe_due(t0 + IDLE / 2, 0, MAX), "not quiet long enough");
+        assert!(l.probe_due(t0 + IDLE, 0, MAX));
+        assert!(
+            !l.probe_due(t0 + IDLE * 10, 5000, MAX),
+            "keep-alive covers it"
+        );
         l.heard(t0 + IDLE);
-        assert!(!l.probe_due(t0 + IDLE + IDLE / 2, 0), "heard from");
+        assert!(!l.probe_due(t0 + IDLE + IDLE / 2, 0, MAX), "heard from");
         let t1 = t0 + IDLE * 2;
-        assert!(l.probe_due(t1, 0));
+        assert!(l.probe_due(t1, 0, MAX));
         l.probe_sent(t1);
         assert!(l.probing());
-        assert!(!l.probe_due(t1 + IDLE * 3, 0), "one probe at a time");
+        assert!(!l.probe_due(t1 + IDLE * 3, 0, MAX), "one probe at a time");
         l.probe_answered(t1 + Duration::from_millis(1));
         assert!(!l.probing());
-        assert!(!l.probe_due(t1 + IDLE / 2, 0));
-        assert!(l.probe_due(t1 + IDLE * 2, 0));
+        assert!(!l.probe_due(t1 + IDLE / 2, 0, MAX));
+        assert!(l.probe_due(t1 + IDLE * 2, 0, MAX));
         assert_eq!(l.accepted(), t0);
     }
 

@@ -147,11 +147,32 @@ fn listener_loop(
                     reject(target, &id, RejectStatus::NoResources);
                     continue;
                 }
+                let Some(peer) = id.peer_addr() else {
+                    reject(target, &id, RejectStatus::NoResources);
+                    continue;
+                };
+                let pending = match engine.admission.admit(peer.ip()) {
+                    Ok(p) => p,
+                    Err(why) => {
+                        crate::metrics::reject(why.reason());
+                        if engine.admission.should_log(peer.ip(), Instant::now()) {
+                            let (mine, all) = engine.admission.counts(peer.ip());
+                            warn!(%addr, %peer, pending_from_peer = mine, pending = all,
+                                  limit = why.reason(),
+                                  "connection refused: too many queues without a Fabrics Connect \
+                                   ([target] max_pending_queues_per_peer / max_pending_queues); \
+                                   said once a minute per peer");
+                        }
+                        reject(target, &id, RejectStatus::NoResources);
+                        continue;
+                    }
+                };
                 engine.assign(params.qid).give(NewConn {
                     id,
                     params,
                     host_ird: ev.initiator_depth,
                     host_ord: ev.responder_resources,
+                    pending: Some(pending),
                 });
             }
             (CmEventKind::DeviceRemoval, _) => {

@@ -15,6 +15,7 @@
 //! One protection domain per device serves the whole target.
 
 pub mod device;
+mod index;
 pub mod listener;
 pub mod memory;
 pub mod poster;
@@ -33,6 +34,7 @@ use tracing::{info, warn};
 
 use crate::backend::offload::Offload;
 use crate::config::{EngineConfig, SendOffload};
+use crate::core::admission::Admission;
 use crate::stats::Stats;
 use crate::subsystem::Target;
 pub use listener::{listen, Listener};
@@ -72,6 +74,8 @@ pub struct EngineShared {
     pub cfg: EngineConfig,
     /// The pinned-memory budget.
     pub budget: Arc<Budget>,
+    /// Queues that have not connected yet, capped per peer and in all.
+    pub admission: Arc<Admission>,
     pds: Mutex<Vec<(usize, Arc<ProtectionDomain>)>>,
     /// Protection domains of removed devices, until every worker let go.
     removed: Mutex<Vec<Weak<ProtectionDomain>>>,
@@ -163,6 +167,7 @@ impl Engine {
         let shared = Arc::new(EngineShared {
             target,
             budget: Budget::new(cfg.max_pinned_memory),
+            admission: Admission::new(cfg.max_pending_queues_per_peer, cfg.max_pending_queues),
             cfg,
             pds: Mutex::new(Vec::new()),
             removed: Mutex::new(Vec::new()),

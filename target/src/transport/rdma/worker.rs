@@ -11,7 +11,6 @@
 //! stop, an offload result). It goes round at least every [`IDLE_WAIT`],
 //! so its heartbeat tells a sleeping worker from a stuck one.
 
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -21,6 +20,7 @@ use rdma::{CmEventKind, EventChannel, WorkCompletion, WrId};
 use tracing::{debug, error, warn};
 
 use super::device::WorkerDevice;
+use super::index::QueueIndex;
 use super::queue::{Cx, NewConn, Queue};
 use super::wr::{self, QueueKey};
 use super::EngineShared;
@@ -90,8 +90,8 @@ struct Slot {
 pub struct Worker {
     slots: Vec<Slot>,
     free_slots: Vec<u16>,
-    by_qpn: HashMap<u32, u16>,
-    by_cm: HashMap<usize, u16>,
+    index: QueueIndex,
+    queues: usize,
     cm: Arc<EventChannel>,
     armed: Armed,
     label: String,
@@ -135,6 +135,7 @@ impl Res {
             grants: &mut self.grants,
             now: self.now,
             poster: self.engine.poster(self.shared.index),
+            max_keep_alive_ms: self.engine.cfg.max_keep_alive_ms,
         })
     }
 }
@@ -164,8 +165,8 @@ impl Worker {
         Ok(Worker {
             slots: Vec::new(),
             free_slots: Vec::new(),
-            by_qpn: HashMap::new(),
-            by_cm: HashMap::new(),
+            index: QueueIndex::default(),
+            queues: 0,
             cm,
             armed: Armed::default(),
             label: shared.index.to_string(),
@@ -182,7 +183,7 @@ impl Worker {
     }
 
     fn queue_count(&self) -> usize {
-        self.by_cm.len()
+        self.queues
     }
 
     /// Runs `f` on the queue in `slot` (if its generation is `gen`), with the
@@ -424,7 +425,7 @@ impl Worker {
         match id.kind {
             wr::RECV_SRQ => {
                 let slot = id.slot as u32;
-                let q = self.by_qpn.get(&wc.qp_num()).copied();
+                let q = self.index.by_qp(d, wc.qp_num());
                 match (wc.is_ok(), q) {
                     (true, Some(s)) => {
                         let key = self.key_of(s);
@@ -667,8 +668,8 @@ impl Worker {
                         .worker_queues
                         .with_label_values(&[&self.label])
                         .inc();
-                    self.by_qpn.insert(q.qp_num, slot);
-                    self.by_cm.insert(q.cm_key, slot);
+                    self.index.insert(q.dev, q.qp_num, q.cm_key, slot);
+                    self.queues += 1;
                     self.slots[slot as usize].queue = Some(q);
                 }
                 Err((id, why)) => {
@@ -688,7 +689,7 @@ impl Worker {
             match self.cm.get_event() {
                 Ok(Some(ev)) => {
                     n += 1;
-                    if let Some(&slot) = self.by_cm.get(&ev.id_key) {
+                    if let Some(slot) = self.index.by_cm(ev.id_key) {
                         let key = self.key_of(slot);
                         if ev.kind == CmEventKind::DeviceRemoval {
                             self.device_removed(slot);
@@ -785,8 +786,8 @@ impl Worker {
         };
         let target = self.res.engine.target.clone();
         q.teardown(&target);
-        self.by_qpn.remove(&q.qp_num);
-        self.by_cm.remove(&q.cm_key);
+        self.index.remove(q.dev, q.qp_num, q.cm_key, slot);
+        self.queues -= 1;
         if let Some(d) = self.res.devices.get_mut(q.dev).and_then(|s| s.dev.as_mut()) {
             d.cq_room += q.cq_share;
             d.srq_committed = d.srq_committed.saturating_sub(q.srq_share());

@@ -40,6 +40,7 @@ impl Queue {
             params,
             host_ird,
             host_ord,
+            pending,
         } = c;
         let sq = params.sq_size as u32;
         let nreq = sq * 2;
@@ -182,8 +183,10 @@ impl Queue {
             link,
             sq_head: 0,
             sq_fc_disabled: false,
+            connecting: false,
             batch: SendBatch::new(super::super::poster::BATCH_WRS),
             state: State::Live,
+            pending,
             cm_gone: false,
             reason: "",
             liveness: Liveness::new(accepted),
@@ -262,8 +265,9 @@ impl Queue {
                 c.kill_all();
                 return self.disconnect(cx, "keep-alive timeout", "keep_alive");
             }
-            // Without keep-alive, a quiet host is probed at the RDMA level; a
-            // probe that fails fails the queue (and the controller with it).
+            // Without keep-alive, or with one longer than the target waits
+            // out, a quiet host is probed at the RDMA level; a probe that
+            // fails fails the queue (and the controller with it).
             let kato = c.state().kato_ms;
             if self.liveness.probe_overdue(now) {
                 warn!(cntlid = c.cntlid, host = %c.hostnqn, subsys = %c.subsys.nqn,
@@ -273,8 +277,9 @@ impl Queue {
                 c.kill_all();
                 return self.disconnect(cx, "liveness probe unanswered", "probe_timeout");
             }
-            if self.liveness.probe_due(now, kato) {
-                debug!(cntlid = c.cntlid, host = %c.hostnqn, "no keep-alive and quiet: probing the host");
+            if self.liveness.probe_due(now, kato, cx.max_keep_alive_ms) {
+                debug!(cntlid = c.cntlid, host = %c.hostnqn, kato_ms = kato,
+                       "no keep-alive (or one beyond [target] max_keep_alive_ms) and quiet: probing the host");
                 self.send_probe(cx, now);
             }
             self.complete_aers(cx, &c);

@@ -52,21 +52,29 @@ impl Queue {
     fn exec_fabrics(&mut self, cx: &mut Cx<'_>, r: usize) {
         let cmd = self.reqs[r].cmd;
         if cmd.fctype() == fctype::CONNECT {
+            self.connecting = false;
             // SAFETY: the request executes; the data is copied out at once.
             let data = unsafe { self.data_mut(cx.dev, r) }.to_vec();
-            match fabrics::connect(cx.target, self.qid(), self.params.sq_size - 1, &cmd, &data) {
+            let peer = self.id.as_ref().and_then(|i| i.peer_addr());
+            let (qid, sq) = (self.qid(), self.params.sq_size - 1);
+            match fabrics::connect(cx.target, qid, sq, peer.map(|p| p.ip()), &cmd, &data) {
                 Ok((ctrl, d)) => {
                     if let Err(st) = ctrl.attach(self.link.clone()) {
                         warn!(
                             qid = self.qid(),
                             cntlid = ctrl.cntlid,
-                            "queue already connected"
+                            status = %st,
+                            "queue not attached to its controller"
                         );
+                        if self.qid() == 0 {
+                            // The controller was made for this queue: nothing
+                            // else will ever detach it.
+                            ctrl.subsys.remove_controller(ctrl.cntlid);
+                        }
                         return self.complete(cx, r, st, 0);
                     }
                     self.sq_fc_disabled = nvme::fabrics::ConnectCommand::from_command(&cmd)
                         .sq_flow_control_disabled();
-                    let peer = self.id.as_ref().and_then(|i| i.peer_addr());
                     if self.qid() == 0 {
                         let local = self.id.as_ref().and_then(|i| i.local_addr());
                         if let (Some(h), Some(l)) = (peer, local) {
@@ -91,13 +99,13 @@ impl Queue {
                     }
                     let cntlid = ctrl.cntlid as u64;
                     self.ctrl = Some(ctrl);
+                    self.pending = None;
                     self.complete(cx, r, Status::SUCCESS, cntlid)
                 }
                 Err(e) => {
                     let (sub, host) = nvme::fabrics::ConnectData::parse(&data)
                         .map(|d| (d.subsysnqn, d.hostnqn))
                         .unwrap_or_default();
-                    let peer = self.id.as_ref().and_then(|i| i.peer_addr());
                     warn!(qid = self.qid(), status = %e.status, subsys = %sub, host = %host,
                           ?peer, reason = e.reason(), "connect refused");
                     crate::metrics::reject(e.reason());
@@ -159,6 +167,11 @@ impl Queue {
         // its data until it returns.
         let buf = unsafe { self.data_mut(cx.dev, r) };
         let len = buf.len() as u32;
+        if matches!(self.reqs[r].plan, DataPlan::Write { .. }) {
+            // Data to the host starts as zeroes, whatever a command leaves
+            // unwritten: the pool buffer last held another request's data.
+            buf.fill(0);
+        }
         match admin::execute(cx.target, &ctrl, &cmd, buf, Instant::now()) {
             AdminOutcome::Done {
                 status,
@@ -215,6 +228,7 @@ impl Queue {
         // the request holds `ns` as long.
         let s = unsafe { backend::submit(&ns, &plan, data, &ranges, &mut cx.io, ud) };
         self.reqs[r].errno = s.errno;
+        self.reqs[r].done += s.done;
         if s.errno != 0 {
             error!(
                 qid = self.qid(),
@@ -319,6 +333,21 @@ impl Queue {
         }
         let (Some(plan), Some(ns)) = (plan, q.ns.first()) else {
             return self.complete(cx, r, Status::INTERNAL, 0);
+        };
+        // A read answers with data only when the backend produced every byte
+        // of it: the buffer's other bytes are whatever its last user left.
+        let errno = match plan {
+            IoPlan::Read { len, .. } | IoPlan::Write { len, .. } if errno == 0 && q.done != len => {
+                error!(
+                    qid = self.qid(),
+                    nsid = ns.nsid,
+                    ?plan,
+                    done = q.done,
+                    "backend moved fewer bytes than asked"
+                );
+                nix::errno::Errno::EIO as i32
+            }
+            _ => errno,
         };
         if errno != 0 {
             Stats::inc(&cx.target.stats.backend_errors);

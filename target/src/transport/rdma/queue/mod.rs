@@ -28,6 +28,7 @@ use crate::admin;
 use crate::backend;
 use crate::backend::DataRef;
 use crate::controller::{Controller, QueueLink};
+use crate::core::admission::Pending;
 use crate::core::liveness::Liveness;
 use crate::core::pool::Buf;
 use crate::core::request::{Lifecycle, Stage, Step};
@@ -72,6 +73,8 @@ pub struct Cx<'a> {
     pub now: Instant,
     /// The worker's poster thread, if sends may be offloaded.
     pub poster: Option<&'a Poster>,
+    /// `[target] max_keep_alive_ms`.
+    pub max_keep_alive_ms: u32,
 }
 
 /// One request slot.
@@ -152,8 +155,12 @@ pub struct Queue {
     link: Arc<QueueLink>,
     sq_head: u16,
     sq_fc_disabled: bool,
+    /// A Connect is in flight (its data being fetched or executing).
+    connecting: bool,
     batch: SendBatch,
     state: State,
+    /// Its place among the queues not yet connected, until its Connect succeeds.
+    pending: Option<Pending>,
     cm_gone: bool,
     reason: &'static str,
     liveness: Liveness,
@@ -169,6 +176,8 @@ pub struct NewConn {
     pub host_ird: u8,
     /// As above.
     pub host_ord: u8,
+    /// Its place among the queues not yet connected.
+    pub pending: Option<Pending>,
 }
 
 /// The `type` label of a queue.
@@ -402,7 +411,22 @@ impl Queue {
         let cmd = self.reqs[r].cmd;
         if cmd.is_fabrics() {
             return match cmd.fctype() {
-                fctype::CONNECT if self.ctrl.is_none() => Ok(()),
+                // One Connect at a time: the check that the queue has no
+                // controller yet holds only until a Connect executes, and a
+                // second one fetching its data meanwhile would create a
+                // second controller that nothing ever detaches.
+                fctype::CONNECT if self.ctrl.is_none() && self.connecting => {
+                    Err(Status::CMD_SEQ_ERROR)
+                }
+                fctype::CONNECT if self.ctrl.is_none() => {
+                    // Exactly the Connect data, as nvmet: no peer that has not
+                    // proven anything gets a large buffer for its capsule.
+                    if self.reqs[r].plan.len() as usize != nvme::fabrics::CONNECT_DATA_SIZE {
+                        return Err(Status::SGL_INVALID_DATA);
+                    }
+                    self.connecting = true;
+                    Ok(())
+                }
                 // A Connect on a connected queue: like any fabrics command an
                 // established queue does not take, Invalid Opcode (nvmet, SPDK).
                 fctype::CONNECT => Err(Status::INVALID_OPCODE),

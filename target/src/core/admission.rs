@@ -1,0 +1,196 @@
+//! Admission of queues that have not connected yet. Every RDMA-CM request
+//! costs a queue pair, receive buffers and completion-queue entries before
+//! its peer has sent a Fabrics Connect, let alone proven who it is, so such
+//! "pending" queues are capped per peer address and in total. A queue stops
+//! being pending when its Connect succeeds or when it goes.
+//!
+//! Sans-IO: the caller passes the time; [`Pending`] gives its place back when
+//! dropped.
+
+use std::collections::HashMap;
+use std::net::IpAddr;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+/// A refusal is logged at most once per peer in this long.
+pub const LOG_EVERY: Duration = Duration::from_secs(60);
+
+/// Peers whose last logged refusal is remembered, at most (older ones are
+/// forgotten first, so a flood from many addresses cannot grow the map).
+const MAX_REMEMBERED: usize = 4096;
+
+/// Why a queue was not admitted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Refusal {
+    /// The peer has its share of pending queues.
+    PerPeer,
+    /// The target has its total of pending queues.
+    Total,
+}
+
+impl Refusal {
+    /// The reason as counted in the rejections metric.
+    pub fn reason(self) -> &'static str {
+        match self {
+            Refusal::PerPeer => "pending_per_peer",
+            Refusal::Total => "pending_total",
+        }
+    }
+}
+
+#[derive(Debug, Default)]
+struct State {
+    by_peer: HashMap<IpAddr, u32>,
+    total: u32,
+    logged: HashMap<IpAddr, Instant>,
+}
+
+/// The pending-queue counts and caps.
+#[derive(Debug)]
+pub struct Admission {
+    per_peer: u32,
+    total: u32,
+    state: Mutex<State>,
+}
+
+/// A pending queue's place; given back when dropped.
+#[derive(Debug)]
+pub struct Pending {
+    adm: Arc<Admission>,
+    peer: IpAddr,
+}
+
+impl Admission {
+    /// Caps of `per_peer` pending queues per address and `total` in all.
+    pub fn new(per_peer: u32, total: u32) -> Arc<Admission> {
+        Arc::new(Admission {
+            per_peer,
+            total,
+            state: Mutex::new(State::default()),
+        })
+    }
+
+    fn state(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Admits a queue from `peer`, or says which cap it meets.
+    pub fn admit(self: &Arc<Self>, peer: IpAddr) -> Result<Pending, Refusal> {
+        let mut st = self.state();
+        let n = st.by_peer.get(&peer).copied().unwrap_or(0);
+        if n >= self.per_peer {
+            return Err(Refusal::PerPeer);
+        }
+        if st.total >= self.total {
+            return Err(Refusal::Total);
+        }
+        st.by_peer.insert(peer, n + 1);
+        st.total += 1;
+        Ok(Pending {
+            adm: self.clone(),
+            peer,
+        })
+    }
+
+    /// Whether a refusal of `peer` at `now` is to be logged: the first one,
+    /// then one per [`LOG_EVERY`].
+    pub fn should_log(&self, peer: IpAddr, now: Instant) -> bool {
+        let mut st = self.state();
+        if let Some(t) = st.logged.get(&peer) {
+            if now.saturating_duration_since(*t) < LOG_EVERY {
+                return false;
+            }
+        }
+        if st.logged.len() >= MAX_REMEMBERED {
+            st.logged
+                .retain(|_, t| now.saturating_duration_since(*t) < LOG_EVERY);
+            if st.logged.len() >= MAX_REMEMBERED {
+                // Every entry is recent: a flood from many addresses. Log
+                // nothing new until some age out.
+                return false;
+            }
+        }
+        st.logged.insert(peer, now);
+        true
+    }
+
+    /// Pending queues of `peer`, and in all.
+    pub fn counts(&self, peer: IpAddr) -> (u32, u32) {
+        let st = self.state();
+        (st.by_peer.get(&peer).copied().unwrap_or(0), st.total)
+    }
+}
+
+impl Pending {
+    /// The peer address it was admitted for.
+    pub fn peer(&self) -> IpAddr {
+        self.peer
+    }
+}
+
+impl Drop for Pending {
+    fn drop(&mut self) {
+        let mut st = self.adm.state();
+        st.total = st.total.saturating_sub(1);
+        if let Some(n) = st.by_peer.get_mut(&self.peer) {
+            *n -= 1;
+            if *n == 0 {
+                st.by_peer.remove(&self.peer);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ip(s: &str) -> IpAddr {
+        s.parse().unwrap()
+    }
+
+    #[test]
+    fn caps_per_peer_and_in_total() {
+        let a = Admission::new(2, 3);
+        let (x, y) = (ip("10.0.0.1"), ip("10.0.0.2"));
+        let p1 = a.admit(x).unwrap();
+        let p2 = a.admit(x).unwrap();
+        assert_eq!(a.admit(x).unwrap_err(), Refusal::PerPeer);
+        let p3 = a.admit(y).unwrap();
+        assert_eq!(a.admit(y).unwrap_err(), Refusal::Total);
+        assert_eq!(a.admit(ip("10.0.0.3")).unwrap_err(), Refusal::Total);
+        assert_eq!(a.counts(x), (2, 3));
+        drop(p1);
+        assert_eq!(a.counts(x), (1, 2));
+        let p4 = a.admit(y).unwrap();
+        assert_eq!(a.admit(y).unwrap_err(), Refusal::PerPeer);
+        drop((p2, p3, p4));
+        assert_eq!(a.counts(x), (0, 0));
+        assert!(a.state().by_peer.is_empty(), "no entry left for gone peers");
+        assert_eq!(Refusal::PerPeer.reason(), "pending_per_peer");
+    }
+
+    #[test]
+    fn refusals_are_logged_once_a_minute_per_peer() {
+        let a = Admission::new(1, 1);
+        let t0 = Instant::now();
+        let (x, y) = (ip("10.0.0.1"), ip("::1"));
+        assert!(a.should_log(x, t0));
+        assert!(!a.should_log(x, t0 + Duration::from_secs(59)));
+        assert!(a.should_log(y, t0 + Duration::from_secs(1)));
+        assert!(a.should_log(x, t0 + LOG_EVERY));
+    }
+
+    #[test]
+    fn a_flood_of_addresses_does_not_grow_the_log_memory() {
+        let a = Admission::new(1, 1);
+        let t0 = Instant::now();
+        for i in 0..(MAX_REMEMBERED as u32 + 100) {
+            a.should_log(IpAddr::from(i.to_be_bytes()), t0);
+        }
+        assert!(a.state().logged.len() <= MAX_REMEMBERED);
+        // Once they aged out, new peers are logged again.
+        assert!(a.should_log(ip("192.168.1.1"), t0 + LOG_EVERY));
+        assert!(a.state().logged.len() <= 1);
+    }
+}
