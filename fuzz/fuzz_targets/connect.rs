@@ -2,7 +2,8 @@
 //! HSQSIZE (2 bytes), a 64-byte command, then the Connect data. Runs against a
 //! target with an open subsystem, a closed one and the discovery subsystem; an
 //! admin Connect that succeeds is followed by an I/O queue Connect with the same
-//! data for the new controller.
+//! data for the new controller, from the admin queue's address or (bit 7 of the
+//! first byte) another one, which must be refused.
 #![no_main]
 use libfuzzer_sys::fuzz_target;
 use nvme::command::Command;
@@ -17,13 +18,16 @@ fuzz_target!(|b: &[u8]| {
     }
     let t = common::target();
     let cm_qid = b[0] as u16 % 4;
+    let other_peer = b[0] & 0x80 != 0;
+    let host: std::net::SocketAddr = "10.0.0.1:4000".parse().unwrap();
     let cm_sqsize = u16::from_le_bytes([b[1], b[2]]);
     let cmd = Command::parse(&b[3..67]).unwrap();
     let data = &b[67..];
-    if let Ok((ctrl, d)) = nvmf_target::fabrics::connect(&t, cm_qid, cm_sqsize, &cmd, data) {
+    if let Ok((ctrl, d)) = nvmf_target::fabrics::connect(&t, cm_qid, cm_sqsize, Some(host.ip()), &cmd, data) {
         assert_eq!(ConnectCommand::from_command(&cmd).qid, cm_qid);
         assert!(ctrl.subsys.host_allowed(&d.hostnqn));
         if cm_qid == 0 {
+            ctrl.set_addrs(host, "10.0.0.9:4420".parse().unwrap());
             // The host enables the controller (CC.EN) and brings up an I/O
             // queue of it.
             let en = PropertyCommand {
@@ -37,7 +41,9 @@ fuzz_target!(|b: &[u8]| {
             let c = io.to_command(1);
             let mut d2 = ConnectData::parse(data).unwrap();
             d2.cntlid = ctrl.cntlid;
-            let _ = nvmf_target::fabrics::connect(&t, 1, io.sqsize, &c, &d2.encode());
+            let peer = if other_peer { "10.0.0.2".parse().unwrap() } else { host.ip() };
+            let r = nvmf_target::fabrics::connect(&t, 1, io.sqsize, Some(peer), &c, &d2.encode());
+            assert!(!(other_peer && r.is_ok()), "an I/O queue joined from another address");
         }
         // As the transport does when the admin queue goes away.
         ctrl.subsys.remove_controller(ctrl.cntlid);

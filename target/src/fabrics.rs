@@ -115,7 +115,12 @@ pub fn connect(
         };
         let ctrl = subsys
             .add_controller(&d.hostnqn, d.hostid, kato)
-            .map_err(|s| refuse(s, 0))?;
+            .map_err(|s| match s {
+                // Access or the subsystem went while this Connect ran (a reload).
+                Status::CONNECT_INVALID_HOST => refuse(s, iattr_data(CONNECT_DATA_HOSTNQN_OFFSET)),
+                Status::CONNECT_INVALID_PARAM => refuse(s, iattr_data(CONNECT_DATA_SUBNQN_OFFSET)),
+                s => refuse(s, 0),
+            })?;
         return Ok((ctrl, d));
     }
     if subsys.kind == SubsystemKind::Discovery {
@@ -340,6 +345,32 @@ mod tests {
         // Another port of the same address is the same host.
         let (io, _) = connect(&t, 1, sq(&c), Some(host.ip()), &c, &d).unwrap();
         assert!(Arc::ptr_eq(&io, &ctrl));
+    }
+
+    #[test]
+    fn access_is_checked_again_when_the_controller_is_made() {
+        let t = target();
+        let open = t.subsystem("nqn.t:open").unwrap();
+        // A reload took the host's access away (or removed the subsystem)
+        // after the Connect's first check: the controller is not made.
+        open.set_access(crate::subsystem::HostAccess {
+            allow_any_host: false,
+            hosts: vec!["nqn.host:other".into()],
+        });
+        assert_eq!(
+            open.add_controller("nqn.host:a", [1; 16], 0).unwrap_err(),
+            Status::CONNECT_INVALID_HOST
+        );
+        assert!(open.add_controller("nqn.host:other", [1; 16], 0).is_ok());
+        assert_eq!(
+            open.revoke_disallowed(true),
+            vec!["nqn.host:other".to_string()]
+        );
+        assert_eq!(
+            open.add_controller("nqn.host:other", [1; 16], 0)
+                .unwrap_err(),
+            Status::CONNECT_INVALID_PARAM
+        );
     }
 
     #[test]

@@ -119,6 +119,9 @@ pub fn prepare(
                 }
             })
         }
+        // Data this namespace's page cache held was lost (a flush failed):
+        // no later flush may report it durable, and a retry would not help.
+        op::FLUSH if ns.writeback_lost() => Err(Status::INTERNAL.no_retry()),
         op::FLUSH => Ok(IoPlan::Flush),
         op::WRITE_ZEROES => {
             let (offset, len) = lba_range(ns, cmd.slba(), cmd.nlb() as u64)?;
@@ -206,6 +209,19 @@ mod tests {
 
     fn ns(blocks: u64, ro: bool) -> Namespace {
         Namespace::new("nqn.test", 1, Backend::Null, blocks * 512, 512, ro)
+    }
+
+    #[test]
+    fn a_lost_writeback_fails_every_later_flush_for_good() {
+        let n = ns(8, false);
+        let flush = Command::new(op::FLUSH, 1);
+        assert_eq!(prepare(Some(&n), &flush, 0, 4096), Ok(IoPlan::Flush));
+        n.lose_writeback();
+        let st = prepare(Some(&n), &flush, 0, 4096).unwrap_err();
+        assert_eq!(st, Status::INTERNAL.no_retry());
+        assert!(st.dnr, "a retry would be told the data is durable");
+        // Reads and writes go on (the host learns of the loss by its flushes).
+        assert!(prepare(Some(&n), &rw(op::READ, 0, 1), 512, 4096).is_ok());
     }
 
     fn rw(opc: u8, slba: u64, nlb: u32) -> Command {

@@ -31,6 +31,8 @@ pub struct Namespace {
     pub backend: Backend,
     /// Its metrics series.
     pub metrics: NsMetrics,
+    /// A flush of its page cache failed: see [`Namespace::writeback_lost`].
+    writeback_lost: std::sync::atomic::AtomicBool,
 }
 
 /// 64-bit FNV-1a with a seed, for stable identifiers.
@@ -77,7 +79,27 @@ impl Namespace {
             uuid,
             backend,
             metrics: NsMetrics::new(subnqn, nsid),
+            writeback_lost: std::sync::atomic::AtomicBool::new(false),
         }
+    }
+
+    /// Whether a failed flush may have lost data for good: a file served
+    /// through the page cache (opened without O_DIRECT). The kernel reports
+    /// a lost writeback to one fsync only, so a retried flush would succeed
+    /// although the data is gone.
+    pub fn flush_failure_is_sticky(&self) -> bool {
+        matches!(self.backend, Backend::File { direct: false, .. })
+    }
+
+    /// A flush failed on a namespace whose failures are sticky: every later
+    /// flush fails too (until the namespace is opened again).
+    pub fn lose_writeback(&self) {
+        self.writeback_lost.store(true, Ordering::Release);
+    }
+
+    /// Whether a flush failed for good (see [`Namespace::lose_writeback`]).
+    pub fn writeback_lost(&self) -> bool {
+        self.writeback_lost.load(Ordering::Acquire)
     }
 
     /// Size in logical blocks.

@@ -39,6 +39,9 @@ pub struct Subsystem {
     controllers: Mutex<BTreeMap<u16, Arc<Controller>>>,
     /// The controller ids given out (lowest free first).
     cntlids: (u16, u16),
+    /// Removed by a reload: no new controller (set before its controllers
+    /// are revoked, read under the controllers' lock).
+    removed: AtomicBool,
 }
 
 /// Which hosts may connect to a subsystem.
@@ -81,6 +84,7 @@ impl Subsystem {
             namespaces: ArcSwap::from_pointee(namespaces),
             controllers: Mutex::new(BTreeMap::new()),
             cntlids: (CNTLID_MIN, CNTLID_MAX),
+            removed: AtomicBool::new(false),
         }
     }
 
@@ -138,6 +142,16 @@ impl Subsystem {
         kato_ms: u32,
     ) -> Result<Arc<Controller>, Status> {
         let mut m = self.controllers.lock().unwrap_or_else(|p| p.into_inner());
+        // Access is checked again here, under the lock `revoke_disallowed`
+        // takes after a reload changed it: a Connect that passed the first
+        // check before the change either is seen by the revocation or sees
+        // the change itself.
+        if self.removed.load(Ordering::SeqCst) {
+            return Err(Status::CONNECT_INVALID_PARAM);
+        }
+        if !self.host_allowed(hostnqn) {
+            return Err(Status::CONNECT_INVALID_HOST);
+        }
         let (mut id, max) = self.cntlids;
         for &k in m.range(id..).map(|(k, _)| k) {
             if k == id {
@@ -173,6 +187,9 @@ impl Subsystem {
     /// longer allows (all of them with `everyone`, for a removed subsystem),
     /// as nvmet does; returns their host NQNs.
     pub fn revoke_disallowed(&self, everyone: bool) -> Vec<String> {
+        if everyone {
+            self.removed.store(true, Ordering::SeqCst);
+        }
         let mut gone = Vec::new();
         for c in self.controllers() {
             if (everyone || !self.host_allowed(&c.hostnqn)) && !c.is_revoked() {

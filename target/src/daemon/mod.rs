@@ -295,6 +295,11 @@ impl Daemon {
                 subs.push(x.clone());
             }
         }
+        // The new set first: a Connect that looks a removed subsystem up from
+        // now on does not find it, and one that found it before is refused
+        // when it makes its controller (the subsystem is marked removed under
+        // the controllers' lock) or revoked below.
+        self.target.set_subsystems(subs);
         for nqn in &plan.removed {
             if let Some(s) = current.iter().find(|s| &s.nqn == nqn) {
                 for ns in s.namespaces().iter() {
@@ -306,7 +311,6 @@ impl Daemon {
                       "subsystem removed; its controllers are disconnected");
             }
         }
-        self.target.set_subsystems(subs);
         plan.resized = self.refresh_sizes();
         if plan.ana {
             let ports = self.target.ana.update(&new.listeners);

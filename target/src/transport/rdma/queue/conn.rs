@@ -184,6 +184,7 @@ impl Queue {
             sq_head: 0,
             sq_fc_disabled: false,
             connecting: false,
+            unanswered: 0,
             batch: SendBatch::new(super::super::poster::BATCH_WRS),
             state: State::Live,
             pending,

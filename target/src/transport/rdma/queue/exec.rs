@@ -353,6 +353,21 @@ impl Queue {
             Stats::inc(&cx.target.stats.backend_errors);
             ns.metrics.backend_errors.inc();
             let mut st = io::errno_status(&plan, errno);
+            let durability = matches!(
+                plan,
+                IoPlan::Flush
+                    | IoPlan::Write { fua: true, .. }
+                    | IoPlan::WriteZeroes { fua: true, .. }
+            );
+            if durability && ns.flush_failure_is_sticky() {
+                // The page cache lost data the kernel reports once: later
+                // flushes fail too (io::prepare), and this one is final.
+                if !ns.writeback_lost() {
+                    error!(nsid = ns.nsid, errno, "a flush of the page cache failed: data may be lost; every later flush of this namespace fails");
+                }
+                ns.lose_writeback();
+                st = st.no_retry();
+            }
             if !self.ctrl.as_ref().is_some_and(|c| c.state().acre) {
                 st = st.with_crd(0); // the host did not enable ACRE
             }

@@ -157,6 +157,8 @@ pub struct Queue {
     sq_fc_disabled: bool,
     /// A Connect is in flight (its data being fetched or executing).
     connecting: bool,
+    /// Commands received and not answered yet.
+    unanswered: u16,
     batch: SendBatch,
     state: State,
     /// Its place among the queues not yet connected, until its Connect succeeds.
@@ -311,6 +313,20 @@ impl Queue {
             }
         };
         self.sq_head = (self.sq_head + 1) % self.params.sq_size;
+        // A host has at most its queue's size of commands outstanding (the
+        // shared receive queue is sized for that much per queue). A request
+        // slot is held a little longer, until its response's SEND completes,
+        // so slots alone would let a host that ignores flow control take
+        // twice its share of the shared receives.
+        if self.unanswered >= self.params.sq_size {
+            error!(
+                qid = self.qid(),
+                sq_size = self.params.sq_size,
+                "more commands outstanding than the queue holds; disconnecting"
+            );
+            self.repost(cx, slot);
+            return self.fail(cx);
+        }
         let Some(r) = self.free.pop() else {
             error!(
                 qid = self.qid(),
@@ -320,6 +336,7 @@ impl Queue {
             return self.fail(cx);
         };
         let r = r as usize;
+        self.unanswered += 1;
         // The lifecycle (its generation) and the namespace list (its
         // allocation, emptied at release) carry over to the slot's next use.
         let life = std::mem::take(&mut self.reqs[r].life);
@@ -542,6 +559,7 @@ impl Queue {
     // ---- responses out -------------------------------------------------
 
     fn respond(&mut self, cx: &mut Cx<'_>, r: usize) {
+        self.unanswered = self.unanswered.saturating_sub(1);
         // In-capsule data is used up once a request responds (no backend
         // operation is in flight then): its receive goes back before the
         // response is posted, as nvmet does. The host sends its next capsule
