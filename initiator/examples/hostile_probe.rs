@@ -17,11 +17,22 @@
 //! - `hostile-probe kato0 IP PORT NQN SECONDS`: a controller with keep-alive
 //!   off (KATO 0) and one I/O queue, idle for SECONDS (the target probes it
 //!   at the RDMA level and must keep it).
-//! - `hostile-probe vanish IP PORT NQN SECONDS`: a controller with keep-alive
-//!   off (KATO 0), enabled, with one I/O queue, whose queue pairs then fall
+//! - `hostile-probe vanish IP PORT NQN SECONDS [KATO_MS]`: a controller with
+//!   keep-alive off (KATO 0, or KATO_MS: 4294967295 is 49 days), enabled, with one I/O queue, whose queue pairs then fall
 //!   silent without a disconnect (error state: nothing acknowledged, as from
 //!   a host that lost power); holds them for SECONDS. The target must find
 //!   out by its RDMA-level probe and free the controller.
+//!
+//! - `hostile-probe shared IP PORT NQN OTHER_IP`: what a peer on a shared
+//!   fabric may try on a queue (the `CASE` lines above): an I/O queue sent
+//!   more commands than it holds (reads of namespace 2 of NQN, which is to be
+//!   slow), several Connects at once on one queue, a Connect with far more data than a Connect has, and an
+//!   I/O-queue Connect for this probe's controller (admin queue on IP) sent to
+//!   the target's OTHER_IP, so from another address (soft-RoCE delivers a
+//!   connection to a local address only from that same address).
+//! - `hostile-probe pending IP PORT COUNT HOLD_S`: COUNT connections to IP
+//!   that never send Connect; prints how many were accepted and how many
+//!   refused, then holds the accepted ones for HOLD_S seconds.
 //!
 //! The probe is its own host (`nqn.2026-11.io.nvmf-lab:probe`), so it is not
 //! the kernel host of the same machine.
@@ -112,11 +123,22 @@ impl Probe {
     /// An RDMA-CM connection with `cm` as its private data (None: a valid
     /// request for `qid` with 32 entries).
     fn queue(&self, qid: u16, cm: Option<Vec<u8>>) -> Result<RdmaQueue, Error> {
-        let mut qc = QueueConfig::new(qid, LOCAL_DEPTH, 8192);
+        self.queue_to(self.dst, qid, cm, 8192)
+    }
+
+    /// As [`Probe::queue`], to `dst`, with data slots of `slot` bytes.
+    fn queue_to(
+        &self,
+        dst: SocketAddr,
+        qid: u16,
+        cm: Option<Vec<u8>>,
+        slot: usize,
+    ) -> Result<RdmaQueue, Error> {
+        let mut qc = QueueConfig::new(qid, LOCAL_DEPTH, slot);
         qc.windows = WindowMode::Mr;
         qc.timeout = WAIT;
         qc.cm_private = Some(cm.unwrap_or_else(|| cm_req(0, qid, 32, 31)));
-        RdmaQueue::connect(self.dst, qc)
+        RdmaQueue::connect(dst, qc)
     }
 
     fn raw(&self, q: &mut RdmaQueue, cmd: &Command, xfer: Xfer, data: &[u8]) -> String {
@@ -158,12 +180,17 @@ impl Probe {
     /// An admin queue connected (Connect succeeded) but never enabled. Returns
     /// the queue and its controller id.
     fn admin_not_enabled(&self) -> Result<(RdmaQueue, u16), String> {
+        self.admin_with_kato(0)
+    }
+
+    /// As [`Probe::admin_not_enabled`], with keep-alive timeout `kato_ms`.
+    fn admin_with_kato(&self, kato_ms: u32) -> Result<(RdmaQueue, u16), String> {
         let mut q = self.queue(0, None).map_err(|e| e.to_string())?;
         let d = self.connect_data(0xFFFF).encode();
         let r = q
             .raw(
                 &RawRequest {
-                    sqe: commands::connect(0, 32, 0).raw,
+                    sqe: commands::connect(0, 32, kato_ms).raw,
                     in_capsule: &[],
                     window: Some(Xfer::ToTarget(CONNECT_DATA_SIZE as u32)),
                     write_data: &d,
@@ -560,10 +587,10 @@ impl Probe {
         }
     }
 
-    fn vanish(&self, secs: u64) {
+    fn vanish(&self, secs: u64, kato_ms: u32) {
         let run = || -> Result<(u16, Vec<RdmaQueue>), String> {
-            let (mut admin, cntlid) = self.admin_not_enabled()?; // KATO 0
-                                                                 // CC: EN, IOSQES 6 (64 B), IOCQES 4 (16 B).
+            let (mut admin, cntlid) = self.admin_with_kato(kato_ms)?;
+            // CC: EN, IOSQES 6 (64 B), IOCQES 4 (16 B).
             let en = self.raw(
                 &mut admin,
                 &commands::property_set(prop::CC, 1 | (6 << 16) | (4 << 20)),
@@ -602,6 +629,160 @@ impl Probe {
         }
     }
 
+    /// Sends `n` Connects at once on one new admin queue, each with its
+    /// 1,024 bytes by keyed SGL (so each fetches its data before it executes),
+    /// and counts the answers: `success:S:refused:R:[statuses]`.
+    fn concurrent_connects(&self, n: u16) -> String {
+        let mut q = match self.queue(0, None) {
+            Ok(q) => q,
+            Err(e) => return format!("cm-failed:{}", e.to_string().replace(' ', "_")),
+        };
+        let d = self.connect_data(0xFFFF).encode();
+        for _ in 0..n {
+            let Some(tag) = q.alloc() else {
+                return "error:no_local_slot".into();
+            };
+            q.buffer_mut(tag)[..d.len()].copy_from_slice(&d);
+            let xfer = Xfer::ToTarget(CONNECT_DATA_SIZE as u32);
+            if let Err(e) = q.submit(tag, commands::connect(0, 32, 0), xfer) {
+                return lost(&e.to_string());
+            }
+        }
+        let (mut ok, mut refused) = (0u16, 0u16);
+        let mut statuses = std::collections::BTreeSet::new();
+        let mut done: Vec<Done> = Vec::new();
+        let deadline = Instant::now() + WAIT;
+        while ok + refused < n && Instant::now() < deadline {
+            match q.poll(&mut done, Duration::from_millis(200)) {
+                Ok(_) => {
+                    for d in done.drain(..) {
+                        if d.cqe.status.is_success() {
+                            ok += 1;
+                        } else {
+                            refused += 1;
+                            statuses.insert(status_token(d.cqe.status));
+                        }
+                        q.release(d.tag);
+                    }
+                }
+                Err(e) => {
+                    return format!("{}:after_{}_answers", lost(&e.to_string()), ok + refused)
+                }
+            }
+        }
+        let st: Vec<_> = statuses.into_iter().collect();
+        format!("success:{ok}:refused:{refused}:[{}]", st.join(","))
+    }
+
+    /// A Connect whose keyed SGL offers `len` bytes (a Connect has 1,024).
+    fn oversized_connect(&self, len: usize) -> String {
+        match self.queue_to(self.dst, 0, None, len) {
+            Ok(mut q) => {
+                let mut data = vec![0u8; len];
+                data[..CONNECT_DATA_SIZE].copy_from_slice(&self.connect_data(0xFFFF).encode());
+                self.raw(
+                    &mut q,
+                    &commands::connect(0, 32, 0),
+                    Xfer::ToTarget(len as u32),
+                    &data,
+                )
+            }
+            Err(e) => format!("cm-failed:{}", e.to_string().replace(' ', "_")),
+        }
+    }
+
+    /// This probe's controller, enabled; then an I/O queue for it sent to
+    /// `other` (another address of the target: from another address).
+    fn io_connect_via(&self, other: IpAddr) -> String {
+        let (mut admin, cntlid) = match self.admin_not_enabled() {
+            Ok(a) => a,
+            Err(e) => return format!("setup-failed:{}", e.replace(' ', "_")),
+        };
+        let en = self.raw(
+            &mut admin,
+            &commands::property_set(prop::CC, 1 | (6 << 16) | (4 << 20)),
+            Xfer::None,
+            &[],
+        );
+        if en != "status:SUCCESS" {
+            return format!("setup-failed:CC.EN:{en}");
+        }
+        // The kernel host asks for its I/O queues with Set Features; a
+        // controller that was never asked grants one.
+        let dst = SocketAddr::new(other, self.dst.port());
+        match self.queue_to(dst, 1, None, 8192) {
+            Ok(mut q) => self.connect(
+                &mut q,
+                &commands::connect(1, 32, 0),
+                &self.connect_data(cntlid),
+                CONNECT_DATA_SIZE,
+            ),
+            Err(e) => format!("cm-failed:{}", e.to_string().replace(' ', "_")),
+        }
+    }
+
+    /// An I/O queue that told the target it holds 16 entries, sent `n`
+    /// commands at once (more than 16: a host that ignores flow control):
+    /// 4 KiB reads of namespace 2, which is to be slow, so that they are all
+    /// outstanding at once.
+    fn overrun(&self, n: u16) -> String {
+        let ctrl = match self.controller() {
+            Ok(c) => c,
+            Err(e) => return format!("setup-failed:{}", e.to_string().replace(' ', "_")),
+        };
+        match self.queue(1, Some(cm_req(0, 1, LOCAL_DEPTH, 15))) {
+            Ok(mut q) => {
+                let d = self.connect_data(ctrl.info().cntlid);
+                let st = self.connect(&mut q, &commands::connect(1, 16, 0), &d, CONNECT_DATA_SIZE);
+                if st != "status:SUCCESS" {
+                    return format!("setup-failed:{st}");
+                }
+                let read = commands::read(2, 0, 4096 / ctrl_block(&ctrl, 2));
+                self.burst(&mut q, n, &read, Xfer::FromTarget(4096))
+            }
+            Err(e) => format!("cm-failed:{}", e.to_string().replace(' ', "_")),
+        }
+    }
+
+    fn shared(&self, other: IpAddr) {
+        let case = |name: &str, out: String| println!("CASE {name} {out}");
+        case("io-queue-24-of-16-at-once", self.overrun(24));
+        case("connect-concurrent-8", self.concurrent_connects(8));
+        case("connect-data-128k", self.oversized_connect(128 * 1024));
+        case("io-connect-other-peer", self.io_connect_via(other));
+    }
+
+    fn pending(&self, count: u16, hold: Duration) {
+        let (mut conns, mut refused, mut failed) = (Vec::new(), 0, 0);
+        for i in 0..count {
+            match idle_connection(self.dst, i % 4) {
+                Ok(c) => conns.push(c),
+                Err(e) if e.contains("Rejected") => refused += 1,
+                Err(e) => {
+                    failed += 1;
+                    println!("PENDING connection {i}: {e}");
+                }
+            }
+        }
+        println!(
+            "PENDING to {} accepted {} refused {refused} failed {failed} of {count}",
+            self.dst,
+            conns.len()
+        );
+        std::thread::sleep(hold);
+        let gone = conns
+            .iter()
+            .filter(|c| {
+                c.ch.wait_for(CmEventKind::Disconnected, Duration::from_millis(200))
+                    .is_ok()
+            })
+            .count();
+        println!(
+            "PENDING held {hold:?}: hung up on {gone} of {}",
+            conns.len()
+        );
+    }
+
     fn flood(&self, count: u16, deadline: Duration) {
         let mut conns = Vec::new();
         let t0 = Instant::now();
@@ -629,6 +810,25 @@ impl Probe {
             "FLOOD opened {opened}/{count} served_meanwhile {served} hung_up {gone}/{opened} within {:.0} s",
             deadline.as_secs_f64()
         );
+    }
+}
+
+/// The block size of namespace `nsid` of `ctrl` (512 if unknown).
+fn ctrl_block(ctrl: &Controller, nsid: u32) -> u32 {
+    let mut page = vec![0u8; 4096];
+    match ctrl.admin_read(commands::identify_namespace(nsid), &mut page) {
+        Ok(_) => {
+            // LBA format FLBAS (byte 26) names; LBADS is byte 2 of each 4-byte
+            // format descriptor starting at byte 128.
+            let f = (page[26] & 0xF) as usize;
+            let lbads = page[128 + 4 * f + 2];
+            if (9..=12).contains(&lbads) {
+                1 << lbads
+            } else {
+                512
+            }
+        }
+        Err(_) => 512,
     }
 }
 
@@ -663,7 +863,8 @@ fn idle_connection(dst: SocketAddr, qid: u16) -> Result<Idle, String> {
         retry_count: 7,
     };
     id.connect(&params).map_err(e)?;
-    ch.wait_for(CmEventKind::Established, WAIT).map_err(e)?;
+    ch.wait_for(CmEventKind::Established, WAIT)
+        .map_err(|w| format!("{w:?}"))?;
     Ok(Idle { ch, _id: id })
 }
 
@@ -673,7 +874,9 @@ fn usage() -> ! {
          hostile-probe flood IP PORT NQN COUNT DEADLINE_S\n       \
          hostile-probe cycles IP PORT NQN N\n       \
          hostile-probe kato0 IP PORT NQN SECONDS\n       \
-         hostile-probe vanish IP PORT NQN SECONDS"
+         hostile-probe vanish IP PORT NQN SECONDS [KATO_MS]\n       \
+         hostile-probe shared IP PORT NQN OTHER_IP\n       \
+         hostile-probe pending IP PORT COUNT HOLD_S"
     );
     std::process::exit(2)
 }
@@ -698,7 +901,9 @@ fn main() {
         }
         "cycles" => p.cycles(num(&a[5])),
         "kato0" => p.kato0(num(&a[5]) as u64),
-        "vanish" => p.vanish(num(&a[5]) as u64),
+        "vanish" => p.vanish(num(&a[5]) as u64, a.get(6).map_or(0, |k| num(k))),
+        "shared" => p.shared(a[5].parse().unwrap_or_else(|_| usage())),
+        "pending" => p.pending(num(&a[4]) as u16, Duration::from_secs(num(&a[5]) as u64)),
         "flood" if a.len() == 7 => {
             p.flood(num(&a[5]) as u16, Duration::from_secs(num(&a[6]) as u64))
         }

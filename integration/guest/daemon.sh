@@ -196,7 +196,10 @@ grep -q "service.d\|systemd-devices" /tmp/install.sh && fail "the README's insta
 t=$(date +%s%N)
 bash -euxo pipefail /tmp/install.sh 2>&1 | sed 's/^/    /' || fail "the README's install commands failed"
 info "install + enable --now returned after $(( ($(date +%s%N) - t) / 1000000 )) ms"
-systemd-analyze verify /etc/systemd/system/nvmf-target.service 2>&1 | sed 's/^/    verify: /' || true
+# The unit as systemd reads it: any complaint about it fails (other units' lines are shown).
+VERIFY=$(systemd-analyze verify /etc/systemd/system/nvmf-target.service 2>&1) || { echo "$VERIFY" | sed 's/^/    verify: /'; fail "systemd-analyze verify failed on the unit"; }
+[ -n "$VERIFY" ] && echo "$VERIFY" | sed 's/^/    verify: /'
+grep -q 'nvmf-target' <<<"$VERIFY" && fail "systemd-analyze verify complains about the unit (above)"
 [ "$(systemctl is-active nvmf-target)" = active ] || fail "unit not active after the README's install (shipped config)"
 [ "$(systemctl is-enabled nvmf-target)" = enabled ] || fail "unit not enabled"
 nvme discover -t rdma -a "$IP" -s "$PORT" >/tmp/discover.txt 2>&1 \

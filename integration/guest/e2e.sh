@@ -153,7 +153,8 @@ stop_own_target() {
     fi
     wait "$TPID" || rc=$?
     TPID=
-    echo "target exited with status $rc $( [ $rc = 0 ] || echo '(WARNING: not 0)')"
+    echo "target exited with status $rc"
+    [ $rc = 0 ]
 }
 kernel_teardown() {
     [ -d "$CFG" ] || return 0

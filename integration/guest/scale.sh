@@ -75,8 +75,12 @@ start_kernel() {
     ln -s "$s" "$CFG/ports/1/subsystems/$NQN"
 }
 
-stop_target() {
-    if [ -n "$TPID" ]; then kill "$TPID"; wait "$TPID" 2>/dev/null; TPID=; fi
+stop_target() { # our target must exit cleanly on SIGTERM
+    local rc=0
+    if [ -n "$TPID" ]; then
+        kill "$TPID"; wait "$TPID" 2>/dev/null || rc=$?; TPID=
+        [ $rc = 0 ] || { tail -n 20 /tmp/scale-target.log | sed 's/^/    target: /'; bad "own: the target exited with status $rc on SIGTERM"; }
+    fi
     if [ -d $CFG/ports/1 ]; then
         rm -f "$CFG/ports/1/subsystems/$NQN"; rmdir $CFG/ports/1
         echo 0 >"$CFG/subsystems/$NQN/namespaces/1/enable"
@@ -209,7 +213,9 @@ run_target() { # own | kernel
         [ $((th1 - th0)) -le 0 ] || bad "own: threads grew by $((th1 - th0)) over the cycles"
         [ $((rss1 - rss0)) -le 8192 ] || bad "own: RSS grew by $((rss1 - rss0)) KiB over the cycles"
         kill -0 "$TPID" 2>/dev/null || bad "own: the target died"
-        grep -E 'ERROR|panicked' /tmp/scale-target.log | head -5 | sed 's/^/    target: /'
+        if grep -E 'ERROR|panicked' /tmp/scale-target.log | head -5 | sed 's/^/    target: /' | grep .; then
+            bad "own: the target logged errors or panicked (above)"
+        fi
     fi
     stop_target
 }
