@@ -2,6 +2,7 @@
 
 use std::os::fd::RawFd;
 use std::ptr;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 
 use rdma_sys::*;
@@ -60,10 +61,22 @@ impl Drop for CompletionChannel {
     }
 }
 
+/// Counts `n` more events received into `unacked`; returns how many to
+/// acknowledge now (every 64, in one call). Two threads draining the same
+/// queue at once each take what they find with one swap, so no event is
+/// acknowledged twice (acknowledging more events than were received breaks
+/// the queue's destruction, which waits for the count to match).
+fn ack_due(unacked: &AtomicU32, n: u32) -> Option<u32> {
+    if n == 0 || unacked.fetch_add(n, Ordering::AcqRel) + n < 64 {
+        return None;
+    }
+    Some(unacked.swap(0, Ordering::AcqRel)).filter(|&k| k > 0)
+}
+
 /// A completion queue bound to a completion channel.
 pub struct CompletionQueue {
     raw: *mut ibv_cq,
-    unacked: std::sync::atomic::AtomicU32,
+    unacked: AtomicU32,
     channel: Arc<CompletionChannel>,
 }
 
@@ -131,16 +144,9 @@ impl CompletionQueue {
             }
             n += 1;
         }
-        if n > 0 {
-            let total = self
-                .unacked
-                .fetch_add(n, std::sync::atomic::Ordering::Relaxed)
-                + n;
-            if total >= 64 {
-                self.unacked.store(0, std::sync::atomic::Ordering::Relaxed);
-                // SAFETY: acking events this CQ received.
-                unsafe { ibv_ack_cq_events(self.raw, total) };
-            }
+        if let Some(k) = ack_due(&self.unacked, n) {
+            // SAFETY: acking events this CQ received, each once (`ack_due`).
+            unsafe { ibv_ack_cq_events(self.raw, k) };
         }
         n
     }
@@ -308,5 +314,42 @@ impl WorkCompletion {
     /// receive from a shared receive queue names its connection).
     pub fn qp_num(&self) -> u32 {
         self.0.qp_num
+    }
+}
+
+#[cfg(test)]
+mod ack_tests {
+    use super::*;
+
+    #[test]
+    fn every_event_is_acknowledged_once_under_concurrent_drains() {
+        let unacked = Arc::new(AtomicU32::new(0));
+        let acked = Arc::new(std::sync::atomic::AtomicU64::new(0));
+        let threads: Vec<_> = (0..4)
+            .map(|_| {
+                let (u, a) = (unacked.clone(), acked.clone());
+                std::thread::spawn(move || {
+                    for i in 0..100_000u32 {
+                        if let Some(k) = ack_due(&u, 1 + i % 3) {
+                            a.fetch_add(k as u64, Ordering::Relaxed);
+                        }
+                    }
+                })
+            })
+            .collect();
+        threads.into_iter().for_each(|t| t.join().unwrap());
+        let received: u64 = 4 * (0..100_000u64).map(|i| 1 + i % 3).sum::<u64>();
+        let left = unacked.load(Ordering::Relaxed) as u64;
+        assert_eq!(acked.load(Ordering::Relaxed) + left, received);
+        assert!(left < 64 + 3 * 4);
+    }
+
+    #[test]
+    fn acknowledges_in_batches_of_64() {
+        let u = AtomicU32::new(0);
+        assert_eq!(ack_due(&u, 0), None);
+        assert_eq!(ack_due(&u, 63), None);
+        assert_eq!(ack_due(&u, 2), Some(65));
+        assert_eq!(u.load(Ordering::Relaxed), 0);
     }
 }

@@ -245,6 +245,7 @@ impl SendBatch {
         self.wrs.len() - self.len
     }
     /// Queues a request (at most 2 SGEs). Returns false if the batch is full.
+    #[must_use = "a request that did not fit is not sent"]
     pub fn push(&mut self, r: &SendRequest<'_>) -> bool {
         self.push_with(r, None)
     }
@@ -255,6 +256,7 @@ impl SendBatch {
     /// copy, so the data needs no memory region and the caller's buffer is
     /// free at once. `r.sges` is ignored. Returns false if the batch is full
     /// or the data too long.
+    #[must_use = "a request that did not fit is not sent"]
     pub fn push_inline(&mut self, r: &SendRequest<'_>, data: &[u8]) -> bool {
         self.push_with(r, Some(data))
     }

@@ -2,6 +2,7 @@
 //! host access control) and Property Get/Set.
 
 use std::net::IpAddr;
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use nvme::fabrics::{
@@ -114,7 +115,12 @@ pub fn connect(
             c.kato
         };
         let ctrl = subsys
-            .add_controller(&d.hostnqn, d.hostid, kato)
+            .add_controller(
+                &d.hostnqn,
+                d.hostid,
+                kato,
+                target.max_controllers_per_host.load(Ordering::Relaxed),
+            )
             .map_err(|s| match s {
                 // Access or the subsystem went while this Connect ran (a reload).
                 Status::CONNECT_INVALID_HOST => refuse(s, iattr_data(CONNECT_DATA_HOSTNQN_OFFSET)),
@@ -358,19 +364,39 @@ mod tests {
             hosts: vec!["nqn.host:other".into()],
         });
         assert_eq!(
-            open.add_controller("nqn.host:a", [1; 16], 0).unwrap_err(),
+            open.add_controller("nqn.host:a", [1; 16], 0, 16)
+                .unwrap_err(),
             Status::CONNECT_INVALID_HOST
         );
-        assert!(open.add_controller("nqn.host:other", [1; 16], 0).is_ok());
+        assert!(open
+            .add_controller("nqn.host:other", [1; 16], 0, 16)
+            .is_ok());
         assert_eq!(
             open.revoke_disallowed(true),
             vec!["nqn.host:other".to_string()]
         );
         assert_eq!(
-            open.add_controller("nqn.host:other", [1; 16], 0)
+            open.add_controller("nqn.host:other", [1; 16], 0, 16)
                 .unwrap_err(),
             Status::CONNECT_INVALID_PARAM
         );
+    }
+
+    #[test]
+    fn controllers_per_host_are_capped() {
+        let t = target();
+        t.max_controllers_per_host.store(2, Ordering::Relaxed);
+        let (c, d) = conn(0, 31, 0, "nqn.t:open", "nqn.host:a", 0xFFFF);
+        let a1 = connect(&t, 0, sq(&c), None, &c, &d).unwrap().0;
+        let _a2 = connect(&t, 0, sq(&c), None, &c, &d).unwrap();
+        let e = connect(&t, 0, sq(&c), None, &c, &d).unwrap_err();
+        assert_eq!(e.status, Status::CONNECT_CTRL_BUSY);
+        assert_eq!(e.reason(), "controller_busy");
+        // Another host is not held up by it; a freed place is taken again.
+        let (c2, d2) = conn(0, 31, 0, "nqn.t:open", "nqn.host:b", 0xFFFF);
+        assert!(connect(&t, 0, sq(&c2), None, &c2, &d2).is_ok());
+        a1.subsys.remove_controller(a1.cntlid);
+        assert!(connect(&t, 0, sq(&c), None, &c, &d).is_ok());
     }
 
     #[test]

@@ -66,6 +66,40 @@ async fn serve(req: Request<Incoming>) -> Result<Response<Full<Bytes>>, Infallib
 /// Connections served at once; a connection beyond them is closed at accept,
 /// so a client cannot run the daemon out of file descriptors.
 pub const MAX_CONNECTIONS: usize = 32;
+/// Connections served at once from one address: idle connections from one
+/// client cannot take every place and keep the scraper out.
+pub const MAX_PER_PEER: usize = 4;
+
+/// Connections open per client address.
+#[derive(Debug, Default)]
+struct PerPeer(std::sync::Mutex<std::collections::HashMap<std::net::IpAddr, usize>>);
+
+/// A connection's place in [`PerPeer`], given back when dropped.
+struct PeerPlace(Arc<PerPeer>, std::net::IpAddr);
+
+impl PerPeer {
+    fn take(self: &Arc<Self>, ip: std::net::IpAddr) -> Option<PeerPlace> {
+        let mut m = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        let n = m.entry(ip).or_insert(0);
+        if *n >= MAX_PER_PEER {
+            return None;
+        }
+        *n += 1;
+        Some(PeerPlace(self.clone(), ip))
+    }
+}
+
+impl Drop for PeerPlace {
+    fn drop(&mut self) {
+        let mut m = self.0 .0.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(n) = m.get_mut(&self.1) {
+            *n -= 1;
+            if *n == 0 {
+                m.remove(&self.1);
+            }
+        }
+    }
+}
 /// The longest a connection stays open (a keep-alive scraper reconnects).
 pub const MAX_CONNECTION_LIFE: Duration = Duration::from_secs(60);
 
@@ -92,6 +126,7 @@ pub fn start(addr: SocketAddr) -> std::io::Result<MetricsServer> {
                     }
                 });
                 let permits = Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS));
+                let per_peer = Arc::new(PerPeer::default());
                 loop {
                     let (stream, peer) = match listener.accept().await {
                         Ok(x) => x,
@@ -101,13 +136,18 @@ pub fn start(addr: SocketAddr) -> std::io::Result<MetricsServer> {
                             continue;
                         }
                     };
+                    let Some(place) = per_peer.take(peer.ip()) else {
+                        debug!(%peer, "metrics endpoint: {MAX_PER_PEER} connections open from this address, closing this one");
+                        drop(stream);
+                        continue;
+                    };
                     let Ok(permit) = permits.clone().try_acquire_owned() else {
                         debug!(%peer, "metrics endpoint: {MAX_CONNECTIONS} connections open, closing this one");
                         drop(stream);
                         continue;
                     };
                     tokio::spawn(async move {
-                        let _permit = permit;
+                        let _held = (permit, place);
                         let conn = hyper::server::conn::http1::Builder::new()
                             .timer(hyper_util::rt::TokioTimer::new())
                             .header_read_timeout(Duration::from_secs(10))
@@ -166,6 +206,45 @@ mod tests {
         );
         assert!(r.starts_with("HTTP/1.1 404"), "{r}");
         assert!(srv.alive(5000));
+    }
+
+    /// A TCP connection to `dst` from local address `src`.
+    fn connect_from(src: &str, dst: SocketAddr) -> std::net::TcpStream {
+        use nix::sys::socket::{
+            bind, connect, socket, AddressFamily, SockFlag, SockType, SockaddrIn,
+        };
+        use std::os::fd::{FromRawFd, IntoRawFd};
+        let fd = socket(
+            AddressFamily::Inet,
+            SockType::Stream,
+            SockFlag::empty(),
+            None,
+        )
+        .unwrap();
+        let src: std::net::SocketAddrV4 = format!("{src}:0").parse().unwrap();
+        bind(std::os::fd::AsRawFd::as_raw_fd(&fd), &SockaddrIn::from(src)).unwrap();
+        let SocketAddr::V4(dst) = dst else {
+            panic!("IPv4 only")
+        };
+        connect(std::os::fd::AsRawFd::as_raw_fd(&fd), &SockaddrIn::from(dst)).unwrap();
+        // SAFETY: a connected stream socket this function owns.
+        unsafe { std::net::TcpStream::from_raw_fd(fd.into_raw_fd()) }
+    }
+
+    #[test]
+    fn idle_connections_from_one_address_do_not_keep_the_scraper_out() {
+        let srv = start("127.0.0.1:0".parse().unwrap()).unwrap();
+        // Another loopback address (all of 127/8 is local on Linux).
+        let idle: Vec<_> = (0..MAX_CONNECTIONS + 8)
+            .map(|_| connect_from("127.0.0.2", srv.addr))
+            .collect();
+        std::thread::sleep(Duration::from_millis(300));
+        let r = get(
+            srv.addr,
+            "GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+        );
+        assert!(r.starts_with("HTTP/1.1 200 OK"), "scrape refused: {r:?}");
+        drop(idle);
     }
 
     #[test]

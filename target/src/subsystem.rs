@@ -2,7 +2,7 @@
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use arc_swap::ArcSwap;
@@ -140,6 +140,7 @@ impl Subsystem {
         hostnqn: &str,
         hostid: [u8; 16],
         kato_ms: u32,
+        max_per_host: u32,
     ) -> Result<Arc<Controller>, Status> {
         let mut m = self.controllers.lock().unwrap_or_else(|p| p.into_inner());
         // Access is checked again here, under the lock `revoke_disallowed`
@@ -151,6 +152,11 @@ impl Subsystem {
         }
         if !self.host_allowed(hostnqn) {
             return Err(Status::CONNECT_INVALID_HOST);
+        }
+        // A host has one controller per path; more are a host that leaks
+        // them or a peer that uses its name to hold the target's resources.
+        if m.values().filter(|c| c.hostnqn == hostnqn).count() >= max_per_host as usize {
+            return Err(Status::CONNECT_CTRL_BUSY);
         }
         let (mut id, max) = self.cntlids;
         for &k in m.range(id..).map(|(k, _)| k) {
@@ -248,6 +254,11 @@ pub struct Target {
     /// Shutting down: listeners stop, new I/O is held unanswered (the host
     /// resends it after reconnecting).
     pub stopping: AtomicBool,
+    /// Controllers one host NQN may have in one subsystem (`[target]
+    /// max_controllers_per_host`).
+    pub max_controllers_per_host: AtomicU32,
+    /// Connect refusals logged, per peer (once a minute).
+    pub refusal_log: crate::core::log_limit::PeerLogLimit,
 }
 
 impl Target {
@@ -279,6 +290,10 @@ impl Target {
             io_in_flight: Default::default(),
             io_started: Default::default(),
             stopping: Default::default(),
+            max_controllers_per_host: AtomicU32::new(
+                crate::config::DEFAULT_MAX_CONTROLLERS_PER_HOST,
+            ),
+            refusal_log: Default::default(),
         }
     }
 
@@ -389,8 +404,8 @@ mod tests {
         use crate::controller::{QueueLink, Waker};
         let s = sub(true);
         let w = Waker::new().unwrap();
-        let c1 = s.add_controller("nqn.h1", [1; 16], 0).unwrap();
-        let c2 = s.add_controller("nqn.h2", [2; 16], 0).unwrap();
+        let c1 = s.add_controller("nqn.h1", [1; 16], 0, 16).unwrap();
+        let c2 = s.add_controller("nqn.h2", [2; 16], 0, 16).unwrap();
         let q0 = QueueLink::new(0, w.clone());
         c2.attach(q0.clone()).unwrap();
         assert!(
@@ -420,16 +435,19 @@ mod tests {
         let s = Arc::try_unwrap(sub(true)).unwrap().with_cntlids((100, 102));
         let s = Arc::new(s);
         let ids: Vec<u16> = (0..3)
-            .map(|_| s.add_controller("h", [0; 16], 0).unwrap().cntlid)
+            .map(|_| s.add_controller("h", [0; 16], 0, u32::MAX).unwrap().cntlid)
             .collect();
         assert_eq!(ids, vec![100, 101, 102]);
         assert_eq!(
-            s.add_controller("h", [0; 16], 0).err(),
+            s.add_controller("h", [0; 16], 0, u32::MAX).err(),
             Some(Status::CONNECT_CTRL_BUSY),
             "the range is used up"
         );
         s.remove_controller(101);
-        assert_eq!(s.add_controller("h", [0; 16], 0).unwrap().cntlid, 101);
+        assert_eq!(
+            s.add_controller("h", [0; 16], 0, u32::MAX).unwrap().cntlid,
+            101
+        );
     }
 
     #[test]
@@ -450,13 +468,19 @@ mod tests {
     #[test]
     fn cntlid_allocation_reuses_lowest() {
         let s = sub(true);
-        let a = s.add_controller("h", [0; 16], 0).unwrap();
-        let b = s.add_controller("h", [0; 16], 0).unwrap();
-        let c = s.add_controller("h", [0; 16], 0).unwrap();
+        let a = s.add_controller("h", [0; 16], 0, u32::MAX).unwrap();
+        let b = s.add_controller("h", [0; 16], 0, u32::MAX).unwrap();
+        let c = s.add_controller("h", [0; 16], 0, u32::MAX).unwrap();
         assert_eq!((a.cntlid, b.cntlid, c.cntlid), (1, 2, 3));
         s.remove_controller(2);
-        assert_eq!(s.add_controller("h", [0; 16], 0).unwrap().cntlid, 2);
-        assert_eq!(s.add_controller("h", [0; 16], 0).unwrap().cntlid, 4);
+        assert_eq!(
+            s.add_controller("h", [0; 16], 0, u32::MAX).unwrap().cntlid,
+            2
+        );
+        assert_eq!(
+            s.add_controller("h", [0; 16], 0, u32::MAX).unwrap().cntlid,
+            4
+        );
         assert!(s.controller(3).is_some());
         assert!(s.controller(9).is_none());
     }

@@ -57,6 +57,8 @@ pub struct EngineConfig {
     /// is probed at the RDMA level, as one without keep-alive (see
     /// `core::liveness`).
     pub max_keep_alive_ms: u32,
+    /// Controllers one host NQN may have in one subsystem.
+    pub max_controllers_per_host: u32,
 }
 
 /// Bytes of a small data buffer.
@@ -70,9 +72,11 @@ pub const DEFAULT_LARGE_BUFFERS: u32 = 32;
 /// Default polling window under light load (µs).
 pub const DEFAULT_LIGHT_LOAD_SPIN_US: u64 = 300;
 /// Default cap of pending queues per peer address.
-pub const DEFAULT_MAX_PENDING_PER_PEER: u32 = 32;
+pub const DEFAULT_MAX_PENDING_PER_PEER: u32 = 16;
 /// Default cap of pending queues in all.
-pub const DEFAULT_MAX_PENDING: u32 = 128;
+pub const DEFAULT_MAX_PENDING: u32 = 64;
+/// Default cap of controllers per host NQN and subsystem.
+pub const DEFAULT_MAX_CONTROLLERS_PER_HOST: u32 = 16;
 /// Default keep-alive bound (ms).
 pub const DEFAULT_MAX_KEEP_ALIVE_MS: u32 = 120_000;
 /// Default pinned-memory budget.
@@ -120,6 +124,7 @@ impl Default for EngineConfig {
             max_pending_queues_per_peer: DEFAULT_MAX_PENDING_PER_PEER,
             max_pending_queues: DEFAULT_MAX_PENDING,
             max_keep_alive_ms: DEFAULT_MAX_KEEP_ALIVE_MS,
+            max_controllers_per_host: DEFAULT_MAX_CONTROLLERS_PER_HOST,
         }
     }
 }
@@ -138,6 +143,7 @@ pub(super) struct RawEngine {
     pub max_pending_queues_per_peer: Option<u32>,
     pub max_pending_queues: Option<u32>,
     pub max_keep_alive_ms: Option<u32>,
+    pub max_controllers_per_host: Option<u32>,
 }
 
 impl RawEngine {
@@ -187,6 +193,15 @@ impl RawEngine {
                 format!("{max_keep_alive_ms} is below 1000 (ms)"),
             ));
         }
+        let max_controllers_per_host = self
+            .max_controllers_per_host
+            .unwrap_or(d.max_controllers_per_host);
+        if !(1..=65519).contains(&max_controllers_per_host) {
+            errors.push((
+                f("max_controllers_per_host"),
+                format!("{max_controllers_per_host} is out of range 1..=65519"),
+            ));
+        }
         let small_buffers = self.small_buffers.unwrap_or(d.small_buffers);
         let large_buffers = self.large_buffers.unwrap_or(d.large_buffers);
         if large_buffers == 0 {
@@ -221,6 +236,7 @@ impl RawEngine {
             max_pending_queues_per_peer: per_peer,
             max_pending_queues: pending,
             max_keep_alive_ms,
+            max_controllers_per_host,
         };
         let need = e.workers as u64 * e.per_worker_bytes(e.srq != SrqMode::Off);
         if need > e.max_pinned_memory {
@@ -309,6 +325,11 @@ mod tests {
             ..raw()
         });
         assert_eq!(f, "target.max_keep_alive_ms");
+        let (f, _) = err(RawEngine {
+            max_controllers_per_host: Some(0),
+            ..raw()
+        });
+        assert_eq!(f, "target.max_controllers_per_host");
         assert!(why.contains("below 1000"), "{why}");
         let (f, why) = err(RawEngine {
             workers: Some(8),

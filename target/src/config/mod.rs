@@ -10,7 +10,10 @@ use std::path::{Path, PathBuf};
 mod engine;
 mod raw;
 mod validate;
-pub use engine::{affinity_cpus, EngineConfig, SendOffload, SrqMode, SMALL_BUFFER};
+pub use engine::{
+    affinity_cpus, EngineConfig, SendOffload, SrqMode, DEFAULT_MAX_CONTROLLERS_PER_HOST,
+    SMALL_BUFFER,
+};
 pub(crate) use raw::SizeValue;
 use raw::{RawConfig, RawListener, RawNamespace, RawSubsystem};
 use validate::Ctx;

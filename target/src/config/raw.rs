@@ -63,6 +63,7 @@ pub(super) struct RawTarget {
     pub max_pending_queues_per_peer: Option<u32>,
     pub max_pending_queues: Option<u32>,
     pub max_keep_alive_ms: Option<u32>,
+    pub max_controllers_per_host: Option<u32>,
 }
 
 #[derive(Deserialize)]

@@ -147,6 +147,7 @@ impl TargetConfig {
                 max_pending_queues_per_peer: t.max_pending_queues_per_peer,
                 max_pending_queues: t.max_pending_queues,
                 max_keep_alive_ms: t.max_keep_alive_ms,
+                max_controllers_per_host: t.max_controllers_per_host,
             },
             None => engine::RawEngine::default(),
         }

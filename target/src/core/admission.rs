@@ -10,14 +10,9 @@
 use std::collections::HashMap;
 use std::net::IpAddr;
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
-/// A refusal is logged at most once per peer in this long.
-pub const LOG_EVERY: Duration = Duration::from_secs(60);
-
-/// Peers whose last logged refusal is remembered, at most (older ones are
-/// forgotten first, so a flood from many addresses cannot grow the map).
-const MAX_REMEMBERED: usize = 4096;
+use super::log_limit::PeerLogLimit;
 
 /// Why a queue was not admitted.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -42,7 +37,6 @@ impl Refusal {
 struct State {
     by_peer: HashMap<IpAddr, u32>,
     total: u32,
-    logged: HashMap<IpAddr, Instant>,
 }
 
 /// The pending-queue counts and caps.
@@ -51,6 +45,7 @@ pub struct Admission {
     per_peer: u32,
     total: u32,
     state: Mutex<State>,
+    log: PeerLogLimit,
 }
 
 /// A pending queue's place; given back when dropped.
@@ -67,6 +62,7 @@ impl Admission {
             per_peer,
             total,
             state: Mutex::new(State::default()),
+            log: PeerLogLimit::default(),
         })
     }
 
@@ -92,26 +88,10 @@ impl Admission {
         })
     }
 
-    /// Whether a refusal of `peer` at `now` is to be logged: the first one,
-    /// then one per [`LOG_EVERY`].
+    /// Whether a refusal of `peer` at `now` is to be logged (see
+    /// [`PeerLogLimit`]).
     pub fn should_log(&self, peer: IpAddr, now: Instant) -> bool {
-        let mut st = self.state();
-        if let Some(t) = st.logged.get(&peer) {
-            if now.saturating_duration_since(*t) < LOG_EVERY {
-                return false;
-            }
-        }
-        if st.logged.len() >= MAX_REMEMBERED {
-            st.logged
-                .retain(|_, t| now.saturating_duration_since(*t) < LOG_EVERY);
-            if st.logged.len() >= MAX_REMEMBERED {
-                // Every entry is recent: a flood from many addresses. Log
-                // nothing new until some age out.
-                return false;
-            }
-        }
-        st.logged.insert(peer, now);
-        true
+        self.log.should_log(peer, now)
     }
 
     /// Pending queues of `peer`, and in all.
@@ -168,29 +148,5 @@ mod tests {
         assert_eq!(a.counts(x), (0, 0));
         assert!(a.state().by_peer.is_empty(), "no entry left for gone peers");
         assert_eq!(Refusal::PerPeer.reason(), "pending_per_peer");
-    }
-
-    #[test]
-    fn refusals_are_logged_once_a_minute_per_peer() {
-        let a = Admission::new(1, 1);
-        let t0 = Instant::now();
-        let (x, y) = (ip("10.0.0.1"), ip("::1"));
-        assert!(a.should_log(x, t0));
-        assert!(!a.should_log(x, t0 + Duration::from_secs(59)));
-        assert!(a.should_log(y, t0 + Duration::from_secs(1)));
-        assert!(a.should_log(x, t0 + LOG_EVERY));
-    }
-
-    #[test]
-    fn a_flood_of_addresses_does_not_grow_the_log_memory() {
-        let a = Admission::new(1, 1);
-        let t0 = Instant::now();
-        for i in 0..(MAX_REMEMBERED as u32 + 100) {
-            a.should_log(IpAddr::from(i.to_be_bytes()), t0);
-        }
-        assert!(a.state().logged.len() <= MAX_REMEMBERED);
-        // Once they aged out, new peers are logged again.
-        assert!(a.should_log(ip("192.168.1.1"), t0 + LOG_EVERY));
-        assert!(a.state().logged.len() <= 1);
     }
 }

@@ -5,6 +5,7 @@
 
 pub mod admission;
 pub mod liveness;
+pub mod log_limit;
 pub mod polling;
 pub mod pool;
 pub mod request;

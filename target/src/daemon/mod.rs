@@ -74,6 +74,8 @@ pub fn build_target(cfg: &TargetConfig) -> Result<Target, String> {
         cfg.poll_spin_us,
     );
     t.ana.update(&cfg.listeners);
+    t.max_controllers_per_host
+        .store(cfg.engine.max_controllers_per_host, Ordering::Relaxed);
     Ok(t)
 }
 

@@ -435,7 +435,7 @@ mod tests {
         let t = target();
         let s = t.subsystem("nqn.2026-11.io.test:a").unwrap();
         let c = s
-            .add_controller("nqn.2026-11.io.test:h1", [0xab; 16], 5000)
+            .add_controller("nqn.2026-11.io.test:h1", [0xab; 16], 5000, 16)
             .unwrap();
         c.set_addrs(
             "10.0.0.2:50000".parse().unwrap(),
@@ -490,7 +490,7 @@ mod tests {
         let t = target();
         let s = t.subsystem("nqn.2026-11.io.test:a").unwrap();
         let _c = s
-            .add_controller("nqn.2026-11.io.test:h1", [1; 16], 0)
+            .add_controller("nqn.2026-11.io.test:h1", [1; 16], 0, 16)
             .unwrap();
         t.set_subsystems(vec![]);
         let st = Status::of(&t, Instant::now());

@@ -2,6 +2,7 @@
 //! the RDMA-CM private data, and where a command's data comes from or goes to,
 //! from its SGL.
 
+pub mod abort;
 pub mod rdma;
 
 use nvme::cm::{CmRequest, RejectStatus};

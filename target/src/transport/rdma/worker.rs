@@ -249,6 +249,8 @@ impl Worker {
 
     /// The loop. Returns when asked to stop and every queue is gone.
     pub fn run(mut self) {
+        // A local, so dropped before `self` (the device memory) if this unwinds.
+        let _abort = crate::transport::abort::AbortOnUnwind("worker");
         let m = metrics();
         let busy = m.engine.worker_busy.with_label_values(&[&self.label]);
         let wakeups = m.engine.worker_wakeups.with_label_values(&[&self.label]);

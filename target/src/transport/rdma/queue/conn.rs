@@ -23,6 +23,22 @@ use crate::core::liveness::{Liveness, PROBE_TIMEOUT};
 use crate::metrics::metrics;
 use crate::subsystem::Target;
 
+/// Send work requests a queue may have outstanding: each of its `nreq`
+/// requests at most two (an RDMA WRITE and its response SEND, or an RDMA
+/// READ), and one liveness probe.
+fn send_wrs(nreq: u32) -> u32 {
+    2 * nreq + 1
+}
+
+/// Completion-queue entries a queue may need at once, with `own_recv`
+/// receives of its own: one per send work request, signaled or not, since
+/// a queue pair that goes to the error state (every disconnect) flushes each
+/// outstanding request with a completion; counting only the signaled ones
+/// overflows the worker's completion queue when many queues go at once.
+fn cq_entries(nreq: u32, own_recv: u32) -> u32 {
+    send_wrs(nreq) + own_recv
+}
+
 impl Queue {
     /// Creates the queue pair on `dev`, posts its receives and accepts. On
     /// error the id is handed back for a reject.
@@ -84,7 +100,7 @@ impl Queue {
             },
         };
         let own_recv = recv.is_some();
-        let cq_share = nreq + if own_recv { sq } else { 0 };
+        let cq_share = cq_entries(nreq, if own_recv { sq } else { 0 });
         if dev.cq_room < cq_share {
             return Err((id, "the worker's completion queue is full".into()));
         }
@@ -95,7 +111,7 @@ impl Queue {
             dev.srq.as_ref().and_then(|a| a.srq_handle())
         };
         let caps = QpCaps {
-            max_send_wr: (nreq * 2).min(attr.max_qp_wr),
+            max_send_wr: send_wrs(nreq).min(attr.max_qp_wr),
             max_recv_wr: sq.min(attr.max_qp_wr),
             max_send_sge: 2.min(attr.max_sge),
             max_recv_sge: 2.min(attr.max_sge),
@@ -393,5 +409,19 @@ impl Queue {
                 info!("{}", target.stats.line());
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_queue_reserves_a_completion_for_every_send_it_may_have_posted() {
+        // A queue of 128 has 256 request slots: a READ, or a WRITE (not
+        // signaled) and a SEND, for each, and a probe; all flush on disconnect.
+        assert_eq!(send_wrs(256), 513);
+        assert_eq!(cq_entries(256, 0), 513);
+        assert_eq!(cq_entries(256, 128), 641);
     }
 }

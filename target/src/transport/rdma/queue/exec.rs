@@ -106,8 +106,17 @@ impl Queue {
                     let (sub, host) = nvme::fabrics::ConnectData::parse(&data)
                         .map(|d| (d.subsysnqn, d.hostnqn))
                         .unwrap_or_default();
-                    warn!(qid = self.qid(), status = %e.status, subsys = %sub, host = %host,
-                          ?peer, reason = e.reason(), "connect refused");
+                    // Once a minute per peer at warn: a peer that repeats a
+                    // refused Connect cannot flood the log (the metric counts each).
+                    let loud =
+                        peer.is_none_or(|p| cx.target.refusal_log.should_log(p.ip(), cx.now));
+                    if loud {
+                        warn!(qid = self.qid(), status = %e.status, subsys = %sub, host = %host,
+                              ?peer, reason = e.reason(), "connect refused (said once a minute per peer)");
+                    } else {
+                        debug!(qid = self.qid(), status = %e.status, subsys = %sub, host = %host,
+                               ?peer, reason = e.reason(), "connect refused");
+                    }
                     crate::metrics::reject(e.reason());
                     self.complete(cx, r, e.status, e.result)
                 }

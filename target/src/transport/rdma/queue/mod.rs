@@ -680,10 +680,20 @@ impl Queue {
             self.flush_sends(cx);
         }
         for w in wrs {
-            match inline {
+            let queued = match inline {
                 Some(data) => self.batch.push_inline(w, data),
                 None => self.batch.push(w),
             };
+            if !queued {
+                // Only when the flush above could not empty the batch (its
+                // queue pair is gone): a response that is not sent would
+                // leave the host waiting, so the queue fails instead.
+                error!(
+                    qid = self.qid(),
+                    "a work request did not fit its batch; disconnecting"
+                );
+                return self.fail(cx);
+            }
         }
     }
 
