@@ -587,19 +587,25 @@ impl Probe {
         }
     }
 
+    /// An admin queue connected with keep-alive timeout `kato_ms` and its
+    /// controller enabled (CC: EN, IOSQES 6 (64 B), IOCQES 4 (16 B)).
+    fn admin_enabled(&self, kato_ms: u32) -> Result<(RdmaQueue, u16), String> {
+        let (mut admin, cntlid) = self.admin_with_kato(kato_ms)?;
+        let en = self.raw(
+            &mut admin,
+            &commands::property_set(prop::CC, 1 | (6 << 16) | (4 << 20)),
+            Xfer::None,
+            &[],
+        );
+        if en != "status:SUCCESS" {
+            return Err(format!("CC.EN: {en}"));
+        }
+        Ok((admin, cntlid))
+    }
+
     fn vanish(&self, secs: u64, kato_ms: u32) {
         let run = || -> Result<(u16, Vec<RdmaQueue>), String> {
-            let (mut admin, cntlid) = self.admin_with_kato(kato_ms)?;
-            // CC: EN, IOSQES 6 (64 B), IOCQES 4 (16 B).
-            let en = self.raw(
-                &mut admin,
-                &commands::property_set(prop::CC, 1 | (6 << 16) | (4 << 20)),
-                Xfer::None,
-                &[],
-            );
-            if en != "status:SUCCESS" {
-                return Err(format!("CC.EN: {en}"));
-            }
+            let (admin, cntlid) = self.admin_enabled(kato_ms)?;
             let mut io = self.queue(1, None).map_err(|e| e.to_string())?;
             let st = self.connect(
                 &mut io,
@@ -694,19 +700,10 @@ impl Probe {
     /// This probe's controller, enabled; then an I/O queue for it sent to
     /// `other` (another address of the target: from another address).
     fn io_connect_via(&self, other: IpAddr) -> String {
-        let (mut admin, cntlid) = match self.admin_not_enabled() {
+        let (_admin, cntlid) = match self.admin_enabled(0) {
             Ok(a) => a,
             Err(e) => return format!("setup-failed:{}", e.replace(' ', "_")),
         };
-        let en = self.raw(
-            &mut admin,
-            &commands::property_set(prop::CC, 1 | (6 << 16) | (4 << 20)),
-            Xfer::None,
-            &[],
-        );
-        if en != "status:SUCCESS" {
-            return format!("setup-failed:CC.EN:{en}");
-        }
         // The kernel host asks for its I/O queues with Set Features; a
         // controller that was never asked grants one.
         let dst = SocketAddr::new(other, self.dst.port());

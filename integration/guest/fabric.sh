@@ -66,9 +66,6 @@ cleanup() {
 }
 trap cleanup EXIT
 
-controllers_of() { # HOSTNQN -> how many controllers our target has for it
-    "$TARGET_BIN" status --json | python3 -c 'import json,sys; st=json.load(sys.stdin); print(sum(1 for s in st["subsystems"] for c in s["controllers"] if c["host_nqn"] == sys.argv[1]))' "$1"
-}
 all_controllers() {
     "$TARGET_BIN" status --json | python3 -c 'import json,sys; st=json.load(sys.stdin); print(sum(len(s["controllers"]) for s in st["subsystems"]))'
 }

@@ -98,9 +98,6 @@ io_status() {
 proc_counts() { # PID -> "rss_kib fds threads"
     echo "$(awk '/^VmRSS/ {print $2}' "/proc/$1/status") $(ls "/proc/$1/fd" | wc -l) $(awk '/^Threads/ {print $2}' "/proc/$1/status")"
 }
-controllers_of() { # HOSTNQN -> how many controllers our target has for it
-    "$TARGET_BIN" status --json | python3 -c 'import json,sys; st=json.load(sys.stdin); print(sum(1 for s in st["subsystems"] for c in s["controllers"] if c["host_nqn"] == sys.argv[1]))' "$1"
-}
 
 step "setup: soft-RoCE on $IF, a 128 MiB loop device under device-mapper ($DM), a 256 MiB file"
 modprobe -a rdma_rxe ib_uverbs rdma_ucm nvme-rdma dm-mod

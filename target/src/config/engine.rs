@@ -152,56 +152,62 @@ impl RawEngine {
         let d = EngineConfig::default();
         let f = |n: &str| format!("target.{n}");
         let mut errors = Vec::new();
-        let workers = self.workers.unwrap_or(d.workers);
-        if !(1..=256).contains(&workers) {
-            errors.push((f("workers"), format!("{workers} is out of range 1..=256")));
-        }
-        let srq_depth = self.srq_depth.unwrap_or(d.srq_depth);
-        if !(16..=65536).contains(&srq_depth) {
-            errors.push((
-                f("srq_depth"),
-                format!("{srq_depth} is out of range 16..=65536"),
-            ));
-        }
-        let light_load_spin_us = self.light_load_spin_us.unwrap_or(d.light_load_spin_us);
-        if light_load_spin_us > 100_000 {
-            errors.push((
-                f("light_load_spin_us"),
-                format!("{light_load_spin_us} is out of range 0..=100000 (µs)"),
-            ));
-        }
+        // A value (or its default) checked against its range; `unit` is said
+        // after the range.
+        let mut ranged = |name: &str, v: u64, r: std::ops::RangeInclusive<u64>, unit: &str| {
+            if !r.contains(&v) {
+                errors.push((
+                    f(name),
+                    format!("{v} is out of range {}..={}{unit}", r.start(), r.end()),
+                ));
+            }
+            v
+        };
+        let workers = ranged(
+            "workers",
+            self.workers.unwrap_or(d.workers) as u64,
+            1..=256,
+            "",
+        ) as usize;
+        let srq_depth = ranged(
+            "srq_depth",
+            self.srq_depth.unwrap_or(d.srq_depth).into(),
+            16..=65536,
+            "",
+        ) as u32;
+        let light_load_spin_us = ranged(
+            "light_load_spin_us",
+            self.light_load_spin_us.unwrap_or(d.light_load_spin_us),
+            0..=100_000,
+            " (µs)",
+        );
         let per_peer = self
             .max_pending_queues_per_peer
             .unwrap_or(d.max_pending_queues_per_peer);
+        ranged(
+            "max_pending_queues_per_peer",
+            per_peer.into(),
+            1..=65536,
+            "",
+        );
         let pending = self.max_pending_queues.unwrap_or(d.max_pending_queues);
-        if !(1..=65536).contains(&per_peer) {
-            errors.push((
-                f("max_pending_queues_per_peer"),
-                format!("{per_peer} is out of range 1..=65536"),
-            ));
-        }
-        if !(1..=65536).contains(&pending) {
-            errors.push((
-                f("max_pending_queues"),
-                format!("{pending} is out of range 1..=65536"),
-            ));
-        }
+        ranged("max_pending_queues", pending.into(), 1..=65536, "");
         let max_keep_alive_ms = self.max_keep_alive_ms.unwrap_or(d.max_keep_alive_ms);
-        if max_keep_alive_ms < 1000 {
-            errors.push((
-                f("max_keep_alive_ms"),
-                format!("{max_keep_alive_ms} is below 1000 (ms)"),
-            ));
-        }
+        ranged(
+            "max_keep_alive_ms",
+            max_keep_alive_ms.into(),
+            1000..=u32::MAX as u64,
+            " (ms)",
+        );
         let max_controllers_per_host = self
             .max_controllers_per_host
             .unwrap_or(d.max_controllers_per_host);
-        if !(1..=65519).contains(&max_controllers_per_host) {
-            errors.push((
-                f("max_controllers_per_host"),
-                format!("{max_controllers_per_host} is out of range 1..=65519"),
-            ));
-        }
+        ranged(
+            "max_controllers_per_host",
+            max_controllers_per_host.into(),
+            1..=65519,
+            "",
+        );
         let small_buffers = self.small_buffers.unwrap_or(d.small_buffers);
         let large_buffers = self.large_buffers.unwrap_or(d.large_buffers);
         if large_buffers == 0 {
@@ -330,7 +336,7 @@ mod tests {
             ..raw()
         });
         assert_eq!(f, "target.max_controllers_per_host");
-        assert!(why.contains("below 1000"), "{why}");
+        assert!(why.contains("out of range 1000..="), "{why}");
         let (f, why) = err(RawEngine {
             workers: Some(8),
             max_pinned_memory: Some(crate::config::SizeValue::Text("64M".into())),
