@@ -16,7 +16,11 @@
 #   nqn.2026-11.io.nvmf-lab:restricted  only nqn.2026-11.io.nvmf-lab:host-allowed;
 #                                       ns1 = null backend, 1G
 #
-# Environment (optional): TARGET, FIO_RUNTIME (perf seconds per job, 10),
+# E2E_DEVICE=second: everything goes through a second soft-RoCE device instead, rxe1 on
+# a dummy netdev (10.99.0.1), created beside rxe0 (a server with a dual-port adapter has
+# two devices; the target's workers serve every device).
+#
+# Environment (optional): TARGET, E2E_DEVICE (first), FIO_RUNTIME (perf seconds per job, 10),
 #   FIO_ENGINE (libaio), TARGET_BIN (build/release/nvmf-target), RUST_LOG (passed on),
 #   E2E_OUT (folder for logs, /lab/integration/out; ignored when not writable).
 # Output: "=== [t] step" lines, "FAIL: ..." on failure, the target log, then
@@ -27,6 +31,7 @@ set -euo pipefail
 TARGET=${TARGET:-own}
 IP=${LAB_IP:?LAB_IP not set (run this inside the lab guest)}
 IF=${LAB_IF:-eth0}
+E2E_DEVICE=${E2E_DEVICE:-first}
 PORT=4420
 FIO_RUNTIME=${FIO_RUNTIME:-10}
 FIO_ENGINE=${FIO_ENGINE:-libaio}
@@ -56,6 +61,7 @@ fail() { echo "FAIL: $*" >&2; exit 1; }   # stderr: also seen from inside $(...)
 trap 'rc=$?; echo "FAIL: command failed (exit $rc) at line $LINENO: $BASH_COMMAND"' ERR
 
 case $TARGET in own|kernel) ;; *) fail "TARGET must be own or kernel (got '$TARGET')" ;; esac
+case $E2E_DEVICE in first) ;; second) IP=10.99.0.1 ;; *) fail "E2E_DEVICE must be first or second (got '$E2E_DEVICE')" ;; esac
 
 . integration/guest/kmsg.sh   # kmsg_check: no I/O error, reset or timeout in the kernel log
 dmesg_mark() { dmesg | wc -l; }
@@ -217,9 +223,16 @@ cleanup() {
 trap cleanup EXIT
 
 # =====================================================================================
-step "setup: modules, soft-RoCE on $IF ($IP), backing stores (TARGET=$TARGET)"
+step "setup: modules, soft-RoCE on $IF (and rxe1 on a dummy netdev with E2E_DEVICE=second), target address $IP, backing stores (TARGET=$TARGET)"
 modprobe -a rdma_rxe ib_uverbs rdma_ucm nvme-rdma
 rdma link show | grep "netdev $IF\b" >/dev/null || rdma link add rxe0 type rxe netdev "$IF"
+if [ "$E2E_DEVICE" = second ]; then
+    modprobe dummy
+    ip link add e2e1 type dummy 2>/dev/null || true
+    ip addr add "$IP/24" dev e2e1 2>/dev/null || true
+    ip link set e2e1 up
+    rdma link show | grep "netdev e2e1\b" >/dev/null || rdma link add rxe1 type rxe netdev e2e1
+fi
 rdma link show
 info "kernel $(uname -r), $(nvme version), $(fio --version), memlock $(ulimit -l)"
 [ -s /etc/nvme/hostnqn ] || { mkdir -p /etc/nvme; nvme gen-hostnqn >/etc/nvme/hostnqn; }
