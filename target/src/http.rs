@@ -15,6 +15,7 @@ use hyper_util::rt::TokioIo;
 use tracing::{debug, info, warn};
 
 use crate::controller::monotonic_ms;
+use crate::core::admission::Admission;
 use crate::metrics::metrics;
 
 /// The running metrics server.
@@ -66,42 +67,11 @@ async fn serve(req: Request<Incoming>) -> Result<Response<Full<Bytes>>, Infallib
 /// Connections served at once; a connection beyond them is closed at accept,
 /// so a client cannot run the daemon out of file descriptors.
 pub const MAX_CONNECTIONS: usize = 32;
+/// The longest a connection stays open (a keep-alive scraper reconnects).
+pub const MAX_CONNECTION_LIFE: Duration = Duration::from_secs(60);
 /// Connections served at once from one address: idle connections from one
 /// client cannot take every place and keep the scraper out.
 pub const MAX_PER_PEER: usize = 4;
-
-/// Connections open per client address.
-#[derive(Debug, Default)]
-struct PerPeer(std::sync::Mutex<std::collections::HashMap<std::net::IpAddr, usize>>);
-
-/// A connection's place in [`PerPeer`], given back when dropped.
-struct PeerPlace(Arc<PerPeer>, std::net::IpAddr);
-
-impl PerPeer {
-    fn take(self: &Arc<Self>, ip: std::net::IpAddr) -> Option<PeerPlace> {
-        let mut m = self.0.lock().unwrap_or_else(|p| p.into_inner());
-        let n = m.entry(ip).or_insert(0);
-        if *n >= MAX_PER_PEER {
-            return None;
-        }
-        *n += 1;
-        Some(PeerPlace(self.clone(), ip))
-    }
-}
-
-impl Drop for PeerPlace {
-    fn drop(&mut self) {
-        let mut m = self.0 .0.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(n) = m.get_mut(&self.1) {
-            *n -= 1;
-            if *n == 0 {
-                m.remove(&self.1);
-            }
-        }
-    }
-}
-/// The longest a connection stays open (a keep-alive scraper reconnects).
-pub const MAX_CONNECTION_LIFE: Duration = Duration::from_secs(60);
 
 /// Binds `addr` and serves `/metrics` on a thread of its own. Fails (before
 /// the daemon reports ready) if the address cannot be bound.
@@ -125,8 +95,7 @@ pub fn start(addr: SocketAddr) -> std::io::Result<MetricsServer> {
                         hb.store(monotonic_ms(), Ordering::Relaxed);
                     }
                 });
-                let permits = Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS));
-                let per_peer = Arc::new(PerPeer::default());
+                let places = Admission::new(MAX_PER_PEER as u32, MAX_CONNECTIONS as u32);
                 loop {
                     let (stream, peer) = match listener.accept().await {
                         Ok(x) => x,
@@ -136,18 +105,16 @@ pub fn start(addr: SocketAddr) -> std::io::Result<MetricsServer> {
                             continue;
                         }
                     };
-                    let Some(place) = per_peer.take(peer.ip()) else {
-                        debug!(%peer, "metrics endpoint: {MAX_PER_PEER} connections open from this address, closing this one");
-                        drop(stream);
-                        continue;
-                    };
-                    let Ok(permit) = permits.clone().try_acquire_owned() else {
-                        debug!(%peer, "metrics endpoint: {MAX_CONNECTIONS} connections open, closing this one");
-                        drop(stream);
-                        continue;
+                    let place = match places.admit(peer.ip()) {
+                        Ok(p) => p,
+                        Err(why) => {
+                            debug!(%peer, ?why, "metrics endpoint: {MAX_PER_PEER} connections open from this address or {MAX_CONNECTIONS} in all, closing this one");
+                            drop(stream);
+                            continue;
+                        }
                     };
                     tokio::spawn(async move {
-                        let _held = (permit, place);
+                        let _place = place;
                         let conn = hyper::server::conn::http1::Builder::new()
                             .timer(hyper_util::rt::TokioTimer::new())
                             .header_read_timeout(Duration::from_secs(10))

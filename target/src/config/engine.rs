@@ -331,12 +331,12 @@ mod tests {
             ..raw()
         });
         assert_eq!(f, "target.max_keep_alive_ms");
+        assert!(why.contains("out of range 1000..="), "{why}");
         let (f, _) = err(RawEngine {
             max_controllers_per_host: Some(0),
             ..raw()
         });
         assert_eq!(f, "target.max_controllers_per_host");
-        assert!(why.contains("out of range 1000..="), "{why}");
         let (f, why) = err(RawEngine {
             workers: Some(8),
             max_pinned_memory: Some(crate::config::SizeValue::Text("64M".into())),

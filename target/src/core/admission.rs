@@ -4,6 +4,8 @@
 //! "pending" queues are capped per peer address and in total. A queue stops
 //! being pending when its Connect succeeds or when it goes.
 //!
+//! The same caps bound the metrics endpoint's connections.
+//!
 //! Sans-IO: the caller passes the time; [`Pending`] gives its place back when
 //! dropped.
 
