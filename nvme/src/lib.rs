@@ -6,6 +6,7 @@
 //! as raw numbers so that the caller can answer with a precise status.
 
 pub mod ana;
+pub mod auth;
 pub mod cm;
 pub mod command;
 pub mod completion;

@@ -113,6 +113,8 @@ statuses! {
     CONNECT_RESTART_DISC = (1, 0x83, false);
     /// Fabrics: connect invalid host.
     CONNECT_INVALID_HOST = (1, 0x84, true);
+    /// Fabrics: the queue must authenticate before this command.
+    AUTH_REQUIRED = (1, 0x91, true);
     /// Unrecovered read error.
     UNRECOVERED_READ_ERROR = (2, 0x81, false);
     /// Write fault.
