@@ -136,3 +136,8 @@ size = "1G"
 """
 write("config_reload", "example", example + b"\0" + example)
 write("config_reload", "quick-grow", quick + b"\0" + quick.replace(b'size = "1G"', b'size = "2G"'))
+# auth: policy byte, then frames (raw) or XOR noise (honest host, bit 3)
+negotiate = bytes([0, 0, 0, 0, 1, 0, 0, 1]) + bytes([1, 0, 3, 6]) + bytes([1, 2, 3]) + bytes(27) + bytes([0, 1, 2, 3, 4, 5]) + bytes(24)
+write("auth", "negotiate-then-receive", bytes([0]) + bytes([0]) + struct.pack("<H", len(negotiate)) + negotiate + bytes([1]) + struct.pack("<H", 4096))
+write("auth", "honest-host", bytes([8]))
+write("auth", "honest-host-bidirectional-2048", bytes([8 | 4 | 2 | 1]))

@@ -51,6 +51,8 @@ pub struct ConnectOptions {
     pub timeout: Duration,
     /// Busy-poll time before sleeping for completions.
     pub spin: Duration,
+    /// DH-HMAC-CHAP secrets, when the host authenticates.
+    pub dhchap: Option<crate::auth::HostKeys>,
 }
 
 impl ConnectOptions {
@@ -69,6 +71,7 @@ impl ConnectOptions {
             max_io: 128 * 1024,
             timeout: Duration::from_secs(10),
             spin: Duration::ZERO,
+            dhchap: None,
         }
     }
 }
@@ -260,6 +263,14 @@ impl Controller {
             &mut [],
         )?;
         let cntlid = c.result as u16;
+        crate::auth::after_connect(
+            &mut |cmd, x, o, i| admin.exec(cmd, x, o, i),
+            opts.dhchap.as_ref(),
+            c.result,
+            &opts.host.nqn,
+            &opts.subnqn,
+            0,
+        )?;
         let cap = admin.run(commands::property_get(prop::CAP, true))?.result;
         let vs = admin.run(commands::property_get(prop::VS, false))?.result as u32;
         // CC: NVM command set, 4 KiB pages, round robin, 64/16-byte entries.
@@ -450,7 +461,19 @@ impl Controller {
             self.opts.timeout,
             &mut |q, d| q.release(d.tag),
         )?;
-        status_ok("Connect (I/O queue)", c)?;
+        let c = status_ok("Connect (I/O queue)", c)?;
+        let timeout = self.opts.timeout;
+        crate::auth::after_connect(
+            &mut |cmd, x, o, i| {
+                let c = q.execute(cmd, x, o, i, timeout, &mut |q, d| q.release(d.tag))?;
+                Ok(c)
+            },
+            self.opts.dhchap.as_ref(),
+            c.result,
+            &self.opts.host.nqn,
+            &self.opts.subnqn,
+            qid,
+        )?;
         if self.opts.inline {
             // IOCCSZ counts 16-byte units of the whole capsule (SQE included).
             let ic = (self.info.id.ioccsz as usize * 16).saturating_sub(nvme::SQE_SIZE);

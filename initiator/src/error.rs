@@ -47,6 +47,14 @@ pub enum Error {
     /// Memory windows were asked for but the device has none.
     #[error("the RDMA device does not support type-2 memory windows (use --windows mr)")]
     NoWindows,
+    /// In-band authentication failed or was refused.
+    #[error("authentication on queue {qid}: {reason}")]
+    Auth {
+        /// Queue id.
+        qid: u16,
+        /// What happened (never key material).
+        reason: String,
+    },
     /// A command completed with an error status.
     #[error("{cmd} failed: {status}")]
     Status {

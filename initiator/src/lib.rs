@@ -12,6 +12,7 @@
 //! Raw mode ([`transport::RdmaQueue::raw`]) sends any SQE with any SGL, for
 //! malformed-input tests.
 
+pub mod auth;
 pub mod commands;
 pub mod controller;
 pub mod discovery;

@@ -58,6 +58,13 @@ struct Conn {
     /// Timeout in seconds for connecting and admin commands.
     #[arg(long, default_value_t = 10)]
     timeout: u64,
+    /// DH-HMAC-CHAP secret of the host (DHHC-1:...), as nvme-cli.
+    #[arg(short = 'S', long)]
+    dhchap_secret: Option<String>,
+    /// DH-HMAC-CHAP secret the controller must prove it holds
+    /// (bidirectional authentication), as nvme-cli.
+    #[arg(short = 'C', long, requires = "dhchap_secret")]
+    dhchap_ctrl_secret: Option<String>,
 }
 
 #[derive(Args, Clone)]
@@ -354,6 +361,19 @@ fn options(conn: &Conn, nqn: &str) -> Result<ConnectOptions> {
     };
     o.kato = Duration::from_secs(conn.kato);
     o.timeout = Duration::from_secs(conn.timeout.max(1));
+    let secret = |s: &str, what: &str| {
+        dhchap::Secret::parse(s).map_err(|e| Error::Invalid(format!("{what}: {e}")))
+    };
+    if let Some(s) = &conn.dhchap_secret {
+        o.dhchap = Some(nvmf_initiator::auth::HostKeys {
+            secret: secret(s, "--dhchap-secret")?,
+            ctrl_secret: conn
+                .dhchap_ctrl_secret
+                .as_deref()
+                .map(|c| secret(c, "--dhchap-ctrl-secret"))
+                .transpose()?,
+        });
+    }
     Ok(o)
 }
 

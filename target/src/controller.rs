@@ -394,6 +394,8 @@ pub struct Controller {
     /// The listener (port id - 1) its host connected through: the ANA
     /// states it reports are that listener's.
     port: std::sync::OnceLock<usize>,
+    /// Whether its queues must authenticate, and how the admin queue did.
+    pub auth: crate::auth::CtrlAuth,
 }
 
 impl Controller {
@@ -421,6 +423,7 @@ impl Controller {
             created: Instant::now(),
             revoked: AtomicBool::new(false),
             port: std::sync::OnceLock::new(),
+            auth: Default::default(),
         }
     }
 

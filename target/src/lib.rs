@@ -7,6 +7,7 @@
 
 pub mod admin;
 pub mod ana;
+pub mod auth;
 pub mod backend;
 pub mod config;
 pub mod controller;

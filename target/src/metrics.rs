@@ -43,6 +43,9 @@ pub struct Metrics {
     pub disconnects: IntCounterVec,
     /// `connect_rejections_total{reason}`.
     pub rejections: IntCounterVec,
+    /// `authentications_total{subsystem,result}`: "success" or the reason
+    /// of a failure.
+    pub authentications: IntCounterVec,
     /// `keep_alive_expirations_total{subsystem}`.
     pub keep_alive_expirations: IntCounterVec,
     /// `rdma_wc_errors_total{status}`.
@@ -192,6 +195,11 @@ impl Metrics {
                 "connect_rejections_total",
                 "Connection attempts refused (RDMA-CM reject or Connect failure), by reason",
                 &["reason"],
+            ),
+            authentications: counter(
+                "authentications_total",
+                "Queue authentications (DH-HMAC-CHAP), by subsystem and result (success or the failure reason)",
+                &["subsystem", "result"],
             ),
             keep_alive_expirations: counter(
                 "keep_alive_expirations_total",

@@ -69,6 +69,9 @@ pub struct Plan {
     /// The ANA states of some listener changed (hosts connected there are
     /// told).
     pub ana: bool,
+    /// The `[[host]]` authentication settings changed: they apply to the
+    /// next authentication; live associations stay.
+    pub hosts: bool,
     /// Namespaces whose store changed size (found while applying the plan).
     pub resized: usize,
 }
@@ -82,6 +85,7 @@ impl Plan {
             && self.poll_spin_us.is_none()
             && self.log_level.is_none()
             && !self.ana
+            && !self.hosts
     }
 
     /// A one-line summary for the log and the service status.
@@ -93,13 +97,18 @@ impl Plan {
         let ns_removed: usize = self.changed.iter().map(|c| c.remove.len()).sum();
         let access = self.changed.iter().filter(|c| c.access.is_some()).count();
         format!(
-            "subsystems +{} -{}, namespaces +{} -{}, host access changed in {}{}{}",
+            "subsystems +{} -{}, namespaces +{} -{}, host access changed in {}{}{}{}",
             self.added.len(),
             self.removed.len(),
             ns_added,
             ns_removed,
             access,
             if self.ana { ", ANA states changed" } else { "" },
+            if self.hosts {
+                ", host keys changed"
+            } else {
+                ""
+            },
             match self.resized {
                 0 => String::new(),
                 n => format!(", {n} namespace(s) resized"),
@@ -219,6 +228,7 @@ pub fn plan(old: &TargetConfig, new: &TargetConfig) -> Result<Plan, NeedsRestart
         .iter()
         .map(|l| &l.ana)
         .ne(new.listeners.iter().map(|l| &l.ana));
+    p.hosts = old.hosts != new.hosts;
     Ok(p)
 }
 

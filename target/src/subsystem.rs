@@ -259,6 +259,8 @@ pub struct Target {
     pub max_controllers_per_host: AtomicU32,
     /// Connect refusals logged, per peer (once a minute).
     pub refusal_log: crate::core::log_limit::PeerLogLimit,
+    /// The hosts' authentication keys (`[[host]]`, replaced on reload).
+    pub credentials: crate::auth::Credentials,
 }
 
 impl Target {
@@ -294,6 +296,7 @@ impl Target {
                 crate::config::DEFAULT_MAX_CONTROLLERS_PER_HOST,
             ),
             refusal_log: Default::default(),
+            credentials: Default::default(),
         }
     }
 

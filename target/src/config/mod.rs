@@ -8,12 +8,14 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
 mod engine;
+mod host;
 mod raw;
 mod validate;
 pub use engine::{
     affinity_cpus, EngineConfig, SendOffload, SrqMode, DEFAULT_MAX_CONTROLLERS_PER_HOST,
     SMALL_BUFFER,
 };
+pub use host::HostConfig;
 pub(crate) use raw::SizeValue;
 use raw::{RawConfig, RawListener, RawNamespace, RawSubsystem};
 use validate::Ctx;
@@ -156,6 +158,8 @@ pub struct TargetConfig {
     pub listeners: Vec<ListenerConfig>,
     /// Subsystems.
     pub subsystems: Vec<SubsystemConfig>,
+    /// Hosts with authentication settings (`[[host]]`).
+    pub hosts: Vec<HostConfig>,
     /// Microseconds a queue thread busy-polls after its last activity before
     /// it sleeps on its completion channel.
     pub poll_spin_us: u64,

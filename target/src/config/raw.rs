@@ -11,6 +11,7 @@ use super::Ctx;
 const SECTIONS: &[&str] = &[
     "listener",
     "subsystem",
+    "host",
     "target",
     "metrics",
     "control",
@@ -22,6 +23,7 @@ const SECTIONS: &[&str] = &[
 pub(super) struct RawConfig {
     pub listener: Vec<(usize, RawListener)>,
     pub subsystem: Vec<(usize, RawSubsystem)>,
+    pub host: Vec<(usize, RawHost)>,
     pub target: Option<RawTarget>,
     pub metrics: Option<RawMetrics>,
     pub control: Option<RawControl>,
@@ -110,6 +112,17 @@ pub(super) struct RawNamespace {
     pub ana_group: Option<u32>,
 }
 
+/// A `[[host]]`: a host's DH-HMAC-CHAP settings, with nvmet's names.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawHost {
+    pub nqn: Option<String>,
+    pub dhchap_key: Option<String>,
+    pub dhchap_ctrl_key: Option<String>,
+    pub dhchap_hash: Option<String>,
+    pub dhchap_dhgroup: Option<String>,
+}
+
 #[derive(Deserialize)]
 #[serde(untagged)]
 pub(crate) enum SizeValue {
@@ -189,6 +202,7 @@ pub(super) fn read(cx: &mut Ctx, c: config::Config) -> RawConfig {
                     );
                 }
             }
+            "host" => raw.host = entries(cx, s, v),
             "target" => raw.target = table(cx, s, v),
             "metrics" => raw.metrics = table(cx, s, v),
             "control" => raw.control = table(cx, s, v),

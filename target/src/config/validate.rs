@@ -129,6 +129,7 @@ impl TargetConfig {
                 subsystems.push(sub);
             }
         }
+        let hosts = super::host::validate(cx, raw.host);
         let poll_spin_us = raw
             .target
             .as_ref()
@@ -226,6 +227,7 @@ impl TargetConfig {
         ctx.finish(TargetConfig {
             listeners,
             subsystems,
+            hosts,
             poll_spin_us,
             metrics_addr,
             control_socket,

@@ -74,6 +74,7 @@ pub fn build_target(cfg: &TargetConfig) -> Result<Target, String> {
         cfg.poll_spin_us,
     );
     t.ana.update(&cfg.listeners);
+    t.credentials.set(&cfg.hosts);
     t.max_controllers_per_host
         .store(cfg.engine.max_controllers_per_host, Ordering::Relaxed);
     Ok(t)
@@ -302,6 +303,13 @@ impl Daemon {
         // when it makes its controller (the subsystem is marked removed under
         // the controllers' lock) or revoked below.
         self.target.set_subsystems(subs);
+        if plan.hosts {
+            self.target.credentials.set(&new.hosts);
+            info!(
+                with_keys = new.hosts.iter().filter(|h| h.dhchap_key.is_some()).count(),
+                "host keys changed: they apply to the next authentication"
+            );
+        }
         for nqn in &plan.removed {
             if let Some(s) = current.iter().find(|s| &s.nqn == nqn) {
                 for ns in s.namespaces().iter() {

@@ -149,6 +149,24 @@ pub struct ControllerInfo {
     /// The host honours Command Retry Delay (it enabled ACRE).
     #[serde(default)]
     pub retry_delay: bool,
+    /// In-band authentication (never key material).
+    #[serde(default)]
+    pub authentication: AuthInfo,
+}
+
+/// How a controller's host authenticated.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct AuthInfo {
+    /// The host has a key: every queue must authenticate.
+    pub required: bool,
+    /// The admin queue authenticated (last time, after re-authentication).
+    pub authenticated: bool,
+    /// Hash function (`hmac(sha256)`, ...), once authenticated.
+    pub hash: Option<String>,
+    /// Diffie-Hellman group (`null`, `ffdhe2048`, ...), once authenticated.
+    pub dhgroup: Option<String>,
+    /// The target proved its key too.
+    pub bidirectional: bool,
 }
 
 fn controller(c: &Controller, now: Instant) -> ControllerInfo {
@@ -180,6 +198,16 @@ fn controller(c: &Controller, now: Instant) -> ControllerInfo {
         bytes_read: c.units_read.load(Relaxed) * 512,
         bytes_written: c.units_written.load(Relaxed) * 512,
         retry_delay: acre,
+        authentication: {
+            let last = c.auth.last();
+            AuthInfo {
+                required: c.auth.required(),
+                authenticated: last.is_some(),
+                hash: last.map(|a| a.hash.name().to_string()),
+                dhgroup: last.map(|a| a.group.name().to_string()),
+                bidirectional: last.is_some_and(|a| a.bidirectional),
+            }
+        },
     }
 }
 
@@ -366,6 +394,24 @@ fn ctrl_text(o: &mut String, c: &ControllerInfo) {
             c.keep_alive_ms, c.last_keep_alive_ms
         )
     };
+    let a = &c.authentication;
+    if a.required || a.authenticated {
+        let _ = writeln!(
+            o,
+            "    authentication: {}",
+            match (&a.hash, &a.dhgroup) {
+                (Some(h), Some(g)) => format!(
+                    "DH-HMAC-CHAP {h}, {g}{}",
+                    if a.bidirectional {
+                        ", bidirectional"
+                    } else {
+                        ""
+                    }
+                ),
+                _ => "required, not yet done".into(),
+            }
+        );
+    }
     let _ = writeln!(
         o,
         "    queues {} (admin + {} I/O), {ka}; reads {} ({}), writes {} ({})",

@@ -25,28 +25,82 @@ pub(super) fn check_discovery(
     Ok(())
 }
 
-pub(super) fn check_hosts(cx: &Cx, root: &Obj, notes: &mut Vec<String>) -> Result<(), ImportError> {
+/// A host with DH-HMAC-CHAP settings, as nvmet had them.
+pub(super) struct Host {
+    pub(super) nqn: String,
+    pub(super) key: Option<String>,
+    pub(super) ctrl_key: Option<String>,
+    pub(super) hash: Option<String>,
+    pub(super) dhgroup: Option<String>,
+}
+
+/// The hosts that have a DH-HMAC-CHAP key (nvmet's `dhchap` attributes:
+/// `key`, `ctrl_key`, `hash`, `dhgroup`). A key nvmf-target cannot read is
+/// an error naming its JSON path, never quoting it.
+pub(super) fn parse_hosts(
+    cx: &Cx,
+    root: &Obj,
+    notes: &mut Vec<String>,
+) -> Result<Vec<Host>, ImportError> {
+    let mut out = Vec::new();
     for (path, h) in cx.objects(root, "", "hosts")? {
         let nqn = cx.req_string(h, &path, "nqn")?;
-        if let Some(d) = cx.opt_object(h, &path, "dhchap")? {
-            let dpath = at(&path, "dhchap");
-            let mut keys = Vec::new();
-            for k in ["key", "ctrl_key"] {
-                if cx.opt_text(d, &dpath, k)?.is_some_and(|v| !v.is_empty()) {
-                    keys.push(k);
-                }
-            }
-            if !keys.is_empty() {
-                notes.push(format!(
-                    "host '{}' has DH-HMAC-CHAP secrets (dhchap.{}); nvmf-target does not \
-                     support in-band authentication, so it is admitted by its NQN alone",
-                    safe(nqn),
-                    keys.join(", dhchap.")
-                ));
+        let Some(d) = cx.opt_object(h, &path, "dhchap")? else {
+            continue;
+        };
+        let dpath = at(&path, "dhchap");
+        let text = |k: &str| -> Result<Option<String>, ImportError> {
+            Ok(cx.opt_text(d, &dpath, k)?.filter(|v| !v.is_empty()))
+        };
+        let (key, ctrl_key) = (text("key")?, text("ctrl_key")?);
+        let (hash, dhgroup) = (text("hash")?, text("dhgroup")?);
+        for (k, v) in [("key", &key), ("ctrl_key", &ctrl_key)] {
+            if let Some(Err(e)) = v.as_deref().map(dhchap::Secret::parse) {
+                return Err(cx.err(&at(&dpath, k), e.to_string()));
             }
         }
+        if let Some(v) = hash
+            .as_deref()
+            .filter(|v| dhchap::HashId::from_name(v).is_none())
+        {
+            return Err(cx.err(
+                &at(&dpath, "hash"),
+                format!("'{}' is not a hash nvmf-target knows", safe(v)),
+            ));
+        }
+        if let Some(v) = dhgroup
+            .as_deref()
+            .filter(|v| dhchap::GroupId::from_name(v).is_none())
+        {
+            return Err(cx.err(
+                &at(&dpath, "dhgroup"),
+                format!("'{}' is not a DH group nvmf-target knows", safe(v)),
+            ));
+        }
+        if key.is_none() {
+            if ctrl_key.is_some() {
+                notes.push(format!(
+                    "host '{}' has a controller key but no host key: nvmet does not authenticate it,                      so neither does nvmf-target (the controller key is dropped)",
+                    safe(nqn)
+                ));
+            }
+            continue;
+        }
+        out.push(Host {
+            nqn: nqn.to_string(),
+            key,
+            ctrl_key,
+            hash,
+            dhgroup,
+        });
     }
-    Ok(())
+    if !out.is_empty() {
+        notes.push(format!(
+            "{} host(s) carry DH-HMAC-CHAP secrets into this file ([[host]]): keep it readable by root only",
+            out.len()
+        ));
+    }
+    Ok(out)
 }
 
 /// A port of the nvmet configuration.

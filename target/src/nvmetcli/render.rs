@@ -3,7 +3,7 @@
 use std::fmt::Write as _;
 
 use super::json::safe;
-use super::ports::Listener;
+use super::ports::{Host, Listener};
 use super::subsystems::Subsystem;
 
 /// A TOML basic string (quoted, escaped).
@@ -55,6 +55,7 @@ pub(super) fn render(
     source: &str,
     listeners: &[Listener],
     subsystems: &[Subsystem],
+    hosts: &[Host],
     notes: &[String],
 ) -> String {
     let mut t = String::new();
@@ -139,6 +140,19 @@ pub(super) fn render(
                     }
                     None => t.push_str("# path = \"\"  # nvmet had no device path\n"),
                 }
+            }
+        }
+    }
+    for h in hosts {
+        let _ = write!(t, "\n[[host]]\nnqn = {}\n", toml_str(&h.nqn));
+        for (k, v) in [
+            ("dhchap_key", &h.key),
+            ("dhchap_ctrl_key", &h.ctrl_key),
+            ("dhchap_hash", &h.hash),
+            ("dhchap_dhgroup", &h.dhgroup),
+        ] {
+            if let Some(v) = v {
+                let _ = writeln!(t, "{k} = {}", toml_str(v));
             }
         }
     }

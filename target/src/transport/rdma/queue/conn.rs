@@ -207,6 +207,8 @@ impl Queue {
             cm_gone: false,
             reason: "",
             liveness: Liveness::new(accepted),
+            auth: Default::default(),
+            end_after_send: None,
         })
     }
 
@@ -263,6 +265,13 @@ impl Queue {
             }
             return;
         };
+        if self.auth.overdue(&c, self.liveness.accepted(), now) {
+            warn!(cntlid = c.cntlid, qid = self.qid(), host = %c.hostnqn, subsys = %c.subsys.nqn,
+                  "not authenticated within {:?}; ending the association", crate::auth::AUTH_TIMEOUT);
+            crate::metrics::reject("auth_timeout");
+            c.kill_all();
+            return self.disconnect(cx, "authentication timeout", "auth_timeout");
+        }
         if self.qid() == 0 {
             let expired = {
                 let mut st = c.state();

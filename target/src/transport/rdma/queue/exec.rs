@@ -51,6 +51,9 @@ impl Queue {
 
     fn exec_fabrics(&mut self, cx: &mut Cx<'_>, r: usize) {
         let cmd = self.reqs[r].cmd;
+        if crate::auth::is_auth(&cmd) {
+            return self.exec_auth(cx, r);
+        }
         if cmd.fctype() == fctype::CONNECT {
             self.connecting = false;
             // SAFETY: the request executes; the data is copied out at once.
@@ -97,10 +100,10 @@ impl Queue {
                     if self.qid() == 0 {
                         m.controllers.with_label_values(&[&ctrl.subsys.nqn]).inc();
                     }
-                    let cntlid = ctrl.cntlid as u64;
+                    let result = ctrl.cntlid as u64 | ctrl.auth.connect_result();
                     self.ctrl = Some(ctrl);
                     self.pending = None;
-                    self.complete(cx, r, Status::SUCCESS, cntlid)
+                    self.complete(cx, r, Status::SUCCESS, result)
                 }
                 Err(e) => {
                     let (sub, host) = nvme::fabrics::ConnectData::parse(&data)
@@ -165,6 +168,36 @@ impl Queue {
             }
             self.complete(cx, r, st, result)
         }
+    }
+
+    /// Authentication Send / Receive (checked by `precheck`: a connected
+    /// queue, DH-HMAC-CHAP's fields, the data the command names).
+    fn exec_auth(&mut self, cx: &mut Cx<'_>, r: usize) {
+        let Some(ctrl) = self.ctrl.clone() else {
+            return self.complete(cx, r, Status::CMD_SEQ_ERROR, 0);
+        };
+        let qid = self.qid();
+        // SAFETY: the request executes; the calls below are the only users
+        // of its data until they return.
+        let buf = unsafe { self.data_mut(cx.dev, r) };
+        let (status, outcome) = if self.reqs[r].cmd.fctype() == fctype::AUTH_SEND {
+            let o = crate::auth::send(&mut self.auth, &cx.target.credentials, &ctrl, qid, buf);
+            (Status::SUCCESS, o)
+        } else {
+            match crate::auth::receive(&mut self.auth, &ctrl, qid, buf) {
+                Ok((n, o)) => {
+                    self.reqs[r].out_len = n;
+                    (Status::SUCCESS, o)
+                }
+                Err(st) => (st, crate::auth::Outcome::Continue),
+            }
+        };
+        if outcome == crate::auth::Outcome::Failed {
+            // The association ends once this response (with a Failure1's
+            // data) was sent: ended at once, the host would get nothing.
+            self.end_after_send = Some(r);
+        }
+        self.complete(cx, r, status, 0);
     }
 
     fn exec_admin(&mut self, cx: &mut Cx<'_>, r: usize) {

@@ -166,6 +166,11 @@ pub struct Queue {
     cm_gone: bool,
     reason: &'static str,
     liveness: Liveness,
+    /// In-band authentication of this queue.
+    auth: crate::auth::QueueAuth,
+    /// The request whose response ends the association once it was sent
+    /// (an authentication failure: the host gets the Failure1 first).
+    end_after_send: Option<usize>,
 }
 
 /// Parameters of an accepted connection, from the listener.
@@ -450,8 +455,13 @@ impl Queue {
                 fctype::PROPERTY_GET | fctype::PROPERTY_SET
                     if self.qid() == 0 && self.ctrl.is_some() =>
                 {
-                    Ok(())
+                    self.cleared()
                 }
+                // Authentication runs on a connected queue, admin or I/O.
+                fctype::AUTH_SEND | fctype::AUTH_RECEIVE if self.ctrl.is_some() => {
+                    crate::auth::precheck(&cmd, self.reqs[r].plan.len())
+                }
+                fctype::AUTH_SEND | fctype::AUTH_RECEIVE => Err(Status::CMD_SEQ_ERROR),
                 fctype::PROPERTY_GET | fctype::PROPERTY_SET if self.qid() == 0 => {
                     Err(Status::CMD_SEQ_ERROR)
                 }
@@ -461,6 +471,7 @@ impl Queue {
         let Some(ctrl) = &self.ctrl else {
             return Err(Status::CMD_SEQ_ERROR);
         };
+        self.cleared()?;
         if self.qid() == 0 {
             return Ok(());
         }
@@ -479,6 +490,17 @@ impl Queue {
         self.reqs[r].io = Some(plan);
         self.reqs[r].ns.extend(ns);
         Ok(())
+    }
+
+    /// A queue of a controller that requires authentication runs nothing
+    /// but authentication until it authenticated (NVMe Base: Authentication
+    /// Required; nvmet lets Property Get/Set through, the specification
+    /// does not).
+    fn cleared(&self) -> Result<(), Status> {
+        match &self.ctrl {
+            Some(c) if !self.auth.cleared(c) => Err(Status::AUTH_REQUIRED),
+            _ => Ok(()),
+        }
     }
 
     // ---- the lifecycle driver -----------------------------------------
@@ -777,6 +799,12 @@ impl Queue {
         let Some(q) = self.reqs.get(r) else { return };
         if !q.life.owns_work_completion(id.slot_gen) {
             return;
+        }
+        if id.kind == wr::SEND && self.end_after_send == Some(r) {
+            self.end_after_send = None;
+            if let Some(c) = &self.ctrl {
+                c.kill_all();
+            }
         }
         let step = match id.kind {
             wr::READ => self.reqs[r].life.fetched(ok),

@@ -1,0 +1,308 @@
+//! auth-probe: what a host that does not follow DH-HMAC-CHAP sends, sent to
+//! a target on purpose. Each case connects its own admin queue as HOSTNQN
+//! (a host the target requires to authenticate), sends its messages and
+//! prints one line, `CASE <name> <outcome>`, where the outcome is a single
+//! token: `status:<NVMe status>` (a command failed), `failure1:<reason>`
+//! (the controller's Failure1), `challenge`, `success1`, `none` (a queue
+//! that stopped answering: torn down without a message), or `error`. The
+//! lab's authentication suite (integration/guest/auth.sh) runs it against
+//! nvmet and our target in one boot and compares the outcomes.
+//!
+//! Usage: `auth-probe IP PORT SUBNQN HOSTNQN HOSTID SECRET`; SECRET is the
+//! host's `DHHC-1` key, for the case that must succeed (`good`).
+
+use std::net::{IpAddr, SocketAddr};
+use std::time::Duration;
+
+use dhchap::host::Transaction;
+use dhchap::Secret;
+use nvme::auth::{AuthCommand, Message, Protocol, AUTHID_DHCHAP};
+use nvme::fabrics::{ConnectData, CONNECT_DATA_SIZE};
+use nvme::Command;
+use nvmf_initiator::auth::{CONNECT_ATR, RECEIVE_LEN};
+use nvmf_initiator::host::parse_uuid;
+use nvmf_initiator::{commands, QueueConfig, RdmaQueue, Xfer};
+
+const WAIT: Duration = Duration::from_secs(10);
+
+struct Probe {
+    dst: SocketAddr,
+    sub: String,
+    host: String,
+    hostid: [u8; 16],
+    key: Secret,
+}
+
+/// One admin queue, connected, not authenticated.
+struct Admin {
+    q: RdmaQueue,
+}
+
+impl Admin {
+    fn run(
+        &mut self,
+        cmd: Command,
+        xfer: Xfer,
+        out: &[u8],
+        inp: &mut [u8],
+    ) -> Option<nvme::Completion> {
+        self.q
+            .execute(cmd, xfer, out, inp, WAIT, &mut |q, d| q.release(d.tag))
+            .ok()
+    }
+
+    /// Authentication Send of `msg` (`tl` in the command; `len` bytes moved).
+    fn send_as(&mut self, msg: &[u8], tl: u32, len: u32) -> Result<(), String> {
+        let cmd = AuthCommand::dhchap(tl).to_command(0, false);
+        match self.run(cmd, Xfer::ToTarget(len), msg, &mut []) {
+            None => Err("none".into()),
+            Some(c) if !c.status.is_success() => Err(format!("status:{}", name(c.status))),
+            Some(_) => Ok(()),
+        }
+    }
+
+    fn send(&mut self, msg: &[u8]) -> Result<(), String> {
+        self.send_as(msg, msg.len() as u32, msg.len() as u32)
+    }
+
+    /// Authentication Receive of `al` bytes: the message, or the outcome.
+    fn receive(&mut self, al: u32) -> Result<Vec<u8>, String> {
+        let cmd = AuthCommand::dhchap(al).to_command(0, true);
+        let mut buf = vec![0u8; al as usize];
+        match self.run(cmd, Xfer::FromTarget(al), &[], &mut buf) {
+            None => Err("none".into()),
+            Some(c) if !c.status.is_success() => Err(format!("status:{}", name(c.status))),
+            Some(_) => Ok(buf),
+        }
+    }
+
+    /// The outcome a received message stands for.
+    fn outcome(&mut self, al: u32) -> String {
+        match self.receive(al) {
+            Err(o) => o,
+            Ok(b) => describe(&b),
+        }
+    }
+}
+
+fn name(s: nvme::Status) -> String {
+    s.name()
+        .map(str::to_string)
+        .unwrap_or_else(|| format!("{:#x}", s.code()))
+}
+
+fn describe(b: &[u8]) -> String {
+    match Message::parse(b) {
+        Ok(Message::Failure { explanation, .. }) => {
+            format!("failure1:{}", nvme::auth::reason::name(explanation))
+        }
+        Ok(Message::Challenge { .. }) => "challenge".into(),
+        Ok(Message::Success1 { .. }) => "success1".into(),
+        Ok(m) => format!("message:{:#x}", m.auth_id()),
+        Err(_) => "error".into(),
+    }
+}
+
+fn negotiate(t_id: u16, hashes: Vec<u8>, groups: Vec<u8>) -> Vec<u8> {
+    Message::Negotiate {
+        t_id,
+        sc_c: 0,
+        napd: 1,
+        protocols: vec![Protocol {
+            authid: AUTHID_DHCHAP,
+            hashes,
+            groups,
+        }],
+    }
+    .encode()
+}
+
+fn all_ids() -> Vec<u8> {
+    vec![0, 1, 2, 3, 4, 5]
+}
+
+impl Probe {
+    fn admin(&self) -> Result<Admin, String> {
+        let mut qc = QueueConfig::new(0, 32, 8192);
+        qc.timeout = WAIT;
+        let mut q = RdmaQueue::connect(self.dst, qc).map_err(|e| format!("connect: {e}"))?;
+        let data = ConnectData {
+            hostid: self.hostid,
+            cntlid: 0xFFFF,
+            subsysnqn: self.sub.clone(),
+            hostnqn: self.host.clone(),
+        }
+        .encode();
+        let c = q
+            .execute(
+                commands::connect(0, 32, 0),
+                Xfer::ToTarget(CONNECT_DATA_SIZE as u32),
+                &data,
+                &mut [],
+                WAIT,
+                &mut |q, d| q.release(d.tag),
+            )
+            .map_err(|e| format!("Connect: {e}"))?;
+        if !c.status.is_success() {
+            return Err(format!("Connect: {}", c.status));
+        }
+        if c.result & CONNECT_ATR == 0 {
+            return Err("the controller does not require authentication".into());
+        }
+        Ok(Admin { q })
+    }
+
+    /// The host's own transaction up to its Reply (a valid one).
+    fn reply(&self, a: &mut Admin, t_id: u16) -> Result<Vec<u8>, String> {
+        let mut tx = Transaction::new(self.key.clone(), None, &self.host, &self.sub, t_id);
+        a.send(&tx.negotiate())?;
+        let chal = a.receive(RECEIVE_LEN)?;
+        tx.challenge(&chal).map_err(|e| format!("host: {e}"))
+    }
+
+    fn case(&self, name: &str) -> String {
+        let mut a = match self.admin() {
+            Ok(a) => a,
+            Err(e) => {
+                eprintln!("{name}: {e}");
+                return "error".into();
+            }
+        };
+        let r: Result<String, String> = (|| {
+            Ok(match name {
+                "good" => {
+                    let reply = self.reply(&mut a, 1)?;
+                    a.send(&reply)?;
+                    a.outcome(RECEIVE_LEN)
+                }
+                "identify-first" => match a.run(
+                    commands::identify_controller(),
+                    Xfer::FromTarget(4096),
+                    &[],
+                    &mut [0; 4096],
+                ) {
+                    Some(c) => format!("status:{}", name_of(c.status)),
+                    None => "none".into(),
+                },
+                "property-get-first" => {
+                    match a.run(commands::property_get(0, true), Xfer::None, &[], &mut []) {
+                        Some(c) => format!("status:{}", name_of(c.status)),
+                        None => "none".into(),
+                    }
+                }
+                "receive-first" => a.outcome(RECEIVE_LEN),
+                "reply-first" => {
+                    let m = Message::Reply {
+                        t_id: 1,
+                        cvalid: false,
+                        seqnum: 0,
+                        response: vec![0; 32],
+                        challenge: vec![0; 32],
+                        dhv: vec![],
+                    };
+                    a.send(&m.encode())?;
+                    a.outcome(RECEIVE_LEN)
+                }
+                "success2-first" => {
+                    a.send(&Message::Success2 { t_id: 1 }.encode())?;
+                    a.outcome(RECEIVE_LEN)
+                }
+                "unknown-message" => {
+                    a.send(&[0x07, 0x07, 0, 0, 1, 0, 0, 0])?;
+                    a.outcome(RECEIVE_LEN)
+                }
+                "negotiate-short" => {
+                    a.send(&negotiate(1, vec![1], all_ids())[..40])?;
+                    a.outcome(RECEIVE_LEN)
+                }
+                "negotiate-unknown-hash" => {
+                    a.send(&negotiate(1, vec![0x10, 0x20], all_ids()))?;
+                    a.outcome(RECEIVE_LEN)
+                }
+                "negotiate-unknown-group" => {
+                    a.send(&negotiate(1, vec![1, 2, 3], vec![0x10]))?;
+                    a.outcome(RECEIVE_LEN)
+                }
+                "reply-wrong-tid" => {
+                    let mut reply = self.reply(&mut a, 1)?;
+                    reply[4] ^= 0x55;
+                    a.send(&reply)?;
+                    a.outcome(RECEIVE_LEN)
+                }
+                "reply-truncated" => {
+                    let reply = self.reply(&mut a, 1)?;
+                    a.send(&reply[..16 + 32])?;
+                    a.outcome(RECEIVE_LEN)
+                }
+                "reply-wrong-response" => {
+                    let mut reply = self.reply(&mut a, 1)?;
+                    reply[16] ^= 1;
+                    a.send(&reply)?;
+                    a.outcome(RECEIVE_LEN)
+                }
+                "send-length-mismatch" => {
+                    let n = negotiate(1, vec![1], all_ids());
+                    match a.send_as(&n, n.len() as u32, 64) {
+                        Ok(()) => "accepted".into(),
+                        Err(o) => o,
+                    }
+                }
+                "send-wrong-secp" => {
+                    let n = negotiate(1, vec![1], all_ids());
+                    let mut cmd = AuthCommand::dhchap(n.len() as u32).to_command(0, false);
+                    cmd.raw[43] = 0xEA;
+                    match a.run(cmd, Xfer::ToTarget(n.len() as u32), &n, &mut []) {
+                        Some(c) => format!("status:{}", name_of(c.status)),
+                        None => "none".into(),
+                    }
+                }
+                other => return Err(format!("unknown case {other}")),
+            })
+        })();
+        r.unwrap_or_else(|e| e)
+    }
+}
+
+fn name_of(s: nvme::Status) -> String {
+    name(s)
+}
+
+const CASES: &[&str] = &[
+    "good",
+    "identify-first",
+    "property-get-first",
+    "receive-first",
+    "reply-first",
+    "success2-first",
+    "unknown-message",
+    "negotiate-short",
+    "negotiate-unknown-hash",
+    "negotiate-unknown-group",
+    "reply-wrong-tid",
+    "reply-truncated",
+    "reply-wrong-response",
+    "send-length-mismatch",
+    "send-wrong-secp",
+];
+
+fn main() {
+    let a: Vec<String> = std::env::args().collect();
+    if a.len() != 7 {
+        eprintln!("usage: auth-probe IP PORT SUBNQN HOSTNQN HOSTID SECRET");
+        std::process::exit(2);
+    }
+    let ip: IpAddr = a[1].parse().expect("IP");
+    let port: u16 = a[2].parse().expect("PORT");
+    let p = Probe {
+        dst: SocketAddr::new(ip, port),
+        sub: a[3].clone(),
+        host: a[4].clone(),
+        hostid: parse_uuid(&a[5]).expect("HOSTID is a UUID"),
+        key: Secret::parse(&a[6]).expect("SECRET is a DHHC-1 key"),
+    };
+    for c in CASES {
+        println!("CASE {c} {}", p.case(c));
+        // The target tears a failed association down: let it go first.
+        std::thread::sleep(Duration::from_millis(300));
+    }
+}

@@ -1,0 +1,236 @@
+//! Authentication Send / Receive: in-band authentication (DH-HMAC-CHAP) of
+//! every queue of a host that has a key (`[[host]] dhchap_key`). The
+//! protocol is the `dhchap` crate's; this is the command set's side: which
+//! commands a queue takes before it authenticated, the command fields, the
+//! hosts' keys as the configuration has them now, and what a queue's
+//! authentication tells the controller.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use arc_swap::ArcSwap;
+use dhchap::controller::{Agreed, Event, Names, Policy, Transaction};
+use nvme::auth::{reason, AuthCommand};
+use nvme::opcode::fctype;
+use nvme::{Command, Status};
+use tracing::{debug, info, warn};
+
+use crate::config::HostConfig;
+use crate::controller::Controller;
+use crate::metrics::metrics;
+use crate::subsystem::{Subsystem, SubsystemKind};
+
+/// A queue whose host must authenticate and has not done so this long after
+/// the queue was accepted is disconnected (it holds a controller otherwise).
+pub const AUTH_TIMEOUT: Duration = Duration::from_secs(30);
+/// The most data one Authentication Send or Receive moves: the largest
+/// message (a Reply with SHA-512 and ffdhe8192) is 1168 bytes, and Linux
+/// hosts receive into 4 KiB.
+pub const MAX_DATA: u32 = 4096;
+/// Connect response: authentication transaction required (ATR).
+pub const CONNECT_ATR: u64 = 1 << 17;
+
+/// The hosts' keys, replaced as a whole by a reload: a transaction reads
+/// them when it starts, so new keys apply to the next authentication and
+/// live associations stay.
+#[derive(Default)]
+pub struct Credentials(ArcSwap<HashMap<String, Policy>>);
+
+impl std::fmt::Debug for Credentials {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Credentials({} hosts with keys)", self.0.load().len())
+    }
+}
+
+impl Credentials {
+    /// Takes the keys of `hosts`.
+    pub fn set(&self, hosts: &[HostConfig]) {
+        let m = hosts
+            .iter()
+            .filter_map(|h| {
+                Some((
+                    h.nqn.clone(),
+                    Policy {
+                        hash: h.dhchap_hash,
+                        group: h.dhchap_dhgroup,
+                        host_key: h.dhchap_key.clone()?,
+                        ctrl_key: h.dhchap_ctrl_key.clone(),
+                    },
+                ))
+            })
+            .collect();
+        self.0.store(Arc::new(m));
+    }
+
+    /// The host's requirements now (`None`: it has no key).
+    pub fn policy(&self, hostnqn: &str) -> Option<Policy> {
+        self.0.load().get(hostnqn).cloned()
+    }
+
+    /// Whether a controller of `subsys` for `hostnqn` must authenticate its
+    /// queues: the host has a key and the subsystem is not discovery (as
+    /// nvmet, whose discovery controllers never authenticate).
+    pub fn required(&self, subsys: &Subsystem, hostnqn: &str) -> bool {
+        subsys.kind != SubsystemKind::Discovery && self.0.load().contains_key(hostnqn)
+    }
+}
+
+/// A controller's authentication: whether its queues must authenticate
+/// (fixed when it is created) and how its admin queue last did.
+#[derive(Debug, Default)]
+pub struct CtrlAuth {
+    required: AtomicBool,
+    last: Mutex<Option<Agreed>>,
+}
+
+impl CtrlAuth {
+    /// Sets whether the controller's queues must authenticate.
+    pub fn set_required(&self, yes: bool) {
+        self.required.store(yes, Ordering::Relaxed);
+    }
+
+    /// Whether the controller's queues must authenticate.
+    pub fn required(&self) -> bool {
+        self.required.load(Ordering::Relaxed)
+    }
+
+    /// How the admin queue last authenticated (for `status`).
+    pub fn last(&self) -> Option<Agreed> {
+        *self.last.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The Connect result bits this controller's queues get.
+    pub fn connect_result(&self) -> u64 {
+        if self.required() {
+            CONNECT_ATR
+        } else {
+            0
+        }
+    }
+}
+
+/// One queue's authentication.
+#[derive(Default)]
+pub struct QueueAuth {
+    tx: Transaction,
+}
+
+/// What an authentication command means for the association.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    /// Nothing changes yet.
+    Continue,
+    /// Authentication failed: once this command's response is out, the
+    /// association ends (every queue of the controller, as nvmet).
+    Failed,
+}
+
+impl QueueAuth {
+    /// Whether the queue may run commands other than authentication on
+    /// `ctrl`: it authenticated, or the controller does not require it.
+    pub fn cleared(&self, ctrl: &Controller) -> bool {
+        !ctrl.auth.required() || self.tx.authenticated().is_some()
+    }
+
+    /// The queue was accepted at `accepted` and must have authenticated by
+    /// now, and has not.
+    pub fn overdue(&self, ctrl: &Controller, accepted: Instant, now: Instant) -> bool {
+        !self.cleared(ctrl) && now.saturating_duration_since(accepted) > AUTH_TIMEOUT
+    }
+}
+
+/// Checks of an Authentication Send / Receive before its data moves:
+/// DH-HMAC-CHAP's fields, and a transfer of exactly the length the command
+/// names (as nvmet), at most [`MAX_DATA`].
+pub fn precheck(cmd: &Command, data_len: u32) -> Result<(), Status> {
+    let a = AuthCommand::from_command(cmd);
+    if a.invalid_field().is_some() {
+        return Err(Status::INVALID_FIELD);
+    }
+    if data_len != a.len || a.len > MAX_DATA {
+        return Err(Status::SGL_INVALID_DATA);
+    }
+    Ok(())
+}
+
+/// Whether a fabrics command type is one of authentication's.
+pub fn is_auth(cmd: &Command) -> bool {
+    cmd.is_fabrics() && matches!(cmd.fctype(), fctype::AUTH_SEND | fctype::AUTH_RECEIVE)
+}
+
+fn names(ctrl: &Controller) -> Names<'_> {
+    Names {
+        hostnqn: &ctrl.hostnqn,
+        subnqn: &ctrl.subsys.nqn,
+    }
+}
+
+fn outcome(q: &QueueAuth, ctrl: &Controller, qid: u16, ev: Event) -> Outcome {
+    let m = metrics();
+    match ev {
+        Event::None => Outcome::Continue,
+        Event::Authenticated => {
+            let a = q.tx.authenticated();
+            if let (0, Some(a)) = (qid, a) {
+                *ctrl.auth.last.lock().unwrap_or_else(|p| p.into_inner()) = Some(a);
+                info!(cntlid = ctrl.cntlid, host = %ctrl.hostnqn, subsys = %ctrl.subsys.nqn,
+                      hash = %a.hash, dhgroup = %a.group, bidirectional = a.bidirectional,
+                      "host authenticated");
+            } else {
+                debug!(cntlid = ctrl.cntlid, qid, "queue authenticated");
+            }
+            m.authentications
+                .with_label_values(&[&ctrl.subsys.nqn, "success"])
+                .inc();
+            Outcome::Continue
+        }
+        Event::Failed(why) => {
+            warn!(cntlid = ctrl.cntlid, qid, host = %ctrl.hostnqn, subsys = %ctrl.subsys.nqn,
+                  reason = reason::name(why), "authentication failed; ending the association");
+            m.authentications
+                .with_label_values(&[&ctrl.subsys.nqn, reason::name(why)])
+                .inc();
+            Outcome::Failed
+        }
+    }
+}
+
+/// Authentication Send with its data.
+pub fn send(
+    q: &mut QueueAuth,
+    creds: &Credentials,
+    ctrl: &Controller,
+    qid: u16,
+    data: &[u8],
+) -> Outcome {
+    let ev = q.tx.send(data, names(ctrl), || creds.policy(&ctrl.hostnqn));
+    outcome(q, ctrl, qid, ev)
+}
+
+/// Authentication Receive into `buf` (the allocation length's bytes): the
+/// bytes of the message written, or the status when `buf` cannot hold it.
+pub fn receive(
+    q: &mut QueueAuth,
+    ctrl: &Controller,
+    qid: u16,
+    buf: &mut [u8],
+) -> Result<(u32, Outcome), Status> {
+    match q.tx.receive(buf.len(), names(ctrl)) {
+        Ok((msg, ev)) => {
+            buf[..msg.len()].copy_from_slice(&msg);
+            Ok((msg.len() as u32, outcome(q, ctrl, qid, ev)))
+        }
+        Err(t) => {
+            debug!(
+                cntlid = ctrl.cntlid,
+                qid,
+                al = buf.len(),
+                need = t.need,
+                "authentication receive too small for its message"
+            );
+            Err(Status::INVALID_FIELD)
+        }
+    }
+}

@@ -1,0 +1,169 @@
+//! `[[host]]`: per-host DH-HMAC-CHAP settings, with the names of nvmet's
+//! configfs (`dhchap_key`, `dhchap_ctrl_key`, `dhchap_hash`, `dhchap_dhgroup`).
+
+use std::collections::HashSet;
+
+use dhchap::{GroupId, HashId, Secret};
+
+use super::check_nqn;
+use super::raw::RawHost;
+use super::validate::Ctx;
+
+/// One host's authentication settings. A host with a key must authenticate
+/// to every subsystem it reaches (but discovery); a host without one
+/// connects as before.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HostConfig {
+    /// Host NQN.
+    pub nqn: String,
+    /// The secret the host proves it holds.
+    pub dhchap_key: Option<Secret>,
+    /// The secret the target proves it holds, when the host asks
+    /// (bidirectional authentication).
+    pub dhchap_ctrl_key: Option<Secret>,
+    /// The hash function to use when the host offers it.
+    pub dhchap_hash: HashId,
+    /// The Diffie-Hellman group the host must accept.
+    pub dhchap_dhgroup: GroupId,
+}
+
+/// nvmet's default hash.
+pub const DEFAULT_HASH: HashId = HashId::Sha256;
+/// nvmet's default group.
+pub const DEFAULT_GROUP: GroupId = GroupId::Null;
+
+fn secret(cx: &mut Ctx, field: String, v: Option<String>) -> Option<Secret> {
+    match Secret::parse(v.as_deref()?) {
+        Ok(s) => Some(s),
+        Err(e) => {
+            // The error says what is wrong without quoting the secret.
+            cx.err(field, e.to_string());
+            None
+        }
+    }
+}
+
+/// Checks every `[[host]]`.
+pub(super) fn validate(cx: &mut Ctx, raw: Vec<(usize, RawHost)>) -> Vec<HostConfig> {
+    let mut out = Vec::new();
+    let mut seen = HashSet::new();
+    for (i, h) in raw {
+        let f = |n: &str| format!("host[{i}].{n}");
+        let Some(nqn) = h.nqn else {
+            cx.err(f("nqn"), "is required");
+            continue;
+        };
+        if let Err(e) = check_nqn(&nqn) {
+            cx.err(f("nqn"), e);
+            continue;
+        }
+        if !seen.insert(nqn.clone()) {
+            cx.err(f("nqn"), format!("'{nqn}' has another [[host]] entry"));
+            continue;
+        }
+        let key = secret(cx, f("dhchap_key"), h.dhchap_key);
+        let ctrl_key = secret(cx, f("dhchap_ctrl_key"), h.dhchap_ctrl_key);
+        if ctrl_key.is_some() && key.is_none() {
+            cx.err(
+                f("dhchap_ctrl_key"),
+                "needs dhchap_key: the target proves its key only to a host that proved its own",
+            );
+        }
+        let hash = match h.dhchap_hash.as_deref() {
+            None => DEFAULT_HASH,
+            Some(n) => HashId::from_name(n).unwrap_or_else(|| {
+                cx.err(
+                    f("dhchap_hash"),
+                    format!("'{n}' is not one of hmac(sha256), hmac(sha384), hmac(sha512)"),
+                );
+                DEFAULT_HASH
+            }),
+        };
+        let group = match h.dhchap_dhgroup.as_deref() {
+            None => DEFAULT_GROUP,
+            Some(n) => GroupId::from_name(n).unwrap_or_else(|| {
+                cx.err(
+                    f("dhchap_dhgroup"),
+                    format!("'{n}' is not one of null, ffdhe2048, ffdhe3072, ffdhe4096, ffdhe6144, ffdhe8192"),
+                );
+                DEFAULT_GROUP
+            }),
+        };
+        out.push(HostConfig {
+            nqn,
+            dhchap_key: key,
+            dhchap_ctrl_key: ctrl_key,
+            dhchap_hash: hash,
+            dhchap_dhgroup: group,
+        });
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::config::TargetConfig;
+
+    const BASE: &str = r#"
+[[listener]]
+address = "10.0.0.1"
+[[subsystem]]
+nqn = "nqn.2026-11.io.example:s"
+allow_any_host = true
+"#;
+
+    fn key() -> String {
+        dhchap::Secret::generate(Some(dhchap::HashId::Sha256), 32)
+            .unwrap()
+            .to_dhhc()
+            .to_string()
+    }
+
+    #[test]
+    fn hosts_with_keys() {
+        let (k, ck) = (key(), key());
+        let t = format!(
+            "{BASE}[[host]]\nnqn = \"nqn.h:a\"\ndhchap_key = \"{k}\"\ndhchap_ctrl_key = \"{ck}\"\n\
+             dhchap_hash = \"hmac(sha512)\"\ndhchap_dhgroup = \"ffdhe3072\"\n[[host]]\nnqn = \"nqn.h:b\"\n"
+        );
+        let c = TargetConfig::from_toml(&t, "t").unwrap();
+        assert_eq!(c.hosts.len(), 2);
+        let a = &c.hosts[0];
+        assert_eq!(a.dhchap_key.as_ref().unwrap().to_dhhc().as_str(), k);
+        assert_eq!(a.dhchap_hash, dhchap::HashId::Sha512);
+        assert_eq!(a.dhchap_dhgroup, dhchap::GroupId::Ffdhe3072);
+        let b = &c.hosts[1];
+        assert!(b.dhchap_key.is_none());
+        assert_eq!(
+            (b.dhchap_hash, b.dhchap_dhgroup),
+            (super::DEFAULT_HASH, super::DEFAULT_GROUP)
+        );
+        // The configuration's debug form never shows a key.
+        assert!(!format!("{c:?}").contains(&k[10..30]));
+    }
+
+    #[test]
+    fn refusals_name_the_field_not_the_key() {
+        let k = key();
+        let mut bad = k.clone().into_bytes();
+        bad[12] = if bad[12] == b'A' { b'B' } else { b'A' };
+        let bad = String::from_utf8(bad).unwrap();
+        let t = format!(
+            "{BASE}[[host]]\nnqn = \"nqn.h:a\"\ndhchap_key = \"{bad}\"\ndhchap_hash = \"md5\"\n\
+             dhchap_dhgroup = \"modp2048\"\n[[host]]\nnqn = \"nqn.h:a\"\n[[host]]\nnqn = \"nqn.h:c\"\n\
+             dhchap_ctrl_key = \"{k}\"\n[[host]]\nnqn = \"nqn.h:d\"\ndhchap_key = \"DHHC-1:00:abc\"\n"
+        );
+        let e = TargetConfig::from_toml(&t, "t").unwrap_err().to_string();
+        for want in [
+            "host[0].dhchap_key: the key's CRC-32 does not match",
+            "host[0].dhchap_hash: 'md5' is not one of",
+            "host[0].dhchap_dhgroup: 'modp2048' is not one of",
+            "host[1].nqn: 'nqn.h:a' has another [[host]] entry",
+            "host[2].dhchap_ctrl_key: needs dhchap_key",
+            "host[3].dhchap_key: not a DHHC-1 secret",
+        ] {
+            assert!(e.contains(want), "{want} not in {e}");
+        }
+        assert!(!e.contains(&bad[10..30]) && !e.contains(&k[10..30]));
+    }
+}
