@@ -2,7 +2,7 @@
 //! in, Reply out, Success1 in, and with bidirectional authentication
 //! Success2 (or Failure2) out.
 
-use nvme::auth::{reason, Message, Protocol, AUTHID_DHCHAP, RESCODE_FAILED};
+use nvme::auth::{reason, Message, RESCODE_FAILED};
 use subtle::ConstantTimeEq;
 use zeroize::Zeroizing;
 
@@ -84,17 +84,9 @@ impl Transaction {
 
     /// AUTH_Negotiate, offering every hash and group (as Linux).
     pub fn negotiate(&self) -> Vec<u8> {
-        Message::Negotiate {
-            t_id: self.t_id,
-            sc_c: 0,
-            napd: 1,
-            protocols: vec![Protocol {
-                authid: AUTHID_DHCHAP,
-                hashes: self.hashes.iter().map(|h| *h as u8).collect(),
-                groups: self.groups.iter().map(|g| *g as u8).collect(),
-            }],
-        }
-        .encode()
+        let hashes: Vec<u8> = self.hashes.iter().map(|h| *h as u8).collect();
+        let groups: Vec<u8> = self.groups.iter().map(|g| *g as u8).collect();
+        Message::negotiate(self.t_id, &hashes, &groups).encode()
     }
 
     fn expect(&self, data: &[u8]) -> Result<Message, HostError> {

@@ -1,7 +1,7 @@
 //! Host and controller transactions against each other, and the controller
 //! against what a host may send wrongly.
 
-use nvme::auth::{reason, Message, Protocol, AUTHID_DHCHAP};
+use nvme::auth::{reason, Message};
 
 use crate::controller::{self, Agreed, Event, Names, Policy};
 use crate::host::{self, HostError};
@@ -211,16 +211,7 @@ fn failure(why: u8) -> impl Fn(&Message) -> bool {
 }
 
 fn negotiate(t_id: u16, hashes: Vec<u8>, groups: Vec<u8>) -> Message {
-    Message::Negotiate {
-        t_id,
-        sc_c: 0,
-        napd: 1,
-        protocols: vec![Protocol {
-            authid: AUTHID_DHCHAP,
-            hashes,
-            groups,
-        }],
-    }
+    Message::negotiate(t_id, &hashes, &groups)
 }
 
 #[test]

@@ -16,7 +16,7 @@ use std::time::Duration;
 
 use dhchap::host::Transaction;
 use dhchap::Secret;
-use nvme::auth::{AuthCommand, Message, Protocol, AUTHID_DHCHAP};
+use nvme::auth::{AuthCommand, Message};
 use nvme::fabrics::{ConnectData, CONNECT_DATA_SIZE};
 use nvme::Command;
 use nvmf_initiator::auth::{CONNECT_ATR, RECEIVE_LEN};
@@ -104,17 +104,7 @@ fn describe(b: &[u8]) -> String {
 }
 
 fn negotiate(t_id: u16, hashes: Vec<u8>, groups: Vec<u8>) -> Vec<u8> {
-    Message::Negotiate {
-        t_id,
-        sc_c: 0,
-        napd: 1,
-        protocols: vec![Protocol {
-            authid: AUTHID_DHCHAP,
-            hashes,
-            groups,
-        }],
-    }
-    .encode()
+    Message::negotiate(t_id, &hashes, &groups).encode()
 }
 
 fn all_ids() -> Vec<u8> {

@@ -197,7 +197,11 @@ PNAMES=()
 run_probe() { # target: hostile-probe's cases, then the flood, into PGOT
     local cid out line n o
     cid=$(cat "/sys/class/nvme/$CTRL/cntlid")
-    out=$(timeout 300 "$PROBE" cases "$IP" "$PORT" "$NQN" "$cid" 2>&1) || { echo "$out"; fail "[$1] hostile-probe failed"; }
+    # nvmet-rdma 7.x allocates an I/O queue of 65,536 entries when asked (about 1.2 GB
+    # per CM retry) until the guest runs out of memory: it is not asked.
+    local skip=()
+    [ "$1" = kernel ] && [ "$(uname -r | cut -d. -f1)" -ge 7 ] && skip=(env HOSTILE_SKIP_HUGE_QUEUE=1)
+    out=$(timeout 300 "${skip[@]}" "$PROBE" cases "$IP" "$PORT" "$NQN" "$cid" 2>&1) || { echo "$out"; fail "[$1] hostile-probe failed"; }
     while read -r line; do
         [[ $line == CASE\ * ]] || continue
         read -r _ n o _ <<<"$line"

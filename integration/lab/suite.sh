@@ -41,7 +41,7 @@ run_suite() {
     fi
     [ -x "$bin" ] || die "$bin missing"
     mkdir -p "$root/integration/out"
-    outlog=$root/integration/out/$name.log
+    outlog=$root/integration/out/$name${LAB_SUITE:+-$LAB_SUITE}.log
     log "$title in the lab VM (output also in $outlog)"
     set +e
     "$lab/run-guest" -t "$timeout" -m "${LAB_MEM:-4096}" "${opts[@]}" \

@@ -247,6 +247,21 @@ pub enum MessageError {
 }
 
 impl Message {
+    /// AUTH_Negotiate with one DH-HMAC-CHAP descriptor listing these hash
+    /// and group identifiers, without secure channel concatenation.
+    pub fn negotiate(t_id: u16, hashes: &[u8], groups: &[u8]) -> Message {
+        Message::Negotiate {
+            t_id,
+            sc_c: 0,
+            napd: 1,
+            protocols: vec![Protocol {
+                authid: AUTHID_DHCHAP,
+                hashes: hashes.to_vec(),
+                groups: groups.to_vec(),
+            }],
+        }
+    }
+
     /// The message's AUTH_ID.
     pub fn auth_id(&self) -> u8 {
         match self {
