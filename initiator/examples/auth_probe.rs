@@ -3,8 +3,9 @@
 //! (a host the target requires to authenticate), sends its messages and
 //! prints one line, `CASE <name> <outcome>`, where the outcome is a single
 //! token: `status:<NVMe status>` (a command failed), `failure1:<reason>`
-//! (the controller's Failure1), `challenge`, `success1`, `none` (a queue
-//! that stopped answering: torn down without a message), or `error`. The
+//! (the controller's Failure1), `challenge`, `success1`, `disconnected`
+//! (the target hung up), `none` (a queue that stopped answering: torn down
+//! without a message), or `error`. The
 //! lab's authentication suite (integration/guest/auth.sh) runs it against
 //! nvmet and our target in one boot and compares the outcomes.
 //!
@@ -230,6 +231,20 @@ impl Probe {
                     a.send(&reply)?;
                     a.outcome(RECEIVE_LEN)
                 }
+                "renegotiate-4-times" => {
+                    // Each Negotiate and Receive costs the target a challenge
+                    // (with a group, an exponentiation): three, then the fourth.
+                    for _ in 0..3 {
+                        a.send(&negotiate(1, vec![1], all_ids()))?;
+                        a.receive(RECEIVE_LEN)?;
+                    }
+                    a.send(&negotiate(1, vec![1], all_ids()))?;
+                    if a.q.peer_disconnected(Duration::from_secs(5)) {
+                        "disconnected".into()
+                    } else {
+                        a.outcome(RECEIVE_LEN)
+                    }
+                }
                 "send-length-mismatch" => {
                     let n = negotiate(1, vec![1], all_ids());
                     match a.send_as(&n, n.len() as u32, 64) {
@@ -271,6 +286,7 @@ const CASES: &[&str] = &[
     "reply-wrong-tid",
     "reply-truncated",
     "reply-wrong-response",
+    "renegotiate-4-times",
     "send-length-mismatch",
     "send-wrong-secp",
 ];

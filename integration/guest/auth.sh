@@ -50,6 +50,7 @@ declare -A RAW_EXPECT=(
     [negotiate-short]=failure1:incorrect_payload [negotiate-unknown-hash]=failure1:hash_unusable
     [negotiate-unknown-group]=failure1:dhgroup_unusable [reply-wrong-tid]=failure1:incorrect_payload
     [reply-truncated]=failure1:incorrect_payload [reply-wrong-response]=failure1:failed
+    [renegotiate-4-times]=disconnected
     [send-length-mismatch]=status:SGL_INVALID_DATA [send-wrong-secp]=status:INVALID_FIELD
 )
 # nvmet ends the association (nvmet_ctrl_fatal_error) before the response that carries
@@ -60,6 +61,7 @@ NVMET_LOST="nvmet tears the association down before its Failure1 leaves (no answ
 declare -A KNOWN=(
     [raw:identify-first]="nvmet checks CC.EN before authentication (Command Sequence Error); the queue must authenticate first"
     [raw:property-get-first]="nvmet runs Property Get before authentication; NVMe Base: only authentication commands until the queue authenticated"
+    [raw:renegotiate-4-times]="nvmet lets a queue restart negotiation without end (each challenge a DH exponentiation with a group); ours ends the association at the fourth before it authenticated"
     [raw:negotiate-unknown-group]="nvmet ignores the host's group list and challenges with its configured group; the host offered none of ours"
     [raw:reply-first]="nvmet tears the controller down without a Failure1; the specification answers an out-of-order message with Failure1 (incorrect message)"
     [raw:success2-first]="as reply-first"

@@ -73,6 +73,9 @@ CASES=(
 "id-ns-desc-list-1|ctrl|--opcode=0x06 --namespace-id=1 --cdw10=3 --data-len=4096 -r||"
 "id-ns-desc-list-9|ctrl|--opcode=0x06 --namespace-id=9 --cdw10=3 --data-len=4096 -r||"
 "id-unknown-cns-0x55|ctrl|--opcode=0x06 --cdw10=0x55 --data-len=4096 -r||"
+"id-nvm-ns-1|ctrl|--opcode=0x06 --namespace-id=1 --cdw10=5 --data-len=4096 -r|000|spec: the NVM command set's Identify Namespace (CNS 5, CSI 0), which Linux 7.x reads; nvmet has it from 6.10 (6.1: Invalid Field)"
+"id-nvm-ns-9|ctrl|--opcode=0x06 --namespace-id=9 --cdw10=5 --data-len=4096 -r|00b|spec: an inactive namespace is Invalid Namespace (as nvmet 7.x; 6.1 knows no CNS 5)"
+"id-nvm-ctrl|ctrl|--opcode=0x06 --cdw10=6 --data-len=4096 -r||"
 "id-ctrl-short-buffer|ctrl|--opcode=0x06 --cdw10=1 --data-len=512 -r||"
 "id-ctrl-no-data|ctrl|--opcode=0x06 --cdw10=1||"
 # --- admin: log pages (cdw10 = lid | numdl << 16)

@@ -61,7 +61,14 @@ pub mod cns {
     pub const ACTIVE_NS_LIST: u8 = 0x02;
     /// Namespace Identification Descriptor list.
     pub const NS_DESC_LIST: u8 = 0x03;
+    /// I/O Command Set specific Identify Namespace (CSI in CDW11 31:24).
+    pub const CS_NAMESPACE: u8 = 0x05;
+    /// I/O Command Set specific Identify Controller (CSI in CDW11 31:24).
+    pub const CS_CONTROLLER: u8 = 0x06;
 }
+
+/// Command Set Identifier of the NVM command set.
+pub const CSI_NVM: u8 = 0x00;
 
 /// Log page identifiers.
 pub mod lid {

@@ -95,8 +95,10 @@ pub fn identify_controller(ctrl: &Controller) -> IdentifyController {
         acl: 3,
         aerl: (crate::MAX_AERS - 1) as u8,
         frmw: 0x3,
-        // Extended data for Get Log Page, the Commands Supported and Effects log.
-        lpa: (1 << 2) | (1 << 1),
+        // Extended data for Get Log Page; the Commands Supported and Effects
+        // log where it is served (not on discovery: hosts read what is
+        // advertised, and a discovery controller has no commands to list).
+        lpa: if disc { 1 << 2 } else { (1 << 2) | (1 << 1) },
         elpe: (ERROR_LOG_ENTRIES - 1) as u8,
         npss: 0,
         anatt: if disc { 0 } else { ANATT_S },
@@ -188,8 +190,22 @@ fn identify(ctrl: &Controller, cmd: &Command, out: &mut [u8]) -> AdminOutcome {
             )),
             None => done(Status::INVALID_NS),
         },
+        // The NVM command set's own structures, which Linux 7.x hosts read
+        // (6.1 does not): nothing here is in use (no protection
+        // information, no extended LBA formats, no reported limits), so
+        // they are zeroes, as nvmet's.
+        cns::CS_NAMESPACE if csi(cmd) == nvme::opcode::CSI_NVM => match s.namespace(nsid) {
+            Some(_) => data(put(out, &[])),
+            None => done(Status::INVALID_NS),
+        },
+        cns::CS_CONTROLLER if csi(cmd) == nvme::opcode::CSI_NVM => data(put(out, &[])),
         _ => done(Status::INVALID_FIELD),
     }
+}
+
+/// The Command Set Identifier of an Identify (CDW11 bits 31:24).
+fn csi(cmd: &Command) -> u8 {
+    (cmd.cdw(11) >> 24) as u8
 }
 
 fn smart_log(ctrl: &Controller) -> SmartLog {
@@ -542,6 +558,19 @@ mod tests {
             status(run(&t, &c, &cmd(op::IDENTIFY, 0, 1, 0), 512).0),
             Status::SGL_INVALID_DATA
         );
+        // The NVM command set's Identify Namespace and Controller (CNS 5
+        // and 6, CSI 0): zeroes, for an active namespace; other sets: no.
+        for (nsid, cns) in [(1, 5), (0, 6)] {
+            let (o, b) = run(&t, &c, &cmd(op::IDENTIFY, nsid, cns, 0), 4096);
+            assert_eq!(status(o), Status::SUCCESS);
+            assert!(b.iter().all(|&x| x == 0), "CNS {cns}");
+            let zns = cmd(op::IDENTIFY, nsid, cns, 2 << 24);
+            assert_eq!(status(run(&t, &c, &zns, 4096).0), Status::INVALID_FIELD);
+        }
+        assert_eq!(
+            status(run(&t, &c, &cmd(op::IDENTIFY, 4, 5, 0), 4096).0),
+            Status::INVALID_NS
+        );
     }
 
     #[test]
@@ -592,6 +621,14 @@ mod tests {
             status(run(&t, &d, &glp(lid::SMART, 512, 0), 512).0),
             Status::INVALID_LOG_PAGE
         );
+        // Each controller advertises (LPA bit 1) the effects log exactly
+        // where it serves it: Linux hosts read what is advertised.
+        for (ctrl, serves) in [(&c, true), (&d, false)] {
+            let lpa = identify_controller(ctrl).lpa;
+            let st = status(run(&t, ctrl, &glp(lid::CMD_EFFECTS, 4096, 0), 4096).0);
+            assert_eq!(lpa & 2 != 0, serves);
+            assert_eq!(st == Status::SUCCESS, serves);
+        }
         // smart, error, changed ns
         let (o, b) = run(&t, &c, &glp(lid::SMART, 512, 0), 512);
         assert_eq!(status(o), Status::SUCCESS);

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use arc_swap::ArcSwap;
 use dhchap::controller::{Agreed, Event, Names, Policy, Transaction};
-use nvme::auth::{reason, AuthCommand};
+use nvme::auth::{auth_id, auth_type, reason, AuthCommand};
 use nvme::opcode::fctype;
 use nvme::{Command, Status};
 use tracing::{debug, info, warn};
@@ -31,6 +31,10 @@ pub const AUTH_TIMEOUT: Duration = Duration::from_secs(30);
 pub const MAX_DATA: u32 = 4096;
 /// Connect response: authentication transaction required (ATR).
 pub const CONNECT_ATR: u64 = 1 << 17;
+/// Transactions a queue may start before it authenticated: each costs the
+/// worker a Diffie-Hellman exponentiation or two, and a peer that only
+/// knows a host NQN must not get them without end.
+pub const MAX_ATTEMPTS: u8 = 3;
 
 /// The hosts' keys, replaced as a whole by a reload: a transaction reads
 /// them when it starts, so new keys apply to the next authentication and
@@ -115,6 +119,8 @@ impl CtrlAuth {
 #[derive(Default)]
 pub struct QueueAuth {
     tx: Transaction,
+    /// Transactions started while not authenticated.
+    attempts: u8,
 }
 
 /// What an authentication command means for the association.
@@ -205,6 +211,19 @@ pub fn send(
     qid: u16,
     data: &[u8],
 ) -> Outcome {
+    let negotiate = data.len() >= 2 && data[..2] == [auth_type::COMMON, auth_id::NEGOTIATE];
+    if negotiate && q.tx.authenticated().is_none() {
+        q.attempts = q.attempts.saturating_add(1);
+        if q.attempts > MAX_ATTEMPTS {
+            warn!(cntlid = ctrl.cntlid, qid, host = %ctrl.hostnqn, subsys = %ctrl.subsys.nqn,
+                  "{MAX_ATTEMPTS} authentication transactions did not authenticate the queue; ending the association");
+            metrics()
+                .authentications
+                .with_label_values(&[&ctrl.subsys.nqn, "too_many_attempts"])
+                .inc();
+            return Outcome::Failed;
+        }
+    }
     let ev = q.tx.send(data, names(ctrl), || creds.policy(&ctrl.hostnqn));
     outcome(q, ctrl, qid, ev)
 }
@@ -232,5 +251,179 @@ pub fn receive(
             );
             Err(Status::INVALID_FIELD)
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fabrics;
+    use crate::subsystem::Target;
+    use dhchap::{host, GroupId, HashId, Secret};
+    use nvme::fabrics::{ConnectCommand, ConnectData};
+
+    const SUB: &str = "nqn.2026-11.io.test:auth";
+    const HOST: &str = "nqn.2026-11.io.test:keyed";
+    const PLAIN: &str = "nqn.2026-11.io.test:plain";
+
+    fn key() -> Secret {
+        Secret::new(Some(HashId::Sha256), &[5; 32]).unwrap()
+    }
+
+    fn target() -> Target {
+        let s = Arc::new(Subsystem::new(
+            SUB.into(),
+            SubsystemKind::Nvm,
+            true,
+            vec![],
+            None,
+            "m".into(),
+            vec![],
+        ));
+        let t = Target::new(vec![s], vec![], 0);
+        t.credentials.set(&[
+            HostConfig {
+                nqn: HOST.into(),
+                dhchap_key: Some(key()),
+                dhchap_ctrl_key: None,
+                dhchap_hash: HashId::Sha384,
+                dhchap_dhgroup: GroupId::Null,
+            },
+            HostConfig {
+                nqn: PLAIN.into(),
+                dhchap_key: None,
+                dhchap_ctrl_key: None,
+                dhchap_hash: HashId::Sha256,
+                dhchap_dhgroup: GroupId::Null,
+            },
+        ]);
+        t
+    }
+
+    fn admin(t: &Target, host: &str, subnqn: &str) -> Arc<Controller> {
+        let c = ConnectCommand {
+            recfmt: 0,
+            qid: 0,
+            sqsize: 31,
+            cattr: 0,
+            kato: 0,
+        }
+        .to_command(1);
+        let d = ConnectData {
+            hostid: [1; 16],
+            cntlid: 0xFFFF,
+            subsysnqn: subnqn.into(),
+            hostnqn: host.into(),
+        }
+        .encode();
+        fabrics::connect(t, 0, 31, None, &c, &d).unwrap().0
+    }
+
+    #[test]
+    fn who_must_authenticate() {
+        let t = target();
+        let keyed = admin(&t, HOST, SUB);
+        assert!(keyed.auth.required());
+        assert_eq!(keyed.auth.connect_result(), CONNECT_ATR);
+        assert!(!admin(&t, PLAIN, SUB).auth.required());
+        assert!(!admin(&t, "nqn.2026-11.io.test:other", SUB).auth.required());
+        // Discovery never authenticates (as nvmet).
+        assert!(!admin(&t, HOST, nvme::DISCOVERY_NQN).auth.required());
+        // Keys only: a host entry without a key has no policy.
+        assert!(t.credentials.policy(PLAIN).is_none());
+        assert_eq!(t.credentials.policy(HOST).unwrap().hash, HashId::Sha384);
+        assert!(!format!("{:?}", t.credentials).contains("Secret"));
+    }
+
+    #[test]
+    fn fields_and_lengths() {
+        let good = AuthCommand::dhchap(72).to_command(1, false);
+        assert_eq!(precheck(&good, 72), Ok(()));
+        assert_eq!(precheck(&good, 64), Err(Status::SGL_INVALID_DATA));
+        let big = AuthCommand::dhchap(MAX_DATA + 1).to_command(1, true);
+        assert_eq!(precheck(&big, MAX_DATA + 1), Err(Status::SGL_INVALID_DATA));
+        let mut bad = good;
+        bad.raw[41] = 2;
+        assert_eq!(precheck(&bad, 72), Err(Status::INVALID_FIELD));
+        let zero = AuthCommand::dhchap(0).to_command(1, true);
+        assert_eq!(precheck(&zero, 0), Err(Status::INVALID_FIELD));
+        assert!(is_auth(&good) && !is_auth(&nvme::Command::new(0x02, 1)));
+    }
+
+    #[test]
+    fn a_queue_authenticates_then_is_cleared() {
+        let t = target();
+        let ctrl = admin(&t, HOST, SUB);
+        let mut q = QueueAuth::default();
+        let start = Instant::now();
+        assert!(!q.cleared(&ctrl));
+        assert!(q.overdue(&ctrl, start, start + AUTH_TIMEOUT + Duration::from_secs(1)));
+        assert!(!q.overdue(&ctrl, start, start + Duration::from_secs(1)));
+        let mut h = host::Transaction::new(key(), None, HOST, SUB, 7);
+        let mut buf = vec![0u8; 4096];
+        assert_eq!(
+            send(&mut q, &t.credentials, &ctrl, 0, &h.negotiate()),
+            Outcome::Continue
+        );
+        let (n, o) = receive(&mut q, &ctrl, 0, &mut buf).unwrap();
+        assert_eq!(o, Outcome::Continue);
+        let reply = h.challenge(&buf[..n as usize]).unwrap();
+        assert_eq!(
+            send(&mut q, &t.credentials, &ctrl, 0, &reply),
+            Outcome::Continue
+        );
+        let (n, _) = receive(&mut q, &ctrl, 0, &mut buf).unwrap();
+        assert_eq!(h.success1(&buf[..n as usize]), Ok(None));
+        assert!(q.cleared(&ctrl));
+        assert!(!q.overdue(&ctrl, start, start + AUTH_TIMEOUT * 2));
+        let last = ctrl.auth.last().unwrap();
+        assert_eq!((last.hash, last.group), (HashId::Sha384, GroupId::Null));
+        // Too small a Receive: a status, the transaction goes on.
+        send(&mut q, &t.credentials, &ctrl, 0, &h.negotiate());
+        assert_eq!(
+            receive(&mut q, &ctrl, 0, &mut buf[..20]).unwrap_err(),
+            Status::INVALID_FIELD
+        );
+        assert!(receive(&mut q, &ctrl, 0, &mut buf).is_ok());
+    }
+
+    #[test]
+    fn restarts_before_authenticating_are_capped() {
+        let t = target();
+        let ctrl = admin(&t, HOST, SUB);
+        let mut q = QueueAuth::default();
+        let h = host::Transaction::new(key(), None, HOST, SUB, 7);
+        let mut buf = vec![0u8; 4096];
+        for _ in 0..MAX_ATTEMPTS {
+            assert_eq!(
+                send(&mut q, &t.credentials, &ctrl, 0, &h.negotiate()),
+                Outcome::Continue
+            );
+            receive(&mut q, &ctrl, 0, &mut buf).unwrap();
+        }
+        assert_eq!(
+            send(&mut q, &t.credentials, &ctrl, 0, &h.negotiate()),
+            Outcome::Failed
+        );
+    }
+
+    #[test]
+    fn a_failure_ends_the_association() {
+        let t = target();
+        let ctrl = admin(&t, HOST, SUB);
+        let mut q = QueueAuth::default();
+        let wrong = Secret::new(Some(HashId::Sha256), &[6; 32]).unwrap();
+        let mut h = host::Transaction::new(wrong, None, HOST, SUB, 7);
+        let mut buf = vec![0u8; 4096];
+        send(&mut q, &t.credentials, &ctrl, 0, &h.negotiate());
+        let (n, _) = receive(&mut q, &ctrl, 0, &mut buf).unwrap();
+        let reply = h.challenge(&buf[..n as usize]).unwrap();
+        assert_eq!(
+            send(&mut q, &t.credentials, &ctrl, 0, &reply),
+            Outcome::Continue
+        );
+        let (_, o) = receive(&mut q, &ctrl, 0, &mut buf).unwrap();
+        assert_eq!(o, Outcome::Failed);
+        assert!(!q.cleared(&ctrl));
     }
 }

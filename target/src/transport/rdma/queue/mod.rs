@@ -606,7 +606,7 @@ impl Queue {
                 c.state()
                     .log_error(self.qid(), cmd.cid(), status, cmd.nsid());
             }
-            debug!(qid = self.qid(), cid = cmd.cid(), opcode = cmd.opcode(), status = %status, "command failed");
+            debug!(qid = self.qid(), cid = cmd.cid(), opcode = cmd.opcode(), cdw10 = format_args!("{:#x}", cmd.cdw(10)), nsid = cmd.nsid(), status = %status, "command failed");
         }
         let cqe = Completion {
             result,
