@@ -141,3 +141,8 @@ negotiate = bytes([0, 0, 0, 0, 1, 0, 0, 1]) + bytes([1, 0, 3, 6]) + bytes([1, 2,
 write("auth", "negotiate-then-receive", bytes([0]) + bytes([0]) + struct.pack("<H", len(negotiate)) + negotiate + bytes([1]) + struct.pack("<H", 4096))
 write("auth", "honest-host", bytes([8]))
 write("auth", "honest-host-bidirectional-2048", bytes([8 | 4 | 2 | 1]))
+# reservation: ptpl byte, then [host][opcode pick 0 reg/1 acq/2 rel][cdw10][crkey][key2] records
+def resv(host, pick, cdw10, crkey=0, key2=0):
+    return bytes([host, pick]) + struct.pack("<IQQ", cdw10, crkey, key2)
+write("reservation", "register-acquire-preempt-release", bytes([1]) + resv(0, 0, 3 << 30, 0, 1) + resv(1, 0, 0, 0, 2) + resv(0, 1, 1 << 8, 1) + resv(1, 1, 1 | 2 << 8, 2, 1) + resv(1, 2, 2 << 8, 2) + resv(2, 2, 1, 3))
+write("reservation", "all-registrants", bytes([0]) + resv(0, 0, 0, 0, 5) + resv(1, 0, 0, 0, 6) + resv(0, 1, 6 << 8, 5) + resv(1, 1, 2 | 1 << 8, 6, 0) + resv(0, 0, 1, 5))

@@ -127,6 +127,8 @@ pub mod oncs {
     pub const DSM: u16 = 1 << 2;
     /// Write Zeroes.
     pub const WRITE_ZEROES: u16 = 1 << 3;
+    /// Reservations.
+    pub const RESERVATIONS: u16 = 1 << 5;
 }
 
 /// CMIC bits (controller multi-path I/O and namespace sharing capabilities).
@@ -274,6 +276,8 @@ pub struct IdentifyNamespace {
     pub dpc: u8,
     /// Namespace multi-path and sharing capabilities.
     pub nmic: u8,
+    /// Reservation capabilities.
+    pub rescap: u8,
     /// Namespace atomic write unit normal (0-based).
     pub nawun: u16,
     /// Namespace optimal I/O boundary (blocks).
@@ -302,6 +306,7 @@ impl IdentifyNamespace {
         b[26] = self.flbas;
         b[28] = self.dpc;
         b[30] = self.nmic;
+        b[31] = self.rescap;
         put_u16(&mut b, 40, self.nawun);
         put_u16(&mut b, 70, self.noiob);
         put_u32(&mut b, 92, self.anagrpid);
@@ -328,6 +333,7 @@ impl IdentifyNamespace {
             flbas: b[26],
             dpc: b[28],
             nmic: b[30],
+            rescap: b[31],
             nawun: u16_at(b, 40),
             noiob: u16_at(b, 70),
             anagrpid: u32_at(b, 92),

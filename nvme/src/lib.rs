@@ -15,6 +15,7 @@ pub mod fabrics;
 pub mod identify;
 pub mod log;
 pub mod opcode;
+pub mod reservation;
 pub mod sgl;
 pub mod status;
 

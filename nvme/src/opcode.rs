@@ -30,6 +30,16 @@ pub mod io {
     pub const WRITE_ZEROES: u8 = 0x08;
     /// Dataset Management.
     pub const DATASET_MANAGEMENT: u8 = 0x09;
+    /// Compare.
+    pub const COMPARE: u8 = 0x05;
+    /// Reservation Register.
+    pub const RESV_REGISTER: u8 = 0x0D;
+    /// Reservation Report.
+    pub const RESV_REPORT: u8 = 0x0E;
+    /// Reservation Acquire.
+    pub const RESV_ACQUIRE: u8 = 0x11;
+    /// Reservation Release.
+    pub const RESV_RELEASE: u8 = 0x15;
 }
 
 /// The fabrics command opcode; the command type is in byte 4 (`fctype`).
@@ -84,6 +94,8 @@ pub mod lid {
     pub const CMD_EFFECTS: u8 = 0x05;
     /// Asymmetric Namespace Access.
     pub const ANA: u8 = 0x0C;
+    /// Reservation Notification.
+    pub const RESV_NOTIFICATION: u8 = 0x80;
     /// Discovery.
     pub const DISCOVERY: u8 = 0x70;
 }
@@ -112,6 +124,10 @@ pub mod fid {
     pub const KEEP_ALIVE_TIMER: u8 = 0x0F;
     /// Host Identifier.
     pub const HOST_ID: u8 = 0x81;
+    /// Reservation Notification Mask.
+    pub const RESV_MASK: u8 = 0x82;
+    /// Reservation Persistence.
+    pub const RESV_PERSIST: u8 = 0x83;
     /// Host Behavior Support (ACRE: the host honours Command Retry Delay).
     pub const HOST_BEHAVIOR: u8 = 0x16;
 }

@@ -79,6 +79,9 @@ statuses! {
     SGL_INVALID_OFFSET = (0, 0x16, true);
     /// SGL sub type invalid.
     SGL_INVALID_SUBTYPE = (0, 0x17, true);
+    /// Host identifier inconsistent format (a report without the extended
+    /// structure, to a host with a 128-bit host identifier).
+    HOST_ID_INCONSISTENT = (0, 0x18, true);
     /// Keep alive timer expired.
     KEEP_ALIVE_EXPIRED = (0, 0x19, false);
     /// Namespace is write protected.
@@ -91,6 +94,8 @@ statuses! {
     CAPACITY_EXCEEDED = (0, 0x81, true);
     /// Namespace not ready.
     NS_NOT_READY = (0, 0x82, false);
+    /// Reservation conflict.
+    RESERVATION_CONFLICT = (0, 0x83, true);
     /// Completion queue invalid / abort command limit etc. (command specific 0x01).
     CQ_INVALID = (1, 0x00, true);
     /// Invalid queue identifier.

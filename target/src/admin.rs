@@ -121,7 +121,7 @@ pub fn identify_controller(ctrl: &Controller) -> IdentifyController {
         oncs: if disc {
             0
         } else {
-            oncs::DSM | oncs::WRITE_ZEROES
+            oncs::DSM | oncs::WRITE_ZEROES | oncs::RESERVATIONS
         },
         fuses: 0,
         vwc: if disc { 0 } else { 1 },
@@ -267,6 +267,7 @@ fn get_log_page(target: &Target, ctrl: &Controller, cmd: &Command, out: &mut [u8
                 .ana
                 .log_page(ctrl.port(), &ctrl.subsys.namespaces(), rgo)
         }
+        lid::RESV_NOTIFICATION if !disc => ctrl.state().take_resv_notice(g.rae).encode().to_vec(),
         _ => return done(Status::INVALID_LOG_PAGE),
     };
     if !copy_window(&page, g.offset, out) {
@@ -333,6 +334,11 @@ fn features(ctrl: &Controller, cmd: &Command, out: &mut [u8], set: bool) -> Admi
             put(out, &[st.acre as u8]);
             data(out.len())
         }
+        (fid::RESV_MASK | fid::RESV_PERSIST, _) if disc => done(Status::INVALID_FIELD),
+        (fid::RESV_MASK | fid::RESV_PERSIST, _) => {
+            drop(st);
+            resv_feature(ctrl, cmd, f, set)
+        }
         (fid::HOST_ID, false) => {
             if cdw11 & 1 == 0 {
                 return done(Status::INVALID_FIELD);
@@ -364,6 +370,51 @@ fn features(ctrl: &Controller, cmd: &Command, out: &mut [u8], set: bool) -> Admi
             true,
         ) if !disc => done(Status::FEATURE_NOT_CHANGEABLE),
         _ => done(Status::INVALID_FIELD),
+    }
+}
+
+/// Reservation Notification Mask (0x82) and Reservation Persistence (0x83):
+/// per namespace; the mask may be set for every namespace at once (NSID
+/// FFFFFFFFh).
+fn resv_feature(ctrl: &Controller, cmd: &Command, f: u8, set: bool) -> AdminOutcome {
+    let nsid = cmd.nsid();
+    let cdw11 = cmd.cdw(11);
+    let ok = |result: u64| AdminOutcome::Done {
+        status: Status::SUCCESS,
+        result,
+        data_len: 0,
+    };
+    if f == fid::RESV_MASK && set && cdw11 & !nvme::reservation::mask::ALL != 0 {
+        return done(Status::INVALID_FIELD);
+    }
+    if f == fid::RESV_MASK && set && nsid == 0xFFFF_FFFF {
+        let nsids: Vec<u32> = ctrl
+            .subsys
+            .namespaces()
+            .iter()
+            .filter(|n| n.resv.enabled())
+            .map(|n| n.nsid)
+            .collect();
+        ctrl.state().resv_notices.set_mask(nsids, cdw11);
+        return ok(0);
+    }
+    let Some(ns) = ctrl.subsys.namespace(nsid) else {
+        return done(Status::INVALID_NS);
+    };
+    if !ns.resv.enabled() {
+        return done(Status::INVALID_FIELD);
+    }
+    match (f, set) {
+        (fid::RESV_MASK, true) => {
+            ctrl.state().resv_notices.set_mask([nsid], cdw11);
+            ok(0)
+        }
+        (fid::RESV_MASK, false) => ok(ctrl.state().resv_notices.mask(nsid) as u64),
+        (_, true) => match ns.resv.set_ptpl(cdw11 & 1 != 0) {
+            Ok(()) => ok(0),
+            Err(st) => done(st),
+        },
+        (_, false) => ok(ns.resv.lock().ptpl as u64),
     }
 }
 

@@ -144,6 +144,10 @@ pub struct CtrlState {
     pub ns_event_masked: bool,
     /// An ANA change notice is outstanding (until the ANA log is read).
     pub ana_event_masked: bool,
+    /// Reservation notices and their masks.
+    pub resv_notices: crate::reservation::notices::NoticeLog,
+    /// A reservation log notice is outstanding (until the log is read).
+    pub resv_event_masked: bool,
     /// The host honours Command Retry Delay (Host Behavior Support, ACRE).
     pub acre: bool,
     /// Error log.
@@ -182,6 +186,8 @@ impl CtrlState {
             changed_ns: Vec::new(),
             ns_event_masked: false,
             ana_event_masked: false,
+            resv_notices: Default::default(),
+            resv_event_masked: false,
             acre: false,
             errors: VecDeque::new(),
             error_count: 0,
@@ -336,6 +342,35 @@ impl CtrlState {
             nvme::opcode::lid::ANA,
         ));
         true
+    }
+
+    /// Logs a reservation notice of `kind` for namespace `nsid` (unless the
+    /// host masked it) and raises the Reservation Log Page Available event
+    /// when none is outstanding. Returns whether an event was queued.
+    pub fn resv_notice(&mut self, nsid: u32, kind: u8) -> bool {
+        if !self.resv_notices.push(nsid, kind) || self.resv_event_masked {
+            return false;
+        }
+        self.resv_event_masked = true;
+        use nvme::reservation::aen;
+        self.events.push_back(nvme::log::aen::result(
+            aen::TYPE_IO_SPECIFIC,
+            aen::INFO_RESV_LOG,
+            nvme::opcode::lid::RESV_NOTIFICATION,
+        ));
+        true
+    }
+
+    /// The Reservation Notification log was read (without Retain
+    /// Asynchronous Event): takes its oldest notice, and re-arms the event
+    /// for the notices left, if any.
+    pub fn take_resv_notice(&mut self, retain: bool) -> nvme::reservation::Notification {
+        if retain {
+            return self.resv_notices.peek();
+        }
+        let n = self.resv_notices.take();
+        self.resv_event_masked = false;
+        n
     }
 
     /// The changed-namespace log was read: clears it (unless `retain`) and
@@ -561,6 +596,19 @@ impl Controller {
             self.wake_admin();
         }
         raised
+    }
+
+    /// A reservation notice for its host: logs it and, when an event is
+    /// raised, wakes the admin queue to complete a parked Asynchronous Event
+    /// Request.
+    pub fn notify_reservation(&self, nsid: u32, kind: u8) {
+        if self.state().resv_notice(nsid, kind) {
+            crate::metrics::metrics()
+                .async_events
+                .with_label_values(&[&self.subsys.nqn, "reservation"])
+                .inc();
+            self.wake_admin();
+        }
     }
 
     /// Wakes the admin queue (an event is pending).

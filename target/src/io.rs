@@ -46,6 +46,14 @@ pub enum IoPlan {
         /// Deallocate attribute.
         deallocate: bool,
     },
+    /// A reservation command (Register, Report, Acquire, Release), run
+    /// against the namespace's reservation state, not the backend.
+    Resv {
+        /// Its opcode.
+        opcode: u8,
+        /// Bytes of its data (the keys, or the report's room).
+        len: u32,
+    },
 }
 
 impl IoPlan {
@@ -54,6 +62,7 @@ impl IoPlan {
         match *self {
             IoPlan::Write { len, .. } => len,
             IoPlan::Dsm { nr, .. } => nr * 16,
+            IoPlan::Resv { opcode, len } if opcode != op::RESV_REPORT => len,
             _ => 0,
         }
     }
@@ -61,6 +70,10 @@ impl IoPlan {
     pub fn data_out_len(&self) -> u32 {
         match *self {
             IoPlan::Read { len, .. } => len,
+            IoPlan::Resv {
+                opcode: op::RESV_REPORT,
+                len,
+            } => len,
             _ => 0,
         }
     }
@@ -77,7 +90,15 @@ fn lba_range(ns: &Namespace, slba: u64, nlb: u64) -> Result<(u64, u64), Status> 
 pub fn supported(opc: u8) -> bool {
     matches!(
         opc,
-        op::FLUSH | op::WRITE | op::READ | op::WRITE_ZEROES | op::DATASET_MANAGEMENT
+        op::FLUSH
+            | op::WRITE
+            | op::READ
+            | op::WRITE_ZEROES
+            | op::DATASET_MANAGEMENT
+            | op::RESV_REGISTER
+            | op::RESV_REPORT
+            | op::RESV_ACQUIRE
+            | op::RESV_RELEASE
     )
 }
 
@@ -94,6 +115,9 @@ pub fn prepare(
         return Err(Status::INVALID_OPCODE);
     }
     let ns = ns.ok_or(Status::INVALID_NS)?;
+    if let op::RESV_REGISTER | op::RESV_REPORT | op::RESV_ACQUIRE | op::RESV_RELEASE = opc {
+        return prepare_resv(ns, cmd, sgl_len, max_io);
+    }
     let writes = matches!(opc, op::WRITE | op::WRITE_ZEROES)
         || (opc == op::DATASET_MANAGEMENT && cmd.cdw(11) & 4 != 0);
     if writes && ns.readonly {
@@ -145,6 +169,36 @@ pub fn prepare(
             })
         }
     }
+}
+
+/// A reservation command: its data must be exactly what it carries (the
+/// keys) or asks for (the report), as nvmet checks.
+fn prepare_resv(
+    ns: &Namespace,
+    cmd: &Command,
+    sgl_len: u32,
+    max_io: u32,
+) -> Result<IoPlan, Status> {
+    use nvme::reservation::{ReportCommand, ResvCommand};
+    if !ns.resv.enabled() {
+        return Err(Status::INVALID_OPCODE);
+    }
+    let opcode = cmd.opcode();
+    let len = if opcode == op::RESV_REPORT {
+        ReportCommand::from_command(cmd).len
+    } else {
+        ResvCommand::data_len(opcode) as u64
+    };
+    if len > max_io as u64 {
+        return Err(Status::INVALID_FIELD);
+    }
+    if len != sgl_len as u64 {
+        return Err(Status::SGL_INVALID_DATA);
+    }
+    Ok(IoPlan::Resv {
+        opcode,
+        len: len as u32,
+    })
 }
 
 /// Parses and checks Dataset Management ranges; returns byte (offset, len) pairs,

@@ -21,6 +21,7 @@ pub mod metrics;
 pub mod namespace;
 pub mod nvmetcli;
 pub mod reload;
+pub mod reservation;
 pub mod stats;
 pub mod subsystem;
 pub mod transport;

@@ -31,6 +31,8 @@ pub struct Metrics {
     pub in_flight: IntGaugeVec,
     /// `backend_errors_total{subsystem,nsid}`.
     pub backend_errors: IntCounterVec,
+    /// `reservation_conflicts_total{subsystem,nsid}`.
+    pub reservation_conflicts: IntCounterVec,
     /// `failed_commands_total{status}`.
     pub failed_commands: IntCounterVec,
     /// `controllers{subsystem}`.
@@ -164,6 +166,11 @@ impl Metrics {
             backend_errors: counter(
                 "backend_errors_total",
                 "I/O commands the backend failed",
+                &["subsystem", "nsid"],
+            ),
+            reservation_conflicts: counter(
+                "reservation_conflicts_total",
+                "Commands refused with Reservation Conflict (I/O against another host's reservation, or a reservation command that conflicts)",
                 &["subsystem", "nsid"],
             ),
             failed_commands: counter(
@@ -347,6 +354,8 @@ pub struct NsMetrics {
     pub in_flight: IntGauge,
     /// Backend failures.
     pub backend_errors: IntCounter,
+    /// Reservation conflicts.
+    pub reservation_conflicts: IntCounter,
 }
 
 /// An I/O operation, as labelled.
@@ -385,6 +394,7 @@ impl NsMetrics {
             flush_seconds: h("flush"),
             in_flight: m.in_flight.with_label_values(&[subsystem, &ns]),
             backend_errors: m.backend_errors.with_label_values(&[subsystem, &ns]),
+            reservation_conflicts: m.reservation_conflicts.with_label_values(&[subsystem, &ns]),
             labels: [subsystem.to_string(), ns],
         }
     }
@@ -428,6 +438,7 @@ impl NsMetrics {
         }
         let _ = m.in_flight.remove_label_values(&[s, n]);
         let _ = m.backend_errors.remove_label_values(&[s, n]);
+        let _ = m.reservation_conflicts.remove_label_values(&[s, n]);
     }
 }
 

@@ -33,6 +33,8 @@ pub struct Namespace {
     pub metrics: NsMetrics,
     /// A flush of its page cache failed: see [`Namespace::writeback_lost`].
     writeback_lost: std::sync::atomic::AtomicBool,
+    /// Its reservations.
+    pub resv: crate::reservation::NsReservations,
 }
 
 /// 64-bit FNV-1a with a seed, for stable identifiers.
@@ -80,6 +82,7 @@ impl Namespace {
             backend,
             metrics: NsMetrics::new(subnqn, nsid),
             writeback_lost: std::sync::atomic::AtomicBool::new(false),
+            resv: crate::reservation::NsReservations::new(true),
         }
     }
 
@@ -131,6 +134,11 @@ impl Namespace {
             flbas: 0,
             nmic: 1, // may be shared by several controllers
             anagrpid: self.ana_group,
+            rescap: if self.resv.enabled() {
+                nvme::reservation::rescap::ALL_TYPES | nvme::reservation::rescap::IEKEY13
+            } else {
+                0
+            },
             nguid: self.nguid,
             lbads: self.block_shift as u8,
             ..Default::default()
@@ -194,6 +202,7 @@ mod tests {
             block_size: Some(4096),
             readonly: false,
             ana_group: 1,
+            reservations: true,
         };
         let ns = crate::backend::open_namespace("nqn.t", &cfg).unwrap();
         assert_eq!(ns.blocks(), 256);

@@ -144,6 +144,12 @@ pub(super) unsafe fn submit(
         IoPlan::Write { offset, len, fua } => one(io
             .ring
             .write(fd, data.ptr, len, offset, data.fixed, fua, ud)),
+        // Reservation commands run on the namespace's state, never here.
+        IoPlan::Resv { .. } => Submitted {
+            in_flight: 0,
+            errno: nix::libc::EOPNOTSUPP,
+            done: 0,
+        },
         IoPlan::Flush => one(io.ring.fdatasync(fd, ud)),
         // With FUA the worker follows the zeroing with an fdatasync.
         IoPlan::WriteZeroes { offset, len, .. } => {

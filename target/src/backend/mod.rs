@@ -124,6 +124,7 @@ pub fn open_namespace(subnqn: &str, cfg: &NamespaceConfig) -> Result<Namespace, 
     }
     let mut ns = Namespace::new(subnqn, cfg.nsid, backend, size, bs, cfg.readonly);
     ns.ana_group = cfg.ana_group;
+    ns.resv = crate::reservation::NsReservations::new(cfg.reservations);
     Ok(ns)
 }
 

@@ -206,6 +206,12 @@ pub(super) unsafe fn submit(
             // SAFETY: the caller keeps the buffer valid until the completion.
             one(unsafe { image.aio_write(offset, data.ptr, len as usize, post(len)) })
         }
+        // Reservation commands run on the namespace's state, never here.
+        IoPlan::Resv { .. } => Submitted {
+            in_flight: 0,
+            errno: nix::libc::EOPNOTSUPP,
+            done: 0,
+        },
         IoPlan::Flush => one(image.aio_flush(post(0))),
         IoPlan::WriteZeroes { offset, len, .. } => {
             one(image.aio_write_zeroes(offset, len, post(0)))

@@ -129,6 +129,8 @@ pub struct NamespaceConfig {
     pub readonly: bool,
     /// Its ANA group (1..=128).
     pub ana_group: u32,
+    /// Persistent reservations are supported (default: on).
+    pub reservations: bool,
 }
 
 /// A subsystem.

@@ -110,6 +110,7 @@ pub(super) struct RawNamespace {
     pub ceph_conf: Option<String>,
     pub client: Option<String>,
     pub ana_group: Option<u32>,
+    pub reservations: Option<bool>,
 }
 
 /// A `[[host]]`: a host's DH-HMAC-CHAP settings, with nvmet's names.

@@ -450,6 +450,7 @@ impl TargetConfig {
             backend: backend?,
             block_size: n.block_size,
             readonly: n.readonly.unwrap_or(false),
+            reservations: n.reservations.unwrap_or(true),
         })
     }
 

@@ -249,6 +249,18 @@ impl Queue {
         let (Some(plan), Some(ns)) = (self.reqs[r].io, self.reqs[r].ns.first().cloned()) else {
             return self.complete(cx, r, Status::INTERNAL, 0);
         };
+        if let IoPlan::Resv { .. } = plan {
+            let Some(ctrl) = self.ctrl.clone() else {
+                return self.complete(cx, r, Status::INTERNAL, 0);
+            };
+            let cmd = self.reqs[r].cmd;
+            // SAFETY: the request executes; nothing else uses its data
+            // until the call returns.
+            let data = unsafe { self.data_mut(cx.dev, r) };
+            let (st, out) = crate::reservation::command::execute(&ns, &ctrl, &cmd, data);
+            self.reqs[r].out_len = out;
+            return self.complete(cx, r, st, 0);
+        }
         ns.metrics.in_flight.inc();
         self.reqs[r].counted.0 = true;
         let ranges = match plan {
@@ -422,6 +434,7 @@ impl Queue {
             IoPlan::Flush => (IoOp::Flush, 0),
             IoPlan::WriteZeroes { .. } => (IoOp::WriteZeroes, 0),
             IoPlan::Dsm { .. } => (IoOp::Dsm, 0),
+            IoPlan::Resv { .. } => return self.complete(cx, r, Status::SUCCESS, 0),
         };
         ns.metrics
             .record(op, bytes, cx.now.saturating_duration_since(q.start));

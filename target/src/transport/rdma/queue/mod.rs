@@ -487,6 +487,11 @@ impl Queue {
             }
         }
         let plan = io::prepare(ns.as_deref(), &cmd, self.reqs[r].plan.len(), MAX_IO_SIZE)?;
+        if let (Some(n), Some(access)) = (&ns, crate::reservation::access_of(&plan)) {
+            n.resv.check(&ctrl.hostid, access).inspect_err(|_| {
+                n.metrics.reservation_conflicts.inc();
+            })?;
+        }
         self.reqs[r].io = Some(plan);
         self.reqs[r].ns.extend(ns);
         Ok(())

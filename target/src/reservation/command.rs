@@ -1,0 +1,93 @@
+//! The Reservation commands on an I/O queue: Register, Acquire and Release
+//! change the namespace's state and notify the hosts they affect; Report
+//! describes it.
+
+use nvme::opcode::io as op;
+use nvme::reservation::{RegisteredController, Report, ReportCommand, ResvCommand};
+use nvme::{Command, Status};
+use tracing::info;
+
+use super::state::HostId;
+use crate::controller::Controller;
+use crate::namespace::Namespace;
+use crate::subsystem::Subsystem;
+
+/// Controller id reported for a registrant none of whose controllers is
+/// connected.
+pub const NO_CNTLID: u16 = 0xFFFF;
+
+/// Runs reservation command `cmd` of `ctrl` on `ns`; `buf` holds its data
+/// (the keys, or room for the report). Returns the status and the bytes of
+/// `buf` that go back to the host.
+pub fn execute(ns: &Namespace, ctrl: &Controller, cmd: &Command, buf: &mut [u8]) -> (Status, u32) {
+    if cmd.opcode() == op::RESV_REPORT {
+        return report(ns, ctrl, cmd, buf);
+    }
+    let req = match ResvCommand::parse(cmd, buf) {
+        Ok(r) => r,
+        Err(_) => return (Status::SGL_INVALID_DATA, 0),
+    };
+    match ns.resv.apply(&ctrl.hostid, &req) {
+        Ok(fx) => {
+            if fx.changed {
+                info!(subsys = %ctrl.subsys.nqn, nsid = ns.nsid, cntlid = ctrl.cntlid,
+                      host = %ctrl.hostnqn, opcode = req.opcode, action = req.action,
+                      rtype = req.rtype, "reservation changed");
+            }
+            for (host, kind) in &fx.notices {
+                notify(&ctrl.subsys, host, ns.nsid, *kind);
+            }
+            (Status::SUCCESS, 0)
+        }
+        Err(st) => {
+            if st == Status::RESERVATION_CONFLICT {
+                ns.metrics.reservation_conflicts.inc();
+            }
+            (st, 0)
+        }
+    }
+}
+
+/// Reservation Report: the header and a Registered Controller structure per
+/// registrant, as many as the host's buffer holds.
+fn report(ns: &Namespace, ctrl: &Controller, cmd: &Command, buf: &mut [u8]) -> (Status, u32) {
+    let rc = ReportCommand::from_command(cmd);
+    let controllers = ctrl.subsys.controllers();
+    let rep = {
+        let st = ns.resv.lock();
+        Report {
+            gen: st.generation,
+            rtype: st.holder.map_or(0, |h| h.rtype),
+            ptpls: st.ptpl,
+            regctls: st
+                .registrants
+                .iter()
+                .map(|r| RegisteredController {
+                    cntlid: controllers
+                        .iter()
+                        .filter(|c| c.hostid == r.host && !c.is_revoked())
+                        .map(|c| c.cntlid)
+                        .min()
+                        .unwrap_or(NO_CNTLID),
+                    holds: st.holds(&r.host),
+                    hostid: r.host,
+                    rkey: r.key,
+                })
+                .collect(),
+        }
+    };
+    let out = rep.encode(rc.eds, buf.len());
+    buf[..out.len()].copy_from_slice(&out);
+    buf[out.len()..].fill(0);
+    (Status::SUCCESS, buf.len() as u32)
+}
+
+/// Logs a notice for namespace `nsid` in every controller of `host` in the
+/// subsystem (a host reaches a namespace through several controllers).
+fn notify(subsys: &Subsystem, host: &HostId, nsid: u32, kind: u8) {
+    for c in subsys.controllers() {
+        if &c.hostid == host {
+            c.notify_reservation(nsid, kind);
+        }
+    }
+}
