@@ -692,9 +692,21 @@ mod tests {
         assert_eq!(&b[..4], &[5, 0, 0, 0]);
         assert!(c.state().changed_ns.is_empty());
         assert_eq!(
-            status(run(&t, &c, &glp(0x80, 512, 0), 512).0),
+            status(run(&t, &c, &glp(0x81, 512, 0), 512).0),
             Status::INVALID_LOG_PAGE
         );
+        // reservation notifications: one page per read, an empty one at the end
+        let (o, b) = run(&t, &c, &glp(lid::RESV_NOTIFICATION, 64, 0), 64);
+        assert_eq!(status(o), Status::SUCCESS);
+        assert_eq!(b, vec![0; 64]);
+        c.notify_reservation(5, nvme::reservation::notice::RESERVATION_RELEASED);
+        c.notify_reservation(1, nvme::reservation::notice::REGISTRATION_PREEMPTED);
+        assert_eq!(c.state().events.len(), 1, "one event until the log is read");
+        let (_, b) = run(&t, &c, &glp(lid::RESV_NOTIFICATION, 64, 0), 64);
+        let n = nvme::reservation::Notification::parse(&b).unwrap();
+        assert_eq!((n.count, n.kind, n.available, n.nsid), (1, 2, 1, 5));
+        let (_, b) = run(&t, &c, &glp(lid::RESV_NOTIFICATION, 64, 0), 64);
+        assert_eq!(nvme::reservation::Notification::parse(&b).unwrap().nsid, 1);
         // commands supported and effects: admin at 0, I/O at 1024, writes change content
         let (o, b) = run(&t, &c, &glp(lid::CMD_EFFECTS, 4096, 0), 4096);
         assert_eq!(status(o), Status::SUCCESS);
