@@ -147,7 +147,7 @@ for i in range(n):
         break
     cntlid, rcsts = struct.unpack_from("<HB", b, o)
     rkey, = struct.unpack_from("<Q", b, o + 8)
-    out.append(f"{cntlid:#x}/{rcsts}/h{b[o + 16 + 7]}/{rkey:#x}")
+    out.append(f"{cntlid:#x}/{rcsts}/h{b[o + 31]}/{rkey:#x}")
 print("_".join(out))
 EOF
 }
@@ -241,11 +241,11 @@ phase() {
         record "notice:$h:second" "$(notice "$h")"
         record "notice:$h:third" "$(notice "$h")"
     done
-    record "mask:set" "$(st nvme set-feature "${DEV[h3]}" -n 1 -f 0x82 -v 4)"
-    record "mask:get" "$(nvme get-feature "${DEV[h3]}" -n 1 -f 0x82 2>&1 | grep -oE 'Current value: *0x[0-9a-f]+' | grep -oE '0x[0-9a-f]+$' || echo failed)"
-    record "mask:set-reserved-bit" "$(st nvme set-feature "${DEV[h3]}" -n 1 -f 0x82 -v 1)"
+    record "mask:set" "$(st nvme set-feature "${DEV[h3]}" -n 1 -f 0x82 --value=4)"
+    record "mask:get" "$(nvme get-feature "${DEV[h3]}" -n 1 -f 0x82 2>&1 | grep -oiE 'value:? *0x[0-9a-f]+' | grep -oiE '0x[0-9a-f]+$' || echo failed)"
+    record "mask:set-reserved-bit" "$(st nvme set-feature "${DEV[h3]}" -n 1 -f 0x82 --value=1)"
     record "get-feature-0x83" "$(st nvme get-feature "${DEV[h3]}" -n 1 -f 0x83)"
-    record "set-feature-0x83-off" "$(st nvme set-feature "${DEV[h3]}" -n 1 -f 0x83 -v 0)"
+    record "set-feature-0x83-off" "$(st nvme set-feature "${DEV[h3]}" -n 1 -f 0x83 --value=0)"
     record "mask:register-h3" "$(reg h3 $K3)"
     record "mask:release-h1" "$(rel h1 $K1 3)"
     record "mask:notice:h3" "$(notice h3)"

@@ -843,6 +843,41 @@ mod tests {
     }
 
     #[test]
+    fn reservation_features() {
+        let (t, c, _) = setup();
+        let set = |nsid, v| cmd(op::SET_FEATURES, nsid, fid::RESV_MASK as u32, v);
+        let get = |nsid| cmd(op::GET_FEATURES, nsid, fid::RESV_MASK as u32, 0);
+        assert_eq!(status(run(&t, &c, &set(1, 4), 0).0), Status::SUCCESS);
+        assert_eq!(c.state().resv_notices.mask(1), 4);
+        assert_eq!(status(run(&t, &c, &set(1, 1), 0).0), Status::INVALID_FIELD);
+        assert_eq!(status(run(&t, &c, &set(9, 4), 0).0), Status::INVALID_NS);
+        assert_eq!(
+            status(run(&t, &c, &set(0xFFFF_FFFF, 8), 0).0),
+            Status::SUCCESS
+        );
+        assert_eq!(c.state().resv_notices.mask(5), 8);
+        match run(&t, &c, &get(1), 0).0 {
+            AdminOutcome::Done { result, .. } => assert_eq!(result, 8),
+            o => panic!("{o:?}"),
+        }
+        let ptpl = |set: bool, v| {
+            let opc = if set {
+                op::SET_FEATURES
+            } else {
+                op::GET_FEATURES
+            };
+            cmd(opc, 1, fid::RESV_PERSIST as u32, v)
+        };
+        assert_eq!(status(run(&t, &c, &ptpl(false, 0), 0).0), Status::SUCCESS);
+        assert_eq!(status(run(&t, &c, &ptpl(true, 0), 0).0), Status::SUCCESS);
+        assert_eq!(
+            status(run(&t, &c, &ptpl(true, 1), 0).0),
+            Status::INVALID_FIELD,
+            "the null namespace cannot persist"
+        );
+    }
+
+    #[test]
     fn features_and_aer() {
         let (t, c, d) = setup();
         let (o, _) = run(

@@ -12,16 +12,17 @@ use crate::controller::Controller;
 use crate::namespace::Namespace;
 use crate::subsystem::Subsystem;
 
-/// Controller id reported for a registrant none of whose controllers is
-/// connected.
-pub const NO_CNTLID: u16 = 0xFFFF;
+/// The controller id a report gives every registrant: controllers are
+/// allocated dynamically, and a registrant is a host (any of its
+/// controllers), not one controller.
+pub const DYNAMIC_CNTLID: u16 = 0xFFFF;
 
 /// Runs reservation command `cmd` of `ctrl` on `ns`; `buf` holds its data
 /// (the keys, or room for the report). Returns the status and the bytes of
 /// `buf` that go back to the host.
 pub fn execute(ns: &Namespace, ctrl: &Controller, cmd: &Command, buf: &mut [u8]) -> (Status, u32) {
     if cmd.opcode() == op::RESV_REPORT {
-        return report(ns, ctrl, cmd, buf);
+        return report(ns, cmd, buf);
     }
     let req = match ResvCommand::parse(cmd, buf) {
         Ok(r) => r,
@@ -50,9 +51,13 @@ pub fn execute(ns: &Namespace, ctrl: &Controller, cmd: &Command, buf: &mut [u8])
 
 /// Reservation Report: the header and a Registered Controller structure per
 /// registrant, as many as the host's buffer holds.
-fn report(ns: &Namespace, ctrl: &Controller, cmd: &Command, buf: &mut [u8]) -> (Status, u32) {
+fn report(ns: &Namespace, cmd: &Command, buf: &mut [u8]) -> (Status, u32) {
     let rc = ReportCommand::from_command(cmd);
-    let controllers = ctrl.subsys.controllers();
+    // Host identifiers are 128 bits (CTRATT bit 0): the structure without
+    // room for them cannot describe the registrants.
+    if !rc.eds {
+        return (Status::HOST_ID_INCONSISTENT, 0);
+    }
     let rep = {
         let st = ns.resv.lock();
         Report {
@@ -63,12 +68,7 @@ fn report(ns: &Namespace, ctrl: &Controller, cmd: &Command, buf: &mut [u8]) -> (
                 .registrants
                 .iter()
                 .map(|r| RegisteredController {
-                    cntlid: controllers
-                        .iter()
-                        .filter(|c| c.hostid == r.host && !c.is_revoked())
-                        .map(|c| c.cntlid)
-                        .min()
-                        .unwrap_or(NO_CNTLID),
+                    cntlid: DYNAMIC_CNTLID,
                     holds: st.holds(&r.host),
                     hostid: r.host,
                     rkey: r.key,

@@ -276,16 +276,9 @@ impl Reservations {
                 self.holder = Some(take);
                 gone
             }
-            // The holder changes the type of its reservation.
-            Some(t) if !t.all_registrants() && self.holds(host) => {
-                self.holder = Some(take);
-                if t != rtype {
-                    self.notify_others(host, notice::RESERVATION_RELEASED, &mut fx);
-                }
-                Vec::new()
-            }
-            // The holder's key: the holder (and every host registered with
-            // that key) is preempted and the issuer holds the new type.
+            // The holder's key: the holder (and every other host registered
+            // with that key) is preempted and the issuer holds the new type;
+            // a holder that names its own key changes the type.
             Some(t) if !t.all_registrants() && holder_key == Some(prkey) => {
                 let gone = self.remove_key(host, prkey);
                 self.holder = Some(take);

@@ -345,9 +345,14 @@ fn preempt_the_holder() {
     register(&mut s, &A, 5).unwrap();
     preempt(&mut s, &C, 3, 5, ResvType::WriteExclusive).unwrap();
     assert!(!s.is_registered(&A) && s.holds(&B));
-    // The holder changes the type (PRKEY does not matter).
-    let fx = preempt(&mut s, &B, 2, 99, ResvType::WriteExclusiveRegOnly).unwrap();
+    // The holder changes the type: it names its own key.
+    assert_eq!(
+        preempt(&mut s, &B, 2, 99, ResvType::WriteExclusiveRegOnly).map(|_| ()),
+        Err(Status::RESERVATION_CONFLICT)
+    );
+    let fx = preempt(&mut s, &B, 2, 2, ResvType::WriteExclusiveRegOnly).unwrap();
     assert_eq!(s.rtype(), Some(ResvType::WriteExclusiveRegOnly));
+    assert!(s.holds(&B));
     assert_eq!(fx.notices, vec![(C, notice::RESERVATION_RELEASED)]);
 }
 
