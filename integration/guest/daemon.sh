@@ -18,7 +18,8 @@
 #      host's access away (host list, removed subsystem) disconnects its controller and
 #      refuses it until access is restored;
 #      a removed namespace disappears; an added/removed subsystem enters/leaves discovery;
-#      a killed daemon is restarted (Restart=on-failure) and the host reconnects
+#      a killed daemon is restarted (Restart=on-failure) and the host reconnects; a
+#      reservation the host took (PTPL set, as the Linux host registers) is still held
 #   5. `systemctl stop` while fio and an acknowledged-writes logger run: fio sees errors
 #      but no verify failure; after a restart every acknowledged block reads back; the
 #      journal shows a clean shutdown. `systemctl restart` under fio: no error at all
@@ -412,13 +413,30 @@ journal | grep -E "no longer allowed|controllers are disconnected" | tail -n 2 |
 NS1=/dev/$(ns_of "$NQN" 1)
 kmsg_mark   # losing and regaining access logs reconnects by design
 
-step "test 4e: Restart=on-failure brings a killed daemon back"
+step "test 4e: Restart=on-failure brings a killed daemon back, its reservation kept (PTPL)"
+# As the Linux host registers (CPTPL "set"): the state is synced under the unit's
+# StateDirectory before the command completes, and the killed daemon's successor has it.
+nvme resv-register "$NS1" --nrkey=0xabc --rrega=0 --cptpl=3 >/dev/null || fail "resv-register"
+nvme resv-acquire "$NS1" --crkey=0xabc --rtype=1 >/dev/null || fail "resv-acquire"
+ls /var/lib/nvmf-target/reservations/*.json >/dev/null 2>&1 || fail "no reservation state under the StateDirectory"
+info "state file: $(ls /var/lib/nvmf-target/reservations/)"
 pid=$(systemctl show -p MainPID --value nvmf-target)
 systemctl kill -s KILL nvmf-target
 wait_for 30 "a new daemon process" bash -c "[ \"\$(systemctl show -p MainPID --value nvmf-target)\" != 0 ] && [ \"\$(systemctl show -p MainPID --value nvmf-target)\" != $pid ] && [ \"\$(systemctl is-active nvmf-target)\" = active ]"
 info "killed pid $pid; restarted as pid $(systemctl show -p MainPID --value nvmf-target) (NRestarts=$(systemctl show -p NRestarts --value nvmf-target))"
 wait_for 30 "the host reconnected to the restarted daemon" bash -c "grep -qx live /sys/class/nvme/$CTRL/state"
 info "the host reconnected by itself: /dev/$CTRL is live again"
+nvme resv-report "$NS1" --eds -b >/tmp/report.bin || fail "resv-report after the restart"
+python3 - /tmp/report.bin <<'EOF' || fail "the reservation did not survive the restart"
+import struct, sys
+b = open(sys.argv[1], "rb").read()
+gen, rtype, n = struct.unpack_from("<IBH", b, 0)
+rkey, = struct.unpack_from("<Q", b, 64 + 8)
+print(f"    after the restart: generation {gen}, type {rtype}, {n} registrant(s), key {rkey:#x}, PTPLS {b[9]}")
+sys.exit(0 if (rtype, n, rkey, b[9]) == (1, 1, 0xabc, 1) else 1)
+EOF
+nvme resv-release "$NS1" --crkey=0xabc --rtype=1 >/dev/null || fail "resv-release"
+nvme resv-register "$NS1" --crkey=0xabc --rrega=1 >/dev/null || fail "resv-register (unregister)"
 
 # =====================================================================================
 step "test 5: systemctl stop while fio and an acknowledged-writes logger run"

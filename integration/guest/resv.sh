@@ -18,6 +18,10 @@
 #      preempt and abort; a holder that changes its type; All Registrants with key 0
 #   4. notifications (log page 0x80 on each host), the notification mask (feature 0x82)
 #   5. clear; report without the extended structure; reserved actions
+#   6. ours only (nvmet keeps no state through a restart): PTPL set as the Linux host sets
+#      it, the target killed (SIGKILL) and restarted, then stopped (SIGTERM) and started:
+#      the reservation, keys and generation hold, and so do the conflicts; PTPL cleared,
+#      the next start has none
 # Output ends with the table and "RESV PASS".
 set -euo pipefail
 IP=${LAB_IP:?LAB_IP not set (run this inside the lab guest)}
@@ -88,6 +92,7 @@ ours_up() {
         echo "[[listener]]"; echo "address = \"$IP\""; echo "port = $PORT"
         echo "[[subsystem]]"; echo "nqn = \"$SUB\""; echo "allow_any_host = true"
         echo "[[subsystem.namespace]]"; echo "nsid = 1"; echo "path = \"$DISK\""
+        echo "[target]"; echo "state_dir = \"$DIR/state\""
         echo "[control]"; echo "socket = \"$DIR/control.sock\""
         echo "[metrics]"; echo "address = \"127.0.0.1:9469\""
     } >"$CONF"
@@ -195,7 +200,7 @@ phase() {
     record register-h2 "$(reg h2 0x2200)"
     record replace-h2-wrong-key "$(reg h2 $K2 2 0x1234)"
     record replace-h2 "$(reg h2 $K2 2 0x2200)"
-    record register-h3-cptpl-set "$(st nvme resv-register "${DEV[h3]}" -n 1 --nrkey=$K3 --rrega=0 --cptpl=3)"
+    record register-h3-cptpl-clear "$(st nvme resv-register "${DEV[h3]}" -n 1 --nrkey=$K3 --rrega=0 --cptpl=2)"
     record unregister-h4-not-registered "$(reg h4 0 1 $K1)"
     record report-registered "$(report h4)"
 
@@ -283,6 +288,7 @@ modprobe -a rdma_rxe ib_uverbs rdma_ucm nvme-rdma
 rdma link show | grep -q "netdev ${LAB_IF:-eth0}\b" || rdma link add rxe0 type rxe netdev "${LAB_IF:-eth0}"
 mkdir -p "$DIR"
 truncate -s 64M "$DISK"
+rm -rf "$DIR/state"
 
 WHO=nvmet
 nvmet_up
@@ -293,11 +299,47 @@ nvmet_down
 WHO=ours
 ours_up
 phase
-step "ours: status and metrics"
+step "ours: metrics"
 curl -s http://127.0.0.1:9469/metrics >/tmp/metrics.txt
 grep 'reservation_conflicts_total' /tmp/metrics.txt | sed 's/^/    /'
 awk '/^nvmf_target_reservation_conflicts_total/ { n += $2 } END { exit !(n > 0) }' /tmp/metrics.txt ||
     fail "no reservation conflict counted"
+
+step "ours: PTPL: the reservation outlives SIGKILL and SIGTERM restarts"
+connect h1 1; connect h2 2; settle
+[ "$(reg h1 $K1 0 0)" = 000 ] || fail "register h1"
+[ "$(st nvme resv-register "${DEV[h2]}" -n 1 --nrkey=$K2 --rrega=0 --cptpl=3)" = 000 ] || fail "register h2 with PTPL"
+[ "$(acq h1 $K1 2)" = 000 ] || fail "acquire"
+before=$(report h2)
+info "before: $before"
+[[ $before == *ptpls=1* ]] || fail "PTPL not reported as set: $before"
+ls "$DIR/state/reservations/"*.json >/dev/null || fail "no state file"
+"$TARGET_BIN" status --socket "$DIR/control.sock" | grep -A3 'reservation:' | sed 's/^/    status: /'
+"$TARGET_BIN" status --json --socket "$DIR/control.sock" | python3 -c 'import json,sys
+r = json.load(sys.stdin)["subsystems"][0]["namespaces"][0]["reservation"]
+holders = [g["host_id"] for g in r["registrants"] if g["holder"]]
+sys.exit(0 if r["rtype"] == "exclusive_access" and r["ptpl"] and len(r["registrants"]) == 2 and holders == [sys.argv[1]] else 1)' "$(hostid 1)" ||
+    fail "status does not show the holder and the registrants"
+for sig in KILL TERM; do
+    settle; nvme disconnect -n "$SUB" >/dev/null
+    kill -"$sig" "$TPID"; wait "$TPID" 2>/dev/null || true; TPID=
+    ours_up
+    connect h1 1; connect h2 2; settle
+    after=$(report h2)
+    info "after SIG$sig and a start: $after"
+    [ "$after" = "$before" ] || fail "the state changed across SIG$sig: $before -> $after"
+    [ "$(io h2 read)" = 083 ] || fail "after SIG$sig: host 2 reads through host 1's Exclusive Access"
+    [ "$(io h1 write)" = 000 ] || fail "after SIG$sig: the holder cannot write"
+done
+[ "$(st nvme resv-register "${DEV[h2]}" -n 1 --nrkey=$K2 --rrega=0 --cptpl=2)" = 000 ] || fail "clear PTPL"
+[ -z "$(ls "$DIR/state/reservations/")" ] || fail "a state file is left after PTPL was cleared"
+settle; nvme disconnect -n "$SUB" >/dev/null
+kill -KILL "$TPID"; wait "$TPID" 2>/dev/null || true; TPID=
+ours_up
+connect h1 1; settle
+[ "$(report h1)" = "gen=0_rtype=0_regctl=0_ptpls=0" ] || fail "state kept without PTPL: $(report h1)"
+settle; nvme disconnect -n "$SUB" >/dev/null
+
 own_down
 
 step "the table"

@@ -82,7 +82,7 @@ impl Namespace {
             backend,
             metrics: NsMetrics::new(subnqn, nsid),
             writeback_lost: std::sync::atomic::AtomicBool::new(false),
-            resv: crate::reservation::NsReservations::new(true),
+            resv: crate::reservation::NsReservations::in_memory(true),
         }
     }
 
@@ -134,10 +134,12 @@ impl Namespace {
             flbas: 0,
             nmic: 1, // may be shared by several controllers
             anagrpid: self.ana_group,
-            rescap: if self.resv.enabled() {
-                nvme::reservation::rescap::ALL_TYPES | nvme::reservation::rescap::IEKEY13
-            } else {
-                0
+            rescap: match (self.resv.enabled(), self.resv.ptpl_capable()) {
+                (false, _) => 0,
+                (true, ptpl) => {
+                    use nvme::reservation::rescap;
+                    rescap::ALL_TYPES | rescap::IEKEY13 | if ptpl { rescap::PTPL } else { 0 }
+                }
             },
             nguid: self.nguid,
             lbads: self.block_shift as u8,
@@ -203,6 +205,7 @@ mod tests {
             readonly: false,
             ana_group: 1,
             reservations: true,
+            state_dir: None,
         };
         let ns = crate::backend::open_namespace("nqn.t", &cfg).unwrap();
         assert_eq!(ns.blocks(), 256);

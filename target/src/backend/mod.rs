@@ -124,7 +124,25 @@ pub fn open_namespace(subnqn: &str, cfg: &NamespaceConfig) -> Result<Namespace, 
     }
     let mut ns = Namespace::new(subnqn, cfg.nsid, backend, size, bs, cfg.readonly);
     ns.ana_group = cfg.ana_group;
-    ns.resv = crate::reservation::NsReservations::new(cfg.reservations);
+    // The reservation state persists where the namespace's store is local
+    // (a file or block device, or nothing) and a state directory exists.
+    let store = match (&cfg.state_dir, &ns.backend) {
+        (Some(dir), Backend::File { .. } | Backend::Null) if cfg.reservations => Some(
+            crate::reservation::persist::FileStore::open(dir, &ns.nguid).map_err(|e| {
+                BackendError::Invalid {
+                    path: ns.backend.describe(),
+                    reason: format!("reservations: {e}"),
+                }
+            })?,
+        ),
+        _ => None,
+    };
+    ns.resv = crate::reservation::NsReservations::new(cfg.reservations, store).map_err(|e| {
+        BackendError::Invalid {
+            path: ns.backend.describe(),
+            reason: format!("reservations: {e}"),
+        }
+    })?;
     Ok(ns)
 }
 

@@ -131,6 +131,9 @@ pub struct NamespaceConfig {
     pub ana_group: u32,
     /// Persistent reservations are supported (default: on).
     pub reservations: bool,
+    /// Where its reservations persist through a restart (`[target]
+    /// state_dir`; `None`: they cannot).
+    pub state_dir: Option<PathBuf>,
 }
 
 /// A subsystem.
@@ -177,12 +180,28 @@ pub struct TargetConfig {
     pub log_level: String,
     /// The RDMA engine: workers, receive queues, buffers, pinned-memory budget.
     pub engine: EngineConfig,
+    /// The daemon's state directory (reservations that persist), if any.
+    pub state_dir: Option<PathBuf>,
 }
 
 /// Default address of the Prometheus endpoint.
 pub const DEFAULT_METRICS_ADDR: &str = "127.0.0.1:9469";
 /// Default log filter.
 pub const DEFAULT_LOG_LEVEL: &str = "info";
+/// Default state directory (systemd's `StateDirectory=nvmf-target`).
+pub const DEFAULT_STATE_DIR: &str = "/var/lib/nvmf-target";
+
+/// The state directory when the configuration names none: the one systemd
+/// made for the unit (`$STATE_DIRECTORY`), else [`DEFAULT_STATE_DIR`].
+pub fn default_state_dir() -> PathBuf {
+    std::env::var_os("STATE_DIRECTORY")
+        .and_then(|v| {
+            let first = v.to_string_lossy().split(':').next()?.to_string();
+            (!first.is_empty()).then(|| PathBuf::from(first))
+        })
+        .unwrap_or_else(|| PathBuf::from(DEFAULT_STATE_DIR))
+}
+
 /// Default path of the control socket.
 pub const DEFAULT_CONTROL_SOCKET: &str = "/run/nvmf-target/control.sock";
 
@@ -378,6 +397,16 @@ impl TargetConfig {
         };
         let mut c = Self::validate(raw, Ctx::new("command line"), true)?;
         c.control_required = false;
+        // Nothing persists from a command line (it may run as any user): its
+        // reservations live as long as the process.
+        c.state_dir = None;
+        for n in c
+            .subsystems
+            .iter_mut()
+            .flat_map(|s| s.namespaces.iter_mut())
+        {
+            n.state_dir = None;
+        }
         Ok(c)
     }
 }

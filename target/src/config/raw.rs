@@ -66,6 +66,7 @@ pub(super) struct RawTarget {
     pub max_pending_queues: Option<u32>,
     pub max_keep_alive_ms: Option<u32>,
     pub max_controllers_per_host: Option<u32>,
+    pub state_dir: Option<String>,
 }
 
 #[derive(Deserialize)]

@@ -130,6 +130,25 @@ impl TargetConfig {
             }
         }
         let hosts = super::host::validate(cx, raw.host);
+        let state_dir = match raw.target.as_ref().and_then(|t| t.state_dir.clone()) {
+            // An empty path: nothing persists (reservations are not kept
+            // through a restart, and RESCAP says so).
+            Some(d) if d.is_empty() => None,
+            Some(d) => {
+                let p = PathBuf::from(&d);
+                if !p.is_absolute() {
+                    cx.err(
+                        "target.state_dir",
+                        format!("'{d}' must be an absolute path (or \"\" for none)"),
+                    );
+                }
+                Some(p)
+            }
+            None => Some(super::default_state_dir()),
+        };
+        for n in subsystems.iter_mut().flat_map(|s| s.namespaces.iter_mut()) {
+            n.state_dir = state_dir.clone();
+        }
         let poll_spin_us = raw
             .target
             .as_ref()
@@ -234,6 +253,7 @@ impl TargetConfig {
             control_required: true,
             log_level,
             engine,
+            state_dir,
         })
     }
 
@@ -451,6 +471,7 @@ impl TargetConfig {
             block_size: n.block_size,
             readonly: n.readonly.unwrap_or(false),
             reservations: n.reservations.unwrap_or(true),
+            state_dir: None,
         })
     }
 

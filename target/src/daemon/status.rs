@@ -111,6 +111,67 @@ pub struct NamespaceInfo {
     /// Its ANA group.
     #[serde(default)]
     pub ana_group: u32,
+    /// Its persistent reservation (absent when the namespace has none).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reservation: Option<ReservationInfo>,
+}
+
+/// A namespace's reservation state.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ReservationInfo {
+    /// Generation.
+    pub generation: u32,
+    /// The reservation's type ("write_exclusive", ...), if one is held.
+    pub rtype: Option<String>,
+    /// The state persists through a restart (PTPL).
+    pub ptpl: bool,
+    /// Registered hosts.
+    pub registrants: Vec<RegistrantInfo>,
+}
+
+/// A registered host.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RegistrantInfo {
+    /// Host identifier (UUID form).
+    pub host_id: String,
+    /// Its reservation key.
+    pub key: String,
+    /// It holds the reservation.
+    pub holder: bool,
+}
+
+/// The snake-case name of a reservation type.
+fn rtype_name(t: nvme::reservation::ResvType) -> &'static str {
+    use nvme::reservation::ResvType as T;
+    match t {
+        T::WriteExclusive => "write_exclusive",
+        T::ExclusiveAccess => "exclusive_access",
+        T::WriteExclusiveRegOnly => "write_exclusive_registrants_only",
+        T::ExclusiveAccessRegOnly => "exclusive_access_registrants_only",
+        T::WriteExclusiveAllRegs => "write_exclusive_all_registrants",
+        T::ExclusiveAccessAllRegs => "exclusive_access_all_registrants",
+    }
+}
+
+fn reservation_info(n: &crate::namespace::Namespace) -> Option<ReservationInfo> {
+    if !n.resv.enabled() {
+        return None;
+    }
+    let st = n.resv.lock();
+    Some(ReservationInfo {
+        generation: st.generation,
+        rtype: st.rtype().map(|t| rtype_name(t).to_string()),
+        ptpl: st.ptpl,
+        registrants: st
+            .registrants
+            .iter()
+            .map(|r| RegistrantInfo {
+                host_id: nvme::fabrics::format_uuid(&r.host),
+                key: format!("{:#x}", r.key),
+                holder: st.holds(&r.host),
+            })
+            .collect(),
+    })
 }
 
 /// A connected controller (one host association).
@@ -252,6 +313,7 @@ impl Status {
                                 block_size: n.block_size,
                                 readonly: n.readonly,
                                 ana_group: n.ana_group,
+                                reservation: reservation_info(n),
                             }
                         })
                         .collect(),
@@ -358,6 +420,24 @@ impl Status {
                     },
                     n.ana_group
                 );
+                if let Some(r) = n.reservation.as_ref().filter(|r| !r.registrants.is_empty()) {
+                    let _ = writeln!(
+                        o,
+                        "    reservation: {} (generation {}{})",
+                        r.rtype.as_deref().unwrap_or("none held"),
+                        r.generation,
+                        if r.ptpl { ", persists" } else { "" }
+                    );
+                    for g in &r.registrants {
+                        let _ = writeln!(
+                            o,
+                            "    registrant {} key {}{}",
+                            g.host_id,
+                            g.key,
+                            if g.holder { " (holder)" } else { "" }
+                        );
+                    }
+                }
             }
             if s.controllers.is_empty() {
                 let _ = writeln!(o, "  no controllers connected");

@@ -5,6 +5,7 @@
 
 pub mod command;
 pub mod notices;
+pub mod persist;
 pub mod state;
 #[cfg(test)]
 mod tests;
@@ -28,21 +29,59 @@ pub struct NsReservations {
     /// A reservation is held: I/O must be checked against it. Without one no
     /// command conflicts, and the I/O path does not take the lock.
     held: AtomicBool,
+    /// Where the state persists (PTPL), if it can.
+    store: Option<persist::FileStore>,
+    /// Serializes the commands that change the state, so that each persists
+    /// before the next starts, without holding the state's lock (which I/O
+    /// checks take) while the file is synced.
+    changing: Mutex<()>,
 }
 
 impl NsReservations {
-    /// A namespace's state: empty, and `enabled` or not.
-    pub fn new(enabled: bool) -> NsReservations {
+    /// A namespace's state: empty, `enabled` or not, kept in `store` if any
+    /// (loaded from it when it holds a state).
+    pub fn new(
+        enabled: bool,
+        store: Option<persist::FileStore>,
+    ) -> Result<NsReservations, persist::StoreError> {
+        let st = match &store {
+            Some(s) => s.load()?.unwrap_or_default(),
+            None => Reservations::default(),
+        };
+        Ok(NsReservations {
+            enabled,
+            held: AtomicBool::new(st.holder.is_some()),
+            state: Mutex::new(st),
+            store,
+            changing: Mutex::new(()),
+        })
+    }
+
+    /// Reservations are supported and kept only in memory.
+    pub fn in_memory(enabled: bool) -> NsReservations {
         NsReservations {
             enabled,
             state: Mutex::new(Reservations::default()),
             held: AtomicBool::new(false),
+            store: None,
+            changing: Mutex::new(()),
         }
     }
 
     /// Whether the namespace supports reservations.
     pub fn enabled(&self) -> bool {
         self.enabled
+    }
+
+    /// Whether the state can persist through a power loss (RESCAP.PTPL).
+    pub fn ptpl_capable(&self) -> bool {
+        self.store.is_some()
+    }
+
+    /// Whether changing the state blocks (a file to sync): the commands that
+    /// change it then run off the worker.
+    pub fn blocks(&self) -> bool {
+        self.store.is_some()
     }
 
     /// Locks the state.
@@ -59,23 +98,52 @@ impl NsReservations {
         }
     }
 
+    /// Changes the state with `f` on a copy; the copy is persisted (when
+    /// PTPL says so) before it replaces the state. A state that cannot be
+    /// persisted is not taken: the command fails, and nothing changed.
+    fn change<T>(
+        &self,
+        f: impl FnOnce(&mut Reservations) -> Result<(T, bool), Status>,
+    ) -> Result<T, Status> {
+        let _one = self.changing.lock().unwrap_or_else(|p| p.into_inner());
+        let mut next = self.lock().clone();
+        let was_ptpl = next.ptpl;
+        let (out, changed) = f(&mut next)?;
+        if let Some(store) = &self.store {
+            if changed && (next.ptpl || was_ptpl) {
+                store.save(&next).map_err(|e| {
+                    tracing::error!("reservation state not persisted: {e}");
+                    Status::INTERNAL
+                })?;
+            }
+        }
+        let mut st = self.lock();
+        self.held.store(next.holder.is_some(), Ordering::Release);
+        *st = next;
+        Ok(out)
+    }
+
     /// Set Features Reservation Persistence: whether the state persists
     /// through a power loss (a restart of the target).
     pub fn set_ptpl(&self, on: bool) -> Result<(), Status> {
-        if on {
-            // Nothing keeps the state across a restart yet.
+        if on && self.store.is_none() {
             return Err(Status::INVALID_FIELD);
         }
-        self.lock().ptpl = false;
-        Ok(())
+        self.change(|st| {
+            let changed = st.ptpl != on;
+            st.ptpl = on;
+            Ok(((), changed))
+        })
     }
 
     /// Runs a Register, Acquire or Release of `host` against the state.
     pub fn apply(&self, host: &HostId, req: &state::Request) -> Result<Effects, Status> {
-        let mut st = self.lock();
-        let fx = st.apply(host, req, false)?;
-        self.held.store(st.holder.is_some(), Ordering::Release);
-        Ok(fx)
+        let capable = self.ptpl_capable();
+        self.change(|st| {
+            let fx = st.apply(host, req, capable)?;
+            let changed = fx.changed;
+            Ok((fx, changed))
+        })
     }
 }
 

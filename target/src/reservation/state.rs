@@ -173,7 +173,10 @@ impl Reservations {
             rrega::REGISTER => match self.find(host) {
                 // Registered again with its key: nothing changes, but the
                 // command succeeded, and every successful Register counts.
-                Some(i) if self.registrants[i].key == nrkey => self.bump(),
+                Some(i) if self.registrants[i].key == nrkey => {
+                    self.bump();
+                    fx.changed = true;
+                }
                 Some(_) => return Err(Status::RESERVATION_CONFLICT),
                 None => {
                     if self.registrants.len() >= MAX_REGISTRANTS {

@@ -249,11 +249,24 @@ impl Queue {
         let (Some(plan), Some(ns)) = (self.reqs[r].io, self.reqs[r].ns.first().cloned()) else {
             return self.complete(cx, r, Status::INTERNAL, 0);
         };
-        if let IoPlan::Resv { .. } = plan {
+        if let IoPlan::Resv { opcode, .. } = plan {
             let Some(ctrl) = self.ctrl.clone() else {
                 return self.complete(cx, r, Status::INTERNAL, 0);
             };
             let cmd = self.reqs[r].cmd;
+            if ns.resv.blocks() && opcode != nvme::opcode::io::RESV_REPORT {
+                // The change is synced to the state file before the command
+                // completes: off the worker, which serves other queues. The
+                // status comes back as the operation's result.
+                // SAFETY: the request executes; its data is copied out at once.
+                let mut keys = unsafe { self.data_mut(cx.dev, r) }.to_vec();
+                let ud = self.wr_id(wr::IO, r);
+                cx.io.offload.run(cx.io.mailbox, ud, move || {
+                    let (st, _) = crate::reservation::command::execute(&ns, &ctrl, &cmd, &mut keys);
+                    st.to_field() as i32
+                });
+                return self.reqs[r].life.backend_started(1);
+            }
             // SAFETY: the request executes; nothing else uses its data
             // until the call returns.
             let data = unsafe { self.data_mut(cx.dev, r) };
@@ -307,7 +320,9 @@ impl Queue {
             return;
         }
         let Some(plan) = q.io else { return };
-        if res < 0 {
+        if let (IoPlan::Resv { .. }, Ok(field)) = (plan, u16::try_from(res)) {
+            q.status = Status::from_field(field);
+        } else if res < 0 {
             let e = -res;
             let advisory =
                 matches!(plan, IoPlan::Dsm { .. }) && e == nix::errno::Errno::EOPNOTSUPP as i32;
@@ -434,7 +449,10 @@ impl Queue {
             IoPlan::Flush => (IoOp::Flush, 0),
             IoPlan::WriteZeroes { .. } => (IoOp::WriteZeroes, 0),
             IoPlan::Dsm { .. } => (IoOp::Dsm, 0),
-            IoPlan::Resv { .. } => return self.complete(cx, r, Status::SUCCESS, 0),
+            IoPlan::Resv { .. } => {
+                let st = self.reqs[r].status;
+                return self.complete(cx, r, st, 0);
+            }
         };
         ns.metrics
             .record(op, bytes, cx.now.saturating_duration_since(q.start));
