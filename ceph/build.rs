@@ -19,7 +19,7 @@ fn main() {
             "rados_(create2|conf_read_file|conf_parse_env|conf_set|conf_get|connect|shutdown|cluster_fsid|ioctx_create|ioctx_destroy|pool_lookup)",
         )
         .allowlist_function(
-            "rbd_(open|close|get_size|get_id|flush|config_image_list|config_image_list_cleanup|aio_(create_completion|get_return_value|release|read|write|flush|discard|write_zeroes))",
+            "rbd_(open|close|get_size|get_id|flush|read|compare_and_write|config_image_list|config_image_list_cleanup|aio_(create_completion|get_return_value|release|read|write|flush|discard|write_zeroes))",
         )
         .dynamic_library_name("LibRbd")
         .size_t_is_usize(true)

@@ -453,6 +453,44 @@ impl Image {
         check(r, "flush", || self.spec())
     }
 
+    /// Reads `buf.len()` bytes at `off`, blocking; returns the bytes read.
+    pub fn read(&self, off: u64, buf: &mut [u8]) -> Result<usize, i32> {
+        let f = self.lib.rbd_read.as_ref().map_err(|_| -38)?;
+        // SAFETY: live image; `buf` is valid for writes of its length for
+        // the duration of the (blocking) call.
+        let r = unsafe { f(self.raw, off, buf.len(), buf.as_mut_ptr() as *mut c_char) };
+        usize::try_from(r).map_err(|_| r as i32)
+    }
+
+    /// Compares `cmp` with the image at `off` and, when equal, writes `data`
+    /// there, atomically in the cluster (for every client of the image),
+    /// blocking. A mismatch is `Err(-EILSEQ)`.
+    pub fn compare_and_write(&self, off: u64, cmp: &[u8], data: &[u8]) -> Result<(), i32> {
+        if cmp.len() != data.len() {
+            return Err(-22);
+        }
+        let f = self.lib.rbd_compare_and_write.as_ref().map_err(|_| -38)?;
+        let mut mismatch = 0u64;
+        // SAFETY: live image; both buffers are valid for reads of their
+        // (equal) length for the duration of the blocking call.
+        let r = unsafe {
+            f(
+                self.raw,
+                off,
+                data.len(),
+                cmp.as_ptr() as *const c_char,
+                data.as_ptr() as *const c_char,
+                &mut mismatch,
+                0,
+            )
+        };
+        if r < 0 {
+            Err(r as i32)
+        } else {
+            Ok(())
+        }
+    }
+
     /// Creates a completion that runs `done`, and submits it with `start`.
     /// If the submission fails, `done` is dropped without running and the
     /// negative errno is returned.

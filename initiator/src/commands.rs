@@ -128,6 +128,21 @@ pub fn write(nsid: u32, slba: u64, nlb: u32, fua: bool) -> Command {
     rw(io::WRITE, nsid, slba, nlb, fua)
 }
 
+/// Compare `nlb` blocks at `slba` with the command's data.
+pub fn compare(nsid: u32, slba: u64, nlb: u32) -> Command {
+    rw(io::COMPARE, nsid, slba, nlb, false)
+}
+
+/// A fused Compare and Write of `nlb` blocks at `slba`: the Compare (first)
+/// and the Write (second), to submit back to back on one queue.
+pub fn compare_and_write(nsid: u32, slba: u64, nlb: u32) -> [Command; 2] {
+    let mut c = compare(nsid, slba, nlb);
+    c.set_fuse(nvme::command::fuse::FIRST);
+    let mut w = write(nsid, slba, nlb, false);
+    w.set_fuse(nvme::command::fuse::SECOND);
+    [c, w]
+}
+
 /// Write Zeroes of `nlb` blocks at `slba`.
 pub fn write_zeroes(nsid: u32, slba: u64, nlb: u32) -> Command {
     rw(io::WRITE_ZEROES, nsid, slba, nlb, false)

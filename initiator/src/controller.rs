@@ -635,6 +635,81 @@ impl IoQueue {
         .map(|_| ())
     }
 
+    /// Submits two commands back to back (one doorbell: a fused pair), each
+    /// with its transfer (and the data of one to the target), and waits for
+    /// both completions.
+    pub fn run_pair(&mut self, cmds: [(Command, Xfer, &[u8]); 2]) -> Result<[Completion; 2]> {
+        let mut tags = [0u16; 2];
+        for i in 0..2 {
+            let Some(t) = self.alloc() else {
+                if i == 1 {
+                    self.release(tags[0]);
+                }
+                return Err(Error::Invalid("no free command slot".into()));
+            };
+            tags[i] = t;
+        }
+        let mut out: [Option<Completion>; 2] = [None, None];
+        let mut result = Ok(());
+        for (i, &(cmd, xfer, data)) in cmds.iter().enumerate() {
+            let n = data.len().min(self.slot_size());
+            self.buffer_mut(tags[i])[..n].copy_from_slice(&data[..n]);
+            if let Err(e) = self.submit(tags[i], cmd, xfer) {
+                result = Err(e);
+                break;
+            }
+        }
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let mut done = Vec::new();
+        while result.is_ok() && out.iter().any(|o| o.is_none()) && self.in_flight() > 0 {
+            if Instant::now() > deadline {
+                result = Err(Error::Timeout {
+                    what: "a fused pair".into(),
+                    after: Duration::from_secs(30),
+                });
+                break;
+            }
+            self.poll(&mut done, Duration::from_secs(1))?;
+            for d in done.drain(..) {
+                if let Some(i) = tags.iter().position(|&t| t == d.tag) {
+                    out[i] = Some(d.cqe);
+                }
+            }
+        }
+        self.drain_all()?;
+        for t in tags {
+            self.release(t);
+        }
+        result?;
+        match out {
+            [Some(a), Some(b)] => Ok([a, b]),
+            _ => Err(Error::Invalid("a fused pair did not complete".into())),
+        }
+    }
+
+    /// Fused Compare and Write: `data` replaces `nlb` blocks at `slba` if
+    /// they hold `cmp` (true), else nothing is written (false).
+    pub fn compare_and_write(
+        &mut self,
+        nsid: u32,
+        slba: u64,
+        nlb: u32,
+        cmp: &[u8],
+        data: &[u8],
+    ) -> Result<bool> {
+        let [c, w] = commands::compare_and_write(nsid, slba, nlb);
+        let [c, w] = self.run_pair([
+            (c, Xfer::ToTarget(cmp.len() as u32), cmp),
+            (w, Xfer::ToTarget(data.len() as u32), data),
+        ])?;
+        if c.status == nvme::Status::COMPARE_FAILURE && w.status == nvme::Status::FUSED_FAILED {
+            return Ok(false);
+        }
+        status_ok("Compare", c)?;
+        status_ok("Write", w)?;
+        Ok(true)
+    }
+
     /// Flush.
     pub fn flush_ns(&mut self, nsid: u32) -> Result<()> {
         self.run(commands::flush(nsid), Xfer::None, &[], &mut [])

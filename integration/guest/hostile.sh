@@ -151,10 +151,11 @@ CASES=(
 "dsm-data-too-short|ns|--opcode=0x09 --namespace-id=1 --cdw10=1 --cdw11=4 --data-len=16 -w --input-file=/tmp/dsm-ok||"
 "dsm-advisory-only|ns|--opcode=0x09 --namespace-id=1 --cdw10=0 --cdw11=1 --data-len=16 -w --input-file=/tmp/dsm-ok||"
 # --- I/O: commands we do not implement
-"io-compare|ns|--opcode=0x05 --namespace-id=1 --cdw10=0 --cdw12=0 --data-len=4096 -w --input-file=/tmp/b4k||"
+"io-compare|ns|--opcode=0x05 --namespace-id=1 --cdw10=0 --cdw12=0 --data-len=4096 -w --input-file=/tmp/b4k|285|spec: Compare (ONCS bit 0) of random data with a zeroed block: Compare Failure; nvmet has no Compare"
+"io-compare-equal|ns|--opcode=0x05 --namespace-id=1 --cdw10=0 --cdw12=0 --data-len=4096 -w --input-file=/tmp/z4k|000|spec: Compare of the zeroes the block holds; nvmet has no Compare"
 "io-write-uncorrectable|ns|--opcode=0x04 --namespace-id=1 --cdw10=0 --cdw12=0||"
 "io-verify|ns|--opcode=0x0c --namespace-id=1 --cdw10=0 --cdw12=0||"
-"io-resv-report|ns|--opcode=0x0e --namespace-id=1 --cdw10=127 --data-len=512 -r||"
+"io-resv-report|ns|--opcode=0x0e --namespace-id=1 --cdw10=127 --data-len=512 -r|018|spec: reservations are on (nvmet: only with resv_enable, off here); a report without the extended structure to a host with a 128-bit host ID is Host Identifier Inconsistent Format (as nvmet's with them)"
 "io-copy|ns|--opcode=0x19 --namespace-id=1 --cdw10=0||"
 "io-connect-again|ns|--opcode=0x7f --namespace-id=1||"
 "io-vendor-0x81|ns|--opcode=0x81 --namespace-id=1||"
@@ -235,7 +236,7 @@ step "setup: soft-RoCE on $IF, a 64 MiB file namespace, data files"
 modprobe -a rdma_rxe ib_uverbs rdma_ucm nvme-rdma
 rdma link show | grep -q "netdev $IF\b" || rdma link add rxe0 type rxe netdev "$IF"
 rm -f "$IMG"; truncate -s $(( BLOCKS * 4096 )) "$IMG"
-head -c 4096 /dev/urandom >/tmp/b4k; head -c 8192 /dev/urandom >/tmp/b8k
+head -c 4096 /dev/urandom >/tmp/b4k; head -c 8192 /dev/urandom >/tmp/b8k; head -c 4096 /dev/zero >/tmp/z4k
 range() { # nlb slba -> 16 bytes: context attrs u32, nlb u32, slba u64 (little endian)
     python3 -c 'import struct,sys; sys.stdout.buffer.write(struct.pack("<IIQ", 0, int(sys.argv[1]), int(sys.argv[2])))' "$1" "$2"
 }

@@ -18,7 +18,10 @@
 #      preempt and abort; a holder that changes its type; All Registrants with key 0
 #   4. notifications (log page 0x80 on each host), the notification mask (feature 0x82)
 #   5. clear; report without the extended structure; reserved actions
-#   6. ours only (nvmet keeps no state through a restart): PTPL set as the Linux host sets
+#   6. ours only (nvmet has no Compare): fused Compare and Write (initiator caw-race):
+#      broken pairs, then two hosts racing for one block CAW_ROUNDS times while a third
+#      writes the next block: exactly one winner per round
+#   7. ours only (nvmet keeps no state through a restart): PTPL set as the Linux host sets
 #      it, the target killed (SIGKILL) and restarted, then stopped (SIGTERM) and started:
 #      the reservation, keys and generation hold, and so do the conflicts; PTPL cleared,
 #      the next start has none
@@ -27,6 +30,7 @@ set -euo pipefail
 IP=${LAB_IP:?LAB_IP not set (run this inside the lab guest)}
 PORT=4420
 TARGET_BIN=${TARGET_BIN:-build/release/nvmf-target}
+CAW=build/release/examples/caw-race
 P=nqn.2026-11.io.nvmf-lab
 SUB=$P:resv
 DIR=/var/tmp/resv
@@ -283,7 +287,7 @@ phase() {
 step "setup: soft-RoCE, a 64 MiB file"
 uname -r
 nvme version | head -n 1
-[ -x "$TARGET_BIN" ] || fail "$TARGET_BIN missing (cargo build --release)"
+for b in "$TARGET_BIN" "$CAW"; do [ -x "$b" ] || fail "$b missing (cargo build --release)"; done
 modprobe -a rdma_rxe ib_uverbs rdma_ucm nvme-rdma
 rdma link show | grep -q "netdev ${LAB_IF:-eth0}\b" || rdma link add rxe0 type rxe netdev "${LAB_IF:-eth0}"
 mkdir -p "$DIR"
@@ -304,6 +308,11 @@ curl -s http://127.0.0.1:9469/metrics >/tmp/metrics.txt
 grep 'reservation_conflicts_total' /tmp/metrics.txt | sed 's/^/    /'
 awk '/^nvmf_target_reservation_conflicts_total/ { n += $2 } END { exit !(n > 0) }' /tmp/metrics.txt ||
     fail "no reservation conflict counted"
+
+step "ours: Compare and Write (caw-race: broken pairs, ${CAW_ROUNDS:-2000} rounds of two hosts racing, a third writing)"
+# nvmet has neither Compare nor fused commands: ours only.
+"$CAW" "$IP" "$PORT" "$SUB" "${CAW_ROUNDS:-2000}" || fail "caw-race"
+kmsg_check "ours: Compare and Write"
 
 step "ours: PTPL: the reservation outlives SIGKILL and SIGTERM restarts"
 connect h1 1; connect h2 2; settle

@@ -33,6 +33,16 @@ impl std::fmt::Debug for Command {
     }
 }
 
+/// Fused operation values (flags bits 1:0).
+pub mod fuse {
+    /// A normal command.
+    pub const NONE: u8 = 0;
+    /// The first command of a fused operation (Compare of Compare and Write).
+    pub const FIRST: u8 = 1;
+    /// The second command of a fused operation (its Write).
+    pub const SECOND: u8 = 2;
+}
+
 /// PSDT value for "SGLs used for this transfer" (the only one fabrics allow).
 pub const PSDT_SGL: u8 = 1;
 
@@ -65,6 +75,10 @@ impl Command {
     /// Fused operation (flags bits 1:0).
     pub fn fuse(&self) -> u8 {
         self.raw[1] & 3
+    }
+    /// Sets the fused operation bits.
+    pub fn set_fuse(&mut self, f: u8) {
+        self.raw[1] = (self.raw[1] & !3) | (f & 3);
     }
     /// PRP or SGL for data transfer (flags bits 7:6).
     pub fn psdt(&self) -> u8 {

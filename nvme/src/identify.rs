@@ -83,6 +83,8 @@ pub struct IdentifyController {
     pub oncs: u16,
     /// Fused operation support.
     pub fuses: u16,
+    /// Atomic Compare & Write Unit (0-based, logical blocks).
+    pub acwu: u16,
     /// Volatile write cache present.
     pub vwc: u8,
     /// Atomic write unit normal (0-based).
@@ -190,6 +192,7 @@ impl IdentifyController {
         put_u32(&mut b, 516, self.nn);
         put_u16(&mut b, 520, self.oncs);
         put_u16(&mut b, 522, self.fuses);
+        put_u16(&mut b, 534, self.acwu);
         b[525] = self.vwc;
         put_u16(&mut b, 526, self.awun);
         put_u16(&mut b, 528, self.awupf);
@@ -242,6 +245,7 @@ impl IdentifyController {
             nn: u32_at(b, 516),
             oncs: u16_at(b, 520),
             fuses: u16_at(b, 522),
+            acwu: u16_at(b, 534),
             vwc: b[525],
             awun: u16_at(b, 526),
             awupf: u16_at(b, 528),
@@ -467,6 +471,7 @@ mod tests {
             nn: 1024,
             oncs: oncs::DSM | oncs::WRITE_ZEROES,
             fuses: 0,
+            acwu: 0,
             vwc: 1,
             awun: 0,
             awupf: 0,

@@ -59,6 +59,10 @@ statuses! {
     INTERNAL = (0, 0x06, false);
     /// Command abort requested.
     ABORT_REQ = (0, 0x07, false);
+    /// Command aborted due to a failed fused command (its partner failed).
+    FUSED_FAILED = (0, 0x09, true);
+    /// Command aborted due to a missing fused command.
+    FUSED_MISSING = (0, 0x0A, true);
     /// Command aborted due to SQ deletion.
     ABORT_QUEUE = (0, 0x08, false);
     /// Invalid namespace or format.
@@ -122,6 +126,8 @@ statuses! {
     AUTH_REQUIRED = (1, 0x91, true);
     /// Unrecovered read error.
     UNRECOVERED_READ_ERROR = (2, 0x81, false);
+    /// Compare failure: the data differs.
+    COMPARE_FAILURE = (2, 0x85, true);
     /// Write fault.
     WRITE_FAULT = (2, 0x80, false);
     /// Access denied.

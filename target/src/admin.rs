@@ -121,9 +121,13 @@ pub fn identify_controller(ctrl: &Controller) -> IdentifyController {
         oncs: if disc {
             0
         } else {
-            oncs::DSM | oncs::WRITE_ZEROES | oncs::RESERVATIONS
+            oncs::COMPARE | oncs::DSM | oncs::WRITE_ZEROES | oncs::RESERVATIONS
         },
-        fuses: 0,
+        // Compare and Write, atomic against every other write of this target
+        // to the namespace (and across gateways on RBD) whatever its length;
+        // guaranteed (ACWU) for one block, as hosts' locks (VMware ATS) use.
+        fuses: if disc { 0 } else { 1 },
+        acwu: 0,
         vwc: if disc { 0 } else { 1 },
         awun: 0,
         awupf: 0,
@@ -720,7 +724,12 @@ mod tests {
             "write (opcode 1): supported, changes content"
         );
         assert_eq!(at(1024 + 0x09 * 4), 3, "dataset management");
-        assert_eq!(at(1024 + 0x05 * 4), 0, "compare is not supported");
+        assert_eq!(
+            at(1024 + 0x05 * 4),
+            1,
+            "compare: supported, changes nothing"
+        );
+        assert_eq!(at(1024 + 0x0D * 4), 1, "reservation register");
         assert_eq!(
             status(run(&t, &d, &glp(lid::CMD_EFFECTS, 4096, 0), 4096).0),
             Status::INVALID_LOG_PAGE

@@ -46,6 +46,14 @@ pub enum IoPlan {
         /// Deallocate attribute.
         deallocate: bool,
     },
+    /// Compare `len` bytes at byte `offset` with the data buffer (alone, or
+    /// the first command of a fused Compare and Write).
+    Compare {
+        /// Byte offset.
+        offset: u64,
+        /// Bytes.
+        len: u32,
+    },
     /// A reservation command (Register, Report, Acquire, Release), run
     /// against the namespace's reservation state, not the backend.
     Resv {
@@ -62,6 +70,7 @@ impl IoPlan {
         match *self {
             IoPlan::Write { len, .. } => len,
             IoPlan::Dsm { nr, .. } => nr * 16,
+            IoPlan::Compare { len, .. } => len,
             IoPlan::Resv { opcode, len } if opcode != op::RESV_REPORT => len,
             _ => 0,
         }
@@ -93,6 +102,7 @@ pub fn supported(opc: u8) -> bool {
         op::FLUSH
             | op::WRITE
             | op::READ
+            | op::COMPARE
             | op::WRITE_ZEROES
             | op::DATASET_MANAGEMENT
             | op::RESV_REGISTER
@@ -114,6 +124,13 @@ pub fn prepare(
     if !supported(opc) {
         return Err(Status::INVALID_OPCODE);
     }
+    // Only Compare and Write fuse: the Compare first, the Write second.
+    match (cmd.fuse(), opc) {
+        (nvme::command::fuse::NONE, _)
+        | (nvme::command::fuse::FIRST, op::COMPARE)
+        | (nvme::command::fuse::SECOND, op::WRITE) => {}
+        _ => return Err(Status::INVALID_FIELD),
+    }
     let ns = ns.ok_or(Status::INVALID_NS)?;
     if let op::RESV_REGISTER | op::RESV_REPORT | op::RESV_ACQUIRE | op::RESV_RELEASE = opc {
         return prepare_resv(ns, cmd, sgl_len, max_io);
@@ -124,7 +141,7 @@ pub fn prepare(
         return Err(Status::NS_WRITE_PROTECTED);
     }
     match opc {
-        op::READ | op::WRITE => {
+        op::READ | op::WRITE | op::COMPARE => {
             let (offset, len) = lba_range(ns, cmd.slba(), cmd.nlb() as u64)?;
             if len > max_io as u64 {
                 return Err(Status::INVALID_FIELD);
@@ -135,6 +152,8 @@ pub fn prepare(
             let len = len as u32;
             Ok(if opc == op::READ {
                 IoPlan::Read { offset, len }
+            } else if opc == op::COMPARE {
+                IoPlan::Compare { offset, len }
             } else {
                 IoPlan::Write {
                     offset,
@@ -249,7 +268,7 @@ pub fn errno_status(plan: &IoPlan, errno: i32) -> Status {
             Status::NS_NOT_READY.with_crd(1)
         }
         _ => match plan {
-            IoPlan::Read { .. } => Status::UNRECOVERED_READ_ERROR,
+            IoPlan::Read { .. } | IoPlan::Compare { .. } => Status::UNRECOVERED_READ_ERROR,
             IoPlan::Write { .. } | IoPlan::WriteZeroes { .. } => Status::WRITE_FAULT,
             _ => Status::INTERNAL,
         },

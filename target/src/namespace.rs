@@ -35,6 +35,8 @@ pub struct Namespace {
     writeback_lost: std::sync::atomic::AtomicBool,
     /// Its reservations.
     pub resv: crate::reservation::NsReservations,
+    /// What makes Compare and Write atomic against this target's writes.
+    pub gate: crate::core::write_gate::WriteGate,
 }
 
 /// 64-bit FNV-1a with a seed, for stable identifiers.
@@ -83,6 +85,7 @@ impl Namespace {
             metrics: NsMetrics::new(subnqn, nsid),
             writeback_lost: std::sync::atomic::AtomicBool::new(false),
             resv: crate::reservation::NsReservations::in_memory(true),
+            gate: Default::default(),
         }
     }
 

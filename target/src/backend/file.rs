@@ -144,8 +144,9 @@ pub(super) unsafe fn submit(
         IoPlan::Write { offset, len, fua } => one(io
             .ring
             .write(fd, data.ptr, len, offset, data.fixed, fua, ud)),
-        // Reservation commands run on the namespace's state, never here.
-        IoPlan::Resv { .. } => Submitted {
+        // Reservation commands run on the namespace's state, compares on
+        // the offload thread (backend::compare): never here.
+        IoPlan::Resv { .. } | IoPlan::Compare { .. } => Submitted {
             in_flight: 0,
             errno: nix::libc::EOPNOTSUPP,
             done: 0,

@@ -7,6 +7,7 @@
 //! thread for the few calls io_uring cannot make without blocking a worker,
 //! and from librbd's own threads for RBD.
 
+pub mod compare;
 pub mod file;
 pub mod null;
 pub mod offload;

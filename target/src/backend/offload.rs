@@ -60,9 +60,14 @@ pub struct Offload {
 impl Offload {
     /// Starts the thread.
     pub fn start() -> std::io::Result<Offload> {
+        Self::named("nvmf-offload")
+    }
+
+    /// Starts a thread of that name.
+    pub fn named(name: &str) -> std::io::Result<Offload> {
         let (tx, rx) = channel::<Job>();
         let thread = std::thread::Builder::new()
-            .name("nvmf-offload".into())
+            .name(name.into())
             .spawn(move || {
                 for job in rx {
                     job();
@@ -85,6 +90,15 @@ impl Offload {
             reply.post(ud, -(nix::errno::Errno::EIO as i32));
         }
     }
+}
+
+/// The thread that runs Compare and Writes, one at a time for the whole
+/// target: a Compare and Write waits for the writes inside its namespace's
+/// gate, some of which (a block device's discards) run on the offload
+/// threads, so it cannot run on one of those. `None` if it cannot start.
+pub fn compare_and_write_thread() -> Option<&'static Offload> {
+    static T: std::sync::OnceLock<Option<Offload>> = std::sync::OnceLock::new();
+    T.get_or_init(|| Offload::named("nvmf-caw").ok()).as_ref()
 }
 
 impl Drop for Offload {

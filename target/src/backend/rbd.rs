@@ -56,6 +56,11 @@ impl RbdImage {
     pub fn flush(&self) -> std::io::Result<()> {
         Ok(self.image.flush()?)
     }
+
+    /// The image itself.
+    pub fn image(&self) -> &ceph::Image {
+        &self.image
+    }
 }
 
 type ClusterKey = (Option<PathBuf>, String);
@@ -206,8 +211,9 @@ pub(super) unsafe fn submit(
             // SAFETY: the caller keeps the buffer valid until the completion.
             one(unsafe { image.aio_write(offset, data.ptr, len as usize, post(len)) })
         }
-        // Reservation commands run on the namespace's state, never here.
-        IoPlan::Resv { .. } => Submitted {
+        // Reservation commands run on the namespace's state, compares on
+        // the offload thread (backend::compare): never here.
+        IoPlan::Resv { .. } | IoPlan::Compare { .. } => Submitted {
             in_flight: 0,
             errno: nix::libc::EOPNOTSUPP,
             done: 0,

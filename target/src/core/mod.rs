@@ -9,3 +9,4 @@ pub mod log_limit;
 pub mod polling;
 pub mod pool;
 pub mod request;
+pub mod write_gate;

@@ -148,11 +148,11 @@ impl NsReservations {
 }
 
 /// How a planned I/O command accesses its namespace, for the conflict
-/// check: the read group (Read) or the write group (Write, Write Zeroes,
+/// check: the read group (Read, Compare) or the write group (Write, Write Zeroes,
 /// Dataset Management, Flush). Reservation commands are not checked.
 pub fn access_of(plan: &IoPlan) -> Option<Access> {
     match plan {
-        IoPlan::Read { .. } => Some(Access::Read),
+        IoPlan::Read { .. } | IoPlan::Compare { .. } => Some(Access::Read),
         IoPlan::Write { .. } | IoPlan::Flush | IoPlan::WriteZeroes { .. } | IoPlan::Dsm { .. } => {
             Some(Access::Write)
         }

@@ -111,7 +111,8 @@ pub fn data_plan(
     in_capsule: u32,
     max_len: u32,
 ) -> Result<(DataPlan, Option<u32>), Status> {
-    if cmd.fuse() != 0 || cmd.psdt() != nvme::command::PSDT_SGL {
+    // Fused commands (Compare and Write) are checked with their command set.
+    if cmd.fuse() == 3 || cmd.psdt() != nvme::command::PSDT_SGL {
         return Err(Status::INVALID_FIELD);
     }
     let dir = cmd.data_direction();
@@ -318,8 +319,12 @@ mod tests {
             data_plan(&cmd(0x01, Sgl::parse(&raw).unwrap()), 0, 131072),
             Err(Status::SGL_INVALID_TYPE)
         );
-        let mut fused = cmd(0x02, k(512, false));
+        // Fused commands are planned (their command set checks them); the
+        // reserved FUSE value is not.
+        let mut fused = cmd(0x05, k(512, false));
         fused.raw[1] |= 1;
+        assert!(data_plan(&fused, 0, 131072).is_ok());
+        fused.raw[1] |= 3;
         assert_eq!(data_plan(&fused, 0, 131072), Err(Status::INVALID_FIELD));
         let mut prp = cmd(0x02, k(512, false));
         prp.raw[1] = 0;

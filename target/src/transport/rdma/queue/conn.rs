@@ -209,6 +209,7 @@ impl Queue {
             liveness: Liveness::new(accepted),
             auth: Default::default(),
             end_after_send: None,
+            fused: Default::default(),
         })
     }
 

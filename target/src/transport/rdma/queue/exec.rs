@@ -274,8 +274,26 @@ impl Queue {
             self.reqs[r].out_len = out;
             return self.complete(cx, r, st, 0);
         }
-        ns.metrics.in_flight.inc();
-        self.reqs[r].counted.0 = true;
+        if self.reqs[r].cmd.fuse() != nvme::command::fuse::NONE {
+            return self.exec_fused(cx, r);
+        }
+        if let IoPlan::Compare { offset, len } = plan {
+            // A read and a comparison, blocking: on the offload thread. The
+            // buffer stays the request's until the operation completed.
+            let cmp = self.data_ref(cx.dev, r).ptr as usize;
+            let ud = self.wr_id(wr::IO, r);
+            cx.io.offload.run(cx.io.mailbox, ud, move || {
+                // SAFETY: `len` bytes of the request's buffer, unwritten
+                // until this operation completes (it counts as in flight).
+                let c = unsafe { std::slice::from_raw_parts(cmp as *const u8, len as usize) };
+                crate::backend::compare::compare(&ns, offset, c)
+            });
+            return self.reqs[r].life.backend_started(1);
+        }
+        if !self.reqs[r].counted.0 {
+            ns.metrics.in_flight.inc();
+            self.reqs[r].counted.0 = true;
+        }
         let ranges = match plan {
             IoPlan::Dsm { nr, deallocate } => {
                 // SAFETY: the request executes and nothing was submitted for it yet;
@@ -290,6 +308,29 @@ impl Queue {
         };
         let data = self.data_ref(cx.dev, r);
         let ud = self.wr_id(wr::IO, r);
+        // A write to a local store passes its namespace's write gate (shut
+        // while a Compare and Write runs): parked, it comes back with
+        // REOPENED and executes again.
+        let writes = matches!(
+            plan,
+            IoPlan::Write { .. }
+                | IoPlan::WriteZeroes { .. }
+                | IoPlan::Dsm {
+                    deallocate: true,
+                    ..
+                }
+        );
+        if writes
+            && !self.reqs[r].gated
+            && matches!(ns.backend, crate::backend::Backend::File { .. })
+        {
+            match ns.gate.enter(cx.io.mailbox, ud) {
+                crate::core::write_gate::Entry::Inside => self.reqs[r].gated = true,
+                crate::core::write_gate::Entry::Parked => {
+                    return self.reqs[r].life.backend_started(1);
+                }
+            }
+        }
         // SAFETY: the data buffer is the request's until it is released, which
         // the lifecycle allows only after every submitted operation completed;
         // the request holds `ns` as long.
@@ -320,8 +361,26 @@ impl Queue {
             return;
         }
         let Some(plan) = q.io else { return };
+        if res == crate::core::write_gate::REOPENED {
+            // A write parked at its namespace's gate: executes again.
+            return match q.life.backend_done() {
+                Step::Respond => self.exec_io(cx, r),
+                s => self.step(cx, r, s),
+            };
+        }
+        if q.partner.is_some() && q.cmd.fuse() == nvme::command::fuse::SECOND {
+            return self.fused_done(cx, r, res);
+        }
         if let (IoPlan::Resv { .. }, Ok(field)) = (plan, u16::try_from(res)) {
             q.status = Status::from_field(field);
+        } else if let (IoPlan::Compare { .. }, 0 | crate::backend::compare::MISCOMPARE) =
+            (plan, res)
+        {
+            q.status = if res == 0 {
+                Status::SUCCESS
+            } else {
+                Status::COMPARE_FAILURE
+            };
         } else if res < 0 {
             let e = -res;
             let advisory =
@@ -449,7 +508,7 @@ impl Queue {
             IoPlan::Flush => (IoOp::Flush, 0),
             IoPlan::WriteZeroes { .. } => (IoOp::WriteZeroes, 0),
             IoPlan::Dsm { .. } => (IoOp::Dsm, 0),
-            IoPlan::Resv { .. } => {
+            IoPlan::Resv { .. } | IoPlan::Compare { .. } => {
                 let st = self.reqs[r].status;
                 return self.complete(cx, r, st, 0);
             }

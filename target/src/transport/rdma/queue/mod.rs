@@ -42,6 +42,7 @@ use crate::MAX_IO_SIZE;
 
 mod conn;
 mod exec;
+mod fused;
 
 const PAGE: usize = 4096;
 /// The RNR timer our queue pairs give the host (InfiniBand code 10: 0.32 ms,
@@ -100,6 +101,15 @@ struct Req {
     ns: Vec<Arc<Namespace>>,
     /// Counted in the namespace's in-flight gauge / in `Target::io_in_flight`.
     counted: (bool, bool),
+    /// Inside its namespace's write gate (leaves it at release).
+    gated: bool,
+    /// The other command of its fused pair (Compare and Write).
+    partner: Option<u16>,
+    /// A fused command whose outcome was decided before it executed (its
+    /// partner missing or failed).
+    fused_status: Option<Status>,
+    /// A fused command that executed and waits for its partner.
+    waiting_partner: bool,
 }
 
 impl Req {
@@ -122,6 +132,10 @@ impl Req {
             start,
             ns: Vec::new(),
             counted: (false, false),
+            gated: false,
+            partner: None,
+            fused_status: None,
+            waiting_partner: false,
         }
     }
 }
@@ -171,6 +185,8 @@ pub struct Queue {
     /// The request whose response ends the association once it was sent
     /// (an authentication failure: the host gets the Failure1 first).
     end_after_send: Option<usize>,
+    /// The first command of a fused pair, waiting for the second.
+    fused: fused::Pending,
 }
 
 /// Parameters of an accepted connection, from the listener.
@@ -385,6 +401,7 @@ impl Queue {
             self.reqs[r].inv = inv;
             self.precheck(target, r)
         });
+        let checked = self.pair_fused(cx, r, checked);
         if let Err(st) = checked {
             // Keyed subtype 0xF still owes an invalidation.
             if let nvme::Sgl::Keyed {
@@ -431,6 +448,10 @@ impl Queue {
     /// Checks that must pass before any data moves.
     fn precheck(&mut self, target: &Target, r: usize) -> Result<(), Status> {
         let cmd = self.reqs[r].cmd;
+        // Only the NVM command set fuses (Compare and Write).
+        if cmd.fuse() != 0 && (cmd.is_fabrics() || self.qid() == 0) {
+            return Err(Status::INVALID_FIELD);
+        }
         if cmd.is_fabrics() {
             return match cmd.fctype() {
                 // One Connect at a time: the check that the queue has no
@@ -849,6 +870,11 @@ impl Queue {
         if std::mem::take(&mut q.counted.0) {
             if let Some(ns) = q.ns.first() {
                 ns.metrics.in_flight.dec();
+            }
+        }
+        if std::mem::take(&mut q.gated) {
+            if let Some(ns) = q.ns.first() {
+                ns.gate.leave();
             }
         }
         q.ns.clear();

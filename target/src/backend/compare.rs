@@ -1,0 +1,143 @@
+//! Compare, and Compare and Write, for every backend: blocking calls, run
+//! on the offload thread. A file or block device compares and writes with
+//! its namespace's [`WriteGate`](crate::core::write_gate::WriteGate) closed,
+//! which makes the pair atomic against every other write of this target; an
+//! RBD image does both in the cluster (`rbd_compare_and_write`), atomic
+//! against every client of the image, other gateways included.
+
+use std::os::unix::fs::FileExt;
+
+use super::Backend;
+use crate::namespace::Namespace;
+
+/// The result of a compare that found the data different (errors are
+/// negative errnos, success 0).
+pub const MISCOMPARE: i32 = 1;
+
+/// O_DIRECT wants buffers aligned to the logical block; a page is enough.
+const ALIGN: usize = 4096;
+
+/// A zeroed buffer of `len` bytes at an aligned address, inside `store`.
+fn aligned(store: &mut Vec<u8>, len: usize) -> &mut [u8] {
+    *store = vec![0u8; len + ALIGN];
+    let off = store.as_ptr().align_offset(ALIGN);
+    &mut store[off..off + len]
+}
+
+fn errno_of(e: &std::io::Error) -> i32 {
+    -e.raw_os_error().unwrap_or(nix::libc::EIO)
+}
+
+/// Reads `len` bytes at `offset` (blocking); the read buffer is `store`'s.
+fn read_at<'a>(
+    ns: &Namespace,
+    offset: u64,
+    store: &'a mut Vec<u8>,
+    len: usize,
+) -> Result<&'a [u8], i32> {
+    let buf = aligned(store, len);
+    match &ns.backend {
+        Backend::File { file, .. } => file.read_exact_at(buf, offset).map_err(|e| errno_of(&e))?,
+        Backend::Rbd(img) => match img.image().read(offset, buf) {
+            Ok(n) if n == len => {}
+            Ok(n) => buf[n..].fill(0), // a hole at the end of a sparse image
+            Err(e) => return Err(e),
+        },
+        Backend::Null => {}
+    }
+    Ok(buf)
+}
+
+/// Compares `cmp` with the namespace's data at byte `offset`: 0 when equal,
+/// [`MISCOMPARE`], or a negative errno. Blocks.
+pub fn compare(ns: &Namespace, offset: u64, cmp: &[u8]) -> i32 {
+    let mut store = Vec::new();
+    match read_at(ns, offset, &mut store, cmp.len()) {
+        Ok(have) if have == cmp => 0,
+        Ok(_) => MISCOMPARE,
+        Err(e) => e,
+    }
+}
+
+/// Compares `cmp` with the data at byte `offset` and, when equal, writes
+/// `data` there (durable before returning when `fua`), with no other write
+/// of this target (of any client, on RBD) between the two. 0, [`MISCOMPARE`]
+/// (nothing written) or a negative errno. Blocks.
+pub fn compare_and_write(ns: &Namespace, offset: u64, cmp: &[u8], data: &[u8], fua: bool) -> i32 {
+    if cmp.len() != data.len() {
+        return -nix::libc::EINVAL;
+    }
+    match &ns.backend {
+        Backend::Rbd(img) => match img.image().compare_and_write(offset, cmp, data) {
+            Ok(()) if fua => img.flush().map_or_else(|e| errno_of(&e), |_| 0),
+            Ok(()) => 0,
+            Err(e) if e == -nix::libc::EILSEQ => MISCOMPARE,
+            Err(e) => e,
+        },
+        Backend::Null => {
+            if cmp.iter().all(|&b| b == 0) {
+                0
+            } else {
+                MISCOMPARE
+            }
+        }
+        Backend::File { file, .. } => {
+            let _closed = ns.gate.close();
+            let mut store = Vec::new();
+            match read_at(ns, offset, &mut store, cmp.len()) {
+                Ok(have) if have == cmp => {}
+                Ok(_) => return MISCOMPARE,
+                Err(e) => return e,
+            }
+            let mut out = Vec::new();
+            let buf = aligned(&mut out, data.len());
+            buf.copy_from_slice(data);
+            if let Err(e) = file.write_all_at(buf, offset) {
+                return errno_of(&e);
+            }
+            if fua {
+                if let Err(e) = file.sync_data() {
+                    return errno_of(&e);
+                }
+            }
+            0
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::{BackendConfig, NamespaceConfig};
+
+    #[test]
+    fn compare_and_write_on_a_file() {
+        let path = std::env::temp_dir().join(format!("nvmf-caw-{}", std::process::id()));
+        std::fs::File::create(&path)
+            .unwrap()
+            .set_len(1 << 20)
+            .unwrap();
+        let cfg = NamespaceConfig {
+            nsid: 1,
+            backend: BackendConfig::File { path: path.clone() },
+            block_size: Some(4096),
+            readonly: false,
+            ana_group: 1,
+            reservations: true,
+            state_dir: None,
+        };
+        let ns = crate::backend::open_namespace("nqn.t", &cfg).unwrap();
+        let zero = vec![0u8; 4096];
+        let a = vec![0xAAu8; 4096];
+        let b = vec![0xBBu8; 4096];
+        assert_eq!(compare(&ns, 4096, &zero), 0);
+        assert_eq!(compare(&ns, 4096, &a), MISCOMPARE);
+        assert_eq!(compare_and_write(&ns, 4096, &zero, &a, true), 0);
+        assert_eq!(compare_and_write(&ns, 4096, &zero, &b, false), MISCOMPARE);
+        assert_eq!(compare(&ns, 4096, &a), 0, "the miscompare wrote nothing");
+        assert_eq!(compare_and_write(&ns, 4096, &a, &b, false), 0);
+        assert_eq!(compare(&ns, 4096, &b), 0);
+        drop(ns);
+        std::fs::remove_file(&path).unwrap();
+    }
+}

@@ -1,0 +1,175 @@
+//! Fused Compare and Write on a queue: the Compare (FUSE first) waits for
+//! the next command, which must be its Write (FUSE second) over the same
+//! blocks; the pair runs as one operation on the offload thread
+//! (`backend::compare`), and both answer together.
+
+use nvme::command::fuse;
+use nvme::Status;
+
+use super::super::wr;
+use super::{Cx, Queue};
+use crate::backend::compare::{self, MISCOMPARE};
+use crate::core::request::Step;
+use crate::io::{self, IoPlan};
+
+/// Where a queue is in a fused pair.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Pending {
+    /// No pair open.
+    #[default]
+    None,
+    /// A first command (request slot) waits for its second.
+    First(u16),
+    /// The first command failed: its second is aborted.
+    FirstFailed,
+}
+
+/// A raw pointer that crosses to the offload thread with its request's
+/// promise: the buffer stays the request's until the operation completed.
+struct SendPtr(*const u8);
+// SAFETY: the pointed-to buffers are not touched by their owner while the
+// operation is in flight (both requests count it as a backend operation).
+unsafe impl Send for SendPtr {}
+
+impl Queue {
+    /// Pairs an arriving command with the fused state of the queue: a
+    /// second takes the waiting first (or is aborted: missing or failed
+    /// first); anything else leaves a waiting first without its second.
+    /// Returns the arriving command's check result, as changed.
+    pub(super) fn pair_fused(
+        &mut self,
+        cx: &mut Cx<'_>,
+        r: usize,
+        checked: Result<(), Status>,
+    ) -> Result<(), Status> {
+        let cmd = self.reqs[r].cmd;
+        let mut checked = checked;
+        match (std::mem::take(&mut self.fused), cmd.fuse()) {
+            (Pending::First(f), fuse::SECOND) => {
+                let first = self.reqs[f as usize].cmd;
+                let same = first.nsid() == cmd.nsid()
+                    && first.slba() == cmd.slba()
+                    && first.nlb() == cmd.nlb();
+                if checked.is_ok() && !same {
+                    checked = Err(Status::INVALID_FIELD);
+                }
+                match checked {
+                    Ok(()) => {
+                        self.reqs[r].partner = Some(f);
+                        self.reqs[f as usize].partner = Some(r as u16);
+                    }
+                    Err(_) => self.fused_outcome(cx, f as usize, Status::FUSED_FAILED),
+                }
+            }
+            (Pending::FirstFailed, fuse::SECOND) => checked = Err(Status::FUSED_FAILED),
+            (_, fuse::SECOND) => checked = Err(Status::FUSED_MISSING),
+            (Pending::First(f), _) => self.fused_outcome(cx, f as usize, Status::FUSED_MISSING),
+            _ => {}
+        }
+        if cmd.fuse() == fuse::FIRST {
+            self.fused = if checked.is_ok() {
+                Pending::First(r as u16)
+            } else {
+                Pending::FirstFailed
+            };
+        }
+        checked
+    }
+
+    /// Decides the outcome of fused command `f` before its pair ran: it
+    /// answers now if it waits, or when it executes.
+    fn fused_outcome(&mut self, cx: &mut Cx<'_>, f: usize, st: Status) {
+        let q = &mut self.reqs[f];
+        q.partner = None;
+        if std::mem::take(&mut q.waiting_partner) {
+            self.complete(cx, f, st, 0);
+        } else {
+            q.fused_status = Some(st);
+        }
+    }
+
+    /// A fused command executes (its data is here): the pair runs once both
+    /// are; until then it waits.
+    pub(super) fn exec_fused(&mut self, cx: &mut Cx<'_>, r: usize) {
+        if let Some(st) = self.reqs[r].fused_status.take() {
+            return self.complete(cx, r, st, 0);
+        }
+        let Some(p) = self.reqs[r].partner.map(usize::from) else {
+            // A first whose second has not arrived yet.
+            self.reqs[r].waiting_partner = true;
+            return;
+        };
+        if !self.reqs[p].waiting_partner {
+            self.reqs[r].waiting_partner = true;
+            return;
+        }
+        self.reqs[p].waiting_partner = false;
+        let (first, second) = if self.reqs[r].cmd.fuse() == fuse::FIRST {
+            (r, p)
+        } else {
+            (p, r)
+        };
+        let (Some(IoPlan::Write { offset, len, fua }), Some(ns)) =
+            (self.reqs[second].io, self.reqs[second].ns.first().cloned())
+        else {
+            self.complete(cx, first, Status::INTERNAL, 0);
+            return self.complete(cx, second, Status::INTERNAL, 0);
+        };
+        let cmp = SendPtr(self.data_ref(cx.dev, first).ptr);
+        let data = SendPtr(self.data_ref(cx.dev, second).ptr);
+        self.reqs[first].life.backend_started(1);
+        self.reqs[second].life.backend_started(1);
+        let ud = self.wr_id(wr::IO, second);
+        let Some(thread) = crate::backend::offload::compare_and_write_thread() else {
+            return cx.io.mailbox.post(ud, -nix::libc::EAGAIN);
+        };
+        thread.run(cx.io.mailbox, ud, move || {
+            let (cmp, data) = (cmp, data);
+            // SAFETY: both buffers hold `len` bytes (the pair's checked data)
+            // and stay their requests', unwritten, until this completes.
+            let (c, d) = unsafe {
+                (
+                    std::slice::from_raw_parts(cmp.0, len as usize),
+                    std::slice::from_raw_parts(data.0, len as usize),
+                )
+            };
+            compare::compare_and_write(&ns, offset, c, d, fua)
+        });
+    }
+
+    /// The pair of second command `s` ran with `res`: both answer. A
+    /// miscompare fails the Compare and aborts the Write (nothing written).
+    pub(super) fn fused_done(&mut self, cx: &mut Cx<'_>, s: usize, res: i32) {
+        let Some(f) = self.reqs[s].partner.map(usize::from) else {
+            return;
+        };
+        let plan = self.reqs[s].io;
+        let (st_first, st_second) = match res {
+            0 => (Status::SUCCESS, Status::SUCCESS),
+            MISCOMPARE => (Status::COMPARE_FAILURE, Status::FUSED_FAILED),
+            e => {
+                let e = -e;
+                let cmp = IoPlan::Compare { offset: 0, len: 0 };
+                (
+                    io::errno_status(&cmp, e),
+                    plan.map_or(Status::INTERNAL, |p| io::errno_status(&p, e)),
+                )
+            }
+        };
+        if st_second.is_success() {
+            if let (Some(IoPlan::Write { len, .. }), Some(ns)) = (plan, self.reqs[s].ns.first()) {
+                ns.metrics.record(
+                    crate::metrics::IoOp::Write,
+                    len as u64,
+                    cx.now.saturating_duration_since(self.reqs[s].start),
+                );
+            }
+        }
+        for (r, st) in [(f, st_first), (s, st_second)] {
+            match self.reqs[r].life.backend_done() {
+                Step::Respond => self.complete(cx, r, st, 0),
+                step => self.step(cx, r, step),
+            }
+        }
+    }
+}
