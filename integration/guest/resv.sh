@@ -17,7 +17,9 @@
 #   3. preempt: the holder's key, another registrant's key, a key nobody has, key 0;
 #      preempt and abort; a holder that changes its type; All Registrants with key 0
 #   4. notifications (log page 0x80 on each host), the notification mask (feature 0x82)
-#   5. clear; report without the extended structure; reserved actions
+#   5. clear; report without the extended structure; reserved actions; preempt and abort
+#      while the preempted host writes: its writes end with a conflict, none lands after
+#      the preempting host's
 #   6. ours only (nvmet has no Compare): fused Compare and Write (initiator caw-race):
 #      broken pairs, then two hosts racing for one block CAW_ROUNDS times while a third
 #      writes the next block: exactly one winner per round
@@ -278,6 +280,29 @@ phase() {
     record "register-then" "$(reg h1 $K1)"
     record "acquire-reserved-action" "$(acq h1 $K1 1 5)"
     record "release-reserved-action" "$(rel h1 $K1 1 5)"
+
+    step "$WHO: preempt and abort while the preempted host writes"
+    head -c "$BS" /dev/zero | tr '\0' 'A' >/tmp/blockA
+    head -c "$BS" /dev/zero | tr '\0' 'B' >/tmp/blockB
+    record "abort:register-h2" "$(reg h2 $K2)"
+    record "abort:acquire-h2" "$(acq h2 $K2 1)"
+    # Host 2 writes block 9 over and over until a write fails; its last status is kept.
+    (
+        while :; do
+            s=$(st nvme io-passthru "${DEV[h2]}" --namespace-id=1 --opcode=0x01 --data-len="$BS" --write --input-file=/tmp/blockB --cdw10=9)
+            echo "$s" >/tmp/abort-loop
+            [ "$s" = 000 ] || break
+        done
+    ) &
+    local loop=$!
+    sleep 2
+    record "abort:preempt-and-abort" "$(acq h1 $K1 1 2 $K2)"
+    record "abort:h1-writes" "$(st nvme io-passthru "${DEV[h1]}" --namespace-id=1 --opcode=0x01 --data-len="$BS" --write --input-file=/tmp/blockA --cdw10=9)"
+    wait $loop
+    record "abort:h2-last-write" "$(cat /tmp/abort-loop)"
+    nvme io-passthru "${DEV[h1]}" --namespace-id=1 --opcode=0x02 --data-len="$BS" --read --cdw10=9 -b >/tmp/block9 2>/dev/null
+    record "abort:block-holds-h1s-write" "$(cmp -s /tmp/block9 /tmp/blockA && echo yes || echo no)"
+    record "abort:release" "$(rel h1 $K1 1)"
     kmsg_check "$WHO: reservations"
     settle
     nvme disconnect -n "$SUB" >/dev/null

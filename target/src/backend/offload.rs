@@ -92,13 +92,14 @@ impl Offload {
     }
 }
 
-/// The thread that runs Compare and Writes, one at a time for the whole
-/// target: a Compare and Write waits for the writes inside its namespace's
-/// gate, some of which (a block device's discards) run on the offload
+/// The thread that runs what closes a namespace's write gate (Compare and
+/// Write, Preempt and Abort) and the reservation changes that sync a file,
+/// one at a time for the whole target: closing waits for the writes inside
+/// the gate, some of which (a block device's discards) run on the offload
 /// threads, so it cannot run on one of those. `None` if it cannot start.
-pub fn compare_and_write_thread() -> Option<&'static Offload> {
+pub fn gate_thread() -> Option<&'static Offload> {
     static T: std::sync::OnceLock<Option<Offload>> = std::sync::OnceLock::new();
-    T.get_or_init(|| Offload::named("nvmf-caw").ok()).as_ref()
+    T.get_or_init(|| Offload::named("nvmf-gate").ok()).as_ref()
 }
 
 impl Drop for Offload {

@@ -28,6 +28,10 @@ pub fn execute(ns: &Namespace, ctrl: &Controller, cmd: &Command, buf: &mut [u8])
         Ok(r) => r,
         Err(_) => return (Status::SGL_INVALID_DATA, 0),
     };
+    // Preempt and Abort on a local store: the namespace's writes in flight
+    // (the preempted hosts' among them) complete first, and those that
+    // arrive meanwhile wait and are checked against the new state.
+    let _closed = aborts_writes(ns, &req).then(|| ns.gate.close());
     match ns.resv.apply(&ctrl.hostid, &req) {
         Ok(fx) => {
             if fx.changed {
@@ -47,6 +51,27 @@ pub fn execute(ns: &Namespace, ctrl: &Controller, cmd: &Command, buf: &mut [u8])
             (st, 0)
         }
     }
+}
+
+/// Whether a Preempt and Abort must close the namespace's write gate (its
+/// writes go through the gate: a file or block device).
+fn aborts_writes(ns: &Namespace, req: &ResvCommand) -> bool {
+    req.opcode == op::RESV_ACQUIRE
+        && req.action == nvme::reservation::racqa::PREEMPT_ABORT
+        && matches!(ns.backend, crate::backend::Backend::File { .. })
+}
+
+/// Whether command `cmd` blocks (runs on the gate thread): it changes a
+/// state kept in a file, or is a Preempt and Abort that waits for writes.
+pub fn blocks(ns: &Namespace, cmd: &Command) -> bool {
+    let opc = cmd.opcode();
+    if opc == op::RESV_REPORT {
+        return false;
+    }
+    let abort = opc == op::RESV_ACQUIRE
+        && (cmd.cdw(10) & 7) as u8 == nvme::reservation::racqa::PREEMPT_ABORT
+        && matches!(ns.backend, crate::backend::Backend::File { .. });
+    ns.resv.blocks() || abort
 }
 
 /// Reservation Report: the header and a Registered Controller structure per

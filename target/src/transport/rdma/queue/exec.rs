@@ -249,19 +249,23 @@ impl Queue {
         let (Some(plan), Some(ns)) = (self.reqs[r].io, self.reqs[r].ns.first().cloned()) else {
             return self.complete(cx, r, Status::INTERNAL, 0);
         };
-        if let IoPlan::Resv { opcode, .. } = plan {
+        if let IoPlan::Resv { .. } = plan {
             let Some(ctrl) = self.ctrl.clone() else {
                 return self.complete(cx, r, Status::INTERNAL, 0);
             };
             let cmd = self.reqs[r].cmd;
-            if ns.resv.blocks() && opcode != nvme::opcode::io::RESV_REPORT {
-                // The change is synced to the state file before the command
-                // completes: off the worker, which serves other queues. The
-                // status comes back as the operation's result.
+            if crate::reservation::command::blocks(&ns, &cmd) {
+                // The change is synced to the state file, or waits for the
+                // namespace's writes, before the command completes: off the
+                // worker, which serves other queues (and completes those
+                // writes). The status comes back as the operation's result.
                 // SAFETY: the request executes; its data is copied out at once.
                 let mut keys = unsafe { self.data_mut(cx.dev, r) }.to_vec();
                 let ud = self.wr_id(wr::IO, r);
-                cx.io.offload.run(cx.io.mailbox, ud, move || {
+                let Some(thread) = crate::backend::offload::gate_thread() else {
+                    return self.complete(cx, r, Status::INTERNAL, 0);
+                };
+                thread.run(cx.io.mailbox, ud, move || {
                     let (st, _) = crate::reservation::command::execute(&ns, &ctrl, &cmd, &mut keys);
                     st.to_field() as i32
                 });
@@ -362,8 +366,21 @@ impl Queue {
         }
         let Some(plan) = q.io else { return };
         if res == crate::core::write_gate::REOPENED {
-            // A write parked at its namespace's gate: executes again.
+            // A write parked at its namespace's gate executes now, unless
+            // what closed the gate (a Preempt and Abort) took its host's
+            // access.
+            let conflict = match (self.ctrl.as_ref(), q.ns.first()) {
+                (Some(c), Some(ns)) => crate::reservation::access_of(&plan)
+                    .is_some_and(|a| ns.resv.check(&c.hostid, a).is_err()),
+                _ => false,
+            };
             return match q.life.backend_done() {
+                Step::Respond if conflict => {
+                    if let Some(ns) = self.reqs[r].ns.first() {
+                        ns.metrics.reservation_conflicts.inc();
+                    }
+                    self.complete(cx, r, Status::RESERVATION_CONFLICT, 0)
+                }
                 Step::Respond => self.exec_io(cx, r),
                 s => self.step(cx, r, s),
             };

@@ -120,7 +120,7 @@ impl Queue {
         self.reqs[first].life.backend_started(1);
         self.reqs[second].life.backend_started(1);
         let ud = self.wr_id(wr::IO, second);
-        let Some(thread) = crate::backend::offload::compare_and_write_thread() else {
+        let Some(thread) = crate::backend::offload::gate_thread() else {
             return cx.io.mailbox.post(ud, -nix::libc::EAGAIN);
         };
         thread.run(cx.io.mailbox, ud, move || {
