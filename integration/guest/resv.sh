@@ -339,6 +339,21 @@ step "ours: Compare and Write (caw-race: broken pairs, ${CAW_ROUNDS:-2000} round
 "$CAW" "$IP" "$PORT" "$SUB" "${CAW_ROUNDS:-2000}" || fail "caw-race"
 kmsg_check "ours: Compare and Write"
 
+step "ours: a reload that replaces the namespace (its ANA group) keeps the reservation"
+connect h1 1; settle
+[ "$(reg h1 $K1)" = 000 ] && [ "$(acq h1 $K1 1)" = 000 ] || fail "register and acquire"
+before=$(report h1)
+sed -i 's/^nsid = 1$/nsid = 1\nana_group = 2/' "$CONF"
+n=$(grep -c "namespaces changed" "$TLOG" || true)
+kill -HUP "$TPID"
+for _ in $(seq 50); do [ "$(grep -c "namespaces changed" "$TLOG" || true)" -gt "$n" ] && break; sleep 0.2; done
+[ "$(grep -c "namespaces changed" "$TLOG" || true)" -gt "$n" ] || fail "the reload did not replace the namespace"
+after=$(report h1)
+info "before: $before; after the reload: $after"
+[ "$after" = "$before" ] || fail "the reload lost the reservation: $after"
+[ "$(rel h1 $K1 1)" = 000 ] && [ "$(reg h1 0 1 $K1)" = 000 ] || fail "release and unregister"
+settle; nvme disconnect -n "$SUB" >/dev/null
+
 step "ours: PTPL: the reservation outlives SIGKILL and SIGTERM restarts"
 connect h1 1; connect h2 2; settle
 [ "$(reg h1 $K1 0 0)" = 000 ] || fail "register h1"

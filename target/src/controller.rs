@@ -351,6 +351,13 @@ impl CtrlState {
         if !self.resv_notices.push(nsid, kind) || self.resv_event_masked {
             return false;
         }
+        self.raise_resv_event();
+        true
+    }
+
+    /// Queues the Reservation Log Page Available event (masked until the
+    /// log is read).
+    fn raise_resv_event(&mut self) {
         self.resv_event_masked = true;
         use nvme::reservation::aen;
         self.events.push_back(nvme::log::aen::result(
@@ -358,7 +365,6 @@ impl CtrlState {
             aen::INFO_RESV_LOG,
             nvme::opcode::lid::RESV_NOTIFICATION,
         ));
-        true
     }
 
     /// The Reservation Notification log was read (without Retain
@@ -370,6 +376,9 @@ impl CtrlState {
         }
         let n = self.resv_notices.take();
         self.resv_event_masked = false;
+        if !self.resv_notices.is_empty() {
+            self.raise_resv_event();
+        }
         n
     }
 

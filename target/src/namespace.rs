@@ -33,10 +33,12 @@ pub struct Namespace {
     pub metrics: NsMetrics,
     /// A flush of its page cache failed: see [`Namespace::writeback_lost`].
     writeback_lost: std::sync::atomic::AtomicBool,
-    /// Its reservations.
-    pub resv: crate::reservation::NsReservations,
-    /// What makes Compare and Write atomic against this target's writes.
-    pub gate: crate::core::write_gate::WriteGate,
+    /// Its reservations (shared with the namespace it replaces over the same
+    /// store, on a reload).
+    pub resv: std::sync::Arc<crate::reservation::NsReservations>,
+    /// What makes Compare and Write atomic against this target's writes
+    /// (shared as above).
+    pub gate: std::sync::Arc<crate::core::write_gate::WriteGate>,
 }
 
 /// 64-bit FNV-1a with a seed, for stable identifiers.
@@ -84,7 +86,7 @@ impl Namespace {
             backend,
             metrics: NsMetrics::new(subnqn, nsid),
             writeback_lost: std::sync::atomic::AtomicBool::new(false),
-            resv: crate::reservation::NsReservations::in_memory(true),
+            resv: std::sync::Arc::new(crate::reservation::NsReservations::in_memory(true)),
             gate: Default::default(),
         }
     }

@@ -14,6 +14,10 @@ use crate::namespace::Namespace;
 /// negative errnos, success 0).
 pub const MISCOMPARE: i32 = 1;
 
+/// The result of a Compare and Write whose host lost its access to the
+/// namespace (a Preempt and Abort ran first): nothing compared or written.
+pub const CONFLICT: i32 = 2;
+
 /// O_DIRECT wants buffers aligned to the logical block; a page is enough.
 const ALIGN: usize = 4096;
 
@@ -63,9 +67,22 @@ pub fn compare(ns: &Namespace, offset: u64, cmp: &[u8]) -> i32 {
 /// `data` there (durable before returning when `fua`), with no other write
 /// of this target (of any client, on RBD) between the two. 0, [`MISCOMPARE`]
 /// (nothing written) or a negative errno. Blocks.
-pub fn compare_and_write(ns: &Namespace, offset: u64, cmp: &[u8], data: &[u8], fua: bool) -> i32 {
+/// `allowed` checks the host's reservation access: with the gate closed on
+/// a local store (so that no Preempt and Abort can pass between the check
+/// and the write), before the call on the others; [`CONFLICT`] when denied.
+pub fn compare_and_write(
+    ns: &Namespace,
+    offset: u64,
+    cmp: &[u8],
+    data: &[u8],
+    fua: bool,
+    allowed: impl Fn() -> bool,
+) -> i32 {
     if cmp.len() != data.len() {
         return -nix::libc::EINVAL;
+    }
+    if !matches!(ns.backend, Backend::File { .. }) && !allowed() {
+        return CONFLICT;
     }
     match &ns.backend {
         Backend::Rbd(img) => match img.image().compare_and_write(offset, cmp, data) {
@@ -83,6 +100,9 @@ pub fn compare_and_write(ns: &Namespace, offset: u64, cmp: &[u8], data: &[u8], f
         }
         Backend::File { file, .. } => {
             let _closed = ns.gate.close();
+            if !allowed() {
+                return CONFLICT;
+            }
             let mut store = Vec::new();
             match read_at(ns, offset, &mut store, cmp.len()) {
                 Ok(have) if have == cmp => {}
@@ -132,10 +152,13 @@ mod tests {
         let b = vec![0xBBu8; 4096];
         assert_eq!(compare(&ns, 4096, &zero), 0);
         assert_eq!(compare(&ns, 4096, &a), MISCOMPARE);
-        assert_eq!(compare_and_write(&ns, 4096, &zero, &a, true), 0);
-        assert_eq!(compare_and_write(&ns, 4096, &zero, &b, false), MISCOMPARE);
+        assert_eq!(compare_and_write(&ns, 4096, &zero, &a, true, || true), 0);
+        assert_eq!(
+            compare_and_write(&ns, 4096, &zero, &b, false, || true),
+            MISCOMPARE
+        );
         assert_eq!(compare(&ns, 4096, &a), 0, "the miscompare wrote nothing");
-        assert_eq!(compare_and_write(&ns, 4096, &a, &b, false), 0);
+        assert_eq!(compare_and_write(&ns, 4096, &a, &b, false, || true), 0);
         assert_eq!(compare(&ns, 4096, &b), 0);
         drop(ns);
         std::fs::remove_file(&path).unwrap();

@@ -138,12 +138,14 @@ pub fn open_namespace(subnqn: &str, cfg: &NamespaceConfig) -> Result<Namespace, 
         ),
         _ => None,
     };
-    ns.resv = crate::reservation::NsReservations::new(cfg.reservations, store).map_err(|e| {
-        BackendError::Invalid {
-            path: ns.backend.describe(),
-            reason: format!("reservations: {e}"),
-        }
-    })?;
+    ns.resv = Arc::new(
+        crate::reservation::NsReservations::new(cfg.reservations, store).map_err(|e| {
+            BackendError::Invalid {
+                path: ns.backend.describe(),
+                reason: format!("reservations: {e}"),
+            }
+        })?,
+    );
     Ok(ns)
 }
 

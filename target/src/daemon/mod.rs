@@ -253,7 +253,7 @@ impl Daemon {
         }
         // Commit.
         let current = self.target.subsystems();
-        for (c, new_ns) in plan.changed.iter().zip(opened) {
+        for (c, mut new_ns) in plan.changed.iter().zip(opened) {
             let Some(sub) = current.iter().find(|s| s.nqn == c.nqn) else {
                 continue;
             };
@@ -277,6 +277,21 @@ impl Daemon {
                     .filter(|n| !c.remove.contains(&n.nsid))
                     .cloned()
                     .collect();
+                // A namespace replaced over the same store (its ANA group or
+                // access changed) keeps its reservations and its write gate:
+                // commands still in flight on the old one share them.
+                for n in new_ns.iter_mut() {
+                    let same = old.iter().find(|o| {
+                        o.nsid == n.nsid
+                            && o.nguid == n.nguid
+                            && o.resv.enabled() == n.resv.enabled()
+                            && o.resv.ptpl_capable() == n.resv.ptpl_capable()
+                    });
+                    if let (Some(o), Some(m)) = (same, Arc::get_mut(n)) {
+                        m.resv = o.resv.clone();
+                        m.gate = o.gate.clone();
+                    }
+                }
                 v.extend(new_ns);
                 sub.set_namespaces(v);
                 let changed = c.changed_nsids();

@@ -109,18 +109,32 @@ impl NsReservations {
         let mut next = self.lock().clone();
         let was_ptpl = next.ptpl;
         let (out, changed) = f(&mut next)?;
+        let mut failed = None;
         if let Some(store) = &self.store {
             if changed && (next.ptpl || was_ptpl) {
-                store.save(&next).map_err(|e| {
-                    tracing::error!("reservation state not persisted: {e}");
-                    Status::INTERNAL
-                })?;
+                match store.save(&next) {
+                    Ok(()) => {}
+                    // The file holds the new state: memory follows it, and
+                    // the command fails (final: a retry would not be the
+                    // same command), as its durability is not known.
+                    Err(e @ persist::StoreError::Unsynced { .. }) => {
+                        tracing::error!("reservation state may not be durable: {e}");
+                        failed = Some(Status::INTERNAL.no_retry());
+                    }
+                    Err(e) => {
+                        tracing::error!("reservation state not persisted: {e}");
+                        return Err(Status::INTERNAL);
+                    }
+                }
             }
         }
         let mut st = self.lock();
         self.held.store(next.holder.is_some(), Ordering::Release);
         *st = next;
-        Ok(out)
+        match failed {
+            Some(s) => Err(s),
+            None => Ok(out),
+        }
     }
 
     /// Set Features Reservation Persistence: whether the state persists

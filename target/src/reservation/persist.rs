@@ -25,6 +25,15 @@ pub enum StoreError {
         /// The OS error.
         source: std::io::Error,
     },
+    /// The new file is in place but its directory could not be synced: it
+    /// may not survive a power loss (the state it holds is the current one).
+    #[error("{path}: syncing the directory: {source}")]
+    Unsynced {
+        /// The directory.
+        path: String,
+        /// The OS error.
+        source: std::io::Error,
+    },
     /// The file holds no state this target wrote.
     #[error("{path}: not a reservation state ({reason}); move it away to start without the namespace's reservations")]
     Invalid {
@@ -136,7 +145,10 @@ impl FileStore {
         }
         File::open(dir)
             .and_then(|d| d.sync_all())
-            .map_err(io_err(dir, "syncing the directory"))
+            .map_err(|source| StoreError::Unsynced {
+                path: dir.display().to_string(),
+                source,
+            })
     }
 }
 

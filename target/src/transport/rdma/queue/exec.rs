@@ -335,6 +335,22 @@ impl Queue {
                 }
             }
         }
+        // The reservation again, now that the write is inside the gate: a
+        // Preempt and Abort that closed the gate meanwhile either waits for
+        // it (it was inside first) or has changed the state it sees here.
+        if writes {
+            if let Some(c) = &self.ctrl {
+                if ns
+                    .resv
+                    .check(&c.hostid, crate::reservation::Access::Write)
+                    .is_err()
+                {
+                    ns.metrics.reservation_conflicts.inc();
+                    self.ungate(r);
+                    return self.complete(cx, r, Status::RESERVATION_CONFLICT, 0);
+                }
+            }
+        }
         // SAFETY: the data buffer is the request's until it is released, which
         // the lifecycle allows only after every submitted operation completed;
         // the request holds `ns` as long.
@@ -459,7 +475,19 @@ impl Queue {
         false
     }
 
+    /// Request `r`'s write is done with the store: it leaves its namespace's
+    /// gate (a Compare and Write waiting there goes on, whatever the host
+    /// does with the response).
+    pub(super) fn ungate(&mut self, r: usize) {
+        if std::mem::take(&mut self.reqs[r].gated) {
+            if let Some(ns) = self.reqs[r].ns.first() {
+                ns.gate.leave();
+            }
+        }
+    }
+
     fn finish_io(&mut self, cx: &mut Cx<'_>, r: usize) {
+        self.ungate(r);
         let q = &self.reqs[r];
         let (errno, plan) = (q.errno, q.io);
         if q.cmd.is_fabrics() {

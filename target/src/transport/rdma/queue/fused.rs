@@ -120,6 +120,7 @@ impl Queue {
         self.reqs[first].life.backend_started(1);
         self.reqs[second].life.backend_started(1);
         let ud = self.wr_id(wr::IO, second);
+        let host = self.ctrl.as_ref().map(|c| c.hostid);
         let Some(thread) = crate::backend::offload::gate_thread() else {
             return cx.io.mailbox.post(ud, -nix::libc::EAGAIN);
         };
@@ -133,7 +134,10 @@ impl Queue {
                     std::slice::from_raw_parts(data.0, len as usize),
                 )
             };
-            compare::compare_and_write(&ns, offset, c, d, fua)
+            let allowed = || {
+                host.is_some_and(|h| ns.resv.check(&h, crate::reservation::Access::Write).is_ok())
+            };
+            compare::compare_and_write(&ns, offset, c, d, fua, allowed)
         });
     }
 
@@ -147,6 +151,7 @@ impl Queue {
         let (st_first, st_second) = match res {
             0 => (Status::SUCCESS, Status::SUCCESS),
             MISCOMPARE => (Status::COMPARE_FAILURE, Status::FUSED_FAILED),
+            compare::CONFLICT => (Status::FUSED_FAILED, Status::RESERVATION_CONFLICT),
             e => {
                 let e = -e;
                 let cmp = IoPlan::Compare { offset: 0, len: 0 };

@@ -872,6 +872,8 @@ impl Queue {
                 ns.metrics.in_flight.dec();
             }
         }
+        // A request released with its write still in the gate (its queue
+        // went away): it leaves now.
         if std::mem::take(&mut q.gated) {
             if let Some(ns) = q.ns.first() {
                 ns.gate.leave();
