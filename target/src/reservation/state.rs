@@ -150,6 +150,17 @@ impl Reservations {
         }
     }
 
+    /// Registers `host` with `key` (within the cap).
+    fn add(&mut self, host: &HostId, key: u64, fx: &mut Effects) -> Result<(), Status> {
+        if self.registrants.len() >= MAX_REGISTRANTS {
+            return Err(Status::CAPACITY_EXCEEDED);
+        }
+        self.registrants.push(Registrant { host: *host, key });
+        self.bump();
+        fx.changed = true;
+        Ok(())
+    }
+
     /// Reservation Register. `ptpl_capable`: the state can persist, and
     /// CPTPL is honoured; otherwise it is ignored (RESCAP says PTPL is not
     /// supported; the Linux host sends "set" with every registration).
@@ -178,17 +189,7 @@ impl Reservations {
                     fx.changed = true;
                 }
                 Some(_) => return Err(Status::RESERVATION_CONFLICT),
-                None => {
-                    if self.registrants.len() >= MAX_REGISTRANTS {
-                        return Err(Status::CAPACITY_EXCEEDED);
-                    }
-                    self.registrants.push(Registrant {
-                        host: *host,
-                        key: nrkey,
-                    });
-                    self.bump();
-                    fx.changed = true;
-                }
+                None => self.add(host, nrkey, &mut fx)?,
             },
             rrega::UNREGISTER => {
                 let i = self.check_key(host, req.crkey, req.iekey)?;
@@ -202,15 +203,7 @@ impl Reservations {
                 if nrkey == 0 {
                     return Err(Status::INVALID_FIELD);
                 }
-                if self.registrants.len() >= MAX_REGISTRANTS {
-                    return Err(Status::CAPACITY_EXCEEDED);
-                }
-                self.registrants.push(Registrant {
-                    host: *host,
-                    key: nrkey,
-                });
-                self.bump();
-                fx.changed = true;
+                self.add(host, nrkey, &mut fx)?;
             }
             rrega::REPLACE => {
                 let i = self.check_key(host, req.crkey, req.iekey)?;
