@@ -20,7 +20,10 @@
 # a dummy netdev (10.99.0.1), created beside rxe0 (a server with a dual-port adapter has
 # two devices; the target's workers serve every device).
 #
-# Environment (optional): TARGET, E2E_DEVICE (first), FIO_RUNTIME (perf seconds per job, 10),
+# E2E_QUICK=1: the same steps on less data (48 MiB fio passes, a small tree for ext4), for
+# the repeat runs of test-all (a second device, the current host) whose point is the path.
+#
+# Environment (optional): TARGET, E2E_DEVICE (first), E2E_QUICK (0), FIO_RUNTIME (perf seconds per job, 10),
 #   FIO_ENGINE (libaio), TARGET_BIN (build/release/nvmf-target), RUST_LOG (passed on),
 #   E2E_OUT (folder for logs, /lab/integration/out; ignored when not writable).
 # Output: "=== [t] step" lines, "FAIL: ..." on failure, the target log, then
@@ -34,6 +37,9 @@ IF=${LAB_IF:-eth0}
 E2E_DEVICE=${E2E_DEVICE:-first}
 PORT=4420
 FIO_RUNTIME=${FIO_RUNTIME:-10}
+E2E_QUICK=${E2E_QUICK:-0}
+DATA=128M
+[ "$E2E_QUICK" = 1 ] && DATA=48M
 FIO_ENGINE=${FIO_ENGINE:-libaio}
 TARGET_BIN=${TARGET_BIN:-build/release/nvmf-target}
 E2E_OUT=${E2E_OUT:-/lab/integration/out}
@@ -367,12 +373,12 @@ grep -A4 -F "$NQN_OPEN" /tmp/list-subsys.txt | grep -E "rdma.*traddr=$IP" >/dev/
     || fail "nvme list-subsys does not show an rdma path traddr=$IP for $NQN_OPEN"
 
 # =====================================================================================
-step "test 3a: fio randwrite + crc32c verify on nsid 1 (256 MiB, 4k, QD32)"
-fio_run verify-4k "$NS1" --rw=randwrite --bs=4k --iodepth=32 --size=256M "${VERIFY[@]}" --do_verify=1
-step "test 3b: fio randwrite + crc32c verify on nsid 1 (256 MiB, 128k, QD32)"
-fio_run verify-128k "$NS1" --rw=randwrite --bs=128k --iodepth=32 --size=256M "${VERIFY[@]}" --do_verify=1
-step "test 3c: separate write pass then read-back verify pass on nsid 1 (256 MiB, 16k)"
-RB=(--rw=randwrite --bs=16k --iodepth=32 --size=256M --randseed=20261121 "${VERIFY[@]}")
+step "test 3a: fio randwrite + crc32c verify on nsid 1 ($DATA, 4k, QD32)"
+fio_run verify-4k "$NS1" --rw=randwrite --bs=4k --iodepth=32 --size=$DATA "${VERIFY[@]}" --do_verify=1
+step "test 3b: fio randwrite + crc32c verify on nsid 1 ($DATA, 128k, QD32)"
+fio_run verify-128k "$NS1" --rw=randwrite --bs=128k --iodepth=32 --size=$DATA "${VERIFY[@]}" --do_verify=1
+step "test 3c: separate write pass then read-back verify pass on nsid 1 ($DATA, 16k)"
+RB=(--rw=randwrite --bs=16k --iodepth=32 --size=$DATA --randseed=20261121 "${VERIFY[@]}")
 fio_run write-pass "$NS1" "${RB[@]}" --do_verify=0
 fio_run readback-pass "$NS1" "${RB[@]}" --verify_only=1
 grep -qE 'read: IOPS=' /tmp/fio-readback-pass.log || fail "read-back pass did not read"
@@ -384,7 +390,9 @@ mkfs.ext4 -q -F "$NS2"
 mkdir -p "$MNT"
 mount "$NS2" "$MNT"
 TREE=()
-for d in usr/lib/python3.11 usr/share usr/lib/x86_64-linux-gnu/perl-base; do   # disjoint trees
+SRC=(usr/lib/python3.11 usr/share/doc usr/lib/x86_64-linux-gnu/perl-base)   # disjoint trees
+[ "$E2E_QUICK" = 1 ] && SRC=(usr/lib/x86_64-linux-gnu/perl-base usr/share/doc)
+for d in "${SRC[@]}"; do
     [ -d "/$d" ] && TREE+=("$d")
 done
 [ ${#TREE[@]} -gt 0 ] || fail "no source tree to copy"
