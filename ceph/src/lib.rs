@@ -2,11 +2,16 @@
 //! [`Pool`] (I/O context) that holds its cluster, and an RBD [`Image`] that
 //! holds its pool, so that dropping them in any order is right. Image I/O is
 //! asynchronous: each call takes a [`Done`] callback that librbd runs on one
-//! of its own threads with the operation's result.
+//! of its own threads with the operation's result. An [`Object`] is a small
+//! RADOS object read and replaced whole, watched and notified.
 //!
 //! The libraries are loaded at run time ([`library`]), on first use: a
 //! program linked with this crate starts, and serves everything else, on a
 //! machine without Ceph's libraries.
+
+mod object;
+
+pub use object::{Object, Watch, WriteError};
 
 use std::ffi::{c_char, c_void, CStr, CString};
 use std::path::Path;
@@ -288,8 +293,9 @@ pub struct Pool {
     name: String,
 }
 
-// SAFETY: the context is only used to open images, which librbd does with a
-// copy of it; librados I/O contexts may be shared between threads for that.
+// SAFETY: the context is used to open images, which librbd does with a copy
+// of it, and for object operations, which librados allows from several
+// threads (an Object serialises its own, for the version they report).
 unsafe impl Send for Pool {}
 // SAFETY: as above.
 unsafe impl Sync for Pool {}

@@ -504,6 +504,16 @@ impl Controller {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
+    /// `st` as this controller's host may see it: without Command Retry
+    /// Delay unless the host enabled it (ACRE).
+    pub fn retry_delay(&self, st: nvme::Status) -> nvme::Status {
+        if self.state().acre {
+            st
+        } else {
+            st.with_crd(0)
+        }
+    }
+
     /// Whether CSTS.RDY is set (lock-free; kept in step by [`Controller::sync_ready`]).
     pub fn is_ready(&self) -> bool {
         self.ready.load(Ordering::Acquire)

@@ -23,6 +23,8 @@ use crate::io::IoPlan;
 
 use crate::config::{BackendConfig, NamespaceConfig};
 use crate::namespace::Namespace;
+use crate::reservation::persist::FileStore;
+use crate::reservation::{NsReservations, Store};
 
 /// Errors opening a backing store.
 #[derive(Debug, thiserror::Error)]
@@ -126,26 +128,24 @@ pub fn open_namespace(subnqn: &str, cfg: &NamespaceConfig) -> Result<Namespace, 
     let mut ns = Namespace::new(subnqn, cfg.nsid, backend, size, bs, cfg.readonly);
     ns.ana_group = cfg.ana_group;
     // The reservation state persists where the namespace's store is local
-    // (a file or block device, or nothing) and a state directory exists.
+    // (a file or block device, or nothing) and a state directory exists; an
+    // RBD image's lives in its cluster, shared by every gateway.
+    let invalid = |ns: &Namespace, e: String| BackendError::Invalid {
+        path: ns.backend.describe(),
+        reason: format!("reservations: {e}"),
+    };
     let store = match (&cfg.state_dir, &ns.backend) {
-        (Some(dir), Backend::File { .. } | Backend::Null) if cfg.reservations => Some(
-            crate::reservation::persist::FileStore::open(dir, &ns.nguid).map_err(|e| {
-                BackendError::Invalid {
-                    path: ns.backend.describe(),
-                    reason: format!("reservations: {e}"),
-                }
-            })?,
-        ),
+        _ if !cfg.reservations => None,
+        (Some(dir), Backend::File { .. } | Backend::Null) => Some(Store::File(
+            FileStore::open(dir, &ns.nguid).map_err(|e| invalid(&ns, e.to_string()))?,
+        )),
+        (_, Backend::Rbd(img)) => Some(Store::Cluster(Arc::new(
+            img.reservation_store()
+                .map_err(|e| invalid(&ns, e.to_string()))?,
+        ))),
         _ => None,
     };
-    ns.resv = Arc::new(
-        crate::reservation::NsReservations::new(cfg.reservations, store).map_err(|e| {
-            BackendError::Invalid {
-                path: ns.backend.describe(),
-                reason: format!("reservations: {e}"),
-            }
-        })?,
-    );
+    ns.resv = NsReservations::new(cfg.reservations, store).map_err(|e| invalid(&ns, e))?;
     Ok(ns)
 }
 

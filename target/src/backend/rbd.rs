@@ -20,6 +20,7 @@ use super::offload::Mailbox;
 use super::{Backend, BackendError, DataRef, Submitted};
 use crate::config::RbdConfig;
 use crate::io::IoPlan;
+use crate::reservation::cluster::{ClusterError, ClusterStore};
 
 /// How long a librados operation may wait for an unavailable cluster before
 /// it fails (the host then gets a retryable status), unless the Ceph
@@ -61,6 +62,12 @@ impl RbdImage {
     pub fn image(&self) -> &ceph::Image {
         &self.image
     }
+
+    /// The image's reservation state in the cluster (not yet read).
+    pub fn reservation_store(&self) -> Result<ClusterStore, ClusterError> {
+        let pool = self.image.pool();
+        ClusterStore::open(pool.cluster(), pool.name(), &self.id)
+    }
 }
 
 type ClusterKey = (Option<PathBuf>, String);
@@ -83,7 +90,12 @@ fn connect(cfg: &RbdConfig) -> Result<Arc<ceph::Cluster>, ceph::Error> {
     let c = ceph::Cluster::connect(
         cfg.ceph_conf.as_deref(),
         &cfg.client,
-        &[("client_mount_timeout", MOUNT_TIMEOUT_S)],
+        // The watch of a reservation state is confirmed on every tick
+        // (5 s by default): once a second keeps its lease short.
+        &[
+            ("client_mount_timeout", MOUNT_TIMEOUT_S),
+            ("objecter_tick_interval", "1"),
+        ],
     )?;
     if c.get("rbd_cache").is_ok_and(|v| v == "true") {
         tracing::info!(client = %cfg.client, "librbd's writeback cache is turned off for this target (gateways must not cache writes)");

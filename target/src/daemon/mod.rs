@@ -35,8 +35,8 @@ pub const DISCONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 fn open_ns(nqn: &str, n: &NamespaceConfig) -> Result<Arc<Namespace>, String> {
     let ns =
         open_namespace(nqn, n).map_err(|e| format!("subsystem {nqn} namespace {}: {e}", n.nsid))?;
-    info!(subsys = %nqn, nsid = ns.nsid, backend = %ns.backend.describe(), blocks = ns.blocks(),
-          block_size = ns.block_size, "namespace ready");
+    info!(subsys = %nqn, nsid = ns.nsid, backend = %ns.backend.describe(), identity = %ns.backend.identity(),
+          blocks = ns.blocks(), block_size = ns.block_size, "namespace ready");
     Ok(Arc::new(ns))
 }
 
@@ -47,7 +47,7 @@ pub fn open_subsystem(s: &SubsystemConfig) -> Result<Arc<Subsystem>, String> {
         .iter()
         .map(|n| open_ns(&s.nqn, n))
         .collect::<Result<Vec<_>, _>>()?;
-    Ok(Arc::new(
+    let sub = Arc::new(
         Subsystem::new(
             s.nqn.clone(),
             SubsystemKind::Nvm,
@@ -58,7 +58,17 @@ pub fn open_subsystem(s: &SubsystemConfig) -> Result<Arc<Subsystem>, String> {
             namespaces,
         )
         .with_cntlids(s.cntlid_range),
-    ))
+    );
+    attach_namespaces(&sub);
+    Ok(sub)
+}
+
+/// Points each namespace's reservations at the subsystem, for the notices
+/// of changes other gateways make.
+fn attach_namespaces(sub: &Arc<Subsystem>) {
+    for n in sub.namespaces().iter() {
+        n.resv.attach(sub, n.nsid);
+    }
 }
 
 /// Builds the target (opening every namespace) without serving it.
@@ -294,6 +304,7 @@ impl Daemon {
                 }
                 v.extend(new_ns);
                 sub.set_namespaces(v);
+                attach_namespaces(sub);
                 let changed = c.changed_nsids();
                 let mut raised = 0;
                 for ctrl in sub.controllers() {

@@ -127,6 +127,22 @@ pub struct ReservationInfo {
     pub ptpl: bool,
     /// Registered hosts.
     pub registrants: Vec<RegistrantInfo>,
+    /// The RADOS object that holds a state shared by several gateways.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shared: Option<SharedInfo>,
+}
+
+/// A reservation state kept in the Ceph cluster.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SharedInfo {
+    /// `pool/object`.
+    pub object: String,
+    /// The object version this gateway holds.
+    pub version: u64,
+    /// This gateway is sure its copy is current (it serves the namespace).
+    pub current: bool,
+    /// Changes of this gateway some other gateway did not acknowledge.
+    pub unacknowledged: u64,
 }
 
 /// A registered host.
@@ -171,6 +187,12 @@ fn reservation_info(n: &crate::namespace::Namespace) -> Option<ReservationInfo> 
                 holder: st.holds(&r.host),
             })
             .collect(),
+        shared: n.resv.cluster().map(|c| SharedInfo {
+            object: c.spec(),
+            version: n.resv.version(),
+            current: c.sure(),
+            unacknowledged: c.unacknowledged.load(std::sync::atomic::Ordering::Relaxed),
+        }),
     })
 }
 
@@ -420,6 +442,19 @@ impl Status {
                     },
                     n.ana_group
                 );
+                if let Some(sh) = n.reservation.as_ref().and_then(|r| r.shared.as_ref()) {
+                    let _ = writeln!(
+                        o,
+                        "    reservations shared in {} (version {}, {})",
+                        sh.object,
+                        sh.version,
+                        if sh.current {
+                            "current"
+                        } else {
+                            "NOT current: the namespace answers Namespace Not Ready"
+                        }
+                    );
+                }
                 if let Some(r) = n.reservation.as_ref().filter(|r| !r.registrants.is_empty()) {
                     let _ = writeln!(
                         o,

@@ -21,6 +21,11 @@ pub const DYNAMIC_CNTLID: u16 = 0xFFFF;
 /// (the keys, or room for the report). Returns the status and the bytes of
 /// `buf` that go back to the host.
 pub fn execute(ns: &Namespace, ctrl: &Controller, cmd: &Command, buf: &mut [u8]) -> (Status, u32) {
+    // A gateway that lost touch with a shared state neither reports nor
+    // changes it.
+    if !ns.resv.sure() {
+        return (ctrl.retry_delay(super::not_sure()), 0);
+    }
     if cmd.opcode() == op::RESV_REPORT {
         return report(ns, cmd, buf);
     }
@@ -48,7 +53,7 @@ pub fn execute(ns: &Namespace, ctrl: &Controller, cmd: &Command, buf: &mut [u8])
             if st == Status::RESERVATION_CONFLICT {
                 ns.metrics.reservation_conflicts.inc();
             }
-            (st, 0)
+            (ctrl.retry_delay(st), 0)
         }
     }
 }
@@ -109,7 +114,7 @@ fn report(ns: &Namespace, cmd: &Command, buf: &mut [u8]) -> (Status, u32) {
 
 /// Logs a notice for namespace `nsid` in every controller of `host` in the
 /// subsystem (a host reaches a namespace through several controllers).
-fn notify(subsys: &Subsystem, host: &HostId, nsid: u32, kind: u8) {
+pub fn notify(subsys: &Subsystem, host: &HostId, nsid: u32, kind: u8) {
     for c in subsys.controllers() {
         if &c.hostid == host {
             c.notify_reservation(nsid, kind);

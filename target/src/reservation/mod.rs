@@ -3,6 +3,7 @@
 //! ([`NsReservations`]), the Reservation commands ([`command`]) and each
 //! controller's notification log ([`notices`]).
 
+pub mod cluster;
 pub mod command;
 pub mod notices;
 pub mod persist;
@@ -10,14 +11,30 @@ pub mod state;
 #[cfg(test)]
 mod tests;
 
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Mutex, MutexGuard};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
 
 use nvme::Status;
 
 pub use state::{Access, Effects, HostId, Reservations};
 
 use crate::io::IoPlan;
+use crate::subsystem::Subsystem;
+
+/// Where a namespace's state is kept beyond this process.
+#[derive(Debug)]
+pub enum Store {
+    /// A file under the state directory, while PTPL is set.
+    File(persist::FileStore),
+    /// A RADOS object shared by every gateway of an RBD image.
+    Cluster(Arc<cluster::ClusterStore>),
+}
+
+/// The status of a command while a gateway is not sure its copy of a shared
+/// state is current: the host retries after the Command Retry Delay.
+pub fn not_sure() -> Status {
+    Status::NS_NOT_READY.with_crd(1)
+}
 
 /// The reservation state of one namespace, shared by every controller (and
 /// queue) that reaches it.
@@ -29,32 +46,44 @@ pub struct NsReservations {
     /// A reservation is held: I/O must be checked against it. Without one no
     /// command conflicts, and the I/O path does not take the lock.
     held: AtomicBool,
-    /// Where the state persists (PTPL), if it can.
-    store: Option<persist::FileStore>,
+    /// Where the state persists, if it does.
+    store: Option<Store>,
+    /// The version of the shared object the state is (a cluster store).
+    version: AtomicU64,
     /// Serializes the commands that change the state, so that each persists
     /// before the next starts, without holding the state's lock (which I/O
     /// checks take) while the file is synced.
     changing: Mutex<()>,
+    /// The subsystem and nsid whose controllers get the notices of changes
+    /// another gateway made.
+    owner: Mutex<Option<(Weak<Subsystem>, u32)>>,
 }
 
 impl NsReservations {
     /// A namespace's state: empty, `enabled` or not, kept in `store` if any
     /// (loaded from it when it holds a state).
-    pub fn new(
-        enabled: bool,
-        store: Option<persist::FileStore>,
-    ) -> Result<NsReservations, persist::StoreError> {
+    /// (loaded from it when it holds a state; a cluster store is read and
+    /// watched).
+    pub fn new(enabled: bool, store: Option<Store>) -> Result<Arc<NsReservations>, String> {
         let st = match &store {
-            Some(s) => s.load()?.unwrap_or_default(),
-            None => Reservations::default(),
+            Some(Store::File(s)) => s.load().map_err(|e| e.to_string())?.unwrap_or_default(),
+            _ => Reservations::default(),
         };
-        Ok(NsReservations {
+        let r = Arc::new(NsReservations {
             enabled,
             held: AtomicBool::new(st.holder.is_some()),
             state: Mutex::new(st),
             store,
+            version: AtomicU64::new(0),
             changing: Mutex::new(()),
-        })
+            owner: Mutex::new(None),
+        });
+        if let Some(Store::Cluster(c)) = &r.store {
+            let sink: Arc<dyn cluster::Sink> = r.clone();
+            c.start(&sink)
+                .map_err(|e| format!("the shared state {}: {e}", c.spec()))?;
+        }
+        Ok(r)
     }
 
     /// Reservations are supported and kept only in memory.
@@ -64,8 +93,36 @@ impl NsReservations {
             state: Mutex::new(Reservations::default()),
             held: AtomicBool::new(false),
             store: None,
+            version: AtomicU64::new(0),
             changing: Mutex::new(()),
+            owner: Mutex::new(None),
         }
+    }
+
+    /// Where the notices of changes made by another gateway go: the
+    /// controllers of `subsys` on namespace `nsid`.
+    pub fn attach(&self, subsys: &Arc<Subsystem>, nsid: u32) {
+        *self.owner.lock().unwrap_or_else(|p| p.into_inner()) =
+            Some((Arc::downgrade(subsys), nsid));
+    }
+
+    /// The cluster store, if the state is shared.
+    pub fn cluster(&self) -> Option<&Arc<cluster::ClusterStore>> {
+        match &self.store {
+            Some(Store::Cluster(c)) => Some(c),
+            _ => None,
+        }
+    }
+
+    /// The version of the shared object the state is (0 when not shared).
+    pub fn version(&self) -> u64 {
+        self.version.load(Ordering::Acquire)
+    }
+
+    /// Whether the state may be trusted now: always, unless it is shared
+    /// and this gateway lost touch with it.
+    pub fn sure(&self) -> bool {
+        self.cluster().is_none_or(|c| c.sure())
     }
 
     /// Whether the namespace supports reservations.
@@ -78,8 +135,8 @@ impl NsReservations {
         self.store.is_some()
     }
 
-    /// Whether changing the state blocks (a file to sync): the commands that
-    /// change it then run off the worker.
+    /// Whether changing the state blocks (a file to sync, an object to
+    /// write): the commands that change it then run off the worker.
     pub fn blocks(&self) -> bool {
         self.store.is_some()
     }
@@ -90,7 +147,11 @@ impl NsReservations {
     }
 
     /// Checks a command of `access` by `host` against the reservation.
+    /// A gateway unsure of a shared state serves nothing: the host retries.
     pub fn check(&self, host: &HostId, access: Access) -> Result<(), Status> {
+        if !self.sure() {
+            return Err(not_sure());
+        }
         if !self.held.load(Ordering::Acquire) || self.lock().allows(host, access) {
             Ok(())
         } else {
@@ -103,14 +164,21 @@ impl NsReservations {
     /// persisted is not taken: the command fails, and nothing changed.
     fn change<T>(
         &self,
-        f: impl FnOnce(&mut Reservations) -> Result<(T, bool), Status>,
-    ) -> Result<T, Status> {
+        f: impl FnMut(&mut Reservations) -> Result<(T, bool), Status>,
+    ) -> Result<T, Status>
+    where
+        T: HasNotices,
+    {
         let _one = self.changing.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(c) = self.cluster() {
+            return self.change_shared(c, f);
+        }
+        let mut f = f;
         let mut next = self.lock().clone();
         let was_ptpl = next.ptpl;
         let (out, changed) = f(&mut next)?;
         let mut failed = None;
-        if let Some(store) = &self.store {
+        if let Some(Store::File(store)) = &self.store {
             if changed && (next.ptpl || was_ptpl) {
                 match store.save(&next) {
                     Ok(()) => {}
@@ -137,6 +205,57 @@ impl NsReservations {
         }
     }
 
+    /// [`change`](Self::change) of a state shared through the cluster: read
+    /// the object, apply, write it if nobody did meanwhile (else again),
+    /// install it, and tell the other gateways before the command completes.
+    fn change_shared<T: HasNotices>(
+        &self,
+        c: &cluster::ClusterStore,
+        mut f: impl FnMut(&mut Reservations) -> Result<(T, bool), Status>,
+    ) -> Result<T, Status> {
+        const TRIES: usize = 16;
+        if !c.sure() {
+            return Err(not_sure());
+        }
+        for _ in 0..TRIES {
+            let cur = c.read().map_err(|e| {
+                tracing::warn!("reading the reservation state: {e}");
+                not_sure()
+            })?;
+            let mut next = cur.state.clone();
+            let (out, changed) = f(&mut next)?;
+            if !changed {
+                self.install_copy(cur.state, cur.version);
+                return Ok(out);
+            }
+            match c.write(&next, cur.version) {
+                Ok(Some(v)) => {
+                    self.install_copy(next.clone(), v);
+                    c.publish(&next, v, out.notices());
+                    return Ok(out);
+                }
+                Ok(None) => continue,
+                Err(e) => {
+                    // Whether it landed is not known: the host retries the
+                    // command, which finds the state as it is then.
+                    tracing::warn!("writing the reservation state: {e}");
+                    return Err(not_sure());
+                }
+            }
+        }
+        tracing::warn!(object = %c.spec(), "the reservation state kept changing under this command");
+        Err(not_sure())
+    }
+
+    fn install_copy(&self, state: Reservations, version: u64) {
+        let mut st = self.lock();
+        if version > self.version.load(Ordering::Acquire) {
+            self.held.store(state.holder.is_some(), Ordering::Release);
+            *st = state;
+            self.version.store(version, Ordering::Release);
+        }
+    }
+
     /// Set Features Reservation Persistence: whether the state persists
     /// through a power loss (a restart of the target).
     pub fn set_ptpl(&self, on: bool) -> Result<(), Status> {
@@ -158,6 +277,39 @@ impl NsReservations {
             let changed = fx.changed;
             Ok((fx, changed))
         })
+    }
+}
+
+/// What a change reports to the other gateways.
+pub trait HasNotices {
+    /// The notices it raised.
+    fn notices(&self) -> &[state::Notice];
+}
+
+impl HasNotices for () {
+    fn notices(&self) -> &[state::Notice] {
+        &[]
+    }
+}
+
+impl HasNotices for Effects {
+    fn notices(&self) -> &[state::Notice] {
+        &self.notices
+    }
+}
+
+impl cluster::Sink for NsReservations {
+    fn install(&self, state: Reservations, version: u64) {
+        self.install_copy(state, version);
+    }
+
+    fn notices(&self, notices: &[state::Notice]) {
+        let owner = self.owner.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        if let Some((sub, nsid)) = owner.and_then(|(s, n)| Some((s.upgrade()?, n))) {
+            for (host, kind) in notices {
+                command::notify(&sub, host, nsid, *kind);
+            }
+        }
     }
 }
 

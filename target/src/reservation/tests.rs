@@ -442,3 +442,28 @@ proptest! {
         }
     }
 }
+
+/// A shared state installs only what is newer than its copy (notifications
+/// of one change may arrive after those of the next, or twice), and a
+/// namespace without a shared state is always current.
+#[test]
+fn shared_copy_only_moves_forward() {
+    use super::cluster::Sink;
+    let ns = super::NsReservations::in_memory(true);
+    assert!(ns.sure());
+    let mut s = Reservations::default();
+    register(&mut s, &A, 1).unwrap();
+    acquire(&mut s, &A, 1, ResvType::WriteExclusive).unwrap();
+    ns.install(s.clone(), 5);
+    assert_eq!(ns.version(), 5);
+    assert_eq!(
+        ns.check(&B, Access::Write),
+        Err(Status::RESERVATION_CONFLICT)
+    );
+    ns.install(Reservations::default(), 4);
+    ns.install(Reservations::default(), 5);
+    assert_eq!(*ns.lock(), s);
+    ns.install(Reservations::default(), 6);
+    assert_eq!(ns.version(), 6);
+    assert_eq!(ns.check(&B, Access::Write), Ok(()));
+}

@@ -509,8 +509,11 @@ impl Queue {
         }
         let plan = io::prepare(ns.as_deref(), &cmd, self.reqs[r].plan.len(), MAX_IO_SIZE)?;
         if let (Some(n), Some(access)) = (&ns, crate::reservation::access_of(&plan)) {
-            n.resv.check(&ctrl.hostid, access).inspect_err(|_| {
-                n.metrics.reservation_conflicts.inc();
+            n.resv.check(&ctrl.hostid, access).map_err(|st| {
+                if st == Status::RESERVATION_CONFLICT {
+                    n.metrics.reservation_conflicts.inc();
+                }
+                ctrl.retry_delay(st)
             })?;
         }
         self.reqs[r].io = Some(plan);

@@ -1,0 +1,325 @@
+//! The reservation state of an RBD namespace, kept in the Ceph cluster so
+//! that every gateway of the image enforces the same one.
+//!
+//! The state is a RADOS object of the image's pool, `nvmf_resv.<image id>`,
+//! whose version orders the changes. A gateway changes it by reading the
+//! object, applying the command and writing the result only if the version
+//! did not move (else it reads and applies again); then it notifies the
+//! object's watchers with the new state and waits for their
+//! acknowledgements. Every gateway watches the object and installs a newer
+//! state when notified, before it acknowledges.
+//!
+//! A gateway serves the namespace only while it is sure its copy is
+//! current: its watch was confirmed by the OSD less than [`LEASE`] ago. A
+//! gateway cut off from the OSD stops serving within [`LEASE`], well before
+//! a changer's notification to it times out ([`NOTIFY_TIMEOUT`]): a change
+//! acknowledged to a host is enforced by every gateway still serving.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant};
+
+use serde::{Deserialize, Serialize};
+
+use super::state::{Notice, Reservations};
+
+/// How long after its watch was last confirmed a gateway still trusts its
+/// copy. librados confirms a watch every `objecter_tick_interval` (the
+/// target sets it to 1 s on its cluster connections).
+pub const LEASE: Duration = Duration::from_secs(4);
+/// How long a change waits for the other gateways' acknowledgements.
+pub const NOTIFY_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long the OSD keeps the watch of a gateway it does not hear from.
+const WATCH_TIMEOUT: Duration = Duration::from_secs(10);
+/// How often the keeper checks the watch.
+const TICK: Duration = Duration::from_millis(250);
+/// The largest state object (128 registrants take about 12 KiB).
+const MAX_OBJECT: usize = 256 * 1024;
+/// The object's format version.
+const FORMAT: u32 = 1;
+
+/// Errors of the cluster store.
+#[derive(Debug, thiserror::Error)]
+pub enum ClusterError {
+    /// A librados call failed.
+    #[error(transparent)]
+    Ceph(#[from] ceph::Error),
+    /// The object holds no state this target wrote.
+    #[error("{object}: not a reservation state ({reason})")]
+    Invalid {
+        /// `pool/object`.
+        object: String,
+        /// Why.
+        reason: String,
+    },
+}
+
+#[derive(Serialize, Deserialize)]
+struct Stored {
+    format: u32,
+    state: Reservations,
+}
+
+/// What a gateway sends the others after a change.
+#[derive(Serialize, Deserialize)]
+struct Notification {
+    /// The gateway that made the change.
+    from: u64,
+    version: u64,
+    state: Reservations,
+    /// Notices for the hosts the change affected.
+    notices: Vec<Notice>,
+}
+
+/// The local copy and its object version.
+#[derive(Debug, Default)]
+pub struct Versioned {
+    /// The state.
+    pub state: Reservations,
+    /// The object version it is (0: no object yet).
+    pub version: u64,
+}
+
+/// Where the copy goes when a newer state arrives, and notices for this
+/// gateway's controllers.
+pub trait Sink: Send + Sync {
+    /// Installs `state` (object version `version`) if it is newer than the
+    /// copy.
+    fn install(&self, state: Reservations, version: u64);
+    /// Notices from a change another gateway made.
+    fn notices(&self, notices: &[Notice]);
+}
+
+fn epoch() -> Instant {
+    static EPOCH: OnceLock<Instant> = OnceLock::new();
+    *EPOCH.get_or_init(Instant::now)
+}
+
+fn now_ns() -> u64 {
+    epoch().elapsed().as_nanos() as u64
+}
+
+/// The store of one namespace: the object, its watch and the lease.
+#[derive(Debug)]
+pub struct ClusterStore {
+    object: Arc<ceph::Object>,
+    /// This gateway's id in notifications (its own are not notices for it).
+    me: u64,
+    /// The watch broke: notifications may have been missed.
+    broken: Arc<AtomicBool>,
+    /// Until when (ns since [`epoch`]) the copy is known current.
+    sure_until: AtomicU64,
+    /// Changes whose notification some gateway did not acknowledge.
+    pub unacknowledged: AtomicU64,
+}
+
+impl ClusterStore {
+    /// The store of the image with id `image_id` in `pool`.
+    pub fn open(
+        cluster: &Arc<ceph::Cluster>,
+        pool: &str,
+        image_id: &str,
+    ) -> Result<ClusterStore, ClusterError> {
+        let object = ceph::Object::open(cluster, pool, &format!("nvmf_resv.{image_id}"))?;
+        // Random per open (RandomState draws its keys from the OS).
+        let me = std::hash::BuildHasher::hash_one(
+            &std::collections::hash_map::RandomState::new(),
+            image_id,
+        );
+        Ok(ClusterStore {
+            object,
+            me,
+            broken: Arc::new(AtomicBool::new(true)),
+            sure_until: AtomicU64::new(0),
+            unacknowledged: AtomicU64::new(0),
+        })
+    }
+
+    /// `pool/object`.
+    pub fn spec(&self) -> String {
+        self.object.spec()
+    }
+
+    /// Whether the copy is known current: the namespace may be served.
+    pub fn sure(&self) -> bool {
+        now_ns() < self.sure_until.load(Ordering::Acquire)
+    }
+
+    /// The state in the cluster and its version (empty, version 0, when
+    /// there is no object yet). Blocks.
+    pub fn read(&self) -> Result<Versioned, ClusterError> {
+        let Some((body, version)) = self.object.read(MAX_OBJECT)? else {
+            return Ok(Versioned::default());
+        };
+        let invalid = |reason: String| ClusterError::Invalid {
+            object: self.spec(),
+            reason,
+        };
+        let s: Stored = serde_json::from_slice(&body).map_err(|e| invalid(e.to_string()))?;
+        if s.format != FORMAT {
+            return Err(invalid(format!(
+                "format {} (this target writes {FORMAT})",
+                s.format
+            )));
+        }
+        if !s.state.valid() {
+            return Err(invalid("inconsistent registrants or holder".into()));
+        }
+        Ok(Versioned {
+            state: s.state,
+            version,
+        })
+    }
+
+    /// Writes `state` if the object is still at `version` (0: absent).
+    /// `Ok(None)`: it moved, read and apply again. Blocks.
+    pub fn write(&self, state: &Reservations, version: u64) -> Result<Option<u64>, ClusterError> {
+        let body = serde_json::to_vec(&Stored {
+            format: FORMAT,
+            state: state.clone(),
+        })
+        .map_err(|e| ClusterError::Invalid {
+            object: self.spec(),
+            reason: e.to_string(),
+        })?;
+        match self.object.write(&body, (version != 0).then_some(version)) {
+            Ok(v) => Ok(Some(v)),
+            Err(ceph::WriteError::Changed) => Ok(None),
+            Err(ceph::WriteError::Failed(e)) => Err(e.into()),
+        }
+    }
+
+    /// Tells every gateway of the image (this one included) the new state
+    /// and waits for them. Whether every watcher acknowledged: one that did
+    /// not has lost its lease by now, or will have before it serves again.
+    pub fn publish(&self, state: &Reservations, version: u64, notices: &[Notice]) -> bool {
+        let n = Notification {
+            from: self.me,
+            version,
+            state: state.clone(),
+            notices: notices.to_vec(),
+        };
+        let Ok(body) = serde_json::to_vec(&n) else {
+            return false;
+        };
+        match self.object.notify(&body, NOTIFY_TIMEOUT) {
+            Ok(()) => true,
+            Err(e) => {
+                self.unacknowledged.fetch_add(1, Ordering::Relaxed);
+                tracing::warn!(object = %self.spec(), version, "a reservation change was not acknowledged by every gateway ({e}); those that missed it stopped serving the namespace");
+                false
+            }
+        }
+    }
+
+    /// Watches the object and installs what it holds in `sink` (blocking),
+    /// then keeps the copy current: a thread renews the lease while the
+    /// watch is confirmed and watches again when it broke; it ends when
+    /// `sink` or the store is dropped. The thread owns the watch: removing
+    /// it waits for its callbacks, which must not happen in one of them.
+    pub fn start(self: &Arc<Self>, sink: &Arc<dyn Sink>) -> Result<(), ClusterError> {
+        let mut watch = Some(self.rewatch(sink)?);
+        self.sure_until
+            .store(now_ns() + LEASE.as_nanos() as u64, Ordering::Release);
+        let (store, sink) = (Arc::downgrade(self), Arc::downgrade(sink));
+        std::thread::Builder::new()
+            .name("resv-keeper".into())
+            .spawn(move || loop {
+                let (Some(store), Some(sink)) = (store.upgrade(), sink.upgrade()) else {
+                    return;
+                };
+                store.tick(&sink, &mut watch);
+                drop((store, sink));
+                std::thread::sleep(TICK);
+            })
+            .map_err(|e| ClusterError::Invalid {
+                object: self.spec(),
+                reason: format!("starting its keeper thread: {e}"),
+            })?;
+        Ok(())
+    }
+
+    /// Watches the object and reads it (in that order: nothing changed
+    /// between the two goes unseen).
+    fn rewatch(&self, sink: &Arc<dyn Sink>) -> Result<ceph::Watch, ClusterError> {
+        // Only an existing object can be watched: the first gateway creates
+        // it empty (if another did meanwhile, that one stands).
+        if self.object.read(MAX_OBJECT)?.is_none() {
+            self.write(&Reservations::default(), 0)?;
+        }
+        self.broken.store(false, Ordering::Release);
+        let (on_notify, on_error) = (Arc::downgrade(sink), self.broken.clone());
+        let me = self.me;
+        let w = self.object.watch(
+            WATCH_TIMEOUT,
+            move |payload| {
+                let Some(sink) = on_notify.upgrade() else {
+                    return;
+                };
+                match serde_json::from_slice::<Notification>(payload) {
+                    Ok(n) if n.state.valid() => {
+                        sink.install(n.state, n.version);
+                        if n.from != me {
+                            sink.notices(&n.notices);
+                        }
+                    }
+                    _ => tracing::warn!("a reservation notification this target cannot read"),
+                }
+            },
+            move |err| {
+                on_error.store(true, Ordering::Release);
+                tracing::warn!(errno = -err, "the watch of a reservation object broke");
+            },
+        )?;
+        let c = self.read()?;
+        sink.install(c.state, c.version);
+        Ok(w)
+    }
+
+    fn tick(&self, sink: &Arc<dyn Sink>, watch: &mut Option<ceph::Watch>) {
+        let age = match (&*watch, self.broken.load(Ordering::Acquire)) {
+            (Some(w), false) => w.check().ok(),
+            _ => None,
+        };
+        let now = now_ns();
+        match age {
+            // Confirmed lately, and the copy was current until now: renew.
+            Some(age) if age < LEASE && self.sure() => {
+                let until = now.saturating_sub(age.as_nanos() as u64) + LEASE.as_nanos() as u64;
+                self.sure_until.store(until, Ordering::Release);
+            }
+            // Confirmed, but the lease lapsed meanwhile (this process was
+            // stopped, or the OSD was slow): read before serving again.
+            Some(age) if age < LEASE => match self.read() {
+                Ok(c) => {
+                    sink.install(c.state, c.version);
+                    let until = now.saturating_sub(age.as_nanos() as u64) + LEASE.as_nanos() as u64;
+                    self.sure_until.store(until, Ordering::Release);
+                    tracing::info!(object = %self.spec(), "reservation state current again");
+                }
+                Err(e) => {
+                    tracing::debug!(object = %self.spec(), "reading the reservation state: {e}")
+                }
+            },
+            _ => {
+                let was = self.sure();
+                self.sure_until.store(0, Ordering::Release);
+                if was {
+                    tracing::warn!(object = %self.spec(), "lost the watch of the reservation state: the namespace answers Namespace Not Ready until it is back");
+                }
+                // The broken watch goes first (waiting for its callbacks).
+                *watch = None;
+                match self.rewatch(sink) {
+                    Ok(w) => {
+                        *watch = Some(w);
+                        self.sure_until
+                            .store(now_ns() + LEASE.as_nanos() as u64, Ordering::Release);
+                    }
+                    Err(e) => {
+                        tracing::debug!(object = %self.spec(), "watching the reservation state: {e}")
+                    }
+                }
+            }
+        }
+    }
+}
