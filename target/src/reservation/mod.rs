@@ -80,8 +80,15 @@ impl NsReservations {
         });
         if let Some(Store::Cluster(c)) = &r.store {
             let sink: Arc<dyn cluster::Sink> = r.clone();
-            c.start(&sink)
-                .map_err(|e| format!("the shared state {}: {e}", c.spec()))?;
+            c.start(&sink).map_err(|e| {
+                let hint = match &e {
+                    cluster::ClusterError::Ceph(err) if matches!(err.errno(), Some(1 | 13)) => {
+                        " (the Ceph client needs write access to the pool's objects to share the state between gateways; or set reservations = false)"
+                    }
+                    _ => "",
+                };
+                format!("the shared state {}: {e}{hint}", c.spec())
+            })?;
         }
         Ok(r)
     }
