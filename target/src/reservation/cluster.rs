@@ -35,8 +35,6 @@ const WATCH_TIMEOUT: Duration = Duration::from_secs(10);
 const TICK: Duration = Duration::from_millis(250);
 /// The largest state object (128 registrants take about 12 KiB).
 const MAX_OBJECT: usize = 256 * 1024;
-/// The object's format version.
-const FORMAT: u32 = 1;
 
 /// Errors of the cluster store.
 #[derive(Debug, thiserror::Error)]
@@ -52,12 +50,6 @@ pub enum ClusterError {
         /// Why.
         reason: String,
     },
-}
-
-#[derive(Serialize, Deserialize)]
-struct Stored {
-    format: u32,
-    state: Reservations,
 }
 
 /// What a gateway sends the others after a change.
@@ -151,37 +143,17 @@ impl ClusterStore {
         let Some((body, version)) = self.object.read(MAX_OBJECT)? else {
             return Ok(Versioned::default());
         };
-        let invalid = |reason: String| ClusterError::Invalid {
+        let state = super::persist::decode(&body).map_err(|reason| ClusterError::Invalid {
             object: self.spec(),
             reason,
-        };
-        let s: Stored = serde_json::from_slice(&body).map_err(|e| invalid(e.to_string()))?;
-        if s.format != FORMAT {
-            return Err(invalid(format!(
-                "format {} (this target writes {FORMAT})",
-                s.format
-            )));
-        }
-        if !s.state.valid() {
-            return Err(invalid("inconsistent registrants or holder".into()));
-        }
-        Ok(Versioned {
-            state: s.state,
-            version,
-        })
+        })?;
+        Ok(Versioned { state, version })
     }
 
     /// Writes `state` if the object is still at `version` (0: absent).
     /// `Ok(None)`: it moved, read and apply again. Blocks.
     pub fn write(&self, state: &Reservations, version: u64) -> Result<Option<u64>, ClusterError> {
-        let body = serde_json::to_vec(&Stored {
-            format: FORMAT,
-            state: state.clone(),
-        })
-        .map_err(|e| ClusterError::Invalid {
-            object: self.spec(),
-            reason: e.to_string(),
-        })?;
+        let body = super::persist::encode(state);
         match self.object.write(&body, (version != 0).then_some(version)) {
             Ok(v) => Ok(Some(v)),
             Err(ceph::WriteError::Changed) => Ok(None),
@@ -243,10 +215,8 @@ impl ClusterStore {
     /// between the two goes unseen).
     fn rewatch(&self, sink: &Arc<dyn Sink>) -> Result<ceph::Watch, ClusterError> {
         // Only an existing object can be watched: the first gateway creates
-        // it empty (if another did meanwhile, that one stands).
-        if self.object.read(MAX_OBJECT)?.is_none() {
-            self.write(&Reservations::default(), 0)?;
-        }
+        // it empty (an exclusive create: an existing one stands).
+        self.write(&Reservations::default(), 0)?;
         self.broken.store(false, Ordering::Release);
         let (on_notify, on_error) = (Arc::downgrade(sink), self.broken.clone());
         let me = self.me;

@@ -53,6 +53,30 @@ struct OnDisk {
     state: Reservations,
 }
 
+/// A state as it is kept, in a file or a cluster object.
+pub fn encode(st: &Reservations) -> Vec<u8> {
+    serde_json::to_vec(&OnDisk {
+        version: VERSION,
+        state: st.clone(),
+    })
+    .expect("a reservation state always encodes")
+}
+
+/// A kept state, checked: its format version and its invariants.
+pub fn decode(body: &[u8]) -> Result<Reservations, String> {
+    let d: OnDisk = serde_json::from_slice(body).map_err(|e| e.to_string())?;
+    if d.version != VERSION {
+        return Err(format!(
+            "version {} (this target writes {VERSION})",
+            d.version
+        ));
+    }
+    if !d.state.valid() {
+        return Err("inconsistent registrants or holder".into());
+    }
+    Ok(d.state)
+}
+
 /// Where one namespace's state is kept.
 #[derive(Debug)]
 pub struct FileStore {
@@ -98,21 +122,11 @@ impl FileStore {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
             Err(e) => return Err(io_err(&self.path, "reading")(e)),
         };
-        let invalid = |reason: String| StoreError::Invalid {
+        let state = decode(&text).map_err(|reason| StoreError::Invalid {
             path: self.path.display().to_string(),
             reason,
-        };
-        let d: OnDisk = serde_json::from_slice(&text).map_err(|e| invalid(e.to_string()))?;
-        if d.version != VERSION {
-            return Err(invalid(format!(
-                "version {} (this target writes {VERSION})",
-                d.version
-            )));
-        }
-        if !d.state.valid() {
-            return Err(invalid("inconsistent registrants or holder".into()));
-        }
-        Ok(d.state.ptpl.then_some(d.state))
+        })?;
+        Ok(state.ptpl.then_some(state))
     }
 
     /// Makes `st` the state kept: written and synced when PTPL is set,
@@ -127,11 +141,7 @@ impl FileStore {
             }
         } else {
             let tmp = self.path.with_extension("json.tmp");
-            let body = serde_json::to_vec(&OnDisk {
-                version: VERSION,
-                state: st.clone(),
-            })
-            .map_err(|e| io_err(&tmp, "encoding")(std::io::Error::other(e)))?;
+            let body = encode(st);
             let mut f = OpenOptions::new()
                 .write(true)
                 .create(true)

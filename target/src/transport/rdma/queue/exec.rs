@@ -541,9 +541,10 @@ impl Queue {
                 ns.lose_writeback();
                 st = st.no_retry();
             }
-            if !self.ctrl.as_ref().is_some_and(|c| c.state().acre) {
-                st = st.with_crd(0); // the host did not enable ACRE
-            }
+            st = match &self.ctrl {
+                Some(c) => c.retry_delay(st),
+                None => st.with_crd(0),
+            };
             warn!(nsid = ns.nsid, cid = q.cmd.cid(), ?plan, errno, status = %st, "backend I/O failed");
             return self.complete(cx, r, st, 0);
         }
