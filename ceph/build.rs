@@ -16,7 +16,7 @@ fn main() {
     let bindings = bindgen::Builder::default()
         .header("src/wrapper.h")
         .allowlist_function(
-            "rados_(create2|conf_read_file|conf_parse_env|conf_set|conf_get|connect|shutdown|cluster_fsid|ioctx_create|ioctx_destroy|pool_lookup)",
+            "rados_(create2|conf_read_file|conf_parse_env|conf_set|conf_get|connect|shutdown|cluster_fsid|ioctx_create|ioctx_destroy|pool_lookup|blocklist_add|getaddrs|wait_for_latest_osdmap|mon_command)",
         )
         .allowlist_function(
             "rados_(read|get_last_version|create_write_op|release_write_op|write_op_(assert_version|create|write_full|operate)|watch3|watch_check|unwatch2|watch_flush|notify2|notify_ack|buffer_free)",

@@ -257,6 +257,108 @@ impl Cluster {
         Ok(c_str(&buf))
     }
 
+    /// The address the OSDs see this connection by (`ip:port/nonce`): what
+    /// [`Cluster::blocklist`] takes to fence it. Unique per connection.
+    pub fn addrs(&self) -> Result<String, Error> {
+        let f = self
+            .lib
+            .rados_getaddrs
+            .as_ref()
+            .map_err(|_| Error::Library(format!("{LIBRARY} lacks rados_getaddrs")))?;
+        let mut out: *mut c_char = std::ptr::null_mut();
+        // SAFETY: live, connected handle; valid out pointer.
+        let r = unsafe { f(self.raw, &mut out) };
+        check(r, "read the address of", || self.name.clone())?;
+        // SAFETY: librados returned a NUL-terminated string allocated with
+        // malloc, ours to free.
+        let s = unsafe { CStr::from_ptr(out) }
+            .to_string_lossy()
+            .into_owned();
+        // SAFETY: as above, freed once.
+        unsafe { nix::libc::free(out as *mut c_void) };
+        Ok(s)
+    }
+
+    /// Adds `addr` (`ip:port/nonce`, from [`Cluster::addrs`]) to the OSD
+    /// blocklist for `expire_s` seconds (0: the monitors' default, an
+    /// hour), and waits until this connection has the OSD map that holds
+    /// it: from then on no OSD that serves one of this connection's
+    /// operations executes one of that client's. Blocks.
+    pub fn blocklist(&self, addr: &str, expire_s: u32) -> Result<(), Error> {
+        let f = self.lib.rados_blocklist_add.as_ref().map_err(|_| {
+            Error::Library(format!(
+                "{LIBRARY} lacks rados_blocklist_add: fencing needs Ceph 16 (Pacific) or newer"
+            ))
+        })?;
+        let c = cstring(addr)?;
+        // SAFETY: live, connected handle; librados only reads the address
+        // (its prototype takes a mutable pointer).
+        let r = unsafe { f(self.raw, c.as_ptr() as *mut c_char, expire_s) };
+        check(r, "blocklist", || addr.into())
+    }
+
+    /// Runs a monitor command (`{"prefix": ...}` JSON) and returns its
+    /// output and status text. Blocks (at most `rados_mon_op_timeout`).
+    pub fn mon_command(&self, cmd: &str) -> Result<(String, String), Error> {
+        let lib = self.lib;
+        let (Ok(f), Ok(free)) = (&lib.rados_mon_command, &lib.rados_buffer_free) else {
+            return Err(Error::Library(format!("{LIBRARY} lacks rados_mon_command")));
+        };
+        let c = cstring(cmd)?;
+        let cmds = [c.as_ptr()];
+        let (mut out, mut outlen, mut st, mut stlen) =
+            (std::ptr::null_mut(), 0usize, std::ptr::null_mut(), 0usize);
+        // SAFETY: live, connected handle; one NUL-terminated command; no
+        // input; valid out pointers, whose buffers are freed below.
+        let r = unsafe {
+            f(
+                self.raw,
+                cmds.as_ptr() as *mut *const c_char,
+                1,
+                std::ptr::null(),
+                0,
+                &mut out,
+                &mut outlen,
+                &mut st,
+                &mut stlen,
+            )
+        };
+        let take = |p: *mut c_char, n: usize| {
+            if p.is_null() {
+                return String::new();
+            }
+            // SAFETY: librados returned `n` bytes at `p`, ours to free once.
+            let s =
+                String::from_utf8_lossy(unsafe { std::slice::from_raw_parts(p as *const u8, n) })
+                    .into_owned();
+            // SAFETY: as above.
+            unsafe { free(p) };
+            s
+        };
+        let (out, st) = (take(out, outlen), take(st, stlen));
+        check(r, "run the monitor command", || format!("{cmd} ({st})"))?;
+        Ok((out, st))
+    }
+
+    /// Whether the OSD blocklist holds `addr` (as [`Cluster::addrs`] gives
+    /// it): the monitors say, whatever this connection's OSD map. Blocks.
+    pub fn is_blocklisted(&self, addr: &str) -> Result<bool, Error> {
+        let (out, _) = self.mon_command(r#"{"prefix": "osd blocklist ls", "format": "json"}"#)?;
+        Ok(out.contains(&format!("\"{addr}\"")))
+    }
+
+    /// Waits until this connection has the newest OSD map. Blocks.
+    pub fn wait_for_latest_osdmap(&self) -> Result<(), Error> {
+        let f = self
+            .lib
+            .rados_wait_for_latest_osdmap
+            .as_ref()
+            .map_err(|_| Error::Library(format!("{LIBRARY} lacks rados_wait_for_latest_osdmap")))?;
+        // SAFETY: live, connected handle.
+        let r = unsafe { f(self.raw) };
+        check(r, "wait for the latest OSD map of", || self.name.clone())
+    }
+
     /// Opens an I/O context on pool `name`.
     pub fn pool(self: &Arc<Self>, name: &str) -> Result<Arc<Pool>, Error> {
         let c = cstring(name)?;

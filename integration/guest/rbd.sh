@@ -28,8 +28,12 @@
 #      preemption notice); B restarted reads it from the cluster; B stopped (SIGSTOP)
 #      while A changes it never serves the old state once resumed; fused Compare and
 #      Write races through both gateways (caw-race): exactly one winner per round
+#  13. fenced failover (fence.sh): a write delayed on its way from A to the cluster never
+#      lands over newer data written through B once the host failed over (A stopped, or
+#      cut off from the host only); A rejoins; without fencing the delayed write lands
 # The host's kernel log must show no I/O error, reset or timeout (kmsg.sh).
-# Environment: TARGET_BIN (build/release/nvmf-target).
+# Environment: TARGET_BIN (build/release/nvmf-target), RBD_PART=gateways (part 2 only),
+#   CAW_ROUNDS, FENCE_ROUNDS, FENCE_DELAY_S (fence.sh).
 # Output: "=== [t] step" lines, "RBD PASS" as the last line.
 set -euo pipefail
 IP=${LAB_IP:?LAB_IP not set (run this inside the lab guest)}
@@ -67,6 +71,8 @@ cleanup() {
     for p in "${GWPID[@]}"; do [ -n "$p" ] && kill -KILL "$p" 2>/dev/null; done
     if [ $PASSED = 0 ]; then
         for g in A B; do [ -f "/tmp/gw-$g.log" ] && { echo "--- gateway $g (last 15 lines)"; tail -n 15 "/tmp/gw-$g.log"; }; done
+        # The whole logs, for the host to read (the guest's /tmp goes with the VM).
+        cp /tmp/gw-A.log /tmp/gw-B.log integration/out/ 2>/dev/null && echo "gateway logs: integration/out/gw-A.log, gw-B.log"
     fi
     [ -n "$MAPPED" ] && rbd unmap "$MAPPED" 2>/dev/null
     ceph_down
@@ -130,6 +136,8 @@ ceph_up
 rbd create "rbd/$IMAGE" --size ${SIZE_MB}M --image-feature layering
 info "$(ceph -s 2>/dev/null | grep -E 'health|osd:|pools:' | tr -s ' ' | paste -sd';')"
 
+# RBD_PART=gateways skips to part 2 (the two gateways), when working on it.
+if [ "${RBD_PART:-all}" != gateways ]; then
 step "1. configuration errors: the target refuses to start and says why"
 config rbd nope
 refused "missing image" "rbd:rbd/nope.*open image rbd/nope.*No such file"
@@ -300,6 +308,7 @@ rbd unmap "$MAPPED"; MAPPED=
 info "the image's xfs, mounted through krbd, holds the 6 files with their checksums"
 kmsg_check "stop"
 
+fi # RBD_PART
 # =====================================================================================
 # Part 2: two gateways (two target processes, ports 4420 and 4421) serve one subsystem
 # with one namespace on rbd/disk2: gateway A optimized, B non-optimized for ANA group 1,
@@ -539,7 +548,7 @@ expect "host 5 unregisters" "$(reg h5 0 1 0x55)" 000
 "$TARGET_BIN" status --socket /tmp/gw-B.sock | grep -E "reservations shared" | sed 's/^/    B: /'
 step "11d. Compare and Write through both gateways (caw-race: host B through gateway B)"
 CAW=build/release/examples/caw-race
-"$CAW" "$IP" "${GWPORT[A]}" "$NQN2" "${CAW_ROUNDS:-2000}" "$IP" "${GWPORT[B]}" >/tmp/caw.txt 2>&1 \
+"$CAW" "$IP" "${GWPORT[A]}" "$NQN2" "${CAW_ROUNDS:-500}" "$IP" "${GWPORT[B]}" >/tmp/caw.txt 2>&1 \
     || { cat /tmp/caw.txt; fail "caw-race through two gateways"; }
 sed 's/^/    /' /tmp/caw.txt
 # The multipath host (no registration) is refused while hosts 5 and 6 hold Exclusive
@@ -548,6 +557,8 @@ sed 's/^/    /' /tmp/caw.txt
 E=$(mp_errors | grep -vE "\(sct 0x0 / sc 0x83\)|critical nexus error|Buffer I/O error on dev nvme[0-9]+n1, logical block [0-9]+, async page read" || true)
 [ -z "$E" ] || { echo "$E"; fail "I/O errors in the host's kernel log during the reservation steps"; }
 info "conflicts the multipath host met meanwhile (udev's reads): $(mp_errors | grep -c "critical nexus error" || true)"
+
+. integration/guest/fence.sh
 
 step "12. disconnect; stop both gateways"
 settle

@@ -7,7 +7,7 @@
 //! multipath sends I/O to the optimized path and fails over to the others.
 
 use std::collections::BTreeSet;
-use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
 use std::sync::Arc;
 
 use nvme::ana::{AnaGroup, AnaState, MAX_GROUPS};
@@ -22,6 +22,9 @@ type States = [AtomicU8; MAX_GROUPS as usize + 1];
 #[derive(Debug)]
 pub struct Ana {
     ports: Vec<States>,
+    /// Groups inaccessible at every listener whatever their configured
+    /// state: the cluster fenced this gateway's connection for them.
+    fenced: [AtomicBool; MAX_GROUPS as usize + 1],
     change_count: AtomicU64,
 }
 
@@ -33,18 +36,45 @@ impl Ana {
             ports: (0..ports)
                 .map(|_| std::array::from_fn(|_| AtomicU8::new(code)))
                 .collect(),
+            fenced: std::array::from_fn(|_| AtomicBool::new(false)),
             change_count: AtomicU64::new(1),
         }
+    }
+
+    /// Makes `groups` (and only them) inaccessible everywhere while this
+    /// gateway is fenced for them; true (and the change counted) when that
+    /// changed anything.
+    pub fn set_fenced(&self, groups: &BTreeSet<u32>) -> bool {
+        let mut any = false;
+        for (g, f) in self.fenced.iter().enumerate().skip(1) {
+            let now = groups.contains(&(g as u32));
+            if f.swap(now, Ordering::AcqRel) != now {
+                any = true;
+            }
+        }
+        if any {
+            self.bump();
+        }
+        any
     }
 
     /// The state of `group` at listener `port` (optimized for a listener or
     /// group out of range).
     pub fn state(&self, port: usize, group: u32) -> AnaState {
-        self.ports
+        let fenced = self
+            .fenced
+            .get(group as usize)
+            .is_some_and(|f| f.load(Ordering::Acquire));
+        let configured = self
+            .ports
             .get(port)
             .and_then(|s| s.get(group as usize))
             .and_then(|a| AnaState::from_code(a.load(Ordering::Acquire)))
-            .unwrap_or(AnaState::Optimized)
+            .unwrap_or(AnaState::Optimized);
+        match configured {
+            AnaState::Optimized | AnaState::NonOptimized if fenced => AnaState::Inaccessible,
+            s => s,
+        }
     }
 
     /// Takes the states of `listeners` (in port order); returns the ports

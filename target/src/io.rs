@@ -65,6 +65,19 @@ pub enum IoPlan {
 }
 
 impl IoPlan {
+    /// Whether it changes the store (a write, zeroes, a deallocation).
+    pub fn writes(&self) -> bool {
+        matches!(
+            self,
+            IoPlan::Write { .. }
+                | IoPlan::WriteZeroes { .. }
+                | IoPlan::Dsm {
+                    deallocate: true,
+                    ..
+                }
+        )
+    }
+
     /// Bytes the host must send (H2C) for this plan.
     pub fn data_in_len(&self) -> u32 {
         match *self {
@@ -261,10 +274,18 @@ pub fn errno_status(plan: &IoPlan, errno: i32) -> Status {
         Errno::EROFS | Errno::EPERM | Errno::EACCES => Status::NS_WRITE_PROTECTED,
         Errno::EOPNOTSUPP => Status::INVALID_OPCODE,
         Errno::EINVAL => Status::INVALID_FIELD,
+        // This gateway was fenced (EBLOCKLISTED): nothing it sends the
+        // cluster lands any more, so the host retries through another
+        // gateway, which owns the image now.
+        Errno::ESHUTDOWN => Status::ANA_INACCESSIBLE,
+        // A write the cluster did not answer in time may still land later:
+        // retried elsewhere, it could be overwritten by itself, older, after
+        // newer writes. Not retryable.
+        Errno::ETIMEDOUT if plan.writes() => Status::WRITE_FAULT.no_retry(),
         // A store that cannot be reached now (a Ceph cluster whose OSDs do
-        // not answer, a gateway fenced by the cluster): the host retries.
-        // A host that enabled ACRE waits CRDT1 before retrying.
-        Errno::ETIMEDOUT | Errno::ESHUTDOWN | Errno::ENOTCONN | Errno::ECONNREFUSED => {
+        // not answer; a gateway still waiting to own its image): the host
+        // retries, after CRDT1 if it enabled ACRE.
+        Errno::ETIMEDOUT | Errno::EAGAIN | Errno::ENOTCONN | Errno::ECONNREFUSED => {
             Status::NS_NOT_READY.with_crd(1)
         }
         _ => match plan {
@@ -436,10 +457,21 @@ mod tests {
             errno_status(&w, Errno::ENOSPC as i32).code(),
             Status::CAPACITY_EXCEEDED.code()
         );
-        for e in [Errno::ETIMEDOUT, Errno::ESHUTDOWN] {
-            let st = errno_status(&w, e as i32);
+        let r = IoPlan::Read { offset: 0, len: 1 };
+        for e in [Errno::ETIMEDOUT, Errno::EAGAIN] {
+            let st = errno_status(&r, e as i32);
             assert_eq!(st, Status::NS_NOT_READY.with_crd(1));
             assert!(!st.dnr, "an unreachable store is retried, after CRDT1");
+        }
+        let st = errno_status(&w, Errno::ETIMEDOUT as i32);
+        assert_eq!(st.code(), Status::WRITE_FAULT.code());
+        assert!(st.dnr, "a write that may still land is not retried");
+        for p in [w, r] {
+            assert_eq!(
+                errno_status(&p, Errno::ESHUTDOWN as i32),
+                Status::ANA_INACCESSIBLE,
+                "a fenced gateway's host goes to another path"
+            );
         }
     }
 

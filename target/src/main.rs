@@ -445,6 +445,7 @@ fn main() -> ExitCode {
             None => {}
         }
         daemon.reap_retired();
+        daemon.recover_fenced();
         match daemon.check_alive() {
             Ok(()) => {
                 if watchdog {

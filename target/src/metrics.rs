@@ -60,6 +60,9 @@ pub struct Metrics {
     pub async_events: IntCounterVec,
     /// `config_reloads_total{result}`.
     pub reloads: IntCounterVec,
+    /// `fencing_events_total{image,event}`: ownership of RBD images taken,
+    /// handed over, taken by fencing another gateway, lost to fencing.
+    pub fencing: IntCounterVec,
     /// `build_info{version}` (always 1).
     pub build_info: IntGaugeVec,
     /// `start_time_seconds`.
@@ -233,6 +236,11 @@ impl Metrics {
                 "config_reloads_total",
                 "Configuration reloads, by result",
                 &["result"],
+            ),
+            fencing: counter(
+                "fencing_events_total",
+                "Ownership of RBD images (pool/image): acquired, released (handed over), fenced_peer (taken from a gateway that did not answer, after blocklisting it), fenced (this gateway was blocklisted), recovered (reconnected after that)",
+                &["image", "event"],
             ),
             build_info: gauge("build_info", "Build information (always 1)", &["version"]),
             start_time,

@@ -18,6 +18,11 @@ pub const MISCOMPARE: i32 = 1;
 /// namespace (a Preempt and Abort ran first): nothing compared or written.
 pub const CONFLICT: i32 = 2;
 
+/// How long a Compare and Write on an RBD image waits for this gateway to
+/// own the image: what a takeover of a gateway that does not answer takes,
+/// with room to spare.
+const OWNERSHIP_WAIT: std::time::Duration = std::time::Duration::from_secs(20);
+
 /// O_DIRECT wants buffers aligned to the logical block; a page is enough.
 const ALIGN: usize = 4096;
 
@@ -85,12 +90,30 @@ pub fn compare_and_write(
         return CONFLICT;
     }
     match &ns.backend {
-        Backend::Rbd(img) => match img.image().compare_and_write(offset, cmp, data) {
-            Ok(()) if fua => img.flush().map_or_else(|e| errno_of(&e), |_| 0),
-            Ok(()) => 0,
-            Err(e) if e == -nix::libc::EILSEQ => MISCOMPARE,
-            Err(e) => e,
-        },
+        Backend::Rbd(img) => {
+            // An image that needs ownership is written by its owner only:
+            // wait for it as a write at the gate does.
+            let gated = ns.backend.gated();
+            if gated && !ns.gate.enter_wait(OWNERSHIP_WAIT) {
+                return -nix::libc::EAGAIN;
+            }
+            let r = match img.image().compare_and_write(offset, cmp, data) {
+                Ok(()) if fua => img.flush().map_or_else(|e| errno_of(&e), |_| 0),
+                Ok(()) => 0,
+                Err(e) if e == -nix::libc::EILSEQ => MISCOMPARE,
+                Err(e) => e,
+            };
+            if gated {
+                if r == -nix::libc::ETIMEDOUT {
+                    ns.gate.mark_uncertain();
+                }
+                if r == -nix::libc::ESHUTDOWN {
+                    img.conn().mark_fenced();
+                }
+                ns.gate.leave();
+            }
+            r
+        }
         Backend::Null => {
             if cmp.iter().all(|&b| b == 0) {
                 0

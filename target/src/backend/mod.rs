@@ -100,6 +100,16 @@ impl Backend {
         }
     }
 
+    /// Whether writes pass the namespace's write gate: a local store's (for
+    /// Compare and Write), an RBD image's that needs ownership.
+    pub fn gated(&self) -> bool {
+        match self {
+            Backend::File { .. } => true,
+            Backend::Rbd(img) => img.ownership().is_some(),
+            Backend::Null => false,
+        }
+    }
+
     /// The raw fd (-1 when there is none).
     pub fn fd(&self) -> i32 {
         match self {
@@ -115,7 +125,7 @@ pub fn open_namespace(subnqn: &str, cfg: &NamespaceConfig) -> Result<Namespace, 
         BackendConfig::Null { size } => (Backend::Null, *size, cfg.block_size.unwrap_or(512)),
         BackendConfig::File { path } => file::open(path, cfg.block_size, cfg.readonly)?,
         BackendConfig::Rbd(rbd) => {
-            let (backend, size) = rbd::open(rbd)?;
+            let (backend, size) = rbd::open(rbd, cfg.ana_group)?;
             (backend, size, cfg.block_size.unwrap_or(512))
         }
     };
@@ -127,6 +137,15 @@ pub fn open_namespace(subnqn: &str, cfg: &NamespaceConfig) -> Result<Namespace, 
     }
     let mut ns = Namespace::new(subnqn, cfg.nsid, backend, size, bs, cfg.readonly);
     ns.ana_group = cfg.ana_group;
+    if let Backend::Rbd(img) = &ns.backend {
+        if !cfg.readonly {
+            img.own_through(&ns.gate)
+                .map_err(|e| BackendError::Invalid {
+                    path: ns.backend.describe(),
+                    reason: format!("ownership: {e}"),
+                })?;
+        }
+    }
     // The reservation state persists where the namespace's store is local
     // (a file or block device, or nothing) and a state directory exists; an
     // RBD image's lives in its cluster, shared by every gateway.
@@ -213,7 +232,10 @@ pub unsafe fn submit(
             file::submit(ns, *is_block, plan, data, ranges, io, ud)
         },
         // SAFETY: as above.
-        Backend::Rbd(img) => unsafe { rbd::submit(img, plan, data, ranges, io.mailbox, ud) },
+        Backend::Rbd(img) => unsafe {
+            let gate = img.ownership().is_some().then_some(&ns.gate);
+            rbd::submit(img, plan, data, ranges, io.mailbox, gate, ud)
+        },
         // SAFETY: the caller's guarantees, passed on.
         Backend::Null => unsafe { null::execute(plan, data) },
     }

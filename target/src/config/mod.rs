@@ -114,6 +114,10 @@ pub struct RbdConfig {
     pub ceph_conf: Option<PathBuf>,
     /// The Ceph client id (`admin` for `client.admin`).
     pub client: String,
+    /// Only the gateway that owns the image writes it, and a gateway that
+    /// takes ownership from one that does not answer fences it first
+    /// (default: on; see docs/fencing.md).
+    pub fencing: bool,
 }
 
 /// A namespace.
@@ -504,7 +508,7 @@ block_size = 4096
     #[test]
     fn rbd_namespaces() {
         let c = TargetConfig::from_toml(
-            &format!("{LISTENER}[[subsystem.namespace]]\nbackend = \"rbd\"\npool = \"rbd\"\nimage = \"disk1\"\n[[subsystem.namespace]]\nbackend = \"rbd\"\npool = \"fast\"\nimage = \"disk2\"\nclient = \"nvmf\"\nceph_conf = \"/etc/hostname\"\nblock_size = 4096\n"),
+            &format!("{LISTENER}[[subsystem.namespace]]\nbackend = \"rbd\"\npool = \"rbd\"\nimage = \"disk1\"\n[[subsystem.namespace]]\nbackend = \"rbd\"\npool = \"fast\"\nimage = \"disk2\"\nclient = \"nvmf\"\nfencing = false\nceph_conf = \"/etc/hostname\"\nblock_size = 4096\n"),
             "t.toml",
         )
         .unwrap();
@@ -516,6 +520,7 @@ block_size = 4096
                 image: "disk1".into(),
                 ceph_conf: None,
                 client: "admin".into(),
+                fencing: true,
             })
         );
         assert_eq!(
@@ -525,6 +530,7 @@ block_size = 4096
                 image: "disk2".into(),
                 ceph_conf: Some("/etc/hostname".into()),
                 client: "nvmf".into(),
+                fencing: false,
             })
         );
         assert_eq!(ns[1].block_size, Some(4096));
@@ -838,7 +844,8 @@ socket = "x"
                 pool: "rbd".into(),
                 image: "disk1".into(),
                 ceph_conf: None,
-                client: "admin".into()
+                client: "admin".into(),
+                fencing: true,
             })
         );
         let e = TargetConfig::quick(

@@ -110,6 +110,7 @@ pub(super) struct RawNamespace {
     pub image: Option<String>,
     pub ceph_conf: Option<String>,
     pub client: Option<String>,
+    pub fencing: Option<bool>,
     pub ana_group: Option<u32>,
     pub reservations: Option<bool>,
 }

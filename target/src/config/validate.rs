@@ -380,6 +380,7 @@ impl TargetConfig {
                 ("image", n.image.is_some()),
                 ("ceph_conf", n.ceph_conf.is_some()),
                 ("client", n.client.is_some()),
+                ("fencing", n.fencing.is_some()),
             ] {
                 if set {
                     cx.err(g(field), "is only for backend = \"rbd\"");
@@ -526,6 +527,7 @@ impl TargetConfig {
             image: image?,
             ceph_conf,
             client,
+            fencing: n.fencing.unwrap_or(true),
         })
     }
 }

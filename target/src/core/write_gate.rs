@@ -9,9 +9,16 @@
 //! reopens it. Closing is rare and short (one read and one write), so the
 //! gate closes for the whole namespace rather than a range; an open gate
 //! costs a write two atomic operations.
+//!
+//! The gate of an RBD image served by several gateways is also its
+//! ownership (see `backend::rbd::owner`): only the gateway that owns the
+//! image writes it. Without ownership, writes park and ask for it
+//! ([`WriteGate::owned_by`]); handing it over ([`WriteGate::revoke`]) waits
+//! until every write operation inside completed in the cluster.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::SeqCst};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock};
+use std::time::{Duration, Instant};
 
 use crate::backend::offload::Mailbox;
 
@@ -19,18 +26,39 @@ use crate::backend::offload::Mailbox;
 /// under its operation's user data): submit it again. No errno is this large.
 pub const REOPENED: i32 = i32::MAX;
 
+/// What a gate calls when a write parks for want of ownership.
+type Want = Box<dyn Fn() + Send + Sync>;
+
 /// The gate.
-#[derive(Debug, Default)]
+#[derive(Default)]
 pub struct WriteGate {
     /// Writes inside (submitted, not all their operations done).
     inside: AtomicU64,
     /// A Compare and Write holds it closed (or waits to).
     closed: AtomicBool,
+    /// Writes need ownership ([`WriteGate::owned_by`]) and this gateway
+    /// does not have it: they park.
+    unowned: AtomicBool,
+    /// A write left without a known outcome (a librados timeout): it may
+    /// still land, so ownership must not be handed over cooperatively.
+    uncertain: AtomicBool,
+    /// Asks for ownership (set once, by [`WriteGate::owned_by`]).
+    want: OnceLock<Want>,
     parked: Mutex<Vec<(Arc<Mailbox>, u64)>>,
     /// Signalled when the last write inside leaves a closed gate.
     drained: Condvar,
     /// One closer at a time.
     closer: Mutex<()>,
+}
+
+impl std::fmt::Debug for WriteGate {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WriteGate")
+            .field("inside", &self.inside)
+            .field("closed", &self.closed)
+            .field("unowned", &self.unowned)
+            .finish()
+    }
 }
 
 /// How an attempt to enter went.
@@ -57,26 +85,138 @@ impl WriteGate {
     /// `mailbox`) while the gate is closed.
     pub fn enter(&self, mailbox: &Arc<Mailbox>, ud: u64) -> Entry {
         self.inside.fetch_add(1, SeqCst);
-        if !self.closed.load(SeqCst) {
+        if !self.shut() {
             return Entry::Inside;
         }
         let mut parked = self.parked();
         // Checked again under the lock the reopening takes: a gate that
         // reopened meanwhile lets the write in rather than park it forever.
-        if !self.closed.load(SeqCst) {
+        if !self.shut() {
             return Entry::Inside;
         }
         parked.push((mailbox.clone(), ud));
         drop(parked);
         self.leave();
+        self.ask();
         Entry::Parked
+    }
+
+    /// Enters, blocking (the gate thread's Compare and Write) until the gate
+    /// is open, for at most `timeout`: false if it did not open.
+    pub fn enter_wait(&self, timeout: Duration) -> bool {
+        let until = Instant::now() + timeout;
+        loop {
+            self.inside.fetch_add(1, SeqCst);
+            if !self.shut() {
+                return true;
+            }
+            self.leave();
+            self.ask();
+            let g = self.parked();
+            let left = until.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return false;
+            }
+            if self.shut() {
+                let _ = self
+                    .drained
+                    .wait_timeout(g, left.min(Duration::from_millis(50)));
+            }
+        }
+    }
+
+    /// Counts one more operation of a write that is inside (a write of
+    /// several operations, each of which leaves on its own completion).
+    pub fn hold(&self) {
+        self.inside.fetch_add(1, SeqCst);
     }
 
     /// A write that entered is done.
     pub fn leave(&self) {
-        if self.inside.fetch_sub(1, SeqCst) == 1 && self.closed.load(SeqCst) {
+        if self.inside.fetch_sub(1, SeqCst) == 1 && self.shut() {
             let _g = self.parked();
             self.drained.notify_all();
+        }
+    }
+
+    /// A write operation ended without a known outcome: it may still land.
+    pub fn mark_uncertain(&self) {
+        self.uncertain.store(true, SeqCst);
+    }
+
+    /// Whether a write ended without a known outcome since this gateway
+    /// took ownership.
+    pub fn uncertain(&self) -> bool {
+        self.uncertain.load(SeqCst)
+    }
+
+    /// Writes need ownership from now on, which this gateway does not have
+    /// yet: a write that parks calls `want`.
+    pub fn owned_by(&self, want: impl Fn() + Send + Sync + 'static) {
+        if self.want.set(Box::new(want)).is_ok() {
+            self.unowned.store(true, SeqCst);
+        }
+    }
+
+    /// Whether this gateway may write now (always, for a gate that needs no
+    /// ownership).
+    pub fn owned(&self) -> bool {
+        !self.unowned.load(SeqCst)
+    }
+
+    /// Ownership arrived: parked writes go on (unless a Compare and Write
+    /// holds the gate closed; it wakes them when it reopens).
+    pub fn grant(&self) {
+        self.uncertain.store(false, SeqCst);
+        let woken = {
+            let mut p = self.parked();
+            self.unowned.store(false, SeqCst);
+            if self.closed.load(SeqCst) {
+                Vec::new()
+            } else {
+                std::mem::take(&mut *p)
+            }
+        };
+        for (mailbox, ud) in woken {
+            mailbox.post(ud, REOPENED);
+        }
+        self.drained.notify_all();
+    }
+
+    /// Gives ownership up: writes park from now on; waits until every write
+    /// inside left, for at most `timeout`. True when none is left inside.
+    pub fn revoke(&self, timeout: Duration) -> bool {
+        if self.want.get().is_none() {
+            return false;
+        }
+        let until = Instant::now() + timeout;
+        let mut g = self.parked();
+        self.unowned.store(true, SeqCst);
+        while self.inside.load(SeqCst) != 0 {
+            let left = until.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return false;
+            }
+            g = self
+                .drained
+                .wait_timeout(g, left)
+                .unwrap_or_else(|p| p.into_inner())
+                .0;
+        }
+        true
+    }
+
+    /// Writes wait: a Compare and Write holds the gate, or ownership is
+    /// missing.
+    fn shut(&self) -> bool {
+        self.closed.load(SeqCst) || self.unowned.load(SeqCst)
+    }
+
+    fn ask(&self) {
+        if self.unowned.load(SeqCst) {
+            if let Some(w) = self.want.get() {
+                w();
+            }
         }
     }
 
@@ -103,7 +243,11 @@ impl Drop for Closed<'_> {
         let woken = {
             let mut p = self.gate.parked();
             self.gate.closed.store(false, SeqCst);
-            std::mem::take(&mut *p)
+            if self.gate.unowned.load(SeqCst) {
+                Vec::new()
+            } else {
+                std::mem::take(&mut *p)
+            }
         };
         for (mailbox, ud) in woken {
             mailbox.post(ud, REOPENED);
@@ -143,5 +287,68 @@ mod tests {
         assert_eq!(got, vec![(2, REOPENED)]);
         assert_eq!(gate.enter(&mb, 3), Entry::Inside);
         gate.leave();
+    }
+
+    #[test]
+    fn without_ownership_writes_park_ask_and_go_on_when_granted() {
+        let gate = Arc::new(WriteGate::default());
+        let asked = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let a = asked.clone();
+        gate.owned_by(move || {
+            a.fetch_add(1, SeqCst);
+        });
+        assert!(!gate.owned());
+        let mb = Mailbox::new(Waker::new().unwrap());
+        assert_eq!(gate.enter(&mb, 7), Entry::Parked);
+        assert_eq!(asked.load(SeqCst), 1, "a parked write asks for ownership");
+        gate.grant();
+        let mut got = Vec::new();
+        mb.take(&mut got);
+        assert_eq!(got, vec![(7, REOPENED)]);
+        assert_eq!(gate.enter(&mb, 8), Entry::Inside);
+        // Handing over waits for the write inside, and its operations.
+        gate.hold();
+        gate.leave();
+        assert!(
+            !gate.revoke(Duration::from_millis(20)),
+            "an operation is still in flight"
+        );
+        assert_eq!(
+            gate.enter(&mb, 9),
+            Entry::Parked,
+            "no new write once revoked"
+        );
+        gate.leave();
+        assert!(gate.revoke(Duration::from_millis(20)));
+        assert!(!gate.uncertain());
+        gate.mark_uncertain();
+        assert!(gate.uncertain());
+        gate.grant();
+        assert!(!gate.uncertain(), "a new ownership starts certain");
+        let mut got = Vec::new();
+        mb.take(&mut got);
+        assert_eq!(got, vec![(9, REOPENED)]);
+    }
+
+    #[test]
+    fn a_blocking_enter_waits_for_ownership_or_times_out() {
+        let gate = Arc::new(WriteGate::default());
+        gate.owned_by(|| {});
+        assert!(!gate.enter_wait(Duration::from_millis(30)));
+        let g = gate.clone();
+        let t = std::thread::spawn(move || g.enter_wait(Duration::from_secs(5)));
+        std::thread::sleep(Duration::from_millis(30));
+        gate.grant();
+        assert!(t.join().unwrap());
+        gate.leave();
+        assert!(gate.revoke(Duration::from_millis(10)));
+    }
+
+    #[test]
+    fn a_gate_without_ownership_cannot_be_revoked() {
+        let gate = WriteGate::default();
+        assert!(gate.owned());
+        assert!(!gate.revoke(Duration::ZERO));
+        assert!(gate.owned());
     }
 }

@@ -105,6 +105,8 @@ pub struct Daemon {
     metrics_server: Option<MetricsServer>,
     control: Option<ControlServer>,
     log_reload: Option<LogReload>,
+    /// When reopening a fenced namespace last failed with a warning.
+    fence_warned: Option<Instant>,
 }
 
 impl Daemon {
@@ -150,12 +152,99 @@ impl Daemon {
             metrics_server,
             control,
             log_reload,
+            fence_warned: None,
         })
     }
 
     /// Drops (and so flushes) removed namespaces that no request holds any more.
     pub fn reap_retired(&mut self) {
-        self.retired.retain(|ns| Arc::strong_count(ns) > 1);
+        self.retired.retain(|ns| {
+            if Arc::strong_count(ns) > 1 {
+                return true;
+            }
+            if let crate::backend::Backend::Rbd(img) = &ns.backend {
+                if img.fenced() {
+                    // Closing an image (and shutting down a connection) the
+                    // cluster blocklisted may wait on it: not on this thread.
+                    let ns = ns.clone();
+                    let _ = std::thread::Builder::new()
+                        .name("rbd-close".into())
+                        .spawn(move || drop(ns));
+                }
+            }
+            false
+        });
+    }
+
+    /// Reopens, on a new cluster connection, the RBD namespaces whose
+    /// connection another gateway fenced (blocklisted) when it took their
+    /// images over; until then their ANA groups are inaccessible here, so
+    /// hosts use the other gateways. Called every tick.
+    pub fn recover_fenced(&mut self) {
+        let mut groups = std::collections::BTreeSet::new();
+        let mut fenced = Vec::new();
+        for sub in self.target.subsystems().iter() {
+            for ns in sub.namespaces().iter() {
+                if let crate::backend::Backend::Rbd(img) = &ns.backend {
+                    if img.fenced() {
+                        groups.insert(ns.ana_group);
+                        fenced.push((sub.clone(), ns.clone()));
+                    }
+                }
+            }
+        }
+        if self.target.ana.set_fenced(&groups) {
+            let mut raised = 0;
+            for ctrl in self.target.all_controllers() {
+                if ctrl.subsys.kind == SubsystemKind::Nvm && ctrl.notify_ana_changed() {
+                    raised += 1;
+                }
+            }
+            info!(fenced_groups = ?groups, controllers_notified = raised, "ANA groups inaccessible while fenced changed");
+        }
+        for (sub, old) in fenced {
+            let Some(cfg) = self
+                .config
+                .subsystems
+                .iter()
+                .find(|s| s.nqn == sub.nqn)
+                .and_then(|s| s.namespaces.iter().find(|n| n.nsid == old.nsid))
+            else {
+                continue;
+            };
+            match open_ns(&sub.nqn, cfg) {
+                Ok(new) => {
+                    let v = sub
+                        .namespaces()
+                        .iter()
+                        .map(|n| {
+                            if Arc::ptr_eq(n, &old) {
+                                new.clone()
+                            } else {
+                                n.clone()
+                            }
+                        })
+                        .collect();
+                    sub.set_namespaces(v);
+                    attach_namespaces(&sub);
+                    crate::metrics::metrics()
+                        .fencing
+                        .with_label_values(&[&old.backend.describe(), "recovered"])
+                        .inc();
+                    info!(subsys = %sub.nqn, nsid = old.nsid, "namespace reopened on a new cluster connection after this gateway was fenced: it serves again (as a standby until a host writes through it)");
+                    self.retired.push(old);
+                }
+                Err(e) => {
+                    if self
+                        .fence_warned
+                        .is_none_or(|t| t.elapsed() > Duration::from_secs(30))
+                    {
+                        warn!(subsys = %sub.nqn, nsid = old.nsid, "reopening a fenced namespace failed (retried every second): {e}");
+                        self.fence_warned = Some(Instant::now());
+                    }
+                }
+            }
+        }
     }
 
     /// A status line: what is served to whom.
@@ -299,7 +388,11 @@ impl Daemon {
                     });
                     if let (Some(o), Some(m)) = (same, Arc::get_mut(n)) {
                         m.resv = o.resv.clone();
-                        m.gate = o.gate.clone();
+                        // An RBD image's gate is its ownership, which the
+                        // new namespace's connection holds.
+                        if let crate::backend::Backend::File { .. } = m.backend {
+                            m.gate = o.gate.clone();
+                        }
                     }
                 }
                 v.extend(new_ns);
@@ -429,6 +522,15 @@ impl Daemon {
                 if let Err(e) = ns.flush() {
                     error!(subsys = %s.nqn, nsid = ns.nsid, "final flush failed: {e}");
                     flush_failed = true;
+                }
+            }
+        }
+        for s in t.all_subsystems() {
+            for ns in s.namespaces().iter() {
+                if let crate::backend::Backend::Rbd(img) = &ns.backend {
+                    if let Some(o) = img.ownership() {
+                        o.stop(Duration::from_secs(5));
+                    }
                 }
             }
         }

@@ -114,6 +114,26 @@ pub struct NamespaceInfo {
     /// Its persistent reservation (absent when the namespace has none).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reservation: Option<ReservationInfo>,
+    /// Which gateway writes its RBD image (absent without fencing).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ownership: Option<OwnershipInfo>,
+}
+
+/// Who writes an RBD image served by several gateways.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct OwnershipInfo {
+    /// What this gateway is: "owner", "standby" or "fenced".
+    pub role: String,
+    /// The gateway the ownership record named when last read (`host:pid`).
+    pub holder: String,
+    /// This gateway's cluster address (what fences it).
+    pub address: String,
+    /// Times this gateway took ownership.
+    pub acquired: u64,
+    /// Times it handed ownership over.
+    pub released: u64,
+    /// Times it took ownership from a gateway it fenced first.
+    pub fenced_peer: u64,
 }
 
 /// A namespace's reservation state.
@@ -167,6 +187,23 @@ fn rtype_name(t: nvme::reservation::ResvType) -> &'static str {
         T::WriteExclusiveAllRegs => "write_exclusive_all_registrants",
         T::ExclusiveAccessAllRegs => "exclusive_access_all_registrants",
     }
+}
+
+fn ownership_info(n: &crate::namespace::Namespace) -> Option<OwnershipInfo> {
+    let Backend::Rbd(img) = &n.backend else {
+        return None;
+    };
+    let o = img.ownership()?;
+    let c = o.counts();
+    let get = |a: &std::sync::atomic::AtomicU64| a.load(std::sync::atomic::Ordering::Relaxed);
+    Some(OwnershipInfo {
+        role: o.role().as_str().into(),
+        holder: o.holder(),
+        address: img.conn().addr.clone(),
+        acquired: get(&c.acquired),
+        released: get(&c.released),
+        fenced_peer: get(&c.fenced_peer),
+    })
 }
 
 fn reservation_info(n: &crate::namespace::Namespace) -> Option<ReservationInfo> {
@@ -336,6 +373,7 @@ impl Status {
                                 readonly: n.readonly,
                                 ana_group: n.ana_group,
                                 reservation: reservation_info(n),
+                                ownership: ownership_info(n),
                             }
                         })
                         .collect(),
@@ -442,6 +480,13 @@ impl Status {
                     },
                     n.ana_group
                 );
+                if let Some(w) = &n.ownership {
+                    let _ = writeln!(
+                        o,
+                        "    ownership: {} (record: {}; this gateway {}); acquired {}, handed over {}, fenced others {}",
+                        w.role, w.holder, w.address, w.acquired, w.released, w.fenced_peer
+                    );
+                }
                 if let Some(sh) = n.reservation.as_ref().and_then(|r| r.shared.as_ref()) {
                     let _ = writeln!(
                         o,

@@ -312,22 +312,12 @@ impl Queue {
         };
         let data = self.data_ref(cx.dev, r);
         let ud = self.wr_id(wr::IO, r);
-        // A write to a local store passes its namespace's write gate (shut
-        // while a Compare and Write runs): parked, it comes back with
-        // REOPENED and executes again.
-        let writes = matches!(
-            plan,
-            IoPlan::Write { .. }
-                | IoPlan::WriteZeroes { .. }
-                | IoPlan::Dsm {
-                    deallocate: true,
-                    ..
-                }
-        );
-        if writes
-            && !self.reqs[r].gated
-            && matches!(ns.backend, crate::backend::Backend::File { .. })
-        {
+        // A write passes its namespace's write gate (shut while a Compare
+        // and Write runs on a local store, or while another gateway owns an
+        // RBD image): parked, it comes back with REOPENED and executes
+        // again.
+        let writes = plan.writes();
+        if writes && !self.reqs[r].gated && ns.backend.gated() {
             match ns.gate.enter(cx.io.mailbox, ud) {
                 crate::core::write_gate::Entry::Inside => self.reqs[r].gated = true,
                 crate::core::write_gate::Entry::Parked => {
@@ -355,6 +345,10 @@ impl Queue {
         // the lifecycle allows only after every submitted operation completed;
         // the request holds `ns` as long.
         let s = unsafe { backend::submit(&ns, &plan, data, &ranges, &mut cx.io, ud) };
+        if let crate::backend::Backend::Rbd(_) = ns.backend {
+            // Its operations hold the gate until librbd completes them.
+            self.ungate(r);
+        }
         self.reqs[r].errno = s.errno;
         self.reqs[r].done += s.done;
         if s.errno != 0 {

@@ -1,0 +1,225 @@
+# fence.sh: fenced failover of RBD images served by two gateways (sourced by rbd.sh after
+# its step 11, with gateways A and B of $NQN2 running; uses its gw_* helpers). docs/fencing.md.
+#
+# A "ghost write": the host writes P1 through gateway A (optimized) while A's packets to
+# the cluster are delayed (netem, DELAY_S, on A's sockets only: A runs in a net_cls cgroup
+# that a tc filter on lo sends to a netem band); A is stopped (SIGSTOP) while P1 is on its
+# way; the host fails over to B, which must own the image to write: it asks A, which does
+# not answer, so B blocklists A's cluster connection and takes the image over; P1 (retried
+# by the host) and then P2 are written through B; A is resumed and its delayed P1 reaches
+# the OSD. With fencing the OSD refuses it: the region reads P2 through both gateways and
+# through krbd, and A, fenced, reconnects and serves again (its first write takes the
+# image back from B by hand-over). With fencing off (nsid 3), P1 lands over P2: the test
+# shows that it does. The partition round freezes A's RDMA threads instead (cgroup v2
+# freezer): A is cut off from the host but not from the cluster.
+#
+# Namespaces added to $NQN2 for this part (ANA groups 2 and 3, same states as group 1):
+#   nsid 2: rbd/disk3, the image's default features (exclusive-lock, object-map, ...)
+#   nsid 3: rbd/disk4, layering only, fencing = false
+# nsid 1 (rbd/disk2, layering only) is the one of the steps before.
+DELAY_S=${FENCE_DELAY_S:-40}
+ROUNDS=${FENCE_ROUNDS:-2}
+REGION_KB=128   # one command (MDTS 128 KiB)
+NETCLS=/tmp/netcls
+declare -a FENCE_ROWS=()
+
+fence_setup() {
+    modprobe sch_netem && modprobe cls_cgroup || fail "netem or cls_cgroup missing in the guest kernel"
+    mkdir -p "$NETCLS"
+    mountpoint -q "$NETCLS" || mount -t cgroup -o net_cls net_cls "$NETCLS" || fail "mounting the net_cls cgroup"
+    mkdir -p "$NETCLS/gwa"
+    echo 0x00010004 >"$NETCLS/gwa/net_cls.classid"
+    # Band 4 (1:4) takes only what the cgroup filter classifies there: gateway A's packets.
+    tc qdisc replace dev lo root handle 1: prio bands 4 priomap 1 2 2 2 1 2 0 0 1 1 1 1 1 1 1 1
+    tc qdisc replace dev lo parent 1:4 handle 40: netem delay 0ms limit 100000
+    tc filter replace dev lo parent 1: protocol ip prio 10 handle 1: cgroup
+}
+netem_delay() { tc qdisc change dev lo parent 1:4 handle 40: netem delay "$1" limit 100000; }
+# Starts gateway A (again) with its sockets in the net_cls cgroup.
+gw_up_a() {
+    bash -c "echo \$\$ >$NETCLS/gwa/tasks; NO_COLOR=1 exec \"$TARGET_BIN\" --config /tmp/gw-A.toml" >>/tmp/gw-A.log 2>&1 &
+    GWPID[A]=$!
+    PORT=${GWPORT[A]} wait_discovery "gateway A"
+}
+fence_conf() { # NAME ANA_STATE
+    gw_conf "$1" "$2"
+    sed -i "s/^ana = { 1 = \"$2\" }/ana = { 1 = \"$2\", 2 = \"$2\", 3 = \"$2\" }/" "/tmp/gw-$1.toml"
+    cat >>"/tmp/gw-$1.toml" <<TOML
+[[subsystem.namespace]]
+nsid = 2
+backend = "rbd"
+pool = "rbd"
+image = "disk3"
+ana_group = 2
+[[subsystem.namespace]]
+nsid = 3
+backend = "rbd"
+pool = "rbd"
+image = "disk4"
+ana_group = 3
+fencing = false
+TOML
+}
+ownership() { # NAME NSID -> "role holder"
+    "$TARGET_BIN" status --json --socket "/tmp/gw-$1.sock" 2>/dev/null | python3 -c 'import json,sys
+s=json.load(sys.stdin)
+for x in s["subsystems"]:
+    for n in x["namespaces"]:
+        if n["nsid"] == int(sys.argv[1]):
+            o = n.get("ownership")
+            print(o["role"] + " " + o["holder"] + " acq=%d rel=%d fenced_peer=%d" % (o["acquired"], o["released"], o["fenced_peer"]) if o else "none")' "$2"
+}
+gw_addr() { # NAME NSID -> the gateway's cluster address for that namespace
+    "$TARGET_BIN" status --json --socket "/tmp/gw-$1.sock" 2>/dev/null | python3 -c 'import json,sys
+s=json.load(sys.stdin)
+print(next((n.get("ownership") or {}).get("address", "-") for x in s["subsystems"] for n in x["namespaces"] if n["nsid"] == int(sys.argv[1])))' "$2"
+}
+# read REGION through: head | krbd | A | B (a gateway, by our initiator) -> file
+region_read() { # HOW NSID OUT
+    local off_blocks=$((REGION_OFF / BS))
+    case $1 in
+        head) dd if="$(ns_dev "$NQN2" "$2")" of="$3" bs=${REGION_KB}k count=1 skip=$((REGION_OFF / (REGION_KB * 1024))) iflag=direct status=none ;;
+        krbd) local m
+              m=$(rbd map "rbd/${FENCE_IMAGE[$2]}" --read-only) || return 1
+              dd if="$m" of="$3" bs=${REGION_KB}k count=1 skip=$((REGION_OFF / (REGION_KB * 1024))) iflag=direct status=none
+              rbd unmap "$m" ;;
+        # Through one gateway: our initiator, a controller of its own on that port.
+        A|B) build/release/nvmf-initiator read -a "$IP" -s "${GWPORT[$1]}" -n "$NQN2" --nsid "$2" -q "$(hostnqn 9)" -I "$(hostid 9)" \
+                 --start-block "$off_blocks" -z $((REGION_KB * 1024)) -d "$3" 2>/tmp/passthru.err ;;
+    esac
+}
+# What the region holds now, by every way of reading it: "p2 p2 p2 p2" etc.
+region_seen() { # NSID
+    local how out=() f
+    for how in head A B krbd; do
+        f=/tmp/region.$how
+        rm -f "$f"
+        for _ in $(seq 20); do region_read "$how" "$1" "$f" 2>/dev/null && [ -s "$f" ] && break; sleep 1; done
+        if cmp -s "$f" /tmp/p2; then out+=("$how=P2")
+        elif cmp -s "$f" /tmp/p1; then out+=("$how=P1")
+        else out+=("$how=other($(stat -c %s "$f" 2>/dev/null || echo none)B$(head -c 60 /tmp/passthru.err 2>/dev/null | tr ' \n' '_.'))"); fi
+    done
+    echo "${out[*]}"
+}
+wait_a_serving() { # NSID [OLD_ADDRESS]: A reconnected to the cluster (a new address, when
+    # given) and its path is optimized again
+    local i
+    for i in $(seq 150); do
+        [[ $(ownership A "$1") =~ ^(owner|standby|none) ]] && [[ $(path_state 4420) =~ "live optimized" ]] &&
+            { [ -z "${2:-}" ] || [ "$(gw_addr A "$1")" != "$2" ]; } && return 0
+        sleep 0.4
+    done
+    return 1
+}
+
+# One round: NSID KIND (stop|freeze) EXPECT (fenced|ghost)
+ghost_round() {
+    local nsid=$1 kind=$2 expect=$3 dev t0 tp p1_s seen a0 pause
+    dev=$(ns_dev "$NQN2" "$nsid") || fail "no head for nsid $nsid"
+    REGION_OFF=$(( (RANDOM % 64) * REGION_KB * 1024 ))
+    head -c $((REGION_KB * 1024)) /dev/urandom >/tmp/p1
+    head -c $((REGION_KB * 1024)) /dev/urandom >/tmp/p2
+    kmsg_mark
+    # A owns the image (a write through the head goes to A, optimized).
+    dd if=/dev/urandom of="$dev" bs=4k count=1 seek=$((REGION_OFF / 4096 + 100)) oflag=direct status=none
+    wait_state 30 4420 "live optimized"
+    [[ $(ownership A "$nsid") == owner* ]] || [ "$expect" = ghost ] || fail "A does not own nsid $nsid before the round: $(ownership A "$nsid")"
+    local addr0=
+    [ "$expect" = fenced ] && addr0=$(gw_addr A "$nsid")
+    netem_delay "${DELAY_S}s"
+    tp=$SECONDS
+    dd if=/tmp/p1 of="$dev" bs=${REGION_KB}k count=1 seek=$((REGION_OFF / (REGION_KB * 1024))) oflag=direct status=none 2>/tmp/dd-p1.err &
+    local ddp=$!
+    sleep 3
+    kill -0 $ddp 2>/dev/null || fail "P1 completed at once: A's cluster traffic is not delayed"
+    if [ "$kind" = stop ]; then
+        kill -STOP "${GWPID[A]}"
+    else
+        freeze_a 1
+    fi
+    t0=$SECONDS
+    local rc=0; wait $ddp || rc=$?
+    p1_s=$((SECONDS - t0))
+    [ $rc = 0 ] || { cat /tmp/dd-p1.err; fail "the write of P1 failed on the host after A was cut off ($kind)"; }
+    dd if=/tmp/p2 of="$dev" bs=${REGION_KB}k count=1 seek=$((REGION_OFF / (REGION_KB * 1024))) oflag=direct status=none \
+        || fail "the write of P2 through B failed"
+    local wrote_p2=$((SECONDS - tp))
+    if [ "$kind" = stop ]; then kill -CONT "${GWPID[A]}"; else freeze_a 0; fi
+    # A's delayed packets (P1) reach the OSD DELAY_S after they left A.
+    sleep $(( tp + DELAY_S + 4 - SECONDS > 0 ? tp + DELAY_S + 4 - SECONDS : 0 ))
+    netem_delay 0ms
+    local tw=$SECONDS
+    wait_a_serving "$nsid" "$addr0" || info "A is not serving nsid $nsid again: $(ownership A "$nsid"), path $(path_state 4420)"
+    local rejoin=$((SECONDS - tw))
+    seen=$(region_seen "$nsid")
+    local ev
+    ev="A: $(ownership A "$nsid"); B: $(ownership B "$nsid")"
+    FENCE_ROWS+=("nsid $nsid ($kind, expect $expect): P1 done ${p1_s} s after A was cut off (the I/O pause), P2 written at +$wrote_p2 s (P1's packets land at +$DELAY_S s); A serving again $rejoin s after that; region: $seen; $ev")
+    info "${FENCE_ROWS[-1]}"
+    if [ "$expect" = fenced ]; then
+        [ "$seen" = "head=P2 A=P2 B=P2 krbd=P2" ] || fail "nsid $nsid: the region does not read P2 everywhere: $seen"
+        # A serves again: a write through the head (A optimized) takes the image back.
+        wait_a_serving "$nsid" "$addr0" || fail "gateway A did not rejoin for nsid $nsid: $(ownership A "$nsid")"
+        a0=$(gw_writes A)
+        dd if=/tmp/p2 of="$dev" bs=${REGION_KB}k count=1 seek=$((REGION_OFF / (REGION_KB * 1024))) oflag=direct status=none \
+            || fail "writing through A after it rejoined failed"
+        [ "$(gw_writes A)" -gt "$a0" ] || fail "the write after A rejoined did not go through A"
+        [[ $(ownership A "$nsid") == owner* ]] || fail "A does not own nsid $nsid after a write through it: $(ownership A "$nsid")"
+    else
+        [[ $seen == *P1* ]] || fail "nsid $nsid without fencing: the delayed write did not land ($seen): this round shows nothing"
+        wait_a_serving "$nsid" || true
+    fi
+    # The host saw no write error (P1 was retried through B, P2 written through B). Reads
+    # may fail: A, stopped and then slow to reach the cluster, is not sure of its copies of
+    # the reservation states and answers Namespace Not Ready (sc 0x82, retryable) until it
+    # reads them again; udev's partition scans of the paths that come and go give up on it
+    # after the host's retries ("async page read").
+    E=$(mp_errors | grep -vE "I/O Cmd\(0x2\) .*\(sct 0x0 / sc 0x82\)|critical target error, .* op 0x0:\(READ\)|Buffer I/O error on dev nvme[0-9]+n[0-9]+, logical block [0-9]+, async page read" || true)
+    [ -z "$E" ] || { echo "$E"; fail "I/O errors in the host's kernel log in the round"; }
+    info "reads A answered Namespace Not Ready meanwhile (udev's): $(mp_errors | grep -c "sc 0x82" || true)"
+}
+# freeze_a 1|0: A's RDMA threads (workers, posters, listener) stop or run again; its
+# cluster threads (librados, ownership) run on: cut off from the host, not from Ceph.
+freeze_a() {
+    local cg=/sys/fs/cgroup/gw-a t
+    if [ ! -d $cg/io ]; then
+        mkdir -p $cg
+        echo "${GWPID[A]}" >$cg/cgroup.procs
+        mkdir -p $cg/io
+        echo threaded >$cg/io/cgroup.type
+    fi
+    if [ "$1" = 1 ]; then
+        for t in /proc/"${GWPID[A]}"/task/*; do
+            case $(cat "$t/comm") in nvmf-worker*|nvmf-post*|nvmf-listen*) echo "${t##*/}" >$cg/io/cgroup.threads ;; esac
+        done
+    fi
+    echo "$1" >$cg/io/cgroup.freeze
+}
+
+step "13. fenced failover: ghost writes (A's cluster traffic delayed ${DELAY_S} s, A stopped, the host fails over to B)"
+fence_setup
+rbd create rbd/disk3 --size ${SIZE_MB}M
+rbd create rbd/disk4 --size ${SIZE_MB}M --image-feature layering
+declare -A FENCE_IMAGE=([1]=disk2 [2]=disk3 [3]=disk4)
+info "rbd/disk3 features: $(rbd info rbd/disk3 --format json | python3 -c 'import json,sys; print(",".join(json.load(sys.stdin)["features"]))')"
+# A restarts inside the net_cls cgroup, both with namespaces 2 and 3.
+fence_conf A optimized; fence_conf B non-optimized
+kill -HUP "${GWPID[B]}"
+kill -TERM "${GWPID[A]}"; wait "${GWPID[A]}" 2>/dev/null || true
+gw_up_a
+wait_state 60 4420 "live optimized"
+for n in 2 3; do
+    for _ in $(seq 100); do ns_dev "$NQN2" $n >/dev/null && break; sleep 0.2; done
+    ns_dev "$NQN2" $n >/dev/null || fail "namespace $n of $NQN2 did not appear"
+done
+for r in $(seq "$ROUNDS"); do
+    info "round $r, nsid 1 (layering only)"; ghost_round 1 stop fenced
+done
+info "round, nsid 2 (default features)"; ghost_round 2 stop fenced
+step "13b. the same with A cut off from the host only (its RDMA threads frozen), not from Ceph"
+ghost_round 1 freeze fenced
+step "13c. the same without fencing (nsid 3, fencing = false): the delayed write lands"
+ghost_round 3 stop ghost
+grep -hE "fencing it|took the image over|was fenced|reopened on a new" /tmp/gw-A.log /tmp/gw-B.log | sed 's/^/    /' | tail -n 12
+for row in "${FENCE_ROWS[@]}"; do info "$row"; done
+tc qdisc del dev lo root 2>/dev/null || true

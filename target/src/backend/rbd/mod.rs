@@ -1,0 +1,456 @@
+//! Ceph RBD images through librbd. Each operation is a librbd asynchronous
+//! call whose completion runs on a librbd thread and posts `(ud, result)` to
+//! the submitting worker's mailbox, which wakes the worker through its
+//! eventfd: no thread per I/O, nothing blocking on a worker.
+//!
+//! Namespaces of one ANA group on the same cluster (same configuration file
+//! and client) share one connection: the unit another gateway fences
+//! ([`owner`]). The connection runs without librbd's writeback
+//! cache: several gateways serve one image to a multipath host, and a write
+//! acknowledged by one must be read back by the other, and survive the death
+//! of the first. Writes are durable when librbd completes them, so FUA asks
+//! for nothing more and a flush is cheap.
+
+pub mod owner;
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, OnceLock, Weak};
+
+use nix::errno::Errno;
+
+use super::offload::Mailbox;
+use super::{Backend, BackendError, DataRef, Submitted};
+use crate::config::RbdConfig;
+use crate::core::write_gate::WriteGate;
+use crate::io::IoPlan;
+use crate::reservation::cluster::{ClusterError, ClusterStore};
+
+/// How long a librados operation may wait for an unavailable cluster before
+/// it fails (the host then gets a retryable status), unless the Ceph
+/// configuration sets its own: below the Linux host's 30 s I/O timeout.
+const OP_TIMEOUT_S: &str = "20";
+/// How long connecting (at start or reload) waits for the monitors.
+const MOUNT_TIMEOUT_S: &str = "15";
+
+/// A cluster connection and whether the cluster fenced it.
+#[derive(Debug)]
+pub struct Conn {
+    /// The connection.
+    pub cluster: Arc<ceph::Cluster>,
+    /// How the OSDs know it (`ip:port/nonce`): what fences it.
+    pub addr: String,
+    /// An OSD refused one of its operations as blocklisted.
+    fenced: AtomicBool,
+    /// Something looked like it (a watch broke, an operation timed out):
+    /// ask the monitors.
+    suspect: AtomicBool,
+    /// When the monitors were last asked (ms since `epoch`).
+    probed_ms: std::sync::atomic::AtomicU64,
+}
+
+impl Conn {
+    /// Whether the cluster refuses this connection (blocklisted): it is
+    /// useless and must be replaced.
+    pub fn fenced(&self) -> bool {
+        self.fenced.load(Ordering::Acquire)
+    }
+
+    /// Something hinted that the connection may be blocklisted.
+    pub fn suspect(&self) {
+        self.suspect.store(true, Ordering::Release);
+    }
+
+    /// Asks the monitors whether the connection is blocklisted, when
+    /// something hinted at it or `force` (at most every 2 s; blocking).
+    /// Operations of a blocklisted client do not all fail at once: some
+    /// wait, and a broken watch says "not connected".
+    pub fn probe(&self, force: bool) {
+        static EPOCH: OnceLock<std::time::Instant> = OnceLock::new();
+        let now = EPOCH
+            .get_or_init(std::time::Instant::now)
+            .elapsed()
+            .as_millis() as u64;
+        let last = self.probed_ms.load(Ordering::Acquire);
+        if self.fenced() || (!force && !self.suspect.load(Ordering::Acquire)) || now < last + 2000 {
+            return;
+        }
+        self.probed_ms.store(now.max(1), Ordering::Release);
+        self.suspect.store(false, Ordering::Release);
+        match self.cluster.is_blocklisted(&self.addr) {
+            Ok(true) => self.mark_fenced(),
+            Ok(false) => {}
+            Err(e) => {
+                tracing::debug!(address = %self.addr, "asking the monitors whether this gateway is blocklisted: {e}");
+                self.suspect();
+            }
+        }
+    }
+
+    /// An operation came back EBLOCKLISTED.
+    pub fn mark_fenced(&self) {
+        if !self.fenced.swap(true, Ordering::AcqRel) {
+            tracing::error!(address = %self.addr, "this gateway's cluster connection was fenced (OSD blocklist): another gateway took its images over; their namespaces answer path errors until they are reopened");
+        }
+    }
+}
+
+/// An open image and what identifies it.
+#[derive(Debug)]
+pub struct RbdImage {
+    image: ceph::Image,
+    conn: Arc<Conn>,
+    fsid: String,
+    id: String,
+    fencing: bool,
+    owner: OnceLock<owner::Ownership>,
+}
+
+impl RbdImage {
+    /// `pool/image`.
+    pub fn spec(&self) -> String {
+        self.image.spec()
+    }
+
+    /// The cluster fsid and the image id: equal on every gateway.
+    pub fn identity(&self) -> String {
+        format!("rbd:{}/{}/{}", self.fsid, self.image.pool().name(), self.id)
+    }
+
+    /// The image's size in bytes, as the cluster says now.
+    pub fn size(&self) -> Result<u64, ceph::Error> {
+        self.image.size()
+    }
+
+    /// Flushes (blocking).
+    pub fn flush(&self) -> std::io::Result<()> {
+        let r = self.image.flush();
+        if r.as_ref()
+            .is_err_and(|e| e.errno() == Some(Errno::ESHUTDOWN as i32))
+        {
+            self.conn.mark_fenced();
+        }
+        Ok(r?)
+    }
+
+    /// The image itself.
+    pub fn image(&self) -> &ceph::Image {
+        &self.image
+    }
+
+    /// The image's reservation state in the cluster (not yet read).
+    pub fn reservation_store(&self) -> Result<ClusterStore, ClusterError> {
+        let pool = self.image.pool();
+        ClusterStore::open(pool.cluster(), pool.name(), &self.id)
+    }
+
+    /// Its connection.
+    pub fn conn(&self) -> &Arc<Conn> {
+        &self.conn
+    }
+
+    /// Whether the cluster fenced this gateway's connection.
+    pub fn fenced(&self) -> bool {
+        self.conn.fenced()
+    }
+
+    /// Makes writes through `gate` need ownership of the image, when the
+    /// namespace is configured with fencing.
+    pub fn own_through(&self, gate: &Arc<WriteGate>) -> Result<(), ceph::Error> {
+        if !self.fencing || self.owner.get().is_some() {
+            return Ok(());
+        }
+        let o = owner::Ownership::start(
+            &self.conn,
+            self.image.pool().name(),
+            &self.id,
+            &self.spec(),
+            gate,
+        )?;
+        let _ = self.owner.set(o);
+        Ok(())
+    }
+
+    /// Its ownership (None without fencing).
+    pub fn ownership(&self) -> Option<&owner::Ownership> {
+        self.owner.get()
+    }
+}
+
+type ClusterKey = (Option<PathBuf>, String, u32);
+
+/// The connections in use, by configuration file, client and ANA group: a
+/// namespace opened while another of its group on the same cluster is
+/// served shares its connection (unless the cluster fenced it).
+fn clusters() -> &'static Mutex<HashMap<ClusterKey, Weak<Conn>>> {
+    static CLUSTERS: OnceLock<Mutex<HashMap<ClusterKey, Weak<Conn>>>> = OnceLock::new();
+    CLUSTERS.get_or_init(Default::default)
+}
+
+fn connect(cfg: &RbdConfig, group: u32) -> Result<Arc<Conn>, ceph::Error> {
+    let key = (cfg.ceph_conf.clone(), cfg.client.clone(), group);
+    let mut map = clusters().lock().unwrap_or_else(|p| p.into_inner());
+    map.retain(|_, w| w.upgrade().is_some_and(|c| !c.fenced()));
+    if let Some(c) = map.get(&key).and_then(Weak::upgrade) {
+        return Ok(c);
+    }
+    let c = ceph::Cluster::connect(
+        cfg.ceph_conf.as_deref(),
+        &cfg.client,
+        // The watch of a reservation state is confirmed on every tick
+        // (5 s by default): once a second keeps its lease short.
+        &[
+            ("client_mount_timeout", MOUNT_TIMEOUT_S),
+            ("objecter_tick_interval", "1"),
+        ],
+    )?;
+    if c.get("rbd_cache").is_ok_and(|v| v == "true") {
+        tracing::info!(client = %cfg.client, "librbd's writeback cache is turned off for this target (gateways must not cache writes)");
+    }
+    c.set("rbd_cache", "false")?;
+    for k in ["rados_osd_op_timeout", "rados_mon_op_timeout"] {
+        if c.get(k).is_ok_and(|v| v.parse::<f64>() == Ok(0.0)) {
+            c.set(k, OP_TIMEOUT_S)?;
+        }
+    }
+    let conn = Arc::new(Conn {
+        addr: c.addrs()?,
+        cluster: c,
+        fenced: AtomicBool::new(false),
+        suspect: AtomicBool::new(false),
+        probed_ms: 0.into(),
+    });
+    map.insert(key, Arc::downgrade(&conn));
+    Ok(conn)
+}
+
+/// Opens the image of `cfg` for a namespace of ANA group `group` (blocking:
+/// at start or reload, never on a worker): the backend and its size in
+/// bytes.
+pub fn open(cfg: &RbdConfig, group: u32) -> Result<(Backend, u64), BackendError> {
+    let spec = format!("rbd:{}/{}", cfg.pool, cfg.image);
+    let fail = |e: ceph::Error| {
+        let hint = match e.errno().map(Errno::from_raw) {
+            Some(Errno::ENOENT) => " (does it exist? `rbd ls <pool>`, `ceph osd pool ls`)",
+            Some(Errno::ETIMEDOUT) | Some(Errno::ECONNREFUSED) => {
+                " (are the monitors of the Ceph configuration reachable?)"
+            }
+            Some(Errno::EACCES) | Some(Errno::EPERM) => " (the client's key and capabilities)",
+            _ => "",
+        };
+        BackendError::Invalid {
+            path: spec.clone(),
+            reason: format!("{e}{hint}"),
+        }
+    };
+    let conn = connect(cfg, group).map_err(fail)?;
+    let fsid = conn.cluster.fsid().map_err(fail)?;
+    let image = conn
+        .cluster
+        .pool(&cfg.pool)
+        .map_err(fail)?
+        .image(&cfg.image)
+        .map_err(fail)?;
+    // A pool or image override (`rbd config image set IMG rbd_cache true`)
+    // would turn the writeback cache on again for this image.
+    if image.config("rbd_cache").map_err(fail)?.as_deref() == Some("true") {
+        return Err(BackendError::Invalid {
+            path: spec.clone(),
+            reason: format!(
+                "librbd's writeback cache is on for this image (a pool or image override of rbd_cache): a gateway must not cache writes; remove it with `rbd config image remove {0}/{1} rbd_cache` (or `rbd config pool remove {0} rbd_cache`)",
+                cfg.pool, cfg.image
+            ),
+        });
+    }
+    // Persistent write-back caches (librbd's pwl plugin) keep acknowledged
+    // writes on this machine, where the other gateways cannot read them.
+    let plugins = image
+        .config("rbd_plugins")
+        .map_err(fail)?
+        .unwrap_or_default();
+    if plugins.contains("pwl_cache") {
+        return Err(BackendError::Invalid {
+            path: spec.clone(),
+            reason: format!(
+                "librbd's persistent write-back cache is on for this image (rbd_plugins = {plugins:?}): a gateway must not cache writes; remove pwl_cache from rbd_plugins (`rbd config image remove {0}/{1} rbd_plugins`, or the pool's or client's setting)",
+                cfg.pool, cfg.image
+            ),
+        });
+    }
+    let id = image.id().map_err(fail)?;
+    let size = image.size().map_err(fail)?;
+    Ok((
+        Backend::Rbd(RbdImage {
+            image,
+            conn,
+            fsid,
+            id,
+            fencing: cfg.fencing,
+            owner: OnceLock::new(),
+        }),
+        size,
+    ))
+}
+
+/// The result to post for a librbd result `r` of an operation that moves
+/// `len` bytes: the bytes moved (reads and writes), else 0; or the error.
+fn result(r: isize, len: u32) -> i32 {
+    if r < 0 {
+        i32::try_from(r).unwrap_or(-(Errno::EIO as i32))
+    } else {
+        len as i32
+    }
+}
+
+/// A raw data pointer handed to a librbd thread.
+struct SendPtr(*mut u8);
+// SAFETY: the pointer is only used to zero the tail of a short read, in the
+// completion of the read that owns the buffer (see `submit`).
+unsafe impl Send for SendPtr {}
+
+/// Starts `plan` on `img` (see [`super::submit`]); completions reach
+/// `mailbox`. With `gate` (an image that needs ownership, the write inside
+/// it), each write operation holds the gate until librbd completed it.
+///
+/// # Safety
+/// As [`super::submit`].
+pub(super) unsafe fn submit(
+    img: &RbdImage,
+    plan: &IoPlan,
+    data: DataRef,
+    ranges: &[(u64, u64)],
+    mailbox: &Arc<Mailbox>,
+    gate: Option<&Arc<WriteGate>>,
+    ud: u64,
+) -> Submitted {
+    // What every completion does first: an EBLOCKLISTED result means this
+    // gateway was fenced; a write held in the gate leaves it, unsure of its
+    // outcome if librados gave up waiting (it may still land).
+    let seen = |held: Option<Arc<WriteGate>>| {
+        let conn = img.conn.clone();
+        move |r: isize| {
+            if r == -(Errno::ESHUTDOWN as isize) {
+                conn.mark_fenced();
+            } else if r == -(Errno::ETIMEDOUT as isize) || r == -(Errno::ENOTCONN as isize) {
+                conn.suspect();
+            }
+            if let Some(g) = held {
+                if r == -(Errno::ETIMEDOUT as isize) {
+                    g.mark_uncertain();
+                }
+                g.leave();
+            }
+        }
+    };
+    let hold = || {
+        gate.map(|g| {
+            g.hold();
+            g.clone()
+        })
+    };
+    let post = |len: u32, held: Option<Arc<WriteGate>>| -> ceph::Done {
+        let m = mailbox.clone();
+        let seen = seen(held);
+        Box::new(move |r| {
+            seen(r);
+            m.post(ud, result(r, len))
+        })
+    };
+    let one = |r: Result<(), i32>| match r {
+        Ok(()) => Submitted {
+            in_flight: 1,
+            errno: 0,
+            done: 0,
+        },
+        Err(e) => Submitted {
+            in_flight: 0,
+            errno: -e,
+            done: 0,
+        },
+    };
+    // A write whose submission failed never completes: it leaves at once.
+    let write = |r: Result<(), i32>, held: bool| {
+        if r.is_err() && held {
+            if let Some(g) = gate {
+                g.leave();
+            }
+        }
+        one(r)
+    };
+    let image = &img.image;
+    match *plan {
+        IoPlan::Read { offset, len } => {
+            let m = mailbox.clone();
+            let buf = SendPtr(data.ptr);
+            let seen = seen(None);
+            let done: ceph::Done = Box::new(move |r| {
+                seen(r);
+                if r >= 0 && (r as usize) < len as usize {
+                    // A read that ends in a hole of a sparse image may come
+                    // back short: the rest is zeroes.
+                    let b = &buf;
+                    // SAFETY: the buffer is valid for `len` bytes and still
+                    // this read's until its completion is posted below.
+                    unsafe {
+                        b.0.add(r as usize)
+                            .write_bytes(0, len as usize - r as usize)
+                    };
+                }
+                m.post(ud, result(r, len));
+            });
+            // SAFETY: the caller keeps the buffer valid and unaliased until
+            // the completion is posted.
+            one(unsafe { image.aio_read(offset, data.ptr, len as usize, done) })
+        }
+        IoPlan::Write { offset, len, .. } => {
+            let held = hold();
+            let h = held.is_some();
+            // SAFETY: the caller keeps the buffer valid until the completion.
+            let r = unsafe { image.aio_write(offset, data.ptr, len as usize, post(len, held)) };
+            write(r, h)
+        }
+        // Reservation commands run on the namespace's state, compares on
+        // the offload thread (backend::compare): never here.
+        IoPlan::Resv { .. } | IoPlan::Compare { .. } => Submitted {
+            in_flight: 0,
+            errno: nix::libc::EOPNOTSUPP,
+            done: 0,
+        },
+        IoPlan::Flush => one(image.aio_flush(post(0, None))),
+        IoPlan::WriteZeroes { offset, len, .. } => {
+            let held = hold();
+            let h = held.is_some();
+            write(image.aio_write_zeroes(offset, len, post(0, held)), h)
+        }
+        IoPlan::Dsm { .. } => {
+            let mut s = Submitted::default();
+            for &(o, l) in ranges {
+                let held = hold();
+                let h = held.is_some();
+                match write(image.aio_discard(o, l, post(0, held)), h) {
+                    Submitted { in_flight: 1, .. } => s.in_flight += 1,
+                    Submitted { errno, .. } => {
+                        s.errno = errno;
+                        break;
+                    }
+                }
+            }
+            s
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn results() {
+        assert_eq!(result(4096, 4096), 4096);
+        assert_eq!(result(0, 4096), 4096, "a write completes with 0");
+        assert_eq!(result(0, 0), 0);
+        assert_eq!(result(-110, 4096), -110);
+        assert_eq!(result(isize::MIN, 8), -5);
+    }
+}

@@ -1,0 +1,698 @@
+//! Which gateway writes an RBD image: one at a time, and never one that was
+//! cut off after another took over (docs/fencing.md).
+//!
+//! The owner is named in a RADOS object of the image's pool,
+//! `nvmf_owner.<image id>`, by the address the OSDs know its cluster
+//! connection by. A gateway writes the image only while it owns it (its
+//! namespace's [`WriteGate`] is open). A write that reaches a gateway that
+//! does not own the image parks and asks for ownership; the keeper thread
+//! then reads the record and
+//! - takes it when nobody owns it or its owner released it;
+//! - otherwise asks the owner (a notification on the object) to hand over:
+//!   the owner stops writing, waits until each of its writes completed in
+//!   the cluster, and marks the record released;
+//! - and if the owner has not released it within [`HANDOVER`] (stopped,
+//!   hung, cut off from the cluster), adds the owner's address to the OSD
+//!   blocklist and waits for the OSD map that holds it before taking the
+//!   record: from then on no write of the old owner can land, not even
+//!   one already on its way.
+//!
+//! Every step that changes the record is a compare-and-swap on the object's
+//! version, so two gateways racing for it cannot both win.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex, Weak};
+use std::time::{Duration, Instant};
+
+use serde::{Deserialize, Serialize};
+
+use super::Conn;
+use crate::core::write_gate::WriteGate;
+
+/// How long an owner has to hand the image over when asked, before the
+/// gateway that asked fences it.
+pub const HANDOVER: Duration = Duration::from_secs(8);
+/// How long a request to hand over waits for the watchers' acknowledgements.
+const NOTIFY_TIMEOUT: Duration = Duration::from_secs(3);
+/// How often a gateway that waits for the image asks again (a request the
+/// owner got while it was still taking the image is not lost).
+const ASK_AGAIN: Duration = Duration::from_secs(1);
+/// How long a new owner keeps the image at least, so that the writes that
+/// waited for it get in before it hands it over again.
+const MIN_HOLD: Duration = Duration::from_millis(30);
+/// How long the OSD keeps the watch of a gateway it does not hear from.
+const WATCH_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long a hand-over waits for the owner's writes in flight.
+const DRAIN: Duration = Duration::from_secs(60);
+/// How often the keeper looks at its watch without being woken.
+const TICK: Duration = Duration::from_millis(500);
+/// A keeper loop that took longer than this was stopped or starved.
+const STALL: Duration = Duration::from_secs(3);
+/// How often a gateway waiting for the image reads the record.
+const POLL: Duration = Duration::from_millis(20);
+/// How long the keeper waits after a failed cluster operation.
+const RETRY: Duration = Duration::from_millis(200);
+/// The largest record read.
+const MAX_RECORD: usize = 4096;
+/// EBLOCKLISTED (ESHUTDOWN on Linux): the OSDs refuse this connection.
+const EBLOCKLISTED: i32 = 108;
+
+/// The record in the object.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+struct Record {
+    /// The owner's cluster address (`ip:port/nonce`).
+    owner: String,
+    /// The owner's name for people (`host:pid`).
+    gateway: String,
+    /// The owner handed the image over: its writes are all done.
+    released: bool,
+    /// The gateway it was handed to (its address), which takes it first.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    to: Option<String>,
+}
+
+/// What a gateway that wants the image sends the watchers.
+#[derive(Serialize, Deserialize)]
+struct Request {
+    want: String,
+}
+
+/// What this gateway is to the image, for `status`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Role {
+    /// It writes the image.
+    Owner,
+    /// Another gateway (or none) does; writes here ask for the image.
+    Standby,
+    /// Another gateway fenced this one: its connection is blocklisted.
+    Fenced,
+}
+
+impl Role {
+    /// The word `status` shows.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Role::Owner => "owner",
+            Role::Standby => "standby",
+            Role::Fenced => "fenced",
+        }
+    }
+}
+
+/// Counts of what happened, for `status`.
+#[derive(Debug, Default)]
+pub struct Counts {
+    /// Ownership taken (from nobody, or handed over).
+    pub acquired: AtomicU64,
+    /// Ownership handed over to another gateway.
+    pub released: AtomicU64,
+    /// Ownership taken from a gateway that did not hand over, fenced first.
+    pub fenced_peer: AtomicU64,
+}
+
+#[derive(Default)]
+struct Wants {
+    acquire: bool,
+    release: bool,
+    stop: bool,
+}
+
+struct Shared {
+    object: Arc<ceph::Object>,
+    conn: Arc<Conn>,
+    gate: Arc<WriteGate>,
+    /// This gateway's record, unreleased.
+    mine: Record,
+    /// `pool/image`, for logs and metrics.
+    image: String,
+    wants: Mutex<Wants>,
+    wake: Condvar,
+    /// The gateway the record named when last read.
+    holder: Mutex<String>,
+    /// The last gateway that asked for the image (its address).
+    asker: Mutex<Option<String>>,
+    counts: Counts,
+    /// The watch broke: requests to hand over may go unheard.
+    broken: AtomicBool,
+    /// The keeper thread ended.
+    ended: AtomicBool,
+    /// When this gateway last took the image.
+    granted: Mutex<Instant>,
+}
+
+/// The ownership of one image by this gateway; its keeper thread stops,
+/// handing the image over if it owns it, when this is dropped.
+pub struct Ownership {
+    shared: Arc<Shared>,
+}
+
+impl std::fmt::Debug for Ownership {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Ownership")
+            .field("image", &self.shared.image)
+            .field("role", &self.role())
+            .finish()
+    }
+}
+
+fn gateway_name() -> String {
+    let host = nix::unistd::gethostname()
+        .map(|h| h.to_string_lossy().into_owned())
+        .unwrap_or_else(|_| "?".into());
+    format!("{host}:{}", std::process::id())
+}
+
+fn metric(image: &str, event: &str) {
+    crate::metrics::metrics()
+        .fencing
+        .with_label_values(&[image, event])
+        .inc();
+}
+
+impl Ownership {
+    /// Makes `gate` need ownership of the image of `pool` with id
+    /// `image_id` (`spec`: `pool/image`) and starts the keeper thread.
+    pub fn start(
+        conn: &Arc<Conn>,
+        pool: &str,
+        image_id: &str,
+        spec: &str,
+        gate: &Arc<WriteGate>,
+    ) -> Result<Ownership, ceph::Error> {
+        let object = ceph::Object::open(&conn.cluster, pool, &format!("nvmf_owner.{image_id}"))?;
+        let shared = Arc::new(Shared {
+            object,
+            conn: conn.clone(),
+            gate: gate.clone(),
+            mine: Record {
+                owner: conn.addr.clone(),
+                gateway: gateway_name(),
+                released: false,
+                to: None,
+            },
+            image: spec.into(),
+            wants: Mutex::default(),
+            wake: Condvar::new(),
+            holder: Mutex::default(),
+            asker: Mutex::default(),
+            counts: Counts::default(),
+            broken: AtomicBool::new(true),
+            ended: AtomicBool::new(false),
+            granted: Mutex::new(Instant::now()),
+        });
+        let weak = Arc::downgrade(&shared);
+        gate.owned_by(move || {
+            if let Some(s) = weak.upgrade() {
+                s.want(|w| w.acquire = true);
+            }
+        });
+        let keeper = shared.clone();
+        std::thread::Builder::new()
+            .name("rbd-owner".into())
+            .spawn(move || {
+                keeper.clone().run();
+                keeper.ended.store(true, Ordering::Release);
+            })
+            .map_err(|e| ceph::Error::Library(format!("starting the ownership thread: {e}")))?;
+        Ok(Ownership { shared })
+    }
+
+    /// What this gateway is to the image now.
+    pub fn role(&self) -> Role {
+        if self.shared.conn.fenced() {
+            Role::Fenced
+        } else if self.shared.gate.owned() {
+            Role::Owner
+        } else {
+            Role::Standby
+        }
+    }
+
+    /// The gateway the record named when last read (`host:pid`).
+    pub fn holder(&self) -> String {
+        lock(&self.shared.holder).clone()
+    }
+
+    /// What happened so far.
+    pub fn counts(&self) -> &Counts {
+        &self.shared.counts
+    }
+
+    /// Stops the keeper, which hands the image over if this gateway owns
+    /// it (at shutdown, once no write is in flight), and waits for it at
+    /// most `timeout`: the next owner need not fence this one.
+    pub fn stop(&self, timeout: Duration) {
+        self.shared.want(|w| w.stop = true);
+        let until = Instant::now() + timeout;
+        while !self.shared.ended.load(Ordering::Acquire) && Instant::now() < until {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+}
+
+impl Drop for Ownership {
+    fn drop(&mut self) {
+        self.shared.want(|w| w.stop = true);
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+enum Read {
+    /// Nobody owns the image: no object (None) or the empty one the first
+    /// watch created, at that version.
+    Free(Option<u64>),
+    Found(Record, u64),
+}
+
+/// Where an attempt to take the image stands.
+#[derive(Debug, Default)]
+struct Attempt {
+    /// When the owner was first asked, and last.
+    asked: Option<(Instant, Instant)>,
+    /// A record handed to another gateway (its version), first seen when.
+    reserved: Option<(u64, Instant)>,
+}
+
+/// The next step of an attempt to take the image.
+#[derive(Debug, PartialEq, Eq)]
+enum Step {
+    /// Write this gateway's record over the version (None: create it).
+    Take(Option<u64>),
+    /// Ask the owner to hand the image over.
+    Ask,
+    /// Read the record again in a moment.
+    Wait,
+    /// Blocklist the owner, then write this gateway's record over the
+    /// version.
+    Fence(u64),
+}
+
+/// What a gateway (address `me`) that wants the image does next, given the
+/// record as `seen` at `now`.
+/// - Nobody owns it, it is ours (not released), or it was released to
+///   nobody or to us: take it.
+/// - It was handed to another gateway, which takes it first: wait; if that
+///   gateway has not taken it within [`HANDOVER`], it never wrote with it:
+///   take it.
+/// - Another gateway owns it: ask (again every [`ASK_AGAIN`]); once it has
+///   had [`HANDOVER`] since the first request, fence it.
+fn decide(me: &str, seen: &Read, now: Instant, at: &mut Attempt) -> Step {
+    let (r, v) = match seen {
+        Read::Free(v) => return Step::Take(*v),
+        Read::Found(r, v) => (r, *v),
+    };
+    if (r.owner == me && !r.released) || (r.released && r.to.as_deref().is_none_or(|t| t == me)) {
+        return Step::Take(Some(v));
+    }
+    if r.released {
+        let since = match at.reserved {
+            Some((rv, t)) if rv == v => t,
+            _ => at.reserved.insert((v, now)).1,
+        };
+        return if now.duration_since(since) < HANDOVER {
+            Step::Wait
+        } else {
+            Step::Take(Some(v))
+        };
+    }
+    match at.asked {
+        None => {
+            at.asked = Some((now, now));
+            Step::Ask
+        }
+        Some((first, _)) if now.duration_since(first) >= HANDOVER => Step::Fence(v),
+        Some((first, last)) if now.duration_since(last) >= ASK_AGAIN => {
+            at.asked = Some((first, now));
+            Step::Ask
+        }
+        Some(_) => Step::Wait,
+    }
+}
+
+impl Shared {
+    fn want(&self, f: impl FnOnce(&mut Wants)) {
+        f(&mut lock(&self.wants));
+        self.wake.notify_all();
+    }
+
+    fn run(self: Arc<Self>) {
+        let mut watch: Option<ceph::Watch> = None;
+        let mut last = Instant::now();
+        loop {
+            // A keeper that did not run for a while (this process was
+            // stopped, or starved) may have been fenced meanwhile; so may
+            // one whose watch broke. The monitors know.
+            let stalled = last.elapsed() > STALL;
+            last = Instant::now();
+            self.conn
+                .probe(stalled || self.broken.load(Ordering::Acquire));
+            let wants = {
+                let mut w = lock(&self.wants);
+                if !(w.acquire || w.release || w.stop) {
+                    w = self
+                        .wake
+                        .wait_timeout(w, TICK)
+                        .unwrap_or_else(|p| p.into_inner())
+                        .0;
+                }
+                std::mem::take(&mut *w)
+            };
+            if self.conn.fenced() {
+                // Writes go to the cluster and fail there (the blocklist is
+                // the fence): the host hears a path error at once and uses
+                // another gateway while this one reconnects.
+                self.gate.grant();
+                if wants.stop {
+                    return;
+                }
+                continue;
+            }
+            if wants.stop {
+                if self.gate.owned() {
+                    self.release();
+                }
+                return;
+            }
+            if watch.is_none() || self.broken.load(Ordering::Acquire) {
+                drop(watch.take());
+                watch = self.watch();
+            }
+            if wants.release && self.gate.owned() {
+                self.release();
+            }
+            if wants.acquire && !self.gate.owned() && !self.acquire() {
+                // Not yet (the cluster did not answer): the parked writes
+                // still wait, so try again.
+                std::thread::sleep(RETRY);
+                self.want(|w| w.acquire = true);
+            }
+        }
+    }
+
+    /// Watches the object for requests to hand over (it must exist first).
+    fn watch(self: &Arc<Self>) -> Option<ceph::Watch> {
+        if let Err(e) = self.object.write(b"", None) {
+            if !matches!(e, ceph::WriteError::Changed) {
+                self.failed("creating the ownership record", &e.to_string(), None);
+                return None;
+            }
+        }
+        let me = self.mine.owner.clone();
+        let (on_req, on_err) = (Arc::downgrade(self), Arc::downgrade(self));
+        self.broken.store(false, Ordering::Release);
+        let w = self.object.watch(
+            WATCH_TIMEOUT,
+            move |payload| {
+                let Some(s) = on_req.upgrade() else { return };
+                if let Ok(r) = serde_json::from_slice::<Request>(payload) {
+                    if r.want != me && s.gate.owned() {
+                        *lock(&s.asker) = Some(r.want);
+                        s.want(|w| w.release = true);
+                    }
+                }
+            },
+            move |err| {
+                let Some(s): Option<Arc<Shared>> = Weak::upgrade(&on_err) else {
+                    return;
+                };
+                s.broken.store(true, Ordering::Release);
+                if -err == EBLOCKLISTED {
+                    s.conn.mark_fenced();
+                } else {
+                    s.conn.suspect();
+                }
+                s.wake.notify_all();
+            },
+        );
+        match w {
+            Ok(w) => Some(w),
+            Err(e) => {
+                self.broken.store(true, Ordering::Release);
+                self.failed("watching the ownership record", &e.to_string(), e.errno());
+                None
+            }
+        }
+    }
+
+    fn failed(&self, what: &str, e: &str, errno: Option<i32>) {
+        if errno == Some(EBLOCKLISTED) {
+            self.conn.mark_fenced();
+        } else {
+            tracing::debug!(image = %self.image, "{what}: {e}");
+        }
+    }
+
+    fn read(&self) -> Option<Read> {
+        match self.object.read(MAX_RECORD) {
+            Ok(None) => Some(Read::Free(None)),
+            Ok(Some((body, v))) if body.is_empty() => Some(Read::Free(Some(v))),
+            Ok(Some((body, v))) => match serde_json::from_slice::<Record>(&body) {
+                Ok(r) => {
+                    *lock(&self.holder) = r.gateway.clone();
+                    Some(Read::Found(r, v))
+                }
+                Err(_) => {
+                    tracing::warn!(image = %self.image, "the ownership record holds something this target did not write: taking it over");
+                    Some(Read::Found(
+                        Record {
+                            owner: String::new(),
+                            gateway: "?".into(),
+                            released: true,
+                            to: None,
+                        },
+                        v,
+                    ))
+                }
+            },
+            Err(e) => {
+                self.failed("reading the ownership record", &e.to_string(), e.errno());
+                None
+            }
+        }
+    }
+
+    /// Replaces the record at `version` (None: creates it). Some(true):
+    /// written; Some(false): it changed meanwhile; None: failed.
+    fn write(&self, r: &Record, version: Option<u64>) -> Option<bool> {
+        let body = serde_json::to_vec(r).ok()?;
+        match self.object.write(&body, version) {
+            Ok(_) => {
+                *lock(&self.holder) = r.gateway.clone();
+                Some(true)
+            }
+            Err(ceph::WriteError::Changed) => Some(false),
+            Err(ceph::WriteError::Failed(e)) => {
+                self.failed("writing the ownership record", &e.to_string(), e.errno());
+                None
+            }
+        }
+    }
+
+    /// Takes the image (blocking): true once owned, false if the cluster
+    /// did not answer.
+    fn acquire(&self) -> bool {
+        let mut attempt = Attempt::default();
+        loop {
+            if self.conn.fenced() || lock(&self.wants).stop {
+                return false;
+            }
+            let Some(seen) = self.read() else {
+                return false;
+            };
+            let prev = match &seen {
+                Read::Found(r, _) => Some(r.clone()),
+                Read::Free(_) => None,
+            };
+            let written = match decide(&self.mine.owner, &seen, Instant::now(), &mut attempt) {
+                Step::Take(v) => self.write(&self.mine, v),
+                Step::Wait => {
+                    std::thread::sleep(POLL);
+                    continue;
+                }
+                Step::Ask => {
+                    let req = serde_json::to_vec(&Request {
+                        want: self.mine.owner.clone(),
+                    })
+                    .unwrap_or_default();
+                    // Acknowledged or not, the owner gets HANDOVER.
+                    let _ = self.object.notify(&req, NOTIFY_TIMEOUT);
+                    continue;
+                }
+                Step::Fence(v) => {
+                    let Some(r) = &prev else { continue };
+                    tracing::warn!(image = %self.image, owner = %r.gateway, address = %r.owner,
+                                   "the owner did not hand the image over within {} s: fencing it (OSD blocklist) before taking over", HANDOVER.as_secs());
+                    if let Err(e) = self.conn.cluster.blocklist(&r.owner, 0) {
+                        tracing::warn!(image = %self.image, "blocklisting {}: {e}", r.owner);
+                        self.failed("blocklisting the owner", &e.to_string(), e.errno());
+                        return false;
+                    }
+                    self.counts.fenced_peer.fetch_add(1, Ordering::Relaxed);
+                    metric(&self.image, "fenced_peer");
+                    let w = self.write(&self.mine, Some(v));
+                    if w == Some(true) {
+                        tracing::warn!(image = %self.image, fenced = %r.gateway, address = %r.owner,
+                                       "took the image over from a fenced gateway: none of its writes can land any more");
+                    }
+                    w
+                }
+            };
+            match written {
+                None => return false,
+                Some(false) => continue,
+                Some(true) => {
+                    *lock(&self.granted) = Instant::now();
+                    self.gate.grant();
+                    self.counts.acquired.fetch_add(1, Ordering::Relaxed);
+                    metric(&self.image, "acquired");
+                    match prev {
+                        Some(p) if p.owner != self.mine.owner => {
+                            tracing::info!(image = %self.image, from = %p.gateway, "this gateway owns the image now")
+                        }
+                        _ => tracing::info!(image = %self.image, "this gateway owns the image now"),
+                    }
+                    return true;
+                }
+            }
+        }
+    }
+
+    /// Hands the image over: no new writes, every write in flight done in
+    /// the cluster, then the record marked released.
+    fn release(&self) {
+        if self.gate.uncertain() {
+            tracing::warn!(image = %self.image, "not handing the image over: a write timed out in the cluster and may still land; the gateway that asked fences this one");
+            return;
+        }
+        let held = lock(&self.granted).elapsed();
+        if held < MIN_HOLD {
+            std::thread::sleep(MIN_HOLD - held);
+        }
+        if !self.gate.revoke(DRAIN) {
+            tracing::warn!(image = %self.image, "writes still in flight after {} s: not handing the image over (the gateway that asked fences this one)", DRAIN.as_secs());
+            return;
+        }
+        if self.gate.uncertain() {
+            return;
+        }
+        for _ in 0..3 {
+            match self.read() {
+                Some(Read::Found(r, v)) if r.owner == self.mine.owner && !r.released => {
+                    let done = Record {
+                        released: true,
+                        to: lock(&self.asker).take(),
+                        ..self.mine.clone()
+                    };
+                    match self.write(&done, Some(v)) {
+                        Some(true) => {
+                            self.counts.released.fetch_add(1, Ordering::Relaxed);
+                            metric(&self.image, "released");
+                            tracing::info!(image = %self.image, "handed the image over (every write of this gateway completed)");
+                            return;
+                        }
+                        Some(false) => continue,
+                        None => return,
+                    }
+                }
+                _ => return,
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rec(owner: &str, released: bool, to: Option<&str>) -> Read {
+        Read::Found(
+            Record {
+                owner: owner.into(),
+                gateway: format!("gw-{owner}"),
+                released,
+                to: to.map(Into::into),
+            },
+            7,
+        )
+    }
+
+    #[test]
+    fn free_ours_or_released_to_us_is_taken_at_once() {
+        let t = Instant::now();
+        let mut a = Attempt::default();
+        assert_eq!(decide("b", &Read::Free(None), t, &mut a), Step::Take(None));
+        assert_eq!(
+            decide("b", &Read::Free(Some(3)), t, &mut a),
+            Step::Take(Some(3))
+        );
+        assert_eq!(
+            decide("b", &rec("b", false, None), t, &mut a),
+            Step::Take(Some(7))
+        );
+        assert_eq!(
+            decide("b", &rec("a", true, None), t, &mut a),
+            Step::Take(Some(7))
+        );
+        assert_eq!(
+            decide("b", &rec("a", true, Some("b")), t, &mut a),
+            Step::Take(Some(7))
+        );
+        assert_eq!(a.asked, None, "nobody was asked");
+    }
+
+    #[test]
+    fn an_owner_is_asked_again_and_fenced_after_the_handover_time() {
+        let t = Instant::now();
+        let mut a = Attempt::default();
+        let owned = rec("a", false, None);
+        assert_eq!(decide("b", &owned, t, &mut a), Step::Ask);
+        assert_eq!(decide("b", &owned, t + POLL, &mut a), Step::Wait);
+        assert_eq!(decide("b", &owned, t + ASK_AGAIN, &mut a), Step::Ask);
+        assert_eq!(
+            decide("b", &owned, t + ASK_AGAIN + POLL, &mut a),
+            Step::Wait
+        );
+        assert_eq!(decide("b", &owned, t + HANDOVER, &mut a), Step::Fence(7));
+        // Released meanwhile: taken without fencing.
+        assert_eq!(
+            decide("b", &rec("a", true, Some("b")), t + HANDOVER, &mut a),
+            Step::Take(Some(7))
+        );
+    }
+
+    #[test]
+    fn a_record_handed_to_another_waits_for_it_then_is_taken_without_fencing() {
+        let t = Instant::now();
+        let mut a = Attempt::default();
+        let handed = rec("a", true, Some("c"));
+        assert_eq!(decide("b", &handed, t, &mut a), Step::Wait);
+        assert_eq!(
+            decide("b", &handed, t + HANDOVER - POLL, &mut a),
+            Step::Wait
+        );
+        assert_eq!(
+            decide("b", &handed, t + HANDOVER, &mut a),
+            Step::Take(Some(7))
+        );
+        // A new version (handed again) starts the wait again.
+        let again = Read::Found(
+            Record {
+                owner: "c".into(),
+                gateway: "gw-c".into(),
+                released: true,
+                to: Some("d".into()),
+            },
+            9,
+        );
+        assert_eq!(decide("b", &again, t + HANDOVER, &mut a), Step::Wait);
+        // The old owner itself waits for the one it handed the image to.
+        let mut a = Attempt::default();
+        assert_eq!(
+            decide("a", &rec("a", true, Some("c")), t, &mut a),
+            Step::Wait
+        );
+    }
+}
