@@ -120,9 +120,16 @@ ghost_round() {
     head -c $((REGION_KB * 1024)) /dev/urandom >/tmp/p1
     head -c $((REGION_KB * 1024)) /dev/urandom >/tmp/p2
     kmsg_mark
-    # A owns the image (a write through the head goes to A, optimized).
-    dd if=/dev/urandom of="$dev" bs=4k count=1 seek=$((REGION_OFF / 4096 + 100)) oflag=direct status=none
+    # The head writes through A (optimized for every group): A owns the image.
     wait_state 30 4420 "live optimized"
+    local i w0
+    for i in $(seq 30); do
+        w0=$(gw_writes A)
+        dd if=/dev/urandom of="$dev" bs=4k count=1 seek=$((REGION_OFF / 4096 + 100)) oflag=direct status=none
+        [ "$(gw_writes A)" -gt "$w0" ] && break
+        [ "$i" = 30 ] && { grep -H . /sys/block/nvme*c*n"$nsid"/ana_state; fail "writes to nsid $nsid do not go through A"; }
+        sleep 1
+    done
     [[ $(ownership A "$nsid") == owner* ]] || [ "$expect" = ghost ] || fail "A does not own nsid $nsid before the round: $(ownership A "$nsid")"
     local addr0=
     [ "$expect" = fenced ] && addr0=$(gw_addr A "$nsid")

@@ -20,8 +20,8 @@ pub const CONFLICT: i32 = 2;
 
 /// How long a Compare and Write on an RBD image waits for this gateway to
 /// own the image: what a takeover of a gateway that does not answer takes,
-/// with room to spare.
-const OWNERSHIP_WAIT: std::time::Duration = std::time::Duration::from_secs(20);
+/// with room to spare, and below the host's 30 s command timeout.
+const OWNERSHIP_WAIT: std::time::Duration = std::time::Duration::from_secs(15);
 
 /// O_DIRECT wants buffers aligned to the logical block; a page is enough.
 const ALIGN: usize = 4096;
@@ -97,6 +97,11 @@ pub fn compare_and_write(
             if gated && !ns.gate.enter_wait(OWNERSHIP_WAIT) {
                 return -nix::libc::EAGAIN;
             }
+            // Again: a Preempt and Abort may have passed while it waited.
+            if gated && !allowed() {
+                ns.gate.leave();
+                return CONFLICT;
+            }
             let r = match img.image().compare_and_write(offset, cmp, data) {
                 Ok(()) if fua => img.flush().map_or_else(|e| errno_of(&e), |_| 0),
                 Ok(()) => 0,
@@ -108,7 +113,7 @@ pub fn compare_and_write(
                     ns.gate.mark_uncertain();
                 }
                 if r == -nix::libc::ESHUTDOWN {
-                    img.conn().mark_fenced();
+                    img.conn().suspect();
                 }
                 ns.gate.leave();
             }

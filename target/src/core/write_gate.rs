@@ -144,8 +144,8 @@ impl WriteGate {
         self.uncertain.store(true, SeqCst);
     }
 
-    /// Whether a write ended without a known outcome since this gateway
-    /// took ownership.
+    /// Whether a write ever ended without a known outcome here: such a
+    /// gate is never handed over (its gateway is fenced, and reconnects).
     pub fn uncertain(&self) -> bool {
         self.uncertain.load(SeqCst)
     }
@@ -167,7 +167,6 @@ impl WriteGate {
     /// Ownership arrived: parked writes go on (unless a Compare and Write
     /// holds the gate closed; it wakes them when it reopens).
     pub fn grant(&self) {
-        self.uncertain.store(false, SeqCst);
         let woken = {
             let mut p = self.parked();
             self.unowned.store(false, SeqCst);
@@ -324,7 +323,7 @@ mod tests {
         gate.mark_uncertain();
         assert!(gate.uncertain());
         gate.grant();
-        assert!(!gate.uncertain(), "a new ownership starts certain");
+        assert!(gate.uncertain(), "it stays uncertain: only fencing ends it");
         let mut got = Vec::new();
         mb.take(&mut got);
         assert_eq!(got, vec![(9, REOPENED)]);

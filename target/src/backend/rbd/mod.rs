@@ -88,8 +88,8 @@ impl Conn {
         }
     }
 
-    /// An operation came back EBLOCKLISTED.
-    pub fn mark_fenced(&self) {
+    /// The monitors list this connection in the OSD blocklist.
+    fn mark_fenced(&self) {
         if !self.fenced.swap(true, Ordering::AcqRel) {
             tracing::error!(address = %self.addr, "this gateway's cluster connection was fenced (OSD blocklist): another gateway took its images over; their namespaces answer path errors until they are reopened");
         }
@@ -324,15 +324,16 @@ pub(super) unsafe fn submit(
     gate: Option<&Arc<WriteGate>>,
     ud: u64,
 ) -> Submitted {
-    // What every completion does first: an EBLOCKLISTED result means this
-    // gateway was fenced; a write held in the gate leaves it, unsure of its
-    // outcome if librados gave up waiting (it may still land).
+    // What every completion does first: an EBLOCKLISTED result says this
+    // gateway may have been fenced (the monitors confirm it); a write held
+    // in the gate leaves it, unsure of its outcome if librados gave up
+    // waiting (it may still land).
     let seen = |held: Option<Arc<WriteGate>>| {
         let conn = img.conn.clone();
         move |r: isize| {
-            if r == -(Errno::ESHUTDOWN as isize) {
-                conn.mark_fenced();
-            } else if r == -(Errno::ETIMEDOUT as isize) || r == -(Errno::ENOTCONN as isize) {
+            if [Errno::ESHUTDOWN, Errno::ETIMEDOUT, Errno::ENOTCONN]
+                .contains(&Errno::from_raw(-r as i32))
+            {
                 conn.suspect();
             }
             if let Some(g) = held {

@@ -62,6 +62,10 @@ const EBLOCKLISTED: i32 = 108;
 struct Record {
     /// The owner's cluster address (`ip:port/nonce`).
     owner: String,
+    /// Which of the owner's namespaces on that connection (random per
+    /// ownership: a namespace reopened on the same connection is another).
+    #[serde(default)]
+    id: u64,
     /// The owner's name for people (`host:pid`).
     gateway: String,
     /// The owner handed the image over: its writes are all done.
@@ -74,7 +78,11 @@ struct Record {
 /// What a gateway that wants the image sends the watchers.
 #[derive(Serialize, Deserialize)]
 struct Request {
+    /// Its address.
     want: String,
+    /// Its ownership's id.
+    #[serde(default)]
+    id: u64,
 }
 
 /// What this gateway is to the image, for `status`.
@@ -138,6 +146,9 @@ struct Shared {
     ended: AtomicBool,
     /// When this gateway last took the image.
     granted: Mutex<Instant>,
+    /// The record names this ownership, not released: a request to hand
+    /// over is for it (even while its gate is closed).
+    holding: AtomicBool,
 }
 
 /// The ownership of one image by this gateway; its keeper thread stops,
@@ -186,6 +197,10 @@ impl Ownership {
             gate: gate.clone(),
             mine: Record {
                 owner: conn.addr.clone(),
+                id: std::hash::BuildHasher::hash_one(
+                    &std::collections::hash_map::RandomState::new(),
+                    spec,
+                ),
                 gateway: gateway_name(),
                 released: false,
                 to: None,
@@ -199,6 +214,7 @@ impl Ownership {
             broken: AtomicBool::new(true),
             ended: AtomicBool::new(false),
             granted: Mutex::new(Instant::now()),
+            holding: AtomicBool::new(false),
         });
         let weak = Arc::downgrade(&shared);
         gate.owned_by(move || {
@@ -270,8 +286,8 @@ enum Read {
 /// Where an attempt to take the image stands.
 #[derive(Debug, Default)]
 struct Attempt {
-    /// When the owner was first asked, and last.
-    asked: Option<(Instant, Instant)>,
+    /// The owner asked (address, id), when first and when last.
+    asked: Option<((String, u64), Instant, Instant)>,
     /// A record handed to another gateway (its version), first seen when.
     reserved: Option<(u64, Instant)>,
 }
@@ -290,6 +306,13 @@ enum Step {
     Fence(u64),
 }
 
+/// Who wants the image: a connection's address and an ownership's id.
+#[derive(Debug, Clone, Copy)]
+struct Me<'a> {
+    addr: &'a str,
+    id: u64,
+}
+
 /// What a gateway (address `me`) that wants the image does next, given the
 /// record as `seen` at `now`.
 /// - Nobody owns it, it is ours (not released), or it was released to
@@ -299,12 +322,13 @@ enum Step {
 ///   take it.
 /// - Another gateway owns it: ask (again every [`ASK_AGAIN`]); once it has
 ///   had [`HANDOVER`] since the first request, fence it.
-fn decide(me: &str, seen: &Read, now: Instant, at: &mut Attempt) -> Step {
+fn decide(me: Me<'_>, seen: &Read, now: Instant, at: &mut Attempt) -> Step {
     let (r, v) = match seen {
         Read::Free(v) => return Step::Take(*v),
         Read::Found(r, v) => (r, *v),
     };
-    if (r.owner == me && !r.released) || (r.released && r.to.as_deref().is_none_or(|t| t == me)) {
+    let ours = r.owner == me.addr && r.id == me.id;
+    if (ours && !r.released) || (r.released && r.to.as_deref().is_none_or(|t| t == me.addr)) {
         return Step::Take(Some(v));
     }
     if r.released {
@@ -318,17 +342,29 @@ fn decide(me: &str, seen: &Read, now: Instant, at: &mut Attempt) -> Step {
             Step::Take(Some(v))
         };
     }
-    match at.asked {
-        None => {
-            at.asked = Some((now, now));
+    let owner = (r.owner.clone(), r.id);
+    match &at.asked {
+        Some((o, first, _)) if *o == owner && now.duration_since(*first) >= HANDOVER => {
+            // Another ownership on this gateway's own connection (a
+            // namespace reopened over the same image): its writes go
+            // through the same client, in order; never blocklist ourselves.
+            if r.owner == me.addr {
+                Step::Take(Some(v))
+            } else {
+                Step::Fence(v)
+            }
+        }
+        Some((o, first, last)) if *o == owner && now.duration_since(*last) >= ASK_AGAIN => {
+            at.asked = Some((owner, *first, now));
             Step::Ask
         }
-        Some((first, _)) if now.duration_since(first) >= HANDOVER => Step::Fence(v),
-        Some((first, last)) if now.duration_since(last) >= ASK_AGAIN => {
-            at.asked = Some((first, now));
+        Some((o, _, _)) if *o == owner => Step::Wait,
+        // Not asked yet, or the image changed hands meanwhile: the new owner
+        // gets its own HANDOVER.
+        _ => {
+            at.asked = Some((owner, now, now));
             Step::Ask
         }
-        Some(_) => Step::Wait,
     }
 }
 
@@ -371,16 +407,14 @@ impl Shared {
                 continue;
             }
             if wants.stop {
-                if self.gate.owned() {
-                    self.release();
-                }
+                self.release();
                 return;
             }
             if watch.is_none() || self.broken.load(Ordering::Acquire) {
                 drop(watch.take());
                 watch = self.watch();
             }
-            if wants.release && self.gate.owned() {
+            if wants.release {
                 self.release();
             }
             if wants.acquire && !self.gate.owned() && !self.acquire() {
@@ -400,7 +434,7 @@ impl Shared {
                 return None;
             }
         }
-        let me = self.mine.owner.clone();
+        let me = (self.mine.owner.clone(), self.mine.id);
         let (on_req, on_err) = (Arc::downgrade(self), Arc::downgrade(self));
         self.broken.store(false, Ordering::Release);
         let w = self.object.watch(
@@ -408,22 +442,20 @@ impl Shared {
             move |payload| {
                 let Some(s) = on_req.upgrade() else { return };
                 if let Ok(r) = serde_json::from_slice::<Request>(payload) {
-                    if r.want != me && s.gate.owned() {
+                    if (r.want.as_str(), r.id) != (me.0.as_str(), me.1)
+                        && s.holding.load(Ordering::Acquire)
+                    {
                         *lock(&s.asker) = Some(r.want);
                         s.want(|w| w.release = true);
                     }
                 }
             },
-            move |err| {
+            move |_err| {
                 let Some(s): Option<Arc<Shared>> = Weak::upgrade(&on_err) else {
                     return;
                 };
                 s.broken.store(true, Ordering::Release);
-                if -err == EBLOCKLISTED {
-                    s.conn.mark_fenced();
-                } else {
-                    s.conn.suspect();
-                }
+                s.conn.suspect();
                 s.wake.notify_all();
             },
         );
@@ -439,10 +471,10 @@ impl Shared {
 
     fn failed(&self, what: &str, e: &str, errno: Option<i32>) {
         if errno == Some(EBLOCKLISTED) {
-            self.conn.mark_fenced();
-        } else {
-            tracing::debug!(image = %self.image, "{what}: {e}");
+            // The monitors confirm it (a client shutting down says the same).
+            self.conn.suspect();
         }
+        tracing::debug!(image = %self.image, "{what}: {e}");
     }
 
     fn read(&self) -> Option<Read> {
@@ -459,6 +491,7 @@ impl Shared {
                     Some(Read::Found(
                         Record {
                             owner: String::new(),
+                            id: 0,
                             gateway: "?".into(),
                             released: true,
                             to: None,
@@ -506,7 +539,11 @@ impl Shared {
                 Read::Found(r, _) => Some(r.clone()),
                 Read::Free(_) => None,
             };
-            let written = match decide(&self.mine.owner, &seen, Instant::now(), &mut attempt) {
+            let me = Me {
+                addr: &self.mine.owner,
+                id: self.mine.id,
+            };
+            let written = match decide(me, &seen, Instant::now(), &mut attempt) {
                 Step::Take(v) => self.write(&self.mine, v),
                 Step::Wait => {
                     std::thread::sleep(POLL);
@@ -515,6 +552,7 @@ impl Shared {
                 Step::Ask => {
                     let req = serde_json::to_vec(&Request {
                         want: self.mine.owner.clone(),
+                        id: self.mine.id,
                     })
                     .unwrap_or_default();
                     // Acknowledged or not, the owner gets HANDOVER.
@@ -545,11 +583,15 @@ impl Shared {
                 Some(false) => continue,
                 Some(true) => {
                     *lock(&self.granted) = Instant::now();
+                    self.holding.store(true, Ordering::Release);
                     self.gate.grant();
                     self.counts.acquired.fetch_add(1, Ordering::Relaxed);
                     metric(&self.image, "acquired");
                     match prev {
-                        Some(p) if p.owner != self.mine.owner => {
+                        Some(p)
+                            if (p.owner.as_str(), p.id)
+                                != (self.mine.owner.as_str(), self.mine.id) =>
+                        {
                             tracing::info!(image = %self.image, from = %p.gateway, "this gateway owns the image now")
                         }
                         _ => tracing::info!(image = %self.image, "this gateway owns the image now"),
@@ -563,6 +605,9 @@ impl Shared {
     /// Hands the image over: no new writes, every write in flight done in
     /// the cluster, then the record marked released.
     fn release(&self) {
+        if !self.holding.load(Ordering::Acquire) {
+            return;
+        }
         if self.gate.uncertain() {
             tracing::warn!(image = %self.image, "not handing the image over: a write timed out in the cluster and may still land; the gateway that asked fences this one");
             return;
@@ -580,7 +625,9 @@ impl Shared {
         }
         for _ in 0..3 {
             match self.read() {
-                Some(Read::Found(r, v)) if r.owner == self.mine.owner && !r.released => {
+                Some(Read::Found(r, v))
+                    if r.owner == self.mine.owner && r.id == self.mine.id && !r.released =>
+                {
                     let done = Record {
                         released: true,
                         to: lock(&self.asker).take(),
@@ -588,6 +635,7 @@ impl Shared {
                     };
                     match self.write(&done, Some(v)) {
                         Some(true) => {
+                            self.holding.store(false, Ordering::Release);
                             self.counts.released.fetch_add(1, Ordering::Relaxed);
                             metric(&self.image, "released");
                             tracing::info!(image = %self.image, "handed the image over (every write of this gateway completed)");
@@ -597,7 +645,12 @@ impl Shared {
                         None => return,
                     }
                 }
-                _ => return,
+                // Not ours any more (taken from this gateway by fencing).
+                Some(Read::Found(..)) | Some(Read::Free(_)) => {
+                    self.holding.store(false, Ordering::Release);
+                    return;
+                }
+                None => return,
             }
         }
     }
@@ -607,10 +660,13 @@ impl Shared {
 mod tests {
     use super::*;
 
+    const B: Me<'static> = Me { addr: "b", id: 2 };
+
     fn rec(owner: &str, released: bool, to: Option<&str>) -> Read {
         Read::Found(
             Record {
                 owner: owner.into(),
+                id: if owner == "b" { 2 } else { 1 },
                 gateway: format!("gw-{owner}"),
                 released,
                 to: to.map(Into::into),
@@ -623,21 +679,21 @@ mod tests {
     fn free_ours_or_released_to_us_is_taken_at_once() {
         let t = Instant::now();
         let mut a = Attempt::default();
-        assert_eq!(decide("b", &Read::Free(None), t, &mut a), Step::Take(None));
+        assert_eq!(decide(B, &Read::Free(None), t, &mut a), Step::Take(None));
         assert_eq!(
-            decide("b", &Read::Free(Some(3)), t, &mut a),
+            decide(B, &Read::Free(Some(3)), t, &mut a),
             Step::Take(Some(3))
         );
         assert_eq!(
-            decide("b", &rec("b", false, None), t, &mut a),
+            decide(B, &rec("b", false, None), t, &mut a),
             Step::Take(Some(7))
         );
         assert_eq!(
-            decide("b", &rec("a", true, None), t, &mut a),
+            decide(B, &rec("a", true, None), t, &mut a),
             Step::Take(Some(7))
         );
         assert_eq!(
-            decide("b", &rec("a", true, Some("b")), t, &mut a),
+            decide(B, &rec("a", true, Some("b")), t, &mut a),
             Step::Take(Some(7))
         );
         assert_eq!(a.asked, None, "nobody was asked");
@@ -648,17 +704,14 @@ mod tests {
         let t = Instant::now();
         let mut a = Attempt::default();
         let owned = rec("a", false, None);
-        assert_eq!(decide("b", &owned, t, &mut a), Step::Ask);
-        assert_eq!(decide("b", &owned, t + POLL, &mut a), Step::Wait);
-        assert_eq!(decide("b", &owned, t + ASK_AGAIN, &mut a), Step::Ask);
-        assert_eq!(
-            decide("b", &owned, t + ASK_AGAIN + POLL, &mut a),
-            Step::Wait
-        );
-        assert_eq!(decide("b", &owned, t + HANDOVER, &mut a), Step::Fence(7));
+        assert_eq!(decide(B, &owned, t, &mut a), Step::Ask);
+        assert_eq!(decide(B, &owned, t + POLL, &mut a), Step::Wait);
+        assert_eq!(decide(B, &owned, t + ASK_AGAIN, &mut a), Step::Ask);
+        assert_eq!(decide(B, &owned, t + ASK_AGAIN + POLL, &mut a), Step::Wait);
+        assert_eq!(decide(B, &owned, t + HANDOVER, &mut a), Step::Fence(7));
         // Released meanwhile: taken without fencing.
         assert_eq!(
-            decide("b", &rec("a", true, Some("b")), t + HANDOVER, &mut a),
+            decide(B, &rec("a", true, Some("b")), t + HANDOVER, &mut a),
             Step::Take(Some(7))
         );
     }
@@ -668,31 +721,64 @@ mod tests {
         let t = Instant::now();
         let mut a = Attempt::default();
         let handed = rec("a", true, Some("c"));
-        assert_eq!(decide("b", &handed, t, &mut a), Step::Wait);
+        assert_eq!(decide(B, &handed, t, &mut a), Step::Wait);
+        assert_eq!(decide(B, &handed, t + HANDOVER - POLL, &mut a), Step::Wait);
         assert_eq!(
-            decide("b", &handed, t + HANDOVER - POLL, &mut a),
-            Step::Wait
-        );
-        assert_eq!(
-            decide("b", &handed, t + HANDOVER, &mut a),
+            decide(B, &handed, t + HANDOVER, &mut a),
             Step::Take(Some(7))
         );
         // A new version (handed again) starts the wait again.
         let again = Read::Found(
             Record {
                 owner: "c".into(),
+                id: 3,
                 gateway: "gw-c".into(),
                 released: true,
                 to: Some("d".into()),
             },
             9,
         );
-        assert_eq!(decide("b", &again, t + HANDOVER, &mut a), Step::Wait);
+        assert_eq!(decide(B, &again, t + HANDOVER, &mut a), Step::Wait);
         // The old owner itself waits for the one it handed the image to.
         let mut a = Attempt::default();
         assert_eq!(
-            decide("a", &rec("a", true, Some("c")), t, &mut a),
+            decide(Me { addr: "a", id: 1 }, &rec("a", true, Some("c")), t, &mut a),
             Step::Wait
         );
+    }
+
+    #[test]
+    fn a_new_owner_gets_its_own_handover_time_and_we_never_fence_ourselves() {
+        let t = Instant::now();
+        let mut a = Attempt::default();
+        assert_eq!(decide(B, &rec("a", false, None), t, &mut a), Step::Ask);
+        // Handed from a to c meanwhile: c is asked, and has HANDOVER.
+        let c = Read::Found(
+            Record {
+                owner: "c".into(),
+                id: 3,
+                gateway: "gw-c".into(),
+                released: false,
+                to: None,
+            },
+            8,
+        );
+        assert_eq!(decide(B, &c, t + HANDOVER - POLL, &mut a), Step::Ask);
+        assert_eq!(decide(B, &c, t + HANDOVER, &mut a), Step::Wait);
+        assert_eq!(decide(B, &c, t + 2 * HANDOVER, &mut a), Step::Fence(8));
+        // Another ownership on our own connection: taken, not fenced.
+        let mut a = Attempt::default();
+        let twin = Read::Found(
+            Record {
+                owner: "b".into(),
+                id: 99,
+                gateway: "gw-b".into(),
+                released: false,
+                to: None,
+            },
+            4,
+        );
+        assert_eq!(decide(B, &twin, t, &mut a), Step::Ask);
+        assert_eq!(decide(B, &twin, t + HANDOVER, &mut a), Step::Take(Some(4)));
     }
 }

@@ -32,6 +32,8 @@ use crate::core::pool::Buf;
 use crate::metrics::metrics;
 use crate::stats::Stats;
 
+/// A pass this long after the last run of the timers follows a stall.
+const STALLED: Duration = Duration::from_millis(1000);
 /// How often an awake worker runs its timers.
 pub const TICK: Duration = Duration::from_millis(100);
 /// The longest a worker sleeps: timers (connect and keep-alive timeouts, the
@@ -277,6 +279,15 @@ impl Worker {
             }
             if std::mem::take(&mut woke) {
                 last_work = now;
+            }
+            // A worker that did not run for a while (its process stopped,
+            // its threads frozen) runs its timers first: an association
+            // whose keep-alive expired meanwhile, which its host has given
+            // up on and retried elsewhere, ends before its commands that
+            // waited in the receive queue could execute.
+            if now.duration_since(last_tick) >= STALLED {
+                last_tick = now;
+                self.tick(now);
             }
             let mut work = 0;
             for d in 0..self.res.devices.len() {

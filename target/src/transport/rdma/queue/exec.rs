@@ -367,6 +367,7 @@ impl Queue {
     /// A backend operation of request `id` completed with `res`.
     pub fn on_backend(&mut self, cx: &mut Cx<'_>, id: &rdma::WrId, res: i32) {
         let r = id.slot as usize;
+        let live = self.live();
         let Some(q) = self.reqs.get_mut(r) else {
             return;
         };
@@ -385,6 +386,10 @@ impl Queue {
                 _ => false,
             };
             return match q.life.backend_done() {
+                // Its queue ended while it waited (its host gave up on the
+                // association): a write the host may have retried elsewhere
+                // is not executed now.
+                Step::Respond if !live => self.complete(cx, r, Status::ABORT_QUEUE, 0),
                 Step::Respond if conflict => {
                     if let Some(ns) = self.reqs[r].ns.first() {
                         ns.metrics.reservation_conflicts.inc();
