@@ -742,7 +742,12 @@ mod tests {
         // The old owner itself waits for the one it handed the image to.
         let mut a = Attempt::default();
         assert_eq!(
-            decide(Me { addr: "a", id: 1 }, &rec("a", true, Some("c")), t, &mut a),
+            decide(
+                Me { addr: "a", id: 1 },
+                &rec("a", true, Some("c")),
+                t,
+                &mut a
+            ),
             Step::Wait
         );
     }
