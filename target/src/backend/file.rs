@@ -125,18 +125,7 @@ pub(super) unsafe fn submit(
     ud: u64,
 ) -> Submitted {
     let fd = ns.backend.fd();
-    let one = |r: std::io::Result<()>| match r {
-        Ok(()) => Submitted {
-            in_flight: 1,
-            errno: 0,
-            done: 0,
-        },
-        Err(e) => Submitted {
-            in_flight: 0,
-            errno: errno_of(&e),
-            done: 0,
-        },
-    };
+    let one = |r: std::io::Result<()>| Submitted::one(r.map_err(|e| errno_of(&e)));
     match *plan {
         IoPlan::Read { offset, len } => {
             one(io.ring.read(fd, data.ptr, len, offset, data.fixed, ud))

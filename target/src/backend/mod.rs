@@ -208,6 +208,22 @@ pub struct Submitted {
     pub done: u32,
 }
 
+impl Submitted {
+    /// One operation submitted (`Ok`), or none, stopped by a positive errno.
+    pub fn one(r: Result<(), i32>) -> Submitted {
+        match r {
+            Ok(()) => Submitted {
+                in_flight: 1,
+                ..Submitted::default()
+            },
+            Err(errno) => Submitted {
+                errno,
+                ..Submitted::default()
+            },
+        }
+    }
+}
+
 /// Starts `plan` on `ns`. `data` is the request's data buffer (reads and
 /// writes); `ranges` the byte ranges of a deallocating Dataset Management
 /// command. Each operation in flight completes once, with `ud`, through

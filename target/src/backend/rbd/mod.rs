@@ -358,18 +358,7 @@ pub(super) unsafe fn submit(
             m.post(ud, result(r, len))
         })
     };
-    let one = |r: Result<(), i32>| match r {
-        Ok(()) => Submitted {
-            in_flight: 1,
-            errno: 0,
-            done: 0,
-        },
-        Err(e) => Submitted {
-            in_flight: 0,
-            errno: -e,
-            done: 0,
-        },
-    };
+    let one = |r: Result<(), i32>| Submitted::one(r.map_err(|e| -e));
     // A write whose submission failed never completes: it leaves at once.
     let write = |r: Result<(), i32>, held: bool| {
         if r.is_err() && held {
