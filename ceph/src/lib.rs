@@ -190,6 +190,7 @@ impl Cluster {
         let r = unsafe { lib.rados_create2(&mut raw, c"ceph".as_ptr(), cname.as_ptr(), 0) };
         check(r, "create a cluster handle", desc)?;
         // From here `cluster` owns `raw` and shuts it down on every path.
+        LIVE.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
         let cluster = Cluster {
             raw,
             lib,
@@ -245,16 +246,36 @@ impl Cluster {
         Ok(c_str(&buf))
     }
 
-    /// The cluster's fsid.
+    /// The cluster's fsid. librados reads it from the monitors' map, which
+    /// may reach a connection shortly after `rados_connect` returned (under
+    /// load, or while the monitors are slow to answer): until then it says
+    /// all zeros. This waits for the real one, at most [`FSID_TIMEOUT`].
     pub fn fsid(&self) -> Result<String, Error> {
-        let mut buf = [0u8; 64];
-        // SAFETY: live, connected handle; the buffer is writable for its length.
-        let r = unsafe {
-            self.lib
-                .rados_cluster_fsid(self.raw, buf.as_mut_ptr() as *mut c_char, buf.len())
-        };
-        check(r, "read the fsid of", || self.name.clone())?;
-        Ok(c_str(&buf))
+        let start = std::time::Instant::now();
+        loop {
+            let mut buf = [0u8; 64];
+            // SAFETY: live, connected handle; the buffer is writable for its length.
+            let r = unsafe {
+                self.lib
+                    .rados_cluster_fsid(self.raw, buf.as_mut_ptr() as *mut c_char, buf.len())
+            };
+            check(r, "read the fsid of", || self.name.clone())?;
+            let fsid = c_str(&buf);
+            if fsid.chars().any(|c| c.is_ascii_hexdigit() && c != '0') {
+                return Ok(fsid);
+            }
+            if start.elapsed() >= FSID_TIMEOUT {
+                return Err(Error::Call {
+                    what: "read the fsid of",
+                    target: self.name.clone(),
+                    source: std::io::Error::new(
+                        std::io::ErrorKind::TimedOut,
+                        format!("the monitors' map has not arrived ({fsid:?})"),
+                    ),
+                });
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
     }
 
     /// The address the OSDs see this connection by (`ip:port/nonce`): what
@@ -384,8 +405,23 @@ impl Drop for Cluster {
     fn drop(&mut self) {
         // SAFETY: the handle is live and nothing uses it any more: every pool
         // holds an Arc of this cluster.
-        unsafe { self.lib.rados_shutdown(self.raw) }
+        unsafe { self.lib.rados_shutdown(self.raw) };
+        LIVE.fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
     }
+}
+
+/// How long [`Cluster::fsid`] waits for the monitors' map.
+pub const FSID_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// Cluster handles created and not yet shut down.
+static LIVE: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+/// How many cluster connections are open (created and not yet shut down),
+/// on any thread. A process must not run its exit handlers while one is:
+/// librados's threads would run on while the library's static objects are
+/// destroyed under them.
+pub fn open_connections() -> usize {
+    LIVE.load(std::sync::atomic::Ordering::Acquire)
 }
 
 /// An I/O context on one pool; it keeps its cluster connected.

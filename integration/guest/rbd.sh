@@ -564,8 +564,10 @@ step "12. disconnect; stop both gateways"
 settle
 nvme disconnect -n "$NQN2" >/dev/null
 for g in A B; do
+    t=$SECONDS
     kill -TERM "${GWPID[$g]}"; rc=0; wait "${GWPID[$g]}" || rc=$?; GWPID[$g]=
     [ $rc = 0 ] || { tail -20 "/tmp/gw-$g.log"; fail "gateway $g exited with status $rc"; }
+    info "gateway $g stopped in $((SECONDS - t)) s$(grep -o "connections still closing at exit.*" "/tmp/gw-$g.log" | sed 's/^/; /')"
 done
 info "$FAILOVER_ROW"
 info "$RELOAD_ROW"

@@ -2,7 +2,7 @@
 
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use std::os::fd::AsFd;
 
@@ -474,16 +474,45 @@ fn main() -> ExitCode {
         NotifyState::Stopping,
         NotifyState::Status("stopping: draining I/O, flushing, disconnecting hosts"),
     ]);
-    match daemon.shutdown() {
+    let code = match daemon.shutdown() {
         Ok(()) => {
             info!("stopped cleanly");
-            ExitCode::SUCCESS
+            0
         }
         Err(e) => {
             error!("stopped with an error: {e}");
-            ExitCode::from(1)
+            1
         }
+    };
+    leave(code)
+}
+
+/// How long exit waits for cluster connections that other threads are
+/// still closing (a connection the cluster fenced may take a while).
+const CLOSE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Ends the process with `code` once no Ceph cluster connection is open.
+/// Exit handlers destroy librados's static objects, and a connection still
+/// shutting down on another thread (a fenced one closed in the background,
+/// an ownership keeper ending) would crash on them: if connections are
+/// still open after [`CLOSE_TIMEOUT`], the process ends without running the
+/// handlers (everything of ours is flushed by then).
+fn leave(code: u8) -> ExitCode {
+    let start = Instant::now();
+    while ceph::open_connections() > 0 && start.elapsed() < CLOSE_TIMEOUT {
+        std::thread::sleep(Duration::from_millis(10));
     }
+    let open = ceph::open_connections();
+    if open == 0 {
+        return ExitCode::from(code);
+    }
+    warn!(
+        connections = open,
+        "Ceph cluster connections still closing at exit: leaving without exit handlers"
+    );
+    // SAFETY: ends the process at once; nothing of ours needs an exit
+    // handler (the log writes to stderr unbuffered, the engine is stopped).
+    unsafe { libc::_exit(code.into()) }
 }
 
 /// Waits up to `timeout` for one of the blocked signals.

@@ -188,7 +188,7 @@ impl Daemon {
                 if let crate::backend::Backend::Rbd(img) = &ns.backend {
                     if img.fenced() {
                         groups.insert(ns.ana_group);
-                        fenced.push((sub.clone(), ns.clone()));
+                        fenced.push((sub.clone(), ns.clone(), img.spec()));
                     }
                 }
             }
@@ -202,7 +202,7 @@ impl Daemon {
             }
             info!(fenced_groups = ?groups, controllers_notified = raised, "ANA groups inaccessible while fenced changed");
         }
-        for (sub, old) in fenced {
+        for (sub, old, spec) in fenced {
             let Some(cfg) = self
                 .config
                 .subsystems
@@ -229,7 +229,7 @@ impl Daemon {
                     attach_namespaces(&sub);
                     crate::metrics::metrics()
                         .fencing
-                        .with_label_values(&[&old.backend.describe(), "recovered"])
+                        .with_label_values(&[&spec, "recovered"])
                         .inc();
                     info!(subsys = %sub.nqn, nsid = old.nsid, "namespace reopened on a new cluster connection after this gateway was fenced: it serves again (as a standby until a host writes through it)");
                     self.retired.push(old);
