@@ -140,7 +140,7 @@ ghost_round() {
     netem_delay "${DELAY_S}s"
     tp=$SECONDS
     for n in "${ns[@]}"; do
-        dd if=/tmp/p1 of="${dev[$n]}" bs=${REGION_KB}k count=1 seek=$seek oflag=direct status=none 2>"/tmp/dd-p1.$n.err" &
+        timeout 180 dd if=/tmp/p1 of="${dev[$n]}" bs=${REGION_KB}k count=1 seek=$seek oflag=direct status=none 2>"/tmp/dd-p1.$n.err" &
         ddp[$n]=$!
     done
     sleep 3
@@ -155,7 +155,7 @@ ghost_round() {
         [ $rc = 0 ] || { cat "/tmp/dd-p1.$n.err"; fail "nsid $n: the write of P1 failed on the host after A was cut off ($kind)"; }
     done
     for n in "${ns[@]}"; do
-        dd if=/tmp/p2 of="${dev[$n]}" bs=${REGION_KB}k count=1 seek=$seek oflag=direct status=none \
+        timeout 180 dd if=/tmp/p2 of="${dev[$n]}" bs=${REGION_KB}k count=1 seek=$seek oflag=direct status=none \
             || fail "nsid $n: the write of P2 through B failed"
     done
     wrote_p2=$((SECONDS - tp))
@@ -178,7 +178,7 @@ ghost_round() {
             [ "$seen" = "head=P2 A=P2 B=P2 krbd=P2" ] || fail "nsid $n: the region does not read P2 everywhere: $seen"
             # A serves again: a write through the head (A optimized) takes the image back.
             a0=$(gw_writes A)
-            dd if=/tmp/p2 of="${dev[$n]}" bs=${REGION_KB}k count=1 seek=$seek oflag=direct status=none \
+            timeout 180 dd if=/tmp/p2 of="${dev[$n]}" bs=${REGION_KB}k count=1 seek=$seek oflag=direct status=none \
                 || fail "nsid $n: writing through A after it rejoined failed"
             [ "$(gw_writes A)" -gt "$a0" ] || fail "nsid $n: the write after A rejoined did not go through A"
             [[ $(ownership A "$n") == owner* ]] || fail "A does not own nsid $n after a write through it: $(ownership A "$n")"
@@ -222,6 +222,8 @@ info "rbd/disk3 features: $(rbd info rbd/disk3 --format json | python3 -c 'impor
 # A restarts inside the net_cls cgroup, both with namespaces 2 and 3.
 fence_conf A optimized; fence_conf B non-optimized
 kill -HUP "${GWPID[B]}"
+for _ in $(seq 50); do [ "$(ownership B 3)" = none ] && break; sleep 0.2; done
+[ "$(ownership B 3)" = none ] || { tail -5 /tmp/gw-B.log; fail "gateway B did not take the namespaces of this part (reload)"; }
 kill -TERM "${GWPID[A]}"; wait "${GWPID[A]}" 2>/dev/null || true
 gw_up_a
 wait_state 60 4420 "live optimized"
@@ -238,5 +240,19 @@ ghost_round 1 freeze fenced
 step "13c. the same without fencing (nsid 3, fencing = false): the delayed write lands"
 ghost_round 3 stop ghost
 grep -hE "fencing it|took the image over|was fenced|reopened on a new" /tmp/gw-A.log /tmp/gw-B.log | sed 's/^/    /' | tail -n 12
+# What a Prometheus scrape of each gateway says about it.
+fencing_events() { # NAME IMAGE EVENT -> the counter's value (0 when absent)
+    curl -sf "http://127.0.0.1:${GWMETRICS[$1]}/metrics" | grep '^nvmf_target_fencing_events_total{' |
+        grep -F "event=\"$3\"" | grep -F "image=\"rbd/$2\"" | awk '{ v += $2 } END { print v + 0 }'
+}
+for g in A B; do
+    info "gateway $g scraped: $(curl -sf "http://127.0.0.1:${GWMETRICS[$g]}/metrics" | grep '^nvmf_target_fencing_events_total' | sed 's/nvmf_target_fencing_events_total//' | tr '\n' ' ')"
+done
+for img in disk2 disk3; do
+    [ "$(fencing_events B $img fenced_peer)" -ge 1 ] || fail "B's metrics count no fencing of A for rbd/$img"
+    [ "$(fencing_events A $img recovered)" -ge 1 ] || fail "A's metrics count no recovery from fencing for rbd/$img"
+    [ "$(fencing_events A $img acquired)" -ge 1 ] || fail "A's metrics count no acquisition of rbd/$img"
+done
+[ "$(fencing_events B disk4 fenced_peer)" = 0 ] || fail "B's metrics count fencing for rbd/disk4 (fencing = false)"
 for row in "${FENCE_ROWS[@]}"; do info "$row"; done
 tc qdisc del dev lo root 2>/dev/null || true

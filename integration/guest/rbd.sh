@@ -315,7 +315,7 @@ fi # RBD_PART
 # disjoint controller ids. The kernel host connects to both (native multipath).
 NQN2=nqn.2026-11.io.nvmf-lab:rbd-gw
 IMAGE2=disk2
-declare -A GWPORT=([A]=4420 [B]=4421) GWCNTLID=([A]="1 99" [B]="100 199")
+declare -A GWPORT=([A]=4420 [B]=4421) GWCNTLID=([A]="1 99" [B]="100 199") GWMETRICS=([A]=9471 [B]=9472)
 gw_conf() { # NAME ANA_STATE
     local c=(${GWCNTLID[$1]})
     cat >"/tmp/gw-$1.toml" <<TOML
@@ -326,7 +326,7 @@ ana = { 1 = "$2" }
 [control]
 socket = "/tmp/gw-$1.sock"
 [metrics]
-enabled = false
+address = "127.0.0.1:${GWMETRICS[$1]}"
 [[subsystem]]
 nqn = "$NQN2"
 allow_any_host = true
