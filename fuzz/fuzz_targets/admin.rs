@@ -10,7 +10,7 @@ use libfuzzer_sys::fuzz_target;
 use nvme::command::Command;
 use nvme::fabrics::{cc, prop};
 use nvme::opcode::fctype;
-use nvmf_target::admin::{execute, AdminOutcome};
+use nvmf_target::command::admin::{execute, AdminOutcome};
 
 #[path = "common.rs"]
 mod common;
@@ -44,7 +44,7 @@ fuzz_target!(|b: &[u8]| {
         rest = &rest[k..];
         if cmd.is_fabrics() {
             if matches!(cmd.fctype(), fctype::PROPERTY_GET | fctype::PROPERTY_SET) {
-                let _ = nvmf_target::fabrics::property(&ctrl, &cmd);
+                let _ = nvmf_target::command::fabrics::property(&ctrl, &cmd);
             }
             continue;
         }

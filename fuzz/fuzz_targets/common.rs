@@ -6,8 +6,8 @@
 use std::sync::Arc;
 
 use nvmf_target::backend::Backend;
-use nvmf_target::namespace::Namespace;
-use nvmf_target::subsystem::{Subsystem, SubsystemKind, Target};
+use nvmf_target::model::namespace::Namespace;
+use nvmf_target::model::subsystem::{Subsystem, SubsystemKind, Target};
 
 /// The open subsystem's NQN.
 pub const OPEN: &str = "nqn.2026-11.io.fuzz:open";

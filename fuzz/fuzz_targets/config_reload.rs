@@ -5,7 +5,7 @@
 #![no_main]
 use libfuzzer_sys::fuzz_target;
 use nvmf_target::config::TargetConfig;
-use nvmf_target::reload::plan;
+use nvmf_target::daemon::reload::plan;
 
 fuzz_target!(|b: &[u8]| {
     let Ok(text) = std::str::from_utf8(b) else {

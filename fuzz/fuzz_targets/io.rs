@@ -5,7 +5,7 @@
 #![no_main]
 use libfuzzer_sys::fuzz_target;
 use nvme::command::Command;
-use nvmf_target::io::{dsm_ranges, errno_status, prepare, IoPlan};
+use nvmf_target::command::io::{dsm_ranges, errno_status, prepare, IoPlan};
 
 #[path = "common.rs"]
 mod common;
@@ -40,6 +40,10 @@ fuzz_target!(|b: &[u8]| {
                 }
             }
         }
+        IoPlan::Compare { offset, len } => {
+            assert!(len <= max && offset + len as u64 <= size, "{plan:?}");
+        }
+        IoPlan::Resv { len, .. } => assert!(len <= max && len == sgl_len, "{plan:?}"),
         IoPlan::Flush => {}
     }
     let errno = i32::from_le_bytes(b[64..68].try_into().unwrap());

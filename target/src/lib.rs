@@ -5,25 +5,15 @@
 //! sans-IO and unit tested; the RDMA transport ([`transport::rdma`]: workers
 //! serving many queue pairs) and the backends ([`backend`]) drive it.
 
-pub mod admin;
-pub mod ana;
-pub mod auth;
 pub mod backend;
+pub mod command;
 pub mod config;
-pub mod controller;
 pub mod core;
 pub mod daemon;
-pub mod discovery;
-pub mod fabrics;
-pub mod http;
-pub mod io;
-pub mod metrics;
-pub mod namespace;
-pub mod nvmetcli;
-pub mod reload;
+pub mod import;
+pub mod model;
 pub mod reservation;
-pub mod stats;
-pub mod subsystem;
+pub mod telemetry;
 pub mod transport;
 
 /// Maximum data transfer per command (bytes): MDTS = 5 → 2^5 × 4 KiB.

@@ -229,7 +229,7 @@ fn import_nvmetcli(file: &PathBuf) -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    match nvmf_target::nvmetcli::import(&text, &file.display().to_string()) {
+    match nvmf_target::import::import(&text, &file.display().to_string()) {
         Ok(imp) => {
             for n in &imp.notes {
                 eprintln!("note: {n}");
@@ -419,7 +419,7 @@ fn main() -> ExitCode {
                         .map_err(|e| e.to_string())
                         .and_then(|c| daemon.reload(c))
                 };
-                let reloads = &nvmf_target::metrics::metrics().reloads;
+                let reloads = &nvmf_target::telemetry::metrics::metrics().reloads;
                 let note = match result {
                     Ok(plan) => {
                         reloads.with_label_values(&["ok"]).inc();

@@ -8,7 +8,7 @@
 use std::os::unix::fs::FileExt;
 
 use super::Backend;
-use crate::namespace::Namespace;
+use crate::model::namespace::Namespace;
 
 /// The result of a compare that found the data different (errors are
 /// negative errnos, success 0).

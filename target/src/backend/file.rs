@@ -12,8 +12,8 @@ use nix::errno::Errno;
 use nix::fcntl::{FallocateFlags, OFlag};
 
 use super::{Backend, BackendError, DataRef, Io, Submitted};
-use crate::io::IoPlan;
-use crate::namespace::Namespace;
+use crate::command::io::IoPlan;
+use crate::model::namespace::Namespace;
 
 // Block-device ioctls (linux/fs.h): BLKGETSIZE64 = _IOR(0x12, 114, u64); BLKSSZGET and
 // BLKDISCARD are old-style numbers without a size encoding.

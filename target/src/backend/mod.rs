@@ -19,10 +19,10 @@ use std::os::fd::AsRawFd;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use crate::io::IoPlan;
+use crate::command::io::IoPlan;
 
 use crate::config::{BackendConfig, NamespaceConfig};
-use crate::namespace::Namespace;
+use crate::model::namespace::Namespace;
 use crate::reservation::persist::FileStore;
 use crate::reservation::{NsReservations, Store};
 

@@ -6,7 +6,7 @@ use std::sync::mpsc::{channel, Sender};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 
-use crate::controller::Waker;
+use crate::model::controller::Waker;
 
 /// Where a worker receives completions from outside its ring.
 #[derive(Debug)]

@@ -13,7 +13,7 @@ use super::{
     ListenerConfig, NamespaceConfig, RbdConfig, SubsystemConfig, TargetConfig,
     DEFAULT_CONTROL_SOCKET, DEFAULT_LOG_LEVEL, DEFAULT_METRICS_ADDR, DEFAULT_MODEL,
 };
-use crate::subsystem::{CNTLID_MAX, CNTLID_MIN};
+use crate::model::subsystem::{CNTLID_MAX, CNTLID_MIN};
 
 /// Collects every error of one configuration source.
 pub(super) struct Ctx<'a> {

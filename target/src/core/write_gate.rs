@@ -257,7 +257,7 @@ impl Drop for Closed<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::controller::Waker;
+    use crate::model::controller::Waker;
     use std::time::Duration;
 
     #[test]

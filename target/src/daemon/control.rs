@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 use tracing::{debug, info, warn};
 
 use super::status::Status;
-use crate::subsystem::Target;
+use crate::model::subsystem::Target;
 
 /// How long a client may take to send its request or read the answer.
 const CLIENT_TIMEOUT: Duration = Duration::from_secs(2);

@@ -9,17 +9,18 @@ use std::time::{Duration, Instant};
 use tracing::{error, info, warn};
 
 pub mod control;
+pub mod reload;
 pub mod status;
 
 use control::ControlServer;
 
 use crate::backend::open_namespace;
 use crate::config::{NamespaceConfig, SubsystemConfig, TargetConfig};
-use crate::http::MetricsServer;
-use crate::namespace::Namespace;
-use crate::reload::{self, Plan};
-use crate::subsystem::{HostAccess, Subsystem, SubsystemKind, Target};
+use crate::model::namespace::Namespace;
+use crate::model::subsystem::{HostAccess, Subsystem, SubsystemKind, Target};
+use crate::telemetry::http::MetricsServer;
 use crate::transport::rdma::{check_memlock, Engine, Listener};
+use reload::Plan;
 
 /// Applies a new log filter (the daemon's `tracing` reload handle).
 pub type LogReload = Box<dyn Fn(&str) -> Result<(), String> + Send>;
@@ -118,7 +119,7 @@ impl Daemon {
         check_memlock(config.engine.max_pinned_memory)?;
         let target = Arc::new(build_target(&config)?);
         let metrics_server = match config.metrics_addr {
-            Some(a) => Some(crate::http::start(a).map_err(|e| {
+            Some(a) => Some(crate::telemetry::http::start(a).map_err(|e| {
                 format!("metrics endpoint {a}: {e} (set [metrics] address, or enabled = false)")
             })?),
             None => None,
@@ -227,7 +228,7 @@ impl Daemon {
                         .collect();
                     sub.set_namespaces(v);
                     attach_namespaces(&sub);
-                    crate::metrics::metrics()
+                    crate::telemetry::metrics::metrics()
                         .fencing
                         .with_label_values(&[&spec, "recovered"])
                         .inc();

@@ -12,8 +12,8 @@ use std::time::Instant;
 use serde::{Deserialize, Serialize};
 
 use crate::backend::Backend;
-use crate::controller::Controller;
-use crate::subsystem::{SubsystemKind, Target};
+use crate::model::controller::Controller;
+use crate::model::subsystem::{SubsystemKind, Target};
 
 /// The JSON format version.
 pub const FORMAT: u32 = 1;
@@ -189,7 +189,7 @@ fn rtype_name(t: nvme::reservation::ResvType) -> &'static str {
     }
 }
 
-fn ownership_info(n: &crate::namespace::Namespace) -> Option<OwnershipInfo> {
+fn ownership_info(n: &crate::model::namespace::Namespace) -> Option<OwnershipInfo> {
     let Backend::Rbd(img) = &n.backend else {
         return None;
     };
@@ -206,7 +206,7 @@ fn ownership_info(n: &crate::namespace::Namespace) -> Option<OwnershipInfo> {
     })
 }
 
-fn reservation_info(n: &crate::namespace::Namespace) -> Option<ReservationInfo> {
+fn reservation_info(n: &crate::model::namespace::Namespace) -> Option<ReservationInfo> {
     if !n.resv.enabled() {
         return None;
     }
@@ -612,11 +612,11 @@ pub fn duration(s: u64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::subsystem::Subsystem;
+    use crate::model::subsystem::Subsystem;
     use std::sync::Arc;
 
     fn target() -> Target {
-        let ns = crate::namespace::Namespace::new(
+        let ns = crate::model::namespace::Namespace::new(
             "nqn.2026-11.io.test:a",
             1,
             Backend::Null,
@@ -647,12 +647,13 @@ mod tests {
             "10.0.0.2:50000".parse().unwrap(),
             "10.0.0.1:4420".parse().unwrap(),
         );
-        let w = crate::controller::Waker::new().unwrap();
-        c.attach(crate::controller::QueueLink::new(0, w.clone()))
+        let w = crate::model::controller::Waker::new().unwrap();
+        c.attach(crate::model::controller::QueueLink::new(0, w.clone()))
             .unwrap();
-        c.attach(crate::controller::QueueLink::new(2, w.clone()))
+        c.attach(crate::model::controller::QueueLink::new(2, w.clone()))
             .unwrap();
-        c.attach(crate::controller::QueueLink::new(1, w)).unwrap();
+        c.attach(crate::model::controller::QueueLink::new(1, w))
+            .unwrap();
         c.host_reads.store(3, Relaxed);
         c.units_read.store(24, Relaxed);
         let st = Status::of(&t, Instant::now());

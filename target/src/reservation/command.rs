@@ -8,9 +8,9 @@ use nvme::{Command, Status};
 use tracing::info;
 
 use super::state::HostId;
-use crate::controller::Controller;
-use crate::namespace::Namespace;
-use crate::subsystem::Subsystem;
+use crate::model::controller::Controller;
+use crate::model::namespace::Namespace;
+use crate::model::subsystem::Subsystem;
 
 /// The controller id a report gives every registrant: controllers are
 /// allocated dynamically, and a registrant is a host (any of its

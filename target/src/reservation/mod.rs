@@ -18,8 +18,8 @@ use nvme::Status;
 
 pub use state::{Access, Effects, HostId, Reservations};
 
-use crate::io::IoPlan;
-use crate::subsystem::Subsystem;
+use crate::command::io::IoPlan;
+use crate::model::subsystem::Subsystem;
 
 /// Where a namespace's state is kept beyond this process.
 #[derive(Debug)]

@@ -22,9 +22,9 @@ use nix::errno::Errno;
 
 use super::offload::Mailbox;
 use super::{Backend, BackendError, DataRef, Submitted};
+use crate::command::io::IoPlan;
 use crate::config::RbdConfig;
 use crate::core::write_gate::WriteGate;
-use crate::io::IoPlan;
 use crate::reservation::cluster::{ClusterError, ClusterStore};
 
 /// How long a librados operation may wait for an unavailable cluster before

@@ -174,7 +174,7 @@ fn gateway_name() -> String {
 }
 
 fn metric(image: &str, event: &str) {
-    crate::metrics::metrics()
+    crate::telemetry::metrics::metrics()
         .fencing
         .with_label_values(&[image, event])
         .inc();

@@ -13,7 +13,7 @@ use super::wr;
 use crate::backend::uring::{Ring, FIXED_SLOTS};
 use crate::config::{EngineConfig, SendOffload, SrqMode, SMALL_BUFFER};
 use crate::core::pool::{Buf, Class, Pool, PoolShape};
-use crate::metrics::metrics;
+use crate::telemetry::metrics::metrics;
 use crate::MAX_IO_SIZE;
 
 /// Completion queue entries per worker and device (capped by the device).

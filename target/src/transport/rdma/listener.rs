@@ -13,7 +13,7 @@ use tracing::{debug, error, info, warn};
 
 use super::queue::NewConn;
 use super::{reject, EngineShared, TransportError};
-use crate::controller::monotonic_ms;
+use crate::model::controller::monotonic_ms;
 use crate::transport;
 
 /// A running listener thread.
@@ -154,7 +154,7 @@ fn listener_loop(
                 let pending = match engine.admission.admit(peer.ip()) {
                     Ok(p) => p,
                     Err(why) => {
-                        crate::metrics::reject(why.reason());
+                        crate::telemetry::metrics::reject(why.reason());
                         if engine.admission.should_log(peer.ip(), Instant::now()) {
                             let (mine, all) = engine.admission.counts(peer.ip());
                             warn!(%addr, %peer, pending_from_peer = mine, pending = all,

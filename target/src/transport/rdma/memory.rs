@@ -11,7 +11,7 @@ use std::sync::Arc;
 use nvme::SQE_SIZE;
 use rdma::{Access, Buffer, MemoryRegion, ProtectionDomain, QueuePair, Sge, SharedReceiveQueue};
 
-use crate::metrics::metrics;
+use crate::telemetry::metrics::metrics;
 use crate::transport::RECV_SLOT_BYTES;
 use crate::INLINE_DATA_SIZE;
 

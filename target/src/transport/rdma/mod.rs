@@ -35,8 +35,8 @@ use tracing::{info, warn};
 use crate::backend::offload::Offload;
 use crate::config::{EngineConfig, SendOffload};
 use crate::core::admission::Admission;
-use crate::stats::Stats;
-use crate::subsystem::Target;
+use crate::model::subsystem::Target;
+use crate::telemetry::stats::Stats;
 pub use listener::{listen, Listener};
 use memory::Budget;
 use poster::{Poster, Posters};
@@ -279,7 +279,7 @@ pub fn check_memlock(bytes: u64) -> Result<(), String> {
 /// Rejects a connection request with an NVMe/RDMA reject status.
 pub(crate) fn reject(target: &Target, id: &CmId, why: RejectStatus) {
     Stats::inc(&target.stats.cm_rejects);
-    crate::metrics::reject(match why {
+    crate::telemetry::metrics::reject(match why {
         RejectStatus::NoResources => "cm_no_resources",
         RejectStatus::InvalidHsqsize => "cm_invalid_hsqsize",
         RejectStatus::InvalidHrqsize => "cm_invalid_hrqsize",

@@ -25,7 +25,7 @@ use std::thread::JoinHandle;
 use rdma::{SendBatch, SendTicket};
 use tracing::error;
 
-use crate::metrics::metrics;
+use crate::telemetry::metrics::metrics;
 
 /// A batch whose longest RDMA WRITE has at least this many bytes is posted by
 /// a poster (on a device where posting is offloaded).

@@ -26,11 +26,11 @@ use super::wr::{self, QueueKey};
 use super::EngineShared;
 use crate::backend::offload::{Mailbox, Offload};
 use crate::backend::uring::Ring;
-use crate::controller::{QueueLink, Waker};
 use crate::core::polling::spin_window_us;
 use crate::core::pool::Buf;
-use crate::metrics::metrics;
-use crate::stats::Stats;
+use crate::model::controller::{QueueLink, Waker};
+use crate::telemetry::metrics::metrics;
+use crate::telemetry::stats::Stats;
 
 /// A pass this long after the last run of the timers follows a stall.
 const STALLED: Duration = Duration::from_millis(1000);

@@ -18,10 +18,10 @@ use super::{
     queue_type, Cx, NewConn, Queue, Req, State, CONNECT_TIMEOUT, DISCONNECT_GRACE, INLINE_RSP,
     MIN_RNR_TIMER,
 };
-use crate::controller::QueueLink;
 use crate::core::liveness::{Liveness, PROBE_TIMEOUT};
-use crate::metrics::metrics;
-use crate::subsystem::Target;
+use crate::model::controller::QueueLink;
+use crate::model::subsystem::Target;
+use crate::telemetry::metrics::metrics;
 
 /// Send work requests a queue may have outstanding: each of its `nreq`
 /// requests at most two (an RDMA WRITE and its response SEND, or an RDMA
@@ -261,15 +261,15 @@ impl Queue {
                     ?peer,
                     "no Fabrics Connect within {CONNECT_TIMEOUT:?}; disconnecting"
                 );
-                crate::metrics::reject("connect_timeout");
+                crate::telemetry::metrics::reject("connect_timeout");
                 self.disconnect(cx, "no connect", "connect_timeout");
             }
             return;
         };
         if self.auth.overdue(&c, self.liveness.accepted(), now) {
             warn!(cntlid = c.cntlid, qid = self.qid(), host = %c.hostnqn, subsys = %c.subsys.nqn,
-                  "not authenticated within {:?}; ending the association", crate::auth::AUTH_TIMEOUT);
-            crate::metrics::reject("auth_timeout");
+                  "not authenticated within {:?}; ending the association", crate::command::auth::AUTH_TIMEOUT);
+            crate::telemetry::metrics::reject("auth_timeout");
             c.kill_all();
             return self.disconnect(cx, "authentication timeout", "auth_timeout");
         }

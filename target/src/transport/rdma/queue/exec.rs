@@ -9,14 +9,14 @@ use nvme::Status;
 use tracing::{debug, error, info, warn};
 
 use super::{queue_type, Cx, Queue};
-use crate::admin::{self, AdminOutcome};
 use crate::backend::{self, DataRef};
-use crate::controller::{Controller, PropertyEffect};
+use crate::command::admin::{self, AdminOutcome};
+use crate::command::fabrics;
+use crate::command::io::{self, IoPlan};
 use crate::core::request::{Stage, Step};
-use crate::fabrics;
-use crate::io::{self, IoPlan};
-use crate::metrics::{metrics, IoOp};
-use crate::stats::Stats;
+use crate::model::controller::{Controller, PropertyEffect};
+use crate::telemetry::metrics::{metrics, IoOp};
+use crate::telemetry::stats::Stats;
 use crate::transport::DataPlan;
 
 use super::super::wr;
@@ -51,7 +51,7 @@ impl Queue {
 
     fn exec_fabrics(&mut self, cx: &mut Cx<'_>, r: usize) {
         let cmd = self.reqs[r].cmd;
-        if crate::auth::is_auth(&cmd) {
+        if crate::command::auth::is_auth(&cmd) {
             return self.exec_auth(cx, r);
         }
         if cmd.fctype() == fctype::CONNECT {
@@ -120,7 +120,7 @@ impl Queue {
                         debug!(qid = self.qid(), status = %e.status, subsys = %sub, host = %host,
                                ?peer, reason = e.reason(), "connect refused");
                     }
-                    crate::metrics::reject(e.reason());
+                    crate::telemetry::metrics::reject(e.reason());
                     self.complete(cx, r, e.status, e.result)
                 }
             }
@@ -181,18 +181,19 @@ impl Queue {
         // of its data until they return.
         let buf = unsafe { self.data_mut(cx.dev, r) };
         let (status, outcome) = if self.reqs[r].cmd.fctype() == fctype::AUTH_SEND {
-            let o = crate::auth::send(&mut self.auth, &cx.target.credentials, &ctrl, qid, buf);
+            let o =
+                crate::command::auth::send(&mut self.auth, &cx.target.credentials, &ctrl, qid, buf);
             (Status::SUCCESS, o)
         } else {
-            match crate::auth::receive(&mut self.auth, &ctrl, qid, buf) {
+            match crate::command::auth::receive(&mut self.auth, &ctrl, qid, buf) {
                 Ok((n, o)) => {
                     self.reqs[r].out_len = n;
                     (Status::SUCCESS, o)
                 }
-                Err(st) => (st, crate::auth::Outcome::Continue),
+                Err(st) => (st, crate::command::auth::Outcome::Continue),
             }
         };
-        if outcome == crate::auth::Outcome::Failed {
+        if outcome == crate::command::auth::Outcome::Failed {
             // The association ends once this response (with a Failure1's
             // data) was sent: ended at once, the host would get nothing.
             self.end_after_send = Some(r);

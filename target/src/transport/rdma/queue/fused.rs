@@ -9,8 +9,8 @@ use nvme::Status;
 use super::super::wr;
 use super::{Cx, Queue};
 use crate::backend::compare::{self, MISCOMPARE};
+use crate::command::io::{self, IoPlan};
 use crate::core::request::Step;
-use crate::io::{self, IoPlan};
 
 /// Where a queue is in a fused pair.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
@@ -164,7 +164,7 @@ impl Queue {
         if st_second.is_success() {
             if let (Some(IoPlan::Write { len, .. }), Some(ns)) = (plan, self.reqs[s].ns.first()) {
                 ns.metrics.record(
-                    crate::metrics::IoOp::Write,
+                    crate::telemetry::metrics::IoOp::Write,
                     len as u64,
                     cx.now.saturating_duration_since(self.reqs[s].start),
                 );

@@ -24,19 +24,19 @@ use super::device::WorkerDevice;
 use super::memory::{Pinned, RecvArea};
 use super::poster::{route, Poster, Route};
 use super::wr::{self, QueueKey};
-use crate::admin;
 use crate::backend;
 use crate::backend::DataRef;
-use crate::controller::{Controller, QueueLink};
+use crate::command::admin;
+use crate::command::io::{self, IoPlan};
 use crate::core::admission::Pending;
 use crate::core::liveness::Liveness;
 use crate::core::pool::Buf;
 use crate::core::request::{Lifecycle, Stage, Step};
-use crate::io::{self, IoPlan};
-use crate::metrics::metrics;
-use crate::namespace::Namespace;
-use crate::stats::Stats;
-use crate::subsystem::Target;
+use crate::model::controller::{Controller, QueueLink};
+use crate::model::namespace::Namespace;
+use crate::model::subsystem::Target;
+use crate::telemetry::metrics::metrics;
+use crate::telemetry::stats::Stats;
 use crate::transport::{self, DataPlan, QueueParams};
 use crate::MAX_IO_SIZE;
 
@@ -181,7 +181,7 @@ pub struct Queue {
     reason: &'static str,
     liveness: Liveness,
     /// In-band authentication of this queue.
-    auth: crate::auth::QueueAuth,
+    auth: crate::command::auth::QueueAuth,
     /// The request whose response ends the association once it was sent
     /// (an authentication failure: the host gets the Failure1 first).
     end_after_send: Option<usize>,
@@ -480,7 +480,7 @@ impl Queue {
                 }
                 // Authentication runs on a connected queue, admin or I/O.
                 fctype::AUTH_SEND | fctype::AUTH_RECEIVE if self.ctrl.is_some() => {
-                    crate::auth::precheck(&cmd, self.reqs[r].plan.len())
+                    crate::command::auth::precheck(&cmd, self.reqs[r].plan.len())
                 }
                 fctype::AUTH_SEND | fctype::AUTH_RECEIVE => Err(Status::CMD_SEQ_ERROR),
                 fctype::PROPERTY_GET | fctype::PROPERTY_SET if self.qid() == 0 => {

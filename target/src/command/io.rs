@@ -7,7 +7,7 @@ use nix::errno::Errno;
 use nvme::opcode::io as op;
 use nvme::{Command, Status};
 
-use crate::namespace::Namespace;
+use crate::model::namespace::Namespace;
 
 /// What the backend must do for a command.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

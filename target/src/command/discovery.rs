@@ -5,7 +5,7 @@ use std::net::SocketAddr;
 
 use nvme::discovery::{adrfam, encode_log, subtype, trtype, DiscoveryEntry};
 
-use crate::subsystem::Target;
+use crate::model::subsystem::Target;
 
 /// Builds the entry for one subsystem on one listener.
 pub fn entry(portid: u16, addr: SocketAddr, nqn: &str) -> DiscoveryEntry {
@@ -50,7 +50,7 @@ pub fn log_page(target: &Target, hostnqn: &str) -> Vec<u8> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::subsystem::{Subsystem, SubsystemKind};
+    use crate::model::subsystem::{Subsystem, SubsystemKind};
     use nvme::discovery::DiscoveryHeader;
     use std::sync::Arc;
 

@@ -13,7 +13,7 @@ use std::sync::Arc;
 use nvme::ana::{AnaGroup, AnaState, MAX_GROUPS};
 
 use crate::config::ListenerConfig;
-use crate::namespace::Namespace;
+use crate::model::namespace::Namespace;
 
 /// The states of the groups at one listener (index: group id; 0 unused).
 type States = [AtomicU8; MAX_GROUPS as usize + 1];

@@ -9,8 +9,8 @@ use nvme::log::{copy_window, GetLogPage, SmartLog};
 use nvme::opcode::{admin as op, cns, fid, lid};
 use nvme::{Command, Status};
 
-use crate::controller::{Controller, ERROR_LOG_ENTRIES, VERSION};
-use crate::subsystem::{SubsystemKind, Target};
+use crate::model::controller::{Controller, ERROR_LOG_ENTRIES, VERSION};
+use crate::model::subsystem::{SubsystemKind, Target};
 
 /// Outcome of an admin command.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -237,7 +237,7 @@ fn get_log_page(target: &Target, ctrl: &Controller, cmd: &Command, out: &mut [u8
     }
     let disc = ctrl.subsys.kind == SubsystemKind::Discovery;
     let page: Vec<u8> = match g.lid {
-        lid::DISCOVERY if disc => crate::discovery::log_page(target, &ctrl.hostnqn),
+        lid::DISCOVERY if disc => crate::command::discovery::log_page(target, &ctrl.hostnqn),
         lid::ERROR => {
             let st = ctrl.state();
             let mut v = vec![0u8; ERROR_LOG_ENTRIES * nvme::log::ERROR_ENTRY_SIZE];
@@ -450,7 +450,7 @@ fn cmd_effects() -> [u8; nvme::log::CMD_EFFECTS_SIZE] {
     use nvme::opcode::io;
     let admin: Vec<(u8, u32)> = ADMIN_OPCODES.iter().map(|&o| (o, EFFECT_CSUPP)).collect();
     let io_cmds: Vec<(u8, u32)> = (0..=u8::MAX)
-        .filter(|&o| crate::io::supported(o))
+        .filter(|&o| crate::command::io::supported(o))
         .map(|o| {
             let writes = matches!(o, io::WRITE | io::WRITE_ZEROES | io::DATASET_MANAGEMENT);
             (o, EFFECT_CSUPP | if writes { EFFECT_LBCC } else { 0 })
@@ -503,8 +503,8 @@ pub fn execute(
 mod tests {
     use super::*;
     use crate::backend::Backend;
-    use crate::namespace::Namespace;
-    use crate::subsystem::Subsystem;
+    use crate::model::namespace::Namespace;
+    use crate::model::subsystem::Subsystem;
     use nvme::fabrics::{cc, prop};
     use nvme::identify::{IdentifyNamespace, IDENTIFY_SIZE};
     use std::sync::Arc;

@@ -5,7 +5,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use nvme::identify::{nidt, IdentifyNamespace, NsDescriptor};
 
 use crate::backend::Backend;
-use crate::metrics::NsMetrics;
+use crate::telemetry::metrics::NsMetrics;
 
 /// A namespace exported by a subsystem.
 #[derive(Debug)]

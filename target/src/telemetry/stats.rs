@@ -1,9 +1,9 @@
 //! Target-wide transport counters, resolved once from the process metrics
-//! (see [`crate::metrics`]) and also printed as a `STATS` log line.
+//! (see [`crate::telemetry::metrics`]) and also printed as a `STATS` log line.
 
 use prometheus::IntCounter;
 
-use crate::metrics::metrics;
+use crate::telemetry::metrics::metrics;
 
 /// Counters updated by the queue threads.
 #[derive(Debug, Clone)]

@@ -13,7 +13,7 @@ use nvme::fabrics::{cc, csts, prop};
 use nvme::log::ErrorLogEntry;
 use nvme::Status;
 
-use crate::subsystem::Subsystem;
+use crate::model::subsystem::Subsystem;
 
 /// NVMe version 1.3.0.
 pub const VERSION: u32 = 0x0001_0300;
@@ -439,7 +439,7 @@ pub struct Controller {
     /// states it reports are that listener's.
     port: std::sync::OnceLock<usize>,
     /// Whether its queues must authenticate, and how the admin queue did.
-    pub auth: crate::auth::CtrlAuth,
+    pub auth: crate::command::auth::CtrlAuth,
 }
 
 impl Controller {
@@ -594,7 +594,7 @@ impl Controller {
     pub fn notify_ns_changed(&self, nsids: &[u32]) -> bool {
         let raised = self.state().ns_changed(nsids);
         if raised {
-            crate::metrics::metrics()
+            crate::telemetry::metrics::metrics()
                 .async_events
                 .with_label_values(&[&self.subsys.nqn, "ns_changed"])
                 .inc();
@@ -608,7 +608,7 @@ impl Controller {
     pub fn notify_ana_changed(&self) -> bool {
         let raised = self.state().ana_changed();
         if raised {
-            crate::metrics::metrics()
+            crate::telemetry::metrics::metrics()
                 .async_events
                 .with_label_values(&[&self.subsys.nqn, "ana_change"])
                 .inc();
@@ -622,7 +622,7 @@ impl Controller {
     /// Request.
     pub fn notify_reservation(&self, nsid: u32, kind: u8) {
         if self.state().resv_notice(nsid, kind) {
-            crate::metrics::metrics()
+            crate::telemetry::metrics::metrics()
                 .async_events
                 .with_label_values(&[&self.subsys.nqn, "reservation"])
                 .inc();

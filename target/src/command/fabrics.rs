@@ -12,8 +12,8 @@ use nvme::fabrics::{
 };
 use nvme::{Command, Status};
 
-use crate::controller::{Controller, PropertyEffect, DISCOVERY_KATO_MS};
-use crate::subsystem::{SubsystemKind, Target};
+use crate::model::controller::{Controller, PropertyEffect, DISCOVERY_KATO_MS};
+use crate::model::subsystem::{SubsystemKind, Target};
 
 /// Offsets of Connect command fields in the SQE (for IATTR reporting).
 const SQE_QID_OFFSET: u64 = 42;
@@ -208,7 +208,7 @@ pub fn property(ctrl: &Controller, cmd: &Command) -> (Status, u64, PropertyEffec
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::subsystem::Subsystem;
+    use crate::model::subsystem::Subsystem;
     use nvme::fabrics::{cc, prop};
 
     fn target() -> Target {
@@ -361,7 +361,7 @@ mod tests {
         let open = t.subsystem("nqn.t:open").unwrap();
         // A reload took the host's access away (or removed the subsystem)
         // after the Connect's first check: the controller is not made.
-        open.set_access(crate::subsystem::HostAccess {
+        open.set_access(crate::model::subsystem::HostAccess {
             allow_any_host: false,
             hosts: vec!["nqn.host:other".into()],
         });

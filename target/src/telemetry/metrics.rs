@@ -1,10 +1,10 @@
 //! Prometheus metrics: one process-wide registry, exported at `/metrics`
-//! (see [`crate::http`]).
+//! (see [`crate::telemetry::http`]).
 //!
 //! Labels stay low-cardinality: subsystem NQN, namespace id, operation, and
 //! reason/status names — never hosts or queues. Hot-path counters are
 //! resolved once (per namespace in [`NsMetrics`], per target in
-//! [`crate::stats::Stats`]) so an I/O costs a few relaxed atomic adds.
+//! [`crate::telemetry::stats::Stats`]) so an I/O costs a few relaxed atomic adds.
 
 use std::sync::OnceLock;
 use std::time::Duration;

@@ -8,9 +8,9 @@ use std::sync::{Arc, Mutex};
 use arc_swap::ArcSwap;
 use nvme::Status;
 
-use crate::controller::Controller;
-use crate::namespace::Namespace;
-use crate::stats::Stats;
+use crate::model::controller::Controller;
+use crate::model::namespace::Namespace;
+use crate::telemetry::stats::Stats;
 
 /// Kind of subsystem.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -70,8 +70,9 @@ impl Subsystem {
         mut namespaces: Vec<Arc<Namespace>>,
     ) -> Subsystem {
         namespaces.sort_by_key(|n| n.nsid);
-        let serial = serial
-            .unwrap_or_else(|| format!("{:016x}", crate::namespace::fnv64(7, nqn.as_bytes())));
+        let serial = serial.unwrap_or_else(|| {
+            format!("{:016x}", crate::model::namespace::fnv64(7, nqn.as_bytes()))
+        });
         Subsystem {
             nqn,
             kind,
@@ -237,7 +238,7 @@ pub struct Target {
     /// Listener addresses (port ids are index + 1).
     pub listeners: Vec<SocketAddr>,
     /// ANA group states by listener.
-    pub ana: crate::ana::Ana,
+    pub ana: crate::model::ana::Ana,
     /// Discovery log generation counter.
     genctr: AtomicU64,
     /// Transport counters.
@@ -260,7 +261,7 @@ pub struct Target {
     /// Connect refusals logged, per peer (once a minute).
     pub refusal_log: crate::core::log_limit::PeerLogLimit,
     /// The hosts' authentication keys (`[[host]]`, replaced on reload).
-    pub credentials: crate::auth::Credentials,
+    pub credentials: crate::command::auth::Credentials,
 }
 
 impl Target {
@@ -283,7 +284,7 @@ impl Target {
             subsystems: ArcSwap::from_pointee(subsystems),
             retired: Mutex::new(Vec::new()),
             discovery,
-            ana: crate::ana::Ana::new(listeners.len()),
+            ana: crate::model::ana::Ana::new(listeners.len()),
             listeners,
             genctr: AtomicU64::new(1),
             stats: Stats::default(),
@@ -404,7 +405,7 @@ mod tests {
 
     #[test]
     fn a_host_that_loses_access_loses_its_controllers() {
-        use crate::controller::{QueueLink, Waker};
+        use crate::model::controller::{QueueLink, Waker};
         let s = sub(true);
         let w = Waker::new().unwrap();
         let c1 = s.add_controller("nqn.h1", [1; 16], 0, 16).unwrap();

@@ -10,7 +10,7 @@
 use std::net::SocketAddr;
 
 use crate::config::{NamespaceConfig, SubsystemConfig, TargetConfig};
-use crate::subsystem::HostAccess;
+use crate::model::subsystem::HostAccess;
 
 /// Changes to one subsystem that stays.
 #[derive(Debug, Clone, PartialEq, Eq)]

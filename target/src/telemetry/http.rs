@@ -14,9 +14,9 @@ use hyper::{Method, Request, Response, StatusCode};
 use hyper_util::rt::TokioIo;
 use tracing::{debug, info, warn};
 
-use crate::controller::monotonic_ms;
 use crate::core::admission::Admission;
-use crate::metrics::metrics;
+use crate::model::controller::monotonic_ms;
+use crate::telemetry::metrics::metrics;
 
 /// The running metrics server.
 #[derive(Debug)]

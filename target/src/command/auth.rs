@@ -18,9 +18,9 @@ use nvme::{Command, Status};
 use tracing::{debug, info, warn};
 
 use crate::config::HostConfig;
-use crate::controller::Controller;
-use crate::metrics::metrics;
-use crate::subsystem::{Subsystem, SubsystemKind};
+use crate::model::controller::Controller;
+use crate::model::subsystem::{Subsystem, SubsystemKind};
+use crate::telemetry::metrics::metrics;
 
 /// A queue whose host must authenticate and has not done so this long after
 /// the queue was accepted is disconnected (it holds a controller otherwise).
@@ -257,8 +257,8 @@ pub fn receive(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::fabrics;
-    use crate::subsystem::Target;
+    use crate::command::fabrics;
+    use crate::model::subsystem::Target;
     use dhchap::{host, GroupId, HashId, Secret};
     use nvme::fabrics::{ConnectCommand, ConnectData};
 

@@ -1,0 +1,9 @@
+//! The command set: what each command means, whatever transport carried it.
+//! Fabrics commands (Connect, Property Get/Set) and in-band authentication,
+//! admin commands (of I/O and discovery controllers), I/O commands.
+
+pub mod admin;
+pub mod auth;
+pub mod discovery;
+pub mod fabrics;
+pub mod io;

@@ -1,0 +1,7 @@
+//! What hosts see: subsystems with their namespaces and controllers, and
+//! the ANA groups of each listener.
+
+pub mod ana;
+pub mod controller;
+pub mod namespace;
+pub mod subsystem;
