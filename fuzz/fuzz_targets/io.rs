@@ -5,7 +5,8 @@
 #![no_main]
 use libfuzzer_sys::fuzz_target;
 use nvme::command::Command;
-use nvmf_target::command::io::{dsm_ranges, errno_status, prepare, IoPlan};
+use nvmf_target::command::io::{dsm_ranges, errno_status, prepare};
+use nvmf_target::core::plan::IoPlan;
 
 #[path = "common.rs"]
 mod common;

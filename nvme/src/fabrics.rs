@@ -8,6 +8,11 @@ use crate::{need, WireError};
 
 /// Size of the Connect command data.
 pub const CONNECT_DATA_SIZE: usize = 1024;
+/// Lowest controller id a subsystem gives out.
+pub const CNTLID_MIN: u16 = 1;
+/// Highest controller id a subsystem gives out (0xFFF0..=0xFFFF are
+/// reserved: 0xFFFF asks for a dynamic controller in a Connect).
+pub const CNTLID_MAX: u16 = 0xFFEF;
 /// Size of an NQN field.
 pub const NQN_SIZE: usize = 256;
 

@@ -22,6 +22,11 @@ pub const MAX_IO_SIZE: u32 = 128 * 1024;
 pub const MDTS: u8 = 5;
 /// In-capsule data the target accepts on I/O queues (bytes).
 pub const INLINE_DATA_SIZE: u32 = 8192;
+/// The page size the engine aligns buffers to (O_DIRECT wants the logical
+/// block; a page is enough for every block size).
+pub const PAGE: usize = 4096;
+/// Bytes of one receive buffer: the 64-byte command and the in-capsule data.
+pub const RECV_SLOT_BYTES: usize = nvme::SQE_SIZE + INLINE_DATA_SIZE as usize;
 /// Maximum I/O queue size (entries); CAP.MQES = this − 1.
 pub const MAX_QUEUE_SIZE: u16 = 128;
 /// Admin queue size (entries).

@@ -40,7 +40,7 @@ struct Args {
     /// Quick form: a namespace (file, block device, null:SIZE, or rbd:POOL/IMAGE with the default Ceph configuration), repeatable; numbered from 1.
     #[arg(long, value_name = "PATH")]
     namespace: Vec<String>,
-    /// Busy-poll window of the queue threads in microseconds (overrides the config).
+    /// Busy-poll window of the workers in microseconds (overrides the config).
     #[arg(long, value_name = "US")]
     poll_spin_us: Option<u64>,
     /// Validate the configuration and exit.

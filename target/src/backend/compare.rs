@@ -8,7 +8,8 @@
 use std::os::unix::fs::FileExt;
 
 use super::Backend;
-use crate::model::namespace::Namespace;
+use crate::core::write_gate::WriteGate;
+use crate::PAGE;
 
 /// The result of a compare that found the data different (errors are
 /// negative errnos, success 0).
@@ -23,13 +24,10 @@ pub const CONFLICT: i32 = 2;
 /// with room to spare, and below the host's 30 s command timeout.
 const OWNERSHIP_WAIT: std::time::Duration = std::time::Duration::from_secs(15);
 
-/// O_DIRECT wants buffers aligned to the logical block; a page is enough.
-const ALIGN: usize = 4096;
-
 /// A zeroed buffer of `len` bytes at an aligned address, inside `store`.
 fn aligned(store: &mut Vec<u8>, len: usize) -> &mut [u8] {
-    *store = vec![0u8; len + ALIGN];
-    let off = store.as_ptr().align_offset(ALIGN);
+    *store = vec![0u8; len + PAGE];
+    let off = store.as_ptr().align_offset(PAGE);
     &mut store[off..off + len]
 }
 
@@ -39,13 +37,13 @@ fn errno_of(e: &std::io::Error) -> i32 {
 
 /// Reads `len` bytes at `offset` (blocking); the read buffer is `store`'s.
 fn read_at<'a>(
-    ns: &Namespace,
+    backend: &Backend,
     offset: u64,
     store: &'a mut Vec<u8>,
     len: usize,
 ) -> Result<&'a [u8], i32> {
     let buf = aligned(store, len);
-    match &ns.backend {
+    match backend {
         Backend::File { file, .. } => file.read_exact_at(buf, offset).map_err(|e| errno_of(&e))?,
         Backend::Rbd(img) => match img.image().read(offset, buf) {
             Ok(n) if n == len => {}
@@ -57,11 +55,11 @@ fn read_at<'a>(
     Ok(buf)
 }
 
-/// Compares `cmp` with the namespace's data at byte `offset`: 0 when equal,
+/// Compares `cmp` with the data of `backend` at byte `offset`: 0 when equal,
 /// [`MISCOMPARE`], or a negative errno. Blocks.
-pub fn compare(ns: &Namespace, offset: u64, cmp: &[u8]) -> i32 {
+pub fn compare(backend: &Backend, offset: u64, cmp: &[u8]) -> i32 {
     let mut store = Vec::new();
-    match read_at(ns, offset, &mut store, cmp.len()) {
+    match read_at(backend, offset, &mut store, cmp.len()) {
         Ok(have) if have == cmp => 0,
         Ok(_) => MISCOMPARE,
         Err(e) => e,
@@ -76,7 +74,8 @@ pub fn compare(ns: &Namespace, offset: u64, cmp: &[u8]) -> i32 {
 /// a local store (so that no Preempt and Abort can pass between the check
 /// and the write), before the call on the others; [`CONFLICT`] when denied.
 pub fn compare_and_write(
-    ns: &Namespace,
+    backend: &Backend,
+    gate: &WriteGate,
     offset: u64,
     cmp: &[u8],
     data: &[u8],
@@ -86,20 +85,20 @@ pub fn compare_and_write(
     if cmp.len() != data.len() {
         return -nix::libc::EINVAL;
     }
-    if !matches!(ns.backend, Backend::File { .. }) && !allowed() {
+    if !matches!(backend, Backend::File { .. }) && !allowed() {
         return CONFLICT;
     }
-    match &ns.backend {
+    match backend {
         Backend::Rbd(img) => {
             // An image that needs ownership is written by its owner only:
             // wait for it as a write at the gate does.
-            let gated = ns.backend.gated();
-            if gated && !ns.gate.enter_wait(OWNERSHIP_WAIT) {
+            let gated = backend.gated();
+            if gated && !gate.enter_wait(OWNERSHIP_WAIT) {
                 return -nix::libc::EAGAIN;
             }
             // Again: a Preempt and Abort may have passed while it waited.
             if gated && !allowed() {
-                ns.gate.leave();
+                gate.leave();
                 return CONFLICT;
             }
             let r = match img.image().compare_and_write(offset, cmp, data) {
@@ -110,12 +109,12 @@ pub fn compare_and_write(
             };
             if gated {
                 if r == -nix::libc::ETIMEDOUT {
-                    ns.gate.mark_uncertain();
+                    gate.mark_uncertain();
                 }
                 if r == -nix::libc::ESHUTDOWN {
                     img.conn().suspect();
                 }
-                ns.gate.leave();
+                gate.leave();
             }
             r
         }
@@ -127,12 +126,12 @@ pub fn compare_and_write(
             }
         }
         Backend::File { file, .. } => {
-            let _closed = ns.gate.close();
+            let _closed = gate.close();
             if !allowed() {
                 return CONFLICT;
             }
             let mut store = Vec::new();
-            match read_at(ns, offset, &mut store, cmp.len()) {
+            match read_at(backend, offset, &mut store, cmp.len()) {
                 Ok(have) if have == cmp => {}
                 Ok(_) => return MISCOMPARE,
                 Err(e) => return e,
@@ -156,7 +155,6 @@ pub fn compare_and_write(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::{BackendConfig, NamespaceConfig};
 
     #[test]
     fn compare_and_write_on_a_file() {
@@ -165,30 +163,32 @@ mod tests {
             .unwrap()
             .set_len(1 << 20)
             .unwrap();
-        let cfg = NamespaceConfig {
-            nsid: 1,
-            backend: BackendConfig::File { path: path.clone() },
-            block_size: Some(4096),
-            readonly: false,
-            ana_group: 1,
-            reservations: true,
-            state_dir: None,
-        };
-        let ns = crate::backend::open_namespace("nqn.t", &cfg).unwrap();
+        let (backend, _, _) = super::super::file::open(&path, Some(4096), false).unwrap();
+        let gate = WriteGate::default();
         let zero = vec![0u8; 4096];
         let a = vec![0xAAu8; 4096];
         let b = vec![0xBBu8; 4096];
-        assert_eq!(compare(&ns, 4096, &zero), 0);
-        assert_eq!(compare(&ns, 4096, &a), MISCOMPARE);
-        assert_eq!(compare_and_write(&ns, 4096, &zero, &a, true, || true), 0);
+        assert_eq!(compare(&backend, 4096, &zero), 0);
+        assert_eq!(compare(&backend, 4096, &a), MISCOMPARE);
         assert_eq!(
-            compare_and_write(&ns, 4096, &zero, &b, false, || true),
+            compare_and_write(&backend, &gate, 4096, &zero, &a, true, || true),
+            0
+        );
+        assert_eq!(
+            compare_and_write(&backend, &gate, 4096, &zero, &b, false, || true),
             MISCOMPARE
         );
-        assert_eq!(compare(&ns, 4096, &a), 0, "the miscompare wrote nothing");
-        assert_eq!(compare_and_write(&ns, 4096, &a, &b, false, || true), 0);
-        assert_eq!(compare(&ns, 4096, &b), 0);
-        drop(ns);
+        assert_eq!(
+            compare(&backend, 4096, &a),
+            0,
+            "the miscompare wrote nothing"
+        );
+        assert_eq!(
+            compare_and_write(&backend, &gate, 4096, &a, &b, false, || true),
+            0
+        );
+        assert_eq!(compare(&backend, 4096, &b), 0);
+        drop(backend);
         std::fs::remove_file(&path).unwrap();
     }
 }

@@ -2,18 +2,16 @@
 //! where the file system allows it). A block device's discard (BLKDISCARD)
 //! would block: it runs on the offload thread.
 
-use std::fs::OpenOptions;
+use std::fs::{File, OpenOptions};
 use std::os::fd::AsRawFd;
 use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
 use std::path::Path;
-use std::sync::Arc;
 
 use nix::errno::Errno;
 use nix::fcntl::{FallocateFlags, OFlag};
 
 use super::{Backend, BackendError, DataRef, Io, Submitted};
-use crate::command::io::IoPlan;
-use crate::model::namespace::Namespace;
+use crate::core::plan::IoPlan;
 
 // Block-device ioctls (linux/fs.h): BLKGETSIZE64 = _IOR(0x12, 114, u64); BLKSSZGET and
 // BLKDISCARD are old-style numbers without a size encoding.
@@ -111,12 +109,12 @@ fn errno_of(e: &std::io::Error) -> i32 {
     e.raw_os_error().unwrap_or(Errno::EIO as i32)
 }
 
-/// Starts `plan` on the file of `ns` (see [`super::submit`]).
+/// Starts `plan` on `file` (see [`super::submit`]).
 ///
 /// # Safety
 /// As [`super::submit`].
 pub(super) unsafe fn submit(
-    ns: &Arc<Namespace>,
+    file: &File,
     is_block: bool,
     plan: &IoPlan,
     data: DataRef,
@@ -124,7 +122,7 @@ pub(super) unsafe fn submit(
     io: &mut Io<'_>,
     ud: u64,
 ) -> Submitted {
-    let fd = ns.backend.fd();
+    let fd = file.as_raw_fd();
     let one = |r: std::io::Result<()>| Submitted::one(r.map_err(|e| errno_of(&e)));
     match *plan {
         IoPlan::Read { offset, len } => {
@@ -147,11 +145,15 @@ pub(super) unsafe fn submit(
         }
         IoPlan::Dsm { .. } if ranges.is_empty() => Submitted::default(),
         IoPlan::Dsm { .. } if is_block => {
-            // BLKDISCARD blocks: it runs on the offload thread.
-            let ns = ns.clone();
+            // BLKDISCARD blocks: it runs on the offload thread, with a
+            // descriptor of its own.
+            let dev = match file.try_clone() {
+                Ok(f) => f,
+                Err(e) => return one(Err(e)),
+            };
             let ranges = ranges.to_vec();
             io.offload
-                .run(io.mailbox, ud, move || discard_block(&ns, &ranges));
+                .run(io.mailbox, ud, move || discard_block(&dev, &ranges));
             Submitted {
                 in_flight: 1,
                 errno: 0,
@@ -176,12 +178,12 @@ pub(super) unsafe fn submit(
 
 /// Discards byte ranges of a block device (blocking; on the offload thread).
 /// Returns 0 or a negative errno, as io_uring does.
-fn discard_block(ns: &Namespace, ranges: &[(u64, u64)]) -> i32 {
+fn discard_block(dev: &File, ranges: &[(u64, u64)]) -> i32 {
     for &(o, l) in ranges {
         let range = [o, l];
         // SAFETY: BLKDISCARD reads two u64s from a valid local array; the
-        // descriptor is the namespace's open block device.
-        if let Err(e) = unsafe { blkdiscard(ns.backend.fd(), &range) } {
+        // descriptor is an open block device.
+        if let Err(e) = unsafe { blkdiscard(dev.as_raw_fd(), &range) } {
             return -(e as i32);
         }
     }

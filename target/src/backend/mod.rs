@@ -2,7 +2,7 @@
 //! Ceph RBD images (librbd) and a null backend for fabric benchmarks, behind
 //! one small interface: [`submit`] starts an operation and says how many
 //! completions will come back; each comes back as `(user data, result)`, from
-//! the worker's ring or through the worker's completion [`offload::Mailbox`]
+//! the worker's ring or through the worker's completion [`crate::core::wake::Mailbox`]
 //! (which wakes the worker by its eventfd): from the [`offload::Offload`]
 //! thread for the few calls io_uring cannot make without blocking a worker,
 //! and from librbd's own threads for RBD.
@@ -19,12 +19,10 @@ use std::os::fd::AsRawFd;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use crate::command::io::IoPlan;
+use crate::core::plan::IoPlan;
 
 use crate::config::{BackendConfig, NamespaceConfig};
-use crate::model::namespace::Namespace;
-use crate::reservation::persist::FileStore;
-use crate::reservation::{NsReservations, Store};
+use crate::core::write_gate::WriteGate;
 
 /// Errors opening a backing store.
 #[derive(Debug, thiserror::Error)]
@@ -60,7 +58,8 @@ pub enum Backend {
         path: PathBuf,
         /// A block device (discard by ioctl) rather than a file (punch hole).
         is_block: bool,
-        /// Opened with O_DIRECT.
+        /// Opened with O_DIRECT; without it, a failed flush is final
+        /// (the page cache lost the data).
         direct: bool,
     },
     /// Discards writes; reads return zeroes.
@@ -119,8 +118,9 @@ impl Backend {
     }
 }
 
-/// Opens the store of a configured namespace and builds the [`Namespace`].
-pub fn open_namespace(subnqn: &str, cfg: &NamespaceConfig) -> Result<Namespace, BackendError> {
+/// Opens the store a namespace's configuration names: the backend, its
+/// size in bytes and its block size.
+pub fn open(cfg: &NamespaceConfig) -> Result<(Backend, u64, u32), BackendError> {
     let (backend, size, bs) = match &cfg.backend {
         BackendConfig::Null { size } => (Backend::Null, *size, cfg.block_size.unwrap_or(512)),
         BackendConfig::File { path } => file::open(path, cfg.block_size, cfg.readonly)?,
@@ -135,37 +135,7 @@ pub fn open_namespace(subnqn: &str, cfg: &NamespaceConfig) -> Result<Namespace, 
             reason: format!("size {size} is smaller than one block ({bs} bytes)"),
         });
     }
-    let mut ns = Namespace::new(subnqn, cfg.nsid, backend, size, bs, cfg.readonly);
-    ns.ana_group = cfg.ana_group;
-    if let Backend::Rbd(img) = &ns.backend {
-        if !cfg.readonly {
-            img.own_through(&ns.gate)
-                .map_err(|e| BackendError::Invalid {
-                    path: ns.backend.describe(),
-                    reason: format!("ownership: {e}"),
-                })?;
-        }
-    }
-    // The reservation state persists where the namespace's store is local
-    // (a file or block device, or nothing) and a state directory exists; an
-    // RBD image's lives in its cluster, shared by every gateway.
-    let invalid = |ns: &Namespace, e: String| BackendError::Invalid {
-        path: ns.backend.describe(),
-        reason: format!("reservations: {e}"),
-    };
-    let store = match (&cfg.state_dir, &ns.backend) {
-        _ if !cfg.reservations => None,
-        (Some(dir), Backend::File { .. } | Backend::Null) => Some(Store::File(
-            FileStore::open(dir, &ns.nguid).map_err(|e| invalid(&ns, e.to_string()))?,
-        )),
-        (_, Backend::Rbd(img)) => Some(Store::Cluster(Arc::new(
-            img.reservation_store()
-                .map_err(|e| invalid(&ns, e.to_string()))?,
-        ))),
-        _ => None,
-    };
-    ns.resv = NsReservations::new(cfg.reservations, store).map_err(|e| invalid(&ns, e))?;
-    Ok(ns)
+    Ok((backend, size, bs))
 }
 
 /// How a worker runs backend operations and hears of their completion.
@@ -175,7 +145,7 @@ pub struct Io<'a> {
     /// The offload thread (blocking calls).
     pub offload: &'a offload::Offload,
     /// The worker's mailbox (completions from other threads).
-    pub mailbox: &'a Arc<offload::Mailbox>,
+    pub mailbox: &'a Arc<crate::core::wake::Mailbox>,
 }
 
 /// Where an operation's data is in memory.
@@ -224,7 +194,7 @@ impl Submitted {
     }
 }
 
-/// Starts `plan` on `ns`. `data` is the request's data buffer (reads and
+/// Starts `plan` on `backend`, whose writes pass `gate`. `data` is the request's data buffer (reads and
 /// writes); `ranges` the byte ranges of a deallocating Dataset Management
 /// command. Each operation in flight completes once, with `ud`, through
 /// `io`. A read or write completes with the bytes moved (a short one is
@@ -233,23 +203,24 @@ impl Submitted {
 ///
 /// # Safety
 /// `data` must stay valid (and, for reads, unaliased) until every operation
-/// submitted completes; `ns` is kept alive by the caller as long.
+/// submitted completes; `backend` is kept alive by the caller as long.
 pub unsafe fn submit(
-    ns: &Arc<Namespace>,
+    backend: &Backend,
+    gate: &Arc<WriteGate>,
     plan: &IoPlan,
     data: DataRef,
     ranges: &[(u64, u64)],
     io: &mut Io<'_>,
     ud: u64,
 ) -> Submitted {
-    match &ns.backend {
+    match backend {
         // SAFETY: the caller's guarantees, passed on.
-        Backend::File { is_block, .. } => unsafe {
-            file::submit(ns, *is_block, plan, data, ranges, io, ud)
+        Backend::File { file, is_block, .. } => unsafe {
+            file::submit(file, *is_block, plan, data, ranges, io, ud)
         },
         // SAFETY: as above.
         Backend::Rbd(img) => unsafe {
-            let gate = img.ownership().is_some().then_some(&ns.gate);
+            let gate = img.ownership().is_some().then_some(gate);
             rbd::submit(img, plan, data, ranges, io.mailbox, gate, ud)
         },
         // SAFETY: the caller's guarantees, passed on.

@@ -4,7 +4,7 @@
 //! host's, another subsystem's), and the transport sends what the buffer holds.
 
 use super::{DataRef, Submitted};
-use crate::command::io::IoPlan;
+use crate::core::plan::IoPlan;
 
 /// Runs `plan` at once: a read zeroes its `len` bytes at `data` and counts
 /// them as moved; everything else is a no-op.

@@ -3,51 +3,10 @@
 //! that asked, through that worker's [`Mailbox`], as io_uring would.
 
 use std::sync::mpsc::{channel, Sender};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
+
+use crate::core::wake::Mailbox;
 use std::thread::JoinHandle;
-
-use crate::model::controller::Waker;
-
-/// Where a worker receives completions from outside its ring.
-#[derive(Debug)]
-pub struct Mailbox {
-    done: Mutex<Vec<(u64, i32)>>,
-    pending: std::sync::atomic::AtomicBool,
-    waker: Arc<Waker>,
-}
-
-impl Mailbox {
-    /// A mailbox that wakes `waker` when something arrives.
-    pub fn new(waker: Arc<Waker>) -> Arc<Mailbox> {
-        Arc::new(Mailbox {
-            done: Mutex::new(Vec::new()),
-            pending: false.into(),
-            waker,
-        })
-    }
-
-    /// Delivers a completion and wakes the worker.
-    pub fn post(&self, ud: u64, res: i32) {
-        self.done
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .push((ud, res));
-        self.pending
-            .store(true, std::sync::atomic::Ordering::Release);
-        self.waker.wake();
-    }
-
-    /// Moves the delivered completions into `out` (cheap when there are none).
-    pub fn take(&self, out: &mut Vec<(u64, i32)>) {
-        if !self
-            .pending
-            .swap(false, std::sync::atomic::Ordering::AcqRel)
-        {
-            return;
-        }
-        out.append(&mut self.done.lock().unwrap_or_else(|p| p.into_inner()));
-    }
-}
 
 type Job = Box<dyn FnOnce() + Send>;
 

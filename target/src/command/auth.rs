@@ -5,21 +5,16 @@
 //! hosts' keys as the configuration has them now, and what a queue's
 //! authentication tells the controller.
 
-use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use arc_swap::ArcSwap;
-use dhchap::controller::{Agreed, Event, Names, Policy, Transaction};
+use dhchap::controller::{Event, Names, Transaction};
 use nvme::auth::{auth_id, auth_type, reason, AuthCommand};
 use nvme::opcode::fctype;
 use nvme::{Command, Status};
 use tracing::{debug, info, warn};
 
-use crate::config::HostConfig;
+use crate::model::auth::Credentials;
 use crate::model::controller::Controller;
-use crate::model::subsystem::{Subsystem, SubsystemKind};
 use crate::telemetry::metrics::metrics;
 
 /// A queue whose host must authenticate and has not done so this long after
@@ -29,91 +24,10 @@ pub const AUTH_TIMEOUT: Duration = Duration::from_secs(30);
 /// message (a Reply with SHA-512 and ffdhe8192) is 1168 bytes, and Linux
 /// hosts receive into 4 KiB.
 pub const MAX_DATA: u32 = 4096;
-/// Connect response: authentication transaction required (ATR).
-pub const CONNECT_ATR: u64 = 1 << 17;
 /// Transactions a queue may start before it authenticated: each costs the
 /// worker a Diffie-Hellman exponentiation or two, and a peer that only
 /// knows a host NQN must not get them without end.
 pub const MAX_ATTEMPTS: u8 = 3;
-
-/// The hosts' keys, replaced as a whole by a reload: a transaction reads
-/// them when it starts, so new keys apply to the next authentication and
-/// live associations stay.
-#[derive(Default)]
-pub struct Credentials(ArcSwap<HashMap<String, Policy>>);
-
-impl std::fmt::Debug for Credentials {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "Credentials({} hosts with keys)", self.0.load().len())
-    }
-}
-
-impl Credentials {
-    /// Takes the keys of `hosts`.
-    pub fn set(&self, hosts: &[HostConfig]) {
-        let m = hosts
-            .iter()
-            .filter_map(|h| {
-                Some((
-                    h.nqn.clone(),
-                    Policy {
-                        hash: h.dhchap_hash,
-                        group: h.dhchap_dhgroup,
-                        host_key: h.dhchap_key.clone()?,
-                        ctrl_key: h.dhchap_ctrl_key.clone(),
-                    },
-                ))
-            })
-            .collect();
-        self.0.store(Arc::new(m));
-    }
-
-    /// The host's requirements now (`None`: it has no key).
-    pub fn policy(&self, hostnqn: &str) -> Option<Policy> {
-        self.0.load().get(hostnqn).cloned()
-    }
-
-    /// Whether a controller of `subsys` for `hostnqn` must authenticate its
-    /// queues: the host has a key and the subsystem is not discovery (as
-    /// nvmet, whose discovery controllers never authenticate).
-    pub fn required(&self, subsys: &Subsystem, hostnqn: &str) -> bool {
-        subsys.kind != SubsystemKind::Discovery && self.0.load().contains_key(hostnqn)
-    }
-}
-
-/// A controller's authentication: whether its queues must authenticate
-/// (fixed when it is created) and how its admin queue last did.
-#[derive(Debug, Default)]
-pub struct CtrlAuth {
-    required: AtomicBool,
-    last: Mutex<Option<Agreed>>,
-}
-
-impl CtrlAuth {
-    /// Sets whether the controller's queues must authenticate.
-    pub fn set_required(&self, yes: bool) {
-        self.required.store(yes, Ordering::Relaxed);
-    }
-
-    /// Whether the controller's queues must authenticate.
-    pub fn required(&self) -> bool {
-        self.required.load(Ordering::Relaxed)
-    }
-
-    /// How the admin queue last authenticated (for `status`).
-    pub fn last(&self) -> Option<Agreed> {
-        *self.last.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    /// The Connect result bits this controller's queues get.
-    pub fn connect_result(&self) -> u64 {
-        if self.required() {
-            CONNECT_ATR
-        } else {
-            0
-        }
-    }
-}
 
 /// One queue's authentication.
 #[derive(Default)]
@@ -180,7 +94,7 @@ fn outcome(q: &QueueAuth, ctrl: &Controller, qid: u16, ev: Event) -> Outcome {
         Event::Authenticated => {
             let a = q.tx.authenticated();
             if let (0, Some(a)) = (qid, a) {
-                *ctrl.auth.last.lock().unwrap_or_else(|p| p.into_inner()) = Some(a);
+                ctrl.auth.record(a);
                 info!(cntlid = ctrl.cntlid, host = %ctrl.hostnqn, subsys = %ctrl.subsys.nqn,
                       hash = %a.hash, dhgroup = %a.group, bidirectional = a.bidirectional,
                       "host authenticated");
@@ -258,9 +172,12 @@ pub fn receive(
 mod tests {
     use super::*;
     use crate::command::fabrics;
-    use crate::model::subsystem::Target;
+    use crate::config::HostConfig;
+    use crate::model::auth::CONNECT_ATR;
+    use crate::model::subsystem::{Subsystem, SubsystemKind, Target};
     use dhchap::{host, GroupId, HashId, Secret};
     use nvme::fabrics::{ConnectCommand, ConnectData};
+    use std::sync::Arc;
 
     const SUB: &str = "nqn.2026-11.io.test:auth";
     const HOST: &str = "nqn.2026-11.io.test:keyed";

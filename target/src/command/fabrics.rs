@@ -127,8 +127,9 @@ pub fn connect(
                 Status::CONNECT_INVALID_PARAM => refuse(s, iattr_data(CONNECT_DATA_SUBNQN_OFFSET)),
                 s => refuse(s, 0),
             })?;
-        ctrl.auth
-            .set_required(target.credentials.required(&subsys, &d.hostnqn));
+        ctrl.auth.set_required(
+            subsys.kind != SubsystemKind::Discovery && target.credentials.has_key(&d.hostnqn),
+        );
         return Ok((ctrl, d));
     }
     if subsys.kind == SubsystemKind::Discovery {

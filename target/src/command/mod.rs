@@ -7,3 +7,4 @@ pub mod auth;
 pub mod discovery;
 pub mod fabrics;
 pub mod io;
+pub mod reservation;

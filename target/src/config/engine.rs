@@ -102,7 +102,7 @@ impl EngineConfig {
         let pool = self.small_buffers as u64 * SMALL_BUFFER as u64
             + self.large_buffers as u64 * crate::MAX_IO_SIZE as u64;
         let recv = if srq {
-            self.srq_depth as u64 * crate::transport::RECV_SLOT_BYTES as u64
+            self.srq_depth as u64 * crate::RECV_SLOT_BYTES as u64
         } else {
             0
         };

@@ -6,8 +6,8 @@ use std::collections::HashSet;
 use dhchap::{GroupId, HashId, Secret};
 
 use super::check_nqn;
+use super::ctx::Ctx;
 use super::raw::RawHost;
-use super::validate::Ctx;
 
 /// One host's authentication settings. A host with a key must authenticate
 /// to every subsystem it reaches (but discovery); a host without one

@@ -7,10 +7,12 @@ use nvme::ana::AnaState;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
+mod ctx;
 mod engine;
 mod host;
 mod raw;
 mod validate;
+use ctx::Ctx;
 pub use engine::{
     affinity_cpus, EngineConfig, SendOffload, SrqMode, DEFAULT_MAX_CONTROLLERS_PER_HOST,
     SMALL_BUFFER,
@@ -18,7 +20,6 @@ pub use engine::{
 pub use host::HostConfig;
 pub(crate) use raw::SizeValue;
 use raw::{RawConfig, RawListener, RawNamespace, RawSubsystem};
-use validate::Ctx;
 
 /// A configuration error, naming the file (if any), the field and the reason.
 #[derive(Debug, thiserror::Error)]
@@ -169,7 +170,7 @@ pub struct TargetConfig {
     pub subsystems: Vec<SubsystemConfig>,
     /// Hosts with authentication settings (`[[host]]`).
     pub hosts: Vec<HostConfig>,
-    /// Microseconds a queue thread busy-polls after its last activity before
+    /// Microseconds a worker busy-polls after its last activity before
     /// it sleeps on its completion channel.
     pub poll_spin_us: u64,
     /// Where `/metrics` is served (`None`: disabled).

@@ -13,40 +13,9 @@ use super::{
     ListenerConfig, NamespaceConfig, RbdConfig, SubsystemConfig, TargetConfig,
     DEFAULT_CONTROL_SOCKET, DEFAULT_LOG_LEVEL, DEFAULT_METRICS_ADDR, DEFAULT_MODEL,
 };
-use crate::model::subsystem::{CNTLID_MAX, CNTLID_MIN};
+use nvme::fabrics::{CNTLID_MAX, CNTLID_MIN};
 
-/// Collects every error of one configuration source.
-pub(super) struct Ctx<'a> {
-    src: &'a str,
-    errors: Vec<ConfigError>,
-}
-
-impl<'a> Ctx<'a> {
-    pub(super) fn new(src: &'a str) -> Self {
-        Ctx {
-            src,
-            errors: Vec::new(),
-        }
-    }
-
-    /// Records that `field` is wrong, and why.
-    pub(super) fn err(&mut self, field: impl Into<String>, reason: impl Into<String>) {
-        self.errors.push(ConfigError::Invalid {
-            source_name: self.src.to_string(),
-            field: field.into(),
-            reason: reason.into(),
-        });
-    }
-
-    /// `value` if nothing was wrong, else every error.
-    pub(super) fn finish<T>(mut self, value: T) -> Result<T, ConfigError> {
-        match self.errors.len() {
-            0 => Ok(value),
-            1 => Err(self.errors.remove(0)),
-            _ => Err(ConfigError::Several(self.errors)),
-        }
-    }
-}
+use super::ctx::Ctx;
 
 impl TargetConfig {
     pub(super) fn validate(

@@ -6,7 +6,9 @@
 pub mod admission;
 pub mod liveness;
 pub mod log_limit;
+pub mod plan;
 pub mod polling;
 pub mod pool;
 pub mod request;
+pub mod wake;
 pub mod write_gate;

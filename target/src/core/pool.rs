@@ -8,8 +8,7 @@
 
 use std::collections::VecDeque;
 
-/// Page size: every buffer starts on a page boundary (O_DIRECT).
-const PAGE: usize = 4096;
+use crate::PAGE;
 
 /// A buffer size class.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -82,24 +81,12 @@ pub struct Buf {
     pub size: usize,
 }
 
-/// Counters of a pool, for metrics.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct PoolStats {
-    /// Buffers in use, per class.
-    pub in_use: [usize; 2],
-    /// Requests that had to wait, per class (cumulative).
-    pub waits: [u64; 2],
-    /// Requests waiting now, per class.
-    pub waiting: [usize; 2],
-}
-
 /// The pool: free lists and waiters. `W` names a waiting request.
 #[derive(Debug)]
 pub struct Pool<W> {
     shape: PoolShape,
     free: [Vec<u32>; 2],
     waiters: [VecDeque<W>; 2],
-    stats: PoolStats,
 }
 
 impl<W> Pool<W> {
@@ -115,7 +102,6 @@ impl<W> Pool<W> {
             ],
             waiters: [VecDeque::new(), VecDeque::new()],
             shape,
-            stats: PoolStats::default(),
         }
     }
 
@@ -124,11 +110,16 @@ impl<W> Pool<W> {
         self.shape
     }
 
-    /// Counters.
-    pub fn stats(&self) -> PoolStats {
-        let mut s = self.stats;
-        s.waiting = [self.waiters[0].len(), self.waiters[1].len()];
-        s
+    /// Buffers handed out and not given back.
+    pub fn in_use(&self) -> usize {
+        self.shape.count(Class::Small) + self.shape.count(Class::Large)
+            - self.free[0].len()
+            - self.free[1].len()
+    }
+
+    /// Requests waiting for a buffer.
+    pub fn waiting(&self) -> usize {
+        self.waiters[0].len() + self.waiters[1].len()
     }
 
     fn buf(&self, class: Class, index: u32) -> Buf {
@@ -158,26 +149,21 @@ impl<W> Pool<W> {
         let c = class as usize;
         if self.waiters[c].is_empty() {
             if let Some(i) = self.free[c].pop() {
-                self.stats.in_use[c] += 1;
                 return Some(self.buf(class, i));
             }
         }
-        self.stats.waits[c] += 1;
         self.waiters[c].push_back(who);
         None
     }
 
     /// Gives a buffer back. If requests wait for its class, the buffer goes to
-    /// the first one for which `alive` holds (waiters that went away are
-    /// dropped) and that one is returned with it.
-    pub fn give(&mut self, buf: Buf, mut alive: impl FnMut(&W) -> bool) -> Option<(W, Buf)> {
+    /// the first of them, returned with it (a waiter that went away meanwhile
+    /// gives it back again).
+    pub fn give(&mut self, buf: Buf) -> Option<(W, Buf)> {
         let c = buf.class as usize;
-        while let Some(w) = self.waiters[c].pop_front() {
-            if alive(&w) {
-                return Some((w, buf));
-            }
+        if let Some(w) = self.waiters[c].pop_front() {
+            return Some((w, buf));
         }
-        self.stats.in_use[c] -= 1;
         self.free[c].push(buf.index);
         None
     }
@@ -236,22 +222,20 @@ mod tests {
     }
 
     #[test]
-    fn waiters_are_served_in_order_and_dead_ones_skipped() {
+    fn waiters_are_served_in_order() {
         let mut p: Pool<u32> = Pool::new(shape(1, 0));
         let a = p.take(Class::Small, 1).unwrap();
         assert_eq!(p.take(Class::Small, 2), None);
         assert_eq!(p.take(Class::Small, 3), None);
-        assert_eq!(p.take(Class::Small, 4), None);
-        assert_eq!(p.stats().waiting[0], 3);
-        assert_eq!(p.stats().waits[0], 3);
-        // 2 went away; 3 is next.
-        let (w, b) = p.give(a, |w| *w != 2).unwrap();
-        assert_eq!((w, b), (3, a));
-        let (w, b) = p.give(b, |_| true).unwrap();
-        assert_eq!(w, 4);
-        assert_eq!(p.give(b, |_| true), None);
+        assert_eq!(p.waiting(), 2);
+        assert_eq!(p.in_use(), 1);
+        let (w, b) = p.give(a).unwrap();
+        assert_eq!((w, b), (2, a));
+        let (w, b) = p.give(b).unwrap();
+        assert_eq!(w, 3);
+        assert_eq!(p.give(b), None);
         assert!(p.all_free());
-        assert_eq!(p.stats().in_use, [0, 0]);
+        assert_eq!((p.in_use(), p.waiting()), (0, 0));
     }
 
     #[test]
@@ -260,10 +244,10 @@ mod tests {
         let a = p.take(Class::Small, 1).unwrap();
         assert_eq!(p.take(Class::Small, 2), None);
         // The buffer goes to 2, so 3 finds none and queues behind.
-        let (w, a) = p.give(a, |_| true).unwrap();
+        let (w, a) = p.give(a).unwrap();
         assert_eq!(w, 2);
         assert_eq!(p.take(Class::Small, 3), None);
-        let (w, _) = p.give(a, |_| true).unwrap();
+        let (w, _) = p.give(a).unwrap();
         assert_eq!(w, 3);
     }
 
@@ -285,7 +269,7 @@ mod tests {
                         None => waiting += 1,
                     }
                 } else if let Some(b) = held.pop() {
-                    if let Some((_, b2)) = p.give(b, |_| true) {
+                    if let Some((_, b2)) = p.give(b) {
                         waiting -= 1;
                         held.push(b2);
                     }
@@ -295,12 +279,11 @@ mod tests {
                 for w in seen.windows(2) {
                     prop_assert!(w[0].0 + w[0].1 <= w[1].0, "overlapping buffers handed out");
                 }
-                let st = p.stats();
-                prop_assert_eq!(st.in_use[0] + st.in_use[1], held.len());
-                prop_assert_eq!(st.waiting[0] + st.waiting[1], waiting);
+                prop_assert_eq!(p.in_use(), held.len());
+                prop_assert_eq!(p.waiting(), waiting);
             }
             while let Some(b) = held.pop() {
-                if let Some((_, b2)) = p.give(b, |_| true) {
+                if let Some((_, b2)) = p.give(b) {
                     waiting -= 1;
                     held.push(b2);
                 }

@@ -20,7 +20,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::SeqCst};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock};
 use std::time::{Duration, Instant};
 
-use crate::backend::offload::Mailbox;
+use crate::core::wake::Mailbox;
 
 /// The result a parked write is woken with (through its worker's mailbox,
 /// under its operation's user data): submit it again. No errno is this large.
@@ -257,7 +257,7 @@ impl Drop for Closed<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::controller::Waker;
+    use crate::core::wake::Waker;
     use std::time::Duration;
 
     #[test]

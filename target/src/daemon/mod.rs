@@ -14,7 +14,6 @@ pub mod status;
 
 use control::ControlServer;
 
-use crate::backend::open_namespace;
 use crate::config::{NamespaceConfig, SubsystemConfig, TargetConfig};
 use crate::model::namespace::Namespace;
 use crate::model::subsystem::{HostAccess, Subsystem, SubsystemKind, Target};
@@ -34,8 +33,8 @@ pub const DRAIN_TIMEOUT: Duration = Duration::from_secs(10);
 pub const DISCONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 
 fn open_ns(nqn: &str, n: &NamespaceConfig) -> Result<Arc<Namespace>, String> {
-    let ns =
-        open_namespace(nqn, n).map_err(|e| format!("subsystem {nqn} namespace {}: {e}", n.nsid))?;
+    let ns = Namespace::open(nqn, n)
+        .map_err(|e| format!("subsystem {nqn} namespace {}: {e}", n.nsid))?;
     info!(subsys = %nqn, nsid = ns.nsid, backend = %ns.backend.describe(), identity = %ns.backend.identity(),
           blocks = ns.blocks(), block_size = ns.block_size, "namespace ready");
     Ok(Arc::new(ns))
@@ -68,7 +67,15 @@ pub fn open_subsystem(s: &SubsystemConfig) -> Result<Arc<Subsystem>, String> {
 /// of changes other gateways make.
 fn attach_namespaces(sub: &Arc<Subsystem>) {
     for n in sub.namespaces().iter() {
-        n.resv.attach(sub, n.nsid);
+        let (weak, nsid) = (Arc::downgrade(sub), n.nsid);
+        n.resv
+            .attach(crate::reservation::Notify(Arc::new(move |notices| {
+                if let Some(sub) = weak.upgrade() {
+                    for (host, kind) in notices {
+                        crate::command::reservation::notify(&sub, host, nsid, *kind);
+                    }
+                }
+            })));
     }
 }
 

@@ -647,7 +647,7 @@ mod tests {
             "10.0.0.2:50000".parse().unwrap(),
             "10.0.0.1:4420".parse().unwrap(),
         );
-        let w = crate::model::controller::Waker::new().unwrap();
+        let w = crate::core::wake::Waker::new().unwrap();
         c.attach(crate::model::controller::QueueLink::new(0, w.clone()))
             .unwrap();
         c.attach(crate::model::controller::QueueLink::new(2, w.clone()))

@@ -4,7 +4,6 @@
 
 use std::collections::VecDeque;
 use std::net::SocketAddr;
-use std::os::fd::{AsFd, AsRawFd};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
@@ -13,6 +12,7 @@ use nvme::fabrics::{cc, csts, prop};
 use nvme::log::ErrorLogEntry;
 use nvme::Status;
 
+use crate::core::wake::Waker;
 use crate::model::subsystem::Subsystem;
 
 /// NVMe version 1.3.0.
@@ -31,49 +31,6 @@ pub fn cap() -> u64 {
     mqes | cqr | to | css_nvm
 }
 
-/// Wakes a worker thread from its sleep, and records when it last went round
-/// its loop (the liveness check behind the watchdog). One per worker; every
-/// queue the worker serves links to it.
-#[derive(Debug)]
-pub struct Waker {
-    efd: nix::sys::eventfd::EventFd,
-    /// [`monotonic_ms`] when the worker last went round its loop.
-    heartbeat: AtomicU64,
-}
-
-impl Waker {
-    /// A waker with its own non-blocking eventfd.
-    pub fn new() -> std::io::Result<Arc<Waker>> {
-        use nix::sys::eventfd::{EfdFlags, EventFd};
-        let efd = EventFd::from_flags(EfdFlags::EFD_NONBLOCK | EfdFlags::EFD_CLOEXEC)?;
-        Ok(Arc::new(Waker {
-            efd,
-            heartbeat: AtomicU64::new(monotonic_ms()),
-        }))
-    }
-    /// Wakes the worker.
-    pub fn wake(&self) {
-        // A full counter (EAGAIN) already wakes the worker.
-        let _ = self.efd.write(1);
-    }
-    /// Records that the worker is alive.
-    pub fn beat(&self) {
-        self.heartbeat.store(monotonic_ms(), Ordering::Relaxed);
-    }
-    /// Milliseconds since the worker last went round its loop.
-    pub fn silent_ms(&self) -> u64 {
-        monotonic_ms().saturating_sub(self.heartbeat.load(Ordering::Relaxed))
-    }
-    /// The eventfd to wait on.
-    pub fn fd(&self) -> i32 {
-        self.efd.as_fd().as_raw_fd()
-    }
-    /// Drains the eventfd counter.
-    pub fn clear(&self) {
-        let _ = self.efd.read();
-    }
-}
-
 /// A handle by which a controller stops one of its queues and wakes the
 /// worker that serves it.
 #[derive(Debug)]
@@ -82,12 +39,6 @@ pub struct QueueLink {
     pub qid: u16,
     kill: AtomicBool,
     waker: Arc<Waker>,
-}
-
-/// Milliseconds since the first call (a process-wide monotonic clock).
-pub fn monotonic_ms() -> u64 {
-    static START: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
-    START.get_or_init(Instant::now).elapsed().as_millis() as u64
 }
 
 impl QueueLink {
@@ -439,7 +390,7 @@ pub struct Controller {
     /// states it reports are that listener's.
     port: std::sync::OnceLock<usize>,
     /// Whether its queues must authenticate, and how the admin queue did.
-    pub auth: crate::command::auth::CtrlAuth,
+    pub auth: crate::model::auth::CtrlAuth,
 }
 
 impl Controller {

@@ -2,6 +2,7 @@
 //! the ANA groups of each listener.
 
 pub mod ana;
+pub mod auth;
 pub mod controller;
 pub mod namespace;
 pub mod subsystem;

@@ -4,7 +4,12 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use nvme::identify::{nidt, IdentifyNamespace, NsDescriptor};
 
-use crate::backend::Backend;
+use std::sync::Arc;
+
+use crate::backend::{Backend, BackendError};
+use crate::config::NamespaceConfig;
+use crate::reservation::persist::FileStore;
+use crate::reservation::{NsReservations, Store};
 use crate::telemetry::metrics::NsMetrics;
 
 /// A namespace exported by a subsystem.
@@ -193,6 +198,47 @@ impl Drop for Namespace {
     }
 }
 
+impl Namespace {
+    /// Opens the store of a configured namespace and builds the namespace:
+    /// its write gate needs ownership of an RBD image (unless read-only),
+    /// and its reservation state persists in the state directory (a local
+    /// store) or in the image's cluster.
+    pub fn open(subnqn: &str, cfg: &NamespaceConfig) -> Result<Namespace, BackendError> {
+        let (backend, size, bs) = crate::backend::open(cfg)?;
+        let mut ns = Namespace::new(subnqn, cfg.nsid, backend, size, bs, cfg.readonly);
+        ns.ana_group = cfg.ana_group;
+        if let Backend::Rbd(img) = &ns.backend {
+            if !cfg.readonly {
+                img.own_through(&ns.gate)
+                    .map_err(|e| BackendError::Invalid {
+                        path: ns.backend.describe(),
+                        reason: format!("ownership: {e}"),
+                    })?;
+            }
+        }
+        // The reservation state persists where the namespace's store is local
+        // (a file or block device, or nothing) and a state directory exists; an
+        // RBD image's lives in its cluster, shared by every gateway.
+        let invalid = |ns: &Namespace, e: String| BackendError::Invalid {
+            path: ns.backend.describe(),
+            reason: format!("reservations: {e}"),
+        };
+        let store = match (&cfg.state_dir, &ns.backend) {
+            _ if !cfg.reservations => None,
+            (Some(dir), Backend::File { .. } | Backend::Null) => Some(Store::File(
+                FileStore::open(dir, &ns.nguid).map_err(|e| invalid(&ns, e.to_string()))?,
+            )),
+            (_, Backend::Rbd(img)) => Some(Store::Cluster(Arc::new(
+                img.reservation_store()
+                    .map_err(|e| invalid(&ns, e.to_string()))?,
+            ))),
+            _ => None,
+        };
+        ns.resv = NsReservations::new(cfg.reservations, store).map_err(|e| invalid(&ns, e))?;
+        Ok(ns)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -212,7 +258,7 @@ mod tests {
             reservations: true,
             state_dir: None,
         };
-        let ns = crate::backend::open_namespace("nqn.t", &cfg).unwrap();
+        let ns = Namespace::open("nqn.t", &cfg).unwrap();
         assert_eq!(ns.blocks(), 256);
         assert_eq!(ns.refresh_size().unwrap(), None, "unchanged");
         f.set_len(3 << 20).unwrap();

@@ -1,5 +1,6 @@
 //! Subsystems (NVM and discovery) and the target that holds them.
 
+use nvme::fabrics::{CNTLID_MAX, CNTLID_MIN};
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
@@ -52,11 +53,6 @@ pub struct HostAccess {
     /// Allowed host NQNs.
     pub hosts: Vec<String>,
 }
-
-/// Lowest and highest dynamic controller ids.
-pub const CNTLID_MIN: u16 = 1;
-/// Highest dynamic controller id (0xFFF0..=0xFFFF are reserved).
-pub const CNTLID_MAX: u16 = 0xFFEF;
 
 impl Subsystem {
     /// Creates a subsystem.
@@ -243,7 +239,7 @@ pub struct Target {
     genctr: AtomicU64,
     /// Transport counters.
     pub stats: Stats,
-    /// Busy-poll window of the queue threads (µs), read when a queue starts.
+    /// Busy-poll window of the workers (µs), read when a worker starts.
     pub poll_spin_us: AtomicU64,
     /// Queue threads running.
     pub live_queues: AtomicUsize,
@@ -261,7 +257,7 @@ pub struct Target {
     /// Connect refusals logged, per peer (once a minute).
     pub refusal_log: crate::core::log_limit::PeerLogLimit,
     /// The hosts' authentication keys (`[[host]]`, replaced on reload).
-    pub credentials: crate::command::auth::Credentials,
+    pub credentials: crate::model::auth::Credentials,
 }
 
 impl Target {
@@ -405,7 +401,8 @@ mod tests {
 
     #[test]
     fn a_host_that_loses_access_loses_its_controllers() {
-        use crate::model::controller::{QueueLink, Waker};
+        use crate::core::wake::Waker;
+        use crate::model::controller::QueueLink;
         let s = sub(true);
         let w = Waker::new().unwrap();
         let c1 = s.add_controller("nqn.h1", [1; 16], 0, 16).unwrap();

@@ -1,10 +1,10 @@
 //! Persistent reservations: the state machine ([`state`]), a namespace's
 //! shared copy of it and the conflict check every I/O command passes
-//! ([`NsReservations`]), the Reservation commands ([`command`]) and each
-//! controller's notification log ([`notices`]).
+//! ([`NsReservations`]) and each
+//! controller's notification log ([`notices`]). The Reservation commands
+//! are [`crate::command::reservation`].
 
 pub mod cluster;
-pub mod command;
 pub mod notices;
 pub mod persist;
 pub mod state;
@@ -12,14 +12,13 @@ pub mod state;
 mod tests;
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use nvme::Status;
 
 pub use state::{Access, Effects, HostId, Reservations};
 
-use crate::command::io::IoPlan;
-use crate::model::subsystem::Subsystem;
+use crate::core::plan::IoPlan;
 
 /// Where a namespace's state is kept beyond this process.
 #[derive(Debug)]
@@ -56,7 +55,7 @@ pub struct NsReservations {
     changing: Mutex<()>,
     /// The subsystem and nsid whose controllers get the notices of changes
     /// another gateway made.
-    owner: Mutex<Option<(Weak<Subsystem>, u32)>>,
+    notify: Mutex<Option<Notify>>,
 }
 
 impl NsReservations {
@@ -76,7 +75,7 @@ impl NsReservations {
             store,
             version: AtomicU64::new(0),
             changing: Mutex::new(()),
-            owner: Mutex::new(None),
+            notify: Mutex::new(None),
         });
         if let Some(Store::Cluster(c)) = &r.store {
             let sink: Arc<dyn cluster::Sink> = r.clone();
@@ -102,15 +101,14 @@ impl NsReservations {
             store: None,
             version: AtomicU64::new(0),
             changing: Mutex::new(()),
-            owner: Mutex::new(None),
+            notify: Mutex::new(None),
         }
     }
 
-    /// Where the notices of changes made by another gateway go: the
-    /// controllers of `subsys` on namespace `nsid`.
-    pub fn attach(&self, subsys: &Arc<Subsystem>, nsid: u32) {
-        *self.owner.lock().unwrap_or_else(|p| p.into_inner()) =
-            Some((Arc::downgrade(subsys), nsid));
+    /// Where the notices of changes made by another gateway go (the
+    /// controllers of the namespace's hosts).
+    pub fn attach(&self, notify: Notify) {
+        *self.notify.lock().unwrap_or_else(|p| p.into_inner()) = Some(notify);
     }
 
     /// The cluster store, if the state is shared.
@@ -287,6 +285,19 @@ impl NsReservations {
     }
 }
 
+/// Tells the hosts of a namespace about changes another gateway made.
+#[derive(Clone)]
+pub struct Notify(pub Arc<NotifyFn>);
+
+/// What [`Notify`] calls with the notices of a change.
+pub type NotifyFn = dyn Fn(&[state::Notice]) + Send + Sync;
+
+impl std::fmt::Debug for Notify {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Notify")
+    }
+}
+
 /// What a change reports to the other gateways.
 pub trait HasNotices {
     /// The notices it raised.
@@ -311,11 +322,13 @@ impl cluster::Sink for NsReservations {
     }
 
     fn notices(&self, notices: &[state::Notice]) {
-        let owner = self.owner.lock().unwrap_or_else(|p| p.into_inner()).clone();
-        if let Some((sub, nsid)) = owner.and_then(|(s, n)| Some((s.upgrade()?, n))) {
-            for (host, kind) in notices {
-                command::notify(&sub, host, nsid, *kind);
-            }
+        let notify = self
+            .notify
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
+        if let Some(Notify(f)) = notify {
+            f(notices);
         }
     }
 }

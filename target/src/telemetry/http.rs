@@ -15,7 +15,7 @@ use hyper_util::rt::TokioIo;
 use tracing::{debug, info, warn};
 
 use crate::core::admission::Admission;
-use crate::model::controller::monotonic_ms;
+use crate::core::wake::monotonic_ms;
 use crate::telemetry::metrics::metrics;
 
 /// The running metrics server.

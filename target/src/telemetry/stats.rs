@@ -5,7 +5,7 @@ use prometheus::IntCounter;
 
 use crate::telemetry::metrics::metrics;
 
-/// Counters updated by the queue threads.
+/// Counters updated by the workers.
 #[derive(Debug, Clone)]
 pub struct Stats {
     /// Responses sent with SEND_WITH_INVALIDATE.

@@ -10,9 +10,6 @@ use nvme::opcode::DataDirection;
 use nvme::sgl::{kind, subtype};
 use nvme::{Command, Sgl, Status};
 
-/// Bytes of one receive buffer: the 64-byte command and the in-capsule data.
-pub const RECV_SLOT_BYTES: usize = nvme::SQE_SIZE + crate::INLINE_DATA_SIZE as usize;
-
 /// Parameters of a queue accepted at the RDMA-CM level.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct QueueParams {
@@ -66,8 +63,9 @@ pub enum DataPlan {
         /// Length.
         len: u32,
     },
-    /// Host to target: RDMA READ from the host's window.
-    Read {
+    /// Host to target (a host write): fetched by RDMA READ from the host's
+    /// window.
+    FromHost {
         /// Remote address.
         addr: u64,
         /// Length.
@@ -75,8 +73,9 @@ pub enum DataPlan {
         /// Remote key.
         key: u32,
     },
-    /// Target to host: RDMA WRITE to the host's window.
-    Write {
+    /// Target to host (a host read): sent by RDMA WRITE to the host's
+    /// window.
+    ToHost {
         /// Remote address.
         addr: u64,
         /// Length.
@@ -92,8 +91,8 @@ impl DataPlan {
         match *self {
             DataPlan::None => 0,
             DataPlan::InCapsule { len, .. }
-            | DataPlan::Read { len, .. }
-            | DataPlan::Write { len, .. } => len,
+            | DataPlan::FromHost { len, .. }
+            | DataPlan::ToHost { len, .. } => len,
         }
     }
     /// Whether there is no data.
@@ -133,8 +132,8 @@ pub fn data_plan(
                 return Err(Status::SGL_INVALID_DATA);
             }
             match dir {
-                DataDirection::HostToController => DataPlan::Read { addr, len, key },
-                DataDirection::ControllerToHost => DataPlan::Write { addr, len, key },
+                DataDirection::HostToController => DataPlan::FromHost { addr, len, key },
+                DataDirection::ControllerToHost => DataPlan::ToHost { addr, len, key },
                 DataDirection::None => DataPlan::None,
                 DataDirection::Bidirectional => return Err(Status::INVALID_FIELD),
             }
@@ -240,7 +239,7 @@ mod tests {
         assert_eq!(
             data_plan(&cmd(0x01, k(4096, true)), 0, 131072),
             Ok((
-                DataPlan::Read {
+                DataPlan::FromHost {
                     addr: 0x1000,
                     len: 4096,
                     key: 0xAB
@@ -251,7 +250,7 @@ mod tests {
         assert_eq!(
             data_plan(&cmd(0x02, k(4096, false)), 0, 131072),
             Ok((
-                DataPlan::Write {
+                DataPlan::ToHost {
                     addr: 0x1000,
                     len: 4096,
                     key: 0xAB

@@ -20,10 +20,10 @@ use std::sync::{Arc, Mutex, OnceLock, Weak};
 
 use nix::errno::Errno;
 
-use super::offload::Mailbox;
 use super::{Backend, BackendError, DataRef, Submitted};
-use crate::command::io::IoPlan;
 use crate::config::RbdConfig;
+use crate::core::plan::IoPlan;
+use crate::core::wake::Mailbox;
 use crate::core::write_gate::WriteGate;
 use crate::reservation::cluster::{ClusterError, ClusterStore};
 

@@ -13,7 +13,7 @@ use tracing::{debug, error, info, warn};
 
 use super::queue::NewConn;
 use super::{reject, EngineShared, TransportError};
-use crate::model::controller::monotonic_ms;
+use crate::core::wake::monotonic_ms;
 use crate::transport;
 
 /// A running listener thread.

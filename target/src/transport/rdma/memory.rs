@@ -12,10 +12,8 @@ use nvme::SQE_SIZE;
 use rdma::{Access, Buffer, MemoryRegion, ProtectionDomain, QueuePair, Sge, SharedReceiveQueue};
 
 use crate::telemetry::metrics::metrics;
-use crate::transport::RECV_SLOT_BYTES;
 use crate::INLINE_DATA_SIZE;
-
-const PAGE: usize = 4096;
+use crate::{PAGE, RECV_SLOT_BYTES};
 
 /// The pinned-memory budget.
 #[derive(Debug)]

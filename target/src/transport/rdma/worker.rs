@@ -24,11 +24,13 @@ use super::index::QueueIndex;
 use super::queue::{Cx, NewConn, Queue};
 use super::wr::{self, QueueKey};
 use super::EngineShared;
-use crate::backend::offload::{Mailbox, Offload};
+use crate::backend::offload::Offload;
 use crate::backend::uring::Ring;
 use crate::core::polling::spin_window_us;
 use crate::core::pool::Buf;
-use crate::model::controller::{QueueLink, Waker};
+use crate::core::wake::Mailbox;
+use crate::core::wake::Waker;
+use crate::model::controller::QueueLink;
 use crate::telemetry::metrics::metrics;
 use crate::telemetry::stats::Stats;
 
@@ -223,7 +225,7 @@ impl Worker {
                 None => Some(buf),
             };
             if let Some(b) = back {
-                if let Some(g) = cx.dev.pool.give(b, |_| true) {
+                if let Some(g) = cx.dev.pool.give(b) {
                     cx.grants.push(g);
                 }
             }

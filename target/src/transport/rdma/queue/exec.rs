@@ -12,7 +12,8 @@ use super::{queue_type, Cx, Queue};
 use crate::backend::{self, DataRef};
 use crate::command::admin::{self, AdminOutcome};
 use crate::command::fabrics;
-use crate::command::io::{self, IoPlan};
+use crate::command::io;
+use crate::core::plan::IoPlan;
 use crate::core::request::{Stage, Step};
 use crate::model::controller::{Controller, PropertyEffect};
 use crate::telemetry::metrics::{metrics, IoOp};
@@ -147,7 +148,15 @@ impl Queue {
                         // SAFETY: a flush uses no data buffer; the request
                         // holds the namespace until the flush completed.
                         let s = unsafe {
-                            backend::submit(ns, &IoPlan::Flush, DataRef::NONE, &[], &mut cx.io, ud)
+                            backend::submit(
+                                &ns.backend,
+                                &ns.gate,
+                                &IoPlan::Flush,
+                                DataRef::NONE,
+                                &[],
+                                &mut cx.io,
+                                ud,
+                            )
                         };
                         if s.in_flight > 0 {
                             n += s.in_flight;
@@ -210,7 +219,7 @@ impl Queue {
         // its data until it returns.
         let buf = unsafe { self.data_mut(cx.dev, r) };
         let len = buf.len() as u32;
-        if matches!(self.reqs[r].plan, DataPlan::Write { .. }) {
+        if matches!(self.reqs[r].plan, DataPlan::ToHost { .. }) {
             // Data to the host starts as zeroes, whatever a command leaves
             // unwritten: the pool buffer last held another request's data.
             buf.fill(0);
@@ -221,7 +230,7 @@ impl Queue {
                 result,
                 data_len,
             } => {
-                if matches!(self.reqs[r].plan, DataPlan::Write { .. }) {
+                if matches!(self.reqs[r].plan, DataPlan::ToHost { .. }) {
                     self.reqs[r].out_len = data_len.min(len);
                 }
                 self.complete(cx, r, status, result)
@@ -255,7 +264,7 @@ impl Queue {
                 return self.complete(cx, r, Status::INTERNAL, 0);
             };
             let cmd = self.reqs[r].cmd;
-            if crate::reservation::command::blocks(&ns, &cmd) {
+            if crate::command::reservation::blocks(&ns, &cmd) {
                 // The change is synced to the state file, or waits for the
                 // namespace's writes, before the command completes: off the
                 // worker, which serves other queues (and completes those
@@ -267,7 +276,7 @@ impl Queue {
                     return self.complete(cx, r, Status::INTERNAL, 0);
                 };
                 thread.run(cx.io.mailbox, ud, move || {
-                    let (st, _) = crate::reservation::command::execute(&ns, &ctrl, &cmd, &mut keys);
+                    let (st, _) = crate::command::reservation::execute(&ns, &ctrl, &cmd, &mut keys);
                     st.to_field() as i32
                 });
                 return self.reqs[r].life.backend_started(1);
@@ -275,7 +284,7 @@ impl Queue {
             // SAFETY: the request executes; nothing else uses its data
             // until the call returns.
             let data = unsafe { self.data_mut(cx.dev, r) };
-            let (st, out) = crate::reservation::command::execute(&ns, &ctrl, &cmd, data);
+            let (st, out) = crate::command::reservation::execute(&ns, &ctrl, &cmd, data);
             self.reqs[r].out_len = out;
             return self.complete(cx, r, st, 0);
         }
@@ -291,13 +300,13 @@ impl Queue {
                 // SAFETY: `len` bytes of the request's buffer, unwritten
                 // until this operation completes (it counts as in flight).
                 let c = unsafe { std::slice::from_raw_parts(cmp as *const u8, len as usize) };
-                crate::backend::compare::compare(&ns, offset, c)
+                crate::backend::compare::compare(&ns.backend, offset, c)
             });
             return self.reqs[r].life.backend_started(1);
         }
-        if !self.reqs[r].counted.0 {
+        if !self.reqs[r].in_ns_gauge {
             ns.metrics.in_flight.inc();
-            self.reqs[r].counted.0 = true;
+            self.reqs[r].in_ns_gauge = true;
         }
         let ranges = match plan {
             IoPlan::Dsm { nr, deallocate } => {
@@ -345,7 +354,8 @@ impl Queue {
         // SAFETY: the data buffer is the request's until it is released, which
         // the lifecycle allows only after every submitted operation completed;
         // the request holds `ns` as long.
-        let s = unsafe { backend::submit(&ns, &plan, data, &ranges, &mut cx.io, ud) };
+        let s =
+            unsafe { backend::submit(&ns.backend, &ns.gate, &plan, data, &ranges, &mut cx.io, ud) };
         if let crate::backend::Backend::Rbd(_) = ns.backend {
             // Its operations hold the gate until librbd completes them.
             self.ungate(r);
@@ -439,10 +449,9 @@ impl Queue {
             }
         } else if let IoPlan::WriteZeroes { fua: true, .. } = plan {
             // Forced unit access: the zeroes are made durable before the
-            // command completes (`done` marks the flush as issued).
-            let flushed = q.done != 0;
-            if !flushed && self.live() {
-                self.reqs[r].done = 1;
+            // command completes.
+            if !q.flush_issued && self.live() {
+                self.reqs[r].flush_issued = true;
                 if self.resubmit(cx, r, IoPlan::Flush, DataRef::NONE) {
                     return;
                 }
@@ -465,7 +474,7 @@ impl Queue {
         let ud = self.wr_id(wr::IO, r);
         // SAFETY: `data` lies in the request's buffer, which stays its own
         // until every submitted operation completed; the request holds `ns`.
-        let s = unsafe { backend::submit(&ns, &plan, data, &[], &mut cx.io, ud) };
+        let s = unsafe { backend::submit(&ns.backend, &ns.gate, &plan, data, &[], &mut cx.io, ud) };
         if s.in_flight == 1 {
             return true;
         }

@@ -9,7 +9,8 @@ use nvme::Status;
 use super::super::wr;
 use super::{Cx, Queue};
 use crate::backend::compare::{self, MISCOMPARE};
-use crate::command::io::{self, IoPlan};
+use crate::command::io;
+use crate::core::plan::IoPlan;
 use crate::core::request::Step;
 
 /// Where a queue is in a fused pair.
@@ -137,7 +138,7 @@ impl Queue {
             let allowed = || {
                 host.is_some_and(|h| ns.resv.check(&h, crate::reservation::Access::Write).is_ok())
             };
-            compare::compare_and_write(&ns, offset, c, d, fua, allowed)
+            compare::compare_and_write(&ns.backend, &ns.gate, offset, c, d, fua, allowed)
         });
     }
 

@@ -27,9 +27,10 @@ use super::wr::{self, QueueKey};
 use crate::backend;
 use crate::backend::DataRef;
 use crate::command::admin;
-use crate::command::io::{self, IoPlan};
+use crate::command::io;
 use crate::core::admission::Pending;
 use crate::core::liveness::Liveness;
+use crate::core::plan::IoPlan;
 use crate::core::pool::Buf;
 use crate::core::request::{Lifecycle, Stage, Step};
 use crate::model::controller::{Controller, QueueLink};
@@ -38,13 +39,12 @@ use crate::model::subsystem::Target;
 use crate::telemetry::metrics::metrics;
 use crate::telemetry::stats::Stats;
 use crate::transport::{self, DataPlan, QueueParams};
-use crate::MAX_IO_SIZE;
+use crate::{MAX_IO_SIZE, PAGE};
 
 mod conn;
 mod exec;
 mod fused;
 
-const PAGE: usize = 4096;
 /// The RNR timer our queue pairs give the host (InfiniBand code 10: 0.32 ms,
 /// the value RDS uses): how long a capsule that found no receive posted
 /// waits before the host's adapter resends it.
@@ -99,8 +99,12 @@ struct Req {
     /// Namespaces the request uses, held until it is released (a namespace
     /// removed by a reload outlives its in-flight commands).
     ns: Vec<Arc<Namespace>>,
-    /// Counted in the namespace's in-flight gauge / in `Target::io_in_flight`.
-    counted: (bool, bool),
+    /// Counted in its namespace's in-flight gauge.
+    in_ns_gauge: bool,
+    /// Counted in `Target::io_in_flight` (what shutdown drains).
+    in_target_count: bool,
+    /// The flush that makes a Write Zeroes with FUA durable was issued.
+    flush_issued: bool,
     /// Inside its namespace's write gate (leaves it at release).
     gated: bool,
     /// The other command of its fused pair (Compare and Write).
@@ -131,7 +135,9 @@ impl Req {
             result: 0,
             start,
             ns: Vec::new(),
-            counted: (false, false),
+            in_ns_gauge: false,
+            in_target_count: false,
+            flush_issued: false,
             gated: false,
             partner: None,
             fused_status: None,
@@ -382,7 +388,7 @@ impl Queue {
                 self.reqs[r].life.arrive(false, false, false);
                 return self.repost(cx, slot);
             }
-            self.reqs[r].counted.1 = true;
+            self.reqs[r].in_target_count = true;
         }
         let known = cmd.is_fabrics()
             || if self.qid() == 0 {
@@ -429,11 +435,11 @@ impl Queue {
                 let aligned = (offset as usize).is_multiple_of(PAGE);
                 self.reqs[r].life.arrive(!aligned, false, true)
             }
-            DataPlan::Read { .. } => {
+            DataPlan::FromHost { .. } => {
                 self.repost(cx, slot);
                 self.reqs[r].life.arrive(true, true, false)
             }
-            DataPlan::Write { .. } => {
+            DataPlan::ToHost { .. } => {
                 self.repost(cx, slot);
                 self.reqs[r].life.arrive(true, false, false)
             }
@@ -576,7 +582,7 @@ impl Queue {
     }
 
     fn fetch(&mut self, cx: &mut Cx<'_>, r: usize) {
-        let DataPlan::Read { addr, len, key } = self.reqs[r].plan else {
+        let DataPlan::FromHost { addr, len, key } = self.reqs[r].plan else {
             return;
         };
         let d = self.data_ref(cx.dev, r);
@@ -682,7 +688,7 @@ impl Queue {
             signaled: true,
         };
         match (status.is_success(), plan, self.reqs[r].buf) {
-            (true, DataPlan::Write { addr, key, .. }, Some(b)) if out_len > 0 => {
+            (true, DataPlan::ToHost { addr, key, .. }, Some(b)) if out_len > 0 => {
                 let data_sge = [Sge {
                     addr: cx.dev.buf_ptr(&b) as u64,
                     len: out_len,
@@ -864,13 +870,13 @@ impl Queue {
         if held.buffer {
             if let Some(b) = q.buf.take() {
                 cx.dev.gauges[b.class as usize].0.dec();
-                if let Some(g) = cx.dev.pool.give(b, |_| true) {
+                if let Some(g) = cx.dev.pool.give(b) {
                     cx.grants.push(g);
                 }
             }
         }
         let recv = q.recv.take();
-        if std::mem::take(&mut q.counted.0) {
+        if std::mem::take(&mut q.in_ns_gauge) {
             if let Some(ns) = q.ns.first() {
                 ns.metrics.in_flight.dec();
             }
@@ -883,7 +889,7 @@ impl Queue {
             }
         }
         q.ns.clear();
-        if std::mem::take(&mut q.counted.1) {
+        if std::mem::take(&mut q.in_target_count) {
             cx.target.io_in_flight.fetch_sub(1, Ordering::SeqCst);
         }
         self.free.push(r as u16);

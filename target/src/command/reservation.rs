@@ -7,10 +7,10 @@ use nvme::reservation::{RegisteredController, Report, ReportCommand, ResvCommand
 use nvme::{Command, Status};
 use tracing::info;
 
-use super::state::HostId;
 use crate::model::controller::Controller;
 use crate::model::namespace::Namespace;
 use crate::model::subsystem::Subsystem;
+use crate::reservation::state::HostId;
 
 /// The controller id a report gives every registrant: controllers are
 /// allocated dynamically, and a registrant is a host (any of its
@@ -24,7 +24,7 @@ pub fn execute(ns: &Namespace, ctrl: &Controller, cmd: &Command, buf: &mut [u8])
     // A gateway that lost touch with a shared state neither reports nor
     // changes it.
     if !ns.resv.sure() {
-        return (ctrl.retry_delay(super::not_sure()), 0);
+        return (ctrl.retry_delay(crate::reservation::not_sure()), 0);
     }
     if cmd.opcode() == op::RESV_REPORT {
         return report(ns, cmd, buf);

@@ -1,0 +1,99 @@
+//! What the model keeps of in-band authentication (DH-HMAC-CHAP): the
+//! hosts' keys, and per controller whether its queues must authenticate and
+//! how they last did. The protocol itself is [`crate::command::auth`].
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+
+use arc_swap::ArcSwap;
+use dhchap::controller::{Agreed, Policy};
+
+use crate::config::HostConfig;
+
+/// Connect response: authentication transaction required (ATR).
+pub const CONNECT_ATR: u64 = 1 << 17;
+
+/// The hosts' keys, replaced as a whole by a reload: a transaction reads
+/// them when it starts, so new keys apply to the next authentication and
+/// live associations stay.
+#[derive(Default)]
+pub struct Credentials(ArcSwap<HashMap<String, Policy>>);
+
+impl std::fmt::Debug for Credentials {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Credentials({} hosts with keys)", self.0.load().len())
+    }
+}
+
+impl Credentials {
+    /// Takes the keys of `hosts`.
+    pub fn set(&self, hosts: &[HostConfig]) {
+        let m = hosts
+            .iter()
+            .filter_map(|h| {
+                Some((
+                    h.nqn.clone(),
+                    Policy {
+                        hash: h.dhchap_hash,
+                        group: h.dhchap_dhgroup,
+                        host_key: h.dhchap_key.clone()?,
+                        ctrl_key: h.dhchap_ctrl_key.clone(),
+                    },
+                ))
+            })
+            .collect();
+        self.0.store(Arc::new(m));
+    }
+
+    /// The host's requirements now (`None`: it has no key).
+    pub fn policy(&self, hostnqn: &str) -> Option<Policy> {
+        self.0.load().get(hostnqn).cloned()
+    }
+
+    /// Whether `hostnqn` has a key: its controllers of NVM subsystems must
+    /// authenticate their queues (discovery controllers never do, as with
+    /// nvmet).
+    pub fn has_key(&self, hostnqn: &str) -> bool {
+        self.0.load().contains_key(hostnqn)
+    }
+}
+
+/// A controller's authentication: whether its queues must authenticate
+/// (fixed when it is created) and how its admin queue last did.
+#[derive(Debug, Default)]
+pub struct CtrlAuth {
+    required: AtomicBool,
+    last: Mutex<Option<Agreed>>,
+}
+
+impl CtrlAuth {
+    /// Sets whether the controller's queues must authenticate.
+    pub fn set_required(&self, yes: bool) {
+        self.required.store(yes, Ordering::Relaxed);
+    }
+
+    /// Whether the controller's queues must authenticate.
+    pub fn required(&self) -> bool {
+        self.required.load(Ordering::Relaxed)
+    }
+
+    /// The admin queue authenticated with `agreed`.
+    pub fn record(&self, agreed: Agreed) {
+        *self.last.lock().unwrap_or_else(|p| p.into_inner()) = Some(agreed);
+    }
+
+    /// How the admin queue last authenticated (for `status`).
+    pub fn last(&self) -> Option<Agreed> {
+        *self.last.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The Connect result bits this controller's queues get.
+    pub fn connect_result(&self) -> u64 {
+        if self.required() {
+            CONNECT_ATR
+        } else {
+            0
+        }
+    }
+}
