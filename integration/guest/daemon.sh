@@ -47,14 +47,10 @@ METRICS=http://127.0.0.1:9469/metrics
 PROM=http://127.0.0.1:9090
 CFG=/sys/kernel/config/nvmet
 OUT=${E2E_OUT:-/lab/integration/out}
-T0=$(date +%s%N)
+. integration/guest/common.sh
 PASSED=0
 PROM_PID= FG_PID=
 
-step() { printf '\n=== [%6.1fs] %s\n' "$(( ($(date +%s%N) - T0) / 1000000 ))e-3" "$*"; }
-info() { echo "    $*"; }
-fail() { echo "FAIL: $*" >&2; exit 1; }
-trap 'rc=$?; echo "FAIL: command failed (exit $rc) at line $LINENO: $BASH_COMMAND"' ERR
 
 journal() { journalctl -u nvmf-target -b --no-pager -o cat "$@"; }
 cleanup() {

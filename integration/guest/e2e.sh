@@ -59,12 +59,8 @@ TLOG=/tmp/nvmf-target.log
 CFG=/sys/kernel/config/nvmet
 TPID=
 PASSED=0
-T0=$(date +%s%N)
+. integration/guest/common.sh
 
-step() { printf '\n=== [%6.1fs] %s\n' "$(( ($(date +%s%N) - T0) / 1000000 ))e-3" "$*"; }
-info() { echo "    $*"; }
-fail() { echo "FAIL: $*" >&2; exit 1; }   # stderr: also seen from inside $(...)
-trap 'rc=$?; echo "FAIL: command failed (exit $rc) at line $LINENO: $BASH_COMMAND"' ERR
 
 case $TARGET in own|kernel) ;; *) fail "TARGET must be own or kernel (got '$TARGET')" ;; esac
 case $E2E_DEVICE in first) ;; second) IP=10.99.0.1 ;; *) fail "E2E_DEVICE must be first or second (got '$E2E_DEVICE')" ;; esac

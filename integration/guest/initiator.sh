@@ -30,13 +30,10 @@ SIZE_MB=256
 CFG=/sys/kernel/config/nvmet
 TLOG=/tmp/nvmf-target.log
 TPID=
-T0=$(date +%s)
+. integration/guest/common.sh
 declare -A RESULT
 RETRIED=()
 
-step() { echo; echo "=== [$(( $(date +%s) - T0 ))s] $*"; }
-fail() { echo "FAIL: $*" >&2; exit 1; }
-trap 'rc=$?; echo "FAIL: command failed (exit $rc) at line $LINENO: $BASH_COMMAND"' ERR
 
 kernel_teardown() {
     [ -d "$CFG/subsystems/$NQN" ] || [ -d "$CFG/ports/1" ] || return 0

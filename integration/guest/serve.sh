@@ -18,9 +18,7 @@ TLOG=/tmp/nvmf-target.log
 DISK=/dev/ram0
 [ -n "${DEMO_DISK:-}" ] && DISK=$DEMO_DISK
 TPID=
-T0=$(date +%s%N)
-step() { printf '\n=== [%6.1fs] %s\n' "$(( ($(date +%s%N) - T0) / 1000000 ))e-3" "$*"; }
-fail() { echo "FAIL: $*" >&2; exit 1; }
+. integration/guest/common.sh
 stop_target() {
     [ -n "$TPID" ] || return 0
     kill -TERM "$TPID" 2>/dev/null || true
