@@ -7,7 +7,8 @@
 # the lab VM and run GUEST_SCRIPT (relative to the project root), its output also saved to
 # integration/out/NAME.log, (d) exit with its status. ARGs: --keep (keep the VM's files),
 # -e VAR=VALUE (an environment variable for the guest script), -h (the caller's header).
-# Environment: NVMF_LAB_DIR (default /var/tmp/nvmf-lab), SKIP_BUILD, LAB_MEM, LAB_* (run-guest).
+# Environment: NVMF_LAB_DIR (default /var/tmp/nvmf-lab), SKIP_BUILD, LAB_MEM, LAB_CPUS and
+# the other LAB_* of run-guest.
 run_suite() {
     local name=$1 title=$2 script=$3 timeout=$4 root lab bin outlog rc
     shift 4
@@ -52,7 +53,7 @@ run_suite() {
         0) log "PASS: $title (${SECONDS}s)" ;;
         124) log "FAIL: $title timed out" ;;
         125) log "FAIL: lab failure (the VM gave no result; try --keep and look at console.log)" ;;
-        *) log "FAIL: $title (exit $rc)" ;;
+        *) log "FAIL: $title (exit $rc): $(grep -m1 '^FAIL:' "$outlog" || echo 'see output above')" ;;
     esac
     exit "$rc"
 }
