@@ -87,7 +87,7 @@ struct Io {
     #[arg(long, default_value_t = 0)]
     start_block: u64,
     /// Bytes to transfer (suffixes k, M, G); for write, defaults to the file size.
-    #[arg(short = 'z', long, value_parser = parse_size)]
+    #[arg(short = 'z', long, value_parser = sizes::parse)]
     data_size: Option<u64>,
     /// File to read from (write) or write to (read); "-" is stdin/stdout.
     #[arg(short = 'd', long, default_value = "-")]
@@ -168,7 +168,7 @@ enum Cmd {
         #[arg(long, default_value = "randread")]
         rw: Pattern,
         /// Bytes per I/O (suffixes k, M).
-        #[arg(long, default_value = "4k", value_parser = parse_size)]
+        #[arg(long, default_value = "4k", value_parser = sizes::parse)]
         bs: u64,
         /// Commands in flight per queue.
         #[arg(long, default_value_t = 32)]
@@ -183,7 +183,7 @@ enum Cmd {
         #[arg(long, default_value_t = 50)]
         rwmixread: u8,
         /// Limit the I/O to the first SIZE bytes of the namespace.
-        #[arg(long, value_parser = parse_size)]
+        #[arg(long, value_parser = sizes::parse)]
         size: Option<u64>,
         /// Never send writes as in-capsule data.
         #[arg(long)]
@@ -195,27 +195,6 @@ enum Cmd {
         #[arg(long)]
         json: bool,
     },
-}
-
-fn parse_size(s: &str) -> std::result::Result<u64, String> {
-    let s = s.trim();
-    let (num, mult) = match s.char_indices().find(|(_, c)| !c.is_ascii_digit()) {
-        None => (s, 1u64),
-        Some((i, _)) => {
-            let m = match s[i..].to_ascii_lowercase().as_str() {
-                "k" | "kb" | "kib" => 1 << 10,
-                "m" | "mb" | "mib" => 1 << 20,
-                "g" | "gb" | "gib" => 1 << 30,
-                "t" | "tb" | "tib" => 1 << 40,
-                "b" => 1,
-                o => return Err(format!("unknown size suffix {o:?} (k, M, G, T)")),
-            };
-            (&s[..i], m)
-        }
-    };
-    let n: u64 = num.parse().map_err(|_| format!("not a size: {s:?}"))?;
-    n.checked_mul(mult)
-        .ok_or_else(|| format!("size too large: {s:?}"))
 }
 
 fn parse_num(s: &str) -> std::result::Result<u64, String> {
@@ -302,7 +281,7 @@ fn raw_cmd(
             let (dir, n) = w
                 .split_once(':')
                 .ok_or_else(|| Error::Invalid(format!("--window {w:?}: read:N or write:N")))?;
-            let n = parse_size(n).map_err(Error::Invalid)? as u32;
+            let n = sizes::parse(n).map_err(Error::Invalid)? as u32;
             Some(match dir {
                 "read" => Xfer::FromTarget(n),
                 "write" => Xfer::ToTarget(n),
@@ -410,17 +389,6 @@ fn print_entry(i: usize, e: &DiscoveryEntry) {
     println!("asqsz:   {}", e.asqsz);
 }
 
-fn human(bytes: u64) -> String {
-    let units = ["B", "KiB", "MiB", "GiB", "TiB"];
-    let mut v = bytes as f64;
-    let mut u = 0;
-    while v >= 1024.0 && u + 1 < units.len() {
-        v /= 1024.0;
-        u += 1;
-    }
-    format!("{v:.1} {}", units[u])
-}
-
 fn identify(sub: &Subsys, watch: u64) -> Result<()> {
     let mut o = options(&sub.conn, &sub.nqn)?;
     o.io_queues = 0;
@@ -440,7 +408,7 @@ fn identify(sub: &Subsys, watch: u64) -> Result<()> {
     println!(
         "  mdts:      {} (largest transfer {})",
         id.mdts,
-        human(i.max_transfer as u64)
+        sizes::format(i.max_transfer as u64)
     );
     println!("  maxcmd:    {}  mqes: {}", id.maxcmd, (i.cap & 0xFFFF) + 1);
     println!(
@@ -489,7 +457,7 @@ fn print_namespaces(c: &Controller) -> Result<()> {
         println!(
             "namespace {nsid}: {} blocks of {bs} B ({}), nguid {}",
             ns.nsze,
-            human(ns.nsze * bs),
+            sizes::format(ns.nsze * bs),
             format_uuid(&ns.nguid).replace('-', "")
         );
     }

@@ -219,7 +219,7 @@ impl RawEngine {
         let max_pinned_memory = match self.max_pinned_memory {
             None => Some(d.max_pinned_memory),
             Some(super::SizeValue::Int(v)) => Some(v),
-            Some(super::SizeValue::Text(t)) => match super::parse_size(&t) {
+            Some(super::SizeValue::Text(t)) => match sizes::parse(&t) {
                 Ok(v) => Some(v),
                 Err(r) => {
                     errors.push((f("max_pinned_memory"), r));

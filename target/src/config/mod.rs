@@ -210,26 +210,6 @@ pub fn default_state_dir() -> PathBuf {
 /// Default path of the control socket.
 pub const DEFAULT_CONTROL_SOCKET: &str = "/run/nvmf-target/control.sock";
 
-/// Parses a size such as `1G`, `512M`, `4096`, `2GiB`.
-pub fn parse_size(s: &str) -> Result<u64, String> {
-    let t = s.trim();
-    let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
-    let (num, unit) = t.split_at(split);
-    let n: u64 = num
-        .parse()
-        .map_err(|_| format!("'{s}' is not a size (expected e.g. 1G, 512M, 1048576)"))?;
-    let mult: u64 = match unit.trim().to_ascii_lowercase().as_str() {
-        "" | "b" => 1,
-        "k" | "kb" | "kib" => 1 << 10,
-        "m" | "mb" | "mib" => 1 << 20,
-        "g" | "gb" | "gib" => 1 << 30,
-        "t" | "tb" | "tib" => 1 << 40,
-        _ => return Err(format!("'{s}' has an unknown unit (use K, M, G or T)")),
-    };
-    n.checked_mul(mult)
-        .ok_or_else(|| format!("'{s}' is too large"))
-}
-
 /// Checks an NQN: `nqn.yyyy-mm.reverse.domain:...` or the discovery/UUID forms, ≤ 223 bytes.
 pub fn check_nqn(nqn: &str) -> Result<(), String> {
     if nqn.is_empty() {
@@ -857,14 +837,5 @@ socket = "x"
         .unwrap_err()
         .to_string();
         assert!(e.contains("namespace[0].pool"), "{e}");
-    }
-
-    #[test]
-    fn sizes() {
-        assert_eq!(parse_size("4096").unwrap(), 4096);
-        assert_eq!(parse_size("2GiB").unwrap(), 2 << 30);
-        assert_eq!(parse_size("512M").unwrap(), 512 << 20);
-        assert!(parse_size("x").is_err());
-        assert!(parse_size("99999999999T").is_err());
     }
 }

@@ -9,7 +9,7 @@ use nvme::ana::AnaState;
 
 use super::raw::{RawConfig, RawControl, RawMetrics, RawNamespace, RawSubsystem, SizeValue};
 use super::{
-    check_nqn, default_poll_spin_us, engine, parse_size, BackendConfig, ConfigError, EngineConfig,
+    check_nqn, default_poll_spin_us, engine, BackendConfig, ConfigError, EngineConfig,
     ListenerConfig, NamespaceConfig, RbdConfig, SubsystemConfig, TargetConfig,
     DEFAULT_CONTROL_SOCKET, DEFAULT_LOG_LEVEL, DEFAULT_METRICS_ADDR, DEFAULT_MODEL,
 };
@@ -387,7 +387,7 @@ impl TargetConfig {
                         None
                     }
                     Some(SizeValue::Int(v)) => Some(v),
-                    Some(SizeValue::Text(t)) => match parse_size(&t) {
+                    Some(SizeValue::Text(t)) => match sizes::parse(&t) {
                         Ok(v) => Some(v),
                         Err(r) => {
                             cx.err(g("size"), r);

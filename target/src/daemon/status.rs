@@ -471,7 +471,7 @@ impl Status {
                     n.nsid,
                     n.backend,
                     n.path.as_deref().unwrap_or("-"),
-                    bytes(n.size_bytes),
+                    sizes::format(n.size_bytes),
                     n.block_size,
                     if n.readonly {
                         "read-only"
@@ -578,25 +578,10 @@ fn ctrl_text(o: &mut String, c: &ControllerInfo) {
         c.queues,
         c.io_queues.len(),
         c.reads,
-        bytes(c.bytes_read),
+        sizes::format(c.bytes_read),
         c.writes,
-        bytes(c.bytes_written)
+        sizes::format(c.bytes_written)
     );
-}
-
-/// "1.50 GiB", "512 B".
-pub fn bytes(n: u64) -> String {
-    const UNITS: [&str; 5] = ["KiB", "MiB", "GiB", "TiB", "PiB"];
-    if n < 1024 {
-        return format!("{n} B");
-    }
-    let mut v = n as f64 / 1024.0;
-    let mut u = 0;
-    while v >= 1024.0 && u + 1 < UNITS.len() {
-        v /= 1024.0;
-        u += 1;
-    }
-    format!("{v:.2} {}", UNITS[u])
 }
 
 /// "3d 4h", "5m 3s", "42s".
@@ -707,10 +692,7 @@ mod tests {
     }
 
     #[test]
-    fn human_units() {
-        assert_eq!(bytes(512), "512 B");
-        assert_eq!(bytes(1 << 30), "1.00 GiB");
-        assert_eq!(bytes(3 << 19), "1.50 MiB");
+    fn durations() {
         assert_eq!(duration(42), "42s");
         assert_eq!(duration(303), "5m 3s");
         assert_eq!(duration(90061), "1d 1h");
