@@ -6,6 +6,7 @@ use std::fs::{File, OpenOptions};
 use std::os::fd::AsRawFd;
 use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
 use std::path::Path;
+use std::sync::Arc;
 
 use nix::errno::Errno;
 use nix::fcntl::{FallocateFlags, OFlag};
@@ -90,7 +91,7 @@ pub fn open(
         tracing::warn!(path = %path.display(), size, bs, "size is not a multiple of the block size; the tail is not exported");
     }
     let backend = Backend::File {
-        file,
+        file: Arc::new(file),
         path: path.to_path_buf(),
         is_block,
         direct,
@@ -114,7 +115,7 @@ fn errno_of(e: &std::io::Error) -> i32 {
 /// # Safety
 /// As [`super::submit`].
 pub(super) unsafe fn submit(
-    file: &File,
+    file: &Arc<File>,
     is_block: bool,
     plan: &IoPlan,
     data: DataRef,
@@ -145,12 +146,8 @@ pub(super) unsafe fn submit(
         }
         IoPlan::Dsm { .. } if ranges.is_empty() => Submitted::default(),
         IoPlan::Dsm { .. } if is_block => {
-            // BLKDISCARD blocks: it runs on the offload thread, with a
-            // descriptor of its own.
-            let dev = match file.try_clone() {
-                Ok(f) => f,
-                Err(e) => return one(Err(e)),
-            };
+            // BLKDISCARD blocks: it runs on the offload thread.
+            let dev = file.clone();
             let ranges = ranges.to_vec();
             io.offload
                 .run(io.mailbox, ud, move || discard_block(&dev, &ranges));

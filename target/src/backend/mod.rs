@@ -52,8 +52,9 @@ pub enum BackendError {
 pub enum Backend {
     /// A regular file or block device.
     File {
-        /// The open file (O_DIRECT when `direct`).
-        file: File,
+        /// The open file (O_DIRECT when `direct`); shared with the offload
+        /// thread while it discards.
+        file: Arc<File>,
         /// Its path.
         path: PathBuf,
         /// A block device (discard by ioctl) rather than a file (punch hole).
