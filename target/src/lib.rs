@@ -12,6 +12,7 @@ pub mod core;
 pub mod daemon;
 pub mod import;
 pub mod model;
+pub mod queue;
 pub mod reservation;
 pub mod telemetry;
 pub mod transport;

@@ -11,6 +11,7 @@ pub mod compare;
 pub mod file;
 pub mod null;
 pub mod offload;
+pub mod op;
 pub mod rbd;
 pub mod uring;
 

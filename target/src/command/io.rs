@@ -157,25 +157,6 @@ pub fn dsm_ranges(ns: &Namespace, data: &[u8], nr: u32) -> Result<Vec<(u64, u64)
     Ok(out)
 }
 
-/// The rest of a read or write of which the backend transferred `done` bytes
-/// (a short transfer): the same operation from where it stopped, with Force
-/// Unit Access kept (an acknowledged FUA write is durable in every part).
-/// None when nothing is left, or for other plans.
-pub fn rest_of(plan: &IoPlan, done: u32) -> Option<IoPlan> {
-    match *plan {
-        IoPlan::Read { offset, len } if done < len => Some(IoPlan::Read {
-            offset: offset + done as u64,
-            len: len - done,
-        }),
-        IoPlan::Write { offset, len, fua } if done < len => Some(IoPlan::Write {
-            offset: offset + done as u64,
-            len: len - done,
-            fua,
-        }),
-        _ => None,
-    }
-}
-
 /// Maps a backend errno to an NVMe status for the given plan.
 pub fn errno_status(plan: &IoPlan, errno: i32) -> Status {
     match Errno::from_raw(errno) {
@@ -382,35 +363,5 @@ mod tests {
                 "a fenced gateway's host goes to another path"
             );
         }
-    }
-
-    #[test]
-    fn short_transfers_continue_with_fua_kept() {
-        let w = IoPlan::Write {
-            offset: 4096,
-            len: 12288,
-            fua: true,
-        };
-        assert_eq!(
-            rest_of(&w, 4096),
-            Some(IoPlan::Write {
-                offset: 8192,
-                len: 8192,
-                fua: true
-            })
-        );
-        assert_eq!(rest_of(&w, 12288), None);
-        let r = IoPlan::Read {
-            offset: 0,
-            len: 8192,
-        };
-        assert_eq!(
-            rest_of(&r, 512),
-            Some(IoPlan::Read {
-                offset: 512,
-                len: 7680
-            })
-        );
-        assert_eq!(rest_of(&IoPlan::Flush, 0), None);
     }
 }

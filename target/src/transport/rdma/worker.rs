@@ -744,7 +744,7 @@ impl Worker {
                 if cx.dev.removed {
                     q.disconnect(cx, "RDMA device removed", "device_removed");
                 }
-                q.periodic(cx, now);
+                q.periodic(cx);
                 gone = q.finished(cx, now);
             });
             if gone {

@@ -2,26 +2,21 @@
 //! RDMA-CM events, timers (kill requests, the
 //! Connect timeout, keep-alive), disconnect and teardown.
 
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Instant;
 
 use nvme::cm::CmReply;
 use nvme::CQE_SIZE;
 use rdma::{CmEventKind, CmId, ConnParams, QpCaps, QpOptions, SendBatch};
-use tracing::{debug, info, warn};
+use tracing::{debug, warn};
 
 use super::super::device::WorkerDevice;
 use super::super::memory::{Budget, Pinned, RecvArea};
 use super::super::wr::{self, QueueKey};
-use super::{
-    queue_type, Cx, NewConn, Queue, Req, State, CONNECT_TIMEOUT, DISCONNECT_GRACE, INLINE_RSP,
-    MIN_RNR_TIMER,
-};
-use crate::core::liveness::{Liveness, PROBE_TIMEOUT};
+use super::{Cx, NewConn, Queue, DISCONNECT_GRACE, INLINE_RSP, MIN_RNR_TIMER};
 use crate::model::controller::QueueLink;
 use crate::model::subsystem::Target;
-use crate::telemetry::metrics::metrics;
+use crate::queue::{Addrs, QueueCore};
 
 /// Send work requests a queue may have outstanding: each of its `nreq`
 /// requests at most two (an RDMA WRITE and its response SEND, or an RDMA
@@ -59,7 +54,7 @@ impl Queue {
             pending,
         } = c;
         let sq = params.sq_size as u32;
-        let nreq = sq * 2;
+        let nreq = QueueCore::slots_for(params.sq_size);
         // The host may have `sq` capsules outstanding on this queue, and a
         // capsule that finds no receive posted meets an RNR NAK: its queue
         // stalls for the RNR timer, and soft-RoCE, which replays the local
@@ -177,7 +172,10 @@ impl Queue {
         }
         debug!(qid = params.qid, sq_size = params.sq_size, peer = ?id.peer_addr(), inline,
                srq = !own_recv, "queue accepted");
-        let accepted = Instant::now();
+        let addrs = Addrs {
+            peer: id.peer_addr(),
+            local: id.local_addr(),
+        };
         Ok(Queue {
             cm_key: id.key(),
             id: Some(id),
@@ -187,29 +185,10 @@ impl Queue {
             dev: dev_index,
             qp_num,
             cq_share,
-            params,
-            reqs: (0..nreq)
-                .map(|_| Req {
-                    ns: Vec::with_capacity(1),
-                    ..Req::new(accepted)
-                })
-                .collect(),
-            free: (0..nreq as u16).rev().collect(),
-            ctrl: None,
-            link,
-            sq_head: 0,
-            sq_fc_disabled: false,
-            connecting: false,
-            unanswered: 0,
+            core: QueueCore::new(params, addrs, link, pending, Instant::now()),
             batch: SendBatch::new(super::super::poster::BATCH_WRS),
-            state: State::Live,
-            pending,
+            closing: None,
             cm_gone: false,
-            reason: "",
-            liveness: Liveness::new(accepted),
-            auth: Default::default(),
-            end_after_send: None,
-            fused: Default::default(),
         })
     }
 
@@ -233,7 +212,7 @@ impl Queue {
     }
 
     /// Timers and requests from other threads (every few hundred ms).
-    pub fn periodic(&mut self, cx: &mut Cx<'_>, now: Instant) {
+    pub fn periodic(&mut self, cx: &mut Cx<'_>) {
         if !self.live() {
             return;
         }
@@ -247,96 +226,7 @@ impl Queue {
         {
             return self.lent_failed(cx);
         }
-        if self.link.killed() {
-            if cx.target.stopping.load(Ordering::Acquire) {
-                return self.disconnect(cx, "target shutting down", "shutdown");
-            }
-            return self.disconnect(cx, "asked to disconnect", "controller");
-        }
-        let Some(c) = self.ctrl.clone() else {
-            if now.duration_since(self.liveness.accepted()) > CONNECT_TIMEOUT {
-                let peer = self.id.as_ref().and_then(|i| i.peer_addr());
-                warn!(
-                    qid = self.qid(),
-                    ?peer,
-                    "no Fabrics Connect within {CONNECT_TIMEOUT:?}; disconnecting"
-                );
-                crate::telemetry::metrics::reject("connect_timeout");
-                self.disconnect(cx, "no connect", "connect_timeout");
-            }
-            return;
-        };
-        if self.auth.overdue(&c, self.liveness.accepted(), now) {
-            warn!(cntlid = c.cntlid, qid = self.qid(), host = %c.hostnqn, subsys = %c.subsys.nqn,
-                  "not authenticated within {:?}; ending the association", crate::command::auth::AUTH_TIMEOUT);
-            crate::telemetry::metrics::reject("auth_timeout");
-            c.kill_all();
-            return self.disconnect(cx, "authentication timeout", "auth_timeout");
-        }
-        if self.qid() == 0 {
-            let expired = {
-                let mut st = c.state();
-                let e = !st.failed && st.keep_alive_expired(now);
-                if e {
-                    st.failed = true;
-                }
-                e
-            };
-            if expired {
-                warn!(cntlid = c.cntlid, host = %c.hostnqn, subsys = %c.subsys.nqn,
-                      "keep-alive timeout expired; tearing the controller down");
-                metrics()
-                    .keep_alive_expirations
-                    .with_label_values(&[&c.subsys.nqn])
-                    .inc();
-                c.kill_all();
-                return self.disconnect(cx, "keep-alive timeout", "keep_alive");
-            }
-            // Without keep-alive, or with one longer than the target waits
-            // out, a quiet host is probed at the RDMA level; a probe that
-            // fails fails the queue (and the controller with it).
-            let kato = c.state().kato_ms;
-            if self.liveness.probe_overdue(now) {
-                warn!(cntlid = c.cntlid, host = %c.hostnqn, subsys = %c.subsys.nqn,
-                      "host unreachable: the liveness probe went unanswered for {} s \
-                       (keep-alive off); tearing the controller down",
-                      PROBE_TIMEOUT.as_secs());
-                c.kill_all();
-                return self.disconnect(cx, "liveness probe unanswered", "probe_timeout");
-            }
-            if self.liveness.probe_due(now, kato, cx.max_keep_alive_ms) {
-                debug!(cntlid = c.cntlid, host = %c.hostnqn, kato_ms = kato,
-                       "no keep-alive (or one beyond [target] max_keep_alive_ms) and quiet: probing the host");
-                self.send_probe(cx, now);
-            }
-            self.complete_aers(cx, &c);
-        }
-    }
-
-    /// Starts disconnecting; `label` is the reason as counted in metrics.
-    pub fn disconnect(&mut self, cx: &mut Cx<'_>, why: &str, label: &'static str) {
-        if !self.live() {
-            return;
-        }
-        debug!(qid = self.qid(), why, "disconnecting queue");
-        self.state = State::Disconnecting {
-            since: Instant::now(),
-        };
-        self.reason = label;
-        if let Some(id) = &self.id {
-            if let Err(e) = id.disconnect() {
-                debug!(qid = self.qid(), "rdma_disconnect: {e}");
-            }
-        }
-        if self.qid() == 0 {
-            if let Some(c) = &self.ctrl {
-                c.kill_all();
-            }
-        }
-        for r in 0..self.reqs.len() {
-            let s = self.reqs[r].life.disconnect();
-            self.step(cx, r, s);
-        }
+        self.call(cx, |c, env| c.timer(env));
     }
 
     pub(super) fn log_device_events(&self) {
@@ -353,20 +243,11 @@ impl Queue {
         }
     }
 
-    /// A fatal transport error: the controller fails with it.
-    pub(super) fn fail(&mut self, cx: &mut Cx<'_>) {
-        if let Some(c) = &self.ctrl {
-            c.state().failed = true;
-            c.kill_all();
-        }
-        self.disconnect(cx, "transport error", "error");
-    }
-
     /// Whether the queue is gone and may be dropped. Past the grace time the
     /// queue pair is destroyed, so work requests that never flushed no longer
     /// hold their requests; backend operations must still complete.
     pub fn finished(&mut self, cx: &mut Cx<'_>, now: Instant) -> bool {
-        let State::Disconnecting { since } = self.state else {
+        let Some(since) = self.closing else {
             return false;
         };
         // A poster still holds batches of this queue: the queue pair stays
@@ -379,7 +260,7 @@ impl Queue {
         {
             return false;
         }
-        let busy = self.reqs.iter().any(|q| q.life.in_use());
+        let busy = self.core.busy();
         if !busy && (self.cm_gone || now.duration_since(since) > DISCONNECT_GRACE) {
             return true;
         }
@@ -389,10 +270,7 @@ impl Queue {
                 "destroying the queue pair of a queue that did not drain"
             );
             self.id = None;
-            for r in 0..self.reqs.len() {
-                let s = self.reqs[r].life.qp_destroyed();
-                self.step(cx, r, s);
-            }
+            self.call(cx, |c, env| c.transport_gone(env));
         }
         false
     }
@@ -400,25 +278,7 @@ impl Queue {
     /// Detaches from the controller and updates the gauges (the queue is
     /// about to be dropped).
     pub fn teardown(&mut self, target: &Target) {
-        if let Some(c) = self.ctrl.take() {
-            c.detach(&self.link);
-            let m = metrics();
-            m.queues
-                .with_label_values(&[&c.subsys.nqn, queue_type(self.qid())])
-                .dec();
-            if self.qid() == 0 {
-                m.controllers.with_label_values(&[&c.subsys.nqn]).dec();
-                let reason = match self.reason {
-                    "" => "host",
-                    r => r,
-                };
-                m.disconnects.with_label_values(&[reason]).inc();
-                c.kill_all();
-                c.subsys.remove_controller(c.cntlid);
-                info!(cntlid = c.cntlid, host = %c.hostnqn, subsys = %c.subsys.nqn, "controller disconnected");
-                info!("{}", target.stats.line());
-            }
-        }
+        self.core.teardown(target);
     }
 }
 

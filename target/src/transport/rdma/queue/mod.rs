@@ -1,5 +1,6 @@
-//! One queue pair served by a worker: its capsules in, its requests through
-//! the [`Lifecycle`], its responses out.
+//! One queue pair served by a worker: the RDMA driver of a
+//! [`QueueCore`]. It turns verbs completions into the core's events and the
+//! core's [`Action`]s into verbs; what a command means is the core's.
 //!
 //! Data path: capsules arrive by RECV (the 64-byte command into one SGE,
 //! in-capsule data into a page-aligned second SGE), from the worker's shared
@@ -11,14 +12,12 @@
 //! inline where the device allows it. Work requests of a loop pass are posted
 //! together (one doorbell per queue pair per pass).
 
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use nvme::opcode::fctype;
-use nvme::{Command, Completion, Status, CQE_SIZE, SQE_SIZE};
+use nvme::{Completion, CQE_SIZE};
 use rdma::{CmId, SendBatch, SendOp, SendRequest, Sge};
-use tracing::{debug, error};
+use tracing::error;
 
 use super::device::WorkerDevice;
 use super::memory::{Pinned, RecvArea};
@@ -26,32 +25,20 @@ use super::poster::{route, Poster, Route};
 use super::wr::{self, QueueKey};
 use crate::backend;
 use crate::backend::DataRef;
-use crate::command::admin;
-use crate::command::io;
 use crate::core::admission::Pending;
-use crate::core::liveness::Liveness;
-use crate::core::plan::IoPlan;
 use crate::core::pool::Buf;
-use crate::core::request::{Lifecycle, Stage, Step};
-use crate::model::controller::{Controller, QueueLink};
-use crate::model::namespace::Namespace;
+use crate::model::controller::QueueLink;
 use crate::model::subsystem::Target;
-use crate::telemetry::metrics::metrics;
+use crate::queue::{Action, Env, Memory, QueueCore, ToHost, Token};
 use crate::telemetry::stats::Stats;
-use crate::transport::{self, DataPlan, QueueParams};
-use crate::{MAX_IO_SIZE, PAGE};
+use crate::transport::QueueParams;
 
 mod conn;
-mod exec;
-mod fused;
 
 /// The RNR timer our queue pairs give the host (InfiniBand code 10: 0.32 ms,
 /// the value RDS uses): how long a capsule that found no receive posted
 /// waits before the host's adapter resends it.
 pub const MIN_RNR_TIMER: u8 = 10;
-/// A queue that has not sent a valid Fabrics Connect within this long after
-/// it was accepted is disconnected (it holds resources for nothing).
-pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 /// How long a disconnecting queue waits for the host's side and its work
 /// requests to flush before the queue pair is destroyed regardless.
 const DISCONNECT_GRACE: Duration = Duration::from_secs(3);
@@ -78,81 +65,7 @@ pub struct Cx<'a> {
     pub max_keep_alive_ms: u32,
 }
 
-/// One request slot.
-struct Req {
-    life: Lifecycle,
-    cmd: Command,
-    /// The receive slot the capsule arrived in, while its data is used in place.
-    recv: Option<u32>,
-    /// Offset of the data in the in-capsule area (data used in place).
-    capsule_off: u32,
-    plan: DataPlan,
-    inv: Option<u32>,
-    io: Option<IoPlan>,
-    buf: Option<Buf>,
-    done: u32,
-    errno: i32,
-    out_len: u32,
-    status: Status,
-    result: u64,
-    start: Instant,
-    /// Namespaces the request uses, held until it is released (a namespace
-    /// removed by a reload outlives its in-flight commands).
-    ns: Vec<Arc<Namespace>>,
-    /// Counted in its namespace's in-flight gauge.
-    in_ns_gauge: bool,
-    /// Counted in `Target::io_in_flight` (what shutdown drains).
-    in_target_count: bool,
-    /// The flush that makes a Write Zeroes with FUA durable was issued.
-    flush_issued: bool,
-    /// Inside its namespace's write gate (leaves it at release).
-    gated: bool,
-    /// The other command of its fused pair (Compare and Write).
-    partner: Option<u16>,
-    /// A fused command whose outcome was decided before it executed (its
-    /// partner missing or failed).
-    fused_status: Option<Status>,
-    /// A fused command that executed and waits for its partner.
-    waiting_partner: bool,
-}
-
-impl Req {
-    /// A request slot whose command arrived (or whose queue was set up) at `start`.
-    fn new(start: Instant) -> Req {
-        Req {
-            life: Lifecycle::new(),
-            cmd: Command::default(),
-            recv: None,
-            capsule_off: 0,
-            plan: DataPlan::None,
-            inv: None,
-            io: None,
-            buf: None,
-            done: 0,
-            errno: 0,
-            out_len: 0,
-            status: Status::SUCCESS,
-            result: 0,
-            start,
-            ns: Vec::new(),
-            in_ns_gauge: false,
-            in_target_count: false,
-            flush_issued: false,
-            gated: false,
-            partner: None,
-            fused_status: None,
-            waiting_partner: false,
-        }
-    }
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum State {
-    Live,
-    Disconnecting { since: Instant },
-}
-
-/// A queue pair and its requests. Field order is drop order: the RDMA-CM id
+/// A queue pair and its core. Field order is drop order: the RDMA-CM id
 /// (and with it the QP) goes before the memory its receives name.
 pub struct Queue {
     id: Option<CmId>,
@@ -168,31 +81,11 @@ pub struct Queue {
     pub cm_key: usize,
     /// Completion queue entries it may use.
     pub cq_share: u32,
-    params: QueueParams,
-    reqs: Vec<Req>,
-    free: Vec<u16>,
-    ctrl: Option<Arc<Controller>>,
-    link: Arc<QueueLink>,
-    sq_head: u16,
-    sq_fc_disabled: bool,
-    /// A Connect is in flight (its data being fetched or executing).
-    connecting: bool,
-    /// Commands received and not answered yet.
-    unanswered: u16,
+    core: QueueCore,
     batch: SendBatch,
-    state: State,
-    /// Its place among the queues not yet connected, until its Connect succeeds.
-    pending: Option<Pending>,
+    /// Since when it disconnects.
+    closing: Option<Instant>,
     cm_gone: bool,
-    reason: &'static str,
-    liveness: Liveness,
-    /// In-band authentication of this queue.
-    auth: crate::command::auth::QueueAuth,
-    /// The request whose response ends the association once it was sent
-    /// (an authentication failure: the host gets the Failure1 first).
-    end_after_send: Option<usize>,
-    /// The first command of a fused pair, waiting for the second.
-    fused: fused::Pending,
 }
 
 /// Parameters of an accepted connection, from the listener.
@@ -209,40 +102,150 @@ pub struct NewConn {
     pub pending: Option<Pending>,
 }
 
-/// The `type` label of a queue.
-fn queue_type(qid: u16) -> &'static str {
-    if qid == 0 {
-        "admin"
-    } else {
-        "io"
+/// Request data as the core sees it: pool buffers in the device's data
+/// memory, capsules in the queue's receive area or the shared one.
+struct RdmaMemory<'a> {
+    dev: &'a WorkerDevice,
+    own: Option<&'a RecvArea>,
+    key: QueueKey,
+}
+
+impl Memory for RdmaMemory<'_> {
+    fn buffer(&self, b: &Buf) -> DataRef {
+        DataRef {
+            ptr: self.dev.buf_ptr(b),
+            fixed: Some(self.dev.fixed),
+        }
+    }
+
+    fn capsule(&self, slot: u32) -> DataRef {
+        match self.own.or(self.dev.srq.as_ref()) {
+            Some(area) => DataRef {
+                ptr: area.data_ptr(slot),
+                fixed: area.fixed(),
+            },
+            None => DataRef::NONE,
+        }
+    }
+
+    fn backend_ud(&self, t: Token) -> u64 {
+        wr::req(wr::IO, self.key, t.slot, t.gen)
+    }
+}
+
+/// Runs `f` on `core` with an environment over the worker's resources.
+fn with_env<R>(
+    core: &mut QueueCore,
+    own: Option<&RecvArea>,
+    key: QueueKey,
+    cx: &mut Cx<'_>,
+    f: impl FnOnce(&mut QueueCore, &mut Env<'_, '_>) -> R,
+) -> R {
+    let mem = RdmaMemory {
+        dev: &*cx.dev,
+        own,
+        key,
+    };
+    let mut env = Env {
+        target: cx.target,
+        now: cx.now,
+        mem: &mem,
+        io: &mut cx.io,
+        max_keep_alive_ms: cx.max_keep_alive_ms,
+    };
+    f(core, &mut env)
+}
+
+/// The token of a work request's or pool waiter's id.
+fn token(id: &rdma::WrId) -> Token {
+    Token {
+        slot: id.slot,
+        gen: id.slot_gen,
     }
 }
 
 impl Queue {
     fn qid(&self) -> u16 {
-        self.params.qid
+        self.core.qid()
     }
 
     /// The queue's link (its controller stops it through it).
     pub fn link(&self) -> &Arc<QueueLink> {
-        &self.link
+        self.core.link()
     }
 
     fn live(&self) -> bool {
-        self.state == State::Live
+        self.core.live()
     }
 
-    fn wr_id(&self, kind: u8, r: usize) -> u64 {
-        wr::req(kind, self.key, r as u16, self.reqs[r].life.generation())
+    /// Hands an event to the core, then carries out what it asks.
+    fn call<R>(
+        &mut self,
+        cx: &mut Cx<'_>,
+        f: impl FnOnce(&mut QueueCore, &mut Env<'_, '_>) -> R,
+    ) -> R {
+        let r = with_env(&mut self.core, self.recv.as_ref(), self.key, cx, f);
+        self.drain(cx);
+        r
     }
 
-    /// The id naming request `r`'s current use (a pool waiter).
-    fn waiter(&self, r: usize) -> rdma::WrId {
-        rdma::WrId::unpack(self.wr_id(0, r))
+    /// Carries out the core's actions, in order.
+    fn drain(&mut self, cx: &mut Cx<'_>) {
+        while let Some(a) = self.core.next_action() {
+            match a {
+                Action::Repost(slot) => self.repost(cx, slot),
+                Action::NeedBuffer { req, len } => {
+                    let class = cx.dev.class_for(len as usize);
+                    let waiter = rdma::WrId::unpack(wr::req(0, self.key, req.slot, req.gen));
+                    match cx.dev.pool.take(class, waiter) {
+                        Some(b) => {
+                            cx.dev.gauges[class as usize].0.inc();
+                            let back = with_env(
+                                &mut self.core,
+                                self.recv.as_ref(),
+                                self.key,
+                                cx,
+                                |c, env| c.buffer_granted(env, req, b),
+                            );
+                            if let Some(b) = back {
+                                self.give_buffer(cx, b);
+                            }
+                        }
+                        None => cx.dev.gauges[class as usize].1.inc(),
+                    }
+                }
+                Action::Fetch {
+                    req,
+                    buf,
+                    addr,
+                    len,
+                    key,
+                } => self.fetch(cx, req, &buf, addr, len, key),
+                Action::Respond {
+                    req,
+                    cqe,
+                    data,
+                    invalidate,
+                } => self.respond(cx, req, &cqe, data, invalidate),
+                Action::GiveBuffer(b) => self.give_buffer(cx, b),
+                Action::Probe => self.send_probe(cx),
+                Action::Close => {
+                    self.closing.get_or_insert_with(Instant::now);
+                    if let Some(id) = &self.id {
+                        if let Err(e) = id.disconnect() {
+                            tracing::debug!(qid = self.qid(), "rdma_disconnect: {e}");
+                        }
+                    }
+                }
+            }
+        }
     }
 
-    fn area<'a>(&'a self, dev: &'a WorkerDevice) -> Option<&'a RecvArea> {
-        self.recv.as_ref().or(dev.srq.as_ref())
+    fn give_buffer(&mut self, cx: &mut Cx<'_>, b: Buf) {
+        cx.dev.gauges[b.class as usize].0.dec();
+        if let Some(g) = cx.dev.pool.give(b) {
+            cx.grants.push(g);
+        }
     }
 
     /// Gives a receive slot back: to the shared receive queue (always), or to
@@ -269,330 +272,83 @@ impl Queue {
         }
     }
 
-    /// Where request `r`'s data is.
-    fn data_ref(&self, dev: &WorkerDevice, r: usize) -> DataRef {
-        let q = &self.reqs[r];
-        if let Some(b) = &q.buf {
-            DataRef {
-                ptr: dev.buf_ptr(b),
-                fixed: Some(dev.fixed),
-            }
-        } else if let (Some(slot), Some(area)) = (q.recv, self.area(dev)) {
-            DataRef {
-                ptr: area.data_ptr(slot).wrapping_add(q.capsule_off as usize),
-                fixed: area.fixed(),
-            }
-        } else {
-            DataRef {
-                ptr: std::ptr::NonNull::dangling().as_ptr(),
-                fixed: None,
-            }
-        }
-    }
-
-    /// Request `r`'s data, mutably (empty when it has none).
-    ///
-    /// # Safety
-    /// Request `r` must be executing (its data fetched, nothing posted or
-    /// submitted on it yet), and the caller must hold no other reference to
-    /// that data while the returned one lives.
-    #[allow(clippy::mut_from_ref)]
-    unsafe fn data_mut<'a>(&self, dev: &'a WorkerDevice, r: usize) -> &'a mut [u8] {
-        let len = self.reqs[r].plan.len() as usize;
-        let d = self.data_ref(dev, r);
-        if len == 0 {
-            return &mut [];
-        }
-        // SAFETY: the range is the request's own buffer (pool buffer of at
-        // least `len` bytes, or its capsule's data area, whose length the SGL
-        // check bounded); no work request or backend operation uses it while
-        // the request executes, and only this request touches it.
-        unsafe { std::slice::from_raw_parts_mut(d.ptr, len) }
-    }
-
-    // ---- capsules in ---------------------------------------------------
+    // ---- events in -----------------------------------------------------
 
     /// A capsule arrived in receive slot `slot`.
     pub fn on_recv(&mut self, cx: &mut Cx<'_>, slot: u32, byte_len: u32) {
-        if !self.live() {
-            return self.repost(cx, slot);
-        }
-        let now = cx.now;
-        self.liveness.heard(now);
-        let Some(area) = self.area(cx.dev) else {
+        let Some(area) = self.recv.as_ref().or(cx.dev.srq.as_ref()) else {
             return;
         };
-        if (byte_len as usize) < SQE_SIZE {
-            error!(
-                qid = self.qid(),
-                byte_len, "capsule shorter than a command; disconnecting"
-            );
-            self.repost(cx, slot);
-            return self.fail(cx);
-        }
         // SAFETY: the receive of `slot` just completed; it is reposted only
-        // after the command was copied out (Command::parse copies).
-        let cmd = match Command::parse(unsafe { area.command(slot) }) {
-            Ok(c) => c,
-            Err(_) => {
-                self.repost(cx, slot);
-                return self.fail(cx);
-            }
-        };
-        self.sq_head = (self.sq_head + 1) % self.params.sq_size;
-        // A host has at most its queue's size of commands outstanding (the
-        // shared receive queue is sized for that much per queue). A request
-        // slot is held a little longer, until its response's SEND completes,
-        // so slots alone would let a host that ignores flow control take
-        // twice its share of the shared receives.
-        if self.unanswered >= self.params.sq_size {
-            error!(
-                qid = self.qid(),
-                sq_size = self.params.sq_size,
-                "more commands outstanding than the queue holds; disconnecting"
-            );
-            self.repost(cx, slot);
-            return self.fail(cx);
-        }
-        let Some(r) = self.free.pop() else {
-            error!(
-                qid = self.qid(),
-                "more commands than the queue holds; disconnecting"
-            );
-            self.repost(cx, slot);
-            return self.fail(cx);
-        };
-        let r = r as usize;
-        self.unanswered += 1;
-        // The lifecycle (its generation) and the namespace list (its
-        // allocation, emptied at release) carry over to the slot's next use.
-        let life = std::mem::take(&mut self.reqs[r].life);
-        let ns = std::mem::take(&mut self.reqs[r].ns);
-        debug_assert!(ns.is_empty());
-        self.reqs[r] = Req {
-            life,
-            ns,
-            cmd,
-            ..Req::new(now)
-        };
-        if self.qid() != 0 && !cmd.is_fabrics() {
-            cx.target.io_in_flight.fetch_add(1, Ordering::SeqCst);
-            cx.target.io_started.fetch_add(1, Ordering::Relaxed);
-            if cx.target.stopping.load(Ordering::SeqCst) {
-                // Shutting down: hold the command unanswered (parked). The
-                // queue is disconnected once in-flight I/O drained; the host
-                // then requeues it and resends it after reconnecting. A status
-                // would not do: without a retry delay the host spends its
-                // retries at once.
-                cx.target.io_in_flight.fetch_sub(1, Ordering::SeqCst);
-                self.reqs[r].life.arrive(false, false, false);
-                return self.repost(cx, slot);
-            }
-            self.reqs[r].in_target_count = true;
-        }
-        let known = cmd.is_fabrics()
-            || if self.qid() == 0 {
-                admin::supported(cmd.opcode())
-            } else {
-                io::supported(cmd.opcode())
-            };
-        let planned = if known {
-            transport::data_plan(&cmd, byte_len - SQE_SIZE as u32, MAX_IO_SIZE)
-        } else {
-            Err(Status::INVALID_OPCODE)
-        };
-        let target = cx.target;
-        let checked = planned.and_then(|(plan, inv)| {
-            self.reqs[r].plan = plan;
-            self.reqs[r].inv = inv;
-            self.precheck(target, r)
-        });
-        let checked = self.pair_fused(cx, r, checked);
-        if let Err(st) = checked {
-            // Keyed subtype 0xF still owes an invalidation.
-            if let nvme::Sgl::Keyed {
-                invalidate: true,
-                key,
-                ..
-            } = cmd.sgl()
-            {
-                self.reqs[r].inv = Some(key);
-            }
-            self.reqs[r].plan = DataPlan::None;
-            self.repost(cx, slot);
-            self.reqs[r].life.arrive(false, false, false);
-            return self.complete(cx, r, st, 0);
-        }
-        let plan = self.reqs[r].plan;
-        let step = match plan {
-            DataPlan::InCapsule { offset, .. } => {
-                if cmd.opcode() == nvme::opcode::io::WRITE && self.qid() != 0 {
-                    Stats::inc(&cx.target.stats.in_capsule_writes);
-                }
-                self.reqs[r].recv = Some(slot);
-                self.reqs[r].capsule_off = offset;
-                // Misaligned for O_DIRECT: copied into a pool buffer first.
-                let aligned = (offset as usize).is_multiple_of(PAGE);
-                self.reqs[r].life.arrive(!aligned, false, true)
-            }
-            DataPlan::FromHost { .. } => {
-                self.repost(cx, slot);
-                self.reqs[r].life.arrive(true, true, false)
-            }
-            DataPlan::ToHost { .. } => {
-                self.repost(cx, slot);
-                self.reqs[r].life.arrive(true, false, false)
-            }
-            DataPlan::None => {
-                self.repost(cx, slot);
-                self.reqs[r].life.arrive(false, false, false)
-            }
-        };
-        self.step(cx, r, step)
+        // when the core says so, after the command was copied out
+        // (Command::parse copies).
+        let sqe = unsafe { area.command(slot) };
+        // Copied: the area is borrowed from `cx`, which the call takes.
+        let mut cmd = [0u8; nvme::SQE_SIZE];
+        cmd.copy_from_slice(&sqe[..nvme::SQE_SIZE]);
+        self.call(cx, |c, env| c.capsule(env, slot, &cmd, byte_len));
     }
 
-    /// Checks that must pass before any data moves.
-    fn precheck(&mut self, target: &Target, r: usize) -> Result<(), Status> {
-        let cmd = self.reqs[r].cmd;
-        // Only the NVM command set fuses (Compare and Write).
-        if cmd.fuse() != 0 && (cmd.is_fabrics() || self.qid() == 0) {
-            return Err(Status::INVALID_FIELD);
-        }
-        if cmd.is_fabrics() {
-            return match cmd.fctype() {
-                // One Connect at a time: the check that the queue has no
-                // controller yet holds only until a Connect executes, and a
-                // second one fetching its data meanwhile would create a
-                // second controller that nothing ever detaches.
-                fctype::CONNECT if self.ctrl.is_none() && self.connecting => {
-                    Err(Status::CMD_SEQ_ERROR)
-                }
-                fctype::CONNECT if self.ctrl.is_none() => {
-                    // Exactly the Connect data, as nvmet: no peer that has not
-                    // proven anything gets a large buffer for its capsule.
-                    if self.reqs[r].plan.len() as usize != nvme::fabrics::CONNECT_DATA_SIZE {
-                        return Err(Status::SGL_INVALID_DATA);
-                    }
-                    self.connecting = true;
-                    Ok(())
-                }
-                // A Connect on a connected queue: like any fabrics command an
-                // established queue does not take, Invalid Opcode (nvmet, SPDK).
-                fctype::CONNECT => Err(Status::INVALID_OPCODE),
-                fctype::PROPERTY_GET | fctype::PROPERTY_SET
-                    if self.qid() == 0 && self.ctrl.is_some() =>
-                {
-                    self.cleared()
-                }
-                // Authentication runs on a connected queue, admin or I/O.
-                fctype::AUTH_SEND | fctype::AUTH_RECEIVE if self.ctrl.is_some() => {
-                    crate::command::auth::precheck(&cmd, self.reqs[r].plan.len())
-                }
-                fctype::AUTH_SEND | fctype::AUTH_RECEIVE => Err(Status::CMD_SEQ_ERROR),
-                fctype::PROPERTY_GET | fctype::PROPERTY_SET if self.qid() == 0 => {
-                    Err(Status::CMD_SEQ_ERROR)
-                }
-                _ => Err(Status::INVALID_OPCODE),
-            };
-        }
-        let Some(ctrl) = &self.ctrl else {
-            return Err(Status::CMD_SEQ_ERROR);
-        };
-        self.cleared()?;
-        if self.qid() == 0 {
-            return Ok(());
-        }
-        if !ctrl.is_ready() {
-            return Err(Status::CMD_SEQ_ERROR);
-        }
-        let ns = ctrl.subsys.namespace(cmd.nsid());
-        if let Some(n) = &ns {
-            // The namespace's ANA group at the listener this host came
-            // through: inaccessible there, the host is to take another path.
-            if let Some(st) = target.ana.state(ctrl.port(), n.ana_group).refusal() {
-                return Err(st);
-            }
-        }
-        let plan = io::prepare(ns.as_deref(), &cmd, self.reqs[r].plan.len(), MAX_IO_SIZE)?;
-        if let (Some(n), Some(access)) = (&ns, crate::reservation::access_of(&plan)) {
-            n.resv.check(&ctrl.hostid, access).map_err(|st| {
-                if st == Status::RESERVATION_CONFLICT {
-                    n.metrics.reservation_conflicts.inc();
-                }
-                ctrl.retry_delay(st)
-            })?;
-        }
-        self.reqs[r].io = Some(plan);
-        self.reqs[r].ns.extend(ns);
-        Ok(())
-    }
-
-    /// A queue of a controller that requires authentication runs nothing
-    /// but authentication until it authenticated (NVMe Base: Authentication
-    /// Required; nvmet lets Property Get/Set through, the specification
-    /// does not).
-    fn cleared(&self) -> Result<(), Status> {
-        match &self.ctrl {
-            Some(c) if !self.auth.cleared(c) => Err(Status::AUTH_REQUIRED),
-            _ => Ok(()),
-        }
-    }
-
-    // ---- the lifecycle driver -----------------------------------------
-
-    fn step(&mut self, cx: &mut Cx<'_>, r: usize, mut step: Step) {
-        loop {
-            step = match step {
-                Step::NeedBuffer => {
-                    let class = cx.dev.class_for(self.reqs[r].plan.len() as usize);
-                    match cx.dev.pool.take(class, self.waiter(r)) {
-                        Some(b) => {
-                            cx.dev.gauges[class as usize].0.inc();
-                            self.reqs[r].buf = Some(b);
-                            self.reqs[r].life.buffer_granted()
-                        }
-                        None => {
-                            cx.dev.gauges[class as usize].1.inc();
-                            return;
-                        }
-                    }
-                }
-                Step::Fetch => return self.fetch(cx, r),
-                Step::Execute => return self.execute(cx, r),
-                Step::Respond => return self.respond(cx, r),
-                Step::Release => return self.release(cx, r),
-                Step::Wait => return,
-            }
-        }
-    }
-
-    /// A buffer given back by some request goes to request `r` of this queue,
-    /// which waited for it. Returns the buffer if that wait is stale.
+    /// A buffer given back by some request goes to request `id` of this
+    /// queue, which waited for it. Returns the buffer if that wait is stale.
     pub fn grant(&mut self, cx: &mut Cx<'_>, id: &rdma::WrId, buf: Buf) -> Option<Buf> {
-        let r = id.slot as usize;
-        let q = self.reqs.get(r)?;
-        if q.life.stage() != Stage::WaitBuffer || q.life.generation() != id.slot_gen {
-            return Some(buf);
+        let back = self.call(cx, |c, env| c.buffer_granted(env, token(id), buf));
+        if back.is_none() {
+            cx.dev.gauges[buf.class as usize].0.inc();
         }
-        cx.dev.gauges[buf.class as usize].0.inc();
-        self.reqs[r].buf = Some(buf);
-        let s = self.reqs[r].life.buffer_granted();
-        self.step(cx, r, s);
-        None
+        back
     }
 
-    fn fetch(&mut self, cx: &mut Cx<'_>, r: usize) {
-        let DataPlan::FromHost { addr, len, key } = self.reqs[r].plan else {
-            return;
-        };
-        let d = self.data_ref(cx.dev, r);
+    /// A backend operation of request `id` completed with `res`.
+    pub fn on_backend(&mut self, cx: &mut Cx<'_>, id: &rdma::WrId, res: i32) {
+        self.call(cx, |c, env| c.backend_done(env, token(id), res));
+    }
+
+    /// A work completion for request `id` (READ, WRITE or SEND), or of a
+    /// liveness probe.
+    pub fn on_wc(&mut self, cx: &mut Cx<'_>, id: &rdma::WrId, ok: bool) {
+        match id.kind {
+            // A failed probe failed the queue already (`on_wc_error`).
+            wr::PROBE if ok => self.core.probe_answered(cx.now),
+            wr::READ => self.call(cx, |c, env| c.fetched(env, token(id), ok)),
+            wr::SEND => self.call(cx, |c, env| c.sent(env, token(id), ok)),
+            _ => {}
+        }
+    }
+
+    /// A work completion failed (`flush`: because the queue pair went to the
+    /// error state, which happens on every disconnect).
+    pub fn on_wc_error(&mut self, cx: &mut Cx<'_>, flush: bool, what: &str) {
+        if !flush {
+            error!(qid = self.qid(), "{what}");
+            self.log_device_events();
+            self.fail(cx);
+        } else if self.live() {
+            self.log_device_events();
+            self.disconnect(cx, "queue pair flushed", "error");
+        }
+    }
+
+    /// Starts disconnecting; `label` is the reason as counted in metrics.
+    pub fn disconnect(&mut self, cx: &mut Cx<'_>, why: &str, label: &'static str) {
+        self.call(cx, |c, env| c.disconnect(env, why, label));
+    }
+
+    /// A fatal transport error: the controller fails with it.
+    fn fail(&mut self, cx: &mut Cx<'_>) {
+        self.call(cx, |c, env| c.fail(env));
+    }
+
+    // ---- actions out ---------------------------------------------------
+
+    fn fetch(&mut self, cx: &mut Cx<'_>, req: Token, buf: &Buf, addr: u64, len: u32, key: u32) {
         let sge = [Sge {
-            addr: d.ptr as u64,
+            addr: cx.dev.buf_ptr(buf) as u64,
             len,
             lkey: cx.dev.data.mr.lkey(),
         }];
         let wr = SendRequest {
-            wr_id: self.wr_id(wr::READ, r),
+            wr_id: wr::req(wr::READ, self.key, req.slot, req.gen),
             op: SendOp::RdmaRead {
                 remote_addr: addr,
                 rkey: key,
@@ -602,65 +358,22 @@ impl Queue {
         };
         Stats::inc(&cx.target.stats.rdma_reads);
         self.queue_sends(cx, &[wr], None);
-        self.reqs[r].life.fetch_posted();
     }
 
-    /// Execution is over: answer with `status`.
-    fn complete(&mut self, cx: &mut Cx<'_>, r: usize, status: Status, result: u64) {
-        self.reqs[r].status = status;
-        self.reqs[r].result = result;
-        let s = self.reqs[r].life.executed();
-        self.step(cx, r, s)
-    }
-
-    // ---- responses out -------------------------------------------------
-
-    fn respond(&mut self, cx: &mut Cx<'_>, r: usize) {
-        self.unanswered = self.unanswered.saturating_sub(1);
-        // In-capsule data is used up once a request responds (no backend
-        // operation is in flight then): its receive goes back before the
-        // response is posted, as nvmet does. The host sends its next capsule
-        // once it has the response; a receive given back only when the
-        // response's SEND completes would miss it, and the capsule would meet
-        // an RNR NAK on a queue pair whose receives are all in use.
-        if let Some(slot) = self.reqs[r].recv.take() {
-            self.reqs[r].life.recv_returned();
-            self.repost(cx, slot);
-        }
-        let (cmd, status, result) = {
-            let q = &self.reqs[r];
-            (q.cmd, q.status, q.result)
-        };
-        if !status.is_success() {
-            Stats::inc(&cx.target.stats.failed_commands);
-            metrics()
-                .failed_commands
-                .with_label_values(&[status.name().unwrap_or("OTHER")])
-                .inc();
-            if let Some(c) = &self.ctrl {
-                c.state()
-                    .log_error(self.qid(), cmd.cid(), status, cmd.nsid());
-            }
-            debug!(qid = self.qid(), cid = cmd.cid(), opcode = cmd.opcode(), cdw10 = format_args!("{:#x}", cmd.cdw(10)), nsid = cmd.nsid(), status = %status, "command failed");
-        }
-        let cqe = Completion {
-            result,
-            sq_head: if self.sq_fc_disabled {
-                0xFFFF
-            } else {
-                self.sq_head
-            },
-            sq_id: self.qid(),
-            cid: cmd.cid(),
-            status,
-            phase: false,
-        };
+    fn respond(
+        &mut self,
+        cx: &mut Cx<'_>,
+        req: Token,
+        cqe: &Completion,
+        data: Option<ToHost>,
+        invalidate: Option<u32>,
+    ) {
         // Inline (the queue pair took INLINE_RSP bytes of inline data): the
         // batch keeps a copy of the response. Else from the response area.
         let mut inline_rsp = [0u8; CQE_SIZE];
         let rsp_sge = if let Some(mem) = &self.rsp_mem {
-            let off = r * CQE_SIZE;
-            // SAFETY: slot `r` of the response area is this request's; its
+            let off = req.slot as usize * CQE_SIZE;
+            // SAFETY: slot `req` of the response area is this request's; its
             // previous SEND completed before the request was released.
             let slot = unsafe { std::slice::from_raw_parts_mut(mem.base().add(off), CQE_SIZE) };
             cqe.encode_into(slot);
@@ -670,8 +383,7 @@ impl Queue {
             Sge::default()
         };
         let rsp_sge = [rsp_sge];
-        let (inv, plan, out_len) = (self.reqs[r].inv, self.reqs[r].plan, self.reqs[r].out_len);
-        let send_op = match inv {
+        let send_op = match invalidate {
             Some(k) => {
                 Stats::inc(&cx.target.stats.send_with_inv);
                 SendOp::SendWithInv(k)
@@ -682,40 +394,36 @@ impl Queue {
             }
         };
         let send = SendRequest {
-            wr_id: self.wr_id(wr::SEND, r),
+            wr_id: wr::req(wr::SEND, self.key, req.slot, req.gen),
             op: send_op,
             sges: &rsp_sge,
             signaled: true,
         };
-        match (status.is_success(), plan, self.reqs[r].buf) {
-            (true, DataPlan::ToHost { addr, key, .. }, Some(b)) if out_len > 0 => {
-                let data_sge = [Sge {
-                    addr: cx.dev.buf_ptr(&b) as u64,
-                    len: out_len,
-                    lkey: cx.dev.data.mr.lkey(),
-                }];
-                let write = SendRequest {
-                    wr_id: self.wr_id(wr::WRITE, r),
-                    op: SendOp::RdmaWrite {
-                        remote_addr: addr,
-                        rkey: key,
-                    },
-                    sges: &data_sge,
-                    signaled: false,
-                };
-                Stats::inc(&cx.target.stats.rdma_writes);
-                self.queue_sends(cx, &[write], None);
-            }
-            _ => {}
+        if let Some(d) = data {
+            let data_sge = [Sge {
+                addr: cx.dev.buf_ptr(&d.buf) as u64,
+                len: d.len,
+                lkey: cx.dev.data.mr.lkey(),
+            }];
+            let write = SendRequest {
+                wr_id: wr::req(wr::WRITE, self.key, req.slot, req.gen),
+                op: SendOp::RdmaWrite {
+                    remote_addr: d.addr,
+                    rkey: d.key,
+                },
+                sges: &data_sge,
+                signaled: false,
+            };
+            Stats::inc(&cx.target.stats.rdma_writes);
+            self.queue_sends(cx, &[write], None);
         }
         let inline = self.rsp_mem.is_none().then_some(&inline_rsp[..]);
         self.queue_sends(cx, &[send], inline);
-        self.reqs[r].life.response_posted();
     }
 
     /// Probes the host with a zero-length RDMA WRITE (no memory, no key): its
     /// transport acknowledges it if it is still there.
-    pub(super) fn send_probe(&mut self, cx: &mut Cx<'_>, now: Instant) {
+    fn send_probe(&mut self, cx: &mut Cx<'_>) {
         let probe = SendRequest {
             wr_id: wr::req(wr::PROBE, self.key, 0, 0),
             op: SendOp::RdmaWrite {
@@ -726,7 +434,6 @@ impl Queue {
             signaled: true,
         };
         self.queue_sends(cx, &[probe], None);
-        self.liveness.probe_sent(now);
     }
 
     /// Queues work requests; they are posted together at the end of the loop
@@ -760,7 +467,7 @@ impl Queue {
         if self.recv.is_some() {
             0
         } else {
-            self.params.sq_size as u32
+            self.core.params().sq_size as u32
         }
     }
 
@@ -815,86 +522,6 @@ impl Queue {
                 std::io::Error::from_raw_os_error(code.max(0))
             );
             self.fail(cx);
-        }
-    }
-
-    // ---- completions ---------------------------------------------------
-
-    /// A work completion for request `id` (READ, WRITE or SEND), or of a
-    /// liveness probe.
-    pub fn on_wc(&mut self, cx: &mut Cx<'_>, id: &rdma::WrId, ok: bool) {
-        if id.kind == wr::PROBE {
-            // A failed probe failed the queue already (`on_wc_error`).
-            if ok {
-                self.liveness.probe_answered(cx.now);
-            }
-            return;
-        }
-        let r = id.slot as usize;
-        let Some(q) = self.reqs.get(r) else { return };
-        if !q.life.owns_work_completion(id.slot_gen) {
-            return;
-        }
-        if id.kind == wr::SEND && self.end_after_send == Some(r) {
-            self.end_after_send = None;
-            if let Some(c) = &self.ctrl {
-                c.kill_all();
-            }
-        }
-        let step = match id.kind {
-            wr::READ => self.reqs[r].life.fetched(ok),
-            wr::SEND => self.reqs[r].life.response_done(ok),
-            _ => Step::Wait,
-        };
-        self.step(cx, r, step)
-    }
-
-    /// A work completion failed (`flush`: because the queue pair went to the
-    /// error state, which happens on every disconnect).
-    pub fn on_wc_error(&mut self, cx: &mut Cx<'_>, flush: bool, what: &str) {
-        if !flush {
-            error!(qid = self.qid(), "{what}");
-            self.log_device_events();
-            self.fail(cx);
-        } else if self.live() {
-            self.log_device_events();
-            self.disconnect(cx, "queue pair flushed", "error");
-        }
-    }
-
-    fn release(&mut self, cx: &mut Cx<'_>, r: usize) {
-        let Some(held) = self.reqs[r].life.release() else {
-            return;
-        };
-        let q = &mut self.reqs[r];
-        if held.buffer {
-            if let Some(b) = q.buf.take() {
-                cx.dev.gauges[b.class as usize].0.dec();
-                if let Some(g) = cx.dev.pool.give(b) {
-                    cx.grants.push(g);
-                }
-            }
-        }
-        let recv = q.recv.take();
-        if std::mem::take(&mut q.in_ns_gauge) {
-            if let Some(ns) = q.ns.first() {
-                ns.metrics.in_flight.dec();
-            }
-        }
-        // A request released with its write still in the gate (its queue
-        // went away): it leaves now.
-        if std::mem::take(&mut q.gated) {
-            if let Some(ns) = q.ns.first() {
-                ns.gate.leave();
-            }
-        }
-        q.ns.clear();
-        if std::mem::take(&mut q.in_target_count) {
-            cx.target.io_in_flight.fetch_sub(1, Ordering::SeqCst);
-        }
-        self.free.push(r as u16);
-        if let Some(slot) = recv.filter(|_| held.recv) {
-            self.repost(cx, slot);
         }
     }
 }

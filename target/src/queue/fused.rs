@@ -6,8 +6,7 @@
 use nvme::command::fuse;
 use nvme::Status;
 
-use super::super::wr;
-use super::{Cx, Queue};
+use super::{Env, QueueCore};
 use crate::backend::compare::{self, MISCOMPARE};
 use crate::command::io;
 use crate::core::plan::IoPlan;
@@ -32,14 +31,14 @@ struct SendPtr(*const u8);
 // operation is in flight (both requests count it as a backend operation).
 unsafe impl Send for SendPtr {}
 
-impl Queue {
+impl QueueCore {
     /// Pairs an arriving command with the fused state of the queue: a
     /// second takes the waiting first (or is aborted: missing or failed
     /// first); anything else leaves a waiting first without its second.
     /// Returns the arriving command's check result, as changed.
     pub(super) fn pair_fused(
         &mut self,
-        cx: &mut Cx<'_>,
+        env: &mut Env<'_, '_>,
         r: usize,
         checked: Result<(), Status>,
     ) -> Result<(), Status> {
@@ -59,12 +58,12 @@ impl Queue {
                         self.reqs[r].partner = Some(f);
                         self.reqs[f as usize].partner = Some(r as u16);
                     }
-                    Err(_) => self.fused_outcome(cx, f as usize, Status::FUSED_FAILED),
+                    Err(_) => self.fused_outcome(env, f as usize, Status::FUSED_FAILED),
                 }
             }
             (Pending::FirstFailed, fuse::SECOND) => checked = Err(Status::FUSED_FAILED),
             (_, fuse::SECOND) => checked = Err(Status::FUSED_MISSING),
-            (Pending::First(f), _) => self.fused_outcome(cx, f as usize, Status::FUSED_MISSING),
+            (Pending::First(f), _) => self.fused_outcome(env, f as usize, Status::FUSED_MISSING),
             _ => {}
         }
         if cmd.fuse() == fuse::FIRST {
@@ -79,11 +78,11 @@ impl Queue {
 
     /// Decides the outcome of fused command `f` before its pair ran: it
     /// answers now if it waits, or when it executes.
-    fn fused_outcome(&mut self, cx: &mut Cx<'_>, f: usize, st: Status) {
+    fn fused_outcome(&mut self, env: &mut Env<'_, '_>, f: usize, st: Status) {
         let q = &mut self.reqs[f];
         q.partner = None;
         if std::mem::take(&mut q.waiting_partner) {
-            self.complete(cx, f, st, 0);
+            self.complete(env, f, st, 0);
         } else {
             q.fused_status = Some(st);
         }
@@ -91,9 +90,9 @@ impl Queue {
 
     /// A fused command executes (its data is here): the pair runs once both
     /// are; until then it waits.
-    pub(super) fn exec_fused(&mut self, cx: &mut Cx<'_>, r: usize) {
+    pub(super) fn exec_fused(&mut self, env: &mut Env<'_, '_>, r: usize) {
         if let Some(st) = self.reqs[r].fused_status.take() {
-            return self.complete(cx, r, st, 0);
+            return self.complete(env, r, st, 0);
         }
         let Some(p) = self.reqs[r].partner.map(usize::from) else {
             // A first whose second has not arrived yet.
@@ -113,19 +112,19 @@ impl Queue {
         let (Some(IoPlan::Write { offset, len, fua }), Some(ns)) =
             (self.reqs[second].io, self.reqs[second].ns.first().cloned())
         else {
-            self.complete(cx, first, Status::INTERNAL, 0);
-            return self.complete(cx, second, Status::INTERNAL, 0);
+            self.complete(env, first, Status::INTERNAL, 0);
+            return self.complete(env, second, Status::INTERNAL, 0);
         };
-        let cmp = SendPtr(self.data_ref(cx.dev, first).ptr);
-        let data = SendPtr(self.data_ref(cx.dev, second).ptr);
+        let cmp = SendPtr(self.data_ref(env, first).ptr);
+        let data = SendPtr(self.data_ref(env, second).ptr);
         self.reqs[first].life.backend_started(1);
         self.reqs[second].life.backend_started(1);
-        let ud = self.wr_id(wr::IO, second);
+        let ud = env.mem.backend_ud(self.token(second));
         let host = self.ctrl.as_ref().map(|c| c.hostid);
         let Some(thread) = crate::backend::offload::gate_thread() else {
-            return cx.io.mailbox.post(ud, -nix::libc::EAGAIN);
+            return env.io.mailbox.post(ud, -nix::libc::EAGAIN);
         };
-        thread.run(cx.io.mailbox, ud, move || {
+        thread.run(env.io.mailbox, ud, move || {
             let (cmp, data) = (cmp, data);
             // SAFETY: both buffers hold `len` bytes (the pair's checked data)
             // and stay their requests', unwritten, until this completes.
@@ -144,7 +143,7 @@ impl Queue {
 
     /// The pair of second command `s` ran with `res`: both answer. A
     /// miscompare fails the Compare and aborts the Write (nothing written).
-    pub(super) fn fused_done(&mut self, cx: &mut Cx<'_>, s: usize, res: i32) {
+    pub(super) fn fused_done(&mut self, env: &mut Env<'_, '_>, s: usize, res: i32) {
         let Some(f) = self.reqs[s].partner.map(usize::from) else {
             return;
         };
@@ -167,14 +166,14 @@ impl Queue {
                 ns.metrics.record(
                     crate::telemetry::metrics::IoOp::Write,
                     len as u64,
-                    cx.now.saturating_duration_since(self.reqs[s].start),
+                    env.now.saturating_duration_since(self.reqs[s].start),
                 );
             }
         }
         for (r, st) in [(f, st_first), (s, st_second)] {
             match self.reqs[r].life.backend_done() {
-                Step::Respond => self.complete(cx, r, st, 0),
-                step => self.step(cx, r, step),
+                Step::Respond => self.complete(env, r, st, 0),
+                step => self.step(env, r, step),
             }
         }
     }

@@ -1,0 +1,243 @@
+//! A command executes: dispatch by command set; fabrics (Connect, Property
+//! Get/Set, host shutdown), authentication and admin commands, parked
+//! Asynchronous Event Requests.
+
+use nvme::opcode::fctype;
+use nvme::Status;
+use tracing::{debug, info, warn};
+
+use super::{queue_type, Env, QueueCore};
+use crate::backend::op::Op;
+use crate::backend::DataRef;
+use crate::command::admin::{self, AdminOutcome};
+use crate::command::auth::{self, Outcome};
+use crate::command::fabrics;
+use crate::core::plan::IoPlan;
+use crate::core::request::Stage;
+use crate::model::controller::{Controller, PropertyEffect};
+use crate::telemetry::metrics::metrics;
+use crate::transport::DataPlan;
+
+impl QueueCore {
+    pub(super) fn execute(&mut self, env: &mut Env<'_, '_>, r: usize) {
+        // In-capsule data at an offset O_DIRECT cannot use: copy it into the
+        // pool buffer and give the receive back.
+        if let (Some(slot), Some(b)) = (self.reqs[r].recv, self.reqs[r].buf) {
+            let len = self.reqs[r].plan.len() as usize;
+            let src = env
+                .mem
+                .capsule(slot)
+                .ptr
+                .wrapping_add(self.reqs[r].capsule_off as usize);
+            // SAFETY: both ranges are `len` bytes inside the transport's
+            // memory owned by this request (its capsule, its pool buffer).
+            unsafe { std::ptr::copy_nonoverlapping(src, env.mem.buffer(&b).ptr, len) };
+            self.reqs[r].recv = None;
+            self.reqs[r].life.recv_returned();
+            self.actions.push_back(super::Action::Repost(slot));
+        }
+        let cmd = self.reqs[r].cmd;
+        if cmd.is_fabrics() {
+            self.exec_fabrics(env, r)
+        } else if self.qid() == 0 {
+            self.exec_admin(env, r)
+        } else {
+            self.exec_io(env, r)
+        }
+    }
+
+    fn exec_fabrics(&mut self, env: &mut Env<'_, '_>, r: usize) {
+        let cmd = self.reqs[r].cmd;
+        if auth::is_auth(&cmd) {
+            return self.exec_auth(env, r);
+        }
+        if cmd.fctype() == fctype::CONNECT {
+            return self.exec_connect(env, r);
+        }
+        let Some(ctrl) = self.ctrl.clone() else {
+            return self.complete(env, r, Status::CMD_SEQ_ERROR, 0);
+        };
+        let (st, result, effect) = fabrics::property(&ctrl, &cmd);
+        match effect {
+            PropertyEffect::Reset => {
+                debug!(cntlid = ctrl.cntlid, "controller reset");
+                ctrl.kill_io_queues();
+            }
+            PropertyEffect::Shutdown => {
+                // Flush every namespace; the answer goes once the flushes
+                // completed.
+                info!(cntlid = ctrl.cntlid, "controller shut down by the host");
+                self.reqs[r].status = st;
+                self.reqs[r].result = result;
+                self.reqs[r].io = Some(IoPlan::Flush);
+                self.reqs[r].op = Op::new(IoPlan::Flush);
+                let ud = env.mem.backend_ud(self.token(r));
+                let mut n = 0;
+                for ns in ctrl.subsys.namespaces().iter() {
+                    // SAFETY: a flush uses no data buffer; the request holds
+                    // the namespace until the flush completed.
+                    let s = unsafe {
+                        self.reqs[r]
+                            .op
+                            .start(&ns.backend, &ns.gate, DataRef::NONE, &[], env.io, ud)
+                    };
+                    if s > 0 {
+                        n += s;
+                        self.reqs[r].ns.push(ns.clone());
+                    }
+                }
+                self.reqs[r].life.backend_started(n);
+                if n > 0 {
+                    return;
+                }
+                // Nothing to flush (or every flush failed to submit).
+                return self.finish_io(env, r);
+            }
+            _ => {}
+        }
+        self.complete(env, r, st, result)
+    }
+
+    fn exec_connect(&mut self, env: &mut Env<'_, '_>, r: usize) {
+        let cmd = self.reqs[r].cmd;
+        self.connecting = false;
+        // SAFETY: the request executes; the data is copied out at once.
+        let data = unsafe { self.data_mut(env, r) }.to_vec();
+        let peer = self.addrs.peer;
+        let (qid, sq) = (self.qid(), self.params.sq_size - 1);
+        match fabrics::connect(env.target, qid, sq, peer.map(|p| p.ip()), &cmd, &data) {
+            Ok((ctrl, d)) => {
+                if let Err(st) = ctrl.attach(self.link.clone()) {
+                    warn!(
+                        qid,
+                        cntlid = ctrl.cntlid,
+                        status = %st,
+                        "queue not attached to its controller"
+                    );
+                    if qid == 0 {
+                        // The controller was made for this queue: nothing
+                        // else will ever detach it.
+                        ctrl.subsys.remove_controller(ctrl.cntlid);
+                    }
+                    return self.complete(env, r, st, 0);
+                }
+                self.sq_fc_disabled =
+                    nvme::fabrics::ConnectCommand::from_command(&cmd).sq_flow_control_disabled();
+                if qid == 0 {
+                    if let (Some(h), Some(l)) = (peer, self.addrs.local) {
+                        ctrl.set_addrs(h, l);
+                        ctrl.set_port(env.target.port_of(l));
+                    }
+                    info!(cntlid = ctrl.cntlid, host = %d.hostnqn, subsys = %d.subsysnqn,
+                          ?peer, kato_ms = ctrl.state().kato_ms, "controller connected");
+                } else {
+                    debug!(cntlid = ctrl.cntlid, qid, "I/O queue connected");
+                }
+                let m = metrics();
+                let labels = [ctrl.subsys.nqn.as_str(), queue_type(qid)];
+                m.connects.with_label_values(&labels).inc();
+                m.queues.with_label_values(&labels).inc();
+                if qid == 0 {
+                    m.controllers.with_label_values(&[&ctrl.subsys.nqn]).inc();
+                }
+                let result = ctrl.cntlid as u64 | ctrl.auth.connect_result();
+                self.ctrl = Some(ctrl);
+                self.pending = None;
+                self.complete(env, r, Status::SUCCESS, result)
+            }
+            Err(e) => {
+                let (sub, host) = nvme::fabrics::ConnectData::parse(&data)
+                    .map(|d| (d.subsysnqn, d.hostnqn))
+                    .unwrap_or_default();
+                // Once a minute per peer at warn: a peer that repeats a
+                // refused Connect cannot flood the log (the metric counts each).
+                let loud = peer.is_none_or(|p| env.target.refusal_log.should_log(p.ip(), env.now));
+                if loud {
+                    warn!(qid, status = %e.status, subsys = %sub, host = %host,
+                          ?peer, reason = e.reason(), "connect refused (said once a minute per peer)");
+                } else {
+                    debug!(qid, status = %e.status, subsys = %sub, host = %host,
+                           ?peer, reason = e.reason(), "connect refused");
+                }
+                crate::telemetry::metrics::reject(e.reason());
+                self.complete(env, r, e.status, e.result)
+            }
+        }
+    }
+
+    /// Authentication Send / Receive (checked by `precheck`: a connected
+    /// queue, DH-HMAC-CHAP's fields, the data the command names).
+    fn exec_auth(&mut self, env: &mut Env<'_, '_>, r: usize) {
+        let Some(ctrl) = self.ctrl.clone() else {
+            return self.complete(env, r, Status::CMD_SEQ_ERROR, 0);
+        };
+        let qid = self.qid();
+        // SAFETY: the request executes; the calls below are the only users
+        // of its data until they return.
+        let buf = unsafe { self.data_mut(env, r) };
+        let (status, outcome) = if self.reqs[r].cmd.fctype() == fctype::AUTH_SEND {
+            let o = auth::send(&mut self.auth, &env.target.credentials, &ctrl, qid, buf);
+            (Status::SUCCESS, o)
+        } else {
+            match auth::receive(&mut self.auth, &ctrl, qid, buf) {
+                Ok((n, o)) => {
+                    self.reqs[r].out_len = n;
+                    (Status::SUCCESS, o)
+                }
+                Err(st) => (st, Outcome::Continue),
+            }
+        };
+        if outcome == Outcome::Failed {
+            // The association ends once this response (with a Failure1's
+            // data) was delivered: ended at once, the host would get nothing.
+            self.end_after_send = Some(r);
+        }
+        self.complete(env, r, status, 0);
+    }
+
+    fn exec_admin(&mut self, env: &mut Env<'_, '_>, r: usize) {
+        let Some(ctrl) = self.ctrl.clone() else {
+            return self.complete(env, r, Status::CMD_SEQ_ERROR, 0);
+        };
+        let cmd = self.reqs[r].cmd;
+        // SAFETY: the request executes; admin::execute is the only user of
+        // its data until it returns.
+        let buf = unsafe { self.data_mut(env, r) };
+        let len = buf.len() as u32;
+        let to_host = matches!(self.reqs[r].plan, DataPlan::ToHost { .. });
+        if to_host {
+            // Data to the host starts as zeroes, whatever a command leaves
+            // unwritten: the pool buffer last held another request's data.
+            buf.fill(0);
+        }
+        match admin::execute(env.target, &ctrl, &cmd, buf, env.now) {
+            AdminOutcome::Done {
+                status,
+                result,
+                data_len,
+            } => {
+                if to_host {
+                    self.reqs[r].out_len = data_len.min(len);
+                }
+                self.complete(env, r, status, result)
+            }
+            AdminOutcome::Parked => self.complete_aers(env, &ctrl),
+        }
+    }
+
+    /// Answers parked Asynchronous Event Requests that have an event now.
+    pub(super) fn complete_aers(&mut self, env: &mut Env<'_, '_>, ctrl: &Controller) {
+        let ready = ctrl.state().match_events();
+        for (cid, result) in ready {
+            if let Some(r) = (0..self.reqs.len()).find(|&i| {
+                let q = &self.reqs[i];
+                q.life.stage() == Stage::Executing
+                    && q.life.backend_in_flight() == 0
+                    && q.cmd.cid() == cid
+                    && q.cmd.opcode() == nvme::opcode::admin::ASYNC_EVENT_REQUEST
+            }) {
+                self.complete(env, r, Status::SUCCESS, result as u64);
+            }
+        }
+    }
+}

@@ -1,0 +1,329 @@
+//! I/O commands: the write gate and the reservation at execution, the
+//! backend work ([`crate::backend::op`]), its completions, and the answer.
+
+use std::sync::atomic::Ordering;
+
+use nvme::Status;
+use tracing::{debug, error, warn};
+
+use super::{Env, QueueCore, Token};
+use crate::backend::op::{After, Op};
+use crate::command::io;
+use crate::core::plan::IoPlan;
+use crate::core::request::Step;
+use crate::core::write_gate::{Entry, REOPENED};
+use crate::telemetry::metrics::IoOp;
+use crate::telemetry::stats::Stats;
+
+impl QueueCore {
+    pub(super) fn exec_io(&mut self, env: &mut Env<'_, '_>, r: usize) {
+        let (Some(plan), Some(ns)) = (self.reqs[r].io, self.reqs[r].ns.first().cloned()) else {
+            return self.complete(env, r, Status::INTERNAL, 0);
+        };
+        if let IoPlan::Resv { .. } = plan {
+            return self.exec_resv(env, r);
+        }
+        if self.reqs[r].cmd.fuse() != nvme::command::fuse::NONE {
+            return self.exec_fused(env, r);
+        }
+        let ud = env.mem.backend_ud(self.token(r));
+        if let IoPlan::Compare { offset, len } = plan {
+            // A read and a comparison, blocking: on the offload thread. The
+            // buffer stays the request's until the operation completed.
+            let cmp = self.data_ref(env, r).ptr as usize;
+            self.reqs[r].op = Op::new(plan);
+            env.io.offload.run(env.io.mailbox, ud, move || {
+                // SAFETY: `len` bytes of the request's buffer, unwritten
+                // until this operation completes (it counts as in flight).
+                let c = unsafe { std::slice::from_raw_parts(cmp as *const u8, len as usize) };
+                crate::backend::compare::compare(&ns.backend, offset, c)
+            });
+            return self.reqs[r].life.backend_started(1);
+        }
+        if !self.reqs[r].in_ns_gauge {
+            ns.metrics.in_flight.inc();
+            self.reqs[r].in_ns_gauge = true;
+        }
+        let ranges = match plan {
+            IoPlan::Dsm { nr, deallocate } => {
+                // SAFETY: the request executes and nothing was submitted for it yet;
+                // the ranges are parsed before the data is used again.
+                match io::dsm_ranges(&ns, unsafe { self.data_mut(env, r) }, nr) {
+                    Ok(v) if deallocate => v,
+                    Ok(_) => Vec::new(),
+                    Err(st) => return self.complete(env, r, st, 0),
+                }
+            }
+            _ => Vec::new(),
+        };
+        // A write passes its namespace's write gate (shut while a Compare
+        // and Write runs on a local store, or while another gateway owns an
+        // RBD image): parked, it comes back with REOPENED and executes
+        // again.
+        let writes = plan.writes();
+        if writes && !self.reqs[r].gated && ns.backend.gated() {
+            match ns.gate.enter(env.io.mailbox, ud) {
+                Entry::Inside => self.reqs[r].gated = true,
+                Entry::Parked => return self.reqs[r].life.backend_started(1),
+            }
+        }
+        // The reservation again, now that the write is inside the gate: a
+        // Preempt and Abort that closed the gate meanwhile either waits for
+        // it (it was inside first) or has changed the state it sees here.
+        if writes {
+            if let Some(c) = &self.ctrl {
+                if ns
+                    .resv
+                    .check(&c.hostid, crate::reservation::Access::Write)
+                    .is_err()
+                {
+                    ns.metrics.reservation_conflicts.inc();
+                    self.ungate(r);
+                    return self.complete(env, r, Status::RESERVATION_CONFLICT, 0);
+                }
+            }
+        }
+        let data = self.data_ref(env, r);
+        self.reqs[r].op = Op::new(plan);
+        // SAFETY: the data buffer is the request's until it is released, which
+        // the lifecycle allows only after every submitted operation completed;
+        // the request holds `ns` as long.
+        let n = unsafe {
+            self.reqs[r]
+                .op
+                .start(&ns.backend, &ns.gate, data, &ranges, env.io, ud)
+        };
+        if let crate::backend::Backend::Rbd(_) = ns.backend {
+            // Its operations hold the gate until librbd completes them.
+            self.ungate(r);
+        }
+        let failed = self.reqs[r].op.failed();
+        if failed != 0 {
+            error!(
+                qid = self.qid(),
+                errno = failed,
+                "backend submission failed"
+            );
+        }
+        self.reqs[r].life.backend_started(n);
+        if n == 0 {
+            self.finish_io(env, r);
+        }
+    }
+
+    /// A reservation command: run here, or, when it must wait (a change
+    /// synced to the state file, or waiting for the namespace's writes), off
+    /// the worker, which serves other queues (and completes those writes).
+    /// The status comes back as the operation's result.
+    fn exec_resv(&mut self, env: &mut Env<'_, '_>, r: usize) {
+        let (Some(ctrl), Some(ns)) = (self.ctrl.clone(), self.reqs[r].ns.first().cloned()) else {
+            return self.complete(env, r, Status::INTERNAL, 0);
+        };
+        let cmd = self.reqs[r].cmd;
+        if crate::command::reservation::blocks(&ns, &cmd) {
+            // SAFETY: the request executes; its data is copied out at once.
+            let mut keys = unsafe { self.data_mut(env, r) }.to_vec();
+            let ud = env.mem.backend_ud(self.token(r));
+            let Some(thread) = crate::backend::offload::gate_thread() else {
+                return self.complete(env, r, Status::INTERNAL, 0);
+            };
+            thread.run(env.io.mailbox, ud, move || {
+                let (st, _) = crate::command::reservation::execute(&ns, &ctrl, &cmd, &mut keys);
+                st.to_field() as i32
+            });
+            return self.reqs[r].life.backend_started(1);
+        }
+        // SAFETY: the request executes; nothing else uses its data until
+        // the call returns.
+        let data = unsafe { self.data_mut(env, r) };
+        let (st, out) = crate::command::reservation::execute(&ns, &ctrl, &cmd, data);
+        self.reqs[r].out_len = out;
+        self.complete(env, r, st, 0)
+    }
+
+    /// A backend operation of request `t` completed with `res`.
+    pub fn backend_done(&mut self, env: &mut Env<'_, '_>, t: Token, res: i32) {
+        let r = t.slot as usize;
+        let live = self.live;
+        let Some(q) = self.reqs.get(r) else {
+            return;
+        };
+        if !q.life.owns_backend_completion(t.gen) {
+            debug!(qid = self.qid(), "stale backend completion ignored");
+            return;
+        }
+        let Some(plan) = q.io else { return };
+        if res == REOPENED {
+            return self.reopened(env, r, plan);
+        }
+        if q.partner.is_some() && q.cmd.fuse() == nvme::command::fuse::SECOND {
+            return self.fused_done(env, r, res);
+        }
+        match plan {
+            IoPlan::Resv { .. } => {
+                self.reqs[r].status = match u16::try_from(res) {
+                    Ok(field) => Status::from_field(field),
+                    Err(_) => Status::INTERNAL,
+                };
+            }
+            IoPlan::Compare { .. } => match res {
+                0 => self.reqs[r].status = Status::SUCCESS,
+                crate::backend::compare::MISCOMPARE => {
+                    self.reqs[r].status = Status::COMPARE_FAILURE
+                }
+                e => self.reqs[r].op.fail(-e),
+            },
+            _ => {
+                let data = self.data_ref(env, r);
+                let ud = env.mem.backend_ud(t);
+                let q = &mut self.reqs[r];
+                // The namespace the operation runs on (a host shutdown's
+                // flushes need none to continue).
+                let after = match q.ns.first() {
+                    // SAFETY: `data` is the request's, which it holds until
+                    // every submitted operation completed; it holds `ns`.
+                    Some(ns) => unsafe {
+                        q.op.completed(res, live, &ns.backend, &ns.gate, data, env.io, ud)
+                    },
+                    None => After::Over,
+                };
+                if after == After::Continued {
+                    return;
+                }
+            }
+        }
+        match self.reqs[r].life.backend_done() {
+            Step::Respond => self.finish_io(env, r),
+            s => self.step(env, r, s),
+        }
+    }
+
+    /// A write parked at its namespace's gate executes now, unless what
+    /// closed the gate (a Preempt and Abort) took its host's access.
+    fn reopened(&mut self, env: &mut Env<'_, '_>, r: usize, plan: IoPlan) {
+        let q = &self.reqs[r];
+        let conflict = match (self.ctrl.as_ref(), q.ns.first()) {
+            (Some(c), Some(ns)) => crate::reservation::access_of(&plan)
+                .is_some_and(|a| ns.resv.check(&c.hostid, a).is_err()),
+            _ => false,
+        };
+        match self.reqs[r].life.backend_done() {
+            // Its queue ended while it waited (its host gave up on the
+            // association): a write the host may have retried elsewhere
+            // is not executed now.
+            Step::Respond if !self.live => self.complete(env, r, Status::ABORT_QUEUE, 0),
+            Step::Respond if conflict => {
+                if let Some(ns) = self.reqs[r].ns.first() {
+                    ns.metrics.reservation_conflicts.inc();
+                }
+                self.complete(env, r, Status::RESERVATION_CONFLICT, 0)
+            }
+            Step::Respond => self.exec_io(env, r),
+            s => self.step(env, r, s),
+        }
+    }
+
+    /// Request `r`'s write is done with the store: it leaves its namespace's
+    /// gate (a Compare and Write waiting there goes on, whatever the host
+    /// does with the response).
+    pub(super) fn ungate(&mut self, r: usize) {
+        if std::mem::take(&mut self.reqs[r].gated) {
+            if let Some(ns) = self.reqs[r].ns.first() {
+                ns.gate.leave();
+            }
+        }
+    }
+
+    pub(super) fn finish_io(&mut self, env: &mut Env<'_, '_>, r: usize) {
+        self.ungate(r);
+        let q = &self.reqs[r];
+        if q.cmd.is_fabrics() {
+            // The flushes of a host shutdown: complete, or fatal if one failed.
+            let errno = q.op.errno();
+            if errno != 0 {
+                warn!(
+                    qid = self.qid(),
+                    errno, "flush at host shutdown failed: reporting CSTS.CFS"
+                );
+            }
+            if let Some(c) = &self.ctrl {
+                c.state().shutdown_done(errno == 0);
+            }
+            let (st, res) = (q.status, q.result);
+            return self.complete(env, r, st, res);
+        }
+        let (Some(plan), Some(ns)) = (q.io, q.ns.first()) else {
+            return self.complete(env, r, Status::INTERNAL, 0);
+        };
+        if let IoPlan::Resv { .. } = plan {
+            let st = q.status;
+            return self.complete(env, r, st, 0);
+        }
+        let op = q.op;
+        if op.short() {
+            // A read answers with data only when the backend produced every
+            // byte of it: the buffer's other bytes are whatever its last
+            // user left.
+            error!(
+                qid = self.qid(),
+                nsid = ns.nsid,
+                ?plan,
+                done = op.done(),
+                "backend moved fewer bytes than asked"
+            );
+        }
+        let errno = op.errno();
+        if errno != 0 {
+            Stats::inc(&env.target.stats.backend_errors);
+            ns.metrics.backend_errors.inc();
+            let mut st = io::errno_status(&plan, errno);
+            if op.durability() && ns.flush_failure_is_sticky() {
+                // The page cache lost data the kernel reports once: later
+                // flushes fail too (io::prepare), and this one is final.
+                if !ns.writeback_lost() {
+                    error!(nsid = ns.nsid, errno, "a flush of the page cache failed: data may be lost; every later flush of this namespace fails");
+                }
+                ns.lose_writeback();
+                st = st.no_retry();
+            }
+            st = match &self.ctrl {
+                Some(c) => c.retry_delay(st),
+                None => st.with_crd(0),
+            };
+            warn!(nsid = ns.nsid, cid = q.cmd.cid(), ?plan, errno, status = %st, "backend I/O failed");
+            return self.complete(env, r, st, 0);
+        }
+        let (op, bytes) = match plan {
+            IoPlan::Read { len, .. } => (IoOp::Read, len as u64),
+            IoPlan::Write { len, .. } => (IoOp::Write, len as u64),
+            IoPlan::Flush => (IoOp::Flush, 0),
+            IoPlan::WriteZeroes { .. } => (IoOp::WriteZeroes, 0),
+            IoPlan::Dsm { .. } => (IoOp::Dsm, 0),
+            IoPlan::Resv { .. } | IoPlan::Compare { .. } => {
+                let st = q.status;
+                return self.complete(env, r, st, 0);
+            }
+        };
+        ns.metrics
+            .record(op, bytes, env.now.saturating_duration_since(q.start));
+        if let Some(ctrl) = &self.ctrl {
+            match plan {
+                IoPlan::Read { len, .. } => {
+                    ctrl.host_reads.fetch_add(1, Ordering::Relaxed);
+                    ctrl.units_read
+                        .fetch_add(len as u64 / 512, Ordering::Relaxed);
+                }
+                IoPlan::Write { len, .. } => {
+                    ctrl.host_writes.fetch_add(1, Ordering::Relaxed);
+                    ctrl.units_written
+                        .fetch_add(len as u64 / 512, Ordering::Relaxed);
+                }
+                _ => {}
+            }
+        }
+        if let IoPlan::Read { len, .. } = plan {
+            self.reqs[r].out_len = len;
+        }
+        self.complete(env, r, Status::SUCCESS, 0)
+    }
+}

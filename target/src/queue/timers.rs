@@ -1,0 +1,164 @@
+//! A queue's timers (a stop asked by its controller, the Connect and
+//! authentication timeouts, keep-alive, probing a quiet host, parked AERs),
+//! its end (disconnect, a fatal transport error, the transport gone) and
+//! its teardown.
+
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use tracing::{debug, info, warn};
+
+use super::{queue_type, Action, Env, QueueCore};
+use crate::core::liveness::PROBE_TIMEOUT;
+use crate::model::subsystem::Target;
+use crate::telemetry::metrics::metrics;
+
+/// A queue that has not sent a valid Fabrics Connect within this long after
+/// it was accepted is disconnected (it holds resources for nothing).
+pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+
+impl QueueCore {
+    /// Runs the queue's timers at `env.now` (the transport calls it every
+    /// few hundred milliseconds, and when the queue's link was woken).
+    pub fn timer(&mut self, env: &mut Env<'_, '_>) {
+        if !self.live {
+            return;
+        }
+        let now = env.now;
+        if self.link.killed() {
+            if env.target.stopping.load(Ordering::Acquire) {
+                return self.disconnect(env, "target shutting down", "shutdown");
+            }
+            return self.disconnect(env, "asked to disconnect", "controller");
+        }
+        let Some(c) = self.ctrl.clone() else {
+            if now.saturating_duration_since(self.liveness.accepted()) > CONNECT_TIMEOUT {
+                warn!(
+                    qid = self.qid(),
+                    peer = ?self.addrs.peer,
+                    "no Fabrics Connect within {CONNECT_TIMEOUT:?}; disconnecting"
+                );
+                crate::telemetry::metrics::reject("connect_timeout");
+                self.disconnect(env, "no connect", "connect_timeout");
+            }
+            return;
+        };
+        if self.auth.overdue(&c, self.liveness.accepted(), now) {
+            warn!(cntlid = c.cntlid, qid = self.qid(), host = %c.hostnqn, subsys = %c.subsys.nqn,
+                  "not authenticated within {:?}; ending the association", crate::command::auth::AUTH_TIMEOUT);
+            crate::telemetry::metrics::reject("auth_timeout");
+            c.kill_all();
+            return self.disconnect(env, "authentication timeout", "auth_timeout");
+        }
+        if self.qid() != 0 {
+            return;
+        }
+        let expired = {
+            let mut st = c.state();
+            let e = !st.failed && st.keep_alive_expired(now);
+            if e {
+                st.failed = true;
+            }
+            e
+        };
+        if expired {
+            warn!(cntlid = c.cntlid, host = %c.hostnqn, subsys = %c.subsys.nqn,
+                  "keep-alive timeout expired; tearing the controller down");
+            metrics()
+                .keep_alive_expirations
+                .with_label_values(&[&c.subsys.nqn])
+                .inc();
+            c.kill_all();
+            return self.disconnect(env, "keep-alive timeout", "keep_alive");
+        }
+        // Without keep-alive, or with one longer than the target waits out,
+        // a quiet host is probed by the transport; a probe that fails fails
+        // the queue (and the controller with it).
+        let kato = c.state().kato_ms;
+        if self.liveness.probe_overdue(now) {
+            warn!(cntlid = c.cntlid, host = %c.hostnqn, subsys = %c.subsys.nqn,
+                  "host unreachable: the liveness probe went unanswered for {} s \
+                   (keep-alive off); tearing the controller down",
+                  PROBE_TIMEOUT.as_secs());
+            c.kill_all();
+            return self.disconnect(env, "liveness probe unanswered", "probe_timeout");
+        }
+        if self.liveness.probe_due(now, kato, env.max_keep_alive_ms) {
+            debug!(cntlid = c.cntlid, host = %c.hostnqn, kato_ms = kato,
+                   "no keep-alive (or one beyond [target] max_keep_alive_ms) and quiet: probing the host");
+            self.actions.push_back(Action::Probe);
+            self.liveness.probe_sent(now);
+        }
+        self.complete_aers(env, &c);
+    }
+
+    /// Starts disconnecting (the transport closes the connection:
+    /// [`Action::Close`]); `label` is the reason as counted in metrics.
+    /// Requests with nothing in flight are released at once, the others
+    /// when what they wait for completed; none responds any more.
+    pub fn disconnect(&mut self, env: &mut Env<'_, '_>, why: &str, label: &'static str) {
+        if !self.live {
+            return;
+        }
+        debug!(qid = self.qid(), why, "disconnecting queue");
+        self.live = false;
+        self.reason = label;
+        self.actions.push_back(Action::Close);
+        if self.qid() == 0 {
+            if let Some(c) = &self.ctrl {
+                c.kill_all();
+            }
+        }
+        for r in 0..self.reqs.len() {
+            let s = self.reqs[r].life.disconnect();
+            self.step(env, r, s);
+        }
+    }
+
+    /// A fatal transport error: the controller fails with it.
+    pub fn fail(&mut self, env: &mut Env<'_, '_>) {
+        if let Some(c) = &self.ctrl {
+            c.state().failed = true;
+            c.kill_all();
+        }
+        self.disconnect(env, "transport error", "error");
+    }
+
+    /// The transport's connection is gone for good: what it had in flight
+    /// will not complete any more (and no longer touches memory). Backend
+    /// operations still must.
+    pub fn transport_gone(&mut self, env: &mut Env<'_, '_>) {
+        self.disconnect(env, "transport gone", "error");
+        for r in 0..self.reqs.len() {
+            let s = self.reqs[r].life.qp_destroyed();
+            self.step(env, r, s);
+        }
+    }
+
+    /// Detaches from the controller and updates the gauges (the queue is
+    /// about to be dropped).
+    pub fn teardown(&mut self, _target: &Target) {
+        let Some(c) = self.ctrl.take() else { return };
+        c.detach(&self.link);
+        let m = metrics();
+        m.queues
+            .with_label_values(&[&c.subsys.nqn, queue_type(self.qid())])
+            .dec();
+        if self.qid() == 0 {
+            m.controllers.with_label_values(&[&c.subsys.nqn]).dec();
+            let reason = match self.reason {
+                "" => "host",
+                r => r,
+            };
+            m.disconnects.with_label_values(&[reason]).inc();
+            c.kill_all();
+            c.subsys.remove_controller(c.cntlid);
+            info!(cntlid = c.cntlid, host = %c.hostnqn, subsys = %c.subsys.nqn, reason, "controller disconnected");
+        }
+    }
+
+    /// When the queue was accepted.
+    pub fn accepted(&self) -> Instant {
+        self.liveness.accepted()
+    }
+}
