@@ -333,6 +333,14 @@ impl QueueCore {
         self.reqs.iter().any(|q| q.life.in_use())
     }
 
+    /// Backend operations in flight, over all requests.
+    pub fn backend_in_flight(&self) -> usize {
+        self.reqs
+            .iter()
+            .map(|q| q.life.backend_in_flight() as usize)
+            .sum()
+    }
+
     /// The next thing the transport must do.
     pub fn next_action(&mut self) -> Option<Action> {
         self.actions.pop_front()

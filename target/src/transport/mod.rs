@@ -3,6 +3,7 @@
 //! from its SGL.
 
 pub mod abort;
+pub mod loopback;
 pub mod rdma;
 
 use nvme::cm::{CmRequest, RejectStatus};
