@@ -2,7 +2,7 @@
 //! never a panic, and an accepted queue always has a size the target can hold.
 #![no_main]
 use libfuzzer_sys::fuzz_target;
-use nvmf_target::transport::check_cm_request;
+use nvmf_target::transport::rdma::cm::check_cm_request;
 
 fuzz_target!(|b: &[u8]| {
     if let Ok(p) = check_cm_request(b) {

@@ -146,3 +146,15 @@ def resv(host, pick, cdw10, crkey=0, key2=0):
     return bytes([host, pick]) + struct.pack("<IQQ", cdw10, crkey, key2)
 write("reservation", "register-acquire-preempt-release", bytes([1]) + resv(0, 0, 3 << 30, 0, 1) + resv(1, 0, 0, 0, 2) + resv(0, 1, 1 << 8, 1) + resv(1, 1, 1 | 2 << 8, 2, 1) + resv(1, 2, 2 << 8, 2) + resv(2, 2, 1, 3))
 write("reservation", "all-registrants", bytes([0]) + resv(0, 0, 0, 0, 5) + resv(1, 0, 0, 0, 6) + resv(0, 1, 6 << 8, 5) + resv(1, 1, 2 | 1 << 8, 6, 0) + resv(0, 0, 1, 5))
+# queue: [op] records (op & 7: 0 connect admin, 1 connect I/O, 2 enable, 3/4 raw capsule
+# [64 bytes][n][n*32 bytes of in-capsule data], 5 run, 6 clock, 7 disconnect; bit 7: I/O queue)
+IOQ = 0x80
+read_keyed = cmd(0x02, nsid=1, cdw={12: 7}, sgl=keyed(4096, key=1, addr=0, invalidate=True), cid=100)
+write_capsule = cmd(0x01, nsid=1, cdw={10: 16, 12: 7}, sgl=in_capsule(4096), cid=101)
+write_keyed = cmd(0x01, nsid=5, cdw={10: 64, 12: 15}, sgl=keyed(8192, key=2, addr=4096), cid=102)
+flush = cmd(0x00, nsid=1, sgl=keyed(0), cid=103)
+aer = cmd(0x0C, sgl=keyed(0), cid=104)
+setup_q = bytes([0, 2, 5, 1, 5])
+write("queue", "read-write-flush", setup_q + bytes([IOQ | 3]) + read_keyed + bytes([0]) + bytes([IOQ | 3]) + write_capsule + bytes([128]) + bytes(range(256)) * 16 + bytes([IOQ | 3]) + write_keyed + bytes([0]) + bytes([IOQ | 3]) + flush + bytes([0, 5]))
+write("queue", "aer-then-keep-alive-expiry", setup_q + bytes([3]) + aer + bytes([0, 5, 6 | (100 << 3) & 0x78, 6 | 0x78, 5]))
+write("queue", "disconnect-mid-io", setup_q + bytes([IOQ | 3]) + write_keyed + bytes([0]) + bytes([IOQ | 7, 5]))

@@ -4,6 +4,7 @@
 //! queues may wait for their Connect.
 
 pub mod admission;
+pub mod data;
 pub mod liveness;
 pub mod log_limit;
 pub mod plan;

@@ -10,8 +10,8 @@ use tracing::error;
 use super::{Action, Env, QueueCore, Req};
 use crate::command::admin;
 use crate::command::io;
+use crate::core::data::{self, DataPlan};
 use crate::model::subsystem::Target;
-use crate::transport::{self, DataPlan};
 use crate::{MAX_IO_SIZE, PAGE};
 
 impl QueueCore {
@@ -98,7 +98,7 @@ impl QueueCore {
                 io::supported(cmd.opcode())
             };
         let planned = if known {
-            transport::data_plan(&cmd, byte_len - SQE_SIZE as u32, MAX_IO_SIZE)
+            data::data_plan(&cmd, byte_len - SQE_SIZE as u32, MAX_IO_SIZE)
         } else {
             Err(Status::INVALID_OPCODE)
         };

@@ -12,11 +12,11 @@ use crate::backend::DataRef;
 use crate::command::admin::{self, AdminOutcome};
 use crate::command::auth::{self, Outcome};
 use crate::command::fabrics;
+use crate::core::data::DataPlan;
 use crate::core::plan::IoPlan;
 use crate::core::request::Stage;
 use crate::model::controller::{Controller, PropertyEffect};
 use crate::telemetry::metrics::metrics;
-use crate::transport::DataPlan;
 
 impl QueueCore {
     pub(super) fn execute(&mut self, env: &mut Env<'_, '_>, r: usize) {

@@ -35,6 +35,7 @@ use tracing::debug;
 use crate::backend::op::Op;
 use crate::backend::{DataRef, Io};
 use crate::core::admission::Pending;
+use crate::core::data::DataPlan;
 use crate::core::liveness::Liveness;
 use crate::core::plan::IoPlan;
 use crate::core::pool::Buf;
@@ -44,9 +45,19 @@ use crate::model::namespace::Namespace;
 use crate::model::subsystem::Target;
 use crate::telemetry::metrics::metrics;
 use crate::telemetry::stats::Stats;
-use crate::transport::{DataPlan, QueueParams};
 
 pub use timers::CONNECT_TIMEOUT;
+
+/// Parameters of a queue as its transport accepted it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct QueueParams {
+    /// Queue id (0 = admin).
+    pub qid: u16,
+    /// Submission queue entries (hsqsize + 1): receive buffers to post.
+    pub sq_size: u16,
+    /// Responses the host can take at once.
+    pub host_rq_size: u16,
+}
 
 /// One use of a request slot: its index and generation. Completions carry
 /// it back; one whose generation is not the slot's current one is stale.

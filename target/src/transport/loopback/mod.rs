@@ -24,8 +24,7 @@ use crate::core::pool::{Buf, Pool, PoolShape};
 use crate::core::wake::{Mailbox, Waker};
 use crate::model::controller::QueueLink;
 use crate::model::subsystem::Target;
-use crate::queue::{Action, Addrs, Env, Memory, QueueCore, Token};
-use crate::transport::QueueParams;
+use crate::queue::{Action, Addrs, Env, Memory, QueueCore, QueueParams, Token};
 use crate::{INLINE_DATA_SIZE, PAGE};
 
 mod aligned;
@@ -34,8 +33,8 @@ use aligned::Aligned;
 
 /// The user data of the poll on the waker (mailbox deliveries wake the ring).
 const WAKE_UD: u64 = u64::MAX;
-/// How long [`Loopback::run`] waits for a backend completion before it
-/// calls the target idle.
+/// The longest [`Loopback::run`] sleeps at once waiting for a backend
+/// completion.
 const IDLE: Duration = Duration::from_millis(20);
 
 /// Work on the "wire", delivered in order.
@@ -290,13 +289,16 @@ impl Loopback {
             if self.pump() > 0 {
                 continue;
             }
+            // Nothing on the wire or in the ring: only backend operations
+            // elsewhere (offload threads, a closed write gate) can still
+            // bring something.
+            if !self.busy() || Instant::now() > deadline {
+                return done(self);
+            }
             if !self.wake_armed {
                 self.wake_armed = self.ring.poll_in(self.waker.fd(), WAKE_UD).is_ok();
             }
             let _ = self.ring.wait(IDLE);
-            if self.pump() == 0 && (!self.busy() || Instant::now() > deadline) {
-                return done(self);
-            }
         }
     }
 

@@ -14,7 +14,6 @@ use tracing::{debug, error, info, warn};
 use super::queue::NewConn;
 use super::{reject, EngineShared, TransportError};
 use crate::core::wake::monotonic_ms;
-use crate::transport;
 
 /// A running listener thread.
 #[derive(Debug)]
@@ -136,7 +135,7 @@ fn listener_loop(
         match (ev.kind, ev.new_id) {
             (CmEventKind::ConnectRequest, Some(id)) => {
                 let target = &engine.target;
-                let params = match transport::check_cm_request(&ev.private_data) {
+                let params = match super::cm::check_cm_request(&ev.private_data) {
                     Ok(p) => p,
                     Err(why) => {
                         reject(target, &id, why);

@@ -14,6 +14,7 @@
 //!
 //! One protection domain per device serves the whole target.
 
+pub mod cm;
 pub mod device;
 mod index;
 pub mod listener;

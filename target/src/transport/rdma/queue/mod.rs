@@ -29,9 +29,8 @@ use crate::core::admission::Pending;
 use crate::core::pool::Buf;
 use crate::model::controller::QueueLink;
 use crate::model::subsystem::Target;
-use crate::queue::{Action, Env, Memory, QueueCore, ToHost, Token};
+use crate::queue::{Action, Env, Memory, QueueCore, QueueParams, ToHost, Token};
 use crate::telemetry::stats::Stats;
-use crate::transport::QueueParams;
 
 mod conn;
 
