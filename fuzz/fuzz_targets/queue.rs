@@ -11,21 +11,11 @@ use std::time::Duration;
 
 use libfuzzer_sys::fuzz_target;
 use nvme::fabrics::{cc, prop, ConnectCommand, ConnectData, PropertyCommand};
-use nvme::{Command, Sgl};
-use nvmf_target::transport::loopback::{Loopback, POOL};
+use nvme::Sgl;
+use nvmf_target::transport::loopback::{no_data, Loopback, POOL};
 
 #[path = "common.rs"]
 mod common;
-
-fn no_data(mut c: Command) -> Command {
-    c.set_sgl(&Sgl::Keyed {
-        addr: 0,
-        len: 0,
-        key: 0,
-        invalidate: false,
-    });
-    c
-}
 
 fn connect(lb: &mut Loopback, q: usize, qid: u16, cntlid: u16, cid: u16) {
     let mut c = no_data(

@@ -1,7 +1,6 @@
 //! Admin commands: Identify, Get Log Page, Set/Get Features, Asynchronous
 //! Event Request, Keep Alive, Abort — for NVM and discovery controllers.
 
-use std::sync::atomic::Ordering::Relaxed;
 use std::time::Instant;
 
 use nvme::identify::{self, cmic, cntrltype, oaes, oncs, sgls, IdentifyController};
@@ -213,15 +212,16 @@ fn csi(cmd: &Command) -> u8 {
 }
 
 fn smart_log(ctrl: &Controller) -> SmartLog {
+    let io = ctrl.io_totals();
     let st = ctrl.state();
     SmartLog {
         temperature: 298,
         avail_spare: 100,
         spare_thresh: 10,
-        data_units_read: (ctrl.units_read.load(Relaxed) / 1000) as u128,
-        data_units_written: (ctrl.units_written.load(Relaxed) / 1000) as u128,
-        host_reads: ctrl.host_reads.load(Relaxed) as u128,
-        host_writes: ctrl.host_writes.load(Relaxed) as u128,
+        data_units_read: (io.units_read / 1000) as u128,
+        data_units_written: (io.units_written / 1000) as u128,
+        host_reads: io.reads as u128,
+        host_writes: io.writes as u128,
         num_err_log_entries: st.error_count as u128,
         ..Default::default()
     }

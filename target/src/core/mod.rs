@@ -11,5 +11,6 @@ pub mod plan;
 pub mod polling;
 pub mod pool;
 pub mod request;
+pub mod shard;
 pub mod wake;
 pub mod write_gate;

@@ -512,10 +512,10 @@ impl Daemon {
             l.stop();
         }
         let start = Instant::now();
-        while t.io_in_flight.load(Ordering::SeqCst) > 0 && start.elapsed() < DRAIN_TIMEOUT {
+        while t.io_in_flight.sum(Ordering::SeqCst) > 0 && start.elapsed() < DRAIN_TIMEOUT {
             std::thread::sleep(Duration::from_millis(5));
         }
-        let left = t.io_in_flight.load(Ordering::SeqCst);
+        let left = t.io_in_flight.sum(Ordering::SeqCst);
         if left > 0 {
             warn!(commands = left, "in-flight I/O did not finish in time");
         } else {
@@ -560,7 +560,6 @@ impl Daemon {
         if left > 0 {
             warn!(queues = left, "queues still open at exit");
         }
-        info!("{}", t.stats.line());
         if flush_failed {
             return Err("a backend could not be flushed".into());
         }

@@ -6,7 +6,6 @@
 //! format. README ("Status") documents every field.
 
 use std::fmt::Write as _;
-use std::sync::atomic::Ordering::Relaxed;
 use std::time::Instant;
 
 use serde::{Deserialize, Serialize};
@@ -301,6 +300,7 @@ fn controller(c: &Controller, now: Instant) -> ControllerInfo {
     };
     let qids = c.qids();
     let addrs = c.addrs();
+    let io = c.io_totals();
     ControllerInfo {
         cntlid: c.cntlid,
         host_nqn: c.hostnqn.clone(),
@@ -313,10 +313,10 @@ fn controller(c: &Controller, now: Instant) -> ControllerInfo {
         io_queues: qids.into_iter().filter(|&q| q != 0).collect(),
         keep_alive_ms: kato,
         last_keep_alive_ms: since_ka,
-        reads: c.host_reads.load(Relaxed),
-        writes: c.host_writes.load(Relaxed),
-        bytes_read: c.units_read.load(Relaxed) * 512,
-        bytes_written: c.units_written.load(Relaxed) * 512,
+        reads: io.reads,
+        writes: io.writes,
+        bytes_read: io.units_read * 512,
+        bytes_written: io.units_written * 512,
         retry_delay: acre,
         authentication: {
             let last = c.auth.last();
@@ -639,8 +639,9 @@ mod tests {
             .unwrap();
         c.attach(crate::model::controller::QueueLink::new(1, w))
             .unwrap();
-        c.host_reads.store(3, Relaxed);
-        c.units_read.store(24, Relaxed);
+        for w in 0..3 {
+            c.count_io(w, false, 4096);
+        }
         let st = Status::of(&t, Instant::now());
         assert_eq!(st.format, FORMAT);
         assert_eq!(st.listeners[0].address, "10.0.0.1");

@@ -4,7 +4,7 @@
 
 use std::collections::VecDeque;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -356,6 +356,19 @@ impl CtrlState {
     }
 }
 
+/// What a controller's host read and wrote.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct IoTotals {
+    /// Read commands.
+    pub reads: u64,
+    /// Write commands.
+    pub writes: u64,
+    /// 512-byte units read.
+    pub units_read: u64,
+    /// 512-byte units written.
+    pub units_written: u64,
+}
+
 /// A controller: one host association with a subsystem.
 #[derive(Debug)]
 pub struct Controller {
@@ -371,14 +384,9 @@ pub struct Controller {
     /// CSTS.RDY, mirrored so the I/O path reads it without taking the lock.
     ready: AtomicBool,
     links: Mutex<Vec<Arc<QueueLink>>>,
-    /// Read commands (SMART).
-    pub host_reads: AtomicU64,
-    /// Write commands (SMART).
-    pub host_writes: AtomicU64,
-    /// 512-byte units read.
-    pub units_read: AtomicU64,
-    /// 512-byte units written.
-    pub units_written: AtomicU64,
+    /// Read and write commands and their 512-byte units (SMART / Health),
+    /// per worker.
+    io: crate::core::shard::Counts<4>,
     /// The host's and our transport address, from its admin queue.
     addrs: std::sync::OnceLock<(SocketAddr, SocketAddr)>,
     /// When the controller was created (Connect on the admin queue).
@@ -410,10 +418,7 @@ impl Controller {
             state: Mutex::new(CtrlState::new(kato_ms, Instant::now())),
             ready: AtomicBool::new(false),
             links: Mutex::new(Vec::new()),
-            host_reads: AtomicU64::new(0),
-            host_writes: AtomicU64::new(0),
-            units_read: AtomicU64::new(0),
-            units_written: AtomicU64::new(0),
+            io: Default::default(),
             addrs: std::sync::OnceLock::new(),
             created: Instant::now(),
             revoked: AtomicBool::new(false),
@@ -456,6 +461,24 @@ impl Controller {
     }
 
     /// `st` as this controller's host may see it: without Command Retry
+    /// Worker `w` completed a read (`write` false) or write of `bytes`.
+    #[inline]
+    pub fn count_io(&self, w: usize, write: bool, bytes: u64) {
+        let i = write as usize;
+        self.io.add(w, i, 1);
+        self.io.add(w, 2 + i, bytes / 512);
+    }
+
+    /// Reads, writes, 512-byte units read, units written.
+    pub fn io_totals(&self) -> IoTotals {
+        IoTotals {
+            reads: self.io.sum(0),
+            writes: self.io.sum(1),
+            units_read: self.io.sum(2),
+            units_written: self.io.sum(3),
+        }
+    }
+
     /// Delay unless the host enabled it (ACRE).
     pub fn retry_delay(&self, st: nvme::Status) -> nvme::Status {
         if self.state().acre {

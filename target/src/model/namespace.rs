@@ -10,7 +10,7 @@ use crate::backend::{Backend, BackendError};
 use crate::config::NamespaceConfig;
 use crate::reservation::persist::FileStore;
 use crate::reservation::{NsReservations, Store};
-use crate::telemetry::metrics::NsMetrics;
+use crate::telemetry::namespace::NsMetrics;
 
 /// A namespace exported by a subsystem.
 #[derive(Debug)]

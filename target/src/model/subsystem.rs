@@ -11,7 +11,6 @@ use nvme::Status;
 
 use crate::model::controller::Controller;
 use crate::model::namespace::Namespace;
-use crate::telemetry::stats::Stats;
 
 /// Kind of subsystem.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -237,17 +236,16 @@ pub struct Target {
     pub ana: crate::model::ana::Ana,
     /// Discovery log generation counter.
     genctr: AtomicU64,
-    /// Transport counters.
-    pub stats: Stats,
     /// Busy-poll window of the workers (µs), read when a worker starts.
     pub poll_spin_us: AtomicU64,
     /// Queue threads running.
     pub live_queues: AtomicUsize,
-    /// I/O commands accepted and not yet released (drained at shutdown).
-    pub io_in_flight: AtomicUsize,
-    /// I/O commands accepted since start (workers tell I/O activity from
-    /// keep-alives and timers by it).
-    pub io_started: AtomicU64,
+    /// I/O commands accepted and not yet released (drained at shutdown),
+    /// per worker.
+    pub io_in_flight: crate::core::shard::Sharded,
+    /// I/O commands accepted since start, per worker (workers tell I/O
+    /// activity from keep-alives and timers by it).
+    pub io_started: crate::core::shard::Sharded,
     /// Shutting down: listeners stop, new I/O is held unanswered (the host
     /// resends it after reconnecting).
     pub stopping: AtomicBool,
@@ -283,7 +281,6 @@ impl Target {
             ana: crate::model::ana::Ana::new(listeners.len()),
             listeners,
             genctr: AtomicU64::new(1),
-            stats: Stats::default(),
             poll_spin_us: AtomicU64::new(poll_spin_us),
             live_queues: Default::default(),
             io_in_flight: Default::default(),

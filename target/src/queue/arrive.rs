@@ -77,15 +77,15 @@ impl QueueCore {
         };
         let target = env.target;
         if self.qid() != 0 && !cmd.is_fabrics() {
-            target.io_in_flight.fetch_add(1, Ordering::SeqCst);
-            target.io_started.fetch_add(1, Ordering::Relaxed);
+            target.io_in_flight.add(env.worker, 1, Ordering::SeqCst);
+            target.io_started.add(env.worker, 1, Ordering::Relaxed);
             if target.stopping.load(Ordering::SeqCst) {
                 // Shutting down: hold the command unanswered (parked). The
                 // queue is disconnected once in-flight I/O drained; the host
                 // then requeues it and resends it after reconnecting. A status
                 // would not do: without a retry delay the host spends its
                 // retries at once.
-                target.io_in_flight.fetch_sub(1, Ordering::SeqCst);
+                target.io_in_flight.add(env.worker, -1, Ordering::SeqCst);
                 self.reqs[r].life.arrive(false, false, false);
                 return self.actions.push_back(Action::Repost(slot));
             }
@@ -126,7 +126,7 @@ impl QueueCore {
         let step = match self.reqs[r].plan {
             DataPlan::InCapsule { offset, .. } => {
                 if cmd.opcode() == nvme::opcode::io::WRITE && self.qid() != 0 {
-                    metrics_in_capsule_write();
+                    env.tally.in_capsule_write();
                 }
                 self.reqs[r].recv = Some(slot);
                 self.reqs[r].capsule_off = offset;
@@ -236,8 +236,4 @@ impl QueueCore {
             _ => Ok(()),
         }
     }
-}
-
-fn metrics_in_capsule_write() {
-    crate::telemetry::metrics::metrics().in_capsule_writes.inc();
 }

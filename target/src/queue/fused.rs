@@ -164,7 +164,8 @@ impl QueueCore {
         if st_second.is_success() {
             if let (Some(IoPlan::Write { len, .. }), Some(ns)) = (plan, self.reqs[s].ns.first()) {
                 ns.metrics.record(
-                    crate::telemetry::metrics::IoOp::Write,
+                    env.worker,
+                    crate::telemetry::namespace::IoOp::Write,
                     len as u64,
                     env.now.saturating_duration_since(self.reqs[s].start),
                 );

@@ -1,8 +1,6 @@
 //! I/O commands: the write gate and the reservation at execution, the
 //! backend work ([`crate::backend::op`]), its completions, and the answer.
 
-use std::sync::atomic::Ordering;
-
 use nvme::Status;
 use tracing::{debug, error, warn};
 
@@ -12,8 +10,7 @@ use crate::command::io;
 use crate::core::plan::IoPlan;
 use crate::core::request::Step;
 use crate::core::write_gate::{Entry, REOPENED};
-use crate::telemetry::metrics::IoOp;
-use crate::telemetry::stats::Stats;
+use crate::telemetry::namespace::IoOp;
 
 impl QueueCore {
     pub(super) fn exec_io(&mut self, env: &mut Env<'_, '_>, r: usize) {
@@ -41,7 +38,7 @@ impl QueueCore {
             return self.reqs[r].life.backend_started(1);
         }
         if !self.reqs[r].in_ns_gauge {
-            ns.metrics.in_flight.inc();
+            ns.metrics.in_flight(env.worker, 1);
             self.reqs[r].in_ns_gauge = true;
         }
         let ranges = match plan {
@@ -274,7 +271,6 @@ impl QueueCore {
         }
         let errno = op.errno();
         if errno != 0 {
-            Stats::inc(&env.target.stats.backend_errors);
             ns.metrics.backend_errors.inc();
             let mut st = io::errno_status(&plan, errno);
             if op.durability() && ns.flush_failure_is_sticky() {
@@ -304,22 +300,10 @@ impl QueueCore {
                 return self.complete(env, r, st, 0);
             }
         };
-        ns.metrics
-            .record(op, bytes, env.now.saturating_duration_since(q.start));
-        if let Some(ctrl) = &self.ctrl {
-            match plan {
-                IoPlan::Read { len, .. } => {
-                    ctrl.host_reads.fetch_add(1, Ordering::Relaxed);
-                    ctrl.units_read
-                        .fetch_add(len as u64 / 512, Ordering::Relaxed);
-                }
-                IoPlan::Write { len, .. } => {
-                    ctrl.host_writes.fetch_add(1, Ordering::Relaxed);
-                    ctrl.units_written
-                        .fetch_add(len as u64 / 512, Ordering::Relaxed);
-                }
-                _ => {}
-            }
+        let elapsed = env.now.saturating_duration_since(q.start);
+        ns.metrics.record(env.worker, op, bytes, elapsed);
+        if let (Some(ctrl), IoPlan::Read { .. } | IoPlan::Write { .. }) = (&self.ctrl, plan) {
+            ctrl.count_io(env.worker, plan.writes(), bytes);
         }
         if let IoPlan::Read { len, .. } = plan {
             self.reqs[r].out_len = len;

@@ -44,7 +44,7 @@ use crate::model::controller::{Controller, QueueLink};
 use crate::model::namespace::Namespace;
 use crate::model::subsystem::Target;
 use crate::telemetry::metrics::metrics;
-use crate::telemetry::stats::Stats;
+use crate::telemetry::tally::Tally;
 
 pub use timers::CONNECT_TIMEOUT;
 
@@ -93,6 +93,10 @@ pub struct Env<'a, 'io> {
     pub io: &'a mut Io<'io>,
     /// `[target] max_keep_alive_ms`.
     pub max_keep_alive_ms: u32,
+    /// The worker's index: its shard of the sharded counters.
+    pub worker: usize,
+    /// The worker's tally.
+    pub tally: &'a mut Tally,
 }
 
 /// Data sent to the host before a response.
@@ -416,7 +420,7 @@ impl QueueCore {
             }
             Step::Fetch => self.fetch(r),
             Step::Execute => self.execute(env, r),
-            Step::Respond => self.respond(env, r),
+            Step::Respond => self.respond(r),
             Step::Release => self.release(env, r),
             Step::Wait => {}
         }
@@ -475,7 +479,7 @@ impl QueueCore {
 
     // ---- responses out -------------------------------------------------
 
-    fn respond(&mut self, env: &mut Env<'_, '_>, r: usize) {
+    fn respond(&mut self, r: usize) {
         self.unanswered = self.unanswered.saturating_sub(1);
         // In-capsule data is used up once a request responds (no backend
         // operation is in flight then): its receive goes back before the
@@ -489,7 +493,6 @@ impl QueueCore {
         let q = &self.reqs[r];
         let (cmd, status, result) = (q.cmd, q.status, q.result);
         if !status.is_success() {
-            Stats::inc(&env.target.stats.failed_commands);
             metrics()
                 .failed_commands
                 .with_label_values(&[status.name().unwrap_or("OTHER")])
@@ -568,7 +571,7 @@ impl QueueCore {
         let recv = q.recv.take();
         if std::mem::take(&mut q.in_ns_gauge) {
             if let Some(ns) = q.ns.first() {
-                ns.metrics.in_flight.dec();
+                ns.metrics.in_flight(env.worker, -1);
             }
         }
         // A request released with its write still in the gate (its queue
@@ -580,7 +583,9 @@ impl QueueCore {
         }
         q.ns.clear();
         if std::mem::take(&mut q.in_target_count) {
-            env.target.io_in_flight.fetch_sub(1, Ordering::SeqCst);
+            env.target
+                .io_in_flight
+                .add(env.worker, -1, Ordering::SeqCst);
         }
         self.free.push(r as u16);
         if let Some(slot) = recv.filter(|_| held.recv) {

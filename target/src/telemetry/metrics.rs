@@ -2,16 +2,14 @@
 //! (see [`crate::telemetry::http`]).
 //!
 //! Labels stay low-cardinality: subsystem NQN, namespace id, operation, and
-//! reason/status names — never hosts or queues. Hot-path counters are
-//! resolved once (per namespace in [`NsMetrics`], per target in
-//! [`crate::telemetry::stats::Stats`]) so an I/O costs a few relaxed atomic adds.
+//! reason/status names — never hosts or queues. What every I/O counts is
+//! kept per worker and summed when scraped: per namespace in
+//! [`crate::telemetry::namespace`], the transport's in [`crate::telemetry::tally`].
 
 use std::sync::OnceLock;
-use std::time::Duration;
 
 use prometheus::{
-    exponential_buckets, Encoder, Histogram, HistogramOpts, HistogramVec, IntCounter,
-    IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry, TextEncoder,
+    Encoder, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry, TextEncoder,
 };
 
 /// Metric name prefix.
@@ -21,14 +19,6 @@ pub const PREFIX: &str = "nvmf_target";
 pub struct Metrics {
     /// The registry scraped at `/metrics`.
     pub registry: Registry,
-    /// `requests_total{subsystem,nsid,op}`.
-    pub requests: IntCounterVec,
-    /// `bytes_total{subsystem,nsid,op}`.
-    pub bytes: IntCounterVec,
-    /// `request_duration_seconds{subsystem,nsid,op}`.
-    pub duration: HistogramVec,
-    /// `requests_in_flight{subsystem,nsid}`.
-    pub in_flight: IntGaugeVec,
     /// `backend_errors_total{subsystem,nsid}`.
     pub backend_errors: IntCounterVec,
     /// `reservation_conflicts_total{subsystem,nsid}`.
@@ -119,20 +109,9 @@ impl Metrics {
                 IntGaugeVec::new(Opts::new(name(n), help), labels).expect("valid metric"),
             )
         };
-        // 8 µs .. ~17 s, doubling: covers RDMA-to-memory and slow disks alike.
-        let buckets = exponential_buckets(8e-6, 2.0, 22).expect("valid buckets");
-        let duration = reg(
-            &registry,
-            HistogramVec::new(
-                HistogramOpts::new(
-                    name("request_duration_seconds"),
-                    "Time from command arrival to response, by operation",
-                )
-                .buckets(buckets),
-                &["subsystem", "nsid", "op"],
-            )
-            .expect("valid metric"),
-        );
+        registry
+            .register(Box::new(crate::telemetry::namespace::NsCollector::new()))
+            .expect("metric names are unique constants");
         let in_capsule_writes = reg(
             &registry,
             IntCounter::new(
@@ -150,22 +129,6 @@ impl Metrics {
             .expect("valid metric"),
         );
         let m = Metrics {
-            requests: counter(
-                "requests_total",
-                "I/O commands completed, by namespace and operation",
-                &["subsystem", "nsid", "op"],
-            ),
-            bytes: counter(
-                "bytes_total",
-                "Bytes transferred by completed I/O commands",
-                &["subsystem", "nsid", "op"],
-            ),
-            duration,
-            in_flight: gauge(
-                "requests_in_flight",
-                "I/O commands being executed",
-                &["subsystem", "nsid"],
-            ),
             backend_errors: counter(
                 "backend_errors_total",
                 "I/O commands the backend failed",
@@ -334,155 +297,7 @@ pub fn metrics() -> &'static Metrics {
     M.get_or_init(Metrics::new)
 }
 
-/// Per-namespace handles, resolved once when the namespace is created.
-#[derive(Debug)]
-pub struct NsMetrics {
-    labels: [String; 2],
-    /// Reads completed.
-    pub reads: IntCounter,
-    /// Writes completed.
-    pub writes: IntCounter,
-    /// Flushes completed.
-    pub flushes: IntCounter,
-    /// Write Zeroes completed.
-    pub write_zeroes: IntCounter,
-    /// Dataset Management completed.
-    pub dsm: IntCounter,
-    /// Bytes read.
-    pub read_bytes: IntCounter,
-    /// Bytes written.
-    pub write_bytes: IntCounter,
-    /// Read latency.
-    pub read_seconds: Histogram,
-    /// Write latency.
-    pub write_seconds: Histogram,
-    /// Flush latency.
-    pub flush_seconds: Histogram,
-    /// I/O commands executing.
-    pub in_flight: IntGauge,
-    /// Backend failures.
-    pub backend_errors: IntCounter,
-    /// Reservation conflicts.
-    pub reservation_conflicts: IntCounter,
-}
-
-/// An I/O operation, as labelled.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum IoOp {
-    /// Read.
-    Read,
-    /// Write.
-    Write,
-    /// Flush.
-    Flush,
-    /// Write Zeroes.
-    WriteZeroes,
-    /// Dataset Management.
-    Dsm,
-}
-
-impl NsMetrics {
-    /// Resolves the handles of namespace `nsid` of `subsystem`.
-    pub fn new(subsystem: &str, nsid: u32) -> NsMetrics {
-        let m = metrics();
-        let ns = nsid.to_string();
-        let c = |op: &str| m.requests.with_label_values(&[subsystem, &ns, op]);
-        let b = |op: &str| m.bytes.with_label_values(&[subsystem, &ns, op]);
-        let h = |op: &str| m.duration.with_label_values(&[subsystem, &ns, op]);
-        NsMetrics {
-            reads: c("read"),
-            writes: c("write"),
-            flushes: c("flush"),
-            write_zeroes: c("write_zeroes"),
-            dsm: c("dsm"),
-            read_bytes: b("read"),
-            write_bytes: b("write"),
-            read_seconds: h("read"),
-            write_seconds: h("write"),
-            flush_seconds: h("flush"),
-            in_flight: m.in_flight.with_label_values(&[subsystem, &ns]),
-            backend_errors: m.backend_errors.with_label_values(&[subsystem, &ns]),
-            reservation_conflicts: m.reservation_conflicts.with_label_values(&[subsystem, &ns]),
-            labels: [subsystem.to_string(), ns],
-        }
-    }
-
-    /// Records a completed command.
-    #[inline]
-    pub fn record(&self, op: IoOp, bytes: u64, elapsed: Duration) {
-        let secs = elapsed.as_secs_f64();
-        match op {
-            IoOp::Read => {
-                self.reads.inc();
-                self.read_bytes.inc_by(bytes);
-                self.read_seconds.observe(secs);
-            }
-            IoOp::Write => {
-                self.writes.inc();
-                self.write_bytes.inc_by(bytes);
-                self.write_seconds.observe(secs);
-            }
-            IoOp::Flush => {
-                self.flushes.inc();
-                self.flush_seconds.observe(secs);
-            }
-            IoOp::WriteZeroes => self.write_zeroes.inc(),
-            IoOp::Dsm => self.dsm.inc(),
-        }
-    }
-
-    /// Drops this namespace's series (it was removed from the configuration).
-    pub fn unregister(&self) {
-        let m = metrics();
-        let [s, n] = &self.labels;
-        for op in ["read", "write", "flush", "write_zeroes", "dsm"] {
-            let _ = m.requests.remove_label_values(&[s, n, op]);
-        }
-        for op in ["read", "write"] {
-            let _ = m.bytes.remove_label_values(&[s, n, op]);
-        }
-        for op in ["read", "write", "flush"] {
-            let _ = m.duration.remove_label_values(&[s, n, op]);
-        }
-        let _ = m.in_flight.remove_label_values(&[s, n]);
-        let _ = m.backend_errors.remove_label_values(&[s, n]);
-        let _ = m.reservation_conflicts.remove_label_values(&[s, n]);
-    }
-}
-
 /// A short label for a Connect refusal or RDMA-CM reject.
 pub fn reject(reason: &str) {
     metrics().rejections.with_label_values(&[reason]).inc();
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn namespace_series_render_and_unregister() {
-        let ns = NsMetrics::new("nqn.2026-11.io.test:metrics", 7);
-        ns.record(IoOp::Read, 4096, Duration::from_micros(30));
-        ns.record(IoOp::Write, 8192, Duration::from_micros(300));
-        ns.in_flight.inc();
-        let text = String::from_utf8(metrics().render()).unwrap();
-        let line = |l: &str| text.lines().any(|x| x == l);
-        assert!(line(
-            "nvmf_target_requests_total{nsid=\"7\",op=\"read\",subsystem=\"nqn.2026-11.io.test:metrics\"} 1"
-        ), "{text}");
-        assert!(line(
-            "nvmf_target_bytes_total{nsid=\"7\",op=\"write\",subsystem=\"nqn.2026-11.io.test:metrics\"} 8192"
-        ));
-        assert!(line(
-            "nvmf_target_request_duration_seconds_count{nsid=\"7\",op=\"write\",subsystem=\"nqn.2026-11.io.test:metrics\"} 1"
-        ));
-        assert!(line(
-            "nvmf_target_requests_in_flight{nsid=\"7\",subsystem=\"nqn.2026-11.io.test:metrics\"} 1"
-        ));
-        assert!(text.contains("nvmf_target_build_info{version=\""));
-        assert!(text.contains("# TYPE nvmf_target_request_duration_seconds histogram"));
-        ns.unregister();
-        let text = String::from_utf8(metrics().render()).unwrap();
-        assert!(!text.contains("nqn.2026-11.io.test:metrics"));
-    }
 }

@@ -1,6 +1,7 @@
-//! What operators read: Prometheus metrics, their HTTP endpoint, and the
-//! counters of the STATS line.
+//! What operators read: Prometheus metrics and their HTTP endpoint; the
+//! per-namespace I/O metrics and the workers' tallies behind them.
 
 pub mod http;
 pub mod metrics;
-pub mod stats;
+pub mod namespace;
+pub mod tally;

@@ -25,6 +25,7 @@ use crate::core::wake::{Mailbox, Waker};
 use crate::model::controller::QueueLink;
 use crate::model::subsystem::Target;
 use crate::queue::{Action, Addrs, Env, Memory, QueueCore, QueueParams, Token};
+use crate::telemetry::tally::Tally;
 use crate::{INLINE_DATA_SIZE, PAGE};
 
 mod aligned;
@@ -96,6 +97,18 @@ impl Memory for LoopMemory {
     }
 }
 
+/// `cmd` without data, as Linux sends one: a keyed SGL of length 0 (a
+/// zeroed descriptor is a data block, which the target refuses).
+pub fn no_data(mut cmd: Command) -> Command {
+    cmd.set_sgl(&nvme::Sgl::Keyed {
+        addr: 0,
+        len: 0,
+        key: 0,
+        invalidate: false,
+    });
+    cmd
+}
+
 /// Errors the host side meets.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum LoopError {
@@ -135,6 +148,7 @@ pub struct Loopback {
     pub answer_probes: bool,
     /// `[target] max_keep_alive_ms`.
     pub max_keep_alive_ms: u32,
+    tally: Tally,
 }
 
 /// The default pool: 64 small buffers of 8 KiB and 8 large ones of the
@@ -169,6 +183,7 @@ impl Loopback {
             grants: Vec::new(),
             answer_probes: true,
             max_keep_alive_ms: 120_000,
+            tally: Tally::new(),
         })
     }
 
@@ -406,6 +421,8 @@ impl Loopback {
             mem: &mem,
             io: &mut io,
             max_keep_alive_ms: self.max_keep_alive_ms,
+            worker: 0,
+            tally: &mut self.tally,
         };
         Some(f(&mut lq.core, &mut env))
     }

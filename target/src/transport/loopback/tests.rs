@@ -10,7 +10,7 @@ use nvme::fabrics::{cc, csts, prop, ConnectCommand, ConnectData, PropertyCommand
 use nvme::opcode::{admin, io};
 use nvme::{Command, Completion, Sgl, Status};
 
-use super::{Loopback, POOL};
+use super::{no_data, Loopback, POOL};
 use crate::backend::Backend;
 use crate::core::pool::PoolShape;
 use crate::model::namespace::Namespace;
@@ -207,16 +207,6 @@ impl Host {
         self.keyed(&mut c, data, false);
         self.lb.exec(q, &c, &[])
     }
-}
-
-fn no_data(mut c: Command) -> Command {
-    c.set_sgl(&Sgl::Keyed {
-        addr: 0,
-        len: 0,
-        key: 0,
-        invalidate: false,
-    });
-    c
 }
 
 fn pattern(seed: u8, len: usize) -> Vec<u8> {

@@ -69,8 +69,6 @@ pub struct WorkerDevice {
     pub pool: Pool<WrId>,
     /// The io_uring fixed buffer over `data`.
     pub fixed: u16,
-    /// `buffer_pool_in_use` and `buffer_pool_waits_total` per class, resolved once.
-    pub gauges: [(prometheus::IntGauge, prometheus::IntCounter); 2],
     /// Tells this device's completion-channel polls from those of an earlier
     /// device in the same slot.
     pub gen: u8,
@@ -158,7 +156,6 @@ impl WorkerDevice {
             SendOffload::Off => false,
             SendOffload::Auto => ctx.is_software(),
         };
-        let m = &metrics().engine;
         info!(
             device = %ctx.name(),
             offload_sends,
@@ -183,12 +180,6 @@ impl WorkerDevice {
             gen,
             removed: false,
             offload_sends,
-            gauges: [Class::Small, Class::Large].map(|c| {
-                (
-                    m.pool_in_use.with_label_values(&[c.label()]),
-                    m.pool_waits.with_label_values(&[c.label()]),
-                )
-            }),
         })
     }
 

@@ -138,16 +138,16 @@ fn listener_loop(
                 let params = match super::cm::check_cm_request(&ev.private_data) {
                     Ok(p) => p,
                     Err(why) => {
-                        reject(target, &id, why);
+                        reject(&id, why);
                         continue;
                     }
                 };
                 if target.stopping.load(Ordering::Acquire) {
-                    reject(target, &id, RejectStatus::NoResources);
+                    reject(&id, RejectStatus::NoResources);
                     continue;
                 }
                 let Some(peer) = id.peer_addr() else {
-                    reject(target, &id, RejectStatus::NoResources);
+                    reject(&id, RejectStatus::NoResources);
                     continue;
                 };
                 let pending = match engine.admission.admit(peer.ip()) {
@@ -162,7 +162,7 @@ fn listener_loop(
                                    ([target] max_pending_queues_per_peer / max_pending_queues); \
                                    said once a minute per peer");
                         }
-                        reject(target, &id, RejectStatus::NoResources);
+                        reject(&id, RejectStatus::NoResources);
                         continue;
                     }
                 };

@@ -37,7 +37,6 @@ use crate::backend::offload::Offload;
 use crate::config::{EngineConfig, SendOffload};
 use crate::core::admission::Admission;
 use crate::model::subsystem::Target;
-use crate::telemetry::stats::Stats;
 pub use listener::{listen, Listener};
 use memory::Budget;
 use poster::{Poster, Posters};
@@ -278,8 +277,7 @@ pub fn check_memlock(bytes: u64) -> Result<(), String> {
 }
 
 /// Rejects a connection request with an NVMe/RDMA reject status.
-pub(crate) fn reject(target: &Target, id: &CmId, why: RejectStatus) {
-    Stats::inc(&target.stats.cm_rejects);
+pub(crate) fn reject(id: &CmId, why: RejectStatus) {
     crate::telemetry::metrics::reject(match why {
         RejectStatus::NoResources => "cm_no_resources",
         RejectStatus::InvalidHsqsize => "cm_invalid_hsqsize",

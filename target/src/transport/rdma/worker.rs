@@ -32,7 +32,7 @@ use crate::core::wake::Mailbox;
 use crate::core::wake::Waker;
 use crate::model::controller::QueueLink;
 use crate::telemetry::metrics::metrics;
-use crate::telemetry::stats::Stats;
+use crate::telemetry::tally::Tally;
 
 /// A pass this long after the last run of the timers follows a stall.
 const STALLED: Duration = Duration::from_millis(1000);
@@ -108,6 +108,8 @@ struct Res {
     ring: Ring,
     devices: Vec<DevSlot>,
     grants: Vec<(WrId, Buf)>,
+    /// What the worker counted since it last published.
+    tally: Tally,
     /// When the current pass began.
     now: Instant,
     shared: Arc<WorkerShared>,
@@ -140,6 +142,8 @@ impl Res {
             now: self.now,
             poster: self.engine.poster(self.shared.index),
             max_keep_alive_ms: self.engine.cfg.max_keep_alive_ms,
+            worker: self.shared.index,
+            tally: &mut self.tally,
         })
     }
 }
@@ -178,6 +182,7 @@ impl Worker {
                 ring,
                 devices: Vec::new(),
                 grants: Vec::new(),
+                tally: Tally::new(),
                 now: Instant::now(),
                 shared,
                 engine,
@@ -268,11 +273,11 @@ impl Worker {
         let mut busy_since: Option<Instant> = None;
         let mut woke = false;
         // When the target last started an I/O (seen by this worker).
-        let (mut io_seen, mut last_io) = (0, last_work);
+        let (mut io_seen, mut last_io) = (0i64, last_work);
         loop {
             let now = Instant::now();
             self.res.now = now;
-            let io_started = self.res.engine.target.io_started.load(Ordering::Relaxed);
+            let io_started = self.res.engine.target.io_started.sum(Ordering::Relaxed);
             if io_started != io_seen {
                 (io_seen, last_io) = (io_started, now);
             }
@@ -340,14 +345,16 @@ impl Worker {
             let spin = Duration::from_micros(spin_window_us(
                 target.poll_spin_us.load(Ordering::Relaxed),
                 self.res.engine.cfg.light_load_spin_us,
-                target.io_in_flight.load(Ordering::Relaxed),
+                target.io_in_flight.sum(Ordering::Relaxed).max(0) as usize,
                 now.duration_since(last_io) < IO_RECENT,
             ));
             if now.duration_since(last_work) < spin {
                 std::hint::spin_loop();
                 continue;
             }
-            // Sleep: arm every CQ, look once more, then wait on the ring.
+            // Sleep: what was counted goes out first; arm every CQ, look
+            // once more, then wait on the ring.
+            self.res.tally.publish();
             let mut late = 0;
             for d in 0..self.res.devices.len() {
                 // A removed device's queues leave on their timers.
@@ -431,7 +438,6 @@ impl Worker {
     fn on_wc(&mut self, d: usize, wc: &WorkCompletion) {
         let id = WrId::unpack(wc.wr_id());
         if !wc.is_ok() && !wc.is_flush() {
-            Stats::inc(&self.res.engine.target.stats.wc_errors);
             metrics()
                 .wc_errors
                 .with_label_values(&[wc.status_name()])
@@ -573,16 +579,16 @@ impl Worker {
             if self.res.shared.stop.load(Ordering::Acquire)
                 || target.stopping.load(Ordering::Acquire)
             {
-                super::reject(target, &c.id, RejectStatus::NoResources);
+                super::reject(&c.id, RejectStatus::NoResources);
                 continue;
             }
             if let Err(e) = c.id.migrate(&self.cm) {
                 error!("rdma_migrate_id: {e}");
-                super::reject(target, &c.id, RejectStatus::NoResources);
+                super::reject(&c.id, RejectStatus::NoResources);
                 continue;
             }
             let Some(ctx) = c.id.context() else {
-                super::reject(target, &c.id, RejectStatus::NoResources);
+                super::reject(&c.id, RejectStatus::NoResources);
                 continue;
             };
             let key = ctx.as_ptr() as usize;
@@ -645,14 +651,14 @@ impl Worker {
                                 worker = self.res.shared.index,
                                 "cannot serve the RDMA device: {e}"
                             );
-                            super::reject(target, &c.id, RejectStatus::NoResources);
+                            super::reject(&c.id, RejectStatus::NoResources);
                             continue;
                         }
                     }
                 }
             };
             let Some(wd) = self.res.devices.get_mut(dev).and_then(|s| s.dev.as_mut()) else {
-                super::reject(target, &c.id, RejectStatus::NoResources);
+                super::reject(&c.id, RejectStatus::NoResources);
                 continue;
             };
             let slot = match self.free_slots.pop() {
@@ -665,7 +671,7 @@ impl Worker {
                     (self.slots.len() - 1) as u16
                 }
                 None => {
-                    super::reject(target, &c.id, RejectStatus::NoResources);
+                    super::reject(&c.id, RejectStatus::NoResources);
                     continue;
                 }
             };
@@ -676,7 +682,6 @@ impl Worker {
             let link = QueueLink::new(qid, self.res.shared.waker.clone());
             match Queue::accept(c, qkey, dev, wd, &self.res.engine.budget, link) {
                 Ok(q) => {
-                    Stats::inc(&target.stats.queues_accepted);
                     target.live_queues.fetch_add(1, Ordering::AcqRel);
                     metrics()
                         .engine
@@ -689,7 +694,7 @@ impl Worker {
                 }
                 Err((id, why)) => {
                     warn!(worker = self.res.shared.index, qid, peer = ?id.peer_addr(), "queue refused: {why}");
-                    super::reject(target, &id, RejectStatus::NoResources);
+                    super::reject(&id, RejectStatus::NoResources);
                     self.free_slots.push(slot);
                 }
             }
@@ -725,6 +730,7 @@ impl Worker {
     /// that are gone.
     fn tick(&mut self, now: Instant) {
         self.res.shared.waker.beat();
+        self.res.tally.publish();
         // CM events are also read here: while the worker is busy polling, the
         // channel's poll is not armed.
         self.cm_events();

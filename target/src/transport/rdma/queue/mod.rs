@@ -30,7 +30,7 @@ use crate::core::pool::Buf;
 use crate::model::controller::QueueLink;
 use crate::model::subsystem::Target;
 use crate::queue::{Action, Env, Memory, QueueCore, QueueParams, ToHost, Token};
-use crate::telemetry::stats::Stats;
+use crate::telemetry::tally::{RdmaOp, Tally};
 
 mod conn;
 
@@ -62,6 +62,10 @@ pub struct Cx<'a> {
     pub poster: Option<&'a Poster>,
     /// `[target] max_keep_alive_ms`.
     pub max_keep_alive_ms: u32,
+    /// The worker's index.
+    pub worker: usize,
+    /// The worker's tally.
+    pub tally: &'a mut Tally,
 }
 
 /// A queue pair and its core. Field order is drop order: the RDMA-CM id
@@ -151,6 +155,8 @@ fn with_env<R>(
         mem: &mem,
         io: &mut cx.io,
         max_keep_alive_ms: cx.max_keep_alive_ms,
+        worker: cx.worker,
+        tally: &mut *cx.tally,
     };
     f(core, &mut env)
 }
@@ -198,7 +204,7 @@ impl Queue {
                     let waiter = rdma::WrId::unpack(wr::req(0, self.key, req.slot, req.gen));
                     match cx.dev.pool.take(class, waiter) {
                         Some(b) => {
-                            cx.dev.gauges[class as usize].0.inc();
+                            cx.tally.buffer(class as usize, 1);
                             let back = with_env(
                                 &mut self.core,
                                 self.recv.as_ref(),
@@ -210,7 +216,7 @@ impl Queue {
                                 self.give_buffer(cx, b);
                             }
                         }
-                        None => cx.dev.gauges[class as usize].1.inc(),
+                        None => cx.tally.buffer_wait(class as usize),
                     }
                 }
                 Action::Fetch {
@@ -241,7 +247,7 @@ impl Queue {
     }
 
     fn give_buffer(&mut self, cx: &mut Cx<'_>, b: Buf) {
-        cx.dev.gauges[b.class as usize].0.dec();
+        cx.tally.buffer(b.class as usize, -1);
         if let Some(g) = cx.dev.pool.give(b) {
             cx.grants.push(g);
         }
@@ -293,7 +299,7 @@ impl Queue {
     pub fn grant(&mut self, cx: &mut Cx<'_>, id: &rdma::WrId, buf: Buf) -> Option<Buf> {
         let back = self.call(cx, |c, env| c.buffer_granted(env, token(id), buf));
         if back.is_none() {
-            cx.dev.gauges[buf.class as usize].0.inc();
+            cx.tally.buffer(buf.class as usize, 1);
         }
         back
     }
@@ -355,7 +361,7 @@ impl Queue {
             sges: &sge,
             signaled: true,
         };
-        Stats::inc(&cx.target.stats.rdma_reads);
+        cx.tally.rdma(RdmaOp::Read);
         self.queue_sends(cx, &[wr], None);
     }
 
@@ -384,11 +390,11 @@ impl Queue {
         let rsp_sge = [rsp_sge];
         let send_op = match invalidate {
             Some(k) => {
-                Stats::inc(&cx.target.stats.send_with_inv);
+                cx.tally.rdma(RdmaOp::SendWithInvalidate);
                 SendOp::SendWithInv(k)
             }
             None => {
-                Stats::inc(&cx.target.stats.sends);
+                cx.tally.rdma(RdmaOp::Send);
                 SendOp::Send
             }
         };
@@ -413,7 +419,7 @@ impl Queue {
                 sges: &data_sge,
                 signaled: false,
             };
-            Stats::inc(&cx.target.stats.rdma_writes);
+            cx.tally.rdma(RdmaOp::Write);
             self.queue_sends(cx, &[write], None);
         }
         let inline = self.rsp_mem.is_none().then_some(&inline_rsp[..]);
