@@ -560,6 +560,7 @@ impl Daemon {
         if left > 0 {
             warn!(queues = left, "queues still open at exit");
         }
+        info!("{}", crate::telemetry::metrics::summary_line());
         if flush_failed {
             return Err("a backend could not be flushed".into());
         }

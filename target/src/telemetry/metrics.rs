@@ -297,6 +297,36 @@ pub fn metrics() -> &'static Metrics {
     M.get_or_init(Metrics::new)
 }
 
+/// The totals of the run, as the one line the daemon logs when it stops:
+/// `STATS send_with_inv=N sends=N in_capsule_writes=N rdma_reads=N
+/// rdma_writes=N wc_errors=N failed_commands=N connect_rejections=N
+/// offloaded_batches=N` (the workers published their tallies by then).
+pub fn summary_line() -> String {
+    use prometheus::core::Collector;
+    let m = metrics();
+    let op = |o: &str| m.rdma_ops.with_label_values(&[o]).get();
+    let sum = |v: &IntCounterVec| -> u64 {
+        v.collect()
+            .iter()
+            .flat_map(|f| f.get_metric())
+            .map(|x| x.get_counter().get_value() as u64)
+            .sum()
+    };
+    format!(
+        "STATS send_with_inv={} sends={} in_capsule_writes={} rdma_reads={} rdma_writes={} \
+         wc_errors={} failed_commands={} connect_rejections={} offloaded_batches={}",
+        op("send_with_invalidate"),
+        op("send"),
+        m.in_capsule_writes.get(),
+        op("read"),
+        op("write"),
+        sum(&m.wc_errors),
+        sum(&m.failed_commands),
+        sum(&m.rejections),
+        m.engine.offloaded_send_batches.get(),
+    )
+}
+
 /// A short label for a Connect refusal or RDMA-CM reject.
 pub fn reject(reason: &str) {
     metrics().rejections.with_label_values(&[reason]).inc();
