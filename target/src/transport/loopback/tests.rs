@@ -15,6 +15,7 @@ use crate::backend::Backend;
 use crate::core::pool::PoolShape;
 use crate::model::namespace::Namespace;
 use crate::model::subsystem::{Subsystem, SubsystemKind, Target};
+use crate::telemetry::namespace::IoOp;
 
 const SUB: &str = "nqn.2026-11.org.example:loop";
 const HOST: &str = "nqn.2026-11.org.example:host";
@@ -252,6 +253,13 @@ fn connect_identify_and_data_both_ways_on_a_file() {
     assert_eq!(&disk[100 * 512..100 * 512 + 4096], &b[..]);
     assert_eq!(h.lb.buffers_in_use(), 0);
     assert_eq!(h.lb.receives_in_use(q), 0);
+    // Counted in the worker's shards, summed when read.
+    let ns = h.lb.target().subsystem(SUB).unwrap().namespace(1).unwrap();
+    assert_eq!(ns.metrics.completed(IoOp::Read), 2);
+    assert_eq!(ns.metrics.completed(IoOp::Write), 2);
+    assert_eq!(ns.metrics.executing(), 0);
+    let io = h.lb.core(aq).unwrap().controller().unwrap().io_totals();
+    assert_eq!((io.reads, io.writes, io.units_written), (2, 2, 24));
 }
 
 #[test]
