@@ -570,3 +570,88 @@ fn zeroes_with_fua_and_deallocation_on_a_file() {
     c.set_nsid(1);
     assert_status(h.lb.exec(q, &c, &[]), Status::SUCCESS);
 }
+
+#[test]
+fn logs_features_and_reservations_over_the_loopback() {
+    use nvme::reservation::{Report, ResvCommand};
+    let dir = TempDir::new();
+    let mut h = Host::new(target(vec![file_ns(&dir)]));
+    let (aq, cntlid) = h.admin(5000);
+    let q = h.io_queue(1, 32, cntlid);
+    for i in 0..3 {
+        let (done, _) = h.read(q, i * 8, 8);
+        assert_status(done, Status::SUCCESS);
+    }
+    // SMART / Health: host read commands counted by the worker's shard.
+    let mut c = h.cmd(admin::GET_LOG_PAGE);
+    c.set_cdw(10, 2 | (512 / 4 - 1) << 16);
+    c.set_nsid(0xFFFF_FFFF);
+    let key = h.keyed(&mut c, vec![0xAA; 512], false);
+    assert_status(h.lb.exec(aq, &c, &[]), Status::SUCCESS);
+    let smart = h.lb.window_data(key);
+    assert_eq!(
+        u64::from_le_bytes(smart[64..72].try_into().unwrap()),
+        3,
+        "host read commands"
+    );
+    // Features: the keep-alive timer as set at Connect.
+    let mut c = h.cmd(admin::GET_FEATURES);
+    c.set_cdw(10, 0x0F);
+    assert_eq!(
+        assert_status(h.lb.exec(aq, &c, &[]), Status::SUCCESS).result,
+        5000
+    );
+    let mut c = h.cmd(admin::SET_FEATURES);
+    c.set_cdw(10, 0x07);
+    c.set_cdw(11, 3 | 3 << 16);
+    assert_status(h.lb.exec(aq, &c, &[]), Status::SUCCESS);
+    // Reservations: register, acquire Write Exclusive, report, release.
+    let resv = |h: &mut Host, r: ResvCommand| {
+        h.cid += 1;
+        let (mut c, data) = r.to_command(h.cid, 1);
+        c.set_sgl(&Sgl::InCapsule {
+            offset: 0,
+            len: data.len() as u32,
+        });
+        h.lb.exec(q, &c, &data)
+    };
+    let r = |opcode, action, rtype, crkey, key2| ResvCommand {
+        opcode,
+        action,
+        iekey: false,
+        rtype,
+        cptpl: 0,
+        crkey,
+        key2,
+    };
+    assert_status(
+        resv(&mut h, r(io::RESV_REGISTER, 0, 0, 0, 0xABC)),
+        Status::SUCCESS,
+    );
+    assert_status(
+        resv(&mut h, r(io::RESV_ACQUIRE, 0, 1, 0xABC, 0)),
+        Status::SUCCESS,
+    );
+    assert_status(
+        resv(&mut h, r(io::RESV_ACQUIRE, 0, 1, 0xBAD, 0)),
+        Status::RESERVATION_CONFLICT,
+    );
+    let mut c = h.rw(io::RESV_REPORT, 0, 1);
+    c.set_cdw(10, 4096 / 4 - 1);
+    c.set_cdw(11, 1);
+    c.set_cdw(12, 0);
+    let key = h.keyed(&mut c, vec![0; 4096], false);
+    assert_status(h.lb.exec(q, &c, &[]), Status::SUCCESS);
+    let report = Report::parse(h.lb.window_data(key), true).unwrap();
+    assert_eq!((report.rtype, report.regctls.len()), (1, 1));
+    assert_eq!(
+        (report.regctls[0].rkey, report.regctls[0].holds),
+        (0xABC, true)
+    );
+    assert_eq!(report.regctls[0].hostid, HOSTID);
+    assert_status(
+        resv(&mut h, r(io::RESV_RELEASE, 0, 1, 0xABC, 0)),
+        Status::SUCCESS,
+    );
+    assert_eq!(h.lb.buffers_in_use(), 0);
+}
