@@ -273,12 +273,12 @@ impl Loopback {
         // SAFETY: the slot is free (its receive is posted): nothing else
         // uses its INLINE_DATA_SIZE bytes, which `in_capsule` fits.
         unsafe { std::ptr::copy_nonoverlapping(in_capsule.as_ptr(), at, in_capsule.len()) };
-        let byte_len = (sqe.len().min(SQE_SIZE) + in_capsule.len()) as u32;
+        // A capsule shorter than a command carries no data.
         let byte_len = if sqe.len() < SQE_SIZE {
-            sqe.len() as u32
+            sqe.len()
         } else {
-            byte_len
-        };
+            SQE_SIZE + in_capsule.len()
+        } as u32;
         self.with_core(q, |c, env| c.capsule(env, slot, sqe, byte_len));
         Ok(())
     }
