@@ -9,6 +9,8 @@
 # then: NVMF_LAB_DIR=/var/tmp/nvmf-lab-perf integration/lab/run-guest -t 900 \
 #         -e JOBS="qd1r:randread:1:4k r64k:read:8:64k" . integration/dev/prof.sh
 # JOBS: name:rw:iodepth:bs ... ; DEV=nullb (default) or ram; RT seconds per job (8).
+# OURS="name:binary ...": our builds to profile, each in its phase (default ours:build/release/
+# nvmf-target); NVMET=0 skips nvmet. ROUNDS: how many times the phases repeat (1).
 # CALLERS="sym ...": also who calls each kernel symbol, per command (<target>-<job>-callers.txt;
 # kernel symbols resolve only in the boot that recorded them, KASLR).
 set -uo pipefail
@@ -48,12 +50,18 @@ runjobs() { # target
   local j name rw qd bs
   for j in $JOBS; do IFS=: read -r name rw qd bs <<<"$j"; fiojob "$1" "$name" "$rw" "$qd" "$bs"; done
 }
-nvmet_export $NQN "$BDEV"; nvme connect -t rdma -a "$IP" -s 4420 -n $NQN >/dev/null
-runjobs nvmet
-nvme disconnect -n $NQN >/dev/null; nvmet_unexport $NQN
-build/release/nvmf-target --listen "$IP:4420" --nqn $NQN --namespace "$BDEV" --log-level warn >/tmp/t.log 2>&1 &
-TP=$!; sleep 1
-nvme connect -t rdma -a "$IP" -s 4420 -n $NQN >/dev/null
-runjobs ours
-nvme disconnect -n $NQN >/dev/null; kill $TP; wait $TP
+for round in $(seq "${ROUNDS:-1}"); do
+  if [ "${NVMET:-1}" != 0 ]; then
+    nvmet_export $NQN "$BDEV"; nvme connect -t rdma -a "$IP" -s 4420 -n $NQN >/dev/null
+    runjobs nvmet$round
+    nvme disconnect -n $NQN >/dev/null; nvmet_unexport $NQN
+  fi
+  for o in ${OURS:-ours:build/release/nvmf-target}; do
+    "${o#*:}" --listen "$IP:4420" --nqn $NQN --namespace "$BDEV" --log-level warn >/tmp/t.log 2>&1 &
+    TP=$!; sleep 1
+    nvme connect -t rdma -a "$IP" -s 4420 -n $NQN >/dev/null
+    runjobs "${o%%:*}$round"
+    nvme disconnect -n $NQN >/dev/null; kill $TP; wait $TP
+  done
+done
 echo "PROF DONE: build/prof/"
