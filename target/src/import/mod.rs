@@ -31,9 +31,12 @@
 //! - every host with a DH-HMAC-CHAP key becomes a `[[host]]` (`dhchap_key`,
 //!   `dhchap_ctrl_key`, `dhchap_hash`, `dhchap_dhgroup`: nvmet's names); a
 //!   note says the file now holds secrets.
-//! - NGUID/UUID, ANA groups, reservations, passthru, referrals, protection
-//!   information and non-default tuning attributes are not supported: each is
-//!   named in a note. The subsystem's `attr.firmware` is
+//! - a port's ANA groups become its listener's `ana` states, a namespace's
+//!   `ana_grpid` its `ana_group`; a group the namespaces use that a port does
+//!   not have is written inaccessible there (as nvmet reports it).
+//! - NGUID/UUID, reservations, passthru, referrals, protection information
+//!   and non-default tuning attributes are not supported: each is named in a
+//!   note. The subsystem's `attr.firmware` is
 //!   dropped silently (it defaults to the kernel release, so it says nothing
 //!   about the setup).
 //!
@@ -51,7 +54,7 @@ mod subsystems;
 mod tests;
 
 use json::Cx;
-use ports::{check_discovery, merge_listeners, parse_hosts, parse_ports};
+use ports::{check_discovery, complete_ana, merge_listeners, parse_hosts, parse_ports};
 use render::render;
 use subsystems::{check_links, parse_subsystems};
 
@@ -119,9 +122,10 @@ pub fn import(json: &str, source_name: &str) -> Result<Import, ImportError> {
     check_discovery(&cx, root, &mut notes)?;
     let hosts = parse_hosts(&cx, root, &mut notes)?;
     let ports = parse_ports(&cx, root, &mut notes)?;
-    let listeners = merge_listeners(&ports, &mut notes);
+    let mut listeners = merge_listeners(&ports, &mut notes);
     let subsystems = parse_subsystems(&cx, root, &mut notes)?;
     check_links(&ports, &subsystems, &mut notes);
+    complete_ana(&mut listeners, &subsystems, &mut notes);
     let toml = render(source_name, &listeners, &subsystems, &hosts, &notes);
     Ok(Import { toml, notes })
 }

@@ -1,8 +1,12 @@
 //! The discovery, hosts and ports sections; ports become listeners.
 
+use std::collections::BTreeMap;
 use std::net::{IpAddr, SocketAddr};
 
+use nvme::ana::{AnaState, MAX_GROUPS};
+
 use super::json::{at, safe, Cx, Obj};
+use super::subsystems::Subsystem;
 use super::ImportError;
 
 pub(super) fn check_discovery(
@@ -112,6 +116,8 @@ pub(super) struct Port {
     pub(super) endpoint: Option<SocketAddr>,
     /// NQNs of the linked subsystems.
     pub(super) subsystems: Vec<String>,
+    /// The ANA groups it has, and their states.
+    pub(super) ana: BTreeMap<u32, AnaState>,
 }
 
 pub(super) fn parse_ports(
@@ -146,6 +152,7 @@ pub(super) fn parse_ports(
             trtype,
             endpoint: None,
             subsystems,
+            ana: BTreeMap::new(),
         };
         let l = &port.label;
         if port.trtype != "rdma" {
@@ -203,24 +210,31 @@ pub(super) fn parse_ports(
                 referrals.len()
             ));
         }
-        let mut groups = Vec::new();
         for (gpath, g) in &ana_groups {
-            let grpid = cx.opt_int(g, gpath, "grpid")?;
+            let Some(grpid) = cx.opt_int(g, gpath, "grpid")? else {
+                notes.push(format!("{l}: {gpath} has no grpid; skipped"));
+                continue;
+            };
             let state = match cx.opt_object(g, gpath, "ana")? {
                 Some(a) => cx.opt_text(a, &at(gpath, "ana"), "state")?,
                 None => None,
             };
             let state = state.unwrap_or_else(|| "optimized".into());
-            if grpid != Some(1) || state != "optimized" {
-                let id = grpid.map_or_else(|| "?".to_string(), |g| g.to_string());
-                groups.push(format!("group {id} '{}'", safe(&state)));
+            let group = u32::try_from(grpid)
+                .ok()
+                .filter(|g| (1..=MAX_GROUPS).contains(g));
+            match (group, AnaState::from_name(&state)) {
+                (Some(g), Some(st)) => {
+                    port.ana.insert(g, st);
+                }
+                (None, _) => notes.push(format!(
+                    "{l}: ANA group {grpid} is out of range 1..={MAX_GROUPS}; skipped"
+                )),
+                (_, None) => notes.push(format!(
+                    "{l}: ANA group {grpid} has the unknown state '{}'; skipped",
+                    safe(&state)
+                )),
             }
-        }
-        if !groups.is_empty() {
-            notes.push(format!(
-                "{l}: ANA groups are not supported (every path is reported optimized): {}",
-                groups.join(", ")
-            ));
         }
         if let Some(param) = param {
             let ppath = at(&path, "param");
@@ -266,6 +280,8 @@ pub(super) struct Listener {
     pub(super) addr: SocketAddr,
     /// Labels of the nvmet ports it comes from.
     pub(super) from: Vec<String>,
+    /// The ANA states of its groups (of the first port it comes from).
+    pub(super) ana: BTreeMap<u32, AnaState>,
 }
 
 pub(super) fn merge_listeners(ports: &[Port], notes: &mut Vec<String>) -> Vec<Listener> {
@@ -277,13 +293,59 @@ pub(super) fn merge_listeners(ports: &[Port], notes: &mut Vec<String>) -> Vec<Li
                 "{}: {addr} is also the address of {}; one listener is emitted",
                 p.label, l.from[0]
             ));
+            if p.ana != l.ana {
+                notes.push(format!(
+                    "{}: its ANA states differ from those of {}; the listener has {}'s",
+                    p.label, l.from[0], l.from[0]
+                ));
+            }
             l.from.push(p.label.clone());
         } else {
             out.push(Listener {
                 addr,
                 from: vec![p.label.clone()],
+                ana: p.ana.clone(),
             });
         }
     }
     out
+}
+
+/// The groups the namespaces use that a listener's ports do not have: nvmet
+/// reports those inaccessible on such a port (group 1 excepted, optimized
+/// unless set), where nvmf-target's default is optimized, so they are
+/// written out.
+pub(super) fn complete_ana(
+    listeners: &mut [Listener],
+    subsystems: &[Subsystem],
+    notes: &mut Vec<String>,
+) {
+    let used: std::collections::BTreeSet<u32> = subsystems
+        .iter()
+        .flat_map(|s| &s.namespaces)
+        .filter(|n| n.enabled)
+        .map(|n| n.ana_group)
+        .filter(|&g| g != 1)
+        .collect();
+    for l in listeners {
+        let missing: Vec<u32> = used
+            .iter()
+            .copied()
+            .filter(|g| !l.ana.contains_key(g))
+            .collect();
+        if missing.is_empty() {
+            continue;
+        }
+        for g in &missing {
+            l.ana.insert(*g, AnaState::Inaccessible);
+        }
+        let ids: Vec<String> = missing.iter().map(u32::to_string).collect();
+        notes.push(format!(
+            "listener {}: nvmet {} has no ANA group {}, so nvmet reports it inaccessible \
+             there; the listener says so",
+            l.addr,
+            l.from.join(", "),
+            ids.join(", ")
+        ));
+    }
 }

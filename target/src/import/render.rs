@@ -89,6 +89,15 @@ pub(super) fn render(
             toml_str(&l.addr.ip().to_string()),
             l.addr.port()
         );
+        let states: Vec<String> = l
+            .ana
+            .iter()
+            .filter(|(_, st)| **st != nvme::ana::AnaState::Optimized)
+            .map(|(g, st)| format!("\"{g}\" = \"{}\"", st.name()))
+            .collect();
+        if !states.is_empty() {
+            let _ = writeln!(t, "ana = {{ {} }}", states.join(", "));
+        }
     }
     for s in subsystems {
         let _ = write!(
@@ -127,6 +136,9 @@ pub(super) fn render(
                     n.nsid,
                     path.unwrap_or_default()
                 );
+                if n.ana_group != 1 {
+                    let _ = writeln!(t, "ana_group = {}", n.ana_group);
+                }
             } else {
                 let _ = write!(
                     t,

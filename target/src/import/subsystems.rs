@@ -11,6 +11,8 @@ pub(super) struct Namespace {
     pub(super) nsid: u64,
     pub(super) path: Option<String>,
     pub(super) enabled: bool,
+    /// Its ANA group (1 unless nvmet says).
+    pub(super) ana_group: u32,
 }
 
 /// A `[[subsystem]]`.
@@ -180,6 +182,7 @@ fn parse_namespace(
             nsid,
             path: dev_path.filter(|p| !p.is_empty()),
             enabled: false,
+            ana_group: 1,
         });
     }
     let dev_path = match dev_path {
@@ -224,9 +227,19 @@ fn parse_namespace(
             grpid = cx.opt_int(ana, &apath, "grpid")?;
         }
     }
-    if let Some(g) = grpid.filter(|&g| g != 1) {
-        dropped.push(format!("ANA group {g}"));
-    }
+    let ana_group = match grpid {
+        None => 1,
+        Some(g) => match u32::try_from(g) {
+            Ok(g) if (1..=nvme::ana::MAX_GROUPS).contains(&g) => g,
+            _ => {
+                dropped.push(format!(
+                    "ANA group {g} (out of range 1..={}; the namespace is in group 1)",
+                    nvme::ana::MAX_GROUPS
+                ));
+                1
+            }
+        },
+    };
     if let Some(resv) = cx.opt_object(n, path, "resv")? {
         if cx.opt_flag(resv, &at(path, "resv"), "enable")? == Some(true) {
             dropped.push("reservations (resv.enable)".into());
@@ -253,6 +266,7 @@ fn parse_namespace(
         nsid,
         path: Some(dev_path),
         enabled: true,
+        ana_group,
     })
 }
 

@@ -341,14 +341,37 @@ fn realistic_sample_converts_and_validates() {
     assert!(t.contains("[[subsystem.namespace]]\nnsid = 2\npath = \"/srv/nvmet/disk2.img\"\n"));
     assert!(t.contains("# [[subsystem.namespace]]\n# nsid = 5\n# path = \"/srv/nvmet/old.img\"\n"));
     // Nothing unsupported leaks into the sections.
-    for word in ["uuid =", "nguid", "ana", "tcp\"", "firmware", "version ="] {
+    // ANA: the port's group states, the group nvmet lacks on port 2, the
+    // namespace's group.
+    assert!(
+        t.contains("address = \"10.0.2.15\"\nport = 4420\nana = { \"2\" = \"non-optimized\" }\n"),
+        "{t}"
+    );
+    assert!(
+        t.contains(
+            "address = \"fd00:0:0:2::15\"\nport = 4420\nana = { \"2\" = \"inaccessible\" }\n"
+        ),
+        "{t}"
+    );
+    assert_eq!(t.matches("ana_group = 2\n").count(), 1, "{t}");
+    assert!(!t.contains("ana_group = 1"), "{t}");
+    for word in ["uuid =", "nguid", "tcp\"", "firmware", "version ="] {
         let body = &t[first_section..];
         assert!(!body.contains(word), "'{word}' in\n{body}");
     }
 
     // Notes.
     assert_note(&imp, &["port 3", "transport 'tcp'", "skipped"]);
-    assert_note(&imp, &["port 1", "ANA groups", "group 2 'non-optimized'"]);
+    assert_note(
+        &imp,
+        &[
+            "listener [fd00:0:0:2::15]:4420",
+            "port 2",
+            "no ANA group 2",
+            "inaccessible",
+        ],
+    );
+    assert!(!imp.notes.iter().any(|n| n.contains("ANA groups are not")));
     assert_note(
         &imp,
         &[
@@ -370,7 +393,6 @@ fn realistic_sample_converts_and_validates() {
             "namespace 1",
             "device.nguid 2c7f1e4a-09b3-4d56-8e1f-3a5b7c9d0e14",
             "device.uuid 5d3e2f10-7c1b-4f3a-8d2e-6b9a0c4e1f03",
-            "ANA group 2",
             "new ones",
         ],
     );
