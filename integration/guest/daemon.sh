@@ -9,7 +9,8 @@
 #      returns only after the listener accepts (first discover works); the shipped
 #      config serves; `nvmf-target status` shows it; a non-root user is refused
 #   3. the kernel host connects; a real Prometheus scrapes /metrics during fio; its query
-#      API returns non-zero read and write rates; `promtool check metrics` passes
+#      API returns non-zero read and write rates; `promtool check metrics` passes; the
+#      shipped alert rules pass `promtool check rules` and `promtool test rules`
 #   4. `systemctl reload`: an added file and an added block device (a disk not named
 #      when the unit started) appear on the connected host (same controller, no
 #      reconnect, namespace-changed AEN); `nvmf-target status --json` lists the host's
@@ -20,6 +21,13 @@
 #      a removed namespace disappears; an added/removed subsystem enters/leaves discovery;
 #      a killed daemon is restarted (Restart=on-failure) and the host reconnects; a
 #      reservation the host took (PTPL set, as the Linux host registers) is still held
+#   4g. live changes (`nvmf-target namespace|host|subsystem|controller ...`) with the host
+#      connected: a namespace added live appears without a reconnect and its writes land;
+#      a removed host is disconnected and refused; a disconnected controller reconnects;
+#      a subsystem enters and leaves discovery; the file keeps its comments and every
+#      change through a restart; bad changes (missing path, nsid taken, file edited by
+#      hand) exit 2 with the reason and change nothing
+#      (4b also: each line reaches the journal at its level; `journalctl -p err` shows the refusal)
 #   5. `systemctl stop` while fio and an acknowledged-writes logger run: fio sees errors
 #      but no verify failure; after a restart every acknowledged block reads back; the
 #      journal shows a clean shutdown. `systemctl restart` under fio: no error at all
@@ -271,6 +279,11 @@ info "Prometheus: read p99 latency $p99 s"
 curl -sf "$METRICS" >/tmp/metrics.txt
 promtool check metrics </tmp/metrics.txt || fail "promtool check metrics failed"
 info "promtool check metrics: ok ($(grep -vc '^#' /tmp/metrics.txt) samples)"
+rules_ok=0
+(cd etc/prometheus && promtool check rules nvmf-target-alerts.yml && promtool test rules nvmf-target-alerts.test.yml) \
+    >/tmp/promtool.txt 2>&1 || rules_ok=$?
+sed 's/^/    promtool: /' /tmp/promtool.txt
+[ $rules_ok = 0 ] || fail "the shipped alert rules fail promtool check/test rules"
 grep -E '^nvmf_target_(controllers|queues|connects_total|build_info)' /tmp/metrics.txt | sed 's/^/    /'
 [ "$(metric "nvmf_target_controllers{subsystem=\"$NQN\"}")" = 1 ] || fail "controllers gauge is not 1"
 kill "$PROM_PID"; wait "$PROM_PID" 2>/dev/null || true; PROM_PID=
@@ -356,6 +369,12 @@ dd if="$NS1" of=/dev/null bs=4k count=256 iflag=direct status=none || fail "name
 ns_of "$NQN" 2 >/dev/null || fail "namespace 2 gone after a refused reload"
 [ "$(systemctl is-active nvmf-target)" = active ] || fail "unit not active after a refused reload"
 info "still serving namespaces 1-3; StatusText: $(systemctl show -p StatusText --value nvmf-target)"
+# Severity reaches the journal: the refusal is an error, "namespace ready" is not.
+journal -p err | grep -q 'reload refused.*error=' || fail "journalctl -p err does not show the refused reload (with its error field)"
+journal -p err | grep -q 'namespace ready' && fail "info lines reach the journal as errors"
+journal -p warning | grep -q 'namespace ready' && fail "info lines reach the journal as warnings"
+journal -p info | grep -q 'namespace ready' || fail "info lines are missing from the journal"
+info "journalctl -p err: $(journal -p err | grep 'reload refused' | tail -n 1)"
 
 kmsg_check "tests 4-4b (reloads adding a file and a disk, a refused reload)"
 step "test 4c: a broken file fails 'systemctl reload' (check-config) and changes nothing"
@@ -408,6 +427,107 @@ done
 journal | grep -E "no longer allowed|controllers are disconnected" | tail -n 2 | sed 's/^/    journal: /'
 NS1=/dev/$(ns_of "$NQN" 1)
 kmsg_mark   # losing and regaining access logs reconnects by design
+
+step "test 4g: live changes over the control socket, kept in the file; a bad one changes nothing"
+write_conf ""
+sed -i '1a # a comment the live changes must keep' "$CONF"
+systemctl reload nvmf-target || fail "systemctl reload (baseline for live changes) failed"
+wait_for 30 "the host live before live changes" host_live
+live() { # nvmf-target ARGS... (prints its output indented; fails the test if it fails)
+    local out
+    out=$("$BIN" "$@" 2>&1) || fail "nvmf-target $*: $out"
+    sed 's/^/    live: /' <<<"$out"
+}
+refused() { # EXPECTED-SUBSTRING nvmf-target-ARGS...: exit 2, the reason, file and target unchanged
+    local want=$1 out rc=0 before; shift
+    before=$(md5sum <"$CONF")
+    out=$("$BIN" "$@" 2>&1) || rc=$?
+    [ $rc = 2 ] || fail "nvmf-target $* : exit $rc (expected 2, refused): $out"
+    grep -qF -- "$want" <<<"$out" || fail "nvmf-target $* : expected '$want' in: $out"
+    [ "$(md5sum <"$CONF")" = "$before" ] || fail "nvmf-target $* was refused but changed $CONF"
+    info "refused as expected: $* -> $out"
+}
+echo "live-added-ram2" | dd of=/dev/ram2 oflag=direct bs=512 conv=sync status=none
+live namespace add --subsystem "$NQN" --path /dev/ram2
+wait_for 30 "namespace 2 (added live) on the connected host" ns_of "$NQN" 2
+ctrl_of "$NQN" | grep -qx "$CTRL" || fail "the host reconnected for a namespace added live"
+NS2=/dev/$(ns_of "$NQN" 2)
+dd if="$NS2" bs=4096 count=1 iflag=direct status=none | head -c 15 | grep -q "live-added-ram2" || fail "the live namespace does not read /dev/ram2"
+dd if=/dev/urandom of=/tmp/live.bin bs=1M count=2 status=none
+dd if=/tmp/live.bin of="$NS2" bs=1M oflag=direct status=none || fail "writing the live namespace failed"
+cmp -n $((2 << 20)) /tmp/live.bin /dev/ram2 || fail "/dev/ram2 does not hold what the host wrote to the live namespace"
+info "namespace 2 added live: $NS2 on the same controller /dev/$CTRL, written data landed on /dev/ram2"
+grep -q '^# a comment the live changes must keep' "$CONF" || fail "the live change lost the file's comments"
+grep -q 'path = "/dev/ram2"' "$CONF" || fail "the live change is not in $CONF"
+"$BIN" config show >/tmp/config-show.txt || fail "nvmf-target config show failed"
+grep -q 'path = "/dev/ram2"' /tmp/config-show.txt || fail "config show does not show the live namespace"
+info "$CONF keeps its comments and the change; config show: $(grep -c . /tmp/config-show.txt) lines"
+refused "/nonexistent/disk" namespace add --subsystem "$NQN" --path /nonexistent/disk
+refused "has a namespace 2 already" namespace add --subsystem "$NQN" --nsid 2 --null 1M
+refused "no subsystem 'nqn.2026-11.io.nvmf-lab:nope'" host add --subsystem nqn.2026-11.io.nvmf-lab:nope --host-nqn "$HOSTNQN"
+ns_of "$NQN" 2 >/dev/null && ! ns_of "$NQN" 3 >/dev/null || fail "a refused change changed the host's namespaces"
+# The file edited by hand and not reloaded: changes wait for the reload.
+cp "$CONF" /tmp/conf.keep; echo "# edited by hand" >>"$CONF"
+refused "was edited since the daemon loaded it" namespace add --subsystem "$NQN" --null 1M
+cp /tmp/conf.keep "$CONF"
+# Host access: listed hosts only; a removed host is disconnected and refused.
+OTHER=nqn.2026-11.io.nvmf-lab:someone-else
+live host add --subsystem "$NQN" --host-nqn "$HOSTNQN"
+live host add --subsystem "$NQN" --host-nqn "$OTHER"
+live host del --subsystem "$NQN" --host-nqn '*'
+sleep 1; host_live || fail "a listed host lost its connection when access narrowed to listed hosts"
+live host del --subsystem "$NQN" --host-nqn "$HOSTNQN"
+wait_for 15 "the target to drop the removed host" host_dropped
+wait_for 15 "the host to see its controller lost" host_not_live
+sleep 2; host_live && fail "a removed host got back in"
+info "host del: the host was disconnected and is refused"
+live host add --subsystem "$NQN" --host-nqn "$HOSTNQN"
+wait_for 30 "the host to reconnect once added back" host_live
+# A controller disconnected: the host reconnects as a new controller (its admin queue
+# connects again; the controller id may be the same, the lowest free one, as with nvmet).
+C1=$(cat /sys/class/nvme/$CTRL/cntlid)
+ADMIN_CONNECTS="nvmf_target_connects_total{subsystem=\"$NQN\",type=\"admin\"}"
+A0=$(metric "$ADMIN_CONNECTS")
+"$BIN" controller disconnect --subsystem "$NQN" --cntlid "$C1" --json >/tmp/disc.json || fail "controller disconnect failed"
+python3 -c 'import json,sys; d=json.load(open("/tmp/disc.json")); assert "disconnected" in d["summary"], d' || fail "controller disconnect --json: $(cat /tmp/disc.json)"
+admin_reconnected() { [ "$(metric "$ADMIN_CONNECTS")" -gt "$A0" ] && host_live; }
+wait_for 30 "the host to reconnect after controller disconnect" admin_reconnected
+info "controller $C1 disconnected; the host reconnected (controller $(cat /sys/class/nvme/$CTRL/cntlid))"
+refused "has no controller 999" controller disconnect --subsystem "$NQN" --cntlid 999
+# A subsystem added and removed, in discovery.
+live subsystem add --subsystem "$NQN_ADDED" --allow-any-host
+live namespace add --subsystem "$NQN_ADDED" --null 64M
+nvme discover -t rdma -a "$IP" -s "$PORT" >/tmp/discover.txt 2>&1 || fail "discover after subsystem add"
+grep -q "subnqn: *$NQN_ADDED" /tmp/discover.txt || fail "a subsystem added live is not in discovery"
+connect "$NQN_ADDED"
+[ "$(metric "nvmf_target_controllers{subsystem=\"$NQN_ADDED\"}")" = 1 ] || fail "no controller series for the subsystem added live"
+live subsystem del --subsystem "$NQN_ADDED"
+nvme discover -t rdma -a "$IP" -s "$PORT" >/tmp/discover.txt 2>&1 || fail "discover after subsystem del"
+grep -q "subnqn: *$NQN_ADDED" /tmp/discover.txt && fail "a subsystem removed live is still in discovery"
+wait_for 30 "the removed subsystem's series gone from /metrics" bash -c "! curl -sf $METRICS | grep -qF '$NQN_ADDED'"
+nvme disconnect -n "$NQN_ADDED" >/dev/null 2>&1 || true
+info "subsystem added live entered discovery (a host connected), and left it and /metrics when removed"
+journal | grep "live change" | sed 's/^/    journal: /'
+[ "$(metric 'nvmf_target_control_changes_total{method="namespace_add",result="ok"}')" -ge 2 ] || fail "live changes not counted"
+[ "$(metric 'nvmf_target_control_changes_total{method="namespace_add",result="refused"}')" -ge 3 ] || fail "refused live changes not counted"
+# Restart: every change kept.
+systemctl restart nvmf-target || fail "systemctl restart after live changes failed"
+wait_for 30 "the host back after the restart" host_live
+wait_for 30 "namespace 2 after the restart" ns_of "$NQN" 2
+status_json
+python3 - "$NQN" "$HOSTNQN" <<'EOF' || fail "the restarted daemon does not serve the live changes"
+import json, sys
+st = json.load(open("/tmp/status.json"))
+s = [x for x in st["subsystems"] if x["nqn"] == sys.argv[1]][0]
+assert sorted(n["nsid"] for n in s["namespaces"]) == [1, 2], s["namespaces"]
+assert all(x["nqn"] != "nqn.2026-11.io.nvmf-lab:added-by-reload" for x in st["subsystems"])
+print("    after the restart: namespaces", [n["nsid"] for n in s["namespaces"]], "host connected:", [c["host_nqn"] for c in s["controllers"]])
+EOF
+write_conf ""
+systemctl reload nvmf-target || fail "systemctl reload (back to the test configuration) failed"
+wait_for 30 "namespace 2 gone" bash -c "! [ -b $NS2 ]"
+NS1=/dev/$(ns_of "$NQN" 1)
+kmsg_mark   # host del and controller disconnect make the host reconnect by design
 
 step "test 4e: Restart=on-failure brings a killed daemon back, its reservation kept (PTPL)"
 # As the Linux host registers (CPTPL "set"): the state is synced under the unit's

@@ -13,8 +13,9 @@ use nix::sys::signalfd::{SfdFlags, SignalFd};
 use sd_notify::NotifyState;
 use tracing::{error, info, warn};
 
+use nvmf_target::cli;
 use nvmf_target::config::TargetConfig;
-use nvmf_target::daemon::{Daemon, LogReload};
+use nvmf_target::daemon::{Daemon, LogReload, Source};
 
 /// Default configuration file.
 const DEFAULT_CONFIG: &str = "/etc/nvmf-target/nvmf-target.toml";
@@ -81,6 +82,41 @@ enum Cmd {
         #[arg(long, value_name = "PATH")]
         socket: Option<PathBuf>,
     },
+    /// Subsystems: add, del (live; kept in the configuration file).
+    Subsystem {
+        #[command(subcommand)]
+        cmd: cli::SubsystemCmd,
+        #[command(flatten)]
+        conn: cli::Conn,
+    },
+    /// Namespaces: add, del (live; hosts see the change without reconnecting).
+    Namespace {
+        #[command(subcommand)]
+        cmd: cli::NamespaceCmd,
+        #[command(flatten)]
+        conn: cli::Conn,
+    },
+    /// Hosts allowed to connect: add, del (a removed host is disconnected at once).
+    Host {
+        #[command(subcommand)]
+        cmd: cli::HostCmd,
+        #[command(flatten)]
+        conn: cli::Conn,
+    },
+    /// Controllers: disconnect.
+    Controller {
+        #[command(subcommand)]
+        cmd: cli::ControllerCmd,
+        #[command(flatten)]
+        conn: cli::Conn,
+    },
+    /// The running configuration: show.
+    Config {
+        #[command(subcommand)]
+        cmd: cli::ConfigCmd,
+        #[command(flatten)]
+        conn: cli::Conn,
+    },
     /// Print a systemd drop-in that narrows the service's devices from every
     /// block device (the unit's default) to exactly the ones a configuration
     /// exports, for administrators who prefer that to reload-only disk
@@ -129,11 +165,12 @@ fn summary(cfg: &TargetConfig) -> String {
     )
 }
 
-/// Sets up `tracing` to stderr (journald-friendly: no timestamps or colours
-/// when stderr is the journal). The filter is RUST_LOG if set, else
-/// `--log-level`, else the config's `log.level`; only the last can change on
-/// reload, through the returned handle.
+/// Sets up `tracing` to stderr: under systemd (stderr is the journal) each
+/// line carries its syslog priority and no timestamp or colour. The filter is
+/// RUST_LOG if set, else `--log-level`, else the config's `log.level`; only
+/// the last can change on reload, through the returned handle.
 fn init_logging(cli_level: Option<&str>, cfg_level: &str) -> Option<LogReload> {
+    use nvmf_target::telemetry::journal;
     use tracing_subscriber::{fmt, prelude::*, reload, EnvFilter};
     let fixed = EnvFilter::try_from_default_env()
         .ok()
@@ -141,15 +178,21 @@ fn init_logging(cli_level: Option<&str>, cfg_level: &str) -> Option<LogReload> {
     let reloadable = fixed.is_none();
     let filter = fixed.unwrap_or_else(|| EnvFilter::new(cfg_level));
     let (filter, handle) = reload::Layer::new(filter);
-    let journal = std::env::var_os("JOURNAL_STREAM").is_some();
+    let journal = journal::stderr_is_journal();
     let tty = std::io::IsTerminal::is_terminal(&std::io::stderr());
-    let plain = fmt::layer()
-        .with_writer(std::io::stderr)
-        .with_ansi(tty && !journal);
     let output = if journal {
-        plain.without_time().boxed()
+        fmt::layer()
+            .with_writer(std::io::stderr)
+            .with_ansi(false)
+            .event_format(journal::WithPriority(
+                fmt::format().with_ansi(false).without_time(),
+            ))
+            .boxed()
     } else {
-        plain.boxed()
+        fmt::layer()
+            .with_writer(std::io::stderr)
+            .with_ansi(tty)
+            .boxed()
     };
     tracing_subscriber::registry()
         .with(filter)
@@ -179,25 +222,34 @@ fn refusal(e: &nvmf_target::config::ConfigError) -> String {
     }
 }
 
-fn load(args: &Args) -> Result<TargetConfig, String> {
+/// The configuration, and the file it came from (none for the quick form).
+fn load(args: &Args) -> Result<(TargetConfig, Option<Source>), String> {
     match (&args.listen, &args.nqn, &args.config) {
         (Some(l), Some(n), None) => {
             if args.namespace.is_empty() {
                 return Err("configuration refused: the quick form needs at least one --namespace PATH".into());
             }
-            TargetConfig::quick(l, n, &args.namespace).map_err(|e| refusal(&e))
+            TargetConfig::quick(l, n, &args.namespace)
+                .map(|c| (c, None))
+                .map_err(|e| refusal(&e))
         }
         (Some(_), _, Some(_)) => Err(
             "configuration refused: use either --config or the quick form (--listen/--nqn/--namespace), not both".into(),
         ),
         _ => {
-            let path = args
-                .config
-                .clone()
-                .unwrap_or_else(|| PathBuf::from(DEFAULT_CONFIG));
-            TargetConfig::load(&path).map_err(|e| refusal(&e))
+            let path = config_path(args);
+            TargetConfig::load_text(&path)
+                .map(|(c, text)| (c, Some(Source { path, text })))
+                .map_err(|e| refusal(&e))
         }
     }
+}
+
+/// `--config`, or the default file.
+fn config_path(args: &Args) -> PathBuf {
+    args.config
+        .clone()
+        .unwrap_or_else(|| PathBuf::from(DEFAULT_CONFIG))
 }
 
 /// Blocks SIGTERM, SIGINT and SIGHUP in this thread (and so in every thread
@@ -217,7 +269,7 @@ fn block_signals() -> std::io::Result<SignalFd> {
 /// Tells systemd (if it supervises us) about a state change.
 fn notify(states: &[NotifyState]) {
     if let Err(e) = sd_notify::notify(false, states) {
-        warn!("sd_notify: {e}");
+        warn!(error = %e, "sd_notify failed");
     }
 }
 
@@ -262,37 +314,13 @@ fn print_from_config(
     }
 }
 
-/// `nvmf-target status`: the socket from `--socket`, else from the
-/// configuration file (if it loads), else the default.
+/// `nvmf-target status`.
 fn status(args: &Args, json: bool, socket: Option<&std::path::Path>) -> ExitCode {
-    let path = match socket {
-        Some(p) => p.to_path_buf(),
-        None => {
-            let file = args
-                .config
-                .clone()
-                .unwrap_or_else(|| PathBuf::from(DEFAULT_CONFIG));
-            match TargetConfig::load(&file) {
-                Err(e) if file.exists() => {
-                    eprintln!(
-                        "nvmf-target status: note: {} does not load ({} error(s)); asking the default socket",
-                        file.display(),
-                        e.count()
-                    );
-                    PathBuf::from(nvmf_target::config::DEFAULT_CONTROL_SOCKET)
-                }
-                Ok(c) => match c.control_socket {
-                    Some(p) => p,
-                    None => {
-                        eprintln!(
-                            "nvmf-target status: {} disables the control socket ([control] enabled = false)",
-                            file.display()
-                        );
-                        return ExitCode::from(2);
-                    }
-                },
-                Err(_) => PathBuf::from(nvmf_target::config::DEFAULT_CONTROL_SOCKET),
-            }
+    let path = match cli::socket_path(&config_path(args), socket, "status") {
+        Ok(p) => p,
+        Err(e) => {
+            eprintln!("nvmf-target status: {e}");
+            return ExitCode::from(2);
         }
     };
     match nvmf_target::daemon::control::query_status(&path) {
@@ -311,19 +339,7 @@ fn status(args: &Args, json: bool, socket: Option<&std::path::Path>) -> ExitCode
             ExitCode::SUCCESS
         }
         Err(e) => {
-            let hint = match &e {
-                nvmf_target::daemon::control::ControlError::Io { source, .. } => {
-                    match source.kind() {
-                        std::io::ErrorKind::PermissionDenied => " (run as root)",
-                        std::io::ErrorKind::NotFound | std::io::ErrorKind::ConnectionRefused => {
-                            " (is nvmf-target running? `systemctl status nvmf-target`)"
-                        }
-                        _ => "",
-                    }
-                }
-                _ => "",
-            };
-            eprintln!("nvmf-target status: {e}{hint}");
+            eprintln!("{}", cli::explain("status", &e));
             ExitCode::from(1)
         }
     }
@@ -343,9 +359,36 @@ fn main() -> ExitCode {
         Some(Cmd::SystemdDevices { file }) => {
             return print_from_config(file, |c| device_allow(c, file))
         }
+        Some(Cmd::Subsystem { cmd, conn }) => {
+            return cli::run(
+                &cli::Admin::Subsystem(cmd.clone()),
+                conn,
+                &config_path(&args),
+            )
+        }
+        Some(Cmd::Namespace { cmd, conn }) => {
+            return cli::run(
+                &cli::Admin::Namespace(cmd.clone()),
+                conn,
+                &config_path(&args),
+            )
+        }
+        Some(Cmd::Host { cmd, conn }) => {
+            return cli::run(&cli::Admin::Host(cmd.clone()), conn, &config_path(&args))
+        }
+        Some(Cmd::Controller { cmd, conn }) => {
+            return cli::run(
+                &cli::Admin::Controller(cmd.clone()),
+                conn,
+                &config_path(&args),
+            )
+        }
+        Some(Cmd::Config { cmd, conn }) => {
+            return cli::run(&cli::Admin::Config(cmd.clone()), conn, &config_path(&args))
+        }
         None => {}
     }
-    let mut cfg = match load(&args) {
+    let (mut cfg, source) = match load(&args) {
         Ok(c) => c,
         Err(e) => {
             eprintln!("nvmf-target: {e}");
@@ -367,14 +410,14 @@ fn main() -> ExitCode {
     let sfd = match block_signals() {
         Ok(s) => s,
         Err(e) => {
-            error!("cannot take signals: {e}");
+            error!(error = %e, "cannot take signals");
             return ExitCode::from(1);
         }
     };
-    let mut daemon = match Daemon::start(cfg, log_reload) {
+    let mut daemon = match Daemon::start(cfg, source, log_reload) {
         Ok(d) => d,
         Err(e) => {
-            error!("{e}");
+            error!(error = %e, "failed to start");
             notify(&[NotifyState::Status(&format!("failed to start: {e}"))]);
             return ExitCode::from(1);
         }
@@ -394,31 +437,18 @@ fn main() -> ExitCode {
         Duration::from_secs(1)
     };
     let mut healthy = true;
-    let mut path = args
-        .config
-        .clone()
-        .unwrap_or_else(|| PathBuf::from(DEFAULT_CONFIG));
-    if args.listen.is_some() {
-        path = PathBuf::new();
-    }
     loop {
-        match wait_signal(&sfd, tick) {
-            Some(Signal::SIGHUP) => {
+        match wait_event(&sfd, daemon.control_fd(), tick) {
+            Event::Control => {
+                daemon.serve_control();
+            }
+            Event::Signal(Signal::SIGHUP) => {
                 let mut st = vec![NotifyState::Reloading];
                 if let Ok(m) = NotifyState::monotonic_usec_now() {
                     st.push(m);
                 }
                 notify(&st);
-                let result = if path.as_os_str().is_empty() {
-                    Err(
-                        "the quick form (--listen/--nqn) has no configuration file to reload"
-                            .into(),
-                    )
-                } else {
-                    TargetConfig::load(&path)
-                        .map_err(|e| e.to_string())
-                        .and_then(|c| daemon.reload(c))
-                };
+                let result = daemon.reload_file();
                 let reloads = &nvmf_target::telemetry::metrics::metrics().reloads;
                 let note = match result {
                     Ok(plan) => {
@@ -428,7 +458,7 @@ fn main() -> ExitCode {
                     }
                     Err(e) => {
                         reloads.with_label_values(&["refused"]).inc();
-                        error!("reload refused, the previous configuration stays in effect: {e}");
+                        error!(error = %e, "reload refused, the previous configuration stays in effect");
                         format!("reload refused: {}", e.replace('\n', "; "))
                     }
                 };
@@ -438,11 +468,11 @@ fn main() -> ExitCode {
                     NotifyState::Status(&format!("{status}; {note}")),
                 ]);
             }
-            Some(sig) => {
+            Event::Signal(sig) => {
                 info!(signal = %sig, "shutting down");
                 break;
             }
-            None => {}
+            Event::Tick => {}
         }
         daemon.reap_retired();
         daemon.recover_fenced();
@@ -458,7 +488,7 @@ fn main() -> ExitCode {
             }
             Err(e) => {
                 if healthy {
-                    error!("liveness check failed (the watchdog is no longer petted): {e}");
+                    error!(error = %e, "liveness check failed (the watchdog is no longer petted)");
                     notify(&[NotifyState::Status(&format!("unhealthy: {e}"))]);
                     healthy = false;
                 }
@@ -480,7 +510,7 @@ fn main() -> ExitCode {
             0
         }
         Err(e) => {
-            error!("stopped with an error: {e}");
+            error!(error = %e, "stopped with an error");
             1
         }
     };
@@ -515,18 +545,49 @@ fn leave(code: u8) -> ExitCode {
     unsafe { libc::_exit(code.into()) }
 }
 
-/// Waits up to `timeout` for one of the blocked signals.
-fn wait_signal(sfd: &SignalFd, timeout: Duration) -> Option<Signal> {
-    if let Ok(Some(si)) = sfd.read_signal() {
-        return Signal::try_from(si.ssi_signo as i32).ok();
+/// What woke the main thread.
+enum Event {
+    /// One of the blocked signals.
+    Signal(Signal),
+    /// The control socket has requests for this thread.
+    Control,
+    /// Nothing (the timeout passed).
+    Tick,
+}
+
+/// Waits up to `timeout` for one of the blocked signals or a request from
+/// the control socket (`control`).
+fn wait_event(
+    sfd: &SignalFd,
+    control: Option<std::os::fd::BorrowedFd<'_>>,
+    timeout: Duration,
+) -> Event {
+    let signal = || match sfd.read_signal() {
+        Ok(Some(si)) => Signal::try_from(si.ssi_signo as i32)
+            .ok()
+            .map(Event::Signal),
+        _ => None,
+    };
+    if let Some(e) = signal() {
+        return e;
     }
-    let mut fds = [PollFd::new(sfd.as_fd(), PollFlags::POLLIN)];
+    let mut fds = vec![PollFd::new(sfd.as_fd(), PollFlags::POLLIN)];
+    if let Some(c) = control {
+        fds.push(PollFd::new(c, PollFlags::POLLIN));
+    }
     let t = PollTimeout::try_from(timeout).unwrap_or(PollTimeout::MAX);
     match poll(&mut fds, t) {
-        Ok(n) if n > 0 => match sfd.read_signal() {
-            Ok(Some(si)) => Signal::try_from(si.ssi_signo as i32).ok(),
-            _ => None,
-        },
-        _ => None,
+        Ok(n) if n > 0 => {
+            let control_ready = fds
+                .get(1)
+                .and_then(|f| f.revents())
+                .is_some_and(|r| r.contains(PollFlags::POLLIN));
+            match signal() {
+                Some(e) => e,
+                None if control_ready => Event::Control,
+                None => Event::Tick,
+            }
+        }
+        _ => Event::Tick,
     }
 }

@@ -8,6 +8,7 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
 mod ctx;
+pub mod edit;
 mod engine;
 mod host;
 mod raw;
@@ -260,20 +261,43 @@ impl TargetConfig {
         path: &Path,
         env: Option<std::collections::HashMap<String, String>>,
     ) -> Result<TargetConfig, ConfigError> {
+        Self::read_file(path).and_then(|text| Self::from_file_text(&text, path, env))
+    }
+
+    /// Loads and validates a TOML file (as [`TargetConfig::load`]) and
+    /// returns the text it was read from, which live changes edit.
+    pub fn load_text(path: &Path) -> Result<(TargetConfig, String), ConfigError> {
+        let text = Self::read_file(path)?;
+        Self::from_file_text(&text, path, None).map(|c| (c, text))
+    }
+
+    /// The text of a configuration file.
+    pub fn read_file(path: &Path) -> Result<String, ConfigError> {
+        std::fs::read_to_string(path).map_err(|e| ConfigError::Load {
+            file: path.display().to_string(),
+            reason: match e.kind() {
+                std::io::ErrorKind::NotFound => "no such file".into(),
+                _ => e.to_string(),
+            },
+        })
+    }
+
+    /// Validates `text` as the content of the file `path`, with the
+    /// environment's overrides (`env`: instead of the process environment)
+    /// and the checks of paths a loaded file gets.
+    pub fn from_file_text(
+        text: &str,
+        path: &Path,
+        env: Option<std::collections::HashMap<String, String>>,
+    ) -> Result<TargetConfig, ConfigError> {
         let file = path.display().to_string();
-        if !path.exists() {
-            return Err(ConfigError::Load {
-                file,
-                reason: "no such file".into(),
-            });
-        }
         let overridden = match &env {
             Some(vars) => vars.keys().any(|k| k.starts_with(ENV_PREFIX)),
             None => std::env::vars_os()
                 .any(|(k, _)| k.to_str().is_some_and(|k| k.starts_with(ENV_PREFIX))),
         };
         let c = config::Config::builder()
-            .add_source(config::File::new(&file, config::FileFormat::Toml))
+            .add_source(config::File::from_str(text, config::FileFormat::Toml))
             .add_source(
                 config::Environment::with_prefix(ENV_PREFIX)
                     .prefix_separator("_")

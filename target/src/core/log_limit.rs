@@ -1,5 +1,7 @@
 //! Refusals a peer causes are logged once a minute per peer address, so a
 //! peer that repeats them cannot flood the log; the metrics count each one.
+//! An event that repeats (a failing store fails every I/O) is logged once
+//! per period, with the count of the ones left out ([`Repeats`]).
 
 use std::collections::HashMap;
 use std::net::IpAddr;
@@ -12,6 +14,42 @@ pub const LOG_EVERY: Duration = Duration::from_secs(60);
 /// Peers whose last logged refusal is remembered, at most (older ones are
 /// forgotten first, so a flood from many addresses cannot grow the map).
 const MAX_REMEMBERED: usize = 4096;
+
+/// One kind of repeated event, logged at most once per period; the ones
+/// left out are counted and reported with the next one logged.
+#[derive(Debug)]
+pub struct Repeats {
+    every: Duration,
+    /// When the last one was logged, and how many were left out since.
+    state: Mutex<(Option<Instant>, u64)>,
+}
+
+impl Repeats {
+    /// At most one per `every`.
+    pub const fn new(every: Duration) -> Repeats {
+        Repeats {
+            every,
+            state: Mutex::new((None, 0)),
+        }
+    }
+
+    /// Whether the event at `now` is to be logged: `Some(n)`, with the `n`
+    /// left out since the last one logged.
+    pub fn admit(&self, now: Instant) -> Option<u64> {
+        let mut s = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        match s.0 {
+            Some(t) if now.saturating_duration_since(t) < self.every => {
+                s.1 += 1;
+                None
+            }
+            _ => {
+                let left_out = s.1;
+                *s = (Some(now), 0);
+                Some(left_out)
+            }
+        }
+    }
+}
 
 /// When each peer's last refusal was logged.
 #[derive(Debug, Default)]
@@ -72,5 +110,18 @@ mod tests {
         // Once they aged out, new peers are logged again.
         assert!(l.should_log(ip("192.168.1.1"), t0 + LOG_EVERY));
         assert!(l.logged.lock().unwrap().len() <= 1);
+    }
+
+    #[test]
+    fn repeats_are_logged_once_per_period_with_the_count_left_out() {
+        let r = Repeats::new(Duration::from_secs(10));
+        let t0 = Instant::now();
+        assert_eq!(r.admit(t0), Some(0));
+        for i in 1..=5 {
+            assert_eq!(r.admit(t0 + Duration::from_secs(i)), None);
+        }
+        assert_eq!(r.admit(t0 + Duration::from_secs(10)), Some(5));
+        assert_eq!(r.admit(t0 + Duration::from_secs(11)), None);
+        assert_eq!(r.admit(t0 + Duration::from_secs(30)), Some(1));
     }
 }

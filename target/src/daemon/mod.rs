@@ -9,10 +9,13 @@ use std::time::{Duration, Instant};
 use tracing::{error, info, warn};
 
 pub mod control;
+pub mod live;
 pub mod reload;
+pub mod rpc;
 pub mod status;
 
-use control::ControlServer;
+use control::{ControlServer, Inbox};
+pub use live::Source;
 
 use crate::config::{NamespaceConfig, SubsystemConfig, TargetConfig};
 use crate::model::namespace::Namespace;
@@ -110,8 +113,15 @@ pub struct Daemon {
     /// last reference (whose drop flushes the backend) is dropped here, on the
     /// daemon thread, never on a worker.
     retired: Vec<Arc<Namespace>>,
+    /// Subsystems a reload removed, until their last controller is gone:
+    /// then their metric series go too.
+    removed: Vec<Arc<Subsystem>>,
     metrics_server: Option<MetricsServer>,
     control: Option<ControlServer>,
+    /// Live changes from the control socket, for this thread.
+    inbox: Option<Inbox>,
+    /// The configuration file and its text (`None`: the quick form).
+    source: Option<Source>,
     log_reload: Option<LogReload>,
     /// When reopening a fenced namespace last failed with a warning.
     fence_warned: Option<Instant>,
@@ -120,8 +130,12 @@ pub struct Daemon {
 impl Daemon {
     /// Opens the namespaces, starts the metrics endpoint and the listeners.
     /// `log_reload` is `None` when the log filter is fixed (RUST_LOG or
-    /// `--log-level`).
-    pub fn start(config: TargetConfig, log_reload: Option<LogReload>) -> Result<Daemon, String> {
+    /// `--log-level`); `source`: the file `config` was read from.
+    pub fn start(
+        config: TargetConfig,
+        source: Option<Source>,
+        log_reload: Option<LogReload>,
+    ) -> Result<Daemon, String> {
         let started = Instant::now();
         check_memlock(config.engine.max_pinned_memory)?;
         let target = Arc::new(build_target(&config)?);
@@ -140,11 +154,18 @@ impl Daemon {
                     .map_err(|e| e.to_string())?,
             );
         }
+        let (inbox, outbox) = match control::mailbox() {
+            Ok((i, o)) => (Some(i), Some(o)),
+            Err(e) => {
+                warn!(error = %e, "live changes are off (nvmf-target status still answers)");
+                (None, None)
+            }
+        };
         let control = match &config.control_socket {
-            Some(p) => match ControlServer::start(p, target.clone(), started) {
+            Some(p) => match ControlServer::start(p, target.clone(), started, outbox) {
                 Ok(c) => Some(c),
                 Err(e) if !config.control_required => {
-                    warn!("running without a control socket (nvmf-target status): {e}");
+                    warn!(error = %e, "running without a control socket (nvmf-target status)");
                     None
                 }
                 Err(e) => return Err(format!("control socket: {e}")),
@@ -157,15 +178,35 @@ impl Daemon {
             listeners,
             engine: Some(engine),
             retired: Vec::new(),
+            removed: Vec::new(),
             metrics_server,
             control,
+            inbox,
+            source,
             log_reload,
             fence_warned: None,
         })
     }
 
-    /// Drops (and so flushes) removed namespaces that no request holds any more.
+    /// Drops (and so flushes) removed namespaces that no request holds any
+    /// more, and the series of removed subsystems no controller holds.
     pub fn reap_retired(&mut self) {
+        self.target.prune_retired();
+        let current = self.target.subsystems();
+        self.removed.retain(|s| {
+            if current.iter().any(|c| c.nqn == s.nqn) {
+                // Back under the same NQN: the series are the new one's.
+                return false;
+            }
+            // Held by a queue or controller still (or by the target's list
+            // of removed subsystems that have controllers): its gauges may
+            // still move.
+            if Arc::strong_count(s) > 1 {
+                return true;
+            }
+            crate::telemetry::metrics::metrics().forget_subsystem(&s.nqn);
+            false
+        });
         self.retired.retain(|ns| {
             if Arc::strong_count(ns) > 1 {
                 return true;
@@ -446,6 +487,7 @@ impl Daemon {
                 let hosts = s.revoke_disallowed(true);
                 info!(subsys = %nqn, disconnected = ?hosts,
                       "subsystem removed; its controllers are disconnected");
+                self.removed.push(s.clone());
             }
         }
         plan.resized = self.refresh_sizes();

@@ -44,7 +44,13 @@ pub struct Namespace {
     /// What makes Compare and Write atomic against this target's writes
     /// (shared as above).
     pub gate: std::sync::Arc<crate::core::write_gate::WriteGate>,
+    /// Its failed I/O, logged at most once per [`ERROR_LOG_EVERY`] (a
+    /// failing store fails every I/O; the metrics count each).
+    pub error_log: crate::core::log_limit::Repeats,
 }
+
+/// How often a namespace's failing I/O is logged, at most.
+pub const ERROR_LOG_EVERY: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// 64-bit FNV-1a with a seed, for stable identifiers.
 pub fn fnv64(seed: u64, data: &[u8]) -> u64 {
@@ -93,6 +99,7 @@ impl Namespace {
             writeback_lost: std::sync::atomic::AtomicBool::new(false),
             resv: std::sync::Arc::new(crate::reservation::NsReservations::in_memory(true)),
             gate: Default::default(),
+            error_log: crate::core::log_limit::Repeats::new(ERROR_LOG_EVERY),
         }
     }
 

@@ -328,6 +328,14 @@ impl Target {
         self.bump_genctr();
     }
 
+    /// Forgets removed subsystems whose last controller is gone.
+    pub fn prune_retired(&self) {
+        self.retired
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .retain(|s| !s.controllers().is_empty());
+    }
+
     /// The discovery log generation counter.
     pub fn genctr(&self) -> u64 {
         self.genctr.load(Ordering::Acquire)

@@ -286,7 +286,11 @@ impl QueueCore {
                 Some(c) => c.retry_delay(st),
                 None => st.with_crd(0),
             };
-            warn!(nsid = ns.nsid, cid = q.cmd.cid(), ?plan, errno, status = %st, "backend I/O failed");
+            if let Some(left_out) = ns.error_log.admit(env.now) {
+                warn!(nsid = ns.nsid, cid = q.cmd.cid(), ?plan, errno, status = %st, left_out,
+                      "backend I/O failed (logged at most every {} s; left_out: failures since the last line, counted in backend_errors_total)",
+                      crate::model::namespace::ERROR_LOG_EVERY.as_secs());
+            }
             return self.complete(env, r, st, 0);
         }
         let (op, bytes) = match plan {

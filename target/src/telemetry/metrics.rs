@@ -50,6 +50,9 @@ pub struct Metrics {
     pub async_events: IntCounterVec,
     /// `config_reloads_total{result}`.
     pub reloads: IntCounterVec,
+    /// `control_changes_total{method,result}`: requests on the control
+    /// socket that change something (result `ok` or `refused`).
+    pub control_changes: IntCounterVec,
     /// `fencing_events_total{image,event}`: ownership of RBD images taken,
     /// handed over, taken by fencing another gateway, lost to fencing.
     pub fencing: IntCounterVec,
@@ -85,6 +88,39 @@ pub struct EngineMetrics {
     pub offloaded_send_batches: prometheus::IntCounter,
 }
 
+impl Metrics {
+    /// Removes every series of subsystem `nqn`, which was removed: what a
+    /// dashboard shows is what is served.
+    pub fn forget_subsystem(&self, nqn: &str) {
+        fn forget<T: prometheus::core::MetricVecBuilder>(
+            v: &prometheus::core::MetricVec<T>,
+            nqn: &str,
+        ) {
+            use prometheus::core::Collector;
+            for family in v.collect() {
+                for m in family.get_metric() {
+                    let labels: std::collections::HashMap<&str, &str> = m
+                        .get_label()
+                        .iter()
+                        .map(|l| (l.name(), l.value()))
+                        .collect();
+                    if labels.get("subsystem") == Some(&nqn) {
+                        let _ = v.remove(&labels);
+                    }
+                }
+            }
+        }
+        forget(&self.backend_errors, nqn);
+        forget(&self.reservation_conflicts, nqn);
+        forget(&self.controllers, nqn);
+        forget(&self.queues, nqn);
+        forget(&self.connects, nqn);
+        forget(&self.authentications, nqn);
+        forget(&self.keep_alive_expirations, nqn);
+        forget(&self.async_events, nqn);
+    }
+}
+
 fn name(n: &str) -> String {
     format!("{PREFIX}_{n}")
 }
@@ -111,6 +147,13 @@ impl Metrics {
         };
         registry
             .register(Box::new(crate::telemetry::namespace::NsCollector::new()))
+            .expect("metric names are unique constants");
+        // process_cpu_seconds_total, process_resident_memory_bytes,
+        // process_open_fds, ... as every Prometheus client exports them.
+        registry
+            .register(Box::new(
+                prometheus::process_collector::ProcessCollector::for_self(),
+            ))
             .expect("metric names are unique constants");
         let in_capsule_writes = reg(
             &registry,
@@ -199,6 +242,11 @@ impl Metrics {
                 "config_reloads_total",
                 "Configuration reloads, by result",
                 &["result"],
+            ),
+            control_changes: counter(
+                "control_changes_total",
+                "Live changes asked on the control socket, by method and result (ok, refused: nothing changed)",
+                &["method", "result"],
             ),
             fencing: counter(
                 "fencing_events_total",
@@ -330,4 +378,116 @@ pub fn summary_line() -> String {
 /// A short label for a Connect refusal or RDMA-CM reject.
 pub fn reject(reason: &str) {
     metrics().rejections.with_label_values(&[reason]).inc();
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use prometheus::core::Collector;
+
+    /// Every metric the shipped dashboard and alert rules query is one the
+    /// target exports (checked against the collectors' descriptions, which
+    /// exist before any series does).
+    #[test]
+    fn dashboard_and_alerts_query_real_metrics() {
+        let m = metrics();
+        let mut known = std::collections::BTreeSet::new();
+        let collectors: [&dyn Collector; 2] = [
+            &crate::telemetry::namespace::NsCollector::new(),
+            &prometheus::process_collector::ProcessCollector::for_self(),
+        ];
+        for c in collectors {
+            for d in c.desc() {
+                known.insert(d.fq_name.clone());
+            }
+        }
+        for f in m.registry.gather() {
+            known.insert(f.name().to_string());
+        }
+        let vecs: [&dyn Collector; 22] = [
+            &m.backend_errors,
+            &m.reservation_conflicts,
+            &m.failed_commands,
+            &m.controllers,
+            &m.queues,
+            &m.connects,
+            &m.disconnects,
+            &m.rejections,
+            &m.authentications,
+            &m.keep_alive_expirations,
+            &m.wc_errors,
+            &m.rdma_ops,
+            &m.async_events,
+            &m.reloads,
+            &m.control_changes,
+            &m.fencing,
+            &m.engine.pool_buffers,
+            &m.engine.pool_in_use,
+            &m.engine.pool_waits,
+            &m.engine.worker_queues,
+            &m.engine.worker_busy,
+            &m.engine.worker_wakeups,
+        ];
+        for c in vecs {
+            for d in c.desc() {
+                known.insert(d.fq_name.clone());
+            }
+        }
+        let files = [
+            (
+                "etc/grafana/nvmf-target.json",
+                include_str!("../../../etc/grafana/nvmf-target.json"),
+            ),
+            (
+                "etc/prometheus/nvmf-target-alerts.yml",
+                include_str!("../../../etc/prometheus/nvmf-target-alerts.yml"),
+            ),
+        ];
+        for (file, text) in files {
+            let mut used = 0;
+            for prefix in ["nvmf_target_", "process_"] {
+                for (i, _) in text.match_indices(prefix) {
+                    let name: String = text[i..]
+                        .chars()
+                        .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+                        .collect();
+                    // Prose names families (nvmf_target_buffer_pool_*).
+                    if name.ends_with('_') {
+                        continue;
+                    }
+                    let base = ["_bucket", "_sum", "_count"]
+                        .iter()
+                        .find_map(|s| name.strip_suffix(s).filter(|b| known.contains(*b)))
+                        .unwrap_or(&name);
+                    assert!(
+                        known.contains(base),
+                        "{file} queries {name}, which is not exported"
+                    );
+                    used += 1;
+                }
+            }
+            assert!(used > 5, "{file}: no metric found");
+        }
+    }
+
+    #[test]
+    fn a_removed_subsystem_leaves_no_series() {
+        let m = metrics();
+        let (gone, kept) = (
+            "nqn.2026-11.io.test:forget-gone",
+            "nqn.2026-11.io.test:forget-kept",
+        );
+        for s in [gone, kept] {
+            m.controllers.with_label_values(&[s]).set(1);
+            m.connects.with_label_values(&[s, "io"]).inc();
+            m.async_events.with_label_values(&[s, "ns_changed"]).inc();
+        }
+        m.forget_subsystem(gone);
+        let text = prometheus::TextEncoder::new()
+            .encode_to_string(&m.registry.gather())
+            .unwrap();
+        assert!(!text.contains(gone), "{text}");
+        assert_eq!(text.matches(kept).count(), 3, "{text}");
+        m.forget_subsystem(kept);
+    }
 }

@@ -2,6 +2,7 @@
 //! per-namespace I/O metrics and the workers' tallies behind them.
 
 pub mod http;
+pub mod journal;
 pub mod metrics;
 pub mod namespace;
 pub mod tally;

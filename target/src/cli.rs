@@ -1,0 +1,401 @@
+//! The administrator's commands that talk to the running daemon over its
+//! control socket: live changes (`subsystem`, `namespace`, `host`,
+//! `controller`) and `config show`, in the style of ceph-nvmeof's CLI.
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use clap::{Args, Subcommand};
+use serde_json::Value;
+
+use crate::config::edit::{HostRef, NamespaceAdd, NamespaceRef, SubsystemAdd, SubsystemRef};
+use crate::config::TargetConfig;
+use crate::daemon::control::ControlError;
+use crate::daemon::rpc::{self, CallError, Changed, ConfigText, ControllerRef};
+
+/// Where the daemon is and how to print its answers.
+#[derive(Args, Debug, Clone, Default)]
+pub struct Conn {
+    /// The control socket (default: from the configuration file).
+    #[arg(long, value_name = "PATH", global = true)]
+    pub socket: Option<PathBuf>,
+    /// Print the daemon's answer as JSON.
+    #[arg(long, global = true)]
+    pub json: bool,
+}
+
+/// `nvmf-target subsystem ...`
+#[derive(Subcommand, Debug, Clone)]
+pub enum SubsystemCmd {
+    /// Add a subsystem (give --allow-any-host or at least one --host-nqn).
+    Add {
+        /// Its NQN.
+        #[arg(long)]
+        subsystem: String,
+        /// Any host may connect.
+        #[arg(long)]
+        allow_any_host: bool,
+        /// A host that may connect (repeatable).
+        #[arg(long = "host-nqn", value_name = "HOSTNQN")]
+        hosts: Vec<String>,
+        /// Serial number (default: derived from the NQN).
+        #[arg(long)]
+        serial: Option<String>,
+        /// Model number.
+        #[arg(long)]
+        model: Option<String>,
+    },
+    /// Remove a subsystem: its hosts are disconnected.
+    Del {
+        /// Its NQN.
+        #[arg(long)]
+        subsystem: String,
+    },
+}
+
+/// `nvmf-target namespace ...`
+#[derive(Subcommand, Debug, Clone)]
+pub enum NamespaceCmd {
+    /// Add a namespace; connected hosts see it without reconnecting.
+    Add {
+        /// The subsystem's NQN.
+        #[arg(long)]
+        subsystem: String,
+        /// A block device or a regular file.
+        #[arg(long, group = "store")]
+        path: Option<String>,
+        /// A Ceph pool (with --rbd-image).
+        #[arg(long, requires = "rbd_image", group = "store")]
+        rbd_pool: Option<String>,
+        /// An RBD image in --rbd-pool.
+        #[arg(long, requires = "rbd_pool")]
+        rbd_image: Option<String>,
+        /// A null namespace of SIZE (e.g. 1G) that discards writes, for fabric tests.
+        #[arg(long, value_name = "SIZE", group = "store")]
+        null: Option<String>,
+        /// Its nsid (default: the lowest free one).
+        #[arg(long)]
+        nsid: Option<u32>,
+        /// Refuse writes.
+        #[arg(long)]
+        read_only: bool,
+        /// Its ANA group (default 1).
+        #[arg(long, value_name = "GROUP")]
+        ana_group: Option<u32>,
+    },
+    /// Remove a namespace; connected hosts see it go.
+    Del {
+        /// The subsystem's NQN.
+        #[arg(long)]
+        subsystem: String,
+        /// The nsid.
+        #[arg(long)]
+        nsid: u32,
+    },
+}
+
+/// `nvmf-target host ...`
+#[derive(Subcommand, Debug, Clone)]
+pub enum HostCmd {
+    /// Let a host connect to a subsystem ('*': any host).
+    Add {
+        /// The subsystem's NQN.
+        #[arg(long)]
+        subsystem: String,
+        /// The host's NQN, or '*'.
+        #[arg(long)]
+        host_nqn: String,
+    },
+    /// Stop a host connecting to a subsystem; it is disconnected at once ('*': only listed hosts).
+    Del {
+        /// The subsystem's NQN.
+        #[arg(long)]
+        subsystem: String,
+        /// The host's NQN, or '*'.
+        #[arg(long)]
+        host_nqn: String,
+    },
+}
+
+/// `nvmf-target controller ...`
+#[derive(Subcommand, Debug, Clone)]
+pub enum ControllerCmd {
+    /// Disconnect a controller (its host reconnects, as after a network error).
+    Disconnect {
+        /// The subsystem's NQN.
+        #[arg(long)]
+        subsystem: String,
+        /// The controller id (nvmf-target status lists them).
+        #[arg(long)]
+        cntlid: u16,
+    },
+}
+
+/// `nvmf-target config ...`
+#[derive(Subcommand, Debug, Clone)]
+pub enum ConfigCmd {
+    /// Print the running configuration, as TOML.
+    Show,
+}
+
+/// A command for the daemon.
+#[derive(Debug, Clone)]
+pub enum Admin {
+    /// `subsystem ...`
+    Subsystem(SubsystemCmd),
+    /// `namespace ...`
+    Namespace(NamespaceCmd),
+    /// `host ...`
+    Host(HostCmd),
+    /// `controller ...`
+    Controller(ControllerCmd),
+    /// `config ...`
+    Config(ConfigCmd),
+}
+
+impl Admin {
+    /// The method and its parameters.
+    pub fn request(&self) -> (&'static str, Value) {
+        fn v<T: serde::Serialize>(t: T) -> Value {
+            serde_json::to_value(t).unwrap_or(Value::Null)
+        }
+        match self.clone() {
+            Admin::Subsystem(SubsystemCmd::Add {
+                subsystem,
+                allow_any_host,
+                hosts,
+                serial,
+                model,
+            }) => (
+                "subsystem_add",
+                v(SubsystemAdd {
+                    nqn: subsystem,
+                    allow_any_host,
+                    hosts,
+                    serial,
+                    model,
+                }),
+            ),
+            Admin::Subsystem(SubsystemCmd::Del { subsystem }) => {
+                ("subsystem_del", v(SubsystemRef { nqn: subsystem }))
+            }
+            Admin::Namespace(NamespaceCmd::Add {
+                subsystem,
+                path,
+                rbd_pool,
+                rbd_image,
+                null,
+                nsid,
+                read_only,
+                ana_group,
+            }) => (
+                "namespace_add",
+                v(NamespaceAdd {
+                    subsystem,
+                    nsid,
+                    path,
+                    rbd_pool,
+                    rbd_image,
+                    null_size: null,
+                    read_only,
+                    ana_group,
+                }),
+            ),
+            Admin::Namespace(NamespaceCmd::Del { subsystem, nsid }) => {
+                ("namespace_del", v(NamespaceRef { subsystem, nsid }))
+            }
+            Admin::Host(HostCmd::Add {
+                subsystem,
+                host_nqn,
+            }) => (
+                "host_add",
+                v(HostRef {
+                    subsystem,
+                    host_nqn,
+                }),
+            ),
+            Admin::Host(HostCmd::Del {
+                subsystem,
+                host_nqn,
+            }) => (
+                "host_del",
+                v(HostRef {
+                    subsystem,
+                    host_nqn,
+                }),
+            ),
+            Admin::Controller(ControllerCmd::Disconnect { subsystem, cntlid }) => (
+                "controller_disconnect",
+                v(ControllerRef { subsystem, cntlid }),
+            ),
+            Admin::Config(ConfigCmd::Show) => ("config_show", Value::Null),
+        }
+    }
+}
+
+/// The control socket: `socket` if given, else the configuration file's
+/// (if it loads), else the default. `Err`: the file disables the socket.
+pub fn socket_path(config: &Path, socket: Option<&Path>, cmd: &str) -> Result<PathBuf, String> {
+    if let Some(p) = socket {
+        return Ok(p.to_path_buf());
+    }
+    match TargetConfig::load(config) {
+        Ok(c) => c.control_socket.ok_or_else(|| {
+            format!(
+                "{}: the configuration disables the control socket ([control] enabled = false)",
+                config.display()
+            )
+        }),
+        Err(e) => {
+            if config.exists() {
+                eprintln!(
+                    "nvmf-target {cmd}: note: {} does not load ({} error(s)); asking the default socket",
+                    config.display(),
+                    e.count()
+                );
+            }
+            Ok(PathBuf::from(crate::config::DEFAULT_CONTROL_SOCKET))
+        }
+    }
+}
+
+/// A failed call, for stderr, with a hint where one helps.
+pub fn explain(cmd: &str, e: &CallError) -> String {
+    let hint = match e {
+        CallError::Control(ControlError::Io { source, .. }) => match source.kind() {
+            std::io::ErrorKind::PermissionDenied => " (run as root)",
+            std::io::ErrorKind::NotFound | std::io::ErrorKind::ConnectionRefused => {
+                " (is nvmf-target running? `systemctl status nvmf-target`)"
+            }
+            _ => "",
+        },
+        _ => "",
+    };
+    format!("nvmf-target {cmd}: {e}{hint}")
+}
+
+/// Runs `cmd` against the daemon; exit 0 on success, 1 if it could not be
+/// reached, 2 if it refused.
+pub fn run(cmd: &Admin, conn: &Conn, config: &Path) -> ExitCode {
+    let (method, params) = cmd.request();
+    let name = method.replace('_', " ");
+    let path = match socket_path(config, conn.socket.as_deref(), &name) {
+        Ok(p) => p,
+        Err(e) => {
+            eprintln!("nvmf-target {name}: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    match rpc::call(&path, method, params, rpc::CHANGE_TIMEOUT) {
+        Ok(v) if conn.json => {
+            println!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
+            ExitCode::SUCCESS
+        }
+        Ok(v) => {
+            print!("{}", text(&v));
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            if conn.json {
+                if let CallError::Refused(r) = &e {
+                    println!("{}", serde_json::json!({ "error": r }));
+                }
+            }
+            eprintln!("{}", explain(&name, &e));
+            match e {
+                CallError::Refused(_) => ExitCode::from(2),
+                CallError::Control(_) => ExitCode::from(1),
+            }
+        }
+    }
+}
+
+/// A result for the terminal.
+fn text(v: &Value) -> String {
+    if let Ok(c) = serde_json::from_value::<ConfigText>(v.clone()) {
+        return format!("# {} (as running)\n{}", c.path, c.toml);
+    }
+    match serde_json::from_value::<Changed>(v.clone()) {
+        Ok(c) => {
+            let mut s = c.summary;
+            if let Some(a) = c.applied {
+                s.push_str(&format!("\n  applied: {a}"));
+            }
+            if let Some(f) = c.saved {
+                s.push_str(&format!("\n  saved to {f}"));
+            }
+            s + "\n"
+        }
+        Err(_) => format!("{v}\n"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn commands_become_requests() {
+        let (m, p) = Admin::Namespace(NamespaceCmd::Add {
+            subsystem: "nqn.a".into(),
+            path: None,
+            rbd_pool: None,
+            rbd_image: None,
+            null: Some("1G".into()),
+            nsid: None,
+            read_only: true,
+            ana_group: Some(2),
+        })
+        .request();
+        assert_eq!(m, "namespace_add");
+        let back: NamespaceAdd = rpc::params(m, p).unwrap();
+        assert_eq!(back.null_size.as_deref(), Some("1G"));
+        assert!(back.read_only);
+        let (m, p) = Admin::Config(ConfigCmd::Show).request();
+        assert_eq!((m, p), ("config_show", Value::Null));
+        let (m, p) = Admin::Controller(ControllerCmd::Disconnect {
+            subsystem: "nqn.a".into(),
+            cntlid: 3,
+        })
+        .request();
+        assert_eq!(m, "controller_disconnect");
+        assert_eq!(p["cntlid"], 3);
+        // Every method the CLI asks is one the daemon knows.
+        for a in [
+            Admin::Subsystem(SubsystemCmd::Del {
+                subsystem: "x".into(),
+            }),
+            Admin::Host(HostCmd::Add {
+                subsystem: "x".into(),
+                host_nqn: "*".into(),
+            }),
+            Admin::Host(HostCmd::Del {
+                subsystem: "x".into(),
+                host_nqn: "*".into(),
+            }),
+            Admin::Namespace(NamespaceCmd::Del {
+                subsystem: "x".into(),
+                nsid: 1,
+            }),
+        ] {
+            assert!(rpc::METHODS.contains(&a.request().0));
+        }
+    }
+
+    #[test]
+    fn answers_read_well() {
+        let c = Changed {
+            summary: "namespace 2 added to nqn.a".into(),
+            nsid: Some(2),
+            applied: Some("subsystems +0 -0, namespaces +1 -0".into()),
+            saved: Some("/etc/x.toml".into()),
+        };
+        let t = text(&serde_json::to_value(&c).unwrap());
+        assert_eq!(
+            t,
+            "namespace 2 added to nqn.a\n  applied: subsystems +0 -0, namespaces +1 -0\n  saved to /etc/x.toml\n"
+        );
+        let t = text(&serde_json::json!({"path": "/etc/x.toml", "toml": "[log]\n"}));
+        assert_eq!(t, "# /etc/x.toml (as running)\n[log]\n");
+    }
+}

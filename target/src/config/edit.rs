@@ -1,0 +1,686 @@
+//! Live changes to the configuration file's text, sans-IO: a subsystem, a
+//! namespace or a host added or removed, written into the TOML document so
+//! that its comments, order and layout stay as the administrator left them
+//! (`toml_edit`). The result is only text; the daemon validates it as a
+//! whole file and applies it through the reload path.
+//!
+//! Each edit checks what it can name precisely (a subsystem that does not
+//! exist, an nsid in use, a host listed twice); everything else (an NQN's
+//! syntax, a path that does not exist, a subsystem no host may reach) is the
+//! validation's, with the same words as for a file edited by hand.
+
+use serde::{Deserialize, Serialize};
+use toml_edit::{value, Array, ArrayOfTables, DocumentMut, Item, Table};
+
+/// The highest nsid the target serves (as the validation's limit).
+const MAX_NSID: u32 = 1024;
+/// The wildcard host of `host add`/`host del`: any host (`allow_any_host`).
+pub const ANY_HOST: &str = "*";
+
+/// `subsystem add`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SubsystemAdd {
+    /// Its NQN.
+    pub nqn: String,
+    /// Any host may connect.
+    #[serde(default)]
+    pub allow_any_host: bool,
+    /// Hosts that may connect.
+    #[serde(default)]
+    pub hosts: Vec<String>,
+    /// Serial number (default: derived from the NQN).
+    #[serde(default)]
+    pub serial: Option<String>,
+    /// Model number.
+    #[serde(default)]
+    pub model: Option<String>,
+}
+
+/// A subsystem, by NQN (`subsystem del`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SubsystemRef {
+    /// Its NQN.
+    pub nqn: String,
+}
+
+/// `namespace add`: exactly one of `path`, `rbd_pool` + `rbd_image` and
+/// `null_size` names the store.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NamespaceAdd {
+    /// The subsystem's NQN.
+    pub subsystem: String,
+    /// Its nsid (default: the lowest free one).
+    #[serde(default)]
+    pub nsid: Option<u32>,
+    /// A block device or a regular file.
+    #[serde(default)]
+    pub path: Option<String>,
+    /// A Ceph pool (with `rbd_image`).
+    #[serde(default)]
+    pub rbd_pool: Option<String>,
+    /// An RBD image in `rbd_pool`.
+    #[serde(default)]
+    pub rbd_image: Option<String>,
+    /// A null namespace of this size (`1G`, `512M`, bytes).
+    #[serde(default)]
+    pub null_size: Option<String>,
+    /// Refuse writes.
+    #[serde(default)]
+    pub read_only: bool,
+    /// Its ANA group (default 1).
+    #[serde(default)]
+    pub ana_group: Option<u32>,
+}
+
+/// A namespace, by subsystem and nsid (`namespace del`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NamespaceRef {
+    /// The subsystem's NQN.
+    pub subsystem: String,
+    /// The nsid.
+    pub nsid: u32,
+}
+
+/// A host of a subsystem (`host add`/`host del`); [`ANY_HOST`] is any host.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HostRef {
+    /// The subsystem's NQN.
+    pub subsystem: String,
+    /// The host's NQN, or `*`.
+    pub host_nqn: String,
+}
+
+/// A change to the configuration.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Edit {
+    /// Add a subsystem.
+    SubsystemAdd(SubsystemAdd),
+    /// Remove a subsystem and its namespaces.
+    SubsystemDel(SubsystemRef),
+    /// Add a namespace to a subsystem.
+    NamespaceAdd(NamespaceAdd),
+    /// Remove a namespace.
+    NamespaceDel(NamespaceRef),
+    /// Let a host connect to a subsystem.
+    HostAdd(HostRef),
+    /// Stop a host connecting to a subsystem.
+    HostDel(HostRef),
+}
+
+/// The edited text and what changed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Edited {
+    /// The whole new file.
+    pub text: String,
+    /// What changed, in a few words ("namespace 3 added to nqn...").
+    pub summary: String,
+    /// The nsid a namespace was added under.
+    pub nsid: Option<u32>,
+}
+
+/// Why an edit cannot be made.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum EditError {
+    /// The file is not TOML this edit can change.
+    #[error("the configuration file cannot be edited: {0}")]
+    Unreadable(String),
+    /// No subsystem has the NQN.
+    #[error("no subsystem '{0}' in the configuration")]
+    NoSubsystem(String),
+    /// A subsystem has the NQN already.
+    #[error("subsystem '{0}' exists already")]
+    SubsystemExists(String),
+    /// The nsid is taken.
+    #[error("subsystem '{nqn}' has a namespace {nsid} already")]
+    NsidInUse {
+        /// The subsystem.
+        nqn: String,
+        /// The nsid.
+        nsid: u32,
+    },
+    /// The subsystem has no such namespace.
+    #[error("subsystem '{nqn}' has no namespace {nsid}")]
+    NoNamespace {
+        /// The subsystem.
+        nqn: String,
+        /// The nsid.
+        nsid: u32,
+    },
+    /// Every nsid is taken.
+    #[error("subsystem '{0}' has no free nsid (1..={MAX_NSID})")]
+    NoFreeNsid(String),
+    /// The request is inconsistent.
+    #[error("{0}")]
+    Invalid(String),
+    /// The host may connect already.
+    #[error("host '{host}' may connect to '{nqn}' already")]
+    HostExists {
+        /// The subsystem.
+        nqn: String,
+        /// The host.
+        host: String,
+    },
+    /// The host is not listed.
+    #[error("host '{host}' is not listed for '{nqn}'")]
+    NoHost {
+        /// The subsystem.
+        nqn: String,
+        /// The host.
+        host: String,
+    },
+}
+
+/// Makes `edit` in the configuration `text`.
+pub fn apply(text: &str, edit: &Edit) -> Result<Edited, EditError> {
+    let mut doc: DocumentMut = text
+        .parse()
+        .map_err(|e: toml_edit::TomlError| EditError::Unreadable(e.to_string()))?;
+    let (summary, nsid) = match edit {
+        Edit::SubsystemAdd(a) => (subsystem_add(&mut doc, a)?, None),
+        Edit::SubsystemDel(r) => {
+            let subs = subsystems(&mut doc)?;
+            let i = find(subs, &r.nqn)?;
+            subs.remove(i);
+            if subs.is_empty() {
+                doc.remove("subsystem");
+            }
+            (format!("subsystem {} removed", r.nqn), None)
+        }
+        Edit::NamespaceAdd(a) => {
+            let nsid = namespace_add(&mut doc, a)?;
+            (
+                format!("namespace {nsid} added to {}", a.subsystem),
+                Some(nsid),
+            )
+        }
+        Edit::NamespaceDel(r) => {
+            let sub = subsystem(&mut doc, &r.subsystem)?;
+            let nss = namespaces(sub, &r.subsystem)?;
+            let i = nsids(nss)
+                .iter()
+                .position(|&n| n == r.nsid)
+                .ok_or_else(|| EditError::NoNamespace {
+                    nqn: r.subsystem.clone(),
+                    nsid: r.nsid,
+                })?;
+            // The entries after it keep their numbers: a namespace without an
+            // nsid key is numbered by its position.
+            pin_nsids(nss);
+            nss.remove(i);
+            if nss.is_empty() {
+                sub.remove("namespace");
+            }
+            (
+                format!("namespace {} removed from {}", r.nsid, r.subsystem),
+                None,
+            )
+        }
+        Edit::HostAdd(h) => (host_add(&mut doc, h)?, None),
+        Edit::HostDel(h) => (host_del(&mut doc, h)?, None),
+    };
+    Ok(Edited {
+        text: doc.to_string(),
+        summary,
+        nsid,
+    })
+}
+
+fn subsystems(doc: &mut DocumentMut) -> Result<&mut ArrayOfTables, EditError> {
+    if !doc.contains_key("subsystem") {
+        doc.insert("subsystem", Item::ArrayOfTables(ArrayOfTables::new()));
+    }
+    doc["subsystem"].as_array_of_tables_mut().ok_or_else(|| {
+        EditError::Unreadable("'subsystem' is not a list of [[subsystem]] tables".into())
+    })
+}
+
+fn find(subs: &ArrayOfTables, nqn: &str) -> Result<usize, EditError> {
+    subs.iter()
+        .position(|t| t.get("nqn").and_then(|v| v.as_str()) == Some(nqn))
+        .ok_or_else(|| EditError::NoSubsystem(nqn.into()))
+}
+
+fn subsystem<'d>(doc: &'d mut DocumentMut, nqn: &str) -> Result<&'d mut Table, EditError> {
+    let subs = subsystems(doc)?;
+    let i = find(subs, nqn)?;
+    subs.get_mut(i)
+        .ok_or_else(|| EditError::NoSubsystem(nqn.into()))
+}
+
+fn namespaces<'t>(sub: &'t mut Table, nqn: &str) -> Result<&'t mut ArrayOfTables, EditError> {
+    if !sub.contains_key("namespace") {
+        sub.insert("namespace", Item::ArrayOfTables(ArrayOfTables::new()));
+    }
+    sub["namespace"].as_array_of_tables_mut().ok_or_else(|| {
+        EditError::Unreadable(format!(
+            "the namespaces of '{nqn}' are not [[subsystem.namespace]] tables"
+        ))
+    })
+}
+
+/// The nsid of each entry, as the validation numbers them (its `nsid`, else
+/// its position + 1).
+fn nsids(nss: &ArrayOfTables) -> Vec<u32> {
+    nss.iter()
+        .enumerate()
+        .map(|(i, t)| {
+            t.get("nsid")
+                .and_then(|v| v.as_integer())
+                .and_then(|n| u32::try_from(n).ok())
+                .unwrap_or(i as u32 + 1)
+        })
+        .collect()
+}
+
+/// Writes each entry's nsid into it, so removing one renumbers none.
+fn pin_nsids(nss: &mut ArrayOfTables) {
+    let ids = nsids(nss);
+    for (t, id) in nss.iter_mut().zip(ids) {
+        if !t.contains_key("nsid") {
+            // First, as a hand-written entry would have it.
+            t.insert("nsid", value(i64::from(id)));
+            t.sort_values_by(|a, _, b, _| (a.get() != "nsid").cmp(&(b.get() != "nsid")));
+        }
+    }
+}
+
+fn subsystem_add(doc: &mut DocumentMut, a: &SubsystemAdd) -> Result<String, EditError> {
+    let subs = subsystems(doc)?;
+    if find(subs, &a.nqn).is_ok() {
+        return Err(EditError::SubsystemExists(a.nqn.clone()));
+    }
+    let mut t = Table::new();
+    t.insert("nqn", value(&a.nqn));
+    if a.allow_any_host {
+        t.insert("allow_any_host", value(true));
+    }
+    if !a.hosts.is_empty() {
+        t.insert("hosts", value(a.hosts.iter().collect::<Array>()));
+    }
+    if let Some(s) = &a.serial {
+        t.insert("serial", value(s));
+    }
+    if let Some(m) = &a.model {
+        t.insert("model", value(m));
+    }
+    subs.push(t);
+    Ok(format!("subsystem {} added", a.nqn))
+}
+
+fn namespace_add(doc: &mut DocumentMut, a: &NamespaceAdd) -> Result<u32, EditError> {
+    let mut t = Table::new();
+    let stores = [
+        a.path.is_some(),
+        a.rbd_pool.is_some() || a.rbd_image.is_some(),
+        a.null_size.is_some(),
+    ];
+    match stores.iter().filter(|&&s| s).count() {
+        1 => {}
+        0 => {
+            return Err(EditError::Invalid(
+                "a namespace needs a store: a path, an RBD pool and image, or a null size".into(),
+            ))
+        }
+        _ => {
+            return Err(EditError::Invalid(
+                "a namespace has one store: a path, an RBD pool and image, or a null size".into(),
+            ))
+        }
+    }
+    let sub = subsystem(doc, &a.subsystem)?;
+    let nss = namespaces(sub, &a.subsystem)?;
+    let taken = nsids(nss);
+    let nsid = match a.nsid {
+        Some(n) if taken.contains(&n) => {
+            return Err(EditError::NsidInUse {
+                nqn: a.subsystem.clone(),
+                nsid: n,
+            })
+        }
+        Some(n) => n,
+        None => (1..=MAX_NSID)
+            .find(|n| !taken.contains(n))
+            .ok_or_else(|| EditError::NoFreeNsid(a.subsystem.clone()))?,
+    };
+    t.insert("nsid", value(i64::from(nsid)));
+    if let Some(p) = &a.path {
+        t.insert("path", value(p));
+    } else if let Some(size) = &a.null_size {
+        t.insert("backend", value("null"));
+        t.insert("size", value(size));
+    } else {
+        let (Some(pool), Some(image)) = (&a.rbd_pool, &a.rbd_image) else {
+            return Err(EditError::Invalid(
+                "an RBD namespace needs both a pool and an image".into(),
+            ));
+        };
+        t.insert("backend", value("rbd"));
+        t.insert("pool", value(pool));
+        t.insert("image", value(image));
+    }
+    if a.read_only {
+        t.insert("readonly", value(true));
+    }
+    if let Some(g) = a.ana_group {
+        t.insert("ana_group", value(i64::from(g)));
+    }
+    // Entries numbered by position keep their numbers behind a new one.
+    pin_nsids(nss);
+    nss.push(t);
+    Ok(nsid)
+}
+
+/// The subsystem's `hosts` list, made if missing.
+fn hosts_of<'t>(sub: &'t mut Table, nqn: &str) -> Result<&'t mut Array, EditError> {
+    if !sub.contains_key("hosts") {
+        sub.insert("hosts", value(Array::new()));
+    }
+    sub["hosts"]
+        .as_array_mut()
+        .ok_or_else(|| EditError::Unreadable(format!("'hosts' of '{nqn}' is not a list")))
+}
+
+fn allow_any(sub: &Table) -> bool {
+    sub.get("allow_any_host")
+        .and_then(|v| v.as_bool())
+        .unwrap_or(false)
+}
+
+fn host_add(doc: &mut DocumentMut, h: &HostRef) -> Result<String, EditError> {
+    let sub = subsystem(doc, &h.subsystem)?;
+    let exists = EditError::HostExists {
+        nqn: h.subsystem.clone(),
+        host: h.host_nqn.clone(),
+    };
+    if h.host_nqn == ANY_HOST {
+        if allow_any(sub) {
+            return Err(exists);
+        }
+        sub.insert("allow_any_host", value(true));
+        return Ok(format!("any host may connect to {}", h.subsystem));
+    }
+    let hosts = hosts_of(sub, &h.subsystem)?;
+    if hosts.iter().any(|v| v.as_str() == Some(&h.host_nqn)) {
+        return Err(exists);
+    }
+    hosts.push(&h.host_nqn);
+    Ok(format!(
+        "host {} may connect to {}",
+        h.host_nqn, h.subsystem
+    ))
+}
+
+fn host_del(doc: &mut DocumentMut, h: &HostRef) -> Result<String, EditError> {
+    let sub = subsystem(doc, &h.subsystem)?;
+    let missing = EditError::NoHost {
+        nqn: h.subsystem.clone(),
+        host: h.host_nqn.clone(),
+    };
+    if h.host_nqn == ANY_HOST {
+        if !allow_any(sub) {
+            return Err(missing);
+        }
+        sub.insert("allow_any_host", value(false));
+        return Ok(format!("only listed hosts may connect to {}", h.subsystem));
+    }
+    let hosts = hosts_of(sub, &h.subsystem)?;
+    let Some(i) = hosts.iter().position(|v| v.as_str() == Some(&h.host_nqn)) else {
+        return Err(missing);
+    };
+    hosts.remove(i);
+    Ok(format!(
+        "host {} may no longer connect to {}",
+        h.host_nqn, h.subsystem
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::{BackendConfig, TargetConfig};
+
+    const FILE: &str = r#"# The lab's target.
+[[listener]]
+address = "10.0.2.15"   # eth0
+
+# First disk.
+[[subsystem]]
+nqn = "nqn.2026-11.io.example:a"
+hosts = ["nqn.2026-11.io.example:h1"]   # the database host
+
+[[subsystem.namespace]]
+path = "/dev/null"      # numbered 1 by position
+
+[[subsystem.namespace]]
+backend = "null"
+size = "1M"
+
+[[subsystem]]
+nqn = "nqn.2026-11.io.example:b"
+allow_any_host = true
+
+[[subsystem.namespace]]
+nsid = 7
+backend = "null"
+size = "1M"
+"#;
+
+    fn parsed(text: &str) -> TargetConfig {
+        TargetConfig::from_toml(text, "edited").unwrap_or_else(|e| panic!("{e}\n{text}"))
+    }
+
+    fn nsids_of(c: &TargetConfig, nqn: &str) -> Vec<u32> {
+        let s = c.subsystems.iter().find(|s| s.nqn == nqn).unwrap();
+        s.namespaces.iter().map(|n| n.nsid).collect()
+    }
+
+    const A: &str = "nqn.2026-11.io.example:a";
+    const B: &str = "nqn.2026-11.io.example:b";
+
+    fn ns_add(sub: &str) -> NamespaceAdd {
+        NamespaceAdd {
+            subsystem: sub.into(),
+            null_size: Some("2M".into()),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn a_namespace_lands_in_its_subsystem_and_comments_stay() {
+        let e = apply(FILE, &Edit::NamespaceAdd(ns_add(A))).unwrap();
+        assert_eq!(e.nsid, Some(3));
+        assert!(e.text.contains("# the database host"));
+        assert!(e.text.contains("# numbered 1 by position"));
+        assert!(e.text.starts_with("# The lab's target.\n"));
+        let c = parsed(&e.text);
+        // In the first subsystem, not the last table of the file.
+        assert_eq!(nsids_of(&c, A), vec![1, 2, 3]);
+        assert_eq!(nsids_of(&c, B), vec![7]);
+        let n = &c.subsystems[0].namespaces[2];
+        assert_eq!(n.backend, BackendConfig::Null { size: 2 << 20 });
+        // Everything else as it was.
+        let before = parsed(FILE);
+        assert_eq!(c.subsystems[1], before.subsystems[1]);
+        assert_eq!(c.listeners, before.listeners);
+    }
+
+    #[test]
+    fn nsids_chosen_given_taken_and_kept() {
+        let mut a = ns_add(B);
+        a.nsid = Some(7);
+        assert_eq!(
+            apply(FILE, &Edit::NamespaceAdd(a.clone())),
+            Err(EditError::NsidInUse {
+                nqn: B.into(),
+                nsid: 7
+            })
+        );
+        a.nsid = None;
+        let e = apply(FILE, &Edit::NamespaceAdd(a)).unwrap();
+        assert_eq!(e.nsid, Some(1));
+        assert_eq!(nsids_of(&parsed(&e.text), B), vec![7, 1]);
+        // Removing the first of two position-numbered entries leaves the
+        // second its number.
+        let d = Edit::NamespaceDel(NamespaceRef {
+            subsystem: A.into(),
+            nsid: 1,
+        });
+        let e = apply(FILE, &d).unwrap();
+        assert_eq!(nsids_of(&parsed(&e.text), A), vec![2]);
+        assert_eq!(
+            apply(&e.text, &d),
+            Err(EditError::NoNamespace {
+                nqn: A.into(),
+                nsid: 1
+            })
+        );
+    }
+
+    #[test]
+    fn the_last_namespace_and_the_last_subsystem_go() {
+        let e = apply(
+            FILE,
+            &Edit::NamespaceDel(NamespaceRef {
+                subsystem: B.into(),
+                nsid: 7,
+            }),
+        )
+        .unwrap();
+        assert!(nsids_of(&parsed(&e.text), B).is_empty());
+        let e = apply(&e.text, &Edit::SubsystemDel(SubsystemRef { nqn: B.into() })).unwrap();
+        assert_eq!(nsids_of(&parsed(&e.text), A), vec![1, 2]);
+        let e = apply(&e.text, &Edit::SubsystemDel(SubsystemRef { nqn: A.into() })).unwrap();
+        assert!(!e.text.contains("[[subsystem"), "{}", e.text);
+        // The last one: the validation refuses a file without any.
+        let err = TargetConfig::from_toml(&e.text, "edited")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("at least one [[subsystem]]"), "{err}");
+        assert_eq!(
+            apply(&e.text, &Edit::SubsystemDel(SubsystemRef { nqn: A.into() })),
+            Err(EditError::NoSubsystem(A.into()))
+        );
+    }
+
+    #[test]
+    fn a_subsystem_added_to_a_file_without_any() {
+        let add = SubsystemAdd {
+            nqn: "nqn.2026-11.io.example:c".into(),
+            allow_any_host: false,
+            hosts: vec!["nqn.2026-11.io.example:h2".into()],
+            serial: Some("SN1".into()),
+            model: None,
+        };
+        let e = apply(
+            "[[listener]]\naddress = \"10.0.0.1\"\n",
+            &Edit::SubsystemAdd(add.clone()),
+        )
+        .unwrap();
+        let c = parsed(&e.text);
+        assert_eq!(c.subsystems[0].hosts, add.hosts);
+        assert_eq!(c.subsystems[0].serial.as_deref(), Some("SN1"));
+        let mut ns = ns_add("nqn.2026-11.io.example:c");
+        ns.path = Some("/dev/null".into());
+        ns.null_size = None;
+        ns.read_only = true;
+        ns.ana_group = Some(2);
+        let e = apply(&e.text, &Edit::NamespaceAdd(ns)).unwrap();
+        let c = parsed(&e.text);
+        let n = &c.subsystems[0].namespaces[0];
+        assert!(n.readonly);
+        assert_eq!(n.ana_group, 2);
+        assert_eq!(
+            apply(&e.text, &Edit::SubsystemAdd(add)),
+            Err(EditError::SubsystemExists(
+                "nqn.2026-11.io.example:c".into()
+            ))
+        );
+    }
+
+    #[test]
+    fn hosts_and_any_host() {
+        let h = |host: &str| HostRef {
+            subsystem: A.into(),
+            host_nqn: host.into(),
+        };
+        let e = apply(FILE, &Edit::HostAdd(h("nqn.2026-11.io.example:h2"))).unwrap();
+        assert!(e.text.contains("# the database host"));
+        let c = parsed(&e.text);
+        assert_eq!(c.subsystems[0].hosts.len(), 2);
+        assert!(matches!(
+            apply(&e.text, &Edit::HostAdd(h("nqn.2026-11.io.example:h2"))),
+            Err(EditError::HostExists { .. })
+        ));
+        let e = apply(&e.text, &Edit::HostDel(h("nqn.2026-11.io.example:h1"))).unwrap();
+        assert_eq!(
+            parsed(&e.text).subsystems[0].hosts,
+            vec!["nqn.2026-11.io.example:h2".to_string()]
+        );
+        assert!(matches!(
+            apply(&e.text, &Edit::HostDel(h("nqn.2026-11.io.example:h1"))),
+            Err(EditError::NoHost { .. })
+        ));
+        let e = apply(&e.text, &Edit::HostAdd(h(ANY_HOST))).unwrap();
+        assert!(parsed(&e.text).subsystems[0].allow_any_host);
+        let e = apply(&e.text, &Edit::HostDel(h(ANY_HOST))).unwrap();
+        assert!(!parsed(&e.text).subsystems[0].allow_any_host);
+        // The last listed host removed: the validation says no host may
+        // connect (the change is refused, with its reason).
+        let e = apply(&e.text, &Edit::HostDel(h("nqn.2026-11.io.example:h2"))).unwrap();
+        let err = TargetConfig::from_toml(&e.text, "edited")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("no host may connect"), "{err}");
+    }
+
+    #[test]
+    fn bad_requests_and_bad_files() {
+        let mut a = ns_add(A);
+        a.path = Some("/dev/null".into());
+        assert!(matches!(
+            apply(FILE, &Edit::NamespaceAdd(a)),
+            Err(EditError::Invalid(_))
+        ));
+        let mut a = ns_add(A);
+        a.null_size = None;
+        assert!(matches!(
+            apply(FILE, &Edit::NamespaceAdd(a)),
+            Err(EditError::Invalid(_))
+        ));
+        let mut a = ns_add(A);
+        a.null_size = None;
+        a.rbd_pool = Some("rbd".into());
+        assert!(matches!(
+            apply(FILE, &Edit::NamespaceAdd(a)),
+            Err(EditError::Invalid(_))
+        ));
+        assert_eq!(
+            apply(FILE, &Edit::NamespaceAdd(ns_add("nqn.x:none"))),
+            Err(EditError::NoSubsystem("nqn.x:none".into()))
+        );
+        assert!(matches!(
+            apply("subsystem = 3\n", &Edit::NamespaceAdd(ns_add(A))),
+            Err(EditError::Unreadable(_))
+        ));
+        assert!(matches!(
+            apply("[[subsystem]\n", &Edit::NamespaceAdd(ns_add(A))),
+            Err(EditError::Unreadable(_))
+        ));
+        // Every nsid taken.
+        let mut text = String::from(
+            "[[subsystem]]\nnqn = \"nqn.2026-11.io.example:a\"\nallow_any_host = true\n",
+        );
+        for i in 1..=MAX_NSID {
+            text.push_str(&format!("[[subsystem.namespace]]\nnsid = {i}\n"));
+        }
+        assert_eq!(
+            apply(&text, &Edit::NamespaceAdd(ns_add(A))),
+            Err(EditError::NoFreeNsid(A.into()))
+        );
+    }
+}

@@ -1,0 +1,350 @@
+//! Live changes from the control socket, on the daemon's main thread: a
+//! change edits the configuration file's text ([`crate::config::edit`]), is
+//! validated as the whole new file, applied through the reload path (hosts
+//! see namespace-changed events, removed access disconnects at once) and
+//! written back atomically. A change that cannot apply leaves the running
+//! target and the file as they were.
+
+use std::io::Write;
+use std::os::fd::{AsRawFd, BorrowedFd};
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+
+use serde_json::Value;
+use tracing::{info, warn};
+
+use super::rpc::{self, Changed, ConfigText, ControllerRef, RpcError};
+use super::Daemon;
+use crate::config::edit::{self, Edit, EditError};
+use crate::config::TargetConfig;
+use crate::model::subsystem::SubsystemKind;
+
+/// The file the running configuration came from, and its text then.
+#[derive(Debug, Clone)]
+pub struct Source {
+    /// The file.
+    pub path: PathBuf,
+    /// Its text when it was last loaded or written.
+    pub text: String,
+}
+
+/// Why a live change was not made.
+#[derive(Debug, thiserror::Error)]
+pub enum LiveError {
+    /// Started with the quick form.
+    #[error("the daemon was started with the quick form (--listen/--nqn): there is no configuration file to keep a change in (start it with --config)")]
+    NoFile,
+    /// Someone edited the file since the daemon loaded it.
+    #[error("{0} was edited since the daemon loaded it: reload it first (systemctl reload nvmf-target) or undo the edit")]
+    FileChanged(PathBuf),
+    /// The file could not be read.
+    #[error("{0}")]
+    Read(String),
+    /// The edit itself is impossible.
+    #[error(transparent)]
+    Edit(#[from] EditError),
+    /// The new configuration is invalid or cannot be applied.
+    #[error("{0}")]
+    Refused(String),
+    /// The file could not be written; the change was undone.
+    #[error("{path}: the change could not be saved ({reason}), so it was undone")]
+    NotSaved {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        reason: String,
+    },
+    /// No such controller.
+    #[error("subsystem '{nqn}' has no controller {cntlid} (nvmf-target status lists them)")]
+    NoController {
+        /// The subsystem.
+        nqn: String,
+        /// The controller id.
+        cntlid: u16,
+    },
+}
+
+impl LiveError {
+    fn code(&self) -> i64 {
+        match self {
+            LiveError::NoFile | LiveError::FileChanged(_) | LiveError::Read(_) => rpc::UNAVAILABLE,
+            LiveError::NotSaved { .. } => rpc::NOT_SAVED,
+            LiveError::Edit(EditError::Invalid(_)) => rpc::INVALID_PARAMS,
+            _ => rpc::REFUSED,
+        }
+    }
+}
+
+impl From<LiveError> for RpcError {
+    fn from(e: LiveError) -> RpcError {
+        RpcError::new(e.code(), e.to_string())
+    }
+}
+
+/// A new file's text waiting beside the file, renamed over it to commit;
+/// removed if dropped uncommitted.
+struct Staged {
+    tmp: PathBuf,
+    path: PathBuf,
+    committed: bool,
+}
+
+impl Staged {
+    /// Writes `text` beside `path` (the real file if `path` is a symlink),
+    /// with the file's mode and owner, synced.
+    fn write(path: &Path, text: &str) -> std::io::Result<Staged> {
+        let path = std::fs::canonicalize(path)?;
+        let meta = std::fs::metadata(&path)?;
+        let dir = path.parent().unwrap_or(Path::new("/"));
+        let name = path.file_name().unwrap_or_default().to_string_lossy();
+        let tmp = dir.join(format!(".{name}.nvmf-target-{}", std::process::id()));
+        let mut staged = Staged {
+            tmp,
+            path: path.clone(),
+            committed: false,
+        };
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .mode(0o600)
+            .open(&staged.tmp)?;
+        f.write_all(text.as_bytes())?;
+        nix::unistd::fchown(
+            f.as_raw_fd(),
+            Some(nix::unistd::Uid::from_raw(meta.uid())),
+            Some(nix::unistd::Gid::from_raw(meta.gid())),
+        )
+        .or_else(|e| match e {
+            // Not root: the file stays ours, as the original must be.
+            nix::errno::Errno::EPERM => Ok(()),
+            e => Err(e),
+        })?;
+        f.set_permissions(std::fs::Permissions::from_mode(meta.mode() & 0o7777))?;
+        f.sync_all()?;
+        staged.path = path;
+        Ok(staged)
+    }
+
+    /// Renames the new text over the file, durably.
+    fn commit(mut self) -> std::io::Result<()> {
+        std::fs::rename(&self.tmp, &self.path)?;
+        self.committed = true;
+        if let Some(dir) = self.path.parent() {
+            std::fs::File::open(dir)?.sync_all()?;
+        }
+        Ok(())
+    }
+}
+
+impl Drop for Staged {
+    fn drop(&mut self) {
+        if !self.committed {
+            let _ = std::fs::remove_file(&self.tmp);
+        }
+    }
+}
+
+impl Daemon {
+    /// Readable while the control socket has requests for this thread.
+    pub fn control_fd(&self) -> Option<BorrowedFd<'_>> {
+        self.inbox.as_ref().map(|i| i.fd())
+    }
+
+    /// Answers the control socket's waiting requests. Returns whether
+    /// something changed.
+    pub fn serve_control(&mut self) -> bool {
+        let Some(jobs) = self.inbox.as_ref().map(|i| i.take()) else {
+            return false;
+        };
+        let mut changed = false;
+        for job in jobs {
+            let r = self.call(&job.method, job.params);
+            changed |= r.is_ok() && job.method != "config_show";
+            let _ = job.reply.send(r);
+        }
+        changed
+    }
+
+    fn call(&mut self, method: &str, p: Value) -> Result<Value, RpcError> {
+        let edit = match method {
+            "config_show" => {
+                return self
+                    .config_text()
+                    .map_err(RpcError::from)
+                    .and_then(|t| to_value(&t))
+            }
+            "controller_disconnect" => {
+                let r = rpc::params::<ControllerRef>(method, p)?;
+                let res = self.disconnect_controller(&r);
+                return self.counted(method, res);
+            }
+            "subsystem_add" => Edit::SubsystemAdd(rpc::params(method, p)?),
+            "subsystem_del" => Edit::SubsystemDel(rpc::params(method, p)?),
+            "namespace_add" => Edit::NamespaceAdd(rpc::params(method, p)?),
+            "namespace_del" => Edit::NamespaceDel(rpc::params(method, p)?),
+            "host_add" => Edit::HostAdd(rpc::params(method, p)?),
+            "host_del" => Edit::HostDel(rpc::params(method, p)?),
+            m => {
+                return Err(RpcError::new(
+                    rpc::METHOD_NOT_FOUND,
+                    format!("unknown method '{m}'"),
+                ))
+            }
+        };
+        let res = self.change(&edit);
+        self.counted(method, res)
+    }
+
+    fn counted(&self, method: &str, r: Result<Changed, LiveError>) -> Result<Value, RpcError> {
+        let m = crate::telemetry::metrics::metrics();
+        match &r {
+            Ok(c) => {
+                m.control_changes.with_label_values(&[method, "ok"]).inc();
+                info!(
+                    method,
+                    "live change: {}{}",
+                    c.summary,
+                    c.applied
+                        .as_deref()
+                        .map(|a| format!(" ({a})"))
+                        .unwrap_or_default()
+                );
+            }
+            Err(e) => {
+                m.control_changes
+                    .with_label_values(&[method, "refused"])
+                    .inc();
+                warn!(method, error = %e, "live change refused; nothing changed");
+            }
+        }
+        r.map_err(RpcError::from).and_then(|c| to_value(&c))
+    }
+
+    /// The running configuration, as its file's text.
+    pub fn config_text(&self) -> Result<ConfigText, LiveError> {
+        let s = self.source.as_ref().ok_or(LiveError::NoFile)?;
+        Ok(ConfigText {
+            path: s.path.display().to_string(),
+            toml: s.text.clone(),
+        })
+    }
+
+    /// Makes `edit`: the file's new text validated, applied, then saved.
+    pub fn change(&mut self, edit: &Edit) -> Result<Changed, LiveError> {
+        let src = self.source.clone().ok_or(LiveError::NoFile)?;
+        let on_disk =
+            TargetConfig::read_file(&src.path).map_err(|e| LiveError::Read(e.to_string()))?;
+        if on_disk != src.text {
+            return Err(LiveError::FileChanged(src.path));
+        }
+        let edited = edit::apply(&src.text, edit)?;
+        let cfg = TargetConfig::from_file_text(&edited.text, &src.path, None).map_err(|e| {
+            LiveError::Refused(format!("the changed configuration is refused: {e}"))
+        })?;
+        let not_saved = |e: std::io::Error| LiveError::NotSaved {
+            path: src.path.clone(),
+            reason: e.to_string(),
+        };
+        let staged = Staged::write(&src.path, &edited.text).map_err(not_saved)?;
+        let old = self.config.clone();
+        let plan = self.reload(cfg).map_err(LiveError::Refused)?;
+        if let Err(e) = staged.commit() {
+            if let Err(back) = self.reload(old) {
+                warn!("undoing a change that could not be saved failed: {back}");
+            }
+            return Err(not_saved(e));
+        }
+        if let Some(s) = &mut self.source {
+            s.text = edited.text;
+        }
+        Ok(Changed {
+            summary: edited.summary,
+            nsid: edited.nsid,
+            applied: Some(plan.summary()),
+            saved: Some(src.path.display().to_string()),
+        })
+    }
+
+    /// Disconnects a controller: its queues go at once and none may join
+    /// it again; the host reconnects as a new controller, as after a
+    /// transport error.
+    pub fn disconnect_controller(&self, r: &ControllerRef) -> Result<Changed, LiveError> {
+        let missing = || LiveError::NoController {
+            nqn: r.subsystem.clone(),
+            cntlid: r.cntlid,
+        };
+        let sub = self
+            .target
+            .subsystems()
+            .iter()
+            .find(|s| s.nqn == r.subsystem && s.kind == SubsystemKind::Nvm)
+            .cloned()
+            .ok_or_else(|| LiveError::Edit(EditError::NoSubsystem(r.subsystem.clone())))?;
+        let ctrl = sub
+            .controllers()
+            .into_iter()
+            .find(|c| c.cntlid == r.cntlid)
+            .ok_or_else(missing)?;
+        ctrl.revoke();
+        Ok(Changed {
+            summary: format!(
+                "controller {} of {} (host {}) disconnected",
+                r.cntlid, r.subsystem, ctrl.hostnqn
+            ),
+            nsid: None,
+            applied: None,
+            saved: None,
+        })
+    }
+
+    /// Reloads the configuration file (SIGHUP): the file's text becomes
+    /// what live changes edit.
+    pub fn reload_file(&mut self) -> Result<super::reload::Plan, String> {
+        let path = self
+            .source
+            .as_ref()
+            .map(|s| s.path.clone())
+            .ok_or("the quick form (--listen/--nqn) has no configuration file to reload")?;
+        let (cfg, text) = TargetConfig::load_text(&path).map_err(|e| e.to_string())?;
+        let plan = self.reload(cfg)?;
+        self.source = Some(Source { path, text });
+        Ok(plan)
+    }
+}
+
+fn to_value<T: serde::Serialize>(t: &T) -> Result<Value, RpcError> {
+    serde_json::to_value(t).map_err(|e| RpcError::new(rpc::UNAVAILABLE, e.to_string()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_staged_file_replaces_the_old_one_only_when_committed() {
+        let d = std::env::temp_dir().join(format!("nvmf-live-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::create_dir_all(&d).unwrap();
+        let f = d.join("t.toml");
+        std::fs::write(&f, "old\n").unwrap();
+        std::fs::set_permissions(&f, std::fs::Permissions::from_mode(0o640)).unwrap();
+        let link = d.join("link.toml");
+        std::os::unix::fs::symlink(&f, &link).unwrap();
+        // Dropped: nothing changes, nothing is left behind.
+        drop(Staged::write(&link, "new\n").unwrap());
+        assert_eq!(std::fs::read_to_string(&f).unwrap(), "old\n");
+        assert_eq!(std::fs::read_dir(&d).unwrap().count(), 2);
+        // Committed through the symlink: the file it names changes, with its
+        // mode; the symlink stays a symlink.
+        Staged::write(&link, "new\n").unwrap().commit().unwrap();
+        assert_eq!(std::fs::read_to_string(&f).unwrap(), "new\n");
+        assert_eq!(std::fs::metadata(&f).unwrap().mode() & 0o777, 0o640);
+        assert!(std::fs::symlink_metadata(&link)
+            .unwrap()
+            .file_type()
+            .is_symlink());
+        assert_eq!(std::fs::read_dir(&d).unwrap().count(), 2);
+        std::fs::remove_dir_all(&d).unwrap();
+    }
+}
