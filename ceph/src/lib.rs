@@ -26,7 +26,10 @@ use std::sync::{Arc, OnceLock};
     clippy::all
 )]
 mod ffi {
+    #[cfg(feature = "regen-bindings")]
     include!(concat!(env!("OUT_DIR"), "/ffi.rs"));
+    #[cfg(not(feature = "regen-bindings"))]
+    include!("ffi.rs");
 }
 
 /// The library loaded: librbd, which brings librados as its dependency.
