@@ -22,7 +22,8 @@ use nvmf_initiator::{discovery, Error, Result, WindowMode};
 struct Cli {
     #[command(subcommand)]
     cmd: Cmd,
-    /// Log level (error, warn, info, debug, trace).
+    /// Log filter (error, warn, info, debug, trace, or e.g. nvmf_initiator=debug);
+    /// RUST_LOG overrides it.
     #[arg(long, global = true, default_value = "warn")]
     log_level: String,
 }
@@ -99,6 +100,12 @@ struct Io {
 
 #[derive(Subcommand)]
 enum Cmd {
+    /// Write the man pages and shell completions into DIR (for packaging).
+    #[command(hide = true, name = "generate-docs")]
+    GenerateDocs {
+        /// Where.
+        dir: std::path::PathBuf,
+    },
     /// Read the discovery log.
     Discover {
         #[command(flatten)]
@@ -660,6 +667,8 @@ fn perf_cmd(
 
 fn run(cli: Cli) -> Result<bool> {
     match cli.cmd {
+        // Answered in main, before logging starts.
+        Cmd::GenerateDocs { .. } => Ok(true),
         Cmd::Discover { conn } => {
             let o = options(&conn, nvme::DISCOVERY_NQN)?;
             let log = discovery::discover(&o)?;
@@ -734,12 +743,22 @@ fn main() -> ExitCode {
     // added back after a removal (see the function).
     rdma::one_malloc_arena();
     let cli = Cli::parse();
+    if let Cmd::GenerateDocs { dir } = &cli.cmd {
+        use clap::CommandFactory;
+        return match clidoc::write_all(Cli::command(), "8", dir) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("nvmf-initiator generate-docs: {}: {e}", dir.display());
+                ExitCode::from(1)
+            }
+        };
+    }
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .or_else(|_| tracing_subscriber::EnvFilter::try_new(&cli.log_level))
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
     tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_new(&cli.log_level)
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
-        )
+        .with_env_filter(filter)
         .init();
     match run(cli) {
         Ok(true) => ExitCode::SUCCESS,

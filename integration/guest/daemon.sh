@@ -4,8 +4,8 @@
 #
 #   1. check-config on broken configurations: exit 2 and the expected message each; a
 #      file with several errors names every one
-#   2. install exactly as the README says (its install block, run verbatim: binary,
-#      shipped config, unit, enable --now; no drop-in): `systemctl enable --now`
+#   2. install exactly as the README says (its install block, run verbatim: dpkg -i of the
+#      package, enable --now; no drop-in); man pages render, bash completes: `systemctl enable --now`
 #      returns only after the listener accepts (first discover works); the shipped
 #      config serves; `nvmf-target status` shows it; a non-root user is refused
 #   3. the kernel host connects; a real Prometheus scrapes /metrics during fio; its query
@@ -36,6 +36,10 @@
 #      `nvmf-target import-nvmetcli`, served by our target: same data
 #   7. integration/demo on a machine with an RDMA device (the guest's soft-RoCE): it
 #      serves the kernel host on that device directly
+#   8. `dpkg -r` stops the daemon and removes binaries and unit, keeping the configuration;
+#      `dpkg --purge` removes the configuration and the state
+# Test 2 installs the Debian package (packaging/build-deb, built by run-daemon-tests) as
+# the README says, and checks its man pages and completions.
 # Output: "=== [t] step" lines, "FAIL: ..." on failure (with the journal), last line
 # "DAEMON PASS" on success.
 set -euo pipefail
@@ -202,10 +206,32 @@ t=$(date +%s%N)
 bash -euxo pipefail /tmp/install.sh 2>&1 | sed 's/^/    /' || fail "the README's install commands failed"
 info "install + enable --now returned after $(( ($(date +%s%N) - t) / 1000000 )) ms"
 # The unit as systemd reads it: any complaint about it fails (other units' lines are shown).
-VERIFY=$(systemd-analyze verify /etc/systemd/system/nvmf-target.service 2>&1) || { echo "$VERIFY" | sed 's/^/    verify: /'; fail "systemd-analyze verify failed on the unit"; }
+VERIFY=$(systemd-analyze verify /lib/systemd/system/nvmf-target.service 2>&1) || { echo "$VERIFY" | sed 's/^/    verify: /'; fail "systemd-analyze verify failed on the unit"; }
 [ -n "$VERIFY" ] && echo "$VERIFY" | sed 's/^/    verify: /'
 grep -q 'nvmf-target' <<<"$VERIFY" && fail "systemd-analyze verify complains about the unit (above)"
 [ "$(systemctl is-active nvmf-target)" = active ] || fail "unit not active after the README's install (shipped config)"
+[ "$(dpkg-query -W -f '${Status}' nvmf-target)" = "install ok installed" ] || fail "the package is not installed"
+dpkg-query -W -f '    package: ${Package} ${Version}, ${Installed-Size} KiB\n' nvmf-target
+grep -qx /etc/nvmf-target/nvmf-target.toml /var/lib/dpkg/info/nvmf-target.conffiles || fail "the configuration is not a conffile"
+MANW=$(MANWIDTH=100 man -P cat nvmf-target 2>&1) || fail "man nvmf-target: $MANW"
+grep -q "namespace" <<<"$MANW" || fail "man nvmf-target does not list its commands"
+MANW=$(MANWIDTH=100 man -P cat nvmf-target-namespace-add 2>&1) || fail "man nvmf-target-namespace-add: $MANW"
+grep -q -- "--rbd-pool" <<<"$MANW" || fail "man nvmf-target-namespace-add lacks its options"
+MANW=$(MANWIDTH=100 man -P cat 5 nvmf-target.toml 2>&1) || fail "man 5 nvmf-target.toml: $MANW"
+grep -q "max_pinned_memory" <<<"$MANW" || fail "man 5 nvmf-target.toml lacks the settings"
+MANW=$(MANWIDTH=100 man -P cat nvmf-initiator 2>&1) || fail "man nvmf-initiator: $MANW"
+info "man pages render: nvmf-target(8), nvmf-target-namespace-add(8), nvmf-target.toml(5), nvmf-initiator(8)"
+COMP=$(bash -c '. /usr/share/bash-completion/completions/nvmf-target
+    f=$(complete -p nvmf-target | sed -n "s/.*-F \([^ ]*\).*/\1/p")
+    COMP_WORDS=(nvmf-target names); COMP_CWORD=1; COMP_LINE="nvmf-target names"; COMP_POINT=${#COMP_LINE}
+    "$f" nvmf-target names nvmf-target; echo "${COMPREPLY[@]}"' 2>&1) || fail "bash completion: $COMP"
+[ "$COMP" = namespace ] || fail "bash completion of 'nvmf-target names' gave '$COMP'"
+for f in _nvmf-target:/usr/share/zsh/vendor-completions /usr/share/fish/vendor_completions.d/nvmf-target.fish \
+         /usr/share/nvmf-target/grafana/nvmf-target.json /usr/share/nvmf-target/prometheus/nvmf-target-alerts.yml; do
+    case $f in *:*) f=${f#*:}/${f%%:*} ;; esac
+    [ -s "$f" ] || fail "the package lacks $f"
+done
+info "bash completes 'nvmf-target names' to '$COMP'; zsh and fish completions, the Grafana board and alert rules installed"
 [ "$(systemctl is-enabled nvmf-target)" = enabled ] || fail "unit not enabled"
 nvme discover -t rdma -a "$IP" -s "$PORT" >/tmp/discover.txt 2>&1 \
     || { cat /tmp/discover.txt; fail "first nvme discover right after 'systemctl enable --now' failed: READY=1 came before the listener accepted"; }
@@ -280,7 +306,7 @@ curl -sf "$METRICS" >/tmp/metrics.txt
 promtool check metrics </tmp/metrics.txt || fail "promtool check metrics failed"
 info "promtool check metrics: ok ($(grep -vc '^#' /tmp/metrics.txt) samples)"
 rules_ok=0
-(cd etc/prometheus && promtool check rules nvmf-target-alerts.yml && promtool test rules nvmf-target-alerts.test.yml) \
+(cd /usr/share/nvmf-target/prometheus && promtool check rules nvmf-target-alerts.yml && promtool test rules nvmf-target-alerts.test.yml) \
     >/tmp/promtool.txt 2>&1 || rules_ok=$?
 sed 's/^/    promtool: /' /tmp/promtool.txt
 [ $rules_ok = 0 ] || fail "the shipped alert rules fail promtool check/test rules"
@@ -689,6 +715,26 @@ grep -q "^DEMO OK" /tmp/demo.log || fail "no DEMO OK"
 grep -q "1 GiB disk /var/tmp/nvmf-demo.img" /tmp/demo.log || fail "the demo did not use a file of its own"
 [ -e /var/tmp/nvmf-demo.img ] && fail "the demo left its disk behind"
 grep -E "RDMA device on|IOPS=|controller 1 host|namespace 1" /tmp/demo.log | sed 's/^/    demo: /'
+
+# =====================================================================================
+step "test 8: dpkg -r stops and removes the package, keeping the configuration; --purge removes it"
+systemctl start nvmf-target || fail "systemctl start before dpkg -r"
+wait_for 30 "the daemon active" bash -c "[ \"\$(systemctl is-active nvmf-target)\" = active ]"
+dpkg -r nvmf-target >/tmp/dpkg-r.log 2>&1 || { cat /tmp/dpkg-r.log; fail "dpkg -r failed"; }
+[ "$(systemctl is-active nvmf-target 2>/dev/null)" != active ] || fail "the daemon still runs after dpkg -r"
+pgrep -x nvmf-target >/dev/null && fail "an nvmf-target process is left after dpkg -r"
+for f in /usr/sbin/nvmf-target /usr/bin/nvmf-initiator /lib/systemd/system/nvmf-target.service; do
+    [ -e "$f" ] && fail "$f is left after dpkg -r"
+done
+[ -e "$CONF" ] || fail "dpkg -r removed the configuration (only --purge may)"
+[ "$(systemctl is-enabled nvmf-target 2>/dev/null)" = enabled ] && fail "the unit is still enabled after dpkg -r"
+info "dpkg -r: daemon stopped, binaries and unit gone, $CONF kept"
+dpkg --purge nvmf-target >/tmp/dpkg-purge.log 2>&1 || { cat /tmp/dpkg-purge.log; fail "dpkg --purge failed"; }
+[ -e /etc/nvmf-target ] && fail "/etc/nvmf-target is left after dpkg --purge: $(ls -A /etc/nvmf-target)"
+[ -e /var/lib/nvmf-target ] && fail "/var/lib/nvmf-target is left after dpkg --purge"
+dpkg-query -W nvmf-target >/dev/null 2>&1 && [ "$(dpkg-query -W -f '${Status}' nvmf-target)" != "unknown ok not-installed" ] \
+    && fail "dpkg still knows the package: $(dpkg-query -W -f '${Status}' nvmf-target)"
+info "dpkg --purge: configuration and state gone"
 
 PASSED=1
 echo

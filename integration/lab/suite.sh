@@ -3,7 +3,8 @@
 #   run_suite NAME TITLE GUEST_SCRIPT TIMEOUT [ARG...]
 # (a) integration/lab/build-image (quick when up to date; as root), (b) cargo build
 # --release of the target, the initiator and its examples (skipped when SKIP_BUILD is set
-# and the target's binary exists), (c) boot
+# and the target's binary exists), then the caller's after_build ROOT if it defines one,
+# (c) boot
 # the lab VM and run GUEST_SCRIPT (relative to the project root), its output also saved to
 # integration/out/NAME.log, (d) exit with its status. ARGs: --keep (keep the VM's files),
 # -e VAR=VALUE (an environment variable for the guest script), -h (the caller's header).
@@ -41,6 +42,10 @@ run_suite() {
             || die "cargo build --release failed"
     fi
     [ -x "$bin" ] || die "$bin missing"
+    # What the caller builds from the build (e.g. the Debian package).
+    if declare -F after_build >/dev/null; then
+        after_build "$root" || die "preparing the suite (after_build) failed"
+    fi
     mkdir -p "$root/integration/out"
     outlog=$root/integration/out/$name${LAB_SUITE:+-$LAB_SUITE}.log
     log "$title in the lab VM (output also in $outlog)"

@@ -117,6 +117,12 @@ enum Cmd {
         #[command(flatten)]
         conn: cli::Conn,
     },
+    /// Write the man pages and shell completions into DIR (for packaging).
+    #[command(hide = true, name = "generate-docs")]
+    GenerateDocs {
+        /// Where.
+        dir: PathBuf,
+    },
     /// Print a systemd drop-in that narrows the service's devices from every
     /// block device (the unit's default) to exactly the ones a configuration
     /// exports, for administrators who prefer that to reload-only disk
@@ -345,6 +351,34 @@ fn status(args: &Args, json: bool, socket: Option<&std::path::Path>) -> ExitCode
     }
 }
 
+/// `generate-docs`: the man pages (nvmf-target(8), one per command, and
+/// nvmf-target.toml(5) from the shipped, commented configuration) and the
+/// shell completions.
+fn generate_docs(dir: &std::path::Path) -> ExitCode {
+    use clap::CommandFactory;
+    let config = clidoc::config_page(
+        "nvmf-target.toml",
+        "5",
+        "configuration of the nvmf-target daemon",
+        "The daemon reads /etc/nvmf-target/nvmf-target.toml (or --config FILE) at start and on \
+         systemctl reload; nvmf-target check-config FILE validates a file. Live changes \
+         (nvmf-target namespace add, ...) are written back into it, its comments kept. \
+         Scalar settings can be overridden by NVMF_TARGET_<SECTION>__<KEY> environment variables.",
+        include_str!("../../etc/nvmf-target.toml"),
+        "nvmf-target(8), nvmf-target-namespace(8), nvmf-target-check-config(8); \
+         /usr/share/doc/nvmf-target/",
+    );
+    let done = clidoc::write_all(Args::command(), "8", dir)
+        .and_then(|_| std::fs::write(dir.join("man/nvmf-target.toml.5"), config));
+    match done {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("nvmf-target generate-docs: {}: {e}", dir.display());
+            ExitCode::from(1)
+        }
+    }
+}
+
 fn main() -> ExitCode {
     // Before any thread: librdmacm's device list must survive a device
     // added back after a removal (see the function).
@@ -359,6 +393,7 @@ fn main() -> ExitCode {
         Some(Cmd::SystemdDevices { file }) => {
             return print_from_config(file, |c| device_allow(c, file))
         }
+        Some(Cmd::GenerateDocs { dir }) => return generate_docs(dir),
         Some(Cmd::Subsystem { cmd, conn }) => {
             return cli::run(
                 &cli::Admin::Subsystem(cmd.clone()),
