@@ -193,6 +193,13 @@ cp /tmp/good.toml "$BAD"; CHECK_ENV=NVMF_TARGET_TARGET__POLL_SPIN_US=fast check_
 printf '[[subsystem]]\nnqn = "disk1"\nallow_any_host = true\n[[subsystem.namespace]]\npath = "/dev/ram0"\n' >"$BAD"
 check_bad "bad NQN and no listener" "listener: at least one [[listener]] is required"
 check_bad "bad NQN and no listener" "subsystem[0].nqn: 'disk1' must start with 'nqn.'"
+rc=0; "$BIN_SRC" check-config --json "$BAD" >/tmp/check.json || rc=$?
+[ $rc = 2 ] || fail "check-config --json of a bad file: exit $rc"
+python3 -c 'import json; d = json.load(open("/tmp/check.json")); assert d["ok"] is False and {e["field"] for e in d["errors"]} >= {"listener", "subsystem[0].nqn"}, d' \
+    || fail "check-config --json: $(cat /tmp/check.json)"
+"$BIN_SRC" check-config --json /tmp/good.toml | python3 -c 'import json,sys; d=json.load(sys.stdin); assert d == {"ok": True, "listeners": 1, "subsystems": 1, "namespaces": 1}, d' \
+    || fail "check-config --json of a good file"
+info "ok  check-config --json: every error with its file and field; a good file's counts"
 
 # =====================================================================================
 step "test 2: install as the README says (its install block, verbatim), start with the shipped config"

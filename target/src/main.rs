@@ -61,6 +61,10 @@ enum Cmd {
     CheckConfig {
         /// The file.
         file: PathBuf,
+        /// Print the result as JSON: {"ok": true, "listeners", "subsystems",
+        /// "namespaces"} or {"ok": false, "errors": [{"file", "field", "reason"}]}.
+        #[arg(long)]
+        json: bool,
     },
     /// Convert the JSON that `nvmetcli save` writes for the kernel target
     /// (usually /etc/nvmet/config.json) to this target's TOML, on stdout;
@@ -320,6 +324,27 @@ fn print_from_config(
     }
 }
 
+/// `check-config --json`: the verdict on stdout, exit 0 or 2 as without.
+fn check_config_json(file: &std::path::Path) -> ExitCode {
+    let (v, code) = match TargetConfig::load(file) {
+        Ok(c) => (
+            serde_json::json!({
+                "ok": true,
+                "listeners": c.listeners.len(),
+                "subsystems": c.subsystems.len(),
+                "namespaces": c.subsystems.iter().map(|s| s.namespaces.len()).sum::<usize>(),
+            }),
+            ExitCode::SUCCESS,
+        ),
+        Err(e) => (
+            serde_json::json!({"ok": false, "errors": e.to_json()}),
+            ExitCode::from(2),
+        ),
+    };
+    println!("{v}");
+    code
+}
+
 /// `nvmf-target status`.
 fn status(args: &Args, json: bool, socket: Option<&std::path::Path>) -> ExitCode {
     let path = match cli::socket_path(&config_path(args), socket, "status") {
@@ -386,7 +411,8 @@ fn main() -> ExitCode {
     let args = Args::parse();
     match &args.cmd {
         Some(Cmd::Status { json, socket }) => return status(&args, *json, socket.as_deref()),
-        Some(Cmd::CheckConfig { file }) => {
+        Some(Cmd::CheckConfig { file, json: true }) => return check_config_json(file),
+        Some(Cmd::CheckConfig { file, json: false }) => {
             return print_from_config(file, |c| format!("{}\n", summary(c)))
         }
         Some(Cmd::ImportNvmetcli { file }) => return import_nvmetcli(file),

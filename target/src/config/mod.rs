@@ -57,6 +57,22 @@ impl ConfigError {
         }
     }
 
+    /// Every error, as JSON objects `{"file", "field", "reason"}` (`field`
+    /// null for a file that does not load), for `check-config --json`.
+    pub fn to_json(&self) -> Vec<serde_json::Value> {
+        match self {
+            ConfigError::Load { file, reason } => {
+                vec![serde_json::json!({"file": file, "field": null, "reason": reason})]
+            }
+            ConfigError::Invalid {
+                source_name,
+                field,
+                reason,
+            } => vec![serde_json::json!({"file": source_name, "field": field, "reason": reason})],
+            ConfigError::Several(v) => v.iter().flat_map(|e| e.to_json()).collect(),
+        }
+    }
+
     /// Whether this error is about `field` or a field inside it.
     fn names(&self, field: &str) -> bool {
         match self {
@@ -861,5 +877,21 @@ socket = "x"
         .unwrap_err()
         .to_string();
         assert!(e.contains("namespace[0].pool"), "{e}");
+    }
+
+    #[test]
+    fn errors_as_json_name_file_field_and_reason() {
+        let e = TargetConfig::from_toml(
+            "[[subsystem]]\nnqn = \"disk1\"\nallow_any_host = true\n",
+            "t.toml",
+        )
+        .unwrap_err();
+        let j = e.to_json();
+        assert_eq!(j.len(), e.count());
+        assert!(j.iter().any(|x| x["field"] == "subsystem[0].nqn"
+            && x["file"] == "t.toml"
+            && x["reason"].as_str().unwrap().contains("nqn.")));
+        let e = TargetConfig::from_toml("[[x", "t.toml").unwrap_err();
+        assert_eq!(e.to_json()[0]["field"], serde_json::Value::Null);
     }
 }
