@@ -270,7 +270,7 @@ fn serve(
         let mut s = match conn {
             Ok(s) => s,
             Err(e) => {
-                warn!("control socket: accept: {e}");
+                warn!(error = %e, "control socket: accept");
                 std::thread::sleep(Duration::from_millis(100));
                 continue;
             }

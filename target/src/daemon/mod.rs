@@ -288,7 +288,7 @@ impl Daemon {
                         .fence_warned
                         .is_none_or(|t| t.elapsed() > Duration::from_secs(30))
                     {
-                        warn!(subsys = %sub.nqn, nsid = old.nsid, "reopening a fenced namespace failed (retried every second): {e}");
+                        warn!(subsys = %sub.nqn, nsid = old.nsid, error = %e, "reopening a fenced namespace failed (retried every second)");
                         self.fence_warned = Some(Instant::now());
                     }
                 }
@@ -535,7 +535,7 @@ impl Daemon {
                     }
                     Ok(None) => {}
                     Err(e) => {
-                        warn!(subsys = %sub.nqn, nsid = ns.nsid, "size of the store unknown: {e}")
+                        warn!(subsys = %sub.nqn, nsid = ns.nsid, error = %e, "size of the store unknown")
                     }
                 }
             }
@@ -570,7 +570,7 @@ impl Daemon {
         for s in t.all_subsystems() {
             for ns in s.namespaces().iter() {
                 if let Err(e) = ns.flush() {
-                    error!(subsys = %s.nqn, nsid = ns.nsid, "final flush failed: {e}");
+                    error!(subsys = %s.nqn, nsid = ns.nsid, error = %e, "final flush failed");
                     flush_failed = true;
                 }
             }

@@ -200,7 +200,7 @@ impl Drop for Namespace {
     /// command completed: the controller advertises a volatile write cache.
     fn drop(&mut self) {
         if let Err(e) = self.flush() {
-            tracing::warn!(nsid = self.nsid, "flush of a closing namespace: {e}");
+            tracing::warn!(nsid = self.nsid, error = %e, "flush of a closing namespace");
         }
     }
 }

@@ -191,11 +191,11 @@ impl NsReservations {
                     // the command fails (final: a retry would not be the
                     // same command), as its durability is not known.
                     Err(e @ persist::StoreError::Unsynced { .. }) => {
-                        tracing::error!("reservation state may not be durable: {e}");
+                        tracing::error!(error = %e, "reservation state may not be durable");
                         failed = Some(Status::INTERNAL.no_retry());
                     }
                     Err(e) => {
-                        tracing::error!("reservation state not persisted: {e}");
+                        tracing::error!(error = %e, "reservation state not persisted");
                         return Err(Status::INTERNAL);
                     }
                 }
@@ -224,7 +224,7 @@ impl NsReservations {
         }
         for _ in 0..TRIES {
             let cur = c.read().map_err(|e| {
-                tracing::warn!("reading the reservation state: {e}");
+                tracing::warn!(error = %e, "reading the reservation state");
                 not_sure()
             })?;
             let mut next = cur.state.clone();
@@ -243,7 +243,7 @@ impl NsReservations {
                 Err(e) => {
                     // Whether it landed is not known: the host retries the
                     // command, which finds the state as it is then.
-                    tracing::warn!("writing the reservation state: {e}");
+                    tracing::warn!(error = %e, "writing the reservation state");
                     return Err(not_sure());
                 }
             }

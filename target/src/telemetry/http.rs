@@ -100,7 +100,7 @@ pub fn start(addr: SocketAddr) -> std::io::Result<MetricsServer> {
                     let (stream, peer) = match listener.accept().await {
                         Ok(x) => x,
                         Err(e) => {
-                            warn!("metrics endpoint: accept: {e}");
+                            warn!(error = %e, "metrics endpoint: accept");
                             tokio::time::sleep(Duration::from_millis(100)).await;
                             continue;
                         }

@@ -193,12 +193,12 @@ impl WorkerDevice {
                 wr::poll_cq(index, self.gen),
                 wr::worker(wr::POLL_CANCEL, index),
             ) {
-                warn!("cancelling the completion-channel poll of a removed device: {e}");
+                warn!(error = %e, "cancelling the completion-channel poll of a removed device");
             }
         }
         for f in std::iter::once(self.fixed).chain(self.srq.as_ref().and_then(|a| a.fixed())) {
             if let Err(e) = ring.unregister_fixed(f) {
-                warn!("unregistering the buffers of a removed device: {e}");
+                warn!(error = %e, "unregistering the buffers of a removed device");
             }
         }
         info!("worker let go of a removed RDMA device");

@@ -288,6 +288,6 @@ pub(crate) fn reject(id: &CmId, why: RejectStatus) {
     });
     warn!(peer = ?id.peer_addr(), reason = ?why, "rejecting queue connection");
     if let Err(e) = id.reject(&CmReject::new(why).encode()) {
-        warn!("rdma_reject: {e}");
+        warn!(error = %e, "rdma_reject");
     }
 }

@@ -140,7 +140,7 @@ impl Poster {
         // left at the poster (it posts or fails every batch it holds before
         // it is marked FAILED).
         if let Err(e) = unsafe { ticket.post(&mut batch) } {
-            error!("ibv_post_send: {e}");
+            error!(error = %e, "ibv_post_send");
         }
         batch
     }
@@ -229,7 +229,7 @@ fn run(shared: &Shared) {
             // SAFETY: the worker that handed the batch over guaranteed its
             // memory (`Poster::hand`); the ticket keeps the queue pair.
             if let Err(e) = unsafe { ticket.post(&mut batch) } {
-                error!("ibv_post_send (poster): {e}");
+                error!(error = %e, "ibv_post_send (poster)");
             }
             done.push(batch);
         }

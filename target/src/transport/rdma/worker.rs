@@ -308,7 +308,7 @@ impl Worker {
                         }
                         work += n;
                     }
-                    Err(e) => error!(worker = self.res.shared.index, "ibv_poll_cq: {e}"),
+                    Err(e) => error!(worker = self.res.shared.index, error = %e, "ibv_poll_cq"),
                 }
             }
             let n = self.res.ring.reap(&mut cqes);
@@ -327,7 +327,7 @@ impl Worker {
             }
             self.flush_sends();
             if let Err(e) = self.res.ring.submit() {
-                error!(worker = self.res.shared.index, "io_uring submit: {e}");
+                error!(worker = self.res.shared.index, error = %e, "io_uring submit");
             }
             if std::mem::take(&mut self.armed.tick_now) || now.duration_since(last_tick) >= TICK {
                 last_tick = now;
@@ -362,7 +362,7 @@ impl Worker {
                     continue;
                 };
                 if let Err(e) = dev.cq.req_notify() {
-                    error!(worker = self.res.shared.index, "ibv_req_notify_cq: {e}");
+                    error!(worker = self.res.shared.index, error = %e, "ibv_req_notify_cq");
                 }
                 if let Ok(n) = dev.cq.poll(&mut wcs) {
                     for wc in &wcs[..n] {
@@ -379,7 +379,7 @@ impl Worker {
             }
             self.arm_polls();
             if let Err(e) = self.res.ring.wait(IDLE_WAIT) {
-                error!(worker = self.res.shared.index, "io_uring wait: {e}");
+                error!(worker = self.res.shared.index, error = %e, "io_uring wait");
                 std::thread::sleep(Duration::from_millis(10));
             }
             wakeups.inc();
@@ -583,7 +583,7 @@ impl Worker {
                 continue;
             }
             if let Err(e) = c.id.migrate(&self.cm) {
-                error!("rdma_migrate_id: {e}");
+                error!(error = %e, "rdma_migrate_id");
                 super::reject(&c.id, RejectStatus::NoResources);
                 continue;
             }
@@ -719,7 +719,7 @@ impl Worker {
                 }
                 Ok(None) => return n,
                 Err(e) => {
-                    error!(worker = self.res.shared.index, "rdma_get_cm_event: {e}");
+                    error!(worker = self.res.shared.index, error = %e, "rdma_get_cm_event");
                     return n;
                 }
             }
@@ -795,7 +795,7 @@ impl Worker {
         }
         if retired {
             if let Err(e) = self.res.ring.submit() {
-                error!(worker = self.res.shared.index, "io_uring submit: {e}");
+                error!(worker = self.res.shared.index, error = %e, "io_uring submit");
             }
             rdma::sync_devices();
         }

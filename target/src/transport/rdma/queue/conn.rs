@@ -164,7 +164,7 @@ impl Queue {
         // default (code 0) is the longest, 655 ms, which makes a short
         // shortage stall the host's queue for most of a second.
         if let Some(Err(e)) = id.qp().map(|qp| qp.set_min_rnr_timer(MIN_RNR_TIMER)) {
-            warn!(qid = params.qid, "setting the RNR timer: {e}");
+            warn!(qid = params.qid, error = %e, "setting the RNR timer");
         }
         dev.cq_room -= cq_share;
         if !own_recv {

@@ -272,7 +272,7 @@ impl Queue {
             (None, None) => return,
         };
         if let Err(e) = res {
-            error!(qid = self.qid(), "reposting a receive: {e}");
+            error!(qid = self.qid(), error = %e, "reposting a receive");
             self.fail(cx);
         }
     }
@@ -509,7 +509,7 @@ impl Queue {
         // request that holds it until its SEND (or READ) completes (inline
         // responses are copies in the batch); the QP is live (owned by `id`).
         if let Err(e) = unsafe { self.batch.post(&qp) } {
-            error!(qid = self.qid(), "ibv_post_send: {e}");
+            error!(qid = self.qid(), error = %e, "ibv_post_send");
             self.fail(cx);
         }
     }
