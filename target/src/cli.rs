@@ -138,35 +138,75 @@ pub enum ConfigCmd {
     Show,
 }
 
-/// A command for the daemon.
-#[derive(Debug, Clone)]
+/// A command for the daemon (`nvmf-target subsystem|namespace|host|controller|config`).
+#[derive(Subcommand, Debug, Clone)]
 pub enum Admin {
-    /// `subsystem ...`
-    Subsystem(SubsystemCmd),
-    /// `namespace ...`
-    Namespace(NamespaceCmd),
-    /// `host ...`
-    Host(HostCmd),
-    /// `controller ...`
-    Controller(ControllerCmd),
-    /// `config ...`
-    Config(ConfigCmd),
+    /// Subsystems: add, del (live; kept in the configuration file).
+    Subsystem {
+        #[command(subcommand)]
+        cmd: SubsystemCmd,
+        #[command(flatten)]
+        conn: Conn,
+    },
+    /// Namespaces: add, del (live; hosts see the change without reconnecting).
+    Namespace {
+        #[command(subcommand)]
+        cmd: NamespaceCmd,
+        #[command(flatten)]
+        conn: Conn,
+    },
+    /// Hosts allowed to connect: add, del (a removed host is disconnected at once).
+    Host {
+        #[command(subcommand)]
+        cmd: HostCmd,
+        #[command(flatten)]
+        conn: Conn,
+    },
+    /// Controllers: disconnect.
+    Controller {
+        #[command(subcommand)]
+        cmd: ControllerCmd,
+        #[command(flatten)]
+        conn: Conn,
+    },
+    /// The running configuration: show.
+    Config {
+        #[command(subcommand)]
+        cmd: ConfigCmd,
+        #[command(flatten)]
+        conn: Conn,
+    },
 }
 
 impl Admin {
+    /// Where the daemon is and how to print its answer.
+    pub fn conn(&self) -> &Conn {
+        match self {
+            Admin::Subsystem { conn, .. }
+            | Admin::Namespace { conn, .. }
+            | Admin::Host { conn, .. }
+            | Admin::Controller { conn, .. }
+            | Admin::Config { conn, .. } => conn,
+        }
+    }
+
     /// The method and its parameters.
     pub fn request(&self) -> (&'static str, Value) {
         fn v<T: serde::Serialize>(t: T) -> Value {
             serde_json::to_value(t).unwrap_or(Value::Null)
         }
         match self.clone() {
-            Admin::Subsystem(SubsystemCmd::Add {
-                subsystem,
-                allow_any_host,
-                hosts,
-                serial,
-                model,
-            }) => (
+            Admin::Subsystem {
+                cmd:
+                    SubsystemCmd::Add {
+                        subsystem,
+                        allow_any_host,
+                        hosts,
+                        serial,
+                        model,
+                    },
+                ..
+            } => (
                 "subsystem_add",
                 v(SubsystemAdd {
                     nqn: subsystem,
@@ -176,19 +216,24 @@ impl Admin {
                     model,
                 }),
             ),
-            Admin::Subsystem(SubsystemCmd::Del { subsystem }) => {
-                ("subsystem_del", v(SubsystemRef { nqn: subsystem }))
-            }
-            Admin::Namespace(NamespaceCmd::Add {
-                subsystem,
-                path,
-                rbd_pool,
-                rbd_image,
-                null,
-                nsid,
-                read_only,
-                ana_group,
-            }) => (
+            Admin::Subsystem {
+                cmd: SubsystemCmd::Del { subsystem },
+                ..
+            } => ("subsystem_del", v(SubsystemRef { nqn: subsystem })),
+            Admin::Namespace {
+                cmd:
+                    NamespaceCmd::Add {
+                        subsystem,
+                        path,
+                        rbd_pool,
+                        rbd_image,
+                        null,
+                        nsid,
+                        read_only,
+                        ana_group,
+                    },
+                ..
+            } => (
                 "namespace_add",
                 v(NamespaceAdd {
                     subsystem,
@@ -201,34 +246,49 @@ impl Admin {
                     ana_group,
                 }),
             ),
-            Admin::Namespace(NamespaceCmd::Del { subsystem, nsid }) => {
-                ("namespace_del", v(NamespaceRef { subsystem, nsid }))
-            }
-            Admin::Host(HostCmd::Add {
-                subsystem,
-                host_nqn,
-            }) => (
+            Admin::Namespace {
+                cmd: NamespaceCmd::Del { subsystem, nsid },
+                ..
+            } => ("namespace_del", v(NamespaceRef { subsystem, nsid })),
+            Admin::Host {
+                cmd:
+                    HostCmd::Add {
+                        subsystem,
+                        host_nqn,
+                    },
+                ..
+            } => (
                 "host_add",
                 v(HostRef {
                     subsystem,
                     host_nqn,
                 }),
             ),
-            Admin::Host(HostCmd::Del {
-                subsystem,
-                host_nqn,
-            }) => (
+            Admin::Host {
+                cmd:
+                    HostCmd::Del {
+                        subsystem,
+                        host_nqn,
+                    },
+                ..
+            } => (
                 "host_del",
                 v(HostRef {
                     subsystem,
                     host_nqn,
                 }),
             ),
-            Admin::Controller(ControllerCmd::Disconnect { subsystem, cntlid }) => (
+            Admin::Controller {
+                cmd: ControllerCmd::Disconnect { subsystem, cntlid },
+                ..
+            } => (
                 "controller_disconnect",
                 v(ControllerRef { subsystem, cntlid }),
             ),
-            Admin::Config(ConfigCmd::Show) => ("config_show", Value::Null),
+            Admin::Config {
+                cmd: ConfigCmd::Show,
+                ..
+            } => ("config_show", Value::Null),
         }
     }
 }
@@ -276,7 +336,8 @@ pub fn explain(cmd: &str, e: &CallError) -> String {
 
 /// Runs `cmd` against the daemon; exit 0 on success, 1 if it could not be
 /// reached, 2 if it refused.
-pub fn run(cmd: &Admin, conn: &Conn, config: &Path) -> ExitCode {
+pub fn run(cmd: &Admin, config: &Path) -> ExitCode {
+    let conn = cmd.conn();
     let (method, params) = cmd.request();
     let name = method.replace('_', " ");
     let path = match socket_path(config, conn.socket.as_deref(), &name) {
@@ -336,47 +397,69 @@ mod tests {
 
     #[test]
     fn commands_become_requests() {
-        let (m, p) = Admin::Namespace(NamespaceCmd::Add {
-            subsystem: "nqn.a".into(),
-            path: None,
-            rbd_pool: None,
-            rbd_image: None,
-            null: Some("1G".into()),
-            nsid: None,
-            read_only: true,
-            ana_group: Some(2),
-        })
+        let (m, p) = Admin::Namespace {
+            cmd: NamespaceCmd::Add {
+                subsystem: "nqn.a".into(),
+                path: None,
+                rbd_pool: None,
+                rbd_image: None,
+                null: Some("1G".into()),
+                nsid: None,
+                read_only: true,
+                ana_group: Some(2),
+            },
+            conn: Conn::default(),
+        }
         .request();
         assert_eq!(m, "namespace_add");
         let back: NamespaceAdd = rpc::params(m, p).unwrap();
         assert_eq!(back.null_size.as_deref(), Some("1G"));
         assert!(back.read_only);
-        let (m, p) = Admin::Config(ConfigCmd::Show).request();
+        let (m, p) = Admin::Config {
+            cmd: ConfigCmd::Show,
+            conn: Conn::default(),
+        }
+        .request();
         assert_eq!((m, p), ("config_show", Value::Null));
-        let (m, p) = Admin::Controller(ControllerCmd::Disconnect {
-            subsystem: "nqn.a".into(),
-            cntlid: 3,
-        })
+        let (m, p) = Admin::Controller {
+            cmd: ControllerCmd::Disconnect {
+                subsystem: "nqn.a".into(),
+                cntlid: 3,
+            },
+            conn: Conn::default(),
+        }
         .request();
         assert_eq!(m, "controller_disconnect");
         assert_eq!(p["cntlid"], 3);
         // Every method the CLI asks is one the daemon knows.
         for a in [
-            Admin::Subsystem(SubsystemCmd::Del {
-                subsystem: "x".into(),
-            }),
-            Admin::Host(HostCmd::Add {
-                subsystem: "x".into(),
-                host_nqn: "*".into(),
-            }),
-            Admin::Host(HostCmd::Del {
-                subsystem: "x".into(),
-                host_nqn: "*".into(),
-            }),
-            Admin::Namespace(NamespaceCmd::Del {
-                subsystem: "x".into(),
-                nsid: 1,
-            }),
+            Admin::Subsystem {
+                cmd: SubsystemCmd::Del {
+                    subsystem: "x".into(),
+                },
+                conn: Conn::default(),
+            },
+            Admin::Host {
+                cmd: HostCmd::Add {
+                    subsystem: "x".into(),
+                    host_nqn: "*".into(),
+                },
+                conn: Conn::default(),
+            },
+            Admin::Host {
+                cmd: HostCmd::Del {
+                    subsystem: "x".into(),
+                    host_nqn: "*".into(),
+                },
+                conn: Conn::default(),
+            },
+            Admin::Namespace {
+                cmd: NamespaceCmd::Del {
+                    subsystem: "x".into(),
+                    nsid: 1,
+                },
+                conn: Conn::default(),
+            },
         ] {
             assert!(rpc::METHODS.contains(&a.request().0));
         }

@@ -86,41 +86,8 @@ enum Cmd {
         #[arg(long, value_name = "PATH")]
         socket: Option<PathBuf>,
     },
-    /// Subsystems: add, del (live; kept in the configuration file).
-    Subsystem {
-        #[command(subcommand)]
-        cmd: cli::SubsystemCmd,
-        #[command(flatten)]
-        conn: cli::Conn,
-    },
-    /// Namespaces: add, del (live; hosts see the change without reconnecting).
-    Namespace {
-        #[command(subcommand)]
-        cmd: cli::NamespaceCmd,
-        #[command(flatten)]
-        conn: cli::Conn,
-    },
-    /// Hosts allowed to connect: add, del (a removed host is disconnected at once).
-    Host {
-        #[command(subcommand)]
-        cmd: cli::HostCmd,
-        #[command(flatten)]
-        conn: cli::Conn,
-    },
-    /// Controllers: disconnect.
-    Controller {
-        #[command(subcommand)]
-        cmd: cli::ControllerCmd,
-        #[command(flatten)]
-        conn: cli::Conn,
-    },
-    /// The running configuration: show.
-    Config {
-        #[command(subcommand)]
-        cmd: cli::ConfigCmd,
-        #[command(flatten)]
-        conn: cli::Conn,
-    },
+    #[command(flatten)]
+    Admin(cli::Admin),
     /// Write the man pages and shell completions into DIR (for packaging).
     #[command(hide = true, name = "generate-docs")]
     GenerateDocs {
@@ -420,33 +387,7 @@ fn main() -> ExitCode {
             return print_from_config(file, |c| device_allow(c, file))
         }
         Some(Cmd::GenerateDocs { dir }) => return generate_docs(dir),
-        Some(Cmd::Subsystem { cmd, conn }) => {
-            return cli::run(
-                &cli::Admin::Subsystem(cmd.clone()),
-                conn,
-                &config_path(&args),
-            )
-        }
-        Some(Cmd::Namespace { cmd, conn }) => {
-            return cli::run(
-                &cli::Admin::Namespace(cmd.clone()),
-                conn,
-                &config_path(&args),
-            )
-        }
-        Some(Cmd::Host { cmd, conn }) => {
-            return cli::run(&cli::Admin::Host(cmd.clone()), conn, &config_path(&args))
-        }
-        Some(Cmd::Controller { cmd, conn }) => {
-            return cli::run(
-                &cli::Admin::Controller(cmd.clone()),
-                conn,
-                &config_path(&args),
-            )
-        }
-        Some(Cmd::Config { cmd, conn }) => {
-            return cli::run(&cli::Admin::Config(cmd.clone()), conn, &config_path(&args))
-        }
+        Some(Cmd::Admin(a)) => return cli::run(a, &config_path(&args)),
         None => {}
     }
     let (mut cfg, source) = match load(&args) {
