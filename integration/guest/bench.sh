@@ -12,6 +12,12 @@
 # in one boot. INTERLEAVE=1 (default) runs each pattern against every target in turn (a
 # target is set up per pattern); INTERLEAVE=0 gives each target one phase per round for all
 # patterns. Either way, even rounds reverse the order of the targets.
+# SPDK's nvmf_tgt joins as a third target (target "spdk": one reactor on the last vCPU, RDMA
+# transport, an AIO bdev on the same device, configured by its rpc.py) when a build of it
+# is in $SPDK_DIR (default build/spdk: bin/nvmf_tgt, lib/, scripts/rpc.py, python/; SPDK is
+# not part of this project and not built by it) and its libraries load in the guest;
+# otherwise the run says why and goes on without it. SPDK=0 leaves it out. Its reactor
+# polls without pause: "cpu_us" counts it whole.
 set -uo pipefail
 : >/tmp/bench.txt
 IP=${LAB_IP:?}; NQN=nqn.2026-11.io.nvmf-lab:bench; RT=${RT:-10}; ROUNDS=${ROUNDS:-2}
@@ -45,6 +51,35 @@ esac
 echo "backing device: $BDEV ($(cat /sys/block/$(basename $BDEV)/queue/nowait 2>/dev/null | sed 's/^/nowait=/'))"
 rdma link add rxe0 type rxe netdev "${LAB_IF:-eth0}" 2>/dev/null
 C=/sys/kernel/config/nvmet; mountpoint -q $C || mount -t configfs none /sys/kernel/config
+SPDK_DIR=${SPDK_DIR:-build/spdk}
+spdk_ready() { # whether SPDK's nvmf_tgt can run here (says why not)
+  [ "${SPDK:-1}" != 0 ] || return 1
+  [ "$DEV" != rbd ] || { echo "SPDK: not with DEV=rbd (no rbd bdev in the build this bench expects)"; return 1; }
+  [ -x "$SPDK_DIR/bin/nvmf_tgt" ] && [ -e "$SPDK_DIR/scripts/rpc.py" ] ||
+    { echo "SPDK: no nvmf_tgt build in $SPDK_DIR (bin/nvmf_tgt, lib/, scripts/rpc.py, python/): SPDK not in this run"; return 1; }
+  local missing
+  missing=$(LD_LIBRARY_PATH=$SPDK_DIR/lib ldd "$SPDK_DIR/bin/nvmf_tgt" | awk '/not found/ {print $1}' | tr '\n' ' ')
+  [ -z "$missing" ] || { echo "SPDK: nvmf_tgt lacks libraries in this guest ($missing): SPDK not in this run"; return 1; }
+  # Its memory: 2 MiB hugepages (the VM has no 1 GiB ones).
+  echo 384 >/proc/sys/vm/nr_hugepages
+  mountpoint -q /dev/hugepages || mount -t hugetlbfs nodev /dev/hugepages
+  echo "SPDK: $SPDK_DIR/bin/nvmf_tgt ($(LD_LIBRARY_PATH=$SPDK_DIR/lib "$SPDK_DIR/bin/nvmf_tgt" --version 2>/dev/null | head -1 || true)), $(awk '/HugePages_Total/ {print $2}' /proc/meminfo) hugepages"
+}
+spdk_phase() { # round patterns
+  local core=$(( $(nproc) - 1 )) rpc="python3 $SPDK_DIR/scripts/rpc.py -r 100"
+  LD_LIBRARY_PATH=$SPDK_DIR/lib "$SPDK_DIR/bin/nvmf_tgt" -m "[$core]" -u >/tmp/spdk.log 2>&1 &
+  local SP=$!
+  if $rpc nvmf_create_transport -t RDMA >/dev/null && $rpc bdev_aio_create "$BDEV" Aio0 512 >/dev/null &&
+     $rpc nvmf_create_subsystem $NQN -a -s SPDK00000000000001 >/dev/null &&
+     $rpc nvmf_subsystem_add_ns $NQN Aio0 >/dev/null &&
+     $rpc nvmf_subsystem_add_listener $NQN -t rdma -a "$IP" -s 4420 -f ipv4 >/dev/null; then
+    nvme connect -t rdma -a "$IP" -s 4420 -n $NQN >/dev/null && PATTERNS=$2 runfio "$1" spdk
+    nvme disconnect -n $NQN >/dev/null
+  else
+    echo "SPDK: configuring nvmf_tgt failed:"; tail -n 5 /tmp/spdk.log
+  fi
+  kill $SP; wait $SP 2>/dev/null
+}
 cpu_ticks() { awk '/^cpu / {print $2 + $3 + $4 + $7 + $8}' /proc/stat; }
 # Our target's worker wakeups and busy seconds (all workers), and the seconds and count of
 # its commands from arrival to response (request_duration_seconds), from its /metrics; 0 for nvmet.
@@ -101,6 +136,7 @@ kernel_down() {
 # One phase: one target (nvmet, or a variant of ours) serving, alone, for the patterns in $3.
 phase() { # round variant patterns
   local v=$2 args=() envs=() label=ours bin=$TARGET_BIN
+  if [ "$v" = spdk ]; then spdk_phase "$1" "$3"; return; fi
   if [ "$v" = nvmet ]; then
     kernel_up; nvme connect -t rdma -a "$IP" -s 4420 -n $NQN >/dev/null && PATTERNS=$3 runfio "$1" nvmet
     nvme disconnect -n $NQN >/dev/null; kernel_down; return
@@ -123,6 +159,7 @@ variants=(nvmet)
 [ -n "${OURS_BINS:-}" ] || for spin in ${OURS_SPINS:-default}; do variants+=("spin:$spin"); done
 for b in ${OURS_BINS:-}; do variants+=("bin:$b"); done
 for ca in ${OURS_CEPH_ARGS:-}; do variants+=("ceph:$ca"); done
+spdk_ready && variants+=(spdk)
 for r in $(seq "$ROUNDS"); do
   # Even rounds run the targets in reverse order, so neither always goes first.
   order=("${variants[@]}"); [ $((r % 2)) = 0 ] && for ((i = ${#variants[@]} - 1, j = 0; i >= 0; i--, j++)); do order[j]=${variants[i]}; done
@@ -164,6 +201,19 @@ for o in variants:
         print(f"| {p} | {ki:.0f} | {oi:.0f} | {oi / ki if ki else 0:.2f} | {prs} | {med(p, 'nvmet', 'p50_us'):.0f} / {kp:.0f} | "
               f"{med(p, o, 'p50_us'):.0f} / {op:.0f} | {op / kp if kp else 0:.2f} | "
               f"{med(p, 'nvmet', 'cpu_us'):.0f} / {med(p, o, 'cpu_us'):.0f} |")
+if any(t == 'spdk' for (_, t) in rows):
+    for o in variants:
+        if o == 'spdk': continue
+        print()
+        print(f"| pattern | spdk IOPS | {o} IOPS | {o}/spdk paired (min-max) | p99 {o}/spdk | guest CPU us/IO spdk / {o} |")
+        print("|---|---|---|---|---|---|")
+        for p in pats:
+            k = {r['round']: float(r['iops']) for r in rows.get((p, 'spdk'), [])}
+            pr = [float(r['iops']) / k[r['round']] for r in rows.get((p, o), []) if k.get(r['round'])]
+            prs = f"{st.median(pr):.2f} ({min(pr):.2f}-{max(pr):.2f})" if pr else "-"
+            sp = med(p, 'spdk', 'p99_us')
+            print(f"| {p} | {med(p, 'spdk', 'iops'):.0f} | {med(p, o, 'iops'):.0f} | {prs} | "
+                  f"{med(p, o, 'p99_us') / sp if sp else 0:.2f} | {med(p, 'spdk', 'cpu_us'):.0f} / {med(p, o, 'cpu_us'):.0f} |")
 n = len(next(iter(rows.values()), []))
 print(f"(medians of {n} rounds, {__import__('os').environ.get('RT', '10')} s each; paired: median of the per-round ratios)")
 PY
