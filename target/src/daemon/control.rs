@@ -136,7 +136,10 @@ pub enum ControlError {
     },
 }
 
-fn io<'a>(path: &'a Path, what: &'static str) -> impl FnOnce(std::io::Error) -> ControlError + 'a {
+pub(super) fn io<'a>(
+    path: &'a Path,
+    what: &'static str,
+) -> impl FnOnce(std::io::Error) -> ControlError + 'a {
     move |source| ControlError::Io {
         path: path.to_path_buf(),
         what,

@@ -98,9 +98,9 @@ impl Staged {
         let dir = path.parent().unwrap_or(Path::new("/"));
         let name = path.file_name().unwrap_or_default().to_string_lossy();
         let tmp = dir.join(format!(".{name}.nvmf-target-{}", std::process::id()));
-        let mut staged = Staged {
+        let staged = Staged {
             tmp,
-            path: path.clone(),
+            path,
             committed: false,
         };
         let mut f = std::fs::OpenOptions::new()
@@ -122,7 +122,6 @@ impl Staged {
         })?;
         f.set_permissions(std::fs::Permissions::from_mode(meta.mode() & 0o7777))?;
         f.sync_all()?;
-        staged.path = path;
         Ok(staged)
     }
 

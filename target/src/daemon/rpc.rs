@@ -194,13 +194,7 @@ pub fn call(
     params: Value,
     timeout: Duration,
 ) -> Result<Value, CallError> {
-    let io = |what: &'static str| {
-        move |source| ControlError::Io {
-            path: path.to_path_buf(),
-            what,
-            source,
-        }
-    };
+    let io = |what| super::control::io(path, what);
     let mut s = UnixStream::connect(path).map_err(io("connect"))?;
     s.set_read_timeout(Some(timeout))
         .map_err(io("set timeout"))?;

@@ -318,13 +318,15 @@ impl Target {
     pub fn set_subsystems(&self, subsystems: Vec<Arc<Subsystem>>) {
         let old = self.subsystems.swap(Arc::new(subsystems));
         let now = self.subsystems.load();
-        let mut retired = self.retired.lock().unwrap_or_else(|p| p.into_inner());
-        for s in old.iter() {
-            if !now.iter().any(|n| Arc::ptr_eq(n, s)) {
-                retired.push(s.clone());
-            }
-        }
-        retired.retain(|s| !s.controllers().is_empty());
+        self.retired
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .extend(
+                old.iter()
+                    .filter(|s| !now.iter().any(|n| Arc::ptr_eq(n, s)))
+                    .cloned(),
+            );
+        self.prune_retired();
         self.bump_genctr();
     }
 
