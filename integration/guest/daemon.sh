@@ -490,6 +490,7 @@ dd if=/dev/urandom of=/tmp/live.bin bs=1M count=2 status=none
 dd if=/tmp/live.bin of="$NS2" bs=1M oflag=direct status=none || fail "writing the live namespace failed"
 cmp -n $((2 << 20)) /tmp/live.bin /dev/ram2 || fail "/dev/ram2 does not hold what the host wrote to the live namespace"
 info "namespace 2 added live: $NS2 on the same controller /dev/$CTRL, written data landed on /dev/ram2"
+kmsg_check "test 4g (a namespace added live, read and written)"
 grep -q '^# a comment the live changes must keep' "$CONF" || fail "the live change lost the file's comments"
 grep -q 'path = "/dev/ram2"' "$CONF" || fail "the live change is not in $CONF"
 "$BIN" config show >/tmp/config-show.txt || fail "nvmf-target config show failed"
