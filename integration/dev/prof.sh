@@ -1,6 +1,7 @@
 #!/bin/bash
 # Developer profile (runs in the guest): perf record of the whole guest while fio runs each
-# of JOBS against nvmet-rdma, then against our target (build/release/nvmf-target). Reports
+# of JOBS against nvmet-rdma, then against our target (build/release/nvmf-target), then
+# against SPDK's nvmf_tgt when a build of it is there (see guest/spdk.sh; SPDK=0: not). Reports
 # (per command, per symbol, our workers' symbols with and without children) and the raw
 # perf data go to build/prof/<target>-<job>-*.txt on the host.
 # The lab image has no perf: make a copy with it, once, as root:
@@ -26,6 +27,7 @@ rdma link add rxe0 type rxe netdev "${LAB_IF:-eth0}" 2>/dev/null
 PORT=4420
 fail() { echo "FAIL: $*" >&2; exit 1; }
 . integration/guest/nvmet.sh
+. integration/guest/spdk.sh
 devof() { for _ in $(seq 50); do d=$(ls /dev/nvme*n1 2>/dev/null | head -1); [ -n "$d" ] && { echo "$d"; return; }; sleep 0.1; done; }
 OUT=/lab/build/prof; JOBS=${JOBS:-"qd1r:randread:1:4k qd32r:randread:32:4k qd32w:randwrite:32:4k r64k:read:8:64k"}; mkdir -p $OUT
 fiojob() { # tgt name rw qd [bs]
@@ -36,8 +38,9 @@ fiojob() { # tgt name rw qd [bs]
   echo "PROF $1 $2 ios=$ios iops=$(awk -F';' '{print $8+$49}' /tmp/f.txt)"
   perf report -i /tmp/p.data --no-children --sort comm,dso --stdio -g none 2>/dev/null | grep -v '^#' | grep -v '^$' | head -30 > $OUT/$1-$2-comm.txt
   perf report -i /tmp/p.data --no-children --sort sym --stdio -g none 2>/dev/null | grep -v '^#' | grep -v '^$' | head -70 > $OUT/$1-$2-sym.txt
-  perf report -i /tmp/p.data --no-children --comm nvmf-worker-0,nvmf-worker-1 --sort sym --stdio -g none 2>/dev/null | grep -v '^#' | grep -v '^$' | head -60 > $OUT/$1-$2-worker-sym.txt
-  perf report -i /tmp/p.data --children --comm nvmf-worker-0,nvmf-worker-1 --sort sym --stdio -g none 2>/dev/null | grep -v '^#' | grep -v '^$' | head -80 > $OUT/$1-$2-worker-children.txt
+  local own=nvmf-worker-0,nvmf-worker-1; [ "${1#spdk}" != "$1" ] && own=reactor_$(( $(nproc) - 1 ))
+  perf report -i /tmp/p.data --no-children --comm "$own" --sort sym --stdio -g none 2>/dev/null | grep -v '^#' | grep -v '^$' | head -60 > $OUT/$1-$2-worker-sym.txt
+  perf report -i /tmp/p.data --children --comm "$own" --sort sym --stdio -g none 2>/dev/null | grep -v '^#' | grep -v '^$' | head -80 > $OUT/$1-$2-worker-children.txt
   local s
   for s in ${CALLERS:-}; do
     echo "=== $s"
@@ -63,5 +66,10 @@ for round in $(seq "${ROUNDS:-1}"); do
     runjobs "${o%%:*}$round"
     nvme disconnect -n $NQN >/dev/null; kill $TP; wait $TP
   done
+  if spdk_ready >/dev/null && spdk_start; then
+    nvme connect -t rdma -a "$IP" -s 4420 -n $NQN >/dev/null
+    runjobs spdk$round
+    nvme disconnect -n $NQN >/dev/null; spdk_stop
+  fi
 done
 echo "PROF DONE: build/prof/"

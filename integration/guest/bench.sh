@@ -4,20 +4,25 @@
 # (round, target, pattern) and a table of medians with ratios ours/nvmet.
 # Patterns: 4k QD1 and QD32 randread/randwrite, 64k QD8 read/write, 4k QD32 70/30 mix.
 # "cpu_us" is the whole guest's CPU time per I/O (host and target side together; the same
-# host work for both targets). OURS_SPINS="0 200" runs our target once per --poll-spin-us
-# value (targets ours-spinN), for tuning the busy-poll window; OURS_CEPH_ARGS="--a=b ..."
-# once more per value, with CEPH_ARGS set (librados options, for DEV=rbd; several options
-# in one value separated by commas: "--a=1,--b=2"). OURS_BINS="build/a build/b" runs each of
-# these target binaries instead of TARGET_BIN (targets ours-<file name>): two builds compared
-# in one boot. INTERLEAVE=1 (default) runs each pattern against every target in turn (a
-# target is set up per pattern); INTERLEAVE=0 gives each target one phase per round for all
-# patterns. Either way, even rounds reverse the order of the targets.
+# host work for every target); "target_cpu_us" the target process's (all its threads; none
+# for nvmet, whose work runs in kernel threads and softirqs it shares with the host side).
+# OURS_SPINS="0 200" runs our target once per --poll-spin-us value (targets ours-spinN),
+# for tuning the busy-poll window; OURS_CEPH_ARGS="--a=b ..." once more per value, with
+# CEPH_ARGS set (librados options, for DEV=rbd; several options in one value separated by
+# commas: "--a=1,--b=2"). OURS_BINS="build/a build/b" runs each of these target binaries
+# instead of TARGET_BIN (targets ours-<file name>): two builds compared in one boot (with
+# OURS_SPINS as well: each binary once per value). OURS_CONFIGS="workers=1 srq=off,workers=1"
+# runs our target from a configuration file once per value, with those [target] keys
+# (TOML values, comma-separated; targets ours-<keys>; not with DEV=rbd). INTERLEAVE=1 (default) runs each pattern
+# against every target in turn (a target is set up per pattern); INTERLEAVE=0 gives each
+# target one phase per round for all patterns. Either way, even rounds reverse the order
+# of the targets.
 # SPDK's nvmf_tgt joins as a third target (target "spdk": one reactor on the last vCPU, RDMA
-# transport, an AIO bdev on the same device, configured by its rpc.py) when a build of it
-# is in $SPDK_DIR (default build/spdk: bin/nvmf_tgt, lib/, scripts/rpc.py, python/; SPDK is
-# not part of this project and not built by it) and its libraries load in the guest;
-# otherwise the run says why and goes on without it. SPDK=0 leaves it out. Its reactor
-# polls without pause: "cpu_us" counts it whole.
+# transport, an AIO bdev on the same device, configured by its rpc.py; guest/spdk.sh) when
+# a build of it is in $SPDK_DIR (default build/spdk: bin/nvmf_tgt, lib/, scripts/rpc.py,
+# python/; SPDK is not part of this project and not built by it) and its libraries load in
+# the guest; otherwise the run says why and goes on without it. SPDK=0 leaves it out. Its
+# reactor polls without pause: "cpu_us" and "target_cpu_us" count it whole.
 set -uo pipefail
 : >/tmp/bench.txt
 IP=${LAB_IP:?}; NQN=nqn.2026-11.io.nvmf-lab:bench; RT=${RT:-10}; ROUNDS=${ROUNDS:-2}
@@ -51,36 +56,18 @@ esac
 echo "backing device: $BDEV ($(cat /sys/block/$(basename $BDEV)/queue/nowait 2>/dev/null | sed 's/^/nowait=/'))"
 rdma link add rxe0 type rxe netdev "${LAB_IF:-eth0}" 2>/dev/null
 C=/sys/kernel/config/nvmet; mountpoint -q $C || mount -t configfs none /sys/kernel/config
-SPDK_DIR=${SPDK_DIR:-build/spdk}
-spdk_ready() { # whether SPDK's nvmf_tgt can run here (says why not)
-  [ "${SPDK:-1}" != 0 ] || return 1
-  [ "$DEV" != rbd ] || { echo "SPDK: not with DEV=rbd (no rbd bdev in the build this bench expects)"; return 1; }
-  [ -x "$SPDK_DIR/bin/nvmf_tgt" ] && [ -e "$SPDK_DIR/scripts/rpc.py" ] ||
-    { echo "SPDK: no nvmf_tgt build in $SPDK_DIR (bin/nvmf_tgt, lib/, scripts/rpc.py, python/): SPDK not in this run"; return 1; }
-  local missing
-  missing=$(LD_LIBRARY_PATH=$SPDK_DIR/lib ldd "$SPDK_DIR/bin/nvmf_tgt" | awk '/not found/ {print $1}' | tr '\n' ' ')
-  [ -z "$missing" ] || { echo "SPDK: nvmf_tgt lacks libraries in this guest ($missing): SPDK not in this run"; return 1; }
-  # Its memory: 2 MiB hugepages (the VM has no 1 GiB ones).
-  echo 384 >/proc/sys/vm/nr_hugepages
-  mountpoint -q /dev/hugepages || mount -t hugetlbfs nodev /dev/hugepages
-  echo "SPDK: $SPDK_DIR/bin/nvmf_tgt ($(LD_LIBRARY_PATH=$SPDK_DIR/lib "$SPDK_DIR/bin/nvmf_tgt" --version 2>/dev/null | head -1 || true)), $(awk '/HugePages_Total/ {print $2}' /proc/meminfo) hugepages"
-}
+. integration/guest/spdk.sh
 spdk_phase() { # round patterns
-  local core=$(( $(nproc) - 1 )) rpc="python3 $SPDK_DIR/scripts/rpc.py -r 100"
-  LD_LIBRARY_PATH=$SPDK_DIR/lib "$SPDK_DIR/bin/nvmf_tgt" -m "[$core]" -u >/tmp/spdk.log 2>&1 &
-  local SP=$!
-  if $rpc nvmf_create_transport -t RDMA >/dev/null && $rpc bdev_aio_create "$BDEV" Aio0 512 >/dev/null &&
-     $rpc nvmf_create_subsystem $NQN -a -s SPDK00000000000001 >/dev/null &&
-     $rpc nvmf_subsystem_add_ns $NQN Aio0 >/dev/null &&
-     $rpc nvmf_subsystem_add_listener $NQN -t rdma -a "$IP" -s 4420 -f ipv4 >/dev/null; then
-    nvme connect -t rdma -a "$IP" -s 4420 -n $NQN >/dev/null && PATTERNS=$2 runfio "$1" spdk
-    nvme disconnect -n $NQN >/dev/null
-  else
-    echo "SPDK: configuring nvmf_tgt failed:"; tail -n 5 /tmp/spdk.log
-  fi
-  kill $SP; wait $SP 2>/dev/null
+  spdk_start || return
+  TPID=$SPDK_PID
+  nvme connect -t rdma -a "$IP" -s 4420 -n $NQN >/dev/null && PATTERNS=$2 runfio "$1" spdk
+  nvme disconnect -n $NQN >/dev/null
+  spdk_stop; TPID=
 }
 cpu_ticks() { awk '/^cpu / {print $2 + $3 + $4 + $7 + $8}' /proc/stat; }
+# The CPU ticks of the target's process (all its threads; $TPID, empty for nvmet, whose
+# work runs in kernel threads and softirqs shared with the host side: no column for it).
+proc_ticks() { if [ -n "${TPID:-}" ]; then awk '{print $14 + $15}' "/proc/$TPID/stat" 2>/dev/null || echo 0; else echo 0; fi; }
 # Our target's worker wakeups and busy seconds (all workers), and the seconds and count of
 # its commands from arrival to response (request_duration_seconds), from its /metrics; 0 for nvmet.
 engine_stats() {
@@ -94,16 +81,16 @@ runfio() { # round target
   local d; d=$(devof); local p name rw bs qd t0 t1
   for p in $PATTERNS; do
     IFS=: read -r name rw bs qd <<<"$p"
-    t0=$(cpu_ticks); read -r w0 b0 s0 c0 < <(engine_stats)
+    t0=$(cpu_ticks); p0=$(proc_ticks); read -r w0 b0 s0 c0 < <(engine_stats)
     rm -f /tmp/b.json
     fio --name=b --filename="$d" --direct=1 --ioengine=libaio --rw="$rw" --rwmixread=70 --bs="$bs" \
         --iodepth="$qd" --runtime="$RT" --time_based --output-format=json --output=/tmp/b.json >/dev/null 2>&1 ||
         { echo "fio failed: target $2 pattern $name (round $1); no row" >&2; continue; }
-    t1=$(cpu_ticks); read -r w1 b1 s1 c1 < <(engine_stats)
+    t1=$(cpu_ticks); p1=$(proc_ticks); read -r w1 b1 s1 c1 < <(engine_stats)
     python3 - "$1" "$2" "$name" "$t0" "$t1" "$(getconf CLK_TCK)" "${w0:-0}" "${w1:-0}" "${b0:-0}" "${b1:-0}" \
-        "${s0:-0}" "${s1:-0}" "${c0:-0}" "${c1:-0}" <<'PY'
+        "${s0:-0}" "${s1:-0}" "${c0:-0}" "${c1:-0}" "$p0" "$p1" <<'PY'
 import json, sys
-rnd, tgt, name, t0, t1, hz, w0, w1, b0, b1, s0, s1, c0, c1 = sys.argv[1:]
+rnd, tgt, name, t0, t1, hz, w0, w1, b0, b1, s0, s1, c0, c1, p0, p1 = sys.argv[1:]
 j = json.load(open('/tmp/b.json'))['jobs'][0]
 ios = iops = 0; p50 = p99 = 0.0
 for k in ('read', 'write'):
@@ -114,8 +101,10 @@ for k in ('read', 'write'):
     p50 = max(p50, pc.get('50.000000', 0) / 1000); p99 = max(p99, pc.get('99.000000', 0) / 1000)
 cpu = (int(t1) - int(t0)) / int(hz) * 1e6 / max(ios, 1)
 eng = ''
+if int(p1) > 0:
+    eng += f" target_cpu_us={(int(p1) - int(p0)) / int(hz) * 1e6 / max(ios, 1):.1f}"
 if float(w1) > 0:
-    eng = f" wakeups_per_io={(float(w1) - float(w0)) / max(ios, 1):.2f} worker_busy_us_per_io={(float(b1) - float(b0)) * 1e6 / max(ios, 1):.1f}"
+    eng += f" wakeups_per_io={(float(w1) - float(w0)) / max(ios, 1):.2f} worker_busy_us_per_io={(float(b1) - float(b0)) * 1e6 / max(ios, 1):.1f}"
     # Mean time inside the target, capsule arrival to response posted: the rest of the
     # host's latency is the wire (soft-RoCE) and the host.
     eng += f" target_lat_us={(float(s1) - float(s0)) * 1e6 / max(int(c1) - int(c0), 1):.0f} host_lat_us={j['read']['clat_ns']['mean'] / 1000 if j['read']['total_ios'] else j['write']['clat_ns']['mean'] / 1000:.0f}"
@@ -136,30 +125,45 @@ kernel_down() {
 # One phase: one target (nvmet, or a variant of ours) serving, alone, for the patterns in $3.
 phase() { # round variant patterns
   local v=$2 args=() envs=() label=ours bin=$TARGET_BIN
+  local form=(--listen "$IP:4420" --nqn $NQN --namespace "${OURS_NS:-$BDEV}")
   if [ "$v" = spdk ]; then spdk_phase "$1" "$3"; return; fi
   if [ "$v" = nvmet ]; then
     kernel_up; nvme connect -t rdma -a "$IP" -s 4420 -n $NQN >/dev/null && PATTERNS=$3 runfio "$1" nvmet
     nvme disconnect -n $NQN >/dev/null; kernel_down; return
   fi
   case $v in
+    bin:*@*) bin=${v#bin:}; bin=${bin%@*}; label=ours-$(basename "$bin")-spin${v##*@}
+             [ "${v##*@}" = default ] || args=(--poll-spin-us "${v##*@}") ;;
     bin:*) bin=${v#bin:}; label=ours-$(basename "$bin") ;;
     spin:default) ;;
     spin:*) args=(--poll-spin-us "${v#spin:}"); label=ours-spin${v#spin:} ;;
+    cfg:*) [ "$DEV" != rbd ] || { echo "OURS_CONFIGS: not with DEV=rbd"; return; }
+           label=ours-$(tr -dc 'a-z0-9_=,' <<<"${v#cfg:}" | tr '=,' '-+' | cut -c1-40)
+           { echo "[target]"; tr ',' '\n' <<<"${v#cfg:}"
+             printf '[[listener]]\naddress = "%s"\nport = 4420\n' "$IP"
+             printf '[[subsystem]]\nnqn = "%s"\nallow_any_host = true\n' $NQN
+             printf '[[subsystem.namespace]]\npath = "%s"\n' "${OURS_NS:-$BDEV}"; } >/tmp/bench-target.toml
+           form=(--config /tmp/bench-target.toml) ;;
     ceph:*) envs=("CEPH_ARGS=${v//,/ }"); envs[0]=${envs[0]/ceph:/}
             label=ours-$(tr -dc 'a-z0-9_=,' <<<"${v#ceph:}" | tr '=,' '-+' | cut -c1-40) ;;
   esac
-  env "${envs[@]}" "$bin" --listen "$IP:4420" --nqn $NQN --namespace "${OURS_NS:-$BDEV}" --log-level warn "${args[@]}" >/tmp/t.log 2>&1 &
-  TP=$!; sleep 1
+  env "${envs[@]}" "$bin" "${form[@]}" --log-level warn "${args[@]}" >/tmp/t.log 2>&1 &
+  TP=$!; TPID=$TP; sleep 1
   nvme connect -t rdma -a "$IP" -s 4420 -n $NQN >/dev/null && PATTERNS=$3 runfio "$1" "$label"; nvme disconnect -n $NQN >/dev/null
   local wq; wq=$(grep -l '^iou-' /proc/$TP/task/*/comm 2>/dev/null | wc -l)
   [ "$wq" = 0 ] || echo "io_uring io-wq threads of the target after the run: $wq"
-  kill $TP; wait $TP; grep -v INFO /tmp/t.log | head -5
+  kill $TP; wait $TP; TPID=; grep -v INFO /tmp/t.log | head -5
 }
 variants=(nvmet)
 [ -n "${OURS_BINS:-}" ] || for spin in ${OURS_SPINS:-default}; do variants+=("spin:$spin"); done
-for b in ${OURS_BINS:-}; do variants+=("bin:$b"); done
+for b in ${OURS_BINS:-}; do
+  if [ -n "${OURS_SPINS:-}" ]; then for spin in $OURS_SPINS; do variants+=("bin:$b@$spin"); done
+  else variants+=("bin:$b"); fi
+done
 for ca in ${OURS_CEPH_ARGS:-}; do variants+=("ceph:$ca"); done
-spdk_ready && variants+=(spdk)
+for c in ${OURS_CONFIGS:-}; do variants+=("cfg:$c"); done
+if [ "$DEV" = rbd ]; then echo "SPDK: not with DEV=rbd (no rbd bdev in the build this bench expects)"
+elif spdk_ready; then variants+=(spdk); fi
 for r in $(seq "$ROUNDS"); do
   # Even rounds run the targets in reverse order, so neither always goes first.
   order=("${variants[@]}"); [ $((r % 2)) = 0 ] && for ((i = ${#variants[@]} - 1, j = 0; i >= 0; i--, j++)); do order[j]=${variants[i]}; done
@@ -181,7 +185,7 @@ for line in open('/tmp/bench.txt'):
 pats = []
 for (p, _) in rows:
     if p not in pats: pats.append(p)
-med = lambda p, t, k: st.median(float(r[k]) for r in rows.get((p, t), [{k: 0}]))
+med = lambda p, t, k: st.median(float(r.get(k, 0)) for r in rows.get((p, t), [{k: 0}]))
 def paired(p, o):
     """ours/nvmet IOPS of each round (the two runs of a round are a pair)."""
     k = {r['round']: float(r['iops']) for r in rows.get((p, 'nvmet'), [])}
@@ -191,8 +195,8 @@ for (_, t) in rows:
     if t != 'nvmet' and t not in variants: variants.append(t)
 for o in variants:
     print()
-    print(f"| pattern | nvmet IOPS | {o} IOPS | {o}/nvmet | paired ratios (min-max) | nvmet p50 / p99 us | {o} p50 / p99 us | p99 {o}/nvmet | guest CPU us/IO nvmet / {o} |")
-    print("|---|---|---|---|---|---|---|---|---|")
+    print(f"| pattern | nvmet IOPS | {o} IOPS | {o}/nvmet | paired ratios (min-max) | nvmet p50 / p99 us | {o} p50 / p99 us | p99 {o}/nvmet | guest CPU us/IO nvmet / {o} | {o} process CPU us/IO |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for p in pats:
         ki, oi = med(p, 'nvmet', 'iops'), med(p, o, 'iops')
         kp, op = med(p, 'nvmet', 'p99_us'), med(p, o, 'p99_us')
@@ -200,20 +204,21 @@ for o in variants:
         prs = f"{st.median(pr):.2f} ({min(pr):.2f}-{max(pr):.2f})" if pr else "-"
         print(f"| {p} | {ki:.0f} | {oi:.0f} | {oi / ki if ki else 0:.2f} | {prs} | {med(p, 'nvmet', 'p50_us'):.0f} / {kp:.0f} | "
               f"{med(p, o, 'p50_us'):.0f} / {op:.0f} | {op / kp if kp else 0:.2f} | "
-              f"{med(p, 'nvmet', 'cpu_us'):.0f} / {med(p, o, 'cpu_us'):.0f} |")
+              f"{med(p, 'nvmet', 'cpu_us'):.0f} / {med(p, o, 'cpu_us'):.0f} | {med(p, o, 'target_cpu_us'):.0f} |")
 if any(t == 'spdk' for (_, t) in rows):
     for o in variants:
         if o == 'spdk': continue
         print()
-        print(f"| pattern | spdk IOPS | {o} IOPS | {o}/spdk paired (min-max) | p99 {o}/spdk | guest CPU us/IO spdk / {o} |")
-        print("|---|---|---|---|---|---|")
+        print(f"| pattern | spdk IOPS | {o} IOPS | {o}/spdk paired (min-max) | p99 {o}/spdk | guest CPU us/IO spdk / {o} | process CPU us/IO spdk / {o} |")
+        print("|---|---|---|---|---|---|---|")
         for p in pats:
             k = {r['round']: float(r['iops']) for r in rows.get((p, 'spdk'), [])}
             pr = [float(r['iops']) / k[r['round']] for r in rows.get((p, o), []) if k.get(r['round'])]
             prs = f"{st.median(pr):.2f} ({min(pr):.2f}-{max(pr):.2f})" if pr else "-"
             sp = med(p, 'spdk', 'p99_us')
             print(f"| {p} | {med(p, 'spdk', 'iops'):.0f} | {med(p, o, 'iops'):.0f} | {prs} | "
-                  f"{med(p, o, 'p99_us') / sp if sp else 0:.2f} | {med(p, 'spdk', 'cpu_us'):.0f} / {med(p, o, 'cpu_us'):.0f} |")
+                  f"{med(p, o, 'p99_us') / sp if sp else 0:.2f} | {med(p, 'spdk', 'cpu_us'):.0f} / {med(p, o, 'cpu_us'):.0f} | "
+                  f"{med(p, 'spdk', 'target_cpu_us'):.0f} / {med(p, o, 'target_cpu_us'):.0f} |")
 n = len(next(iter(rows.values()), []))
 print(f"(medians of {n} rounds, {__import__('os').environ.get('RT', '10')} s each; paired: median of the per-round ratios)")
 PY
