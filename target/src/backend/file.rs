@@ -1,10 +1,11 @@
 //! Files and block devices, served through the worker's io_uring (O_DIRECT
 //! where the file system allows it). A block device's discard (BLKDISCARD)
-//! would block: it runs on the offload thread.
+//! would block: it runs on the offload thread. A RAM disk's reads and
+//! writes run on the worker itself (see [`runs_inline`]).
 
 use std::fs::{File, OpenOptions};
 use std::os::fd::AsRawFd;
-use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
+use std::os::unix::fs::{FileTypeExt, MetadataExt, OpenOptionsExt};
 use std::path::Path;
 use std::sync::Arc;
 
@@ -90,13 +91,73 @@ pub fn open(
     if size % bs as u64 != 0 {
         tracing::warn!(path = %path.display(), size, bs, "size is not a multiple of the block size; the tail is not exported");
     }
+    let inline = runs_inline(&meta);
+    if inline {
+        tracing::debug!(path = %path.display(), "a RAM disk: reads and writes run on the worker");
+    }
     let backend = Backend::File {
         file: Arc::new(file),
         path: path.to_path_buf(),
         is_block,
         direct,
+        inline,
     };
     Ok((backend, size, bs))
+}
+
+/// The major number of brd's RAM disks (`RAMDISK_MAJOR`, linux/major.h).
+const RAMDISK_MAJOR: u64 = 1;
+
+/// Whether a store's reads and writes run synchronously on the worker rather
+/// than through its ring: a RAM disk (brd). brd copies the data in the
+/// context of whoever submits the I/O and, before Linux 6.4, cannot take
+/// I/O without blocking (no NOWAIT), so io_uring hands each of its I/Os to
+/// an io-wq thread: two thread switches per I/O to make the same copy on
+/// another thread. Anything that may wait on a device stays on the ring.
+pub fn runs_inline(meta: &std::fs::Metadata) -> bool {
+    meta.file_type().is_block_device() && nix::sys::stat::major(meta.rdev()) == RAMDISK_MAJOR
+}
+
+/// Reads (or writes, `write`) `len` bytes at `offset` to (from) `ptr` on
+/// the calling thread, until done or the first error or end of store: what
+/// a completion would say, as the bytes moved or an errno.
+///
+/// # Safety
+/// `ptr` must be valid for `len` bytes (for a read, writable and unaliased).
+unsafe fn transfer_now(fd: i32, write: bool, ptr: *mut u8, len: u32, offset: u64) -> Submitted {
+    // SAFETY: the descriptor is the namespace's open file, which outlives the call.
+    let fd = unsafe { std::os::fd::BorrowedFd::borrow_raw(fd) };
+    let mut done = 0u32;
+    while done < len {
+        let at = (offset + done as u64) as i64;
+        // SAFETY: the caller's guarantee on `ptr`/`len`; `done < len`.
+        let rest = unsafe { ptr.add(done as usize) };
+        let n = (len - done) as usize;
+        let r = if write {
+            // SAFETY: as above, read-only here.
+            nix::sys::uio::pwrite(fd, unsafe { std::slice::from_raw_parts(rest, n) }, at)
+        } else {
+            // SAFETY: as above; the caller keeps the buffer unaliased.
+            nix::sys::uio::pread(fd, unsafe { std::slice::from_raw_parts_mut(rest, n) }, at)
+        };
+        match r {
+            Ok(0) => break,
+            Ok(n) => done += n as u32,
+            Err(Errno::EINTR) => {}
+            Err(e) => {
+                return Submitted {
+                    in_flight: 0,
+                    errno: e as i32,
+                    done,
+                }
+            }
+        }
+    }
+    Submitted {
+        in_flight: 0,
+        errno: 0,
+        done,
+    }
 }
 
 const FALLOC_PUNCH: i32 = FallocateFlags::FALLOC_FL_PUNCH_HOLE
@@ -114,9 +175,11 @@ fn errno_of(e: &std::io::Error) -> i32 {
 ///
 /// # Safety
 /// As [`super::submit`].
+#[allow(clippy::too_many_arguments)]
 pub(super) unsafe fn submit(
     file: &Arc<File>,
     is_block: bool,
+    inline: bool,
     plan: &IoPlan,
     data: DataRef,
     ranges: &[(u64, u64)],
@@ -126,6 +189,17 @@ pub(super) unsafe fn submit(
     let fd = file.as_raw_fd();
     let one = |r: std::io::Result<()>| Submitted::one(r.map_err(|e| errno_of(&e)));
     match *plan {
+        // SAFETY: the caller's guarantees on `data`, for the plan's length.
+        IoPlan::Read { offset, len } if inline => unsafe {
+            transfer_now(fd, false, data.ptr, len, offset)
+        },
+        // A write with FUA goes through the ring, which makes it durable.
+        // SAFETY: as above.
+        IoPlan::Write {
+            offset,
+            len,
+            fua: false,
+        } if inline => unsafe { transfer_now(fd, true, data.ptr, len, offset) },
         IoPlan::Read { offset, len } => {
             one(io.ring.read(fd, data.ptr, len, offset, data.fixed, ud))
         }
@@ -185,4 +259,60 @@ fn discard_block(dev: &File, ranges: &[(u64, u64)]) -> i32 {
         }
     }
     0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn scratch(tag: &str) -> std::path::PathBuf {
+        std::env::temp_dir().join(format!("nvmf-file-{tag}-{}", std::process::id()))
+    }
+
+    #[test]
+    fn a_regular_file_goes_through_the_ring() {
+        let path = scratch("ring");
+        std::fs::write(&path, [0u8; 512]).unwrap();
+        assert!(!runs_inline(&std::fs::metadata(&path).unwrap()));
+        std::fs::remove_file(&path).unwrap();
+    }
+
+    #[test]
+    fn a_transfer_on_the_worker_moves_every_byte_or_says_how_many() {
+        let path = scratch("now");
+        std::fs::write(&path, [7u8; 6000]).unwrap();
+        let f = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(&path)
+            .unwrap();
+        let fd = f.as_raw_fd();
+        let mut data = vec![0xA5u8; 4096];
+        // SAFETY: `data` holds 4096 bytes, used by nothing else meanwhile.
+        let w = unsafe { transfer_now(fd, true, data.as_mut_ptr(), 4096, 1024) };
+        assert_eq!(
+            w,
+            Submitted {
+                in_flight: 0,
+                errno: 0,
+                done: 4096
+            }
+        );
+        let mut back = vec![0u8; 4096];
+        // SAFETY: as above.
+        let r = unsafe { transfer_now(fd, false, back.as_mut_ptr(), 4096, 1024) };
+        assert_eq!(r.done, 4096);
+        assert_eq!(back, data);
+        // The store ends at 6000: a read past it is short, without an error
+        // (the request fails as a short transfer).
+        // SAFETY: as above.
+        let short = unsafe { transfer_now(fd, false, back.as_mut_ptr(), 4096, 4096) };
+        assert_eq!((short.done, short.errno), (1904, 0));
+        // A descriptor that is not open for writing: the errno.
+        let ro = File::open(&path).unwrap();
+        // SAFETY: as above.
+        let e = unsafe { transfer_now(ro.as_raw_fd(), true, data.as_mut_ptr(), 512, 0) };
+        assert_eq!((e.done, e.errno), (0, Errno::EBADF as i32));
+        std::fs::remove_file(&path).unwrap();
+    }
 }

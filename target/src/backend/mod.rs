@@ -63,6 +63,9 @@ pub enum Backend {
         /// Opened with O_DIRECT; without it, a failed flush is final
         /// (the page cache lost the data).
         direct: bool,
+        /// Reads and writes run on the worker, synchronously
+        /// ([`file::runs_inline`]: a RAM disk).
+        inline: bool,
     },
     /// Discards writes; reads return zeroes.
     Null,
@@ -217,9 +220,12 @@ pub unsafe fn submit(
 ) -> Submitted {
     match backend {
         // SAFETY: the caller's guarantees, passed on.
-        Backend::File { file, is_block, .. } => unsafe {
-            file::submit(file, *is_block, plan, data, ranges, io, ud)
-        },
+        Backend::File {
+            file,
+            is_block,
+            inline,
+            ..
+        } => unsafe { file::submit(file, *is_block, *inline, plan, data, ranges, io, ud) },
         // SAFETY: as above.
         Backend::Rbd(img) => unsafe {
             let gate = img.ownership().is_some().then_some(gate);

@@ -45,8 +45,9 @@ pub struct EngineConfig {
     pub max_pinned_memory: u64,
     /// Large sends posted by poster threads.
     pub send_offload: SendOffload,
-    /// Microseconds a worker polls after its last work while at most one
-    /// I/O is in flight (see `core::polling`); 0: off.
+    /// The longest a worker polls (µs) after its last work while at most
+    /// one I/O is in flight; it polls about as long as its hosts take to send
+    /// the next command (see `core::polling`); 0: off.
     pub light_load_spin_us: u64,
     /// Queues not yet connected (no successful Fabrics Connect) one peer
     /// address may hold (see `core::admission`).
@@ -70,7 +71,7 @@ pub const DEFAULT_SMALL_BUFFERS: u32 = 256;
 /// Default large buffers per worker.
 pub const DEFAULT_LARGE_BUFFERS: u32 = 32;
 /// Default polling window under light load (µs).
-pub const DEFAULT_LIGHT_LOAD_SPIN_US: u64 = 300;
+pub const DEFAULT_LIGHT_LOAD_SPIN_US: u64 = 2000;
 /// Default cap of pending queues per peer address.
 pub const DEFAULT_MAX_PENDING_PER_PEER: u32 = 16;
 /// Default cap of pending queues in all.

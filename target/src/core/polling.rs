@@ -8,23 +8,81 @@
 //! runs on the CPU that took the packet. A host at queue depth 1 waits for
 //! each answer before it sends the next command, so every I/O paid it. While
 //! I/O flows and the target has at most one I/O in flight, a worker
-//! therefore polls up to `light_load_spin_us` for the next capsule; under
-//! load it does not (the CPUs are busy with the I/O itself, and polling
-//! takes from them), nor after a keep-alive or a timer.
+//! therefore polls for the next capsule; under load it does not (the CPUs
+//! are busy with the I/O itself, and polling takes from them), nor after a
+//! keep-alive or a timer.
+//!
+//! How long it polls follows the host ([`Pace`]): the time from the
+//! target's last answer to the next command is the host's turn-around
+//! (its completion path, the application, the wire): 200-1000 µs in the
+//! lab depending on the boot, far less between machines. A fixed window either
+//! misses the next command on a slow host (and every I/O pays the wake-up)
+//! or polls long after the last command on a fast one.
+
+/// A gap the worker learns is cut at this many times the longest window:
+/// one long pause (the application stopped for a while) moves the estimate
+/// only so far.
+const GAP_CLIP: u64 = 2;
+
+/// The shortest window (µs) once something was learned: a worker that saw
+/// only the short gaps of a busy queue still polls a little when it turns
+/// light, and learns the host's real turn-around from there.
+const MIN_WINDOW_US: u64 = 50;
+
+/// What a worker learned of its hosts' pace under light load: how long the
+/// next command took to come after the target had answered everything (a
+/// moving average, each new gap weighing 1/8).
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Pace {
+    gap_us: u64,
+}
+
+impl Pace {
+    /// A command came `gap_us` after the target had nothing in flight; gaps
+    /// are cut at [`GAP_CLIP`] × `max_us`.
+    pub fn learn(&mut self, gap_us: u64, max_us: u64) {
+        let g = gap_us.min(GAP_CLIP * max_us);
+        self.gap_us = if self.gap_us == 0 {
+            g.max(1)
+        } else {
+            (self.gap_us * 7 + g).div_ceil(8)
+        };
+    }
+
+    /// The usual gap in microseconds (0: none seen yet).
+    pub fn gap_us(&self) -> u64 {
+        self.gap_us
+    }
+
+    /// How long to poll for the next command, at most `max_us`: half as long
+    /// again as the usual gap (at least [`MIN_WINDOW_US`]), so that most
+    /// commands come within it; the
+    /// whole `max_us` before anything was learned; none when the usual gap
+    /// is longer than `max_us` (polling would rarely catch the command, and
+    /// a wake-up costs little against such a pause).
+    pub fn window_us(&self, max_us: u64) -> u64 {
+        match self.gap_us {
+            0 => max_us,
+            g if g > max_us => 0,
+            g => (g + g / 2).max(MIN_WINDOW_US).min(max_us),
+        }
+    }
+}
 
 /// The polling window after a worker's last work, in microseconds:
-/// `poll_spin_us` always, and at least `light_load_spin_us` while no more
-/// than one I/O is in flight in the target and I/O is flowing (`io_recent`:
-/// the target started one lately; a keep-alive or a timer is no reason to
-/// poll, and an idle target must stay idle).
+/// `poll_spin_us` always, and at least `light_window_us` (see [`Pace`])
+/// while no more than one I/O is in flight in the target and I/O is flowing
+/// (`io_recent`: the worker's last work came shortly after the target
+/// started an I/O; a keep-alive or a timer is no reason to poll, and an idle
+/// target must stay idle).
 pub fn spin_window_us(
     poll_spin_us: u64,
-    light_load_spin_us: u64,
+    light_window_us: u64,
     io_in_flight: usize,
     io_recent: bool,
 ) -> u64 {
     if io_recent && io_in_flight <= 1 {
-        poll_spin_us.max(light_load_spin_us)
+        poll_spin_us.max(light_window_us)
     } else {
         poll_spin_us
     }
@@ -51,6 +109,56 @@ mod tests {
     fn under_load_only_the_configured_window() {
         assert_eq!(spin_window_us(0, 300, 2, true), 0);
         assert_eq!(spin_window_us(50, 300, 32, true), 50);
+    }
+
+    #[test]
+    fn the_window_follows_the_hosts_turn_around() {
+        let mut p = Pace::default();
+        assert_eq!(p.window_us(2000), 2000, "nothing learned: the whole window");
+        p.learn(100, 2000);
+        assert_eq!(p.gap_us(), 100);
+        assert_eq!(p.window_us(2000), 150);
+        p.learn(2, 2000);
+        assert_eq!(p.window_us(2000), 132);
+        let mut q = Pace::default();
+        q.learn(3, 2000);
+        assert_eq!(q.window_us(2000), MIN_WINDOW_US);
+        assert_eq!(q.window_us(20), 20);
+        for _ in 0..64 {
+            p.learn(900, 2000);
+        }
+        assert!((880..=900).contains(&p.gap_us()), "{}", p.gap_us());
+        assert!((1320..=1350).contains(&p.window_us(2000)));
+        assert_eq!(p.window_us(1000), 1000, "capped");
+    }
+
+    #[test]
+    fn a_host_slower_than_the_longest_window_gets_none() {
+        let mut p = Pace::default();
+        for _ in 0..64 {
+            p.learn(5000, 2000);
+        }
+        assert_eq!(p.gap_us(), 4000, "clipped at twice the window");
+        assert_eq!(p.window_us(2000), 0);
+        // It speeds up again: the window comes back within a few commands.
+        let mut n = 0;
+        while p.window_us(2000) == 0 {
+            p.learn(200, 2000);
+            n += 1;
+        }
+        assert!(n <= 8, "{n}");
+    }
+
+    #[test]
+    fn one_long_pause_moves_the_estimate_only_so_far() {
+        let mut p = Pace::default();
+        for _ in 0..16 {
+            p.learn(200, 2000);
+        }
+        p.learn(10_000_000, 2000);
+        assert!(p.window_us(2000) > 0 && p.gap_us() <= 700, "{}", p.gap_us());
+        p.learn(0, 2000);
+        assert!(p.gap_us() > 0);
     }
 
     #[test]

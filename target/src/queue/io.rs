@@ -304,6 +304,9 @@ impl QueueCore {
                 return self.complete(env, r, st, 0);
             }
         };
+        // The worker's clock is read once per pass (a clock read can cost a
+        // system call and a device register in a VM): a request done in the
+        // pass it arrived in (a RAM disk, null) counts as taking no time.
         let elapsed = env.now.saturating_duration_since(q.start);
         ns.metrics.record(env.worker, op, bytes, elapsed);
         if let (Some(ctrl), IoPlan::Read { .. } | IoPlan::Write { .. }) = (&self.ctrl, plan) {

@@ -26,7 +26,7 @@ use super::wr::{self, QueueKey};
 use super::EngineShared;
 use crate::backend::offload::Offload;
 use crate::backend::uring::Ring;
-use crate::core::polling::spin_window_us;
+use crate::core::polling::{spin_window_us, Pace};
 use crate::core::pool::Buf;
 use crate::core::wake::Mailbox;
 use crate::core::wake::Waker;
@@ -41,9 +41,10 @@ pub const TICK: Duration = Duration::from_millis(100);
 /// The longest a worker sleeps: timers (connect and keep-alive timeouts, the
 /// heartbeat) need no finer grain, and everything else wakes it.
 pub const IDLE_WAIT: Duration = Duration::from_secs(1);
-/// I/O started within this long counts as a stream of I/O for the polling
-/// rule ([`spin_window_us`]): a host at queue depth 1 starts one every round
-/// trip; keep-alives and the workers' timers start none.
+/// Work done within this long of an I/O's start counts as part of a stream
+/// of I/O for the polling rule ([`spin_window_us`]): a host at queue depth 1
+/// starts one every round trip; keep-alives and the workers' timers start
+/// none.
 const IO_RECENT: Duration = Duration::from_millis(1);
 /// io_uring entries per worker.
 const RING_ENTRIES: u32 = 4096;
@@ -274,12 +275,21 @@ impl Worker {
         let mut woke = false;
         // When the target last started an I/O (seen by this worker).
         let (mut io_seen, mut last_io) = (0i64, last_work);
+        // The hosts' turn-around under light load, and since when the target
+        // has had nothing in flight (while I/O flowed).
+        let mut pace = Pace::default();
+        let mut answered_at: Option<Instant> = None;
         loop {
             let now = Instant::now();
             self.res.now = now;
-            let io_started = self.res.engine.target.io_started.sum(Ordering::Relaxed);
+            let target = &self.res.engine.target;
+            let io_started = target.io_started.sum(Ordering::Relaxed);
             if io_started != io_seen {
                 (io_seen, last_io) = (io_started, now);
+                if let Some(at) = answered_at.take() {
+                    let max = self.res.engine.cfg.light_load_spin_us;
+                    pace.learn(now.duration_since(at).as_micros() as u64, max);
+                }
             }
             if let Some(b) = busy_since.take() {
                 busy.inc_by(now.duration_since(b).as_secs_f64());
@@ -342,11 +352,16 @@ impl Worker {
                 continue;
             }
             let target = &self.res.engine.target;
+            let in_flight = target.io_in_flight.sum(Ordering::Relaxed).max(0) as usize;
+            let io_recent = last_work.duration_since(last_io) < IO_RECENT;
+            if in_flight == 0 && io_recent && answered_at.is_none() {
+                answered_at = Some(now);
+            }
             let spin = Duration::from_micros(spin_window_us(
                 target.poll_spin_us.load(Ordering::Relaxed),
-                self.res.engine.cfg.light_load_spin_us,
-                target.io_in_flight.sum(Ordering::Relaxed).max(0) as usize,
-                now.duration_since(last_io) < IO_RECENT,
+                pace.window_us(self.res.engine.cfg.light_load_spin_us),
+                in_flight,
+                io_recent,
             ));
             if now.duration_since(last_work) < spin {
                 std::hint::spin_loop();
