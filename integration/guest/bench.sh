@@ -23,6 +23,8 @@
 # python/; SPDK is not part of this project and not built by it) and its libraries load in
 # the guest; otherwise the run says why and goes on without it. SPDK=0 leaves it out. Its
 # reactor polls without pause: "cpu_us" and "target_cpu_us" count it whole.
+# With DEV=rbd, fio's own rbd engine runs the patterns on the image as one more "target"
+# (fio-rbd: librbd in fio, no fabric): the ceiling a gateway can reach. FIO_RBD=0: not.
 set -uo pipefail
 : >/tmp/bench.txt
 IP=${LAB_IP:?}; NQN=nqn.2026-11.io.nvmf-lab:bench; RT=${RT:-10}; ROUNDS=${ROUNDS:-2}
@@ -78,12 +80,15 @@ engine_stats() {
 }
 devof() { for _ in $(seq 50); do d=$(ls /dev/nvme*n1 2>/dev/null | head -1); [ -n "$d" ] && { echo "$d"; return; }; sleep 0.1; done; }
 runfio() { # round target
-  local d; d=$(devof); local p name rw bs qd t0 t1
+  local p name rw bs qd t0 t1 io
+  # fio's own rbd engine on the image (no fabric, no target): what a gateway could reach.
+  if [ "$2" = fio-rbd ]; then io=(--ioengine=rbd --clientname=admin --pool=rbd --rbdname=bench)
+  else io=(--filename="$(devof)" --direct=1 --ioengine=libaio); fi
   for p in $PATTERNS; do
     IFS=: read -r name rw bs qd <<<"$p"
     t0=$(cpu_ticks); p0=$(proc_ticks); read -r w0 b0 s0 c0 < <(engine_stats)
     rm -f /tmp/b.json
-    fio --name=b --filename="$d" --direct=1 --ioengine=libaio --rw="$rw" --rwmixread=70 --bs="$bs" \
+    fio --name=b "${io[@]}" --rw="$rw" --rwmixread=70 --bs="$bs" \
         --iodepth="$qd" --runtime="$RT" --time_based --output-format=json --output=/tmp/b.json >/dev/null 2>&1 ||
         { echo "fio failed: target $2 pattern $name (round $1); no row" >&2; continue; }
     t1=$(cpu_ticks); p1=$(proc_ticks); read -r w1 b1 s1 c1 < <(engine_stats)
@@ -127,6 +132,7 @@ phase() { # round variant patterns
   local v=$2 args=() envs=() label=ours bin=$TARGET_BIN
   local form=(--listen "$IP:4420" --nqn $NQN --namespace "${OURS_NS:-$BDEV}")
   if [ "$v" = spdk ]; then spdk_phase "$1" "$3"; return; fi
+  if [ "$v" = fio-rbd ]; then PATTERNS=$3 runfio "$1" fio-rbd; return; fi
   if [ "$v" = nvmet ]; then
     kernel_up; nvme connect -t rdma -a "$IP" -s 4420 -n $NQN >/dev/null && PATTERNS=$3 runfio "$1" nvmet
     nvme disconnect -n $NQN >/dev/null; kernel_down; return
@@ -148,8 +154,13 @@ phase() { # round variant patterns
             label=ours-$(tr -dc 'a-z0-9_=,' <<<"${v#ceph:}" | tr '=,' '-+' | cut -c1-40) ;;
   esac
   env "${envs[@]}" "$bin" "${form[@]}" --log-level warn "${args[@]}" >/tmp/t.log 2>&1 &
-  TP=$!; TPID=$TP; sleep 1
-  nvme connect -t rdma -a "$IP" -s 4420 -n $NQN >/dev/null && PATTERNS=$3 runfio "$1" "$label"; nvme disconnect -n $NQN >/dev/null
+  TP=$!; TPID=$TP
+  # It listens once its namespaces are open (an RBD image takes seconds in a busy guest).
+  local i; for i in $(seq 30); do
+    sleep 1; nvme connect -t rdma -a "$IP" -s 4420 -n $NQN >/dev/null 2>&1 && break
+    kill -0 $TP 2>/dev/null || break
+  done
+  [ -n "$(devof)" ] && PATTERNS=$3 runfio "$1" "$label"; nvme disconnect -n $NQN >/dev/null
   local wq; wq=$(grep -l '^iou-' /proc/$TP/task/*/comm 2>/dev/null | wc -l)
   [ "$wq" = 0 ] || echo "io_uring io-wq threads of the target after the run: $wq"
   kill $TP; wait $TP; TPID=; grep -v INFO /tmp/t.log | head -5
@@ -162,6 +173,7 @@ for b in ${OURS_BINS:-}; do
 done
 for ca in ${OURS_CEPH_ARGS:-}; do variants+=("ceph:$ca"); done
 for c in ${OURS_CONFIGS:-}; do variants+=("cfg:$c"); done
+[ "$DEV" = rbd ] && [ "${FIO_RBD:-1}" != 0 ] && variants+=(fio-rbd)
 if [ "$DEV" = rbd ]; then echo "SPDK: not with DEV=rbd (no rbd bdev in the build this bench expects)"
 elif spdk_ready; then variants+=(spdk); fi
 for r in $(seq "$ROUNDS"); do
