@@ -22,7 +22,16 @@
 /// A gap the worker learns is cut at this many times the longest window:
 /// one long pause (the application stopped for a while) moves the estimate
 /// only so far.
-const GAP_CLIP: u64 = 2;
+const GAP_CLIP: u64 = 4;
+
+/// The worker stops polling for the next command only when the usual gap
+/// is more than this many times the longest window. A gap seen after the
+/// worker slept includes its own wake-up (in the lab an interrupt to an
+/// idle vCPU: hundreds of µs), so a host whose turn-around is close to the
+/// longest window seems slower once the worker sleeps, and would keep it
+/// sleeping: every command then pays the wake-up, the gaps grow, and the
+/// host's CPU goes into waking the worker.
+const GIVE_UP: u64 = 2;
 
 /// The shortest window (µs) once something was learned: a worker that saw
 /// only the short gaps of a busy queue still polls a little when it turns
@@ -56,14 +65,14 @@ impl Pace {
 
     /// How long to poll for the next command, at most `max_us`: half as long
     /// again as the usual gap (at least [`MIN_WINDOW_US`]), so that most
-    /// commands come within it; the
-    /// whole `max_us` before anything was learned; none when the usual gap
-    /// is longer than `max_us` (polling would rarely catch the command, and
-    /// a wake-up costs little against such a pause).
+    /// commands come within it; the whole `max_us` before anything was
+    /// learned; none when the usual gap is longer than [`GIVE_UP`] × `max_us`
+    /// (polling would rarely catch the command, and a wake-up costs little
+    /// against such a pause).
     pub fn window_us(&self, max_us: u64) -> u64 {
         match self.gap_us {
             0 => max_us,
-            g if g > max_us => 0,
+            g if g > GIVE_UP * max_us => 0,
             g => (g + g / 2).max(MIN_WINDOW_US).min(max_us),
         }
     }
@@ -133,12 +142,25 @@ mod tests {
     }
 
     #[test]
-    fn a_host_slower_than_the_longest_window_gets_none() {
+    fn a_host_a_little_slower_than_the_longest_window_still_gets_it() {
         let mut p = Pace::default();
         for _ in 0..64 {
-            p.learn(5000, 2000);
+            p.learn(2600, 2000);
         }
-        assert_eq!(p.gap_us(), 4000, "clipped at twice the window");
+        assert_eq!(p.window_us(2000), 2000);
+        for _ in 0..64 {
+            p.learn(3900, 2000);
+        }
+        assert_eq!(p.window_us(2000), 2000);
+    }
+
+    #[test]
+    fn a_host_much_slower_than_the_longest_window_gets_none() {
+        let mut p = Pace::default();
+        for _ in 0..64 {
+            p.learn(10_000, 2000);
+        }
+        assert_eq!(p.gap_us(), 8000, "clipped at four times the window");
         assert_eq!(p.window_us(2000), 0);
         // It speeds up again: the window comes back within a few commands.
         let mut n = 0;
@@ -146,7 +168,7 @@ mod tests {
             p.learn(200, 2000);
             n += 1;
         }
-        assert!(n <= 8, "{n}");
+        assert!(n <= 12, "{n}");
     }
 
     #[test]
@@ -156,7 +178,11 @@ mod tests {
             p.learn(200, 2000);
         }
         p.learn(10_000_000, 2000);
-        assert!(p.window_us(2000) > 0 && p.gap_us() <= 700, "{}", p.gap_us());
+        assert!(
+            p.window_us(2000) > 0 && p.gap_us() <= 1200,
+            "{}",
+            p.gap_us()
+        );
         p.learn(0, 2000);
         assert!(p.gap_us() > 0);
     }
