@@ -70,6 +70,21 @@ cpu_ticks() { awk '/^cpu / {print $2 + $3 + $4 + $7 + $8}' /proc/stat; }
 # The CPU ticks of the target's process (all its threads; $TPID, empty for nvmet, whose
 # work runs in kernel threads and softirqs shared with the host side: no column for it).
 proc_ticks() { if [ -n "${TPID:-}" ]; then awk '{print $14 + $15}' "/proc/$TPID/stat" 2>/dev/null || echo 0; else echo 0; fi; }
+# The CPU ticks of a shell's finished children (fio, all its threads, once it ended).
+child_ticks() { awk '{print $16 + $17}' "/proc/$1/stat"; }
+# Waits (up to 30 s) until the OSD uses less than 10 % of a CPU: an OSD finishes the work
+# a phase of writes left it (deferred writes, compaction) in the next phase otherwise,
+# which then pays for it (seen: half the IOPS after a fast writer). The monitor and the
+# manager keep busy on their own and are not waited for.
+ceph_settle() {
+  local i a b osd; osd=$(pgrep -x ceph-osd | head -1); [ -n "$osd" ] || return 0
+  for i in $(seq 30); do a=$(awk '{print $14 + $15}' "/proc/$osd/stat"); sleep 1
+    b=$(awk '{print $14 + $15}' "/proc/$osd/stat")
+    [ $((b - a)) -lt $(($(getconf CLK_TCK) / 10)) ] && return; done
+  echo "the OSD is still busy after 30 s (pattern $name)" >&2
+}
+# The CPU ticks of the Ceph daemons (monitor, manager, OSD; DEV=rbd), 0 without them.
+ceph_ticks() { local t=0 p; for p in $(pgrep '^ceph-'); do t=$((t + $(awk '{print $14 + $15}' "/proc/$p/stat" 2>/dev/null || echo 0))); done; echo $t; }
 # Our target's worker wakeups and busy seconds (all workers), and the seconds and count of
 # its commands from arrival to response (request_duration_seconds), from its /metrics; 0 for nvmet.
 engine_stats() {
@@ -86,16 +101,18 @@ runfio() { # round target
   else io=(--filename="$(devof)" --direct=1 --ioengine=libaio); fi
   for p in $PATTERNS; do
     IFS=: read -r name rw bs qd <<<"$p"
-    t0=$(cpu_ticks); p0=$(proc_ticks); read -r w0 b0 s0 c0 < <(engine_stats)
+    [ "$DEV" = rbd ] && ceph_settle
+    t0=$(cpu_ticks); p0=$(proc_ticks); e0=$(ceph_ticks); read -r w0 b0 s0 c0 < <(engine_stats)
     rm -f /tmp/b.json
+    me=$BASHPID; f0=$(child_ticks $me)
     fio --name=b "${io[@]}" --rw="$rw" --rwmixread=70 --bs="$bs" \
         --iodepth="$qd" --runtime="$RT" --time_based --output-format=json --output=/tmp/b.json >/dev/null 2>&1 ||
         { echo "fio failed: target $2 pattern $name (round $1); no row" >&2; continue; }
-    t1=$(cpu_ticks); p1=$(proc_ticks); read -r w1 b1 s1 c1 < <(engine_stats)
+    f1=$(child_ticks $me); t1=$(cpu_ticks); p1=$(proc_ticks); e1=$(ceph_ticks); read -r w1 b1 s1 c1 < <(engine_stats)
     python3 - "$1" "$2" "$name" "$t0" "$t1" "$(getconf CLK_TCK)" "${w0:-0}" "${w1:-0}" "${b0:-0}" "${b1:-0}" \
-        "${s0:-0}" "${s1:-0}" "${c0:-0}" "${c1:-0}" "$p0" "$p1" <<'PY'
+        "${s0:-0}" "${s1:-0}" "${c0:-0}" "${c1:-0}" "$p0" "$p1" "$e0" "$e1" "$f0" "$f1" <<'PY'
 import json, sys
-rnd, tgt, name, t0, t1, hz, w0, w1, b0, b1, s0, s1, c0, c1, p0, p1 = sys.argv[1:]
+rnd, tgt, name, t0, t1, hz, w0, w1, b0, b1, s0, s1, c0, c1, p0, p1, e0, e1, f0, f1 = sys.argv[1:]
 j = json.load(open('/tmp/b.json'))['jobs'][0]
 ios = iops = 0; p50 = p99 = 0.0
 for k in ('read', 'write'):
@@ -105,7 +122,10 @@ for k in ('read', 'write'):
     pc = x['clat_ns'].get('percentile', {})
     p50 = max(p50, pc.get('50.000000', 0) / 1000); p99 = max(p99, pc.get('99.000000', 0) / 1000)
 cpu = (int(t1) - int(t0)) / int(hz) * 1e6 / max(ios, 1)
-eng = ''
+# fio's own CPU, all its threads (with fio-rbd, librbd's too).
+eng = f" fio_cpu_us={(int(f1) - int(f0)) / int(hz) * 1e6 / max(ios, 1):.1f}"
+if int(e1) > int(e0):
+    eng += f" ceph_cpu_us={(int(e1) - int(e0)) / int(hz) * 1e6 / max(ios, 1):.1f}"
 if int(p1) > 0:
     eng += f" target_cpu_us={(int(p1) - int(p0)) / int(hz) * 1e6 / max(ios, 1):.1f}"
 if float(w1) > 0:
@@ -231,6 +251,17 @@ if any(t == 'spdk' for (_, t) in rows):
             print(f"| {p} | {med(p, 'spdk', 'iops'):.0f} | {med(p, o, 'iops'):.0f} | {prs} | "
                   f"{med(p, o, 'p99_us') / sp if sp else 0:.2f} | {med(p, 'spdk', 'cpu_us'):.0f} / {med(p, o, 'cpu_us'):.0f} | "
                   f"{med(p, 'spdk', 'target_cpu_us'):.0f} / {med(p, o, 'target_cpu_us'):.0f} |")
+# Where each target's guest CPU per I/O goes: fio (the host's application; with fio-rbd,
+# librbd as well), the target's process, the Ceph daemons, and the rest (kernel: the
+# host's NVMe and RDMA stack, soft-RoCE, nvmet and krbd, softirqs).
+print()
+print("| pattern | target | guest CPU us/IO | fio | target process | Ceph daemons | rest (kernel) |")
+print("|---|---|---|---|---|---|---|")
+for p in pats:
+    for t in ['nvmet'] + variants:
+        if (p, t) not in rows: continue
+        g, f, tp, c = (med(p, t, k) for k in ('cpu_us', 'fio_cpu_us', 'target_cpu_us', 'ceph_cpu_us'))
+        print(f"| {p} | {t} | {g:.0f} | {f:.0f} | {tp:.0f} | {c:.0f} | {g - f - tp - c:.0f} |")
 n = len(next(iter(rows.values()), []))
 print(f"(medians of {n} rounds, {__import__('os').environ.get('RT', '10')} s each; paired: median of the per-round ratios)")
 PY
