@@ -5,7 +5,10 @@
 # Patterns: 4k QD1 and QD32 randread/randwrite, 64k QD8 read/write, 4k QD32 70/30 mix.
 # "cpu_us" is the whole guest's CPU time per I/O (host and target side together; the same
 # host work for every target); "target_cpu_us" the target process's (all its threads; none
-# for nvmet, whose work runs in kernel threads and softirqs it shares with the host side).
+# for nvmet, whose work runs in kernel threads and softirqs it shares with the host side);
+# "fio_cpu_us" fio's (all its threads) and "ceph_cpu_us" the Ceph daemons'; a last table
+# splits each target's guest CPU per I/O into these and the rest (the kernel). With
+# DEV=rbd each run first waits (up to 30 s) for the OSD to go quiet.
 # OURS_SPINS="0 200" runs our target once per --poll-spin-us value (targets ours-spinN),
 # for tuning the busy-poll window; OURS_CEPH_ARGS="--a=b ..." once more per value, with
 # CEPH_ARGS set (librados options, for DEV=rbd; several options in one value separated by
@@ -69,7 +72,9 @@ spdk_phase() { # round patterns
 cpu_ticks() { awk '/^cpu / {print $2 + $3 + $4 + $7 + $8}' /proc/stat; }
 # The CPU ticks of the target's process (all its threads; $TPID, empty for nvmet, whose
 # work runs in kernel threads and softirqs shared with the host side: no column for it).
-proc_ticks() { if [ -n "${TPID:-}" ]; then awk '{print $14 + $15}' "/proc/$TPID/stat" 2>/dev/null || echo 0; else echo 0; fi; }
+# A process's CPU ticks (utime + stime, all its threads), 0 once it is gone.
+pid_ticks() { awk '{print $14 + $15}' "/proc/$1/stat" 2>/dev/null || echo 0; }
+proc_ticks() { if [ -n "${TPID:-}" ]; then pid_ticks "$TPID"; else echo 0; fi; }
 # The CPU ticks of a shell's finished children (fio, all its threads, once it ended).
 child_ticks() { awk '{print $16 + $17}' "/proc/$1/stat"; }
 # Waits (up to 30 s) until the OSD uses less than 10 % of a CPU: an OSD finishes the work
@@ -78,13 +83,12 @@ child_ticks() { awk '{print $16 + $17}' "/proc/$1/stat"; }
 # manager keep busy on their own and are not waited for.
 ceph_settle() {
   local i a b osd; osd=$(pgrep -x ceph-osd | head -1); [ -n "$osd" ] || return 0
-  for i in $(seq 30); do a=$(awk '{print $14 + $15}' "/proc/$osd/stat"); sleep 1
-    b=$(awk '{print $14 + $15}' "/proc/$osd/stat")
+  for i in $(seq 30); do a=$(pid_ticks "$osd"); sleep 1; b=$(pid_ticks "$osd")
     [ $((b - a)) -lt $(($(getconf CLK_TCK) / 10)) ] && return; done
   echo "the OSD is still busy after 30 s (pattern $name)" >&2
 }
 # The CPU ticks of the Ceph daemons (monitor, manager, OSD; DEV=rbd), 0 without them.
-ceph_ticks() { local t=0 p; for p in $(pgrep '^ceph-'); do t=$((t + $(awk '{print $14 + $15}' "/proc/$p/stat" 2>/dev/null || echo 0))); done; echo $t; }
+ceph_ticks() { local t=0 p; for p in $(pgrep '^ceph-'); do t=$((t + $(pid_ticks "$p"))); done; echo $t; }
 # Our target's worker wakeups and busy seconds (all workers), and the seconds and count of
 # its commands from arrival to response (request_duration_seconds), from its /metrics; 0 for nvmet.
 engine_stats() {
