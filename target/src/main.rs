@@ -161,14 +161,15 @@ fn init_logging(cli_level: Option<&str>, cfg_level: &str) -> Option<LogReload> {
         fmt::layer()
             .with_writer(std::io::stderr)
             .with_ansi(false)
-            .event_format(journal::WithPriority(
+            .event_format(journal::OneLine(journal::WithPriority(
                 fmt::format().with_ansi(false).without_time(),
-            ))
+            )))
             .boxed()
     } else {
         fmt::layer()
             .with_writer(std::io::stderr)
             .with_ansi(tty)
+            .event_format(journal::OneLine(fmt::format().with_ansi(tty)))
             .boxed()
     };
     tracing_subscriber::registry()

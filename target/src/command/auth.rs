@@ -5,6 +5,7 @@
 //! hosts' keys as the configuration has them now, and what a queue's
 //! authentication tells the controller.
 
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use dhchap::controller::{Event, Names, Transaction};
@@ -13,8 +14,8 @@ use nvme::opcode::fctype;
 use nvme::{Command, Status};
 use tracing::{debug, info, warn};
 
-use crate::model::auth::Credentials;
 use crate::model::controller::Controller;
+use crate::model::subsystem::Target;
 use crate::telemetry::metrics::metrics;
 
 /// A queue whose host must authenticate and has not done so this long after
@@ -87,13 +88,24 @@ fn names(ctrl: &Controller) -> Names<'_> {
     }
 }
 
-fn outcome(q: &QueueAuth, ctrl: &Controller, qid: u16, ev: Event) -> Outcome {
+fn outcome(q: &QueueAuth, target: &Target, ctrl: &Controller, qid: u16, ev: Event) -> Outcome {
     let m = metrics();
     match ev {
         Event::None => Outcome::Continue,
         Event::Authenticated => {
             let a = q.tx.authenticated();
             if let (0, Some(a)) = (qid, a) {
+                // Proven, the controller takes one of its host's places.
+                let max = target.max_controllers_per_host.load(Ordering::Relaxed);
+                if let Err(st) = ctrl.subsys.prove(ctrl, max) {
+                    warn!(cntlid = ctrl.cntlid, host = %ctrl.hostnqn, subsys = %ctrl.subsys.nqn,
+                          status = %st, max_controllers_per_host = max,
+                          "host authenticated, but has all its controllers already (or this one was displaced); ending the association");
+                    m.authentications
+                        .with_label_values(&[&ctrl.subsys.nqn, "no_place"])
+                        .inc();
+                    return Outcome::Failed;
+                }
                 ctrl.auth.record(a);
                 info!(cntlid = ctrl.cntlid, host = %ctrl.hostnqn, subsys = %ctrl.subsys.nqn,
                       hash = %a.hash, dhgroup = %a.group, bidirectional = a.bidirectional,
@@ -120,7 +132,7 @@ fn outcome(q: &QueueAuth, ctrl: &Controller, qid: u16, ev: Event) -> Outcome {
 /// Authentication Send with its data.
 pub fn send(
     q: &mut QueueAuth,
-    creds: &Credentials,
+    target: &Target,
     ctrl: &Controller,
     qid: u16,
     data: &[u8],
@@ -138,14 +150,16 @@ pub fn send(
             return Outcome::Failed;
         }
     }
+    let creds = &target.credentials;
     let ev = q.tx.send(data, names(ctrl), || creds.policy(&ctrl.hostnqn));
-    outcome(q, ctrl, qid, ev)
+    outcome(q, target, ctrl, qid, ev)
 }
 
 /// Authentication Receive into `buf` (the allocation length's bytes): the
 /// bytes of the message written, or the status when `buf` cannot hold it.
 pub fn receive(
     q: &mut QueueAuth,
+    target: &Target,
     ctrl: &Controller,
     qid: u16,
     buf: &mut [u8],
@@ -153,7 +167,7 @@ pub fn receive(
     match q.tx.receive(buf.len(), names(ctrl)) {
         Ok((msg, ev)) => {
             buf[..msg.len()].copy_from_slice(&msg);
-            Ok((msg.len() as u32, outcome(q, ctrl, qid, ev)))
+            Ok((msg.len() as u32, outcome(q, target, ctrl, qid, ev)))
         }
         Err(t) => {
             debug!(
@@ -174,7 +188,7 @@ mod tests {
     use crate::command::fabrics;
     use crate::config::HostConfig;
     use crate::model::auth::CONNECT_ATR;
-    use crate::model::subsystem::{Subsystem, SubsystemKind, Target};
+    use crate::model::subsystem::{Subsystem, SubsystemKind};
     use dhchap::{host, GroupId, HashId, Secret};
     use nvme::fabrics::{ConnectCommand, ConnectData};
     use std::sync::Arc;
@@ -236,6 +250,107 @@ mod tests {
         fabrics::connect(t, 0, 31, None, &c, &d).unwrap().0
     }
 
+    fn admin_from(
+        t: &Target,
+        host: &str,
+        peer: &str,
+    ) -> Result<Arc<Controller>, fabrics::ConnectError> {
+        let c = ConnectCommand {
+            recfmt: 0,
+            qid: 0,
+            sqsize: 31,
+            cattr: 0,
+            kato: 0,
+        }
+        .to_command(1);
+        let d = ConnectData {
+            hostid: [1; 16],
+            cntlid: 0xFFFF,
+            subsysnqn: SUB.into(),
+            hostnqn: host.into(),
+        }
+        .encode();
+        fabrics::connect(t, 0, 31, Some(peer.parse().unwrap()), &c, &d).map(|x| x.0)
+    }
+
+    /// Runs a whole transaction with the right key on `ctrl`'s admin queue.
+    fn authenticate(t: &Target, ctrl: &Controller) -> Outcome {
+        let mut q = QueueAuth::default();
+        let mut h = host::Transaction::new(key(), None, HOST, SUB, 7);
+        let mut buf = vec![0u8; 4096];
+        let mut o = vec![send(&mut q, t, ctrl, 0, &h.negotiate())];
+        let (n, x) = receive(&mut q, t, ctrl, 0, &mut buf).unwrap();
+        o.push(x);
+        let reply = h.challenge(&buf[..n as usize]).unwrap();
+        o.push(send(&mut q, t, ctrl, 0, &reply));
+        let (n, x) = receive(&mut q, t, ctrl, 0, &mut buf).unwrap();
+        o.push(x);
+        assert_eq!(h.success1(&buf[..n as usize]), Ok(None));
+        if o.contains(&Outcome::Failed) {
+            Outcome::Failed
+        } else {
+            Outcome::Continue
+        }
+    }
+
+    /// Issue 38, 1: a peer that only knows a keyed host's NQN opens the
+    /// host's 16 controllers' worth of admin queues, and never
+    /// authenticates them; the host's own Connect must still succeed.
+    #[test]
+    fn unauthenticated_controllers_take_none_of_the_hosts_places() {
+        let t = target();
+        let mut held = Vec::new();
+        for i in 0..16 {
+            let peer = format!("10.0.0.{}", 100 + i / 8);
+            held.push(admin_from(&t, HOST, &peer).expect("within the unproven caps"));
+        }
+        // The ninth from one address is over its share.
+        let e = admin_from(&t, HOST, "10.0.0.100").unwrap_err();
+        assert_eq!(e.status, Status::CONNECT_CTRL_BUSY);
+        assert_eq!(e.reason(), "unauthenticated_per_peer");
+        assert_eq!(t.unproven.counts("10.0.0.100".parse().unwrap()), (8, 16));
+        // The real host connects and authenticates.
+        let real = admin_from(&t, HOST, "10.0.0.1").expect("not locked out");
+        assert!(!real.auth.proven());
+        assert_eq!(authenticate(&t, &real), Outcome::Continue);
+        assert!(real.auth.proven());
+        assert_eq!(t.unproven.counts("10.0.0.1".parse().unwrap()), (0, 16));
+        // A host without a key is capped as before.
+        for _ in 0..16 {
+            admin_from(&t, PLAIN, "10.0.0.2").unwrap();
+        }
+        assert_eq!(
+            admin_from(&t, PLAIN, "10.0.0.2").unwrap_err().reason(),
+            "controller_busy"
+        );
+        drop(held);
+    }
+
+    /// At the total cap, a newcomer displaces the oldest unproven controller
+    /// of the peer holding the most; a proven host's places stay capped.
+    #[test]
+    fn the_unproven_total_gives_way_and_proven_places_stay_capped() {
+        let t = target();
+        t.unproven.set_caps(3, 4);
+        t.max_controllers_per_host.store(2, Ordering::Relaxed);
+        let a: Vec<_> = (0..3)
+            .map(|_| admin_from(&t, HOST, "10.0.0.100").unwrap())
+            .collect();
+        let b = admin_from(&t, HOST, "10.0.0.101").unwrap();
+        let real = admin_from(&t, HOST, "10.0.0.1").expect("displaces one of 10.0.0.100's");
+        assert!(a[0].is_revoked() && !a[1].is_revoked() && !b.is_revoked());
+        // The displaced controller can no longer prove itself.
+        assert_eq!(authenticate(&t, &a[0]), Outcome::Failed);
+        assert_eq!(authenticate(&t, &real), Outcome::Continue);
+        assert_eq!(authenticate(&t, &b), Outcome::Continue);
+        // Two proven: a third that authenticates finds no place.
+        assert_eq!(authenticate(&t, &a[1]), Outcome::Failed);
+        assert!(!a[1].auth.proven());
+        // The place freed, a controller proves itself again.
+        real.subsys.remove_controller(real.cntlid);
+        assert_eq!(authenticate(&t, &a[2]), Outcome::Continue);
+    }
+
     #[test]
     fn who_must_authenticate() {
         let t = target();
@@ -279,29 +394,26 @@ mod tests {
         let mut h = host::Transaction::new(key(), None, HOST, SUB, 7);
         let mut buf = vec![0u8; 4096];
         assert_eq!(
-            send(&mut q, &t.credentials, &ctrl, 0, &h.negotiate()),
+            send(&mut q, &t, &ctrl, 0, &h.negotiate()),
             Outcome::Continue
         );
-        let (n, o) = receive(&mut q, &ctrl, 0, &mut buf).unwrap();
+        let (n, o) = receive(&mut q, &t, &ctrl, 0, &mut buf).unwrap();
         assert_eq!(o, Outcome::Continue);
         let reply = h.challenge(&buf[..n as usize]).unwrap();
-        assert_eq!(
-            send(&mut q, &t.credentials, &ctrl, 0, &reply),
-            Outcome::Continue
-        );
-        let (n, _) = receive(&mut q, &ctrl, 0, &mut buf).unwrap();
+        assert_eq!(send(&mut q, &t, &ctrl, 0, &reply), Outcome::Continue);
+        let (n, _) = receive(&mut q, &t, &ctrl, 0, &mut buf).unwrap();
         assert_eq!(h.success1(&buf[..n as usize]), Ok(None));
         assert!(q.cleared(&ctrl));
         assert!(!q.overdue(&ctrl, start, start + AUTH_TIMEOUT * 2));
         let last = ctrl.auth.last().unwrap();
         assert_eq!((last.hash, last.group), (HashId::Sha384, GroupId::Null));
         // Too small a Receive: a status, the transaction goes on.
-        send(&mut q, &t.credentials, &ctrl, 0, &h.negotiate());
+        send(&mut q, &t, &ctrl, 0, &h.negotiate());
         assert_eq!(
-            receive(&mut q, &ctrl, 0, &mut buf[..20]).unwrap_err(),
+            receive(&mut q, &t, &ctrl, 0, &mut buf[..20]).unwrap_err(),
             Status::INVALID_FIELD
         );
-        assert!(receive(&mut q, &ctrl, 0, &mut buf).is_ok());
+        assert!(receive(&mut q, &t, &ctrl, 0, &mut buf).is_ok());
     }
 
     #[test]
@@ -313,15 +425,12 @@ mod tests {
         let mut buf = vec![0u8; 4096];
         for _ in 0..MAX_ATTEMPTS {
             assert_eq!(
-                send(&mut q, &t.credentials, &ctrl, 0, &h.negotiate()),
+                send(&mut q, &t, &ctrl, 0, &h.negotiate()),
                 Outcome::Continue
             );
-            receive(&mut q, &ctrl, 0, &mut buf).unwrap();
+            receive(&mut q, &t, &ctrl, 0, &mut buf).unwrap();
         }
-        assert_eq!(
-            send(&mut q, &t.credentials, &ctrl, 0, &h.negotiate()),
-            Outcome::Failed
-        );
+        assert_eq!(send(&mut q, &t, &ctrl, 0, &h.negotiate()), Outcome::Failed);
     }
 
     #[test]
@@ -332,14 +441,11 @@ mod tests {
         let wrong = Secret::new(Some(HashId::Sha256), &[6; 32]).unwrap();
         let mut h = host::Transaction::new(wrong, None, HOST, SUB, 7);
         let mut buf = vec![0u8; 4096];
-        send(&mut q, &t.credentials, &ctrl, 0, &h.negotiate());
-        let (n, _) = receive(&mut q, &ctrl, 0, &mut buf).unwrap();
+        send(&mut q, &t, &ctrl, 0, &h.negotiate());
+        let (n, _) = receive(&mut q, &t, &ctrl, 0, &mut buf).unwrap();
         let reply = h.challenge(&buf[..n as usize]).unwrap();
-        assert_eq!(
-            send(&mut q, &t.credentials, &ctrl, 0, &reply),
-            Outcome::Continue
-        );
-        let (_, o) = receive(&mut q, &ctrl, 0, &mut buf).unwrap();
+        assert_eq!(send(&mut q, &t, &ctrl, 0, &reply), Outcome::Continue);
+        let (_, o) = receive(&mut q, &t, &ctrl, 0, &mut buf).unwrap();
         assert_eq!(o, Outcome::Failed);
         assert!(!q.cleared(&ctrl));
     }

@@ -11,6 +11,7 @@ use nvme::fabrics::{
     CONNECT_DATA_SUBNQN_OFFSET,
 };
 use nvme::{Command, Status};
+use tracing::warn;
 
 use crate::model::controller::{Controller, PropertyEffect, DISCOVERY_KATO_MS};
 use crate::model::subsystem::{SubsystemKind, Target};
@@ -114,12 +115,15 @@ pub fn connect(
         } else {
             c.kato
         };
+        let required =
+            subsys.kind != SubsystemKind::Discovery && target.credentials.has_key(&d.hostnqn);
         let ctrl = subsys
             .add_controller(
                 &d.hostnqn,
                 d.hostid,
                 kato,
                 target.max_controllers_per_host.load(Ordering::Relaxed),
+                required,
             )
             .map_err(|s| match s {
                 // Access or the subsystem went while this Connect ran (a reload).
@@ -127,9 +131,9 @@ pub fn connect(
                 Status::CONNECT_INVALID_PARAM => refuse(s, iattr_data(CONNECT_DATA_SUBNQN_OFFSET)),
                 s => refuse(s, 0),
             })?;
-        ctrl.auth.set_required(
-            subsys.kind != SubsystemKind::Discovery && target.credentials.has_key(&d.hostnqn),
-        );
+        if required {
+            admit_unproven(target, peer, &ctrl)?;
+        }
         return Ok((ctrl, d));
     }
     if subsys.kind == SubsystemKind::Discovery {
@@ -184,6 +188,37 @@ pub fn connect(
         return Err(refuse(Status::CONNECT_INVALID_PARAM, SQE_SQSIZE_OFFSET));
     }
     Ok((ctrl, d))
+}
+
+/// Gives a controller whose host must still authenticate a place among the
+/// unproven ones (per peer address and in total), revoking the one it
+/// displaces; refused, the controller goes again.
+fn admit_unproven(
+    target: &Target,
+    peer: Option<IpAddr>,
+    ctrl: &Arc<Controller>,
+) -> Result<(), ConnectError> {
+    let addr = peer.unwrap_or(crate::model::unproven::NO_ADDRESS);
+    match target.unproven.admit(addr, ctrl) {
+        Ok((place, evicted)) => {
+            ctrl.auth.hold_place(place);
+            if let Some(old) = evicted {
+                warn!(cntlid = old.cntlid, host = %old.hostnqn, subsys = %old.subsys.nqn,
+                      peer = ?old.addrs().map(|a| a.0), "unauthenticated controllers at their cap: \
+                      the oldest of the peer holding the most gives its place to a new one");
+                crate::telemetry::metrics::reject("unauthenticated_displaced");
+                old.revoke();
+            }
+            Ok(())
+        }
+        Err(r) => {
+            ctrl.subsys.remove_controller(ctrl.cntlid);
+            Err(ConnectError {
+                why: Some(r.reason()),
+                ..refuse(Status::CONNECT_CTRL_BUSY, 0)
+            })
+        }
+    }
 }
 
 /// Handles Property Get / Set on the admin queue of `ctrl`.
@@ -367,19 +402,19 @@ mod tests {
             hosts: vec!["nqn.host:other".into()],
         });
         assert_eq!(
-            open.add_controller("nqn.host:a", [1; 16], 0, 16)
+            open.add_controller("nqn.host:a", [1; 16], 0, 16, false)
                 .unwrap_err(),
             Status::CONNECT_INVALID_HOST
         );
         assert!(open
-            .add_controller("nqn.host:other", [1; 16], 0, 16)
+            .add_controller("nqn.host:other", [1; 16], 0, 16, false)
             .is_ok());
         assert_eq!(
             open.revoke_disallowed(true),
             vec!["nqn.host:other".to_string()]
         );
         assert_eq!(
-            open.add_controller("nqn.host:other", [1; 16], 0, 16)
+            open.add_controller("nqn.host:other", [1; 16], 0, 16, false)
                 .unwrap_err(),
             Status::CONNECT_INVALID_PARAM
         );

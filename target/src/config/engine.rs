@@ -60,6 +60,11 @@ pub struct EngineConfig {
     pub max_keep_alive_ms: u32,
     /// Controllers one host NQN may have in one subsystem.
     pub max_controllers_per_host: u32,
+    /// Controllers of keyed hosts not yet authenticated that one peer
+    /// address may hold (see `model::unproven`).
+    pub max_unauthenticated_controllers_per_peer: u32,
+    /// Controllers not yet authenticated the target holds in all.
+    pub max_unauthenticated_controllers: u32,
 }
 
 /// Bytes of a small data buffer.
@@ -126,6 +131,8 @@ impl Default for EngineConfig {
             max_pending_queues: DEFAULT_MAX_PENDING,
             max_keep_alive_ms: DEFAULT_MAX_KEEP_ALIVE_MS,
             max_controllers_per_host: DEFAULT_MAX_CONTROLLERS_PER_HOST,
+            max_unauthenticated_controllers_per_peer: crate::model::unproven::DEFAULT_PER_PEER,
+            max_unauthenticated_controllers: crate::model::unproven::DEFAULT_TOTAL,
         }
     }
 }
@@ -145,6 +152,8 @@ pub(super) struct RawEngine {
     pub max_pending_queues: Option<u32>,
     pub max_keep_alive_ms: Option<u32>,
     pub max_controllers_per_host: Option<u32>,
+    pub max_unauthenticated_controllers_per_peer: Option<u32>,
+    pub max_unauthenticated_controllers: Option<u32>,
 }
 
 impl RawEngine {
@@ -209,6 +218,24 @@ impl RawEngine {
             1..=65519,
             "",
         );
+        let unauth_per_peer = self
+            .max_unauthenticated_controllers_per_peer
+            .unwrap_or(d.max_unauthenticated_controllers_per_peer);
+        ranged(
+            "max_unauthenticated_controllers_per_peer",
+            unauth_per_peer.into(),
+            1..=65519,
+            "",
+        );
+        let unauth = self
+            .max_unauthenticated_controllers
+            .unwrap_or(d.max_unauthenticated_controllers);
+        ranged(
+            "max_unauthenticated_controllers",
+            unauth.into(),
+            1..=65519,
+            "",
+        );
         let small_buffers = self.small_buffers.unwrap_or(d.small_buffers);
         let large_buffers = self.large_buffers.unwrap_or(d.large_buffers);
         if large_buffers == 0 {
@@ -244,6 +271,8 @@ impl RawEngine {
             max_pending_queues: pending,
             max_keep_alive_ms,
             max_controllers_per_host,
+            max_unauthenticated_controllers_per_peer: unauth_per_peer,
+            max_unauthenticated_controllers: unauth,
         };
         let need = e.workers as u64 * e.per_worker_bytes(e.srq != SrqMode::Off);
         if need > e.max_pinned_memory {

@@ -66,6 +66,8 @@ pub(super) struct RawTarget {
     pub max_pending_queues: Option<u32>,
     pub max_keep_alive_ms: Option<u32>,
     pub max_controllers_per_host: Option<u32>,
+    pub max_unauthenticated_controllers_per_peer: Option<u32>,
+    pub max_unauthenticated_controllers: Option<u32>,
     pub state_dir: Option<String>,
 }
 

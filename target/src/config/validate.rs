@@ -137,6 +137,9 @@ impl TargetConfig {
                 max_pending_queues: t.max_pending_queues,
                 max_keep_alive_ms: t.max_keep_alive_ms,
                 max_controllers_per_host: t.max_controllers_per_host,
+                max_unauthenticated_controllers_per_peer: t
+                    .max_unauthenticated_controllers_per_peer,
+                max_unauthenticated_controllers: t.max_unauthenticated_controllers,
             },
             None => engine::RawEngine::default(),
         }

@@ -98,6 +98,10 @@ pub fn build_target(cfg: &TargetConfig) -> Result<Target, String> {
     t.credentials.set(&cfg.hosts);
     t.max_controllers_per_host
         .store(cfg.engine.max_controllers_per_host, Ordering::Relaxed);
+    t.unproven.set_caps(
+        cfg.engine.max_unauthenticated_controllers_per_peer,
+        cfg.engine.max_unauthenticated_controllers,
+    );
     Ok(t)
 }
 

@@ -10,6 +10,7 @@ use arc_swap::ArcSwap;
 use dhchap::controller::{Agreed, Policy};
 
 use crate::config::HostConfig;
+use crate::model::unproven::Place;
 
 /// Connect response: authentication transaction required (ATR).
 pub const CONNECT_ATR: u64 = 1 << 17;
@@ -60,17 +61,48 @@ impl Credentials {
 }
 
 /// A controller's authentication: whether its queues must authenticate
-/// (fixed when it is created) and how its admin queue last did.
+/// (fixed when it is created), whether its host proved who it is, and how
+/// its admin queue last did.
 #[derive(Debug, Default)]
 pub struct CtrlAuth {
     required: AtomicBool,
+    /// Its host authenticated, or needs not: the controller takes one of
+    /// the host's places (`max_controllers_per_host`).
+    proven: AtomicBool,
+    /// Until then, its place among the unproven controllers.
+    place: Mutex<Option<Place>>,
     last: Mutex<Option<Agreed>>,
 }
 
 impl CtrlAuth {
-    /// Sets whether the controller's queues must authenticate.
+    /// Sets whether the controller's queues must authenticate; a controller
+    /// that needs not is proven at once.
     pub fn set_required(&self, yes: bool) {
         self.required.store(yes, Ordering::Relaxed);
+        self.proven.store(!yes, Ordering::Release);
+    }
+
+    /// Whether its host authenticated or needs not.
+    pub fn proven(&self) -> bool {
+        self.proven.load(Ordering::Acquire)
+    }
+
+    /// Marks it proven (under its subsystem's controllers lock, which
+    /// counts the host's places) and gives its unproven place back.
+    pub(crate) fn set_proven(&self) {
+        self.proven.store(true, Ordering::Release);
+        self.release_place();
+    }
+
+    /// Holds `place` among the unproven controllers until it is proven or gone.
+    pub fn hold_place(&self, place: Place) {
+        *self.place.lock().unwrap_or_else(|p| p.into_inner()) = Some(place);
+    }
+
+    /// Gives its unproven place back (it went).
+    pub fn release_place(&self) {
+        let p = self.place.lock().unwrap_or_else(|p| p.into_inner()).take();
+        drop(p);
     }
 
     /// Whether the controller's queues must authenticate.

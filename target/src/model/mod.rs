@@ -6,3 +6,4 @@ pub mod auth;
 pub mod controller;
 pub mod namespace;
 pub mod subsystem;
+pub mod unproven;

@@ -130,13 +130,16 @@ impl Subsystem {
         self.namespaces.store(Arc::new(namespaces));
     }
 
-    /// Creates a controller with the lowest free id.
+    /// Creates a controller with the lowest free id. One whose host must
+    /// authenticate (`auth_required`) takes none of the host's places until
+    /// it did ([`Subsystem::prove`]).
     pub fn add_controller(
         self: &Arc<Self>,
         hostnqn: &str,
         hostid: [u8; 16],
         kato_ms: u32,
         max_per_host: u32,
+        auth_required: bool,
     ) -> Result<Arc<Controller>, Status> {
         let mut m = self.controllers.lock().unwrap_or_else(|p| p.into_inner());
         // Access is checked again here, under the lock `revoke_disallowed`
@@ -151,7 +154,8 @@ impl Subsystem {
         }
         // A host has one controller per path; more are a host that leaks
         // them or a peer that uses its name to hold the target's resources.
-        if m.values().filter(|c| c.hostnqn == hostnqn).count() >= max_per_host as usize {
+        // Only proven controllers count: anyone may name a keyed host.
+        if !auth_required && Self::places_taken(&m, hostnqn, None) >= max_per_host as usize {
             return Err(Status::CONNECT_CTRL_BUSY);
         }
         let (mut id, max) = self.cntlids;
@@ -172,8 +176,38 @@ impl Subsystem {
             hostid,
             kato_ms,
         ));
+        c.auth.set_required(auth_required);
         m.insert(id, c.clone());
         Ok(c)
+    }
+
+    /// The host's places its proven controllers take (`except` left out).
+    fn places_taken(
+        m: &BTreeMap<u16, Arc<Controller>>,
+        hostnqn: &str,
+        except: Option<u16>,
+    ) -> usize {
+        m.values()
+            .filter(|c| c.hostnqn == hostnqn && c.auth.proven() && Some(c.cntlid) != except)
+            .count()
+    }
+
+    /// `ctrl`'s host authenticated: the controller takes one of the host's
+    /// places, or is refused with Controller Busy when the host has its
+    /// `max_per_host` proven controllers already (or the controller went).
+    pub fn prove(&self, ctrl: &Controller, max_per_host: u32) -> Result<(), Status> {
+        let m = self.controllers.lock().unwrap_or_else(|p| p.into_inner());
+        if ctrl.auth.proven() {
+            return Ok(());
+        }
+        if ctrl.is_revoked() || !m.contains_key(&ctrl.cntlid) {
+            return Err(Status::CONNECT_INVALID_HOST);
+        }
+        if Self::places_taken(&m, &ctrl.hostnqn, Some(ctrl.cntlid)) >= max_per_host as usize {
+            return Err(Status::CONNECT_CTRL_BUSY);
+        }
+        ctrl.auth.set_proven();
+        Ok(())
     }
 
     /// The controller with `cntlid`.
@@ -256,6 +290,8 @@ pub struct Target {
     pub refusal_log: crate::core::log_limit::PeerLogLimit,
     /// The hosts' authentication keys (`[[host]]`, replaced on reload).
     pub credentials: crate::model::auth::Credentials,
+    /// Controllers of keyed hosts not authenticated yet, capped apart.
+    pub unproven: Arc<crate::model::unproven::Unproven>,
 }
 
 impl Target {
@@ -291,6 +327,7 @@ impl Target {
             ),
             refusal_log: Default::default(),
             credentials: Default::default(),
+            unproven: Default::default(),
         }
     }
 
@@ -412,8 +449,8 @@ mod tests {
         use crate::model::controller::QueueLink;
         let s = sub(true);
         let w = Waker::new().unwrap();
-        let c1 = s.add_controller("nqn.h1", [1; 16], 0, 16).unwrap();
-        let c2 = s.add_controller("nqn.h2", [2; 16], 0, 16).unwrap();
+        let c1 = s.add_controller("nqn.h1", [1; 16], 0, 16, false).unwrap();
+        let c2 = s.add_controller("nqn.h2", [2; 16], 0, 16, false).unwrap();
         let q0 = QueueLink::new(0, w.clone());
         c2.attach(q0.clone()).unwrap();
         assert!(
@@ -443,17 +480,23 @@ mod tests {
         let s = Arc::try_unwrap(sub(true)).unwrap().with_cntlids((100, 102));
         let s = Arc::new(s);
         let ids: Vec<u16> = (0..3)
-            .map(|_| s.add_controller("h", [0; 16], 0, u32::MAX).unwrap().cntlid)
+            .map(|_| {
+                s.add_controller("h", [0; 16], 0, u32::MAX, false)
+                    .unwrap()
+                    .cntlid
+            })
             .collect();
         assert_eq!(ids, vec![100, 101, 102]);
         assert_eq!(
-            s.add_controller("h", [0; 16], 0, u32::MAX).err(),
+            s.add_controller("h", [0; 16], 0, u32::MAX, false).err(),
             Some(Status::CONNECT_CTRL_BUSY),
             "the range is used up"
         );
         s.remove_controller(101);
         assert_eq!(
-            s.add_controller("h", [0; 16], 0, u32::MAX).unwrap().cntlid,
+            s.add_controller("h", [0; 16], 0, u32::MAX, false)
+                .unwrap()
+                .cntlid,
             101
         );
     }
@@ -476,17 +519,21 @@ mod tests {
     #[test]
     fn cntlid_allocation_reuses_lowest() {
         let s = sub(true);
-        let a = s.add_controller("h", [0; 16], 0, u32::MAX).unwrap();
-        let b = s.add_controller("h", [0; 16], 0, u32::MAX).unwrap();
-        let c = s.add_controller("h", [0; 16], 0, u32::MAX).unwrap();
+        let a = s.add_controller("h", [0; 16], 0, u32::MAX, false).unwrap();
+        let b = s.add_controller("h", [0; 16], 0, u32::MAX, false).unwrap();
+        let c = s.add_controller("h", [0; 16], 0, u32::MAX, false).unwrap();
         assert_eq!((a.cntlid, b.cntlid, c.cntlid), (1, 2, 3));
         s.remove_controller(2);
         assert_eq!(
-            s.add_controller("h", [0; 16], 0, u32::MAX).unwrap().cntlid,
+            s.add_controller("h", [0; 16], 0, u32::MAX, false)
+                .unwrap()
+                .cntlid,
             2
         );
         assert_eq!(
-            s.add_controller("h", [0; 16], 0, u32::MAX).unwrap().cntlid,
+            s.add_controller("h", [0; 16], 0, u32::MAX, false)
+                .unwrap()
+                .cntlid,
             4
         );
         assert!(s.controller(3).is_some());

@@ -176,10 +176,10 @@ impl QueueCore {
         // of its data until they return.
         let buf = unsafe { self.data_mut(env, r) };
         let (status, outcome) = if self.reqs[r].cmd.fctype() == fctype::AUTH_SEND {
-            let o = auth::send(&mut self.auth, &env.target.credentials, &ctrl, qid, buf);
+            let o = auth::send(&mut self.auth, env.target, &ctrl, qid, buf);
             (Status::SUCCESS, o)
         } else {
-            match auth::receive(&mut self.auth, &ctrl, qid, buf) {
+            match auth::receive(&mut self.auth, env.target, &ctrl, qid, buf) {
                 Ok((n, o)) => {
                     self.reqs[r].out_len = n;
                     (Status::SUCCESS, o)

@@ -152,6 +152,7 @@ impl QueueCore {
             };
             m.disconnects.with_label_values(&[reason]).inc();
             c.kill_all();
+            c.auth.release_place();
             c.subsys.remove_controller(c.cntlid);
             info!(cntlid = c.cntlid, host = %c.hostnqn, subsys = %c.subsys.nqn, reason, "controller disconnected");
         }

@@ -43,6 +43,46 @@ where
     }
 }
 
+/// A formatter that keeps another's event on one line: a line break or
+/// another control character inside it (a peer's NQN may hold any) is
+/// written escaped (`\x0a`), so no value forges a line of its own in the
+/// journal. Escape sequences in values are escaped by the inner formatter.
+#[derive(Debug, Clone)]
+pub struct OneLine<F>(pub F);
+
+impl<S, N, F> FormatEvent<S, N> for OneLine<F>
+where
+    S: Subscriber + for<'a> LookupSpan<'a>,
+    N: for<'a> FormatFields<'a> + 'static,
+    F: FormatEvent<S, N>,
+{
+    fn format_event(
+        &self,
+        ctx: &FmtContext<'_, S, N>,
+        mut writer: Writer<'_>,
+        event: &Event<'_>,
+    ) -> fmt::Result {
+        let mut line = String::new();
+        self.0.format_event(ctx, Writer::new(&mut line), event)?;
+        let body = line.strip_suffix('\n').unwrap_or(&line);
+        write_one_line(&mut writer, body)?;
+        writer.write_char('\n')
+    }
+}
+
+/// Writes `s` with its control characters other than tab and escape (which
+/// colours use) escaped.
+fn write_one_line(w: &mut impl fmt::Write, s: &str) -> fmt::Result {
+    for ch in s.chars() {
+        if ch.is_control() && ch != '\t' && ch != '\x1b' {
+            write!(w, "\\x{:02x}", ch as u32)?;
+        } else {
+            w.write_char(ch)?;
+        }
+    }
+    Ok(())
+}
+
 /// Whether stderr is the journal: `JOURNAL_STREAM` (set by systemd for a
 /// service whose output goes to the journal) names stderr's device and
 /// inode. A child that inherited the variable but writes elsewhere does not
@@ -120,6 +160,33 @@ mod tests {
             "{out}"
         );
         assert!(lines[3].starts_with("<7>"), "{out}");
+    }
+
+    /// A peer's NQN with a line break in it forges no journal line.
+    #[test]
+    fn a_value_with_a_line_break_stays_on_its_line() {
+        let buf = Buf::default();
+        let sub = tracing_subscriber::fmt()
+            .with_writer(buf.clone())
+            .with_ansi(false)
+            .with_max_level(Level::DEBUG)
+            .event_format(OneLine(WithPriority(
+                tracing_subscriber::fmt::format()
+                    .with_ansi(false)
+                    .without_time(),
+            )))
+            .finish();
+        let nqn = "nqn.evil\n<3>ERROR forged: host authenticated\r";
+        tracing::subscriber::with_default(sub, || {
+            tracing::warn!(host = %nqn, "connect refused");
+            tracing::info!(host = ?nqn, "second");
+        });
+        let out = String::from_utf8(buf.0.lock().unwrap().clone()).unwrap();
+        let lines: Vec<&str> = out.lines().collect();
+        assert_eq!(lines.len(), 2, "{out}");
+        assert!(lines[0].starts_with("<4>"), "{out}");
+        assert!(lines[0].contains("nqn.evil\\x0a<3>ERROR forged"), "{out}");
+        assert!(!out.contains('\r'), "{out}");
     }
 
     #[test]

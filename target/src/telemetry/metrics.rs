@@ -38,6 +38,9 @@ pub struct Metrics {
     /// `authentications_total{subsystem,result}`: "success" or the reason
     /// of a failure.
     pub authentications: IntCounterVec,
+    /// `unauthenticated_controllers`: controllers of keyed hosts that have
+    /// not authenticated yet (see [`crate::model::unproven`]).
+    pub unauthenticated_controllers: IntGauge,
     /// `keep_alive_expirations_total{subsystem}`.
     pub keep_alive_expirations: IntCounterVec,
     /// `rdma_wc_errors_total{status}`.
@@ -163,6 +166,14 @@ impl Metrics {
             )
             .expect("valid metric"),
         );
+        let unauthenticated_controllers = reg(
+            &registry,
+            IntGauge::new(
+                name("unauthenticated_controllers"),
+                "Controllers of hosts with a key that have not authenticated yet (they take none of the host's places)",
+            )
+            .expect("valid metric"),
+        );
         let start_time = reg(
             &registry,
             IntGauge::new(
@@ -217,6 +228,7 @@ impl Metrics {
                 "Queue authentications (DH-HMAC-CHAP), by subsystem and result (success or the failure reason)",
                 &["subsystem", "result"],
             ),
+            unauthenticated_controllers,
             keep_alive_expirations: counter(
                 "keep_alive_expirations_total",
                 "Controllers torn down because the keep-alive timer expired",
