@@ -106,6 +106,12 @@ fn outcome(q: &QueueAuth, target: &Target, ctrl: &Controller, qid: u16, ev: Even
                         .inc();
                     return Outcome::Failed;
                 }
+                for c in crate::model::hostid::take_from_unproven(target, ctrl) {
+                    warn!(cntlid = c.cntlid, host = %c.hostnqn, subsys = %c.subsys.nqn,
+                          owner = %ctrl.hostnqn,
+                          "a controller used the host identifier of a host that authenticated, under another host NQN; disconnected");
+                    crate::telemetry::metrics::reject("hostid_taken_by_authenticated_host");
+                }
                 ctrl.auth.record(a);
                 info!(cntlid = ctrl.cntlid, host = %ctrl.hostnqn, subsys = %ctrl.subsys.nqn,
                       hash = %a.hash, dhgroup = %a.group, bidirectional = a.bidirectional,
@@ -241,7 +247,7 @@ mod tests {
         }
         .to_command(1);
         let d = ConnectData {
-            hostid: [1; 16],
+            hostid: crate::reservation::state::nqn_tag(host),
             cntlid: 0xFFFF,
             subsysnqn: subnqn.into(),
             hostnqn: host.into(),
@@ -264,7 +270,7 @@ mod tests {
         }
         .to_command(1);
         let d = ConnectData {
-            hostid: [1; 16],
+            hostid: crate::reservation::state::nqn_tag(host),
             cntlid: 0xFFFF,
             subsysnqn: SUB.into(),
             hostnqn: host.into(),

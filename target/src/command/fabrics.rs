@@ -14,6 +14,7 @@ use nvme::{Command, Status};
 use tracing::warn;
 
 use crate::model::controller::{Controller, PropertyEffect, DISCOVERY_KATO_MS};
+use crate::model::hostid;
 use crate::model::subsystem::{SubsystemKind, Target};
 
 /// Offsets of Connect command fields in the SQE (for IATTR reporting).
@@ -117,6 +118,17 @@ pub fn connect(
         };
         let required =
             subsys.kind != SubsystemKind::Discovery && target.credentials.has_key(&d.hostnqn);
+        // The identifier's binding is checked and taken as one step.
+        let _binding = target.binding_lock();
+        if let Some(h) = hostid::holder(target, &d.hostid, &d.hostnqn, required) {
+            return Err(ConnectError {
+                why: Some(h.reason()),
+                ..refuse(
+                    Status::CONNECT_INVALID_PARAM,
+                    iattr_data(CONNECT_DATA_HOSTID_OFFSET),
+                )
+            });
+        }
         let ctrl = subsys
             .add_controller(
                 &d.hostnqn,
@@ -286,7 +298,7 @@ mod tests {
         }
         .to_command(1);
         let d = ConnectData {
-            hostid: [1; 16],
+            hostid: crate::reservation::state::nqn_tag(host),
             cntlid,
             subsysnqn: sub.into(),
             hostnqn: host.into(),

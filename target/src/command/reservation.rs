@@ -26,6 +26,11 @@ pub fn execute(ns: &Namespace, ctrl: &Controller, cmd: &Command, buf: &mut [u8])
     if !ns.resv.sure() {
         return (ctrl.retry_delay(crate::reservation::not_sure()), 0);
     }
+    // A registrant is named by its host identifier: a host without one
+    // (all zero) cannot be told from another such host.
+    if ctrl.hostid == [0; 16] {
+        return (Status::HOST_ID_INCONSISTENT, 0);
+    }
     if cmd.opcode() == op::RESV_REPORT {
         return report(ns, cmd, buf);
     }
@@ -37,7 +42,8 @@ pub fn execute(ns: &Namespace, ctrl: &Controller, cmd: &Command, buf: &mut [u8])
     // (the preempted hosts' among them) complete first, and those that
     // arrive meanwhile wait and are checked against the new state.
     let _closed = aborts_writes(ns, &req).then(|| ns.gate.close());
-    match ns.resv.apply(&ctrl.hostid, &req) {
+    let nqn = crate::reservation::state::nqn_tag(&ctrl.hostnqn);
+    match ns.resv.apply(&ctrl.hostid, &nqn, &req) {
         Ok(fx) => {
             if fx.changed {
                 info!(subsys = %ctrl.subsys.nqn, nsid = ns.nsid, cntlid = ctrl.cntlid,

@@ -87,6 +87,11 @@ impl CtrlAuth {
         self.proven.load(Ordering::Acquire)
     }
 
+    /// Whether its host authenticated (it had to, and did).
+    pub fn authenticated(&self) -> bool {
+        self.required() && self.proven()
+    }
+
     /// Marks it proven (under its subsystem's controllers lock, which
     /// counts the host's places) and gives its unproven place back.
     pub(crate) fn set_proven(&self) {

@@ -4,6 +4,7 @@
 pub mod ana;
 pub mod auth;
 pub mod controller;
+pub mod hostid;
 pub mod namespace;
 pub mod subsystem;
 pub mod unproven;

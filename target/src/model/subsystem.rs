@@ -292,6 +292,9 @@ pub struct Target {
     pub credentials: crate::model::auth::Credentials,
     /// Controllers of keyed hosts not authenticated yet, capped apart.
     pub unproven: Arc<crate::model::unproven::Unproven>,
+    /// Held while an admin Connect checks and takes its host identifier's
+    /// binding (see [`crate::model::hostid`]).
+    binding: Mutex<()>,
 }
 
 impl Target {
@@ -328,6 +331,7 @@ impl Target {
             refusal_log: Default::default(),
             credentials: Default::default(),
             unproven: Default::default(),
+            binding: Mutex::new(()),
         }
     }
 
@@ -343,6 +347,11 @@ impl Target {
                     .position(|a| a.port() == local.port() && a.ip().is_unspecified())
             })
             .unwrap_or(0)
+    }
+
+    /// Serializes the admin Connects' host identifier checks.
+    pub fn binding_lock(&self) -> std::sync::MutexGuard<'_, ()> {
+        self.binding.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// The NVM subsystems.

@@ -275,13 +275,42 @@ impl NsReservations {
     }
 
     /// Runs a Register, Acquire or Release of `host` against the state.
-    pub fn apply(&self, host: &HostId, req: &state::Request) -> Result<Effects, Status> {
+    pub fn apply(
+        &self,
+        host: &HostId,
+        nqn: &state::NqnTag,
+        req: &state::Request,
+    ) -> Result<Effects, Status> {
         let capable = self.ptpl_capable();
         self.change(|st| {
-            let fx = st.apply(host, req, capable)?;
+            // A host identifier registered by another host NQN is not this
+            // host's (the Connect refuses such a pair; this holds even if
+            // the registration arrived from another gateway since).
+            if st.bound_elsewhere(host, nqn) {
+                return Err(Status::RESERVATION_CONFLICT);
+            }
+            let mut fx = st.apply(host, req, capable)?;
+            let before = st
+                .registrants
+                .iter()
+                .find(|r| &r.host == host)
+                .map(|r| r.nqn);
+            st.bind(host, nqn);
+            fx.changed |= before
+                != st
+                    .registrants
+                    .iter()
+                    .find(|r| &r.host == host)
+                    .map(|r| r.nqn);
             let changed = fx.changed;
             Ok((fx, changed))
         })
+    }
+
+    /// Whether `host` is registered here by another host NQN than the one
+    /// `nqn` tags.
+    pub fn bound_elsewhere(&self, host: &HostId, nqn: &state::NqnTag) -> bool {
+        self.enabled && self.lock().bound_elsewhere(host, nqn)
     }
 }
 

@@ -179,6 +179,7 @@ mod tests {
             registrants: vec![Registrant {
                 host: [1; 16],
                 key: 7,
+                nqn: [0; 16],
             }],
             holder: Some(Holder {
                 rtype: 1,

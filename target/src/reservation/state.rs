@@ -16,6 +16,23 @@ pub type HostId = [u8; 16];
 /// own) and grow the state, and every report and persisted copy with it.
 pub const MAX_REGISTRANTS: usize = 128;
 
+/// What a registration keeps of the host NQN that made it: the first 16
+/// bytes of its SHA-256 (all zero: not known, a state from before).
+pub type NqnTag = [u8; 16];
+
+/// The tag of host NQN `nqn`.
+pub fn nqn_tag(nqn: &str) -> NqnTag {
+    use sha2::Digest;
+    let d = sha2::Sha256::digest(nqn.as_bytes());
+    let mut t = [0; 16];
+    t.copy_from_slice(&d[..16]);
+    t
+}
+
+fn is_unknown(t: &NqnTag) -> bool {
+    *t == [0; 16]
+}
+
 /// A registered host and its key.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Registrant {
@@ -23,6 +40,11 @@ pub struct Registrant {
     pub host: HostId,
     /// Its reservation key.
     pub key: u64,
+    /// The host NQN that registered it: the host identifier stays bound
+    /// to it while the registration lasts, on every gateway that shares
+    /// the state.
+    #[serde(default, skip_serializing_if = "is_unknown")]
+    pub nqn: NqnTag,
 }
 
 /// The reservation and the host that acquired it.
@@ -80,6 +102,24 @@ pub enum Access {
 impl Reservations {
     fn find(&self, host: &HostId) -> Option<usize> {
         self.registrants.iter().position(|r| &r.host == host)
+    }
+
+    /// Whether `host` is registered by another host NQN than the one
+    /// `nqn` tags.
+    pub fn bound_elsewhere(&self, host: &HostId, nqn: &NqnTag) -> bool {
+        self.find(host).is_some_and(|i| {
+            !is_unknown(&self.registrants[i].nqn) && self.registrants[i].nqn != *nqn
+        })
+    }
+
+    /// Binds `host`'s registration, if any, to the host NQN `nqn` tags
+    /// (where none is known yet).
+    pub fn bind(&mut self, host: &HostId, nqn: &NqnTag) {
+        if let Some(i) = self.find(host) {
+            if is_unknown(&self.registrants[i].nqn) {
+                self.registrants[i].nqn = *nqn;
+            }
+        }
     }
 
     /// Whether `host` is registered.
@@ -155,7 +195,11 @@ impl Reservations {
         if self.registrants.len() >= MAX_REGISTRANTS {
             return Err(Status::CAPACITY_EXCEEDED);
         }
-        self.registrants.push(Registrant { host: *host, key });
+        self.registrants.push(Registrant {
+            host: *host,
+            key,
+            nqn: [0; 16],
+        });
         self.bump();
         fx.changed = true;
         Ok(())

@@ -467,3 +467,19 @@ fn shared_copy_only_moves_forward() {
     assert_eq!(ns.version(), 6);
     assert_eq!(ns.check(&B, Access::Write), Ok(()));
 }
+
+/// A state written before registrations kept their host NQN loads (the
+/// NQN unknown, bound by the next command of the registrant), and one
+/// written now keeps it.
+#[test]
+fn registrations_keep_their_host_nqn() {
+    let old = r#"{"registrants":[{"host":[10,10,10,10,10,10,10,10,10,10,10,10,10,10,10,10],"key":7}],"holder":null,"generation":1,"ptpl":false}"#;
+    let mut s: Reservations = serde_json::from_str(old).unwrap();
+    let tag = super::state::nqn_tag("nqn.h:a");
+    assert!(!s.bound_elsewhere(&A, &tag));
+    s.bind(&A, &tag);
+    assert!(s.bound_elsewhere(&A, &super::state::nqn_tag("nqn.h:b")));
+    assert!(!s.bound_elsewhere(&A, &tag));
+    let back: Reservations = serde_json::from_str(&serde_json::to_string(&s).unwrap()).unwrap();
+    assert_eq!(back, s);
+}
