@@ -186,7 +186,13 @@ sed 's/^nsid = 1$/nsid = 1\nspeed = 9/' /tmp/good.toml >"$BAD"; check_bad "unkno
 sed "s/^nqn = .*/nqn = \"disk1\"/" /tmp/good.toml >"$BAD"; check_bad "bad NQN" "subsystem[0].nqn: 'disk1' must start with 'nqn.'"
 sed 's|/dev/ram0|/dev/nonexistent9|' /tmp/good.toml >"$BAD"; check_bad "missing device" "subsystem[0].namespace[0].path: /dev/nonexistent9"
 printf '%s\n[[subsystem.namespace]]\nnsid = 1\npath = "/dev/ram1"\n' "$GOOD_CONF" >"$BAD"; check_bad "duplicate nsid" "subsystem[0].namespace[1].nsid: 1 is used twice"
-sed 's/^allow_any_host = true$/allow_any_host = false/' /tmp/good.toml >"$BAD"; check_bad "no hosts" "subsystem[0].hosts: no host may connect"
+# A subsystem no host may reach is valid (nvmet, SPDK and ceph-nvmeof allow it), warned of.
+sed 's/^allow_any_host = true$/allow_any_host = false/' /tmp/good.toml >"$BAD"
+out=$("$BIN_SRC" check-config "$BAD" 2>&1) || fail "check-config (no hosts): refused, not a warning: $out"
+grep -qF "warning: subsystem[0].hosts: no host may connect" <<<"$out" || fail "check-config (no hosts): no warning in: $out"
+"$BIN_SRC" check-config --json "$BAD" | python3 -c 'import json,sys; d=json.load(sys.stdin); assert d["ok"] and d["warnings"][0]["field"] == "subsystem[0].hosts", d' \
+    || fail "check-config --json (no hosts): no warning"
+info "ok  no hosts: $(tail -1 <<<"$out")"
 printf '[metrics]\naddress = "localhost"\n%s\n' "$GOOD_CONF" >"$BAD"; check_bad "metrics address" "metrics.address: 'localhost' is not ADDRESS:PORT"
 printf '%s\n' "$GOOD_CONF" | sed "s/^address = .*/address = \"10.0.2\"/" >"$BAD"; check_bad "listener address" "listener[0].address: '10.0.2' is not an IPv4 or IPv6 address"
 cp /tmp/good.toml "$BAD"; CHECK_ENV=NVMF_TARGET_TARGET__POLL_SPIN_US=fast check_bad "environment override" "poll_spin_us"
@@ -510,11 +516,16 @@ live host add --subsystem "$NQN" --host-nqn "$HOSTNQN"
 live host add --subsystem "$NQN" --host-nqn "$OTHER"
 live host del --subsystem "$NQN" --host-nqn '*'
 sleep 1; host_live || fail "a listed host lost its connection when access narrowed to listed hosts"
+live host del --subsystem "$NQN" --host-nqn "$OTHER"
+# The last listed host: allowed (the emergency of a compromised host), warned of.
 live host del --subsystem "$NQN" --host-nqn "$HOSTNQN"
 wait_for 15 "the target to drop the removed host" host_dropped
 wait_for 15 "the host to see its controller lost" host_not_live
 sleep 2; host_live && fail "a removed host got back in"
-info "host del: the host was disconnected and is refused"
+"$BIN" status | grep -qF "no host may connect" || fail "status does not say no host may connect"
+wait_for 10 "the journal to warn that no host may connect" bash -c \
+    "journalctl -u nvmf-target -b -o cat | grep -qF 'no host may connect to $NQN'"
+info "host del of the last host: the host was disconnected and is refused; status and journal say so"
 live host add --subsystem "$NQN" --host-nqn "$HOSTNQN"
 wait_for 30 "the host to reconnect once added back" host_live
 # A controller disconnected: the host reconnects as a new controller (its admin queue

@@ -131,7 +131,7 @@ fn device_allow(cfg: &TargetConfig, file: &std::path::Path) -> String {
 }
 
 fn summary(cfg: &TargetConfig) -> String {
-    format!(
+    let mut s = format!(
         "configuration OK: {} listener(s), {} subsystem(s), {} namespace(s)",
         cfg.listeners.len(),
         cfg.subsystems.len(),
@@ -139,7 +139,11 @@ fn summary(cfg: &TargetConfig) -> String {
             .iter()
             .map(|s| s.namespaces.len())
             .sum::<usize>()
-    )
+    );
+    for w in cfg.warnings() {
+        s.push_str(&format!("\nwarning: {w}"));
+    }
+    s
 }
 
 /// Sets up `tracing` to stderr: under systemd (stderr is the journal) each
@@ -295,15 +299,19 @@ fn print_from_config(
 /// `check-config --json`: the verdict on stdout, exit 0 or 2 as without.
 fn check_config_json(file: &std::path::Path) -> ExitCode {
     let (v, code) = match TargetConfig::load(file) {
-        Ok(c) => (
-            serde_json::json!({
+        Ok(c) => {
+            let mut v = serde_json::json!({
                 "ok": true,
                 "listeners": c.listeners.len(),
                 "subsystems": c.subsystems.len(),
                 "namespaces": c.subsystems.iter().map(|s| s.namespaces.len()).sum::<usize>(),
-            }),
-            ExitCode::SUCCESS,
-        ),
+            });
+            let w = c.warnings();
+            if !w.is_empty() {
+                v["warnings"] = serde_json::json!(w);
+            }
+            (v, ExitCode::SUCCESS)
+        }
         Err(e) => (
             serde_json::json!({"ok": false, "errors": e.to_json()}),
             ExitCode::from(2),

@@ -206,6 +206,42 @@ pub struct TargetConfig {
     pub state_dir: Option<PathBuf>,
 }
 
+/// Something a valid configuration does that an administrator may not mean.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct ConfigWarning {
+    /// The field, as errors name it (`subsystem[0].hosts`).
+    pub field: String,
+    /// What it means.
+    pub reason: String,
+}
+
+impl std::fmt::Display for ConfigWarning {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}: {}", self.field, self.reason)
+    }
+}
+
+impl TargetConfig {
+    /// What `check-config` warns of, the daemon logs and `status` shows:
+    /// subsystems no host may reach (allowed, as nvmet, SPDK and
+    /// ceph-nvmeof allow them: removing the last host is how an
+    /// administrator shuts a compromised one out).
+    pub fn warnings(&self) -> Vec<ConfigWarning> {
+        self.subsystems
+            .iter()
+            .enumerate()
+            .filter(|(_, s)| !s.allow_any_host && s.hosts.is_empty())
+            .map(|(i, s)| ConfigWarning {
+                field: format!("subsystem[{i}].hosts"),
+                reason: format!(
+                    "no host may connect to {} (allow_any_host = true or hosts = [\"nqn...\"] opens it)",
+                    s.nqn
+                ),
+            })
+            .collect()
+    }
+}
+
 /// Default address of the Prometheus endpoint.
 pub const DEFAULT_METRICS_ADDR: &str = "127.0.0.1:9469";
 /// Default log filter.
@@ -476,6 +512,26 @@ block_size = 4096
         assert!(!c.subsystems[1].allow_any_host);
     }
 
+    /// Issue 38, 8: a subsystem no host may reach is valid (every other
+    /// target allows it; removing the last host is an emergency), with a
+    /// warning.
+    #[test]
+    fn a_subsystem_no_host_may_reach_is_a_warning() {
+        let c = TargetConfig::from_toml(
+            &GOOD.replace("hosts = [\"nqn.2026-11.io.example:host1\"]", ""),
+            "t.toml",
+        )
+        .expect("valid");
+        let w = c.warnings();
+        assert_eq!(w.len(), 1, "{w:?}");
+        assert_eq!(w[0].field, "subsystem[1].hosts");
+        assert!(w[0].to_string().contains("no host may connect"), "{}", w[0]);
+        assert!(TargetConfig::from_toml(GOOD, "t.toml")
+            .unwrap()
+            .warnings()
+            .is_empty());
+    }
+
     fn bad(text: &str, expect: &str) {
         let e = TargetConfig::from_toml(text, "t.toml")
             .unwrap_err()
@@ -623,10 +679,6 @@ block_size = 4096
         bad(
             &GOOD.replace("block_size = 4096", "block_size = 1000"),
             "block_size: 1000 must be a power of two",
-        );
-        bad(
-            &GOOD.replace("hosts = [\"nqn.2026-11.io.example:host1\"]", ""),
-            "subsystem[1].hosts: no host may connect",
         );
         bad(
             &GOOD.replace("backend = \"null\"\nsize = \"1G\"", "backend = \"iscsi\""),

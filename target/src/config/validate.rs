@@ -261,12 +261,6 @@ impl TargetConfig {
                 cx.err(f(&format!("hosts[{h}]")), r);
             }
         }
-        if !allow_any_host && s.hosts.is_empty() {
-            cx.err(
-                f("hosts"),
-                "no host may connect: set allow_any_host = true or list hosts = [\"nqn...\"]",
-            );
-        }
         if let Some(sn) = &s.serial {
             if sn.is_empty() || sn.len() > 20 || !sn.is_ascii() {
                 cx.err(f("serial"), "must be 1 to 20 ASCII characters");

@@ -105,6 +105,13 @@ pub fn build_target(cfg: &TargetConfig) -> Result<Target, String> {
     Ok(t)
 }
 
+/// Logs what the configuration does that an administrator may not mean.
+fn log_warnings(cfg: &TargetConfig) {
+    for w in cfg.warnings() {
+        warn!(field = %w.field, "{}", w.reason);
+    }
+}
+
 /// The daemon.
 pub struct Daemon {
     /// The target being served.
@@ -176,6 +183,7 @@ impl Daemon {
             },
             None => None,
         };
+        log_warnings(&config);
         Ok(Daemon {
             target,
             config,
@@ -514,6 +522,7 @@ impl Daemon {
         if let Some(us) = plan.poll_spin_us {
             self.target.poll_spin_us.store(us, Ordering::Relaxed);
         }
+        log_warnings(&new);
         self.config = new;
         Ok(plan)
     }

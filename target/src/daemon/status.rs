@@ -446,6 +446,8 @@ impl Status {
         for s in &self.subsystems {
             let access = if s.allow_any_host {
                 "any host".to_string()
+            } else if s.hosts.is_empty() {
+                "no host may connect (warning: none is listed)".to_string()
             } else {
                 format!("hosts: {}", s.hosts.join(", "))
             };

@@ -105,7 +105,7 @@ pub(super) fn parse_subsystems(
         if !allow_any_host && hosts.is_empty() {
             notes.push(format!(
                 "{l}: no host may connect (allow_any_host is 0 and allowed_hosts is empty); \
-                 nvmf-target refuses that: list hosts or set allow_any_host = true"
+                 carried over as such (nvmf-target warns of it)"
             ));
         }
         for (ppath, pt) in cx.objects(o, &path, "passthru")? {
