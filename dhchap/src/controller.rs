@@ -21,7 +21,7 @@ use crate::secret::Secret;
 
 /// What the controller requires of one host, read when a transaction starts
 /// (so a new configuration applies to the next authentication).
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Policy {
     /// The hash function to use when the host offers it (else the host's
     /// first usable one, as nvmet).

@@ -357,6 +357,58 @@ mod tests {
         assert_eq!(authenticate(&t, &a[2]), Outcome::Continue);
     }
 
+    fn hosts(keyed: Option<Secret>, plain: Option<Secret>) -> Vec<HostConfig> {
+        vec![
+            HostConfig {
+                nqn: HOST.into(),
+                dhchap_key: keyed,
+                dhchap_ctrl_key: None,
+                dhchap_hash: HashId::Sha384,
+                dhchap_dhgroup: GroupId::Null,
+            },
+            HostConfig {
+                nqn: PLAIN.into(),
+                dhchap_key: plain,
+                dhchap_ctrl_key: None,
+                dhchap_hash: HashId::Sha256,
+                dhchap_dhgroup: GroupId::Null,
+            },
+        ]
+    }
+
+    /// Issue 38, 7: a key added, rotated or removed applies at once: the
+    /// controllers that authenticated with another key, or none, go.
+    #[test]
+    fn a_key_change_disconnects_the_hosts_controllers() {
+        let t = target();
+        let keyed = admin(&t, HOST, SUB);
+        assert_eq!(authenticate(&t, &keyed), Outcome::Continue);
+        let plain = admin(&t, PLAIN, SUB);
+        let disc = admin(&t, PLAIN, nvme::DISCOVERY_NQN);
+        // The same keys again: nothing changes.
+        let (changed, gone) = t.set_credentials(&hosts(Some(key()), None));
+        assert!(changed.is_empty() && gone.is_empty());
+        // A key for the host that had none: its controller was exempt.
+        let k2 = Secret::new(Some(HashId::Sha256), &[9; 32]).unwrap();
+        let (changed, gone) = t.set_credentials(&hosts(Some(key()), Some(k2.clone())));
+        assert_eq!(changed, vec![PLAIN.to_string()]);
+        assert_eq!(gone.len(), 1);
+        assert!(plain.is_revoked() && !keyed.is_revoked());
+        assert!(!disc.is_revoked(), "discovery never authenticates");
+        assert!(admin(&t, PLAIN, SUB).auth.required());
+        // The keyed host's key rotated: the association made with the old one goes.
+        let (changed, _) = t.set_credentials(&hosts(Some(k2.clone()), Some(k2.clone())));
+        assert_eq!(changed, vec![HOST.to_string()]);
+        assert!(keyed.is_revoked());
+        // A key removed: the host's controllers go too (they reconnect
+        // without authenticating).
+        let again = admin(&t, HOST, SUB);
+        let (changed, _) = t.set_credentials(&hosts(None, Some(k2)));
+        assert_eq!(changed, vec![HOST.to_string()]);
+        assert!(again.is_revoked());
+        assert!(!admin(&t, HOST, SUB).auth.required());
+    }
+
     #[test]
     fn who_must_authenticate() {
         let t = target();

@@ -116,10 +116,11 @@ pub fn connect(
         } else {
             c.kato
         };
+        // The identifier's binding is checked and taken as one step, and
+        // the keys read are those in effect until the controller exists.
+        let _binding = target.binding_lock();
         let required =
             subsys.kind != SubsystemKind::Discovery && target.credentials.has_key(&d.hostnqn);
-        // The identifier's binding is checked and taken as one step.
-        let _binding = target.binding_lock();
         if let Some(h) = hostid::holder(target, &d.hostid, &d.hostnqn, required) {
             return Err(ConnectError {
                 why: Some(h.reason()),

@@ -411,7 +411,21 @@ impl Daemon {
                 f(level).map_err(|e| format!("log.level: {e}"))?;
             }
         }
-        // Commit.
+        // Commit. Keys first: access widened below never lets a Connect in
+        // under the old keys.
+        if plan.hosts {
+            let (hosts, gone) = self.target.set_credentials(&new.hosts);
+            for c in &gone {
+                info!(cntlid = c.cntlid, host = %c.hostnqn, subsys = %c.subsys.nqn,
+                      "the host's keys changed: its controller is disconnected and must authenticate again");
+            }
+            info!(
+                with_keys = new.hosts.iter().filter(|h| h.dhchap_key.is_some()).count(),
+                changed = ?hosts,
+                controllers_disconnected = gone.len(),
+                "host keys changed: they apply at once"
+            );
+        }
         let current = self.target.subsystems();
         for (c, mut new_ns) in plan.changed.iter().zip(opened) {
             let Some(sub) = current.iter().find(|s| s.nqn == c.nqn) else {
@@ -483,13 +497,6 @@ impl Daemon {
         // when it makes its controller (the subsystem is marked removed under
         // the controllers' lock) or revoked below.
         self.target.set_subsystems(subs);
-        if plan.hosts {
-            self.target.credentials.set(&new.hosts);
-            info!(
-                with_keys = new.hosts.iter().filter(|h| h.dhchap_key.is_some()).count(),
-                "host keys changed: they apply to the next authentication"
-            );
-        }
         for nqn in &plan.removed {
             if let Some(s) = current.iter().find(|s| &s.nqn == nqn) {
                 for ns in s.namespaces().iter() {

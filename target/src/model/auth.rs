@@ -16,8 +16,9 @@ use crate::model::unproven::Place;
 pub const CONNECT_ATR: u64 = 1 << 17;
 
 /// The hosts' keys, replaced as a whole by a reload: a transaction reads
-/// them when it starts, so new keys apply to the next authentication and
-/// live associations stay.
+/// them when it starts. A host whose keys changed loses its controllers
+/// ([`crate::model::subsystem::Target::set_credentials`]), so no association
+/// outlives the key it was made with (or without).
 #[derive(Default)]
 pub struct Credentials(ArcSwap<HashMap<String, Policy>>);
 
@@ -28,9 +29,11 @@ impl std::fmt::Debug for Credentials {
 }
 
 impl Credentials {
-    /// Takes the keys of `hosts`.
-    pub fn set(&self, hosts: &[HostConfig]) {
-        let m = hosts
+    /// Takes the keys of `hosts`; returns the host NQNs whose keys or
+    /// requirements changed (a key added, removed or replaced, another hash
+    /// or group).
+    pub fn set(&self, hosts: &[HostConfig]) -> Vec<String> {
+        let m: HashMap<String, Policy> = hosts
             .iter()
             .filter_map(|h| {
                 Some((
@@ -44,7 +47,16 @@ impl Credentials {
                 ))
             })
             .collect();
-        self.0.store(Arc::new(m));
+        let old = self.0.swap(Arc::new(m));
+        let new = self.0.load();
+        let mut changed: Vec<String> = old
+            .iter()
+            .filter(|(n, p)| new.get(*n) != Some(*p))
+            .map(|(n, _)| n.clone())
+            .chain(new.keys().filter(|n| !old.contains_key(*n)).cloned())
+            .collect();
+        changed.sort();
+        changed
     }
 
     /// The host's requirements now (`None`: it has no key).

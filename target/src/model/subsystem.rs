@@ -349,9 +349,38 @@ impl Target {
             .unwrap_or(0)
     }
 
-    /// Serializes the admin Connects' host identifier checks.
+    /// Serializes the admin Connects' host identifier checks and their
+    /// reading of the hosts' keys with a change of the keys.
     pub fn binding_lock(&self) -> std::sync::MutexGuard<'_, ()> {
         self.binding.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Takes the hosts' keys (`[[host]]`) at once: the controllers of a
+    /// host whose keys changed authenticated with another key, or none,
+    /// and are disconnected (revoked: their host connects again and
+    /// authenticates as the new keys say). No admin Connect runs meanwhile,
+    /// so none makes a controller under the old keys after this. Returns
+    /// the hosts whose keys changed, and the controllers disconnected.
+    pub fn set_credentials(
+        &self,
+        hosts: &[crate::config::HostConfig],
+    ) -> (Vec<String>, Vec<Arc<Controller>>) {
+        let _connects = self.binding_lock();
+        let changed = self.credentials.set(hosts);
+        let mut gone = Vec::new();
+        if changed.is_empty() {
+            return (changed, gone);
+        }
+        for c in self.all_controllers() {
+            if c.subsys.kind == SubsystemKind::Nvm
+                && changed.binary_search(&c.hostnqn).is_ok()
+                && !c.is_revoked()
+            {
+                c.revoke();
+                gone.push(c);
+            }
+        }
+        (changed, gone)
     }
 
     /// The NVM subsystems.
