@@ -11,9 +11,11 @@
 #      the right controller key (kernel host) and the wrong one (initiator: it must refuse
 #      the target); the wrong host key, no key from a host that has one, a key from a host
 #      that has none.
-#   2. re-authentication: the target's key for the host changes (nvmet: configfs; ours: a
-#      reload) and the host's secret changes in sysfs; the association stays, I/O goes on.
-#      A reload that changes a host's key: the old key fails on the next connect.
+#   2. re-authentication: the host's secret changes in sysfs and the host re-authenticates
+#      its live association; the association stays, I/O goes on (nvmet: after the target's
+#      key changed in configfs; ours: with the same key, as ours ends an association whose
+#      key changes: a reload with a new key then disconnects the host at once). The old key
+#      fails on the next connect, the new one is taken.
 #   3. raw messages (auth-probe): commands before authentication, messages out of order,
 #      wrong lengths, unknown hash and group identifiers, a transaction ID that does not
 #      match, a wrong response; each with its exact outcome. Meanwhile another host (no
@@ -243,11 +245,15 @@ phase() {
     timeout 180 nvme connect -t rdma -a "$IP" -s "$PORT" -n "$SUB" --hostnqn="$HOST" \
         --hostid="$HID" --dhchap-secret="$K256" -i 2 >/dev/null || fail "$WHO: connect for re-authentication"
     live_ctrl "$SUB"
-    keys "hmac(sha256)" ffdhe2048 "$K256B" ""
+    # nvmet keeps the association when the host's key changes, and the host re-authenticates
+    # it with the new one. Ours ends it at once (an association made with the old key must
+    # not outlive it; checked below): the host re-authenticates with the key it has.
+    local secret=$K256
+    [ "$WHO" = nvmet ] && { keys "hmac(sha256)" ffdhe2048 "$K256B" ""; secret=$K256B; }
     local before=0 after=0 seen=no
     [ "$WHO" = ours ] && before=$(auth_ok)
     kmsg_mark
-    echo "$K256B" >"/sys/class/nvme/$CTRL/dhchap_secret"
+    echo "$secret" >"/sys/class/nvme/$CTRL/dhchap_secret"
     for _ in $(seq 120); do
         kmsg_window | grep -q 'qid 0: authenticated with hash' && { seen=yes; break; }
         sleep 0.5
@@ -262,6 +268,18 @@ phase() {
     fi
     kmsg_check "$WHO: re-authentication"
     settle
+    if [ "$WHO" = ours ]; then
+        # The key changes under the live association: the host loses its controller at
+        # once (and is disconnected here, before its reconnect delay of 10 s ends, so it
+        # never retries the old key).
+        keys "hmac(sha256)" ffdhe2048 "$K256B" ""
+        for _ in $(seq 50); do [ "$(cat "/sys/class/nvme/$CTRL/state")" = live ] || break; sleep 0.1; done
+        local st; st=$(cat "/sys/class/nvme/$CTRL/state")
+        [ "$st" != live ] || fail "ours: the host's controller stayed live after its key changed"
+        grep -q "must authenticate again" "$TLOG" || fail "ours: no log line for the controller the key change ended"
+        info "ours: the key change ended the live association (host controller: $st)"
+        kmsg_mark   # the host's error recovery is expected here
+    fi
     nvme disconnect -n "$SUB" >/dev/null
     record "old-key-after-change" "$(iconnect -S "$K256")"
     record "new-key-after-change" "$(kconnect --dhchap-secret="$K256B")"
