@@ -19,6 +19,15 @@ pub const MISCOMPARE: i32 = 1;
 /// namespace (a Preempt and Abort ran first): nothing compared or written.
 pub const CONFLICT: i32 = 2;
 
+/// Added to the (negative) errno of a Compare and Write whose compare
+/// matched and whose write failed: the host is told the write's status.
+pub const WRITE_FAILED: i32 = -(1 << 16);
+
+/// The errno of a failed write of a Compare and Write, if `res` says so.
+pub fn write_failure(res: i32) -> Option<i32> {
+    (res <= WRITE_FAILED).then(|| res - WRITE_FAILED)
+}
+
 /// How long a Compare and Write on an RBD image waits for this gateway to
 /// own the image: what a takeover of a gateway that does not answer takes,
 /// with room to spare, and below the host's 30 s command timeout.
@@ -69,7 +78,9 @@ pub fn compare(backend: &Backend, offset: u64, cmp: &[u8]) -> i32 {
 /// Compares `cmp` with the data at byte `offset` and, when equal, writes
 /// `data` there (durable before returning when `fua`), with no other write
 /// of this target (of any client, on RBD) between the two. 0, [`MISCOMPARE`]
-/// (nothing written) or a negative errno. Blocks.
+/// (nothing written), a negative errno, or [`WRITE_FAILED`] plus one when
+/// the compare matched and the write failed (a file or block device; an RBD
+/// image fails the pair as one). Blocks.
 /// `allowed` checks the host's reservation access: with the gate closed on
 /// a local store (so that no Preempt and Abort can pass between the check
 /// and the write), before the call on the others; [`CONFLICT`] when denied.
@@ -140,11 +151,11 @@ pub fn compare_and_write(
             let buf = aligned(&mut out, data.len());
             buf.copy_from_slice(data);
             if let Err(e) = file.write_all_at(buf, offset) {
-                return errno_of(&e);
+                return WRITE_FAILED + errno_of(&e);
             }
             if fua {
                 if let Err(e) = file.sync_data() {
-                    return errno_of(&e);
+                    return WRITE_FAILED + errno_of(&e);
                 }
             }
             0

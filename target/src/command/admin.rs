@@ -8,11 +8,13 @@ use nvme::log::{copy_window, GetLogPage, SmartLog};
 use nvme::opcode::{admin as op, cns, fid, lid};
 use nvme::{Command, Status};
 
+use std::sync::Arc;
+
 use crate::model::controller::{Controller, ERROR_LOG_ENTRIES, VERSION};
+use crate::model::namespace::Namespace;
 use crate::model::subsystem::{SubsystemKind, Target};
 
 /// Outcome of an admin command.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum AdminOutcome {
     /// Answer now with this status and result; `data_len` bytes of the data
     /// buffer go back to the host (controller-to-host commands).
@@ -26,6 +28,57 @@ pub enum AdminOutcome {
     },
     /// An Asynchronous Event Request was parked; it completes later.
     Parked,
+    /// The command blocks (it syncs a file or waits for the cluster): `work`
+    /// runs on the namespace's lane, never on the worker, and its status is
+    /// the answer.
+    Blocking {
+        /// The namespace whose lane runs it.
+        ns: Arc<Namespace>,
+        /// What it does.
+        work: Box<dyn FnOnce() -> Status + Send>,
+    },
+}
+
+/// How often one controller may ask for a blocking Set Features
+/// (Reservation Persistence, which syncs a file or a RADOS object): one
+/// more arriving within this long after the last gets Command Interrupted,
+/// which the host retries.
+pub const BLOCKING_FEATURE_EVERY: std::time::Duration = std::time::Duration::from_millis(100);
+
+/// Outcomes compare by what the host gets; blocking work never compares equal.
+impl PartialEq for AdminOutcome {
+    fn eq(&self, other: &Self) -> bool {
+        match (self, other) {
+            (
+                AdminOutcome::Done {
+                    status: a,
+                    result: b,
+                    data_len: c,
+                },
+                AdminOutcome::Done {
+                    status: x,
+                    result: y,
+                    data_len: z,
+                },
+            ) => (a, b, c) == (x, y, z),
+            (AdminOutcome::Parked, AdminOutcome::Parked) => true,
+            _ => false,
+        }
+    }
+}
+
+impl std::fmt::Debug for AdminOutcome {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            AdminOutcome::Done {
+                status,
+                result,
+                data_len,
+            } => write!(f, "Done({status}, {result:#x}, {data_len})"),
+            AdminOutcome::Parked => f.write_str("Parked"),
+            AdminOutcome::Blocking { ns, .. } => write!(f, "Blocking(nsid {})", ns.nsid),
+        }
+    }
 }
 
 fn done(status: Status) -> AdminOutcome {
@@ -280,7 +333,13 @@ fn get_log_page(target: &Target, ctrl: &Controller, cmd: &Command, out: &mut [u8
     data(out.len())
 }
 
-fn features(ctrl: &Controller, cmd: &Command, out: &mut [u8], set: bool) -> AdminOutcome {
+fn features(
+    ctrl: &Controller,
+    cmd: &Command,
+    out: &mut [u8],
+    set: bool,
+    now: Instant,
+) -> AdminOutcome {
     let cdw10 = cmd.cdw(10);
     let f = (cdw10 & 0xFF) as u8;
     let cdw11 = cmd.cdw(11);
@@ -341,7 +400,7 @@ fn features(ctrl: &Controller, cmd: &Command, out: &mut [u8], set: bool) -> Admi
         (fid::RESV_MASK | fid::RESV_PERSIST, _) if disc => done(Status::INVALID_FIELD),
         (fid::RESV_MASK | fid::RESV_PERSIST, _) => {
             drop(st);
-            resv_feature(ctrl, cmd, f, set)
+            resv_feature(ctrl, cmd, f, set, now)
         }
         (fid::HOST_ID, false) => {
             if cdw11 & 1 == 0 {
@@ -380,7 +439,7 @@ fn features(ctrl: &Controller, cmd: &Command, out: &mut [u8], set: bool) -> Admi
 /// Reservation Notification Mask (0x82) and Reservation Persistence (0x83):
 /// per namespace; the mask may be set for every namespace at once (NSID
 /// FFFFFFFFh).
-fn resv_feature(ctrl: &Controller, cmd: &Command, f: u8, set: bool) -> AdminOutcome {
+fn resv_feature(ctrl: &Controller, cmd: &Command, f: u8, set: bool, now: Instant) -> AdminOutcome {
     let nsid = cmd.nsid();
     let cdw11 = cmd.cdw(11);
     let ok = |result: u64| AdminOutcome::Done {
@@ -414,6 +473,30 @@ fn resv_feature(ctrl: &Controller, cmd: &Command, f: u8, set: bool) -> AdminOutc
             ok(0)
         }
         (fid::RESV_MASK, false) => ok(ctrl.state().resv_notices.mask(nsid) as u64),
+        (_, true) if ns.resv.blocks() => {
+            // Any connected host may ask, registered or not: at most so
+            // often per controller, and never on the worker.
+            {
+                let mut st = ctrl.state();
+                if st
+                    .blocking_asked
+                    .is_some_and(|t| now.saturating_duration_since(t) < BLOCKING_FEATURE_EVERY)
+                {
+                    drop(st);
+                    return done(ctrl.retry_delay(Status::COMMAND_INTERRUPTED.with_crd(1)));
+                }
+                st.blocking_asked = Some(now);
+            }
+            let on = cdw11 & 1 != 0;
+            let resv = ns.resv.clone();
+            AdminOutcome::Blocking {
+                ns,
+                work: Box::new(move || match resv.set_ptpl(on) {
+                    Ok(()) => Status::SUCCESS,
+                    Err(st) => st,
+                }),
+            }
+        }
         (_, true) => match ns.resv.set_ptpl(cdw11 & 1 != 0) {
             Ok(()) => ok(0),
             Err(st) => done(st),
@@ -478,8 +561,8 @@ pub fn execute(
     match cmd.opcode() {
         op::IDENTIFY => identify(ctrl, cmd, buf),
         op::GET_LOG_PAGE => get_log_page(target, ctrl, cmd, buf),
-        op::SET_FEATURES => features(ctrl, cmd, buf, true),
-        op::GET_FEATURES => features(ctrl, cmd, buf, false),
+        op::SET_FEATURES => features(ctrl, cmd, buf, true, now),
+        op::GET_FEATURES => features(ctrl, cmd, buf, false, now),
         op::KEEP_ALIVE => done(Status::SUCCESS),
         op::ASYNC_EVENT_REQUEST => {
             let mut st = ctrl.state();
@@ -566,6 +649,8 @@ mod tests {
         match o {
             AdminOutcome::Done { status, .. } => status,
             AdminOutcome::Parked => panic!("parked"),
+            // What the queue core does with it: the work's status.
+            AdminOutcome::Blocking { work, .. } => work(),
         }
     }
 

@@ -463,6 +463,7 @@ impl Daemon {
                     });
                     if let (Some(o), Some(m)) = (same, Arc::get_mut(n)) {
                         m.resv = o.resv.clone();
+                        m.lane = o.lane.clone();
                         // An RBD image's gate is its ownership, which the
                         // new namespace's connection holds.
                         if let crate::backend::Backend::File { .. } = m.backend {

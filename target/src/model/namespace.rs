@@ -44,6 +44,8 @@ pub struct Namespace {
     /// What makes Compare and Write atomic against this target's writes
     /// (shared as above).
     pub gate: std::sync::Arc<crate::core::write_gate::WriteGate>,
+    /// Where its blocking work runs, in order (shared as above).
+    pub lane: std::sync::Arc<crate::backend::offload::Lane>,
     /// Its failed I/O, logged at most once per [`ERROR_LOG_EVERY`] (a
     /// failing store fails every I/O; the metrics count each).
     pub error_log: crate::core::log_limit::Repeats,
@@ -99,6 +101,7 @@ impl Namespace {
             writeback_lost: std::sync::atomic::AtomicBool::new(false),
             resv: std::sync::Arc::new(crate::reservation::NsReservations::in_memory(true)),
             gate: Default::default(),
+            lane: Default::default(),
             error_log: crate::core::log_limit::Repeats::new(ERROR_LOG_EVERY),
         }
     }

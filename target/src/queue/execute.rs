@@ -222,6 +222,21 @@ impl QueueCore {
                 self.complete(env, r, status, result)
             }
             AdminOutcome::Parked => self.complete_aers(env, &ctrl),
+            AdminOutcome::Blocking { ns, work } => {
+                // On the namespace's lane; the status comes back as the
+                // operation's result, as a blocking reservation command's.
+                let plan = IoPlan::Resv {
+                    opcode: cmd.opcode(),
+                    len: 0,
+                };
+                self.reqs[r].io = Some(plan);
+                self.reqs[r].op = Op::new(plan);
+                self.reqs[r].ns.push(ns.clone());
+                let ud = env.mem.backend_ud(self.token(r));
+                ns.lane
+                    .run(env.io.mailbox, ud, move || work().to_field() as i32);
+                self.reqs[r].life.backend_started(1);
+            }
         }
     }
 

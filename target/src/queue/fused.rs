@@ -121,10 +121,8 @@ impl QueueCore {
         self.reqs[second].life.backend_started(1);
         let ud = env.mem.backend_ud(self.token(second));
         let host = self.ctrl.as_ref().map(|c| c.hostid);
-        let Some(thread) = crate::backend::offload::gate_thread() else {
-            return env.io.mailbox.post(ud, -nix::libc::EAGAIN);
-        };
-        thread.run(env.io.mailbox, ud, move || {
+        let lane = ns.lane.clone();
+        lane.run(env.io.mailbox, ud, move || {
             let (cmp, data) = (cmp, data);
             // SAFETY: both buffers hold `len` bytes (the pair's checked data)
             // and stay their requests', unwritten, until this completes.
@@ -153,12 +151,15 @@ impl QueueCore {
             MISCOMPARE => (Status::COMPARE_FAILURE, Status::FUSED_FAILED),
             compare::CONFLICT => (Status::FUSED_FAILED, Status::RESERVATION_CONFLICT),
             e => {
-                let e = -e;
-                let cmp = IoPlan::Compare { offset: 0, len: 0 };
-                (
-                    io::errno_status(&cmp, e),
-                    plan.map_or(Status::INTERNAL, |p| io::errno_status(&p, e)),
-                )
+                let write = |e: i32| plan.map_or(Status::INTERNAL, |p| io::errno_status(&p, -e));
+                match compare::write_failure(e) {
+                    // The compare matched; the write failed: it says why.
+                    Some(w) => (Status::FUSED_FAILED, write(w)),
+                    None => {
+                        let cmp = IoPlan::Compare { offset: 0, len: 0 };
+                        (io::errno_status(&cmp, -e), write(e))
+                    }
+                }
             }
         };
         if st_second.is_success() {

@@ -109,8 +109,9 @@ impl QueueCore {
     }
 
     /// A reservation command: run here, or, when it must wait (a change
-    /// synced to the state file, or waiting for the namespace's writes), off
-    /// the worker, which serves other queues (and completes those writes).
+    /// synced to the state file, or waiting for the namespace's writes), on
+    /// the namespace's lane, while the worker serves other queues (and
+    /// completes those writes).
     /// The status comes back as the operation's result.
     fn exec_resv(&mut self, env: &mut Env<'_, '_>, r: usize) {
         let (Some(ctrl), Some(ns)) = (self.ctrl.clone(), self.reqs[r].ns.first().cloned()) else {
@@ -121,10 +122,8 @@ impl QueueCore {
             // SAFETY: the request executes; its data is copied out at once.
             let mut keys = unsafe { self.data_mut(env, r) }.to_vec();
             let ud = env.mem.backend_ud(self.token(r));
-            let Some(thread) = crate::backend::offload::gate_thread() else {
-                return self.complete(env, r, Status::INTERNAL, 0);
-            };
-            thread.run(env.io.mailbox, ud, move || {
+            let lane = ns.lane.clone();
+            lane.run(env.io.mailbox, ud, move || {
                 let (st, _) = crate::command::reservation::execute(&ns, &ctrl, &cmd, &mut keys);
                 st.to_field() as i32
             });

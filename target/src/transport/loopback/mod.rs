@@ -584,7 +584,9 @@ impl Loopback {
         self.take_cqe(q, cid)
     }
 
-    fn has_cqe(&self, q: usize, cid: u16) -> bool {
+    /// Whether the completion of command `cid` on queue `q` came (and is
+    /// not taken yet).
+    pub fn has_cqe(&self, q: usize, cid: u16) -> bool {
         self.queues
             .get(q)
             .and_then(|x| x.as_ref())

@@ -655,3 +655,132 @@ fn logs_features_and_reservations_over_the_loopback() {
     );
     assert_eq!(h.lb.buffers_in_use(), 0);
 }
+
+/// A file namespace `nsid` of 4 MiB (0xEE) in `dir`, its file opened for
+/// reading only when `readonly_file` (writes then fail in the backend).
+fn file_ns_n(dir: &TempDir, nsid: u32, readonly_file: bool) -> Namespace {
+    let path = dir.path().join(format!("disk{nsid}.img"));
+    let mut f = std::fs::File::create(&path).unwrap();
+    f.write_all(&vec![0xEE; 4 << 20]).unwrap();
+    drop(f);
+    let (backend, size, bs) = crate::backend::file::open(&path, Some(512), readonly_file).unwrap();
+    Namespace::new(SUB, nsid, backend, size, bs, false)
+}
+
+/// Holds `ns`'s lane until the returned sender is dropped or sent to.
+fn stuck(ns: &Namespace) -> std::sync::mpsc::Sender<()> {
+    let (tx, rx) = std::sync::mpsc::channel::<()>();
+    assert!(ns
+        .lane
+        .push(Box::new(move || {
+            let _ = rx.recv();
+        }))
+        .is_ok());
+    tx
+}
+
+fn caw(h: &mut Host, q: usize, nsid: u32, expect: Vec<u8>, data: Vec<u8>) -> (Command, Command) {
+    let mut cmp = h.rw(io::COMPARE, 40, 8);
+    cmp.set_nsid(nsid);
+    cmp.set_fuse(nvme::command::fuse::FIRST);
+    h.keyed(&mut cmp, expect, false);
+    let mut w = h.rw(io::WRITE, 40, 8);
+    w.set_nsid(nsid);
+    w.set_fuse(nvme::command::fuse::SECOND);
+    h.keyed(&mut w, data, false);
+    h.lb.send(q, &cmp, &[]).unwrap();
+    h.lb.send(q, &w, &[]).unwrap();
+    (cmp, w)
+}
+
+/// Issue 38, 3: one namespace's slow blocking work (a Compare and Write
+/// waiting for an RBD image's ownership, a notify no gateway answers)
+/// leaves another namespace's Compare and Write as fast as ever.
+#[test]
+fn a_stuck_namespace_leaves_another_namespaces_compare_and_write_fast() {
+    let dir = TempDir::new();
+    let t = target(vec![file_ns_n(&dir, 1, false), file_ns_n(&dir, 2, false)]);
+    let ns1 = t.subsystems()[0].namespace(1).unwrap();
+    let mut h = Host::new(t);
+    let (_, cntlid) = h.admin(5000);
+    let q = h.io_queue(1, 32, cntlid);
+    let release = stuck(&ns1);
+    // Namespace 1's pair waits behind its lane; namespace 2's runs.
+    let (c1, w1) = caw(&mut h, q, 1, vec![0xEE; 4096], pattern(1, 4096));
+    let (c2, w2) = caw(&mut h, q, 2, vec![0xEE; 4096], pattern(2, 4096));
+    let cid2 = w2.cid();
+    assert!(h.lb.run_until(|lb| lb.has_cqe(q, cid2)));
+    assert_status(h.lb.take_cqe(q, c2.cid()), Status::SUCCESS);
+    assert_status(h.lb.take_cqe(q, w2.cid()), Status::SUCCESS);
+    assert!(h.lb.take_cqe(q, w1.cid()).is_none(), "namespace 1 is held");
+    release.send(()).unwrap();
+    h.lb.run_until(|lb| !lb.queue_busy(q));
+    assert_status(h.lb.take_cqe(q, c1.cid()), Status::SUCCESS);
+    assert_status(h.lb.take_cqe(q, w1.cid()), Status::SUCCESS);
+}
+
+/// Issue 38, 9: a Compare and Write whose compare matched and whose write
+/// failed says so: the write's status, not a failed compare.
+#[test]
+fn a_failed_write_of_compare_and_write_is_the_writes_status() {
+    let dir = TempDir::new();
+    let mut h = Host::new(target(vec![file_ns_n(&dir, 1, true)]));
+    let (_, cntlid) = h.admin(5000);
+    let q = h.io_queue(1, 32, cntlid);
+    let (c, w) = caw(&mut h, q, 1, vec![0xEE; 4096], pattern(3, 4096));
+    h.lb.run_until(|lb| !lb.queue_busy(q));
+    let first = h.lb.take_cqe(q, c.cid()).expect("the compare's completion");
+    let second = h.lb.take_cqe(q, w.cid()).expect("the write's completion");
+    assert!(
+        same(first.status, Status::FUSED_FAILED),
+        "compare: {}",
+        first.status
+    );
+    let plain = h
+        .write(q, 40, pattern(3, 4096))
+        .expect("a plain write's completion");
+    assert!(!plain.status.is_success());
+    assert!(
+        same(second.status, plain.status),
+        "write: {} (a plain write fails with {})",
+        second.status,
+        plain.status
+    );
+}
+
+/// Issue 38, 4: Set Features Reservation Persistence syncs the state file:
+/// it runs on the namespace's lane, never on the worker, which answers the
+/// keep-alive meanwhile; one host asking again at once is told to retry.
+#[test]
+fn reservation_persistence_runs_off_the_worker() {
+    use crate::reservation::persist::FileStore;
+    use crate::reservation::{NsReservations, Store};
+    let dir = TempDir::new();
+    let mut ns = file_ns_n(&dir, 1, false);
+    let store = FileStore::open(dir.path(), &ns.nguid).unwrap();
+    ns.resv = NsReservations::new(true, Some(Store::File(store))).unwrap();
+    let t = target(vec![ns]);
+    let ns = t.subsystems()[0].namespace(1).unwrap();
+    let mut h = Host::new(t);
+    let (aq, _) = h.admin(5000);
+    let release = stuck(&ns);
+    let ptpl = |h: &mut Host| {
+        let mut c = h.cmd(admin::SET_FEATURES);
+        c.set_nsid(1);
+        c.set_cdw(10, 0x83);
+        c.set_cdw(11, 1);
+        c
+    };
+    let set = ptpl(&mut h);
+    h.lb.send(aq, &set, &[]).unwrap();
+    let ka = h.cmd(admin::KEEP_ALIVE);
+    assert_status(h.lb.exec(aq, &ka, &[]), Status::SUCCESS);
+    assert!(h.lb.take_cqe(aq, set.cid()).is_none(), "waits on the lane");
+    let again = ptpl(&mut h);
+    let c = h.lb.exec(aq, &again, &[]).expect("answered at once");
+    assert!(same(c.status, Status::COMMAND_INTERRUPTED), "{}", c.status);
+    release.send(()).unwrap();
+    h.lb.run_until(|lb| !lb.queue_busy(aq));
+    assert_status(h.lb.take_cqe(aq, set.cid()), Status::SUCCESS);
+    assert!(ns.resv.lock().ptpl);
+}
