@@ -9,6 +9,12 @@
 //! the passive side's retry count is the one the host asked for in its CM
 //! request (Linux asks 7), and soft-RoCE reads 7 as "retry forever".
 //!
+//! A host that keeps sending keep-alives but stops taking responses (it
+//! posts no receives; with infinite RNR retry its sends never complete)
+//! holds the data buffers of every response in flight for ever: a queue
+//! whose responses made no progress for [`SEND_STALL`] is ended, whatever
+//! its keep-alive does.
+//!
 //! Sans-IO: this decides when; the transport sends.
 
 use std::time::{Duration, Instant};
@@ -20,12 +26,21 @@ pub const IDLE: Duration = Duration::from_secs(10);
 /// host, before the host counts as gone.
 pub const PROBE_TIMEOUT: Duration = Duration::from_secs(20);
 
-/// When a queue last heard from its host, and its probe in flight.
+/// How long a queue's responses may make no progress (none delivered while
+/// one is out) before the queue is ended.
+pub const SEND_STALL: Duration = Duration::from_secs(30);
+
+/// When a queue last heard from its host, its probe in flight, and the
+/// progress of its responses.
 #[derive(Debug, Clone, Copy)]
 pub struct Liveness {
     accepted: Instant,
     last_heard: Instant,
     probe: Option<Instant>,
+    /// Responses posted and not delivered yet.
+    sending: u32,
+    /// When a response was last delivered, or the first one posted since.
+    sends_moved: Instant,
 }
 
 impl Liveness {
@@ -35,7 +50,28 @@ impl Liveness {
             accepted: now,
             last_heard: now,
             probe: None,
+            sending: 0,
+            sends_moved: now,
         }
+    }
+
+    /// A response was posted.
+    pub fn response_posted(&mut self, now: Instant) {
+        if self.sending == 0 {
+            self.sends_moved = now;
+        }
+        self.sending += 1;
+    }
+
+    /// A response was delivered (or failed: it left the queue either way).
+    pub fn response_done(&mut self, now: Instant) {
+        self.sending = self.sending.saturating_sub(1);
+        self.sends_moved = now;
+    }
+
+    /// Whether responses are out and none moved for [`SEND_STALL`].
+    pub fn sends_stalled(&self, now: Instant) -> bool {
+        self.sending > 0 && now.saturating_duration_since(self.sends_moved) >= SEND_STALL
     }
 
     /// When the queue was accepted.
@@ -130,6 +166,22 @@ mod tests {
         assert!(!l.probe_due(t1 + IDLE / 2, 0, MAX));
         assert!(l.probe_due(t1 + IDLE * 2, 0, MAX));
         assert_eq!(l.accepted(), t0);
+    }
+
+    #[test]
+    fn responses_that_do_not_move_stall_the_queue() {
+        let t0 = Instant::now();
+        let mut l = Liveness::new(t0);
+        assert!(!l.sends_stalled(t0 + SEND_STALL * 2), "nothing out");
+        l.response_posted(t0 + SEND_STALL);
+        let t1 = t0 + SEND_STALL;
+        assert!(!l.sends_stalled(t1 + SEND_STALL / 2));
+        l.response_posted(t1 + SEND_STALL / 2);
+        assert!(l.sends_stalled(t1 + SEND_STALL), "the first one never left");
+        l.response_done(t1 + SEND_STALL / 2);
+        assert!(!l.sends_stalled(t1 + SEND_STALL), "one moved");
+        l.response_done(t1 + SEND_STALL);
+        assert!(!l.sends_stalled(t1 + SEND_STALL * 5), "none out");
     }
 
     #[test]

@@ -3,10 +3,17 @@
 //! buffer. A request takes a buffer only when it needs one and gives it back
 //! at completion; one that finds none waits its turn, it does not fail.
 //!
+//! Buffers are held by queues (owners), and a queue whose host stops taking
+//! its responses holds them until the transport ends it. So while other
+//! queues wait for a class, no queue takes more than its share of it (the
+//! class over the queues holding or waiting for it): a returned buffer goes
+//! to the first waiter under its share, a newcomer over its share waits.
+//! A queue alone may use the whole pool.
+//!
 //! The memory itself (registered as an RDMA memory region and as io_uring
 //! fixed buffers) belongs to the transport; this type hands out offsets in it.
 
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 
 use crate::PAGE;
 
@@ -79,6 +86,8 @@ pub struct Buf {
     pub offset: usize,
     /// Its size in bytes.
     pub size: usize,
+    /// The queue holding it.
+    pub owner: u32,
 }
 
 /// The pool: free lists and waiters. `W` names a waiting request.
@@ -86,7 +95,10 @@ pub struct Buf {
 pub struct Pool<W> {
     shape: PoolShape,
     free: [Vec<u32>; 2],
-    waiters: [VecDeque<W>; 2],
+    /// Waiting requests and their queues.
+    waiters: [VecDeque<(u32, W)>; 2],
+    /// Buffers each queue holds, per class.
+    held: HashMap<u32, [u32; 2]>,
 }
 
 impl<W> Pool<W> {
@@ -101,6 +113,7 @@ impl<W> Pool<W> {
                 (0..shape.large_count as u32).rev().collect(),
             ],
             waiters: [VecDeque::new(), VecDeque::new()],
+            held: HashMap::new(),
             shape,
         }
     }
@@ -122,6 +135,45 @@ impl<W> Pool<W> {
         self.waiters[0].len() + self.waiters[1].len()
     }
 
+    fn held(&self, owner: u32, c: Class) -> u32 {
+        self.held.get(&owner).map_or(0, |h| h[c as usize])
+    }
+
+    fn hold(&mut self, owner: u32, c: Class, n: i32) {
+        let h = self.held.entry(owner).or_default();
+        h[c as usize] = h[c as usize].saturating_add_signed(n);
+        if *h == [0, 0] {
+            self.held.remove(&owner);
+        }
+    }
+
+    /// Whether `owner` may take one more buffer of `c` while others wait:
+    /// it holds less than its share (the class over the queues that hold
+    /// or wait for it), or no other queue waits.
+    fn under_share(&self, owner: u32, c: Class) -> bool {
+        let waiters = &self.waiters[c as usize];
+        if waiters.iter().all(|(o, _)| *o == owner) {
+            return true;
+        }
+        let mut owners: Vec<u32> = self
+            .held
+            .iter()
+            .filter(|(_, h)| h[c as usize] > 0)
+            .map(|(o, _)| *o)
+            .chain(waiters.iter().map(|(o, _)| *o))
+            .chain(std::iter::once(owner))
+            .collect();
+        owners.sort_unstable();
+        owners.dedup();
+        let share = (self.shape.count(c) / owners.len()).max(1);
+        (self.held(owner, c) as usize) < share
+    }
+
+    /// Buffers of `class` queue `owner` holds.
+    pub fn held_by(&self, owner: u32, class: Class) -> u32 {
+        self.held(owner, class)
+    }
+
     fn buf(&self, class: Class, index: u32) -> Buf {
         let (offset, size) = match class {
             Class::Small => (
@@ -139,30 +191,46 @@ impl<W> Pool<W> {
             index,
             offset,
             size,
+            owner: 0,
         }
     }
 
-    /// Takes a buffer of `class` for `who`. If none is free, or others are
-    /// already waiting for that class (first come, first served), `who` joins
-    /// the wait queue and `None` is returned.
-    pub fn take(&mut self, class: Class, who: W) -> Option<Buf> {
+    /// Takes a buffer of `class` for request `who` of queue `owner`. If none
+    /// is free, or others wait for that class and `owner` has its share,
+    /// `who` joins the wait queue and `None` is returned. (A free buffer
+    /// with waiters left means every waiter has its share: a newcomer under
+    /// its own takes it.)
+    pub fn take(&mut self, class: Class, owner: u32, who: W) -> Option<Buf> {
         let c = class as usize;
-        if self.waiters[c].is_empty() {
-            if let Some(i) = self.free[c].pop() {
-                return Some(self.buf(class, i));
-            }
+        if !self.free[c].is_empty()
+            && (self.waiters[c].is_empty() || self.under_share(owner, class))
+        {
+            let i = self.free[c].pop().expect("checked");
+            self.hold(owner, class, 1);
+            return Some(Buf {
+                owner,
+                ..self.buf(class, i)
+            });
         }
-        self.waiters[c].push_back(who);
+        self.waiters[c].push_back((owner, who));
         None
     }
 
     /// Gives a buffer back. If requests wait for its class, the buffer goes to
-    /// the first of them, returned with it (a waiter that went away meanwhile
-    /// gives it back again).
+    /// the first of them under its queue's share (else to the first of the
+    /// queue holding the fewest), returned with it (a waiter that went away
+    /// meanwhile gives it back again).
     pub fn give(&mut self, buf: Buf) -> Option<(W, Buf)> {
-        let c = buf.class as usize;
-        if let Some(w) = self.waiters[c].pop_front() {
-            return Some((w, buf));
+        let (class, c) = (buf.class, buf.class as usize);
+        self.hold(buf.owner, class, -1);
+        let pick = (0..self.waiters[c].len())
+            .find(|&i| self.under_share(self.waiters[c][i].0, class))
+            .or_else(|| {
+                (0..self.waiters[c].len()).min_by_key(|&i| self.held(self.waiters[c][i].0, class))
+            });
+        if let Some((owner, w)) = pick.and_then(|i| self.waiters[c].remove(i)) {
+            self.hold(owner, class, 1);
+            return Some((w, Buf { owner, ..buf }));
         }
         self.free[c].push(buf.index);
         None
@@ -201,10 +269,10 @@ mod tests {
         assert_eq!(sh.class_for(131073), None);
         assert_eq!(shape(0, 1).class_for(512), Some(Class::Large));
         let mut p: Pool<u32> = Pool::new(shape(2, 2));
-        let a = p.take(Class::Small, 1).unwrap();
-        let b = p.take(Class::Small, 2).unwrap();
-        let c = p.take(Class::Large, 3).unwrap();
-        let d = p.take(Class::Large, 4).unwrap();
+        let a = p.take(Class::Small, 1, 1).unwrap();
+        let b = p.take(Class::Small, 2, 2).unwrap();
+        let c = p.take(Class::Large, 3, 3).unwrap();
+        let d = p.take(Class::Large, 4, 4).unwrap();
         let mut offs = [a, b, c, d].map(|x| (x.offset, x.size));
         offs.sort();
         assert_eq!(
@@ -224,13 +292,13 @@ mod tests {
     #[test]
     fn waiters_are_served_in_order() {
         let mut p: Pool<u32> = Pool::new(shape(1, 0));
-        let a = p.take(Class::Small, 1).unwrap();
-        assert_eq!(p.take(Class::Small, 2), None);
-        assert_eq!(p.take(Class::Small, 3), None);
+        let a = p.take(Class::Small, 1, 1).unwrap();
+        assert_eq!(p.take(Class::Small, 2, 2), None);
+        assert_eq!(p.take(Class::Small, 3, 3), None);
         assert_eq!(p.waiting(), 2);
         assert_eq!(p.in_use(), 1);
         let (w, b) = p.give(a).unwrap();
-        assert_eq!((w, b), (2, a));
+        assert_eq!((w, b.index, b.owner), (2, a.index, 2));
         let (w, b) = p.give(b).unwrap();
         assert_eq!(w, 3);
         assert_eq!(p.give(b), None);
@@ -241,14 +309,48 @@ mod tests {
     #[test]
     fn a_newcomer_does_not_overtake_waiters() {
         let mut p: Pool<u32> = Pool::new(shape(1, 0));
-        let a = p.take(Class::Small, 1).unwrap();
-        assert_eq!(p.take(Class::Small, 2), None);
+        let a = p.take(Class::Small, 1, 1).unwrap();
+        assert_eq!(p.take(Class::Small, 2, 2), None);
         // The buffer goes to 2, so 3 finds none and queues behind.
         let (w, a) = p.give(a).unwrap();
         assert_eq!(w, 2);
-        assert_eq!(p.take(Class::Small, 3), None);
+        assert_eq!(p.take(Class::Small, 3, 3), None);
         let (w, _) = p.give(a).unwrap();
         assert_eq!(w, 3);
+    }
+
+    /// Issue 38, 5: a queue whose responses never leave holds its buffers;
+    /// while another queue waits, the hog gets none of those given back
+    /// beyond its share, and a waiter behind it in line is served first.
+    #[test]
+    fn a_queue_over_its_share_waits_while_others_do() {
+        let mut p: Pool<&str> = Pool::new(shape(0, 4));
+        let hog: Vec<Buf> = (0..4)
+            .map(|_| {
+                p.take(Class::Large, 1, "hog")
+                    .expect("alone, it may take all")
+            })
+            .collect();
+        assert_eq!(p.take(Class::Large, 1, "hog-more"), None);
+        assert_eq!(p.take(Class::Large, 2, "other"), None);
+        // FIFO would serve the hog's second request first.
+        let (w, b) = p.give(hog[0]).unwrap();
+        assert_eq!((w, b.owner), ("other", 2));
+        assert_eq!(p.held_by(1, Class::Large), 3);
+        // Over its share (4 over 2 queues) while queue 2 held one and a
+        // third waits: the third is served, not the hog.
+        assert_eq!(p.take(Class::Large, 3, "third"), None);
+        let (w, _) = p.give(hog[1]).unwrap();
+        assert_eq!(w, "third");
+        // Only the hog waits: it is served.
+        let (w, b2) = p.give(hog[2]).unwrap();
+        assert_eq!(w, "hog-more");
+        assert_eq!(b2.owner, 1);
+        assert_eq!(p.take(Class::Large, 1, "hog-again"), None);
+        let (w, _) = p.give(b).unwrap();
+        assert_eq!(w, "hog-again");
+        assert_eq!(p.held_by(2, Class::Large), 0);
+        assert_eq!(p.held_by(1, Class::Large), 3);
     }
 
     proptest! {
@@ -264,7 +366,7 @@ mod tests {
                 let class = if small { Class::Small } else { Class::Large };
                 if take {
                     next += 1;
-                    match p.take(class, next) {
+                    match p.take(class, next % 3, next) {
                         Some(b) => held.push(b),
                         None => waiting += 1,
                     }

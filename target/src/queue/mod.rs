@@ -420,7 +420,10 @@ impl QueueCore {
             }
             Step::Fetch => self.fetch(r),
             Step::Execute => self.execute(env, r),
-            Step::Respond => self.respond(r),
+            Step::Respond => {
+                self.liveness.response_posted(env.now);
+                self.respond(r)
+            }
             Step::Release => self.release(env, r),
             Step::Wait => {}
         }
@@ -549,6 +552,7 @@ impl QueueCore {
                 c.kill_all();
             }
         }
+        self.liveness.response_done(env.now);
         let s = self.reqs[r].life.response_done(ok);
         self.step(env, r, s)
     }

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use tracing::{debug, info, warn};
 
 use super::{queue_type, Action, Env, QueueCore};
-use crate::core::liveness::PROBE_TIMEOUT;
+use crate::core::liveness::{PROBE_TIMEOUT, SEND_STALL};
 use crate::model::subsystem::Target;
 use crate::telemetry::metrics::metrics;
 
@@ -43,6 +43,20 @@ impl QueueCore {
             }
             return;
         };
+        if self.liveness.sends_stalled(now) {
+            // Its responses hold data buffers other hosts need.
+            let loud = self
+                .addrs
+                .peer
+                .is_none_or(|p| env.target.refusal_log.should_log(p.ip(), now));
+            if loud {
+                warn!(cntlid = c.cntlid, qid = self.qid(), host = %c.hostnqn, subsys = %c.subsys.nqn,
+                      peer = ?self.addrs.peer, "no response delivered for {} s: the host takes none; \
+                      ending the association (said once a minute per peer)", SEND_STALL.as_secs());
+            }
+            c.kill_all();
+            return self.disconnect(env, "responses stalled", "send_stalled");
+        }
         if self.auth.overdue(&c, self.liveness.accepted(), now) {
             warn!(cntlid = c.cntlid, qid = self.qid(), host = %c.hostnqn, subsys = %c.subsys.nqn,
                   "not authenticated within {:?}; ending the association", crate::command::auth::AUTH_TIMEOUT);

@@ -146,6 +146,11 @@ pub struct Loopback {
     grants: Vec<((usize, Token), Buf)>,
     /// Whether a probe is answered (a host that is gone answers none).
     pub answer_probes: bool,
+    /// Queues whose host takes no response (posts no receives): their
+    /// responses are held, never delivered.
+    pub deaf: Vec<usize>,
+    /// Responses held for the deaf queues.
+    held: Vec<Wire>,
     /// `[target] max_keep_alive_ms`.
     pub max_keep_alive_ms: u32,
     tally: Tally,
@@ -182,6 +187,8 @@ impl Loopback {
             wire: VecDeque::new(),
             grants: Vec::new(),
             answer_probes: true,
+            deaf: Vec::new(),
+            held: Vec::new(),
             max_keep_alive_ms: 120_000,
             tally: Tally::new(),
         })
@@ -467,7 +474,7 @@ impl Loopback {
                     self.with_core(q, |c, env| c.fail(env));
                     return;
                 };
-                if let Some(b) = self.pool.take(class, (q, req)) {
+                if let Some(b) = self.pool.take(class, q as u32, (q, req)) {
                     if let Some(Some(back)) = self.call(q, |c, env| c.buffer_granted(env, req, b)) {
                         self.give(back);
                     }
@@ -540,11 +547,16 @@ impl Loopback {
                 if let Some(lq) = self.queues.get_mut(q).and_then(|x| x.as_mut()) {
                     lq.invalidated.extend(invalidate);
                 }
-                self.wire.push_back(Wire::Sent {
+                let sent = Wire::Sent {
                     q,
                     req,
                     cqe: Some(cqe),
-                });
+                };
+                if self.deaf.contains(&q) {
+                    self.held.push(sent);
+                } else {
+                    self.wire.push_back(sent);
+                }
             }
             Action::GiveBuffer(b) => self.give(b),
             Action::Probe => {
@@ -555,6 +567,16 @@ impl Loopback {
             Action::Close => {
                 if let Some(lq) = self.queues.get_mut(q).and_then(|x| x.as_mut()) {
                     lq.closed = true;
+                }
+                // The connection's sends are flushed: held responses fail.
+                let (mine, others) = std::mem::take(&mut self.held)
+                    .into_iter()
+                    .partition(|w| matches!(w, Wire::Sent { q: x, .. } if *x == q));
+                self.held = others;
+                for w in mine {
+                    if let Wire::Sent { q, req, .. } = w {
+                        self.wire.push_back(Wire::Sent { q, req, cqe: None });
+                    }
                 }
             }
         }

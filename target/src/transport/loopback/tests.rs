@@ -784,3 +784,47 @@ fn reservation_persistence_runs_off_the_worker() {
     assert_status(h.lb.take_cqe(aq, set.cid()), Status::SUCCESS);
     assert!(ns.resv.lock().ptpl);
 }
+
+/// Issue 38, 5: a host that keeps its association but takes no responses
+/// (posts no receives) pins the data buffers of every response in flight;
+/// its queue ends once its responses made no progress for SEND_STALL, and
+/// another host's large read, waiting for a buffer, completes.
+#[test]
+fn a_host_that_takes_no_responses_loses_its_queue_not_the_pool() {
+    let mut h = Host::new(target(vec![null_ns()]));
+    let (_, c1) = h.admin(0);
+    let deaf = h.io_queue(1, 32, c1);
+    let (_, c2) = h.admin(0);
+    let other = h.io_queue(1, 32, c2);
+    h.lb.deaf.push(deaf);
+    let big = |h: &mut Host, slba: u64| {
+        let mut c = h.rw(io::READ, slba, 32);
+        h.keyed(&mut c, vec![0; 32 * 4096], true);
+        c
+    };
+    for i in 0..POOL.large_count as u64 {
+        let c = big(&mut h, i * 32);
+        h.lb.send(deaf, &c, &[]).unwrap();
+    }
+    h.lb.run();
+    assert_eq!(
+        h.lb.buffers_in_use(),
+        POOL.large_count,
+        "every large buffer pinned"
+    );
+    let mine = big(&mut h, 0);
+    h.lb.send(other, &mine, &[]).unwrap();
+    h.lb.run();
+    assert!(
+        h.lb.take_cqe(other, mine.cid()).is_none(),
+        "waits for a buffer"
+    );
+    h.lb.advance(crate::core::liveness::SEND_STALL / 2);
+    h.lb.run();
+    assert!(!h.lb.closed(deaf), "not yet");
+    h.lb.advance(crate::core::liveness::SEND_STALL / 2 + Duration::from_secs(1));
+    h.lb.run_until(|lb| lb.has_cqe(other, mine.cid()));
+    assert!(h.lb.closed(deaf), "the deaf queue ended");
+    assert_status(h.lb.take_cqe(other, mine.cid()), Status::SUCCESS);
+    assert!(!h.lb.closed(other));
+}

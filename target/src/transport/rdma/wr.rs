@@ -49,6 +49,13 @@ pub struct QueueKey {
     pub gen: u8,
 }
 
+impl QueueKey {
+    /// The queue as the buffer pool names its owners.
+    pub fn owner(self) -> u32 {
+        (self.slot as u32) << 8 | self.gen as u32
+    }
+}
+
 /// The id of an operation of request `req` (generation `gen`) of queue `q`.
 pub fn req(kind: u8, q: QueueKey, req: u16, gen: u16) -> u64 {
     WrId {

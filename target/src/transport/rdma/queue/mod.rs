@@ -202,7 +202,7 @@ impl Queue {
                 Action::NeedBuffer { req, len } => {
                     let class = cx.dev.class_for(len as usize);
                     let waiter = rdma::WrId::unpack(wr::req(0, self.key, req.slot, req.gen));
-                    match cx.dev.pool.take(class, waiter) {
+                    match cx.dev.pool.take(class, self.key.owner(), waiter) {
                         Some(b) => {
                             cx.tally.buffer(class as usize, 1);
                             let back = with_env(
