@@ -191,14 +191,16 @@ impl Object {
     }
 
     /// Watches the object: `on_notify` runs (on a librados thread) with the
-    /// payload of each notification, which is acknowledged when it returns;
+    /// payload of each notification, which is acknowledged when it returns
+    /// true (a notifier waiting for every watcher then times out: it knows
+    /// this one did not take the notification);
     /// `on_error` runs when the watch broke (notifications may have been
     /// missed: watch again, and read the object). The OSD drops a watcher
     /// it has not heard from for `timeout`.
     pub fn watch(
         self: &Arc<Self>,
         timeout: Duration,
-        on_notify: impl Fn(&[u8]) + Send + Sync + 'static,
+        on_notify: impl Fn(&[u8]) -> bool + Send + Sync + 'static,
         on_error: impl Fn(i32) + Send + Sync + 'static,
     ) -> Result<Watch, Error> {
         let lib = self.lib();
@@ -235,7 +237,7 @@ impl Object {
 }
 
 /// What runs with a notification's payload.
-type OnNotify = Box<dyn Fn(&[u8]) + Send + Sync>;
+type OnNotify = Box<dyn Fn(&[u8]) -> bool + Send + Sync>;
 
 struct WatchCtx {
     object: Arc<Object>,
@@ -260,7 +262,9 @@ extern "C" fn on_watch_notify(
         // SAFETY: librados passes `len` readable bytes for this call.
         unsafe { std::slice::from_raw_parts(data as *const u8, len) }
     };
-    (ctx.on_notify)(payload);
+    if !(ctx.on_notify)(payload) {
+        return;
+    }
     let o = &ctx.object;
     if let Ok(ack) = &o.lib().rados_notify_ack {
         // SAFETY: live context (the ctx holds the object); the ids are those

@@ -23,8 +23,9 @@ use crate::secret::Secret;
 /// (so a new configuration applies to the next authentication).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Policy {
-    /// The hash function to use when the host offers it (else the host's
-    /// first usable one, as nvmet).
+    /// The hash function the host must use (a host that does not offer it
+    /// is refused with Hash Unusable; nvmet 7.x falls back to the host's
+    /// first usable one, which lets a rewritten Negotiate pick the weakest).
     pub hash: HashId,
     /// The Diffie-Hellman group the host must accept.
     pub group: GroupId,
@@ -181,14 +182,12 @@ impl Transaction {
             let Some(policy) = policy() else {
                 return self.fail(reason::FAILED);
             };
-            let hash = if p.hashes.contains(&(policy.hash as u8)) {
-                Some(policy.hash)
-            } else {
-                p.hashes.iter().find_map(|&h| HashId::from_id(h))
-            };
-            let Some(hash) = hash else {
+            // The configured hash is required, as the group is: a host (or
+            // whoever rewrites its Negotiate) must not choose a weaker one.
+            if !p.hashes.contains(&(policy.hash as u8)) {
                 return self.fail(reason::HASH_UNUSABLE);
-            };
+            }
+            let hash = policy.hash;
             // The configured group is a floor, not a preference.
             if !p.groups.contains(&(policy.group as u8)) {
                 return self.fail(reason::DHGROUP_UNUSABLE);

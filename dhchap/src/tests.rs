@@ -163,7 +163,7 @@ fn wrong_keys() {
 fn negotiation_choices() {
     let hk = key(None);
     let p = |hash, group| Some(policy(hash, group, &hk, None));
-    // The configured hash when offered, else the host's first usable one.
+    // The configured hash, wherever the host lists it.
     let mut h = host::Transaction::new(hk.clone(), None, HOST, SUB, 1);
     h.hashes = vec![HashId::Sha512, HashId::Sha384];
     let a = run(
@@ -173,15 +173,22 @@ fn negotiation_choices() {
     )
     .unwrap();
     assert_eq!(a.hash, HashId::Sha384);
-    let mut h = host::Transaction::new(hk.clone(), None, HOST, SUB, 1);
-    h.hashes = vec![HashId::Sha512];
-    let a = run(
-        &mut controller::Transaction::new(),
-        &mut h,
-        p(HashId::Sha256, GroupId::Null),
-    )
-    .unwrap();
-    assert_eq!(a.hash, HashId::Sha512);
+    // Required, as the group is (issue 38, 9): a host that offers only
+    // another hash, stronger or weaker, is refused.
+    for offered in [HashId::Sha512, HashId::Sha256] {
+        let mut h = host::Transaction::new(hk.clone(), None, HOST, SUB, 1);
+        h.hashes = vec![offered];
+        let e = run(
+            &mut controller::Transaction::new(),
+            &mut h,
+            p(HashId::Sha384, GroupId::Null),
+        );
+        assert_eq!(
+            e,
+            Err(HostError::Refused(reason::HASH_UNUSABLE)),
+            "{offered}"
+        );
+    }
     // The configured group is required.
     let mut h = host::Transaction::new(hk.clone(), None, HOST, SUB, 1);
     h.groups = vec![GroupId::Null];

@@ -226,6 +226,9 @@ grep -q 'nvmf-target' <<<"$VERIFY" && fail "systemd-analyze verify complains abo
 [ "$(dpkg-query -W -f '${Status}' nvmf-target)" = "install ok installed" ] || fail "the package is not installed"
 dpkg-query -W -f '    package: ${Package} ${Version}, ${Installed-Size} KiB\n' nvmf-target
 grep -qx /etc/nvmf-target/nvmf-target.toml /var/lib/dpkg/info/nvmf-target.conffiles || fail "the configuration is not a conffile"
+# It may hold host keys: root's only.
+[ "$(stat -c %a /etc/nvmf-target/nvmf-target.toml)" = 600 ] \
+    || fail "the configuration is installed $(stat -c %a /etc/nvmf-target/nvmf-target.toml), not 600"
 MANW=$(MANWIDTH=100 man -P cat nvmf-target 2>&1) || fail "man nvmf-target: $MANW"
 grep -q "namespace" <<<"$MANW" || fail "man nvmf-target does not list its commands"
 MANW=$(MANWIDTH=100 man -P cat nvmf-target-namespace-add 2>&1) || fail "man nvmf-target-namespace-add: $MANW"
@@ -488,6 +491,7 @@ refused() { # EXPECTED-SUBSTRING nvmf-target-ARGS...: exit 2, the reason, file a
 }
 echo "live-added-ram2" | dd of=/dev/ram2 oflag=direct bs=512 conv=sync status=none
 live namespace add --subsystem "$NQN" --path /dev/ram2
+[ "$(stat -c %a "$CONF")" = 600 ] || fail "a live change left $CONF $(stat -c %a "$CONF"), not 600"
 wait_for 30 "namespace 2 (added live) on the connected host" ns_of "$NQN" 2
 ctrl_of "$NQN" | grep -qx "$CTRL" || fail "the host reconnected for a namespace added live"
 NS2=/dev/$(ns_of "$NQN" 2)

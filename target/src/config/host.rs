@@ -1,5 +1,7 @@
 //! `[[host]]`: per-host DH-HMAC-CHAP settings, with the names of nvmet's
-//! configfs (`dhchap_key`, `dhchap_ctrl_key`, `dhchap_hash`, `dhchap_dhgroup`).
+//! configfs (`dhchap_key`, `dhchap_ctrl_key`, `dhchap_hash`, `dhchap_dhgroup`);
+//! the keys may be in files of their own (`dhchap_key_file`,
+//! `dhchap_ctrl_key_file`), so that the configuration holds no secret.
 
 use std::collections::HashSet;
 
@@ -21,7 +23,7 @@ pub struct HostConfig {
     /// The secret the target proves it holds, when the host asks
     /// (bidirectional authentication).
     pub dhchap_ctrl_key: Option<Secret>,
-    /// The hash function to use when the host offers it.
+    /// The hash function the host must use.
     pub dhchap_hash: HashId,
     /// The Diffie-Hellman group the host must accept.
     pub dhchap_dhgroup: GroupId,
@@ -32,8 +34,29 @@ pub const DEFAULT_HASH: HashId = HashId::Sha256;
 /// nvmet's default group.
 pub const DEFAULT_GROUP: GroupId = GroupId::Null;
 
-fn secret(cx: &mut Ctx, field: String, v: Option<String>) -> Option<Secret> {
-    match Secret::parse(v.as_deref()?) {
+/// A secret given in the file (`field`) or in a file of its own
+/// (`field_file`, read now: a reload reads it again), not both.
+fn secret(cx: &mut Ctx, field: String, v: Option<String>, file: Option<String>) -> Option<Secret> {
+    let text = match (v, file) {
+        (Some(_), Some(_)) => {
+            let name = field.rsplit('.').next().unwrap_or(&field).to_string();
+            cx.err(
+                format!("{field}_file"),
+                format!("{name} is given too: one or the other"),
+            );
+            return None;
+        }
+        (Some(v), None) => zeroize::Zeroizing::new(v),
+        (None, Some(path)) => match std::fs::read_to_string(&path) {
+            Ok(t) => zeroize::Zeroizing::new(t.trim().to_string()),
+            Err(e) => {
+                cx.err(format!("{field}_file"), format!("{path}: {e}"));
+                return None;
+            }
+        },
+        (None, None) => return None,
+    };
+    match Secret::parse(&text) {
         Ok(s) => Some(s),
         Err(e) => {
             // The error says what is wrong without quoting the secret.
@@ -61,8 +84,13 @@ pub(super) fn validate(cx: &mut Ctx, raw: Vec<(usize, RawHost)>) -> Vec<HostConf
             cx.err(f("nqn"), format!("'{nqn}' has another [[host]] entry"));
             continue;
         }
-        let key = secret(cx, f("dhchap_key"), h.dhchap_key);
-        let ctrl_key = secret(cx, f("dhchap_ctrl_key"), h.dhchap_ctrl_key);
+        let key = secret(cx, f("dhchap_key"), h.dhchap_key, h.dhchap_key_file);
+        let ctrl_key = secret(
+            cx,
+            f("dhchap_ctrl_key"),
+            h.dhchap_ctrl_key,
+            h.dhchap_ctrl_key_file,
+        );
         if ctrl_key.is_some() && key.is_none() {
             cx.err(
                 f("dhchap_ctrl_key"),

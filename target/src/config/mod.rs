@@ -48,6 +48,29 @@ pub enum ConfigError {
     Several(Vec<ConfigError>),
 }
 
+/// A parser's message with the secrets it may quote left out: a syntax
+/// error quotes the line it is on, which `check-config` and the journal
+/// then show. A line that sets a key (`..._key = ...`) or holds a DHHC-1
+/// secret keeps what precedes the value.
+fn without_secrets(msg: &str) -> String {
+    msg.lines()
+        .map(|l| {
+            let sets_key = l
+                .split_once('=')
+                .is_some_and(|(k, _)| k.trim_end().ends_with("key"));
+            if sets_key {
+                let (k, _) = l.split_once('=').unwrap_or((l, ""));
+                format!("{k}= <secret left out>")
+            } else if let Some(i) = l.find("DHHC-1:") {
+                format!("{}DHHC-1:<secret left out>", &l[..i])
+            } else {
+                l.to_string()
+            }
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
 impl ConfigError {
     /// How many errors this is.
     pub fn count(&self) -> usize {
@@ -365,7 +388,7 @@ impl TargetConfig {
         };
         let c = c.map_err(|e| ConfigError::Load {
             file: label.clone(),
-            reason: e.to_string(),
+            reason: without_secrets(&e.to_string()),
         })?;
         let mut cx = Ctx::new(&label);
         let raw = raw::read(&mut cx, c);
@@ -379,7 +402,7 @@ impl TargetConfig {
             .build()
             .map_err(|e| ConfigError::Load {
                 file: name.into(),
-                reason: e.to_string(),
+                reason: without_secrets(&e.to_string()),
             })?;
         let mut cx = Ctx::new(name);
         let raw = raw::read(&mut cx, c);
@@ -510,6 +533,70 @@ block_size = 4096
         assert_eq!(c.subsystems[1].namespaces[0].nsid, 3);
         assert_eq!(c.subsystems[1].namespaces[0].block_size, Some(4096));
         assert!(!c.subsystems[1].allow_any_host);
+    }
+
+    /// Issue 38, 9: a syntax error on a line with a key does not quote it
+    /// (check-config's output goes to terminals and the journal).
+    #[test]
+    fn a_syntax_error_never_quotes_a_secret() {
+        let k = "DHHC-1:00:MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWa2y3yE:";
+        for text in [
+            format!("[[host]]\nnqn = \"nqn.h:a\"\ndhchap_key = \"{k}\n"),
+            format!("[[host]]\nnqn = \"nqn.h:a\"\ndhchap_ctrl_key = {k}\n"),
+            format!("[[host]]\nnqn = \"nqn.h:a\" x = \"{k}\"\n"),
+        ] {
+            let e = TargetConfig::from_toml(&text, "t.toml")
+                .unwrap_err()
+                .to_string();
+            assert!(
+                e.contains("TOML parse error") || e.contains("t.toml"),
+                "{e}"
+            );
+            assert!(!e.contains("MDEyMzQ1"), "{e}");
+        }
+    }
+
+    /// Issue 38, 9: keys in files of their own.
+    #[test]
+    fn host_keys_from_files() {
+        let dir = std::env::temp_dir().join(format!("nvmf-keyfile-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let k = dhchap::Secret::generate(Some(dhchap::HashId::Sha256), 32)
+            .unwrap()
+            .to_dhhc()
+            .to_string();
+        let path = dir.join("host1.key");
+        std::fs::write(&path, format!("{k}\n")).unwrap();
+        let base = GOOD.replace(
+            "hosts = [\"nqn.2026-11.io.example:host1\"]",
+            "allow_any_host = true",
+        );
+        let t = format!(
+            "{base}\n[[host]]\nnqn = \"nqn.h:a\"\ndhchap_key_file = \"{}\"\n",
+            path.display()
+        );
+        let c = TargetConfig::from_toml(&t, "t.toml").unwrap();
+        assert_eq!(
+            c.hosts[0].dhchap_key.as_ref().unwrap().to_dhhc().as_str(),
+            k
+        );
+        let both = format!("{t}dhchap_key = \"{k}\"\n");
+        let e = TargetConfig::from_toml(&both, "t.toml")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("host[0].dhchap_key_file: dhchap_key is given too"),
+            "{e}"
+        );
+        let missing = t.replace("host1.key", "nope.key");
+        let e = TargetConfig::from_toml(&missing, "t.toml")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("host[0].dhchap_key_file:") && e.contains("nope.key"),
+            "{e}"
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     /// Issue 38, 8: a subsystem no host may reach is valid (every other

@@ -123,7 +123,9 @@ pub(super) struct RawNamespace {
 pub(super) struct RawHost {
     pub nqn: Option<String>,
     pub dhchap_key: Option<String>,
+    pub dhchap_key_file: Option<String>,
     pub dhchap_ctrl_key: Option<String>,
+    pub dhchap_ctrl_key_file: Option<String>,
     pub dhchap_hash: Option<String>,
     pub dhchap_dhgroup: Option<String>,
 }

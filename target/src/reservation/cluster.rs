@@ -82,6 +82,28 @@ pub trait Sink: Send + Sync {
     fn notices(&self, notices: &[Notice]);
 }
 
+/// Takes a notification of a change: installs its state and delivers its
+/// notices (another gateway's change). Returns whether it was installed:
+/// only then is it acknowledged, so a changer whose notification a gateway
+/// could not read learns that not every gateway has the new state.
+fn take_notification(sink: &dyn Sink, me: u64, payload: &[u8]) -> bool {
+    match serde_json::from_slice::<Notification>(payload) {
+        Ok(n) if n.state.valid() => {
+            sink.install(n.state, n.version);
+            if n.from != me {
+                sink.notices(&n.notices);
+            }
+            true
+        }
+        _ => {
+            tracing::warn!(
+                "a reservation notification this target cannot read: not acknowledged (its sender's change does not complete)"
+            );
+            false
+        }
+    }
+}
+
 fn epoch() -> Instant {
     static EPOCH: OnceLock<Instant> = OnceLock::new();
     *EPOCH.get_or_init(Instant::now)
@@ -222,19 +244,9 @@ impl ClusterStore {
         let me = self.me;
         let w = self.object.watch(
             WATCH_TIMEOUT,
-            move |payload| {
-                let Some(sink) = on_notify.upgrade() else {
-                    return;
-                };
-                match serde_json::from_slice::<Notification>(payload) {
-                    Ok(n) if n.state.valid() => {
-                        sink.install(n.state, n.version);
-                        if n.from != me {
-                            sink.notices(&n.notices);
-                        }
-                    }
-                    _ => tracing::warn!("a reservation notification this target cannot read"),
-                }
+            move |payload| match on_notify.upgrade() {
+                Some(sink) => take_notification(&*sink, me, payload),
+                None => false,
             },
             move |err| {
                 on_error.store(true, Ordering::Release);
@@ -291,5 +303,59 @@ impl ClusterStore {
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Mutex;
+
+    #[derive(Default)]
+    struct Fake {
+        installed: Mutex<Vec<u64>>,
+        notices: Mutex<usize>,
+    }
+
+    impl Sink for Fake {
+        fn install(&self, _state: Reservations, version: u64) {
+            self.installed.lock().unwrap().push(version);
+        }
+        fn notices(&self, notices: &[Notice]) {
+            *self.notices.lock().unwrap() += notices.len();
+        }
+    }
+
+    /// Issue 38, 9: a gateway acknowledges a notification only once it
+    /// installed its state.
+    #[test]
+    fn only_an_installed_notification_is_acknowledged() {
+        let f = Fake::default();
+        let n = |from, state: Reservations| {
+            serde_json::to_vec(&Notification {
+                from,
+                version: 7,
+                state,
+                notices: vec![([1; 16], 1)],
+            })
+            .unwrap()
+        };
+        assert!(take_notification(&f, 1, &n(2, Reservations::default())));
+        assert_eq!(*f.installed.lock().unwrap(), vec![7]);
+        assert_eq!(*f.notices.lock().unwrap(), 1);
+        // Its own change: installed, no notices again.
+        assert!(take_notification(&f, 2, &n(2, Reservations::default())));
+        assert_eq!(*f.notices.lock().unwrap(), 1);
+        // Not readable, or an inconsistent state: neither installed nor acknowledged.
+        assert!(!take_notification(&f, 1, b"{\"from\":"));
+        let bad = Reservations {
+            holder: Some(super::super::state::Holder {
+                rtype: 9,
+                host: [3; 16],
+            }),
+            ..Default::default()
+        };
+        assert!(!take_notification(&f, 1, &n(2, bad)));
+        assert_eq!(f.installed.lock().unwrap().len(), 2);
     }
 }

@@ -440,7 +440,11 @@ impl Shared {
         let w = self.object.watch(
             WATCH_TIMEOUT,
             move |payload| {
-                let Some(s) = on_req.upgrade() else { return };
+                // Acknowledged whatever it says: the asker waits for a
+                // release, not for the acknowledgement.
+                let Some(s) = on_req.upgrade() else {
+                    return true;
+                };
                 if let Ok(r) = serde_json::from_slice::<Request>(payload) {
                     if (r.want.as_str(), r.id) != (me.0.as_str(), me.1)
                         && s.holding.load(Ordering::Acquire)
@@ -449,6 +453,7 @@ impl Shared {
                         s.want(|w| w.release = true);
                     }
                 }
+                true
             },
             move |_err| {
                 let Some(s): Option<Arc<Shared>> = Weak::upgrade(&on_err) else {
