@@ -208,7 +208,7 @@ pub(super) unsafe fn submit(
             .write(fd, data.ptr, len, offset, data.fixed, fua, ud)),
         // Reservation commands run on the namespace's state, compares on
         // the offload thread (backend::compare): never here.
-        IoPlan::Resv { .. } | IoPlan::Compare { .. } => Submitted {
+        IoPlan::Resv { .. } | IoPlan::Compare { .. } | IoPlan::Auth { .. } => Submitted {
             in_flight: 0,
             errno: nix::libc::EOPNOTSUPP,
             done: 0,

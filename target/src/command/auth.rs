@@ -30,12 +30,104 @@ pub const MAX_DATA: u32 = 4096;
 /// knows a host NQN must not get them without end.
 pub const MAX_ATTEMPTS: u8 = 3;
 
-/// One queue's authentication.
+/// Authentication transactions one peer address may start, at once and
+/// per second after that: each may cost a Diffie-Hellman exponentiation or
+/// two (58 ms for ffdhe8192), and a peer needs only a host NQN to ask.
+pub const PEER_BURST: u32 = 32;
+/// See [`PEER_BURST`].
+pub const PEER_PER_SECOND: u32 = 4;
+
+/// A queue's transaction, where the authentication lane runs it.
 #[derive(Default)]
-pub struct QueueAuth {
+pub struct AuthState {
     tx: Transaction,
     /// Transactions started while not authenticated.
     attempts: u8,
+    /// The message of the last Authentication Receive, until the worker
+    /// copies it to the host's buffer.
+    reply: Vec<u8>,
+}
+
+/// Runs an authentication command on the lane: an Authentication Send of
+/// `data`, or (`send` false) a Receive into `data` (the allocation length's
+/// room), whose message is kept as the reply.
+pub fn run_on_lane(
+    state: &std::sync::Mutex<AuthState>,
+    target: &Target,
+    ctrl: &Controller,
+    qid: u16,
+    send_cmd: bool,
+    mut data: Vec<u8>,
+) -> Done {
+    let mut st = state.lock().unwrap_or_else(|p| p.into_inner());
+    if send_cmd {
+        return Done::Sent(send(&mut st, target, ctrl, qid, &data));
+    }
+    match receive(&mut st, target, ctrl, qid, &mut data) {
+        Ok((n, o)) => {
+            data.truncate(n as usize);
+            st.reply = data;
+            Done::Received(n, o)
+        }
+        Err(status) => Done::Refused(status),
+    }
+}
+
+/// One queue's authentication: its transaction runs off the worker, on the
+/// target's authentication lane (the exponentiations of a transaction
+/// must not stall the other queues a worker serves).
+#[derive(Default)]
+pub struct QueueAuth {
+    state: std::sync::Arc<std::sync::Mutex<AuthState>>,
+    /// It authenticated, as of its last authentication command.
+    authenticated: bool,
+}
+
+/// What an authentication command run on the lane did: the result it posts
+/// to the worker's mailbox ([`Done::to_result`], [`Done::from_result`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Done {
+    /// An Authentication Send.
+    Sent(Outcome),
+    /// An Authentication Receive that wrote this many bytes (in the
+    /// queue's reply, [`QueueAuth::take_reply`]).
+    Received(u32, Outcome),
+    /// Refused with this status.
+    Refused(Status),
+}
+
+const FAILED_BIT: i32 = 1 << 20;
+
+impl Done {
+    /// As an operation's result.
+    pub fn to_result(self) -> i32 {
+        let failed = |o| if o == Outcome::Failed { FAILED_BIT } else { 0 };
+        match self {
+            Done::Sent(o) => failed(o),
+            Done::Received(n, o) => n as i32 | failed(o),
+            Done::Refused(st) => -(st.to_field() as i32) - 1,
+        }
+    }
+
+    /// Back from an operation's result (`send`: of an Authentication Send).
+    pub fn from_result(res: i32, send: bool) -> Done {
+        if res < 0 {
+            return match u16::try_from(-(res + 1)) {
+                Ok(f) => Done::Refused(Status::from_field(f)),
+                Err(_) => Done::Refused(Status::INTERNAL),
+            };
+        }
+        let o = if res & FAILED_BIT != 0 {
+            Outcome::Failed
+        } else {
+            Outcome::Continue
+        };
+        if send {
+            Done::Sent(o)
+        } else {
+            Done::Received((res & (FAILED_BIT - 1)) as u32, o)
+        }
+    }
 }
 
 /// What an authentication command means for the association.
@@ -52,7 +144,23 @@ impl QueueAuth {
     /// Whether the queue may run commands other than authentication on
     /// `ctrl`: it authenticated, or the controller does not require it.
     pub fn cleared(&self, ctrl: &Controller) -> bool {
-        !ctrl.auth.required() || self.tx.authenticated().is_some()
+        !ctrl.auth.required() || self.authenticated
+    }
+
+    /// The transaction, for the lane.
+    pub fn shared(&self) -> std::sync::Arc<std::sync::Mutex<AuthState>> {
+        self.state.clone()
+    }
+
+    /// The message the last Authentication Receive produced.
+    pub fn take_reply(&self) -> Vec<u8> {
+        std::mem::take(&mut self.state.lock().unwrap_or_else(|p| p.into_inner()).reply)
+    }
+
+    /// An authentication command finished: takes the transaction's state.
+    pub fn refresh(&mut self) {
+        let st = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        self.authenticated = st.tx.authenticated().is_some();
     }
 
     /// The queue was accepted at `accepted` and must have authenticated by
@@ -76,6 +184,12 @@ pub fn precheck(cmd: &Command, data_len: u32) -> Result<(), Status> {
     Ok(())
 }
 
+/// Whether the data of an Authentication Send starts a transaction (a
+/// Negotiate).
+pub fn starts_transaction(data: &[u8]) -> bool {
+    data.len() >= 2 && data[..2] == [auth_type::COMMON, auth_id::NEGOTIATE]
+}
+
 /// Whether a fabrics command type is one of authentication's.
 pub fn is_auth(cmd: &Command) -> bool {
     cmd.is_fabrics() && matches!(cmd.fctype(), fctype::AUTH_SEND | fctype::AUTH_RECEIVE)
@@ -88,7 +202,7 @@ fn names(ctrl: &Controller) -> Names<'_> {
     }
 }
 
-fn outcome(q: &QueueAuth, target: &Target, ctrl: &Controller, qid: u16, ev: Event) -> Outcome {
+fn outcome(q: &AuthState, target: &Target, ctrl: &Controller, qid: u16, ev: Event) -> Outcome {
     let m = metrics();
     match ev {
         Event::None => Outcome::Continue,
@@ -137,14 +251,13 @@ fn outcome(q: &QueueAuth, target: &Target, ctrl: &Controller, qid: u16, ev: Even
 
 /// Authentication Send with its data.
 pub fn send(
-    q: &mut QueueAuth,
+    q: &mut AuthState,
     target: &Target,
     ctrl: &Controller,
     qid: u16,
     data: &[u8],
 ) -> Outcome {
-    let negotiate = data.len() >= 2 && data[..2] == [auth_type::COMMON, auth_id::NEGOTIATE];
-    if negotiate && q.tx.authenticated().is_none() {
+    if starts_transaction(data) && q.tx.authenticated().is_none() {
         q.attempts = q.attempts.saturating_add(1);
         if q.attempts > MAX_ATTEMPTS {
             warn!(cntlid = ctrl.cntlid, qid, host = %ctrl.hostnqn, subsys = %ctrl.subsys.nqn,
@@ -164,7 +277,7 @@ pub fn send(
 /// Authentication Receive into `buf` (the allocation length's bytes): the
 /// bytes of the message written, or the status when `buf` cannot hold it.
 pub fn receive(
-    q: &mut QueueAuth,
+    q: &mut AuthState,
     target: &Target,
     ctrl: &Controller,
     qid: u16,
@@ -281,7 +394,7 @@ mod tests {
 
     /// Runs a whole transaction with the right key on `ctrl`'s admin queue.
     fn authenticate(t: &Target, ctrl: &Controller) -> Outcome {
-        let mut q = QueueAuth::default();
+        let mut q = AuthState::default();
         let mut h = host::Transaction::new(key(), None, HOST, SUB, 7);
         let mut buf = vec![0u8; 4096];
         let mut o = vec![send(&mut q, t, ctrl, 0, &h.negotiate())];
@@ -444,11 +557,13 @@ mod tests {
     fn a_queue_authenticates_then_is_cleared() {
         let t = target();
         let ctrl = admin(&t, HOST, SUB);
-        let mut q = QueueAuth::default();
+        let mut qa = QueueAuth::default();
+        let shared = qa.shared();
         let start = Instant::now();
-        assert!(!q.cleared(&ctrl));
-        assert!(q.overdue(&ctrl, start, start + AUTH_TIMEOUT + Duration::from_secs(1)));
-        assert!(!q.overdue(&ctrl, start, start + Duration::from_secs(1)));
+        assert!(!qa.cleared(&ctrl));
+        assert!(qa.overdue(&ctrl, start, start + AUTH_TIMEOUT + Duration::from_secs(1)));
+        assert!(!qa.overdue(&ctrl, start, start + Duration::from_secs(1)));
+        let mut q = shared.lock().unwrap();
         let mut h = host::Transaction::new(key(), None, HOST, SUB, 7);
         let mut buf = vec![0u8; 4096];
         assert_eq!(
@@ -461,8 +576,11 @@ mod tests {
         assert_eq!(send(&mut q, &t, &ctrl, 0, &reply), Outcome::Continue);
         let (n, _) = receive(&mut q, &t, &ctrl, 0, &mut buf).unwrap();
         assert_eq!(h.success1(&buf[..n as usize]), Ok(None));
-        assert!(q.cleared(&ctrl));
-        assert!(!q.overdue(&ctrl, start, start + AUTH_TIMEOUT * 2));
+        drop(q);
+        qa.refresh();
+        assert!(qa.cleared(&ctrl));
+        assert!(!qa.overdue(&ctrl, start, start + AUTH_TIMEOUT * 2));
+        let mut q = shared.lock().unwrap();
         let last = ctrl.auth.last().unwrap();
         assert_eq!((last.hash, last.group), (HashId::Sha384, GroupId::Null));
         // Too small a Receive: a status, the transaction goes on.
@@ -478,7 +596,7 @@ mod tests {
     fn restarts_before_authenticating_are_capped() {
         let t = target();
         let ctrl = admin(&t, HOST, SUB);
-        let mut q = QueueAuth::default();
+        let mut q = AuthState::default();
         let h = host::Transaction::new(key(), None, HOST, SUB, 7);
         let mut buf = vec![0u8; 4096];
         for _ in 0..MAX_ATTEMPTS {
@@ -495,7 +613,7 @@ mod tests {
     fn a_failure_ends_the_association() {
         let t = target();
         let ctrl = admin(&t, HOST, SUB);
-        let mut q = QueueAuth::default();
+        let mut q = AuthState::default();
         let wrong = Secret::new(Some(HashId::Sha256), &[6; 32]).unwrap();
         let mut h = host::Transaction::new(wrong, None, HOST, SUB, 7);
         let mut buf = vec![0u8; 4096];
@@ -505,6 +623,20 @@ mod tests {
         assert_eq!(send(&mut q, &t, &ctrl, 0, &reply), Outcome::Continue);
         let (_, o) = receive(&mut q, &t, &ctrl, 0, &mut buf).unwrap();
         assert_eq!(o, Outcome::Failed);
-        assert!(!q.cleared(&ctrl));
+        assert!(q.tx.authenticated().is_none());
+    }
+
+    #[test]
+    fn what_the_lane_did_survives_the_mailbox() {
+        for (d, send) in [
+            (Done::Sent(Outcome::Continue), true),
+            (Done::Sent(Outcome::Failed), true),
+            (Done::Received(0, Outcome::Continue), false),
+            (Done::Received(1168, Outcome::Failed), false),
+            (Done::Refused(Status::INVALID_FIELD), false),
+            (Done::Refused(Status::COMMAND_INTERRUPTED.with_crd(1)), true),
+        ] {
+            assert_eq!(Done::from_result(d.to_result(), send), d);
+        }
     }
 }

@@ -7,6 +7,7 @@ pub mod admission;
 pub mod data;
 pub mod liveness;
 pub mod log_limit;
+pub mod peer_rate;
 pub mod plan;
 pub mod polling;
 pub mod pool;

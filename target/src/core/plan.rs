@@ -49,6 +49,12 @@ pub enum IoPlan {
         /// Bytes.
         len: u32,
     },
+    /// An Authentication Send (`send`) or Receive, run on the target's
+    /// authentication lane.
+    Auth {
+        /// An Authentication Send.
+        send: bool,
+    },
     /// A reservation command (Register, Report, Acquire, Release), run
     /// against the namespace's reservation state, not the backend.
     Resv {

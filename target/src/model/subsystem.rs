@@ -295,6 +295,11 @@ pub struct Target {
     /// Held while an admin Connect checks and takes its host identifier's
     /// binding (see [`crate::model::hostid`]).
     binding: Mutex<()>,
+    /// Where authentication transactions run: their exponentiations stay
+    /// off the workers.
+    pub auth_lane: Arc<crate::backend::offload::Lane>,
+    /// Authentication transactions each peer address may start.
+    pub auth_rate: crate::core::peer_rate::PeerRate,
 }
 
 impl Target {
@@ -332,6 +337,11 @@ impl Target {
             credentials: Default::default(),
             unproven: Default::default(),
             binding: Mutex::new(()),
+            auth_lane: Default::default(),
+            auth_rate: crate::core::peer_rate::PeerRate::new(
+                crate::command::auth::PEER_BURST,
+                crate::command::auth::PEER_PER_SECOND,
+            ),
         }
     }
 

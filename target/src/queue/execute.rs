@@ -10,7 +10,7 @@ use super::{queue_type, Env, QueueCore};
 use crate::backend::op::Op;
 use crate::backend::DataRef;
 use crate::command::admin::{self, AdminOutcome};
-use crate::command::auth::{self, Outcome};
+use crate::command::auth::{self, Done, Outcome};
 use crate::command::fabrics;
 use crate::core::data::DataPlan;
 use crate::core::plan::IoPlan;
@@ -166,33 +166,66 @@ impl QueueCore {
     }
 
     /// Authentication Send / Receive (checked by `precheck`: a connected
-    /// queue, DH-HMAC-CHAP's fields, the data the command names).
+    /// queue, DH-HMAC-CHAP's fields, the data the command names), on the
+    /// target's authentication lane: a transaction's exponentiations must
+    /// not stall the worker. A peer starts at most so many transactions
+    /// (`command::auth::PEER_BURST`, then `PEER_PER_SECOND`).
     fn exec_auth(&mut self, env: &mut Env<'_, '_>, r: usize) {
         let Some(ctrl) = self.ctrl.clone() else {
             return self.complete(env, r, Status::CMD_SEQ_ERROR, 0);
         };
         let qid = self.qid();
-        // SAFETY: the request executes; the calls below are the only users
-        // of its data until they return.
-        let buf = unsafe { self.data_mut(env, r) };
-        let (status, outcome) = if self.reqs[r].cmd.fctype() == fctype::AUTH_SEND {
-            let o = auth::send(&mut self.auth, env.target, &ctrl, qid, buf);
-            (Status::SUCCESS, o)
-        } else {
-            match auth::receive(&mut self.auth, env.target, &ctrl, qid, buf) {
-                Ok((n, o)) => {
-                    self.reqs[r].out_len = n;
-                    (Status::SUCCESS, o)
+        let send = self.reqs[r].cmd.fctype() == fctype::AUTH_SEND;
+        // SAFETY: the request executes; its data is copied out at once.
+        let data = unsafe { self.data_mut(env, r) }.to_vec();
+        if send && auth::starts_transaction(&data) {
+            let ip = self
+                .addrs
+                .peer
+                .map_or(crate::model::unproven::NO_ADDRESS, |p| p.ip());
+            if !env.target.auth_rate.admit(ip, env.now) {
+                if env.target.refusal_log.should_log(ip, env.now) {
+                    warn!(cntlid = ctrl.cntlid, qid, peer = %ip, "authentication transactions from this address beyond its rate: answered Command Interrupted (said once a minute per peer)");
                 }
-                Err(st) => (st, Outcome::Continue),
+                crate::telemetry::metrics::reject("auth_rate");
+                let st = ctrl.retry_delay(Status::COMMAND_INTERRUPTED.with_crd(1));
+                return self.complete(env, r, st, 0);
             }
+        }
+        let plan = IoPlan::Auth { send };
+        self.reqs[r].io = Some(plan);
+        self.reqs[r].op = Op::new(plan);
+        let ud = env.mem.backend_ud(self.token(r));
+        let (state, target) = (self.auth.shared(), env.target.clone());
+        env.target.auth_lane.run(env.io.mailbox, ud, move || {
+            auth::run_on_lane(&state, &target, &ctrl, qid, send, data).to_result()
+        });
+        self.reqs[r].life.backend_started(1);
+    }
+
+    /// An authentication command came back from the lane with `res`.
+    pub(super) fn auth_done(&mut self, env: &mut Env<'_, '_>, r: usize, send: bool, res: i32) {
+        self.auth.refresh();
+        let (status, outcome) = match Done::from_result(res, send) {
+            Done::Sent(o) => (Status::SUCCESS, o),
+            Done::Received(n, o) => {
+                let reply = self.auth.take_reply();
+                // SAFETY: the request's operation completed; nothing else
+                // uses its data.
+                let buf = unsafe { self.data_mut(env, r) };
+                let n = (n as usize).min(reply.len()).min(buf.len());
+                buf[..n].copy_from_slice(&reply[..n]);
+                self.reqs[r].out_len = n as u32;
+                (Status::SUCCESS, o)
+            }
+            Done::Refused(st) => (st, Outcome::Continue),
         };
         if outcome == Outcome::Failed {
             // The association ends once this response (with a Failure1's
             // data) was delivered: ended at once, the host would get nothing.
             self.end_after_send = Some(r);
         }
-        self.complete(env, r, status, 0);
+        self.reqs[r].status = status;
     }
 
     fn exec_admin(&mut self, env: &mut Env<'_, '_>, r: usize) {

@@ -156,6 +156,7 @@ impl QueueCore {
             return self.fused_done(env, r, res);
         }
         match plan {
+            IoPlan::Auth { send } => self.auth_done(env, r, send, res),
             IoPlan::Resv { .. } => {
                 self.reqs[r].status = match u16::try_from(res) {
                     Ok(field) => Status::from_field(field),
@@ -233,6 +234,10 @@ impl QueueCore {
     pub(super) fn finish_io(&mut self, env: &mut Env<'_, '_>, r: usize) {
         self.ungate(r);
         let q = &self.reqs[r];
+        if let Some(IoPlan::Auth { .. }) = q.io {
+            let st = q.status;
+            return self.complete(env, r, st, 0);
+        }
         if q.cmd.is_fabrics() {
             // The flushes of a host shutdown: complete, or fatal if one failed.
             let errno = q.op.errno();
@@ -298,7 +303,7 @@ impl QueueCore {
             IoPlan::Flush => (IoOp::Flush, 0),
             IoPlan::WriteZeroes { .. } => (IoOp::WriteZeroes, 0),
             IoPlan::Dsm { .. } => (IoOp::Dsm, 0),
-            IoPlan::Resv { .. } | IoPlan::Compare { .. } => {
+            IoPlan::Resv { .. } | IoPlan::Compare { .. } | IoPlan::Auth { .. } => {
                 let st = q.status;
                 return self.complete(env, r, st, 0);
             }

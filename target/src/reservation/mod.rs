@@ -371,6 +371,6 @@ pub fn access_of(plan: &IoPlan) -> Option<Access> {
         IoPlan::Write { .. } | IoPlan::Flush | IoPlan::WriteZeroes { .. } | IoPlan::Dsm { .. } => {
             Some(Access::Write)
         }
-        IoPlan::Resv { .. } => None,
+        IoPlan::Resv { .. } | IoPlan::Auth { .. } => None,
     }
 }

@@ -828,3 +828,116 @@ fn a_host_that_takes_no_responses_loses_its_queue_not_the_pool() {
     assert_status(h.lb.take_cqe(other, mine.cid()), Status::SUCCESS);
     assert!(!h.lb.closed(other));
 }
+
+const KEYED: &str = "nqn.2026-11.org.example:keyed";
+
+fn dh_key() -> dhchap::Secret {
+    dhchap::Secret::new(Some(dhchap::HashId::Sha256), &[5; 32]).unwrap()
+}
+
+/// A target whose host KEYED must authenticate with ffdhe2048.
+fn keyed_target() -> Arc<Target> {
+    let t = target(vec![null_ns()]);
+    t.credentials.set(&[crate::config::HostConfig {
+        nqn: KEYED.into(),
+        dhchap_key: Some(dh_key()),
+        dhchap_ctrl_key: None,
+        dhchap_hash: dhchap::HashId::Sha256,
+        dhchap_dhgroup: dhchap::GroupId::Ffdhe2048,
+    }]);
+    t
+}
+
+impl Host {
+    /// An admin queue of KEYED (Connect only): the queue and its cntlid.
+    fn keyed_admin(&mut self) -> (usize, u16) {
+        let q = self.lb.accept(0, 32);
+        let mut c = self.connect_cmd(0, 32, 0);
+        let d = ConnectData {
+            hostid: [9; 16],
+            cntlid: 0xFFFF,
+            subsysnqn: SUB.into(),
+            hostnqn: KEYED.into(),
+        }
+        .encode()
+        .to_vec();
+        self.keyed(&mut c, d, false);
+        let done = assert_status(self.lb.exec(q, &c, &[]), Status::SUCCESS);
+        assert_ne!(
+            done.result & crate::model::auth::CONNECT_ATR,
+            0,
+            "must authenticate"
+        );
+        (q, done.result as u16)
+    }
+
+    fn auth_send(&mut self, msg: Vec<u8>) -> Command {
+        self.cid += 1;
+        let mut c = nvme::auth::AuthCommand::dhchap(msg.len() as u32).to_command(self.cid, false);
+        self.keyed(&mut c, msg, false);
+        c
+    }
+
+    /// An Authentication Receive: the command and its window's key.
+    fn auth_receive(&mut self) -> (Command, u32) {
+        self.cid += 1;
+        let mut c = nvme::auth::AuthCommand::dhchap(4096).to_command(self.cid, true);
+        let key = self.keyed(&mut c, vec![0; 4096], true);
+        (c, key)
+    }
+}
+
+/// In-band authentication end to end over the loopback, its
+/// exponentiations on the authentication lane (issue 38, 9): while the lane
+/// is held, the worker answers another host; a peer's transactions beyond
+/// its rate are answered Command Interrupted.
+#[test]
+fn authentication_runs_off_the_worker_and_is_rate_limited() {
+    let t = keyed_target();
+    let mut h = Host::new(t.clone());
+    let (aq, _) = h.keyed_admin();
+    let mut host = dhchap::host::Transaction::new(dh_key(), None, KEYED, SUB, 1);
+    // Commands before authenticating are refused.
+    let ka = h.cmd(admin::KEEP_ALIVE);
+    assert_status(h.lb.exec(aq, &ka, &[]), Status::AUTH_REQUIRED);
+    // The lane held: the Negotiate waits; another host is served meanwhile.
+    let (release, held) = std::sync::mpsc::channel::<()>();
+    assert!(t
+        .auth_lane
+        .push(Box::new(move || {
+            let _ = held.recv();
+        }))
+        .is_ok());
+    let neg = h.auth_send(host.negotiate());
+    h.lb.send(aq, &neg, &[]).unwrap();
+    let (other, _) = h.admin(0);
+    let ka = h.cmd(admin::KEEP_ALIVE);
+    assert_status(h.lb.exec(other, &ka, &[]), Status::SUCCESS);
+    assert!(h.lb.take_cqe(aq, neg.cid()).is_none(), "waits on the lane");
+    release.send(()).unwrap();
+    h.lb.run_until(|lb| lb.has_cqe(aq, neg.cid()));
+    assert_status(h.lb.take_cqe(aq, neg.cid()), Status::SUCCESS);
+    // Challenge, Reply, Success1.
+    let (c, key) = h.auth_receive();
+    assert_status(h.lb.exec(aq, &c, &[]), Status::SUCCESS);
+    let reply = host.challenge(h.lb.window_data(key)).expect("a challenge");
+    let c = h.auth_send(reply);
+    assert_status(h.lb.exec(aq, &c, &[]), Status::SUCCESS);
+    let (c, key) = h.auth_receive();
+    assert_status(h.lb.exec(aq, &c, &[]), Status::SUCCESS);
+    assert_eq!(host.success1(h.lb.window_data(key)), Ok(None));
+    let ka = h.cmd(admin::KEEP_ALIVE);
+    assert_status(h.lb.exec(aq, &ka, &[]), Status::CMD_SEQ_ERROR); // authenticated; not enabled yet
+                                                                   // This address's burst of transactions is spent by re-authenticating.
+    let mut refused = 0;
+    for _ in 0..crate::command::auth::PEER_BURST + 2 {
+        let neg = h.auth_send(host.negotiate());
+        let c = h.lb.exec(aq, &neg, &[]).expect("answered");
+        if same(c.status, Status::COMMAND_INTERRUPTED) {
+            refused += 1;
+        }
+        let (c, _) = h.auth_receive();
+        h.lb.exec(aq, &c, &[]);
+    }
+    assert!(refused >= 2, "{refused} refused");
+}
