@@ -109,7 +109,9 @@ impl Backend {
     pub fn gated(&self) -> bool {
         match self {
             Backend::File { .. } => true,
-            Backend::Rbd(img) => img.ownership().is_some(),
+            // Every write of an image is counted, owned or not: a Preempt
+            // and Abort drains them (on every gateway of the image).
+            Backend::Rbd(_) => true,
             Backend::Null => false,
         }
     }
@@ -228,8 +230,7 @@ pub unsafe fn submit(
         } => unsafe { file::submit(file, *is_block, *inline, plan, data, ranges, io, ud) },
         // SAFETY: as above.
         Backend::Rbd(img) => unsafe {
-            let gate = img.ownership().is_some().then_some(gate);
-            rbd::submit(img, plan, data, ranges, io.mailbox, gate, ud)
+            rbd::submit(img, plan, data, ranges, io.mailbox, Some(gate), ud)
         },
         // SAFETY: the caller's guarantees, passed on.
         Backend::Null => unsafe { null::execute(plan, data) },

@@ -41,7 +41,15 @@ pub fn execute(ns: &Namespace, ctrl: &Controller, cmd: &Command, buf: &mut [u8])
     // Preempt and Abort on a local store: the namespace's writes in flight
     // (the preempted hosts' among them) complete first, and those that
     // arrive meanwhile wait and are checked against the new state.
-    let _closed = aborts_writes(ns, &req).then(|| ns.gate.close());
+    let _closed = if aborts_writes(ns, &req) {
+        match ns.gate.close_within(crate::reservation::DRAIN_WAIT) {
+            Some(c) => Some(c),
+            // A write the cluster has not answered: the host retries.
+            None => return (ctrl.retry_delay(crate::reservation::not_sure()), 0),
+        }
+    } else {
+        None
+    };
     let nqn = crate::reservation::state::nqn_tag(&ctrl.hostnqn);
     match ns.resv.apply(&ctrl.hostid, &nqn, &req) {
         Ok(fx) => {
@@ -65,14 +73,15 @@ pub fn execute(ns: &Namespace, ctrl: &Controller, cmd: &Command, buf: &mut [u8])
 }
 
 /// Whether a Preempt and Abort must close the namespace's write gate (its
-/// writes go through the gate: a file or block device).
+/// writes go through the gate: a file, a block device, an RBD image; the
+/// other gateways of an image drain theirs when the change reaches them).
 fn aborts_writes(ns: &Namespace, req: &ResvCommand) -> bool {
     req.opcode == op::RESV_ACQUIRE
         && req.action == nvme::reservation::racqa::PREEMPT_ABORT
-        && matches!(ns.backend, crate::backend::Backend::File { .. })
+        && ns.backend.gated()
 }
 
-/// Whether command `cmd` blocks (runs on the gate thread): it changes a
+/// Whether command `cmd` blocks (runs on the namespace's lane): it changes a
 /// state kept in a file, or is a Preempt and Abort that waits for writes.
 pub fn blocks(ns: &Namespace, cmd: &Command) -> bool {
     let opc = cmd.opcode();
@@ -81,7 +90,7 @@ pub fn blocks(ns: &Namespace, cmd: &Command) -> bool {
     }
     let abort = opc == op::RESV_ACQUIRE
         && (cmd.cdw(10) & 7) as u8 == nvme::reservation::racqa::PREEMPT_ABORT
-        && matches!(ns.backend, crate::backend::Backend::File { .. });
+        && ns.backend.gated();
     ns.resv.blocks() || abort
 }
 

@@ -219,8 +219,39 @@ impl WriteGate {
         }
     }
 
+    /// Closes the gate and waits, at most `timeout`, until every write
+    /// inside left: the gate held closed, or `None` (reopened) when writes
+    /// are still inside (an RBD write the cluster has not answered).
+    pub fn close_within(&self, timeout: Duration) -> Option<Closed<'_>> {
+        let one = self.closer.lock().unwrap_or_else(|p| p.into_inner());
+        self.closed.store(true, SeqCst);
+        let until = Instant::now() + timeout;
+        let mut g = self.parked();
+        while self.inside.load(SeqCst) != 0 {
+            let left = until.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                drop(g);
+                drop(Closed {
+                    gate: self,
+                    _one: one,
+                });
+                return None;
+            }
+            g = self
+                .drained
+                .wait_timeout(g, left)
+                .unwrap_or_else(|p| p.into_inner())
+                .0;
+        }
+        drop(g);
+        Some(Closed {
+            gate: self,
+            _one: one,
+        })
+    }
+
     /// Closes the gate and waits until every write inside left (blocking:
-    /// the offload thread's). Writes arriving meanwhile are parked.
+    /// a namespace lane's). Writes arriving meanwhile are parked.
     pub fn close(&self) -> Closed<'_> {
         let one = self.closer.lock().unwrap_or_else(|p| p.into_inner());
         self.closed.store(true, SeqCst);
@@ -349,5 +380,26 @@ mod tests {
         assert!(gate.owned());
         assert!(!gate.revoke(Duration::ZERO));
         assert!(gate.owned());
+    }
+
+    /// Closing within a time: the gate held once the writes inside left;
+    /// reopened, and `None`, when one stays inside too long.
+    #[test]
+    fn closing_within_a_time() {
+        let g = Arc::new(WriteGate::default());
+        g.hold();
+        let g2 = g.clone();
+        let t = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(50));
+            g2.leave();
+        });
+        let closed = g.close_within(Duration::from_secs(10));
+        assert!(closed.is_some());
+        drop(closed);
+        t.join().unwrap();
+        g.hold();
+        assert!(g.close_within(Duration::from_millis(30)).is_none());
+        assert!(!g.shut(), "reopened");
+        g.leave();
     }
 }

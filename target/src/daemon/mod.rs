@@ -71,14 +71,16 @@ pub fn open_subsystem(s: &SubsystemConfig) -> Result<Arc<Subsystem>, String> {
 fn attach_namespaces(sub: &Arc<Subsystem>) {
     for n in sub.namespaces().iter() {
         let (weak, nsid) = (Arc::downgrade(sub), n.nsid);
-        n.resv
-            .attach(crate::reservation::Notify(Arc::new(move |notices| {
+        n.resv.attach(
+            crate::reservation::Notify(Arc::new(move |notices| {
                 if let Some(sub) = weak.upgrade() {
                     for (host, kind) in notices {
                         crate::command::reservation::notify(&sub, host, nsid, *kind);
                     }
                 }
-            })));
+            })),
+            n.gate.clone(),
+        );
     }
 }
 

@@ -61,6 +61,10 @@ struct Notification {
     state: Reservations,
     /// Notices for the hosts the change affected.
     notices: Vec<Notice>,
+    /// Hosts a Preempt and Abort preempted: a gateway drains its writes in
+    /// flight before it acknowledges (absent from older gateways' changes).
+    #[serde(default)]
+    aborted: Vec<super::state::HostId>,
 }
 
 /// The local copy and its object version.
@@ -78,6 +82,12 @@ pub trait Sink: Send + Sync {
     /// Installs `state` (object version `version`) if it is newer than the
     /// copy.
     fn install(&self, state: Reservations, version: u64);
+    /// Installs `state` of a Preempt and Abort made elsewhere, once the
+    /// writes in flight here completed; false if they did not in time.
+    fn install_draining(&self, state: Reservations, version: u64) -> bool {
+        self.install(state, version);
+        true
+    }
     /// Notices from a change another gateway made.
     fn notices(&self, notices: &[Notice]);
 }
@@ -89,11 +99,17 @@ pub trait Sink: Send + Sync {
 fn take_notification(sink: &dyn Sink, me: u64, payload: &[u8]) -> bool {
     match serde_json::from_slice::<Notification>(payload) {
         Ok(n) if n.state.valid() => {
-            sink.install(n.state, n.version);
+            // The changer drained its own writes before it published.
+            let installed = if n.from != me && !n.aborted.is_empty() {
+                sink.install_draining(n.state, n.version)
+            } else {
+                sink.install(n.state, n.version);
+                true
+            };
             if n.from != me {
                 sink.notices(&n.notices);
             }
-            true
+            installed
         }
         _ => {
             tracing::warn!(
@@ -186,12 +202,19 @@ impl ClusterStore {
     /// Tells every gateway of the image (this one included) the new state
     /// and waits for them. Whether every watcher acknowledged: one that did
     /// not has lost its lease by now, or will have before it serves again.
-    pub fn publish(&self, state: &Reservations, version: u64, notices: &[Notice]) -> bool {
+    pub fn publish(
+        &self,
+        state: &Reservations,
+        version: u64,
+        notices: &[Notice],
+        aborted: &[super::state::HostId],
+    ) -> bool {
         let n = Notification {
             from: self.me,
             version,
             state: state.clone(),
             notices: notices.to_vec(),
+            aborted: aborted.to_vec(),
         };
         let Ok(body) = serde_json::to_vec(&n) else {
             return false;
@@ -315,15 +338,72 @@ mod tests {
     struct Fake {
         installed: Mutex<Vec<u64>>,
         notices: Mutex<usize>,
+        /// Whether its writes in flight drain in time.
+        stuck: bool,
+        drained: Mutex<usize>,
     }
 
     impl Sink for Fake {
         fn install(&self, _state: Reservations, version: u64) {
             self.installed.lock().unwrap().push(version);
         }
+        fn install_draining(&self, state: Reservations, version: u64) -> bool {
+            *self.drained.lock().unwrap() += 1;
+            self.install(state, version);
+            !self.stuck
+        }
         fn notices(&self, notices: &[Notice]) {
             *self.notices.lock().unwrap() += notices.len();
         }
+    }
+
+    fn note(from: u64, state: Reservations, aborted: Vec<[u8; 16]>) -> Vec<u8> {
+        serde_json::to_vec(&Notification {
+            from,
+            version: 7,
+            state,
+            notices: vec![([1; 16], 1)],
+            aborted,
+        })
+        .unwrap()
+    }
+
+    /// Issue 38, 6: another gateway's Preempt and Abort is acknowledged
+    /// only once the writes in flight here drained; the changer's own
+    /// notification does not drain again (it drained before publishing).
+    #[test]
+    fn a_preempt_and_abort_is_acknowledged_once_drained() {
+        let f = Fake::default();
+        assert!(take_notification(
+            &f,
+            1,
+            &note(2, Reservations::default(), vec![[5; 16]])
+        ));
+        assert_eq!(*f.drained.lock().unwrap(), 1);
+        assert!(take_notification(
+            &f,
+            2,
+            &note(2, Reservations::default(), vec![[5; 16]])
+        ));
+        assert_eq!(*f.drained.lock().unwrap(), 1, "its own change");
+        assert!(take_notification(
+            &f,
+            1,
+            &note(2, Reservations::default(), vec![])
+        ));
+        assert_eq!(*f.drained.lock().unwrap(), 1, "no abort: nothing to drain");
+        let stuck = Fake {
+            stuck: true,
+            ..Default::default()
+        };
+        assert!(!take_notification(
+            &stuck,
+            1,
+            &note(2, Reservations::default(), vec![[5; 16]])
+        ));
+        // A change from a gateway of before (no `aborted`) still reads.
+        let old = br#"{"from":2,"version":9,"state":{"registrants":[],"holder":null,"generation":0,"ptpl":false},"notices":[]}"#;
+        assert!(take_notification(&f, 1, old));
     }
 
     /// Issue 38, 9: a gateway acknowledges a notification only once it
@@ -331,15 +411,7 @@ mod tests {
     #[test]
     fn only_an_installed_notification_is_acknowledged() {
         let f = Fake::default();
-        let n = |from, state: Reservations| {
-            serde_json::to_vec(&Notification {
-                from,
-                version: 7,
-                state,
-                notices: vec![([1; 16], 1)],
-            })
-            .unwrap()
-        };
+        let n = |from, state: Reservations| note(from, state, vec![]);
         assert!(take_notification(&f, 1, &n(2, Reservations::default())));
         assert_eq!(*f.installed.lock().unwrap(), vec![7]);
         assert_eq!(*f.notices.lock().unwrap(), 1);

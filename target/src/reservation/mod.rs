@@ -19,6 +19,7 @@ use nvme::Status;
 pub use state::{Access, Effects, HostId, Reservations};
 
 use crate::core::plan::IoPlan;
+use crate::core::write_gate::WriteGate;
 
 /// Where a namespace's state is kept beyond this process.
 #[derive(Debug)]
@@ -56,7 +57,15 @@ pub struct NsReservations {
     /// The subsystem and nsid whose controllers get the notices of changes
     /// another gateway made.
     notify: Mutex<Option<Notify>>,
+    /// The namespace's write gate: closed while a Preempt and Abort made by
+    /// another gateway is installed, so that the preempted hosts' writes
+    /// in flight here complete first.
+    gate: Mutex<Option<Arc<WriteGate>>>,
 }
+
+/// How long a gateway waits for its writes in flight when another gateway's
+/// Preempt and Abort reaches it (the changer waits 10 s for every gateway).
+pub const DRAIN_WAIT: std::time::Duration = std::time::Duration::from_secs(8);
 
 impl NsReservations {
     /// A namespace's state: empty, `enabled` or not, kept in `store` if any
@@ -76,6 +85,7 @@ impl NsReservations {
             version: AtomicU64::new(0),
             changing: Mutex::new(()),
             notify: Mutex::new(None),
+            gate: Mutex::new(None),
         });
         if let Some(Store::Cluster(c)) = &r.store {
             let sink: Arc<dyn cluster::Sink> = r.clone();
@@ -102,13 +112,15 @@ impl NsReservations {
             version: AtomicU64::new(0),
             changing: Mutex::new(()),
             notify: Mutex::new(None),
+            gate: Mutex::new(None),
         }
     }
 
     /// Where the notices of changes made by another gateway go (the
-    /// controllers of the namespace's hosts).
-    pub fn attach(&self, notify: Notify) {
+    /// controllers of the namespace's hosts), and the namespace's write gate.
+    pub fn attach(&self, notify: Notify, gate: Arc<WriteGate>) {
         *self.notify.lock().unwrap_or_else(|p| p.into_inner()) = Some(notify);
+        *self.gate.lock().unwrap_or_else(|p| p.into_inner()) = Some(gate);
     }
 
     /// The cluster store, if the state is shared.
@@ -236,7 +248,14 @@ impl NsReservations {
             match c.write(&next, cur.version) {
                 Ok(Some(v)) => {
                     self.install_copy(next.clone(), v);
-                    c.publish(&next, v, out.notices());
+                    let all = c.publish(&next, v, out.notices(), out.aborted());
+                    if !all && !out.aborted().is_empty() {
+                        // The preempted hosts' writes may still land
+                        // through a gateway that did not confirm it drained
+                        // them: the host is not told the abort is done.
+                        tracing::warn!(object = %c.spec(), "Preempt and Abort: not every gateway confirmed it drained the preempted hosts' writes; answered Namespace Not Ready");
+                        return Err(not_sure());
+                    }
                     return Ok(out);
                 }
                 Ok(None) => continue,
@@ -331,6 +350,11 @@ impl std::fmt::Debug for Notify {
 pub trait HasNotices {
     /// The notices it raised.
     fn notices(&self) -> &[state::Notice];
+    /// The hosts a Preempt and Abort preempted: every gateway drains its
+    /// writes in flight before the command completes.
+    fn aborted(&self) -> &[HostId] {
+        &[]
+    }
 }
 
 impl HasNotices for () {
@@ -343,11 +367,30 @@ impl HasNotices for Effects {
     fn notices(&self) -> &[state::Notice] {
         &self.notices
     }
+    fn aborted(&self) -> &[HostId] {
+        &self.aborted
+    }
 }
 
 impl cluster::Sink for NsReservations {
     fn install(&self, state: Reservations, version: u64) {
         self.install_copy(state, version);
+    }
+
+    fn install_draining(&self, state: Reservations, version: u64) -> bool {
+        let gate = self.gate.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        let Some(gate) = gate else {
+            self.install_copy(state, version);
+            return true;
+        };
+        // Closed, the writes inside complete first; those parked meanwhile
+        // check the new state when it reopens.
+        let closed = gate.close_within(DRAIN_WAIT);
+        self.install_copy(state, version);
+        if closed.is_none() {
+            tracing::warn!(version, "a Preempt and Abort from another gateway: writes here did not complete within {} s; not acknowledged", DRAIN_WAIT.as_secs());
+        }
+        closed.is_some()
     }
 
     fn notices(&self, notices: &[state::Notice]) {

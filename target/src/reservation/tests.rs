@@ -483,3 +483,44 @@ fn registrations_keep_their_host_nqn() {
     let back: Reservations = serde_json::from_str(&serde_json::to_string(&s).unwrap()).unwrap();
     assert_eq!(back, s);
 }
+
+/// Issue 38, 6: a Preempt and Abort made through another gateway is
+/// installed here only once the writes in flight here completed (its
+/// preempted host's among them); writes arriving meanwhile wait at the gate
+/// and see the new state.
+#[test]
+fn another_gateways_preempt_and_abort_drains_writes_here_first() {
+    use super::cluster::Sink;
+    use std::sync::Arc;
+    let r = Arc::new(super::NsReservations::in_memory(true));
+    let gate = Arc::new(crate::core::write_gate::WriteGate::default());
+    r.attach(super::Notify(Arc::new(|_| {})), gate.clone());
+    gate.hold(); // a write of the preempted host, in flight here
+    let next = Reservations {
+        generation: 5,
+        ..Default::default()
+    };
+    let (r2, done) = (
+        r.clone(),
+        Arc::new(std::sync::atomic::AtomicBool::new(false)),
+    );
+    let d2 = done.clone();
+    let t = std::thread::spawn(move || {
+        let ok = r2.install_draining(next, 3);
+        d2.store(true, std::sync::atomic::Ordering::SeqCst);
+        ok
+    });
+    std::thread::sleep(std::time::Duration::from_millis(100));
+    assert!(
+        !done.load(std::sync::atomic::Ordering::SeqCst),
+        "waits for the write"
+    );
+    assert_eq!(
+        r.lock().generation,
+        0,
+        "not installed before the write completed"
+    );
+    gate.leave();
+    assert!(t.join().unwrap(), "acknowledged");
+    assert_eq!(r.lock().generation, 5);
+}

@@ -310,8 +310,8 @@ struct SendPtr(*mut u8);
 unsafe impl Send for SendPtr {}
 
 /// Starts `plan` on `img` (see [`super::submit`]); completions reach
-/// `mailbox`. With `gate` (an image that needs ownership, the write inside
-/// it), each write operation holds the gate until librbd completed it.
+/// `mailbox`. With `gate` (the write inside it), each write operation holds
+/// the gate until librbd completed it.
 ///
 /// # Safety
 /// As [`super::submit`].
