@@ -337,6 +337,19 @@ impl Probe {
             "connect-empty-hostnqn",
             self.connect_case(0, admin(32), other, full),
         );
+        // The identifier of another host (the kernel host's, connected
+        // meanwhile) under this probe's NQN: it belongs to that host.
+        let victim = std::env::var("HOSTILE_VICTIM_HOSTID")
+            .ok()
+            .and_then(|s| nvme::fabrics::parse_uuid(s.trim()));
+        if let Some(id) = victim {
+            let mut other = d.clone();
+            other.hostid = id;
+            case(
+                "connect-victim-hostid",
+                self.connect_case(0, admin(32), other, full),
+            );
+        }
 
         // --- before Connect, before CC.EN
         case("read-before-connect", {

@@ -189,6 +189,7 @@ PROBE_SPEC=(
 "io-connect-sqsize-ne-hsqsize|status:CONNECT_INVALID_PARAM|as above, on an I/O queue"
 "connect-empty-hostnqn|status:CONNECT_INVALID_PARAM|an NQN is never empty; nvmet 6.1 accepts it"
 "io-connect-other-hostid|status:CONNECT_INVALID_PARAM|one host ID per association; nvmet 6.1 does not compare"
+"connect-victim-hostid|status:CONNECT_INVALID_PARAM|the kernel host's ID under another NQN: an ID belongs to the NQN that uses it (issue 38); nvmet accepts"
 "read-before-connect|status:CMD_SEQ_ERROR|as SPDK: no controller yet; nvmet says invalid opcode"
 "property-get-before-connect|status:CMD_SEQ_ERROR|as SPDK: no controller yet; nvmet says invalid opcode"
 "io-connect-before-cc-en|status:CMD_SEQ_ERROR|I/O queue before CC.EN; nvmet 6.1 creates it, SPDK refuses"
@@ -205,7 +206,8 @@ run_probe() { # target: hostile-probe's cases, then the flood, into PGOT
     # per CM retry) until the guest runs out of memory: it is not asked.
     local skip=()
     [ "$1" = kernel ] && [ "$(uname -r | cut -d. -f1)" -ge 7 ] && skip=(env HOSTILE_SKIP_HUGE_QUEUE=1)
-    out=$(timeout 300 "${skip[@]}" "$PROBE" cases "$IP" "$PORT" "$NQN" "$cid" 2>&1) || { echo "$out"; fail "[$1] hostile-probe failed"; }
+    local victim; victim=$(cat "/sys/class/nvme/$CTRL/hostid")
+    out=$(timeout 300 env HOSTILE_VICTIM_HOSTID="$victim" "${skip[@]}" "$PROBE" cases "$IP" "$PORT" "$NQN" "$cid" 2>&1) || { echo "$out"; fail "[$1] hostile-probe failed"; }
     while read -r line; do
         [[ $line == CASE\ * ]] || continue
         read -r _ n o _ <<<"$line"
