@@ -11,6 +11,12 @@
 //!
 //! Usage: `auth-probe IP PORT SUBNQN HOSTNQN HOSTID SECRET`; SECRET is the
 //! host's `DHHC-1` key, for the case that must succeed (`good`).
+//!
+//! `auth-probe IP PORT SUBNQN HOSTNQN HOSTID SECRET hold N SRC SECONDS`:
+//! what a peer that knows only a keyed host's NQN does to lock it out:
+//! opens N admin queues from address SRC as that host, never
+//! authenticates, prints `HELD <connected> OF <N> <statuses>` and holds
+//! them SECONDS.
 
 use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
@@ -116,8 +122,14 @@ fn all_ids() -> Vec<u8> {
 
 impl Probe {
     fn admin(&self) -> Result<Admin, String> {
+        self.admin_from(None)
+    }
+
+    /// An admin queue from source address `src` (any, when `None`).
+    fn admin_from(&self, src: Option<IpAddr>) -> Result<Admin, String> {
         let mut qc = QueueConfig::new(0, 32, 8192);
         qc.timeout = WAIT;
+        qc.src = src.map(|ip| SocketAddr::new(ip, 0));
         let mut q = RdmaQueue::connect(self.dst, qc).map_err(|e| format!("connect: {e}"))?;
         let data = ConnectData {
             hostid: self.hostid,
@@ -295,8 +307,8 @@ const CASES: &[&str] = &[
 
 fn main() {
     let a: Vec<String> = std::env::args().collect();
-    if a.len() != 7 {
-        eprintln!("usage: auth-probe IP PORT SUBNQN HOSTNQN HOSTID SECRET");
+    if a.len() != 7 && !(a.len() == 11 && a[7] == "hold") {
+        eprintln!("usage: auth-probe IP PORT SUBNQN HOSTNQN HOSTID SECRET [hold N SRC SECONDS]");
         std::process::exit(2);
     }
     let ip: IpAddr = a[1].parse().expect("IP");
@@ -308,6 +320,25 @@ fn main() {
         hostid: parse_uuid(&a[5]).expect("HOSTID is a UUID"),
         key: Secret::parse(&a[6]).expect("SECRET is a DHHC-1 key"),
     };
+    if a.len() == 11 {
+        let n: usize = a[8].parse().expect("N");
+        let src: IpAddr = a[9].parse().expect("SRC");
+        let secs: u64 = a[10].parse().expect("SECONDS");
+        let mut held = Vec::new();
+        let mut outcomes = Vec::new();
+        for _ in 0..n {
+            match p.admin_from(Some(src)) {
+                Ok(q) => {
+                    held.push(q);
+                    outcomes.push("connected".to_string());
+                }
+                Err(e) => outcomes.push(e.replace(' ', "_")),
+            }
+        }
+        println!("HELD {} OF {n} {}", held.len(), outcomes.join(","));
+        std::thread::sleep(Duration::from_secs(secs));
+        return;
+    }
     for c in CASES {
         println!("CASE {c} {}", p.case(c));
         // The target tears a failed association down: let it go first.

@@ -16,6 +16,8 @@
 #      key changed in configfs; ours: with the same key, as ours ends an association whose
 #      key changes: a reload with a new key then disconnects the host at once). The old key
 #      fails on the next connect, the new one is taken.
+#   2b. a peer that knows only the host's NQN holds 16 admin queues from another address
+#      and never authenticates: the host still connects (ours caps such controllers apart).
 #   3. raw messages (auth-probe): commands before authentication, messages out of order,
 #      wrong lengths, unknown hash and group identifiers, a transaction ID that does not
 #      match, a wrong response; each with its exact outcome. Meanwhile another host (no
@@ -39,6 +41,7 @@ DISK=$DIR/disk.img
 CONF=$DIR/target.toml
 TLOG=/tmp/auth-target.log
 TPID= BG=
+PEER2=10.0.2.99   # a second address of this guest: another peer on the fabric
 . integration/guest/common.sh
 . integration/guest/kmsg.sh
 . integration/guest/nvmet.sh
@@ -240,6 +243,20 @@ phase() {
     record "key-for-host-without-one" "$(kconnect --dhchap-secret="$K256")"
     kmsg_check "$WHO: bidirectional and refused keys"
 
+    step "$WHO: a peer that knows only the host's NQN holds 16 admin queues from another address"
+    # Issue 38: controllers that never authenticate must not take the keyed host's places
+    # (16 per host NQN and subsystem in ours; nvmet has no cap). Ours admits 8 from one
+    # address (max_unauthenticated_controllers_per_peer), each ending 30 s after its Connect.
+    keys "hmac(sha256)" null "$K256" ""
+    "$PROBE" "$IP" "$PORT" "$SUB" "$HOST" "$HID" "$K256" hold 16 "$PEER2" 25 >/tmp/hold.txt 2>&1 &
+    local holder=$!
+    for _ in $(seq 200); do grep -q '^HELD' /tmp/hold.txt && break; sleep 0.1; done
+    grep -q '^HELD' /tmp/hold.txt || { cat /tmp/hold.txt; fail "$WHO: auth-probe hold did not report"; }
+    info "$WHO: $(grep '^HELD' /tmp/hold.txt | cut -c1-120)"
+    record "lockout-by-nqn" "$(kconnect --dhchap-secret="$K256")"
+    kill "$holder" 2>/dev/null; wait "$holder" 2>/dev/null || true
+    kmsg_check "$WHO: the host's connect beside a peer holding its NQN"
+
     step "$WHO: re-authentication after the host's secret changes (sysfs), target key changed first"
     keys "hmac(sha256)" ffdhe2048 "$K256" ""
     timeout 180 nvme connect -t rdma -a "$IP" -s "$PORT" -n "$SUB" --hostnqn="$HOST" \
@@ -328,6 +345,7 @@ for b in "$TARGET_BIN" "$INIT" "$PROBE"; do [ -x "$b" ] || fail "$b missing (car
 grep -q '^CONFIG_NVME_HOST_AUTH=y' "/boot/config-$(uname -r)" || fail "this kernel has no NVME_HOST_AUTH (use the current-host image)"
 modprobe -a rdma_rxe ib_uverbs rdma_ucm nvme-rdma
 rdma link show | grep -q "netdev ${LAB_IF:-eth0}\b" || rdma link add rxe0 type rxe netdev "${LAB_IF:-eth0}"
+ip addr show dev "${LAB_IF:-eth0}" | grep -q "inet $PEER2/" || ip addr add "$PEER2/24" dev "${LAB_IF:-eth0}"
 mkdir -p "$DIR"
 truncate -s 128M "$DISK"
 K256=$(gen 1 32 "$HOST") K256B=$(gen 1 32 "$HOST") K384=$(gen 2 48 "$HOST") K512=$(gen 3 64 "$HOST")
