@@ -27,7 +27,9 @@
 #      does through A binds host 6 through B at once (conflicts, report, release, a
 #      preemption notice); B restarted reads it from the cluster; B stopped (SIGSTOP)
 #      while A changes it never serves the old state once resumed; fused Compare and
-#      Write races through both gateways (caw-race): exactly one winner per round
+#      Write races through both gateways (caw-race): exactly one winner per round; a
+#      Preempt and Abort through A while host 6's writes are still in B's librbd
+#      (slowed by QoS) completes only once they drained: krbd reads the same after it
 #  13. fenced failover (fence.sh): a write delayed on its way from A to the cluster never
 #      lands over newer data written through B once the host failed over (A stopped, or
 #      cut off from the host only); A rejoins; without fencing the delayed write lands
@@ -557,6 +559,51 @@ sed 's/^/    /' /tmp/caw.txt
 E=$(mp_errors | grep -vE "\(sct 0x0 / sc 0x83\)|critical nexus error|Buffer I/O error on dev nvme[0-9]+n1, logical block [0-9]+, async page read" || true)
 [ -z "$E" ] || { echo "$E"; fail "I/O errors in the host's kernel log during the reservation steps"; }
 info "conflicts the multipath host met meanwhile (udev's reads): $(mp_errors | grep -c "critical nexus error" || true)"
+
+step "11e. Preempt and Abort through A while host 6's writes are in flight through B"
+# B's librbd is slowed to 4 writes a second (rbd_qos_write_iops_limit, B's own ceph.conf),
+# so that host 6's 16 writes through B are still in librbd when host 5 preempts and
+# aborts host 6 through A. The command must complete only once every gateway drained
+# them: what krbd reads right after it is what the image holds for good.
+cp /etc/ceph/ceph.conf /tmp/ceph-slow.conf
+printf '[client]\nrbd_qos_write_iops_limit = 4\n' >>/tmp/ceph-slow.conf
+kill -TERM "${GWPID[B]}"; wait "${GWPID[B]}" 2>/dev/null || true; GWPID[B]=
+gw_conf B non-optimized
+echo 'ceph_conf = "/tmp/ceph-slow.conf"' >>/tmp/gw-B.toml
+gw_up B
+for _ in $(seq 150); do [ "$(cat "/sys/class/nvme/${DEV[h6]#/dev/}/state")" = live ] && break; sleep 0.2; done
+expect "register host 5 through A" "$(reg h5 0x55)" 000
+expect "host 6 reads through B" "$(io_settled h6 read)" 000
+expect "register host 6 through B" "$(reg h6 0x66)" 000
+# One write first: B owns the image, the 16 that follow go straight to librbd.
+expect "host 6 writes through B" "$(io_settled h6 write)" 000
+PA_LBA=4096 PA_PIDS=()
+for i in $(seq 0 15); do
+    head -c "$BS" /dev/urandom >"/tmp/pa-block-$i"
+    ( st nvme io-passthru "${DEV[h6]}" --namespace-id=1 --opcode=0x01 --data-len="$BS" --write \
+        --input-file="/tmp/pa-block-$i" --cdw10=$((PA_LBA + i)) >"/tmp/pa-st-$i" ) &
+    PA_PIDS+=($!)
+done
+MAPPED=$(rbd map --read-only "rbd/$IMAGE2")
+sleep 1
+T0=$(date +%s%N)
+expect "host 5 preempts and aborts host 6 through A" "$(acq h5 0x55 1 2 0x66)" 000
+T1=$(date +%s%N)
+S1=$(dd if="$MAPPED" bs="$BS" skip=$PA_LBA count=16 iflag=direct status=none | md5sum)
+wait "${PA_PIDS[@]}"
+sleep 6
+S2=$(dd if="$MAPPED" bs="$BS" skip=$PA_LBA count=16 iflag=direct status=none | md5sum)
+rbd unmap "$MAPPED"
+info "Preempt and Abort took $(( (T1 - T0) / 1000000 )) ms; host 6's writes: $(cat /tmp/pa-st-* | sort | uniq -c | tr '\n' ' ')"
+[ "$S1" = "$S2" ] || fail "a write of host 6 landed after the Preempt and Abort completed"
+info "no write of host 6 landed after the Preempt and Abort completed (read through krbd)"
+expect "host 6 (preempted) writes through B" "$(io_settled h6 write)" 083
+expect "host 5 releases" "$(rel h5 0x55 1)" 000
+expect "host 5 unregisters" "$(reg h5 0 1 0x55)" 000
+kill -TERM "${GWPID[B]}"; wait "${GWPID[B]}" 2>/dev/null || true; GWPID[B]=
+gw_conf B non-optimized
+gw_up B
+for _ in $(seq 150); do [ "$(cat "/sys/class/nvme/${DEV[h6]#/dev/}/state")" = live ] && break; sleep 0.2; done
 
 . integration/guest/fence.sh
 
