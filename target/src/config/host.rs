@@ -194,4 +194,65 @@ allow_any_host = true
         }
         assert!(!e.contains(&bad[10..30]) && !e.contains(&k[10..30]));
     }
+
+    /// Issue 38, 9: a syntax error on a line with a key does not quote it
+    /// (check-config's output goes to terminals and the journal).
+    #[test]
+    fn a_syntax_error_never_quotes_a_secret() {
+        let k = "DHHC-1:00:MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWa2y3yE:";
+        for text in [
+            format!("[[host]]\nnqn = \"nqn.h:a\"\ndhchap_key = \"{k}\n"),
+            format!("[[host]]\nnqn = \"nqn.h:a\"\ndhchap_ctrl_key = {k}\n"),
+            format!("[[host]]\nnqn = \"nqn.h:a\" x = \"{k}\"\n"),
+        ] {
+            let e = crate::config::TargetConfig::from_toml(&text, "t.toml")
+                .unwrap_err()
+                .to_string();
+            assert!(
+                e.contains("TOML parse error") || e.contains("t.toml"),
+                "{e}"
+            );
+            assert!(!e.contains("MDEyMzQ1"), "{e}");
+        }
+    }
+
+    /// Issue 38, 9: keys in files of their own.
+    #[test]
+    fn host_keys_from_files() {
+        let dir = std::env::temp_dir().join(format!("nvmf-keyfile-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let k = dhchap::Secret::generate(Some(dhchap::HashId::Sha256), 32)
+            .unwrap()
+            .to_dhhc()
+            .to_string();
+        let path = dir.join("host1.key");
+        std::fs::write(&path, format!("{k}\n")).unwrap();
+        let base = BASE;
+        let t = format!(
+            "{base}\n[[host]]\nnqn = \"nqn.h:a\"\ndhchap_key_file = \"{}\"\n",
+            path.display()
+        );
+        let c = crate::config::TargetConfig::from_toml(&t, "t.toml").unwrap();
+        assert_eq!(
+            c.hosts[0].dhchap_key.as_ref().unwrap().to_dhhc().as_str(),
+            k
+        );
+        let both = format!("{t}dhchap_key = \"{k}\"\n");
+        let e = crate::config::TargetConfig::from_toml(&both, "t.toml")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("host[0].dhchap_key_file: dhchap_key is given too"),
+            "{e}"
+        );
+        let missing = t.replace("host1.key", "nope.key");
+        let e = crate::config::TargetConfig::from_toml(&missing, "t.toml")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("host[0].dhchap_key_file:") && e.contains("nope.key"),
+            "{e}"
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 }
