@@ -218,7 +218,10 @@ kmsg_mark
 
 step "3. a host killed mid-I/O, and a host that stops answering (keep-alive)"
 H1=nqn.2026-11.io.nvmf-lab:killed H2=nqn.2026-11.io.nvmf-lab:stopped
-"$INI" perf -a "$IP" -n "$NQN" -q "$H1" --windows mr --rw randwrite --qd 32 --queues 2 --time 30 >/dev/null 2>&1 &
+# Each host its own host ID: an ID belongs to the NQN that uses it (the kernel host holds
+# /etc/nvme/hostid), as the Linux host itself requires.
+I1=f0000000-2026-4000-8000-0000000000f1 I2=f0000000-2026-4000-8000-0000000000f2
+"$INI" perf -a "$IP" -n "$NQN" -q "$H1" -I "$I1" --windows mr --rw randwrite --qd 32 --queues 2 --time 30 >/dev/null 2>&1 &
 BG=$!
 for _ in $(seq 40); do [ "$(controllers_of "$H1")" = 1 ] && break; sleep 0.25; done
 [ "$(controllers_of "$H1")" = 1 ] || fail "the perf host did not connect"
@@ -228,7 +231,7 @@ t0=$(date +%s%N); gone=
 for _ in $(seq 60); do [ "$(controllers_of "$H1")" = 0 ] && { gone=1; break; }; sleep 0.25; done
 [ -n "$gone" ] || fail "the killed host's controller is still there after 15 s"
 info "killed host (SIGKILL during writes at QD 32): its controller freed after $(( ($(date +%s%N) - t0) / 1000000 )) ms"
-"$INI" connect -a "$IP" -n "$NQN" -q "$H2" --windows mr -k 5 --watch 60 >/dev/null 2>&1 &
+"$INI" connect -a "$IP" -n "$NQN" -q "$H2" -I "$I2" --windows mr -k 5 --watch 60 >/dev/null 2>&1 &
 BG=$!
 for _ in $(seq 40); do [ "$(controllers_of "$H2")" = 1 ] && break; sleep 0.25; done
 [ "$(controllers_of "$H2")" = 1 ] || fail "the keep-alive host did not connect"
