@@ -47,7 +47,9 @@ struct Conn {
     /// Host NQN (default: /etc/nvme/hostnqn, or one made from the host id).
     #[arg(short = 'q', long)]
     hostnqn: Option<String>,
-    /// Host identifier, a UUID (default: /etc/nvme/hostid).
+    /// Host identifier, a UUID (default: /etc/nvme/hostid; for a host NQN
+    /// other than the system's, the UUID its NQN names, else one derived
+    /// from it: a target binds an ID to one host NQN).
     #[arg(short = 'I', long)]
     hostid: Option<String>,
     /// How I/O buffers are exposed to the target.
