@@ -561,40 +561,45 @@ E=$(mp_errors | grep -vE "\(sct 0x0 / sc 0x83\)|critical nexus error|Buffer I/O 
 info "conflicts the multipath host met meanwhile (udev's reads): $(mp_errors | grep -c "critical nexus error" || true)"
 
 step "11e. Preempt and Abort through A while host 6's writes are in flight through B"
-# B's librbd is slowed to 4 writes a second (rbd_qos_write_iops_limit, B's own ceph.conf),
-# so that host 6's 16 writes through B are still in librbd when host 5 preempts and
-# aborts host 6 through A. The command must complete only once every gateway drained
-# them: what krbd reads right after it is what the image holds for good.
+# B's librbd is slowed to 2 writes a second (rbd_qos_write_iops_limit, B's own ceph.conf),
+# so that host 6's writes through B (host 6 holds Write Exclusive) are still in librbd
+# when host 5 preempts and aborts host 6 through A. The command must complete only once
+# every gateway drained them: what krbd reads right after it is what the image keeps.
 cp /etc/ceph/ceph.conf /tmp/ceph-slow.conf
-printf '[client]\nrbd_qos_write_iops_limit = 4\n' >>/tmp/ceph-slow.conf
+printf '[client]\nrbd_qos_write_iops_limit = 2\n' >>/tmp/ceph-slow.conf
 kill -TERM "${GWPID[B]}"; wait "${GWPID[B]}" 2>/dev/null || true; GWPID[B]=
 gw_conf B non-optimized
 echo 'ceph_conf = "/tmp/ceph-slow.conf"' >>/tmp/gw-B.toml
 gw_up B
 for _ in $(seq 150); do [ "$(cat "/sys/class/nvme/${DEV[h6]#/dev/}/state")" = live ] && break; sleep 0.2; done
-expect "register host 5 through A" "$(reg h5 0x55)" 000
 expect "host 6 reads through B" "$(io_settled h6 read)" 000
+expect "register host 5 through A" "$(reg h5 0x55)" 000
 expect "register host 6 through B" "$(reg h6 0x66)" 000
-# One write first: B owns the image, the 16 that follow go straight to librbd.
+expect "host 6 acquires Write Exclusive through B" "$(acq h6 0x66 1)" 000
+# One write first: B owns the image, the others go straight to librbd.
 expect "host 6 writes through B" "$(io_settled h6 write)" 000
-PA_LBA=4096 PA_PIDS=()
-for i in $(seq 0 15); do
+MAPPED=$(rbd map --read-only "rbd/$IMAGE2")
+PA_LBA=4096 PA_N=12 PA_PIDS=()
+rm -f /tmp/pa-st-*
+for i in $(seq 0 $((PA_N - 1))); do
     head -c "$BS" /dev/urandom >"/tmp/pa-block-$i"
     ( st nvme io-passthru "${DEV[h6]}" --namespace-id=1 --opcode=0x01 --data-len="$BS" --write \
         --input-file="/tmp/pa-block-$i" --cdw10=$((PA_LBA + i)) >"/tmp/pa-st-$i" ) &
     PA_PIDS+=($!)
 done
-MAPPED=$(rbd map --read-only "rbd/$IMAGE2")
 sleep 1
+PENDING=0
+for i in $(seq 0 $((PA_N - 1))); do [ -s "/tmp/pa-st-$i" ] || PENDING=$((PENDING + 1)); done
 T0=$(date +%s%N)
 expect "host 5 preempts and aborts host 6 through A" "$(acq h5 0x55 1 2 0x66)" 000
 T1=$(date +%s%N)
-S1=$(dd if="$MAPPED" bs="$BS" skip=$PA_LBA count=16 iflag=direct status=none | md5sum)
+S1=$(dd if="$MAPPED" bs="$BS" skip=$PA_LBA count=$PA_N iflag=direct status=none | md5sum)
 wait "${PA_PIDS[@]}"
 sleep 6
-S2=$(dd if="$MAPPED" bs="$BS" skip=$PA_LBA count=16 iflag=direct status=none | md5sum)
+S2=$(dd if="$MAPPED" bs="$BS" skip=$PA_LBA count=$PA_N iflag=direct status=none | md5sum)
 rbd unmap "$MAPPED"
-info "Preempt and Abort took $(( (T1 - T0) / 1000000 )) ms; host 6's writes: $(cat /tmp/pa-st-* | sort | uniq -c | tr '\n' ' ')"
+info "$PENDING of host 6's $PA_N writes unanswered when host 5 sent the Preempt and Abort, which took $(( (T1 - T0) / 1000000 )) ms; their statuses: $(cat /tmp/pa-st-* | sort | uniq -c | tr '\n' ' ')"
+[ "$PENDING" -gt 0 ] || fail "no write of host 6 was in flight at the Preempt and Abort (is B's QoS in effect?)"
 [ "$S1" = "$S2" ] || fail "a write of host 6 landed after the Preempt and Abort completed"
 info "no write of host 6 landed after the Preempt and Abort completed (read through krbd)"
 expect "host 6 (preempted) writes through B" "$(io_settled h6 write)" 083
