@@ -351,6 +351,24 @@ mod tests {
     }
 
     fn admin(t: &Target, host: &str, subnqn: &str) -> Arc<Controller> {
+        connect_admin(t, host, subnqn, None).unwrap()
+    }
+
+    fn admin_from(
+        t: &Target,
+        host: &str,
+        peer: &str,
+    ) -> Result<Arc<Controller>, fabrics::ConnectError> {
+        connect_admin(t, host, SUB, Some(peer.parse().unwrap()))
+    }
+
+    /// An admin Connect of `host` (its host ID derived from its NQN) from `peer`.
+    fn connect_admin(
+        t: &Target,
+        host: &str,
+        subnqn: &str,
+        peer: Option<std::net::IpAddr>,
+    ) -> Result<Arc<Controller>, fabrics::ConnectError> {
         let c = ConnectCommand {
             recfmt: 0,
             qid: 0,
@@ -366,30 +384,7 @@ mod tests {
             hostnqn: host.into(),
         }
         .encode();
-        fabrics::connect(t, 0, 31, None, &c, &d).unwrap().0
-    }
-
-    fn admin_from(
-        t: &Target,
-        host: &str,
-        peer: &str,
-    ) -> Result<Arc<Controller>, fabrics::ConnectError> {
-        let c = ConnectCommand {
-            recfmt: 0,
-            qid: 0,
-            sqsize: 31,
-            cattr: 0,
-            kato: 0,
-        }
-        .to_command(1);
-        let d = ConnectData {
-            hostid: crate::reservation::state::nqn_tag(host),
-            cntlid: 0xFFFF,
-            subsysnqn: SUB.into(),
-            hostnqn: host.into(),
-        }
-        .encode();
-        fabrics::connect(t, 0, 31, Some(peer.parse().unwrap()), &c, &d).map(|x| x.0)
+        fabrics::connect(t, 0, 31, peer, &c, &d).map(|x| x.0)
     }
 
     /// Runs a whole transaction with the right key on `ctrl`'s admin queue.

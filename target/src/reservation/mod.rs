@@ -309,18 +309,7 @@ impl NsReservations {
                 return Err(Status::RESERVATION_CONFLICT);
             }
             let mut fx = st.apply(host, req, capable)?;
-            let before = st
-                .registrants
-                .iter()
-                .find(|r| &r.host == host)
-                .map(|r| r.nqn);
-            st.bind(host, nqn);
-            fx.changed |= before
-                != st
-                    .registrants
-                    .iter()
-                    .find(|r| &r.host == host)
-                    .map(|r| r.nqn);
+            fx.changed |= st.bind(host, nqn);
             let changed = fx.changed;
             Ok((fx, changed))
         })

@@ -113,12 +113,14 @@ impl Reservations {
     }
 
     /// Binds `host`'s registration, if any, to the host NQN `nqn` tags
-    /// (where none is known yet).
-    pub fn bind(&mut self, host: &HostId, nqn: &NqnTag) {
-        if let Some(i) = self.find(host) {
-            if is_unknown(&self.registrants[i].nqn) {
+    /// (where none is known yet). Returns whether that changed the state.
+    pub fn bind(&mut self, host: &HostId, nqn: &NqnTag) -> bool {
+        match self.find(host) {
+            Some(i) if is_unknown(&self.registrants[i].nqn) => {
                 self.registrants[i].nqn = *nqn;
+                true
             }
+            _ => false,
         }
     }
 
