@@ -198,9 +198,6 @@ iconnect() {
     fi
 }
 
-kmsg_window() {
-    dmesg | awk -v t="$KMSG_MARK" '{ ts = $0; sub(/^\[ */, "", ts); sub(/\].*/, "", ts); if (ts + 0 > t + 0) print }'
-}
 # auth_ok: successful queue authentications our target counted.
 auth_ok() {
     curl -s http://127.0.0.1:9469/metrics | awk '/^nvmf_target_authentications_total\{.*result="success"/ { n += $2 } END { print n + 0 }'
@@ -267,14 +264,17 @@ phase() {
     # not outlive it; checked below): the host re-authenticates with the key it has.
     local secret=$K256
     [ "$WHO" = nvmet ] && { keys "hmac(sha256)" ffdhe2048 "$K256B" ""; secret=$K256B; }
-    local before=0 after=0 seen=no
+    local before=0 after=0 seen=no logged
     [ "$WHO" = ours ] && before=$(auth_ok)
+    # Counted in the whole log, not in a window: no clock to get wrong.
+    logged=$(dmesg | grep -c 'qid 0: authenticated with hash' || true)
     kmsg_mark
     echo "$secret" >"/sys/class/nvme/$CTRL/dhchap_secret"
     for _ in $(seq 120); do
-        kmsg_window | grep -q 'qid 0: authenticated with hash' && { seen=yes; break; }
+        [ "$(dmesg | grep -c 'qid 0: authenticated with hash' || true)" -gt "$logged" ] && { seen=yes; break; }
         sleep 0.5
     done
+    [ $seen = yes ] || kmsg_window | grep -i 'nvme' | tail -n 20 | sed 's/^/    kernel: /'
     sleep 2   # the I/O queues follow the admin queue
     dd if="$NS" of=/dev/null bs=4096 count=16 iflag=direct status=none || fail "$WHO: read after re-authentication"
     record "reauth" "$seen:$(cat "/sys/class/nvme/$CTRL/state")"

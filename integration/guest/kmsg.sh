@@ -3,16 +3,24 @@
 # (mke2fs ignores a failed discard, a retried command looks like success), the kernel
 # log does not.
 #   kmsg_mark          start a window (also done when this file is sourced)
+#   kmsg_window        the kernel log's lines since the mark
 #   kmsg_check WHAT    fail (with the lines) if the window shows errors; start a new one
 #   kmsg_errors        the error lines of the window
+# The mark is a line written to the kernel log, and its time stamp is the window's start:
+# the log's clock (sched_clock) and /proc/uptime's drift apart under TCG, by seconds,
+# and a window started from uptime missed what the host printed just after the mark.
 # Needs: fail() from the sourcing script.
 KMSG_PAT='I/O Error|I/O error|timeout|[Rr]eset|error recovery|Reconnecting|failed to|EXT4-fs error|XFS .*(error|[Cc]orrupt|[Ss]hutdown)|Buffer I/O|blk_update_request|critical'
-kmsg_now() { awk '{print $1}' /proc/uptime; }
-kmsg_mark() { KMSG_MARK=$(kmsg_now); }
-kmsg_errors() {
-    dmesg | awk -v t="$KMSG_MARK" '{ ts = $0; sub(/^\[ */, "", ts); sub(/\].*/, "", ts); if (ts + 0 > t + 0) print }' |
-        grep -E "$KMSG_PAT" || true
+KMSG_SEQ=0
+kmsg_mark() {
+    local tag="lab-kmsg-mark $$.$((KMSG_SEQ += 1))"
+    echo "$tag" >/dev/kmsg
+    KMSG_MARK=$(dmesg | awk -v tag="$tag" 'index($0, tag) { ts = $0; sub(/^\[ */, "", ts); sub(/\].*/, "", ts); t = ts } END { print t + 0 }')
 }
+kmsg_window() {
+    dmesg | awk -v t="$KMSG_MARK" '{ ts = $0; sub(/^\[ */, "", ts); sub(/\].*/, "", ts); if (ts + 0 > t + 0) print }'
+}
+kmsg_errors() { kmsg_window | grep -E "$KMSG_PAT" || true; }
 kmsg_check() { # WHAT
     local e
     e=$(kmsg_errors)

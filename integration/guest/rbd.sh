@@ -405,8 +405,7 @@ print(j["error"], j["read"]["io_kbytes"] // 1024, int(j["write"]["iops"]), "%.1f
 }
 mp_errors() { # the host's kernel log since the mark: I/O errors only (path changes and
     # reconnects are what this part is about)
-    dmesg | awk -v t="$KMSG_MARK" '{ ts = $0; sub(/^\[ */, "", ts); sub(/\].*/, "", ts); if (ts + 0 > t + 0) print }' |
-        grep -E 'I/O Error|I/O error|Buffer I/O|blk_update_request|critical' || true
+    kmsg_window | grep -E 'I/O Error|I/O error|Buffer I/O|blk_update_request|critical' || true
 }
 
 step "7. two gateways of rbd/$IMAGE2: A (port 4420) optimized, B (port 4421) non-optimized"
