@@ -53,6 +53,10 @@ fuzz_target!(|b: &[u8]| {
                 let _ = status.to_field();
             }
             AdminOutcome::Parked => {}
+            // What the worker runs on the namespace's lane, run here.
+            AdminOutcome::Blocking { work, .. } => {
+                let _ = work().to_field();
+            }
         }
     }
     // As the transport does when the admin queue goes away (the subsystem and

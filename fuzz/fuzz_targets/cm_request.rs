@@ -12,7 +12,6 @@ fuzz_target!(|b: &[u8]| {
             nvmf_target::MAX_QUEUE_SIZE
         };
         assert!(p.sq_size >= 2 && p.sq_size <= max, "{p:?}");
-        assert!(p.host_rq_size >= 1);
         assert!(p.qid <= nvmf_target::MAX_IO_QUEUES);
     }
 });

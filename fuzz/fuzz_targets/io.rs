@@ -6,7 +6,7 @@
 use libfuzzer_sys::fuzz_target;
 use nvme::command::Command;
 use nvmf_target::command::io::{dsm_ranges, errno_status, prepare};
-use nvmf_target::core::plan::IoPlan;
+use nvmf_target::engine::plan::IoPlan;
 
 #[path = "common.rs"]
 mod common;
@@ -46,6 +46,7 @@ fuzz_target!(|b: &[u8]| {
         }
         IoPlan::Resv { len, .. } => assert!(len <= max && len == sgl_len, "{plan:?}"),
         IoPlan::Flush => {}
+        IoPlan::Auth { .. } => panic!("an I/O command prepared as authentication: {plan:?}"),
     }
     let errno = i32::from_le_bytes(b[64..68].try_into().unwrap());
     let _ = errno_status(&plan, errno);

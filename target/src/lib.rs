@@ -1,7 +1,7 @@
 //! A userspace NVMe-over-Fabrics target over RDMA.
 //!
 //! The protocol core (controller state machine, fabrics/admin/I/O command
-//! handling, discovery, the request lifecycle and buffer pool in [`core`]) is
+//! handling, discovery, the request lifecycle and buffer pool in [`engine`]) is
 //! sans-IO and unit tested; the RDMA transport ([`transport::rdma`]: workers
 //! serving many queue pairs) and the backends ([`backend`]) drive it.
 
@@ -9,14 +9,15 @@ pub mod backend;
 pub mod cli;
 pub mod command;
 pub mod config;
-pub mod core;
 pub mod daemon;
+pub mod engine;
 pub mod import;
 pub mod model;
 pub mod queue;
 pub mod reservation;
 pub mod telemetry;
 pub mod transport;
+pub mod worker;
 
 /// Maximum data transfer per command (bytes): MDTS = 5 → 2^5 × 4 KiB.
 pub const MAX_IO_SIZE: u32 = 128 * 1024;

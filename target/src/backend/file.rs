@@ -5,15 +5,117 @@
 
 use std::fs::{File, OpenOptions};
 use std::os::fd::AsRawFd;
-use std::os::unix::fs::{FileTypeExt, MetadataExt, OpenOptionsExt};
-use std::path::Path;
+use std::os::unix::fs::{FileExt, FileTypeExt, MetadataExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use nix::errno::Errno;
 use nix::fcntl::{FallocateFlags, OFlag};
 
-use super::{Backend, BackendError, DataRef, Io, Submitted};
-use crate::core::plan::IoPlan;
+use super::compare::{self, aligned, MISCOMPARE, WRITE_FAILED};
+use super::{Backend, BackendError, DataRef, Io, Storage, Submitted};
+use crate::engine::plan::IoPlan;
+use crate::engine::write_gate::WriteGate;
+
+/// A regular file or block device.
+#[derive(Debug)]
+pub struct FileStore {
+    /// The open file (O_DIRECT when `direct`); shared with the offload
+    /// thread while it discards.
+    file: Arc<File>,
+    path: PathBuf,
+    /// A block device (discard by ioctl) rather than a file (punch hole).
+    is_block: bool,
+    /// Opened with O_DIRECT; without it, a failed flush is final (the page
+    /// cache lost the data).
+    direct: bool,
+    /// Reads and writes run on the worker, synchronously ([`runs_inline`]:
+    /// a RAM disk).
+    inline: bool,
+}
+
+impl Storage for FileStore {
+    fn describe(&self) -> String {
+        self.path.display().to_string()
+    }
+
+    fn status(&self) -> (&'static str, Option<String>) {
+        let kind = if self.is_block { "block" } else { "file" };
+        (kind, Some(self.describe()))
+    }
+
+    fn size_now(&self) -> std::io::Result<Option<u64>> {
+        size(&self.file, self.is_block).map(Some)
+    }
+
+    fn gated(&self) -> bool {
+        true
+    }
+
+    fn flush_failure_is_sticky(&self) -> bool {
+        !self.direct
+    }
+
+    unsafe fn submit(
+        &self,
+        _gate: &Arc<WriteGate>,
+        plan: &IoPlan,
+        data: DataRef,
+        ranges: &[(u64, u64)],
+        io: &mut Io<'_>,
+        ud: u64,
+    ) -> Submitted {
+        // SAFETY: the caller's guarantees, passed on.
+        unsafe { submit(self, plan, data, ranges, io, ud) }
+    }
+
+    fn flush(&self) -> std::io::Result<()> {
+        self.file.sync_data()
+    }
+
+    fn read_at(&self, offset: u64, buf: &mut [u8]) -> Result<(), i32> {
+        self.file
+            .read_exact_at(buf, offset)
+            .map_err(|e| compare::errno_of(&e))
+    }
+
+    fn compare_and_write(
+        &self,
+        gate: &WriteGate,
+        offset: u64,
+        cmp: &[u8],
+        data: &[u8],
+        fua: bool,
+        allowed: &dyn Fn() -> Result<(), nvme::Status>,
+    ) -> i32 {
+        // The gate closed makes the pair atomic against every other write
+        // of this target, and no Preempt and Abort passes between the
+        // check of the host's access and the write.
+        let _closed = gate.close();
+        if let Err(st) = allowed() {
+            return compare::refused(st);
+        }
+        let mut store = Vec::new();
+        let have = aligned(&mut store, cmp.len());
+        match self.read_at(offset, have) {
+            Ok(()) if *have == *cmp => {}
+            Ok(()) => return MISCOMPARE,
+            Err(e) => return e,
+        }
+        let mut out = Vec::new();
+        let buf = aligned(&mut out, data.len());
+        buf.copy_from_slice(data);
+        if let Err(e) = self.file.write_all_at(buf, offset) {
+            return WRITE_FAILED + compare::errno_of(&e);
+        }
+        if fua {
+            if let Err(e) = self.file.sync_data() {
+                return WRITE_FAILED + compare::errno_of(&e);
+            }
+        }
+        0
+    }
+}
 
 // Block-device ioctls (linux/fs.h): BLKGETSIZE64 = _IOR(0x12, 114, u64); BLKSSZGET and
 // BLKDISCARD are old-style numbers without a size encoding.
@@ -95,13 +197,13 @@ pub fn open(
     if inline {
         tracing::debug!(path = %path.display(), "a RAM disk: reads and writes run on the worker");
     }
-    let backend = Backend::File {
+    let backend: Backend = Box::new(FileStore {
         file: Arc::new(file),
         path: path.to_path_buf(),
         is_block,
         direct,
         inline,
-    };
+    });
     Ok((backend, size, bs))
 }
 
@@ -171,21 +273,19 @@ fn errno_of(e: &std::io::Error) -> i32 {
     e.raw_os_error().unwrap_or(Errno::EIO as i32)
 }
 
-/// Starts `plan` on `file` (see [`super::submit`]).
+/// Starts `plan` on `store` (see [`Storage::submit`]).
 ///
 /// # Safety
-/// As [`super::submit`].
-#[allow(clippy::too_many_arguments)]
-pub(super) unsafe fn submit(
-    file: &Arc<File>,
-    is_block: bool,
-    inline: bool,
+/// As [`Storage::submit`].
+unsafe fn submit(
+    store: &FileStore,
     plan: &IoPlan,
     data: DataRef,
     ranges: &[(u64, u64)],
     io: &mut Io<'_>,
     ud: u64,
 ) -> Submitted {
+    let (file, is_block, inline) = (&store.file, store.is_block, store.inline);
     let fd = file.as_raw_fd();
     let one = |r: std::io::Result<()>| Submitted::one(r.map_err(|e| errno_of(&e)));
     match *plan {

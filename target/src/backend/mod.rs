@@ -1,8 +1,8 @@
 //! Backends: files and block devices (served through the workers' io_uring),
 //! Ceph RBD images (librbd) and a null backend for fabric benchmarks, behind
-//! one small interface: [`submit`] starts an operation and says how many
+//! one trait, [`Storage`]: [`Storage::submit`] starts an operation and says how many
 //! completions will come back; each comes back as `(user data, result)`, from
-//! the worker's ring or through the worker's completion [`crate::core::wake::Mailbox`]
+//! the worker's ring or through the worker's completion [`crate::worker::wake::Mailbox`]
 //! (which wakes the worker by its eventfd): from the [`offload::Offload`]
 //! thread for the few calls io_uring cannot make without blocking a worker,
 //! and from librbd's own threads for RBD.
@@ -15,15 +15,12 @@ pub mod op;
 pub mod rbd;
 pub mod uring;
 
-use std::fs::File;
-use std::os::fd::AsRawFd;
-use std::path::PathBuf;
 use std::sync::Arc;
 
-use crate::core::plan::IoPlan;
+use crate::engine::plan::IoPlan;
 
 use crate::config::{BackendConfig, NamespaceConfig};
-use crate::core::write_gate::WriteGate;
+use crate::engine::write_gate::WriteGate;
 
 /// Errors opening a backing store.
 #[derive(Debug, thiserror::Error)]
@@ -48,88 +45,114 @@ pub enum BackendError {
     },
 }
 
-/// What backs a namespace.
-#[derive(Debug)]
-pub enum Backend {
-    /// A regular file or block device.
-    File {
-        /// The open file (O_DIRECT when `direct`); shared with the offload
-        /// thread while it discards.
-        file: Arc<File>,
-        /// Its path.
-        path: PathBuf,
-        /// A block device (discard by ioctl) rather than a file (punch hole).
-        is_block: bool,
-        /// Opened with O_DIRECT; without it, a failed flush is final
-        /// (the page cache lost the data).
-        direct: bool,
-        /// Reads and writes run on the worker, synchronously
-        /// ([`file::runs_inline`]: a RAM disk).
-        inline: bool,
-    },
-    /// Discards writes; reads return zeroes.
-    Null,
-    /// A Ceph RBD image.
-    Rbd(rbd::RbdImage),
-}
-
-impl Backend {
-    /// A short description for logs and status: the path, `null`, or
-    /// `rbd:pool/image`.
-    pub fn describe(&self) -> String {
-        match self {
-            Backend::File { path, .. } => path.display().to_string(),
-            Backend::Null => "null".into(),
-            Backend::Rbd(img) => format!("rbd:{}", img.spec()),
-        }
-    }
+/// What backs a namespace: a file or block device ([`file::FileStore`]), an
+/// RBD image ([`rbd::RbdImage`]) or nothing ([`null::Null`]). The kind is
+/// chosen once, when the namespace opens ([`open`]); nothing outside this
+/// module asks which kind it is: what differs is a method here.
+pub trait Storage: std::fmt::Debug + Send + Sync {
+    /// A short description for logs: the path, `null`, or `rbd:pool/image`.
+    fn describe(&self) -> String;
 
     /// What the namespace's identifiers (NGUID, UUID) derive from: the same
-    /// on every gateway that serves the same store (an RBD image by its
-    /// cluster and image id, which survive renames).
-    pub fn identity(&self) -> String {
-        match self {
-            Backend::Rbd(img) => img.identity(),
-            _ => self.describe(),
-        }
+    /// on every gateway that serves the same store.
+    fn identity(&self) -> String {
+        self.describe()
     }
+
+    /// The kind as status names it (`file`, `block`, `null`, `rbd`) and
+    /// where the store is (a path, `pool/image`).
+    fn status(&self) -> (&'static str, Option<String>);
 
     /// The store's size in bytes as it is now (blocking), or `None` for a
-    /// store of fixed size (null).
-    pub fn size_now(&self) -> std::io::Result<Option<u64>> {
-        match self {
-            Backend::File { file, is_block, .. } => file::size(file, *is_block).map(Some),
-            Backend::Rbd(img) => Ok(Some(img.size()?)),
-            Backend::Null => Ok(None),
-        }
+    /// store of fixed size.
+    fn size_now(&self) -> std::io::Result<Option<u64>>;
+
+    /// Whether writes pass the namespace's write gate (a local store's, for
+    /// Compare and Write; an image's, which a Preempt and Abort drains on
+    /// every gateway).
+    fn gated(&self) -> bool;
+
+    /// Whether the write gate is the store's ownership (an image several
+    /// gateways serve): its operations hold the gate themselves until the
+    /// store completed them, and a namespace opened again by a reload
+    /// takes a gate of its own (its connection's ownership).
+    fn gate_is_ownership(&self) -> bool {
+        false
     }
 
-    /// Whether writes pass the namespace's write gate: a local store's (for
-    /// Compare and Write), an RBD image's that needs ownership.
-    pub fn gated(&self) -> bool {
-        match self {
-            Backend::File { .. } => true,
-            // Every write of an image is counted, owned or not: a Preempt
-            // and Abort drains them (on every gateway of the image).
-            Backend::Rbd(_) => true,
-            Backend::Null => false,
-        }
+    /// Whether a failed flush may have lost data for good: a file served
+    /// through the page cache. The kernel reports a lost writeback to one
+    /// fsync only, so a retried flush would succeed although the data is
+    /// gone.
+    fn flush_failure_is_sticky(&self) -> bool {
+        false
     }
 
-    /// The raw fd (-1 when there is none).
-    pub fn fd(&self) -> i32 {
-        match self {
-            Backend::File { file, .. } => file.as_raw_fd(),
-            Backend::Null | Backend::Rbd(_) => -1,
-        }
+    /// Starts `plan`, whose writes passed `gate`. `data` is the request's
+    /// data buffer (reads and writes); `ranges` the byte ranges of a
+    /// deallocating Dataset Management command. Each operation in flight
+    /// completes once, with `ud`, through `io`. A read or write completes
+    /// with the bytes moved (a short one is continued by the caller,
+    /// [`op::Op`]), everything else with 0 or more; errors are negative
+    /// errnos.
+    ///
+    /// # Safety
+    /// `data` must stay valid (and, for reads, unaliased) until every
+    /// operation submitted completes; the store is kept alive by the caller
+    /// as long.
+    unsafe fn submit(
+        &self,
+        gate: &Arc<WriteGate>,
+        plan: &IoPlan,
+        data: DataRef,
+        ranges: &[(u64, u64)],
+        io: &mut Io<'_>,
+        ud: u64,
+    ) -> Submitted;
+
+    /// Makes completed writes durable. Blocks.
+    fn flush(&self) -> std::io::Result<()>;
+
+    /// Reads `buf.len()` bytes at `offset` into `buf` (aligned for
+    /// O_DIRECT): the read of a Compare. A negative errno on failure. Blocks.
+    fn read_at(&self, offset: u64, buf: &mut [u8]) -> Result<(), i32>;
+
+    /// Compares `cmp` with the data at `offset` and, when equal, writes
+    /// `data` there, atomically against every other write (see
+    /// [`compare::compare_and_write`], which checks the lengths and
+    /// documents the results). `allowed` checks the host's reservation
+    /// access at the point where no Preempt and Abort can pass any more.
+    /// Blocks.
+    #[allow(clippy::too_many_arguments)]
+    fn compare_and_write(
+        &self,
+        gate: &WriteGate,
+        offset: u64,
+        cmp: &[u8],
+        data: &[u8],
+        fua: bool,
+        allowed: &dyn Fn() -> Result<(), nvme::Status>,
+    ) -> i32;
+
+    /// The RBD image, for what only an image has (ownership, fencing, the
+    /// reservation state in its cluster).
+    fn rbd(&self) -> Option<&rbd::RbdImage> {
+        None
     }
 }
+
+/// A namespace's store.
+pub type Backend = Box<dyn Storage>;
 
 /// Opens the store a namespace's configuration names: the backend, its
 /// size in bytes and its block size.
 pub fn open(cfg: &NamespaceConfig) -> Result<(Backend, u64, u32), BackendError> {
     let (backend, size, bs) = match &cfg.backend {
-        BackendConfig::Null { size } => (Backend::Null, *size, cfg.block_size.unwrap_or(512)),
+        BackendConfig::Null { size } => (
+            Box::new(null::Null) as Backend,
+            *size,
+            cfg.block_size.unwrap_or(512),
+        ),
         BackendConfig::File { path } => file::open(path, cfg.block_size, cfg.readonly)?,
         BackendConfig::Rbd(rbd) => {
             let (backend, size) = rbd::open(rbd, cfg.ana_group)?;
@@ -152,7 +175,7 @@ pub struct Io<'a> {
     /// The offload thread (blocking calls).
     pub offload: &'a offload::Offload,
     /// The worker's mailbox (completions from other threads).
-    pub mailbox: &'a Arc<crate::core::wake::Mailbox>,
+    pub mailbox: &'a Arc<crate::worker::wake::Mailbox>,
 }
 
 /// Where an operation's data is in memory.
@@ -198,41 +221,5 @@ impl Submitted {
                 ..Submitted::default()
             },
         }
-    }
-}
-
-/// Starts `plan` on `backend`, whose writes pass `gate`. `data` is the request's data buffer (reads and
-/// writes); `ranges` the byte ranges of a deallocating Dataset Management
-/// command. Each operation in flight completes once, with `ud`, through
-/// `io`. A read or write completes with the bytes moved (a short one is
-/// continued by the caller), everything else with 0 or more; errors are
-/// negative errnos.
-///
-/// # Safety
-/// `data` must stay valid (and, for reads, unaliased) until every operation
-/// submitted completes; `backend` is kept alive by the caller as long.
-pub unsafe fn submit(
-    backend: &Backend,
-    gate: &Arc<WriteGate>,
-    plan: &IoPlan,
-    data: DataRef,
-    ranges: &[(u64, u64)],
-    io: &mut Io<'_>,
-    ud: u64,
-) -> Submitted {
-    match backend {
-        // SAFETY: the caller's guarantees, passed on.
-        Backend::File {
-            file,
-            is_block,
-            inline,
-            ..
-        } => unsafe { file::submit(file, *is_block, *inline, plan, data, ranges, io, ud) },
-        // SAFETY: as above.
-        Backend::Rbd(img) => unsafe {
-            rbd::submit(img, plan, data, ranges, io.mailbox, Some(gate), ud)
-        },
-        // SAFETY: the caller's guarantees, passed on.
-        Backend::Null => unsafe { null::execute(plan, data) },
     }
 }

@@ -3,8 +3,73 @@
 //! its whole buffer: a pool buffer last held another request's data (another
 //! host's, another subsystem's), and the transport sends what the buffer holds.
 
-use super::{DataRef, Submitted};
-use crate::core::plan::IoPlan;
+use std::sync::Arc;
+
+use super::{compare, DataRef, Io, Storage, Submitted};
+use crate::engine::plan::IoPlan;
+use crate::engine::write_gate::WriteGate;
+
+/// The null store.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Null;
+
+impl Storage for Null {
+    fn describe(&self) -> String {
+        "null".into()
+    }
+
+    fn status(&self) -> (&'static str, Option<String>) {
+        ("null", None)
+    }
+
+    fn size_now(&self) -> std::io::Result<Option<u64>> {
+        Ok(None)
+    }
+
+    fn gated(&self) -> bool {
+        false
+    }
+
+    unsafe fn submit(
+        &self,
+        _gate: &Arc<WriteGate>,
+        plan: &IoPlan,
+        data: DataRef,
+        _ranges: &[(u64, u64)],
+        _io: &mut Io<'_>,
+        _ud: u64,
+    ) -> Submitted {
+        // SAFETY: the caller's guarantees, passed on.
+        unsafe { execute(plan, data) }
+    }
+
+    fn flush(&self) -> std::io::Result<()> {
+        Ok(())
+    }
+
+    fn read_at(&self, _offset: u64, buf: &mut [u8]) -> Result<(), i32> {
+        buf.fill(0);
+        Ok(())
+    }
+
+    fn compare_and_write(
+        &self,
+        _gate: &WriteGate,
+        _offset: u64,
+        cmp: &[u8],
+        _data: &[u8],
+        _fua: bool,
+        allowed: &dyn Fn() -> Result<(), nvme::Status>,
+    ) -> i32 {
+        if let Err(st) = allowed() {
+            compare::refused(st)
+        } else if cmp.iter().all(|&b| b == 0) {
+            0
+        } else {
+            compare::MISCOMPARE
+        }
+    }
+}
 
 /// Runs `plan` at once: a read zeroes its `len` bytes at `data` and counts
 /// them as moved; everything else is a no-op.

@@ -10,9 +10,9 @@ use std::sync::Arc;
 
 use nix::errno::Errno;
 
-use super::{submit, Backend, DataRef, Io};
-use crate::core::plan::IoPlan;
-use crate::core::write_gate::WriteGate;
+use super::{DataRef, Io, Storage};
+use crate::engine::plan::IoPlan;
+use crate::engine::write_gate::WriteGate;
 
 /// A request's backend work.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -47,21 +47,16 @@ impl Op {
         }
     }
 
-    /// The plan.
-    pub fn plan(&self) -> IoPlan {
-        self.plan
-    }
-
     /// Submits the plan to `backend` (the ranges of a deallocation, the
     /// request's data at `data`), every operation named `ud`. Returns how
     /// many are in flight; a submission error is recorded.
     ///
     /// # Safety
-    /// As [`submit`]: `data` stays valid, and the backend alive, until every
+    /// As [`Storage::submit`]: `data` stays valid, and the backend alive, until every
     /// operation submitted completed.
     pub unsafe fn start(
         &mut self,
-        backend: &Backend,
+        backend: &dyn Storage,
         gate: &Arc<WriteGate>,
         data: DataRef,
         ranges: &[(u64, u64)],
@@ -69,7 +64,7 @@ impl Op {
         ud: u64,
     ) -> u16 {
         // SAFETY: the caller's guarantees, passed on.
-        let s = unsafe { submit(backend, gate, &self.plan, data, ranges, io, ud) };
+        let s = unsafe { backend.submit(gate, &self.plan, data, ranges, io, ud) };
         self.done += s.done;
         self.record(s.errno);
         s.in_flight
@@ -87,7 +82,7 @@ impl Op {
         &mut self,
         res: i32,
         go_on: bool,
-        backend: &Backend,
+        backend: &dyn Storage,
         gate: &Arc<WriteGate>,
         data: DataRef,
         io: &mut Io<'_>,
@@ -131,7 +126,7 @@ impl Op {
         }
         // SAFETY: the rest lies in the request's data, which the caller keeps
         // valid as for the first submission.
-        let s = unsafe { submit(backend, gate, &next.0, next.1, &[], io, ud) };
+        let s = unsafe { backend.submit(gate, &next.0, next.1, &[], io, ud) };
         if s.in_flight == 1 {
             return After::Continued;
         }
@@ -254,14 +249,14 @@ mod tests {
         });
         let mut ring = crate::backend::uring::Ring::new(8).expect("io_uring");
         let offload = crate::backend::offload::Offload::start().expect("offload thread");
-        let mailbox = crate::core::wake::Mailbox::new(crate::core::wake::Waker::new().unwrap());
+        let mailbox = crate::worker::wake::Mailbox::new(crate::worker::wake::Waker::new().unwrap());
         let mut io = Io {
             ring: &mut ring,
             offload: &offload,
             mailbox: &mailbox,
         };
         let gate = Arc::new(WriteGate::default());
-        let b = Backend::Null;
+        let b = super::super::null::Null;
         // SAFETY: nothing is submitted (go_on is false).
         let after = unsafe { op.completed(4096, false, &b, &gate, DataRef::NONE, &mut io, 1) };
         assert_eq!(after, After::Over);

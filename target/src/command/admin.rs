@@ -585,7 +585,6 @@ pub fn execute(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::backend::Backend;
     use crate::model::namespace::Namespace;
     use crate::model::subsystem::Subsystem;
     use nvme::fabrics::{cc, prop};
@@ -596,7 +595,7 @@ mod tests {
         let ns = Arc::new(Namespace::new(
             "nqn.t:s",
             1,
-            Backend::Null,
+            Box::new(crate::backend::null::Null),
             1 << 30,
             4096,
             false,
@@ -604,7 +603,7 @@ mod tests {
         let ns5 = Arc::new(Namespace::new(
             "nqn.t:s",
             5,
-            Backend::Null,
+            Box::new(crate::backend::null::Null),
             1 << 20,
             512,
             false,

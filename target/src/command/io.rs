@@ -7,7 +7,7 @@ use nix::errno::Errno;
 use nvme::opcode::io as op;
 use nvme::{Command, Status};
 
-use crate::core::plan::IoPlan;
+use crate::engine::plan::IoPlan;
 use crate::model::namespace::Namespace;
 
 fn lba_range(ns: &Namespace, slba: u64, nlb: u64) -> Result<(u64, u64), Status> {
@@ -189,10 +189,16 @@ pub fn errno_status(plan: &IoPlan, errno: i32) -> Status {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::backend::Backend;
 
     fn ns(blocks: u64, ro: bool) -> Namespace {
-        Namespace::new("nqn.test", 1, Backend::Null, blocks * 512, 512, ro)
+        Namespace::new(
+            "nqn.test",
+            1,
+            Box::new(crate::backend::null::Null),
+            blocks * 512,
+            512,
+            ro,
+        )
     }
 
     #[test]

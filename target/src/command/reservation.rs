@@ -11,11 +11,26 @@ use crate::model::controller::Controller;
 use crate::model::namespace::Namespace;
 use crate::model::subsystem::Subsystem;
 use crate::reservation::state::HostId;
+use crate::reservation::Access;
 
 /// The controller id a report gives every registrant: controllers are
 /// allocated dynamically, and a registrant is a host (any of its
 /// controllers), not one controller.
 pub const DYNAMIC_CNTLID: u16 = 0xFFFF;
+
+/// The check of an I/O command's `access` to `ns` by `ctrl`'s host against
+/// the reservation, wherever the I/O path makes it (at arrival, inside the
+/// write gate, when a parked write goes on, with a Compare and Write's gate
+/// closed): a conflict is counted, and the status carries the controller's
+/// retry delay.
+pub fn admit(ns: &Namespace, ctrl: &Controller, access: Access) -> Result<(), Status> {
+    ns.resv.check(&ctrl.hostid, access).map_err(|st| {
+        if st == Status::RESERVATION_CONFLICT {
+            ns.metrics.reservation_conflicts.inc();
+        }
+        ctrl.retry_delay(st)
+    })
+}
 
 /// Runs reservation command `cmd` of `ctrl` on `ns`; `buf` holds its data
 /// (the keys, or room for the report). Returns the status and the bytes of

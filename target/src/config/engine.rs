@@ -47,7 +47,7 @@ pub struct EngineConfig {
     pub send_offload: SendOffload,
     /// The longest a worker polls (µs) after its last work while at most
     /// one I/O is in flight; it polls about as long as its hosts take to send
-    /// the next command (see `core::polling`); 0: off.
+    /// the next command (see `worker::polling`); 0: off.
     pub light_load_spin_us: u64,
     /// Queues not yet connected (no successful Fabrics Connect) one peer
     /// address may hold (see `core::admission`).

@@ -225,7 +225,7 @@ impl Daemon {
             if Arc::strong_count(ns) > 1 {
                 return true;
             }
-            if let crate::backend::Backend::Rbd(img) = &ns.backend {
+            if let Some(img) = ns.backend.rbd() {
                 if img.fenced() {
                     // Closing an image (and shutting down a connection) the
                     // cluster blocklisted may wait on it: not on this thread.
@@ -248,7 +248,7 @@ impl Daemon {
         let mut fenced = Vec::new();
         for sub in self.target.subsystems().iter() {
             for ns in sub.namespaces().iter() {
-                if let crate::backend::Backend::Rbd(img) = &ns.backend {
+                if let Some(img) = ns.backend.rbd() {
                     if img.fenced() {
                         groups.insert(ns.ana_group);
                         fenced.push((sub.clone(), ns.clone(), img.spec()));
@@ -468,7 +468,7 @@ impl Daemon {
                         m.lane = o.lane.clone();
                         // An RBD image's gate is its ownership, which the
                         // new namespace's connection holds.
-                        if let crate::backend::Backend::File { .. } = m.backend {
+                        if !m.backend.gate_is_ownership() {
                             m.gate = o.gate.clone();
                         }
                     }
@@ -600,7 +600,7 @@ impl Daemon {
         }
         for s in t.all_subsystems() {
             for ns in s.namespaces().iter() {
-                if let crate::backend::Backend::Rbd(img) = &ns.backend {
+                if let Some(img) = ns.backend.rbd() {
                     if let Some(o) = img.ownership() {
                         o.stop(Duration::from_secs(5));
                     }

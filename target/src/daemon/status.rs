@@ -10,7 +10,6 @@ use std::time::Instant;
 
 use serde::{Deserialize, Serialize};
 
-use crate::backend::Backend;
 use crate::model::controller::Controller;
 use crate::model::subsystem::{SubsystemKind, Target};
 
@@ -189,9 +188,7 @@ fn rtype_name(t: nvme::reservation::ResvType) -> &'static str {
 }
 
 fn ownership_info(n: &crate::model::namespace::Namespace) -> Option<OwnershipInfo> {
-    let Backend::Rbd(img) = &n.backend else {
-        return None;
-    };
+    let img = n.backend.rbd()?;
     let o = img.ownership()?;
     let c = o.counts();
     let get = |a: &std::sync::atomic::AtomicU64| a.load(std::sync::atomic::Ordering::Relaxed);
@@ -356,14 +353,7 @@ impl Status {
                         .namespaces()
                         .iter()
                         .map(|n| {
-                            let (backend, path) = match &n.backend {
-                                Backend::File { path, is_block, .. } => (
-                                    if *is_block { "block" } else { "file" },
-                                    Some(path.display().to_string()),
-                                ),
-                                Backend::Null => ("null", None),
-                                Backend::Rbd(img) => ("rbd", Some(img.spec())),
-                            };
+                            let (backend, path) = n.backend.status();
                             NamespaceInfo {
                                 nsid: n.nsid,
                                 backend: backend.into(),
@@ -606,7 +596,7 @@ mod tests {
         let ns = crate::model::namespace::Namespace::new(
             "nqn.2026-11.io.test:a",
             1,
-            Backend::Null,
+            Box::new(crate::backend::null::Null),
             1 << 32,
             4096,
             false,
@@ -634,7 +624,7 @@ mod tests {
             "10.0.0.2:50000".parse().unwrap(),
             "10.0.0.1:4420".parse().unwrap(),
         );
-        let w = crate::core::wake::Waker::new().unwrap();
+        let w = crate::worker::wake::Waker::new().unwrap();
         c.attach(crate::model::controller::QueueLink::new(0, w.clone()))
             .unwrap();
         c.attach(crate::model::controller::QueueLink::new(2, w.clone()))

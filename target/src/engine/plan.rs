@@ -89,15 +89,4 @@ impl IoPlan {
             _ => 0,
         }
     }
-    /// Bytes the target sends back (C2H).
-    pub fn data_out_len(&self) -> u32 {
-        match *self {
-            IoPlan::Read { len, .. } => len,
-            IoPlan::Resv {
-                opcode: op::RESV_REPORT,
-                len,
-            } => len,
-            _ => 0,
-        }
-    }
 }

@@ -20,7 +20,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::SeqCst};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock};
 use std::time::{Duration, Instant};
 
-use crate::core::wake::Mailbox;
+use crate::worker::wake::Mailbox;
 
 /// The result a parked write is woken with (through its worker's mailbox,
 /// under its operation's user data): submit it again. No errno is this large.
@@ -288,7 +288,7 @@ impl Drop for Closed<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::core::wake::Waker;
+    use crate::worker::wake::Waker;
     use std::time::Duration;
 
     #[test]

@@ -140,7 +140,6 @@ impl Ana {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::backend::Backend;
 
     fn listener(ana: &[(u32, AnaState)]) -> ListenerConfig {
         ListenerConfig {
@@ -150,7 +149,14 @@ mod tests {
     }
 
     fn ns(nsid: u32, group: u32) -> Arc<Namespace> {
-        let mut n = Namespace::new("nqn.t", nsid, Backend::Null, 1 << 20, 512, false);
+        let mut n = Namespace::new(
+            "nqn.t",
+            nsid,
+            Box::new(crate::backend::null::Null),
+            1 << 20,
+            512,
+            false,
+        );
         n.ana_group = group;
         Arc::new(n)
     }

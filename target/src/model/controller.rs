@@ -12,8 +12,8 @@ use nvme::fabrics::{cc, csts, prop};
 use nvme::log::ErrorLogEntry;
 use nvme::Status;
 
-use crate::core::wake::Waker;
 use crate::model::subsystem::Subsystem;
+use crate::worker::wake::Waker;
 
 /// NVMe version 1.3.0.
 pub const VERSION: u32 = 0x0001_0300;
@@ -390,7 +390,7 @@ pub struct Controller {
     links: Mutex<Vec<Arc<QueueLink>>>,
     /// Read and write commands and their 512-byte units (SMART / Health),
     /// per worker.
-    io: crate::core::shard::Counts<4>,
+    io: crate::engine::shard::Counts<4>,
     /// The host's and our transport address, from its admin queue.
     addrs: std::sync::OnceLock<(SocketAddr, SocketAddr)>,
     /// When the controller was created (Connect on the admin queue).
@@ -530,14 +530,6 @@ impl Controller {
     /// Number of attached queues (admin included).
     pub fn queue_count(&self) -> usize {
         self.links().len()
-    }
-
-    /// Queues whose thread has not gone round its loop for `max_ms`.
-    pub fn stalled_queues(&self, max_ms: u64) -> usize {
-        self.links()
-            .iter()
-            .filter(|l| l.silent_ms() > max_ms)
-            .count()
     }
 
     /// Takes the host's access away: disconnects every queue and refuses

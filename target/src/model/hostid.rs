@@ -95,7 +95,6 @@ pub fn take_from_unproven(target: &Target, ctrl: &Controller) -> Vec<Arc<Control
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::backend::Backend;
     use crate::command::fabrics::{self, ConnectError};
     use crate::config::HostConfig;
     use crate::model::namespace::Namespace;
@@ -110,7 +109,14 @@ mod tests {
     const H: HostId = [0x5a; 16];
 
     fn target(victim_key: bool) -> Target {
-        let ns = Arc::new(Namespace::new(SUB, 1, Backend::Null, 1 << 20, 512, false));
+        let ns = Arc::new(Namespace::new(
+            SUB,
+            1,
+            Box::new(crate::backend::null::Null),
+            1 << 20,
+            512,
+            false,
+        ));
         let s = Arc::new(Subsystem::new(
             SUB.into(),
             SubsystemKind::Nvm,

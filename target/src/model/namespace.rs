@@ -43,12 +43,12 @@ pub struct Namespace {
     pub resv: std::sync::Arc<crate::reservation::NsReservations>,
     /// What makes Compare and Write atomic against this target's writes
     /// (shared as above).
-    pub gate: std::sync::Arc<crate::core::write_gate::WriteGate>,
+    pub gate: std::sync::Arc<crate::engine::write_gate::WriteGate>,
     /// Where its blocking work runs, in order (shared as above).
     pub lane: std::sync::Arc<crate::backend::offload::Lane>,
     /// Its failed I/O, logged at most once per [`ERROR_LOG_EVERY`] (a
     /// failing store fails every I/O; the metrics count each).
-    pub error_log: crate::core::log_limit::Repeats,
+    pub error_log: crate::engine::log_limit::Repeats,
 }
 
 /// How often a namespace's failing I/O is logged, at most.
@@ -102,7 +102,7 @@ impl Namespace {
             resv: std::sync::Arc::new(crate::reservation::NsReservations::in_memory(true)),
             gate: Default::default(),
             lane: Default::default(),
-            error_log: crate::core::log_limit::Repeats::new(ERROR_LOG_EVERY),
+            error_log: crate::engine::log_limit::Repeats::new(ERROR_LOG_EVERY),
         }
     }
 
@@ -111,7 +111,7 @@ impl Namespace {
     /// a lost writeback to one fsync only, so a retried flush would succeed
     /// although the data is gone.
     pub fn flush_failure_is_sticky(&self) -> bool {
-        matches!(self.backend, Backend::File { direct: false, .. })
+        self.backend.flush_failure_is_sticky()
     }
 
     /// A flush failed on a namespace whose failures are sticky: every later
@@ -190,11 +190,7 @@ impl Namespace {
     /// Makes completed writes durable (fdatasync of a file or block device,
     /// a flush of an RBD image; nothing for the null backend). Blocks.
     pub fn flush(&self) -> std::io::Result<()> {
-        match &self.backend {
-            Backend::File { file, .. } => file.sync_data(),
-            Backend::Rbd(img) => img.flush(),
-            Backend::Null => Ok(()),
-        }
+        self.backend.flush()
     }
 }
 
@@ -217,7 +213,7 @@ impl Namespace {
         let (backend, size, bs) = crate::backend::open(cfg)?;
         let mut ns = Namespace::new(subnqn, cfg.nsid, backend, size, bs, cfg.readonly);
         ns.ana_group = cfg.ana_group;
-        if let Backend::Rbd(img) = &ns.backend {
+        if let Some(img) = ns.backend.rbd() {
             if !cfg.readonly {
                 img.own_through(&ns.gate)
                     .map_err(|e| BackendError::Invalid {
@@ -233,12 +229,12 @@ impl Namespace {
             path: ns.backend.describe(),
             reason: format!("reservations: {e}"),
         };
-        let store = match (&cfg.state_dir, &ns.backend) {
+        let store = match (&cfg.state_dir, ns.backend.rbd()) {
             _ if !cfg.reservations => None,
-            (Some(dir), Backend::File { .. } | Backend::Null) => Some(Store::File(
+            (Some(dir), None) => Some(Store::File(
                 FileStore::open(dir, &ns.nguid).map_err(|e| invalid(&ns, e.to_string()))?,
             )),
-            (_, Backend::Rbd(img)) => Some(Store::Cluster(Arc::new(
+            (_, Some(img)) => Some(Store::Cluster(Arc::new(
                 img.reservation_store()
                     .map_err(|e| invalid(&ns, e.to_string()))?,
             ))),
@@ -274,7 +270,14 @@ mod tests {
         f.set_len(3 << 20).unwrap();
         assert_eq!(ns.refresh_size().unwrap(), Some((256, 768)));
         assert_eq!(ns.identify().nsze, 768);
-        let null = Namespace::new("nqn.t", 2, Backend::Null, 1 << 20, 512, false);
+        let null = Namespace::new(
+            "nqn.t",
+            2,
+            Box::new(crate::backend::null::Null),
+            1 << 20,
+            512,
+            false,
+        );
         assert_eq!(null.refresh_size().unwrap(), None, "null: fixed size");
         drop(ns);
         std::fs::remove_file(&path).unwrap();

@@ -276,10 +276,10 @@ pub struct Target {
     pub live_queues: AtomicUsize,
     /// I/O commands accepted and not yet released (drained at shutdown),
     /// per worker.
-    pub io_in_flight: crate::core::shard::Sharded,
+    pub io_in_flight: crate::engine::shard::Sharded,
     /// I/O commands accepted since start, per worker (workers tell I/O
     /// activity from keep-alives and timers by it).
-    pub io_started: crate::core::shard::Sharded,
+    pub io_started: crate::engine::shard::Sharded,
     /// Shutting down: listeners stop, new I/O is held unanswered (the host
     /// resends it after reconnecting).
     pub stopping: AtomicBool,
@@ -287,7 +287,7 @@ pub struct Target {
     /// max_controllers_per_host`).
     pub max_controllers_per_host: AtomicU32,
     /// Connect refusals logged, per peer (once a minute).
-    pub refusal_log: crate::core::log_limit::PeerLogLimit,
+    pub refusal_log: crate::engine::log_limit::PeerLogLimit,
     /// The hosts' authentication keys (`[[host]]`, replaced on reload).
     pub credentials: crate::model::auth::Credentials,
     /// Controllers of keyed hosts not authenticated yet, capped apart.
@@ -299,7 +299,7 @@ pub struct Target {
     /// off the workers.
     pub auth_lane: Arc<crate::backend::offload::Lane>,
     /// Authentication transactions each peer address may start.
-    pub auth_rate: crate::core::peer_rate::PeerRate,
+    pub auth_rate: crate::engine::peer_rate::PeerRate,
 }
 
 impl Target {
@@ -338,7 +338,7 @@ impl Target {
             unproven: Default::default(),
             binding: Mutex::new(()),
             auth_lane: Default::default(),
-            auth_rate: crate::core::peer_rate::PeerRate::new(
+            auth_rate: crate::engine::peer_rate::PeerRate::new(
                 crate::command::auth::PEER_BURST,
                 crate::command::auth::PEER_PER_SECOND,
             ),
@@ -493,8 +493,8 @@ mod tests {
 
     #[test]
     fn a_host_that_loses_access_loses_its_controllers() {
-        use crate::core::wake::Waker;
         use crate::model::controller::QueueLink;
+        use crate::worker::wake::Waker;
         let s = sub(true);
         let w = Waker::new().unwrap();
         let c1 = s.add_controller("nqn.h1", [1; 16], 0, 16, false).unwrap();

@@ -10,7 +10,7 @@ use tracing::error;
 use super::{Action, Env, QueueCore, Req};
 use crate::command::admin;
 use crate::command::io;
-use crate::core::data::{self, DataPlan};
+use crate::engine::data::{self, DataPlan};
 use crate::model::subsystem::Target;
 use crate::{MAX_IO_SIZE, PAGE};
 
@@ -214,12 +214,7 @@ impl QueueCore {
         }
         let plan = io::prepare(ns.as_deref(), &cmd, self.reqs[r].plan.len(), MAX_IO_SIZE)?;
         if let (Some(n), Some(access)) = (&ns, crate::reservation::access_of(&plan)) {
-            n.resv.check(&ctrl.hostid, access).map_err(|st| {
-                if st == Status::RESERVATION_CONFLICT {
-                    n.metrics.reservation_conflicts.inc();
-                }
-                ctrl.retry_delay(st)
-            })?;
+            crate::command::reservation::admit(n, ctrl, access)?;
         }
         self.reqs[r].io = Some(plan);
         self.reqs[r].ns.extend(ns);

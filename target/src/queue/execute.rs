@@ -12,9 +12,9 @@ use crate::backend::DataRef;
 use crate::command::admin::{self, AdminOutcome};
 use crate::command::auth::{self, Done, Outcome};
 use crate::command::fabrics;
-use crate::core::data::DataPlan;
-use crate::core::plan::IoPlan;
-use crate::core::request::Stage;
+use crate::engine::data::DataPlan;
+use crate::engine::plan::IoPlan;
+use crate::engine::request::Stage;
 use crate::model::controller::{Controller, PropertyEffect};
 use crate::telemetry::metrics::metrics;
 
@@ -77,9 +77,14 @@ impl QueueCore {
                     // SAFETY: a flush uses no data buffer; the request holds
                     // the namespace until the flush completed.
                     let s = unsafe {
-                        self.reqs[r]
-                            .op
-                            .start(&ns.backend, &ns.gate, DataRef::NONE, &[], env.io, ud)
+                        self.reqs[r].op.start(
+                            &*ns.backend,
+                            &ns.gate,
+                            DataRef::NONE,
+                            &[],
+                            env.io,
+                            ud,
+                        )
                     };
                     if s > 0 {
                         n += s;

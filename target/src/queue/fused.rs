@@ -9,8 +9,10 @@ use nvme::Status;
 use super::{Env, QueueCore};
 use crate::backend::compare::{self, MISCOMPARE};
 use crate::command::io;
-use crate::core::plan::IoPlan;
-use crate::core::request::Step;
+use crate::command::reservation::admit;
+use crate::engine::plan::IoPlan;
+use crate::engine::request::Step;
+use crate::reservation::Access;
 
 /// Where a queue is in a fused pair.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
@@ -120,7 +122,7 @@ impl QueueCore {
         self.reqs[first].life.backend_started(1);
         self.reqs[second].life.backend_started(1);
         let ud = env.mem.backend_ud(self.token(second));
-        let host = self.ctrl.as_ref().map(|c| c.hostid);
+        let ctrl = self.ctrl.clone();
         let lane = ns.lane.clone();
         lane.run(env.io.mailbox, ud, move || {
             let (cmp, data) = (cmp, data);
@@ -132,10 +134,11 @@ impl QueueCore {
                     std::slice::from_raw_parts(data.0, len as usize),
                 )
             };
-            let allowed = || {
-                host.is_some_and(|h| ns.resv.check(&h, crate::reservation::Access::Write).is_ok())
+            let allowed = || match &ctrl {
+                Some(c) => admit(&ns, c, Access::Write),
+                None => Err(Status::CMD_SEQ_ERROR),
             };
-            compare::compare_and_write(&ns.backend, &ns.gate, offset, c, d, fua, allowed)
+            compare::compare_and_write(&*ns.backend, &ns.gate, offset, c, d, fua, allowed)
         });
     }
 
@@ -146,11 +149,12 @@ impl QueueCore {
             return;
         };
         let plan = self.reqs[s].io;
-        let (st_first, st_second) = match res {
-            0 => (Status::SUCCESS, Status::SUCCESS),
-            MISCOMPARE => (Status::COMPARE_FAILURE, Status::FUSED_FAILED),
-            compare::CONFLICT => (Status::FUSED_FAILED, Status::RESERVATION_CONFLICT),
-            e => {
+        let (st_first, st_second) = match (res, compare::refusal(res)) {
+            // The host's access refused (counted, with its retry delay).
+            (_, Some(st)) => (Status::FUSED_FAILED, st),
+            (0, _) => (Status::SUCCESS, Status::SUCCESS),
+            (MISCOMPARE, _) => (Status::COMPARE_FAILURE, Status::FUSED_FAILED),
+            (e, None) => {
                 let write = |e: i32| plan.map_or(Status::INTERNAL, |p| io::errno_status(&p, -e));
                 match compare::write_failure(e) {
                     // The compare matched; the write failed: it says why.

@@ -7,9 +7,11 @@ use tracing::{debug, error, warn};
 use super::{Env, QueueCore, Token};
 use crate::backend::op::{After, Op};
 use crate::command::io;
-use crate::core::plan::IoPlan;
-use crate::core::request::Step;
-use crate::core::write_gate::{Entry, REOPENED};
+use crate::command::reservation::admit;
+use crate::engine::plan::IoPlan;
+use crate::engine::request::Step;
+use crate::engine::write_gate::{Entry, REOPENED};
+use crate::reservation::Access;
 use crate::telemetry::namespace::IoOp;
 
 impl QueueCore {
@@ -33,7 +35,7 @@ impl QueueCore {
                 // SAFETY: `len` bytes of the request's buffer, unwritten
                 // until this operation completes (it counts as in flight).
                 let c = unsafe { std::slice::from_raw_parts(cmp as *const u8, len as usize) };
-                crate::backend::compare::compare(&ns.backend, offset, c)
+                crate::backend::compare::compare(&*ns.backend, offset, c)
             });
             return self.reqs[r].life.backend_started(1);
         }
@@ -69,14 +71,9 @@ impl QueueCore {
         // it (it was inside first) or has changed the state it sees here.
         if writes {
             if let Some(c) = &self.ctrl {
-                if ns
-                    .resv
-                    .check(&c.hostid, crate::reservation::Access::Write)
-                    .is_err()
-                {
-                    ns.metrics.reservation_conflicts.inc();
+                if let Err(st) = admit(&ns, c, Access::Write) {
                     self.ungate(r);
-                    return self.complete(env, r, Status::RESERVATION_CONFLICT, 0);
+                    return self.complete(env, r, st, 0);
                 }
             }
         }
@@ -88,10 +85,10 @@ impl QueueCore {
         let n = unsafe {
             self.reqs[r]
                 .op
-                .start(&ns.backend, &ns.gate, data, &ranges, env.io, ud)
+                .start(&*ns.backend, &ns.gate, data, &ranges, env.io, ud)
         };
-        if let crate::backend::Backend::Rbd(_) = ns.backend {
-            // Its operations hold the gate until librbd completes them.
+        if ns.backend.gate_is_ownership() {
+            // Its operations hold the gate until the store completed them.
             self.ungate(r);
         }
         let failed = self.reqs[r].op.failed();
@@ -150,7 +147,7 @@ impl QueueCore {
         }
         let Some(plan) = q.io else { return };
         if res == REOPENED {
-            return self.reopened(env, r, plan);
+            return self.reopened(env, r);
         }
         if q.partner.is_some() && q.cmd.fuse() == nvme::command::fuse::SECOND {
             return self.fused_done(env, r, res);
@@ -180,7 +177,7 @@ impl QueueCore {
                     // SAFETY: `data` is the request's, which it holds until
                     // every submitted operation completed; it holds `ns`.
                     Some(ns) => unsafe {
-                        q.op.completed(res, live, &ns.backend, &ns.gate, data, env.io, ud)
+                        q.op.completed(res, live, &*ns.backend, &ns.gate, data, env.io, ud)
                     },
                     None => After::Over,
                 };
@@ -195,26 +192,15 @@ impl QueueCore {
         }
     }
 
-    /// A write parked at its namespace's gate executes now, unless what
-    /// closed the gate (a Preempt and Abort) took its host's access.
-    fn reopened(&mut self, env: &mut Env<'_, '_>, r: usize, plan: IoPlan) {
-        let q = &self.reqs[r];
-        let conflict = match (self.ctrl.as_ref(), q.ns.first()) {
-            (Some(c), Some(ns)) => crate::reservation::access_of(&plan)
-                .is_some_and(|a| ns.resv.check(&c.hostid, a).is_err()),
-            _ => false,
-        };
+    /// A write parked at its namespace's gate executes now (where the
+    /// reservation is checked again, inside the gate: what closed it may
+    /// have been a Preempt and Abort that took its host's access).
+    fn reopened(&mut self, env: &mut Env<'_, '_>, r: usize) {
         match self.reqs[r].life.backend_done() {
             // Its queue ended while it waited (its host gave up on the
             // association): a write the host may have retried elsewhere
             // is not executed now.
             Step::Respond if !self.live => self.complete(env, r, Status::ABORT_QUEUE, 0),
-            Step::Respond if conflict => {
-                if let Some(ns) = self.reqs[r].ns.first() {
-                    ns.metrics.reservation_conflicts.inc();
-                }
-                self.complete(env, r, Status::RESERVATION_CONFLICT, 0)
-            }
             Step::Respond => self.exec_io(env, r),
             s => self.step(env, r, s),
         }

@@ -15,7 +15,7 @@
 //! in the transport's memory, which the core reaches through [`Memory`];
 //! backend operations go through [`crate::backend::op`] under user data the
 //! transport chose ([`Memory::backend_ud`]). Each request slot goes through
-//! [`crate::core::request::Lifecycle`].
+//! [`crate::engine::request::Lifecycle`].
 
 mod arrive;
 mod execute;
@@ -34,12 +34,12 @@ use tracing::debug;
 
 use crate::backend::op::Op;
 use crate::backend::{DataRef, Io};
-use crate::core::admission::Pending;
-use crate::core::data::DataPlan;
-use crate::core::liveness::Liveness;
-use crate::core::plan::IoPlan;
-use crate::core::pool::Buf;
-use crate::core::request::{Lifecycle, Stage, Step};
+use crate::engine::admission::Pending;
+use crate::engine::data::DataPlan;
+use crate::engine::liveness::Liveness;
+use crate::engine::plan::IoPlan;
+use crate::engine::pool::Buf;
+use crate::engine::request::{Lifecycle, Stage, Step};
 use crate::model::controller::{Controller, QueueLink};
 use crate::model::namespace::Namespace;
 use crate::model::subsystem::Target;
@@ -55,8 +55,6 @@ pub struct QueueParams {
     pub qid: u16,
     /// Submission queue entries (hsqsize + 1): receive buffers to post.
     pub sq_size: u16,
-    /// Responses the host can take at once.
-    pub host_rq_size: u16,
 }
 
 /// One use of a request slot: its index and generation. Completions carry

@@ -4,12 +4,12 @@
 //! its teardown.
 
 use std::sync::atomic::Ordering;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use tracing::{debug, info, warn};
 
 use super::{queue_type, Action, Env, QueueCore};
-use crate::core::liveness::{PROBE_TIMEOUT, SEND_STALL};
+use crate::engine::liveness::{PROBE_TIMEOUT, SEND_STALL};
 use crate::model::subsystem::Target;
 use crate::telemetry::metrics::metrics;
 
@@ -170,10 +170,5 @@ impl QueueCore {
             c.subsys.remove_controller(c.cntlid);
             info!(cntlid = c.cntlid, host = %c.hostnqn, subsys = %c.subsys.nqn, reason, "controller disconnected");
         }
-    }
-
-    /// When the queue was accepted.
-    pub fn accepted(&self) -> Instant {
-        self.liveness.accepted()
     }
 }

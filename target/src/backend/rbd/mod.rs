@@ -20,12 +20,13 @@ use std::sync::{Arc, Mutex, OnceLock, Weak};
 
 use nix::errno::Errno;
 
-use super::{Backend, BackendError, DataRef, Submitted};
+use super::compare::{refused, MISCOMPARE};
+use super::{Backend, BackendError, DataRef, Io, Storage, Submitted};
 use crate::config::RbdConfig;
-use crate::core::plan::IoPlan;
-use crate::core::wake::Mailbox;
-use crate::core::write_gate::WriteGate;
+use crate::engine::plan::IoPlan;
+use crate::engine::write_gate::WriteGate;
 use crate::reservation::cluster::{ClusterError, ClusterStore};
+use crate::worker::wake::Mailbox;
 
 /// How long a librados operation may wait for an unavailable cluster before
 /// it fails (the host then gets a retryable status), unless the Ceph
@@ -280,17 +281,15 @@ pub fn open(cfg: &RbdConfig, group: u32) -> Result<(Backend, u64), BackendError>
     }
     let id = image.id().map_err(fail)?;
     let size = image.size().map_err(fail)?;
-    Ok((
-        Backend::Rbd(RbdImage {
-            image,
-            conn,
-            fsid,
-            id,
-            fencing: cfg.fencing,
-            owner: OnceLock::new(),
-        }),
-        size,
-    ))
+    let backend: Backend = Box::new(RbdImage {
+        image,
+        conn,
+        fsid,
+        id,
+        fencing: cfg.fencing,
+        owner: OnceLock::new(),
+    });
+    Ok((backend, size))
 }
 
 /// The result to post for a librbd result `r` of an operation that moves
@@ -309,13 +308,118 @@ struct SendPtr(*mut u8);
 // completion of the read that owns the buffer (see `submit`).
 unsafe impl Send for SendPtr {}
 
-/// Starts `plan` on `img` (see [`super::submit`]); completions reach
+/// How long a Compare and Write waits for this gateway to own the image:
+/// what a takeover of a gateway that does not answer takes, with room to
+/// spare, and below the host's 30 s command timeout.
+const OWNERSHIP_WAIT: std::time::Duration = std::time::Duration::from_secs(15);
+
+impl Storage for RbdImage {
+    fn describe(&self) -> String {
+        format!("rbd:{}", self.spec())
+    }
+
+    fn identity(&self) -> String {
+        RbdImage::identity(self)
+    }
+
+    fn status(&self) -> (&'static str, Option<String>) {
+        ("rbd", Some(self.spec()))
+    }
+
+    fn size_now(&self) -> std::io::Result<Option<u64>> {
+        Ok(Some(self.size()?))
+    }
+
+    /// Every write of an image is counted, owned or not: a Preempt and
+    /// Abort drains them (on every gateway of the image).
+    fn gated(&self) -> bool {
+        true
+    }
+
+    fn gate_is_ownership(&self) -> bool {
+        true
+    }
+
+    unsafe fn submit(
+        &self,
+        gate: &Arc<WriteGate>,
+        plan: &IoPlan,
+        data: DataRef,
+        ranges: &[(u64, u64)],
+        io: &mut Io<'_>,
+        ud: u64,
+    ) -> Submitted {
+        // SAFETY: the caller's guarantees, passed on.
+        unsafe { submit(self, plan, data, ranges, io.mailbox, Some(gate), ud) }
+    }
+
+    fn flush(&self) -> std::io::Result<()> {
+        RbdImage::flush(self)
+    }
+
+    fn read_at(&self, offset: u64, buf: &mut [u8]) -> Result<(), i32> {
+        match self.image.read(offset, buf) {
+            Ok(n) if n == buf.len() => {}
+            Ok(n) => buf[n..].fill(0), // a hole at the end of a sparse image
+            Err(e) => return Err(e),
+        }
+        Ok(())
+    }
+
+    /// Both in the cluster (`rbd_compare_and_write`), atomic against every
+    /// client of the image, other gateways included.
+    fn compare_and_write(
+        &self,
+        gate: &WriteGate,
+        offset: u64,
+        cmp: &[u8],
+        data: &[u8],
+        fua: bool,
+        allowed: &dyn Fn() -> Result<(), nvme::Status>,
+    ) -> i32 {
+        if let Err(st) = allowed() {
+            return refused(st);
+        }
+        // An image that needs ownership is written by its owner only: wait
+        // for it as a write at the gate does.
+        if !gate.enter_wait(OWNERSHIP_WAIT) {
+            return -nix::libc::EAGAIN;
+        }
+        // Again: a Preempt and Abort may have passed while it waited.
+        if let Err(st) = allowed() {
+            gate.leave();
+            return refused(st);
+        }
+        let r = match self.image.compare_and_write(offset, cmp, data) {
+            Ok(()) if fua => {
+                RbdImage::flush(self).map_or_else(|e| super::compare::errno_of(&e), |_| 0)
+            }
+            Ok(()) => 0,
+            Err(e) if e == -nix::libc::EILSEQ => MISCOMPARE,
+            Err(e) => e,
+        };
+        if r == -nix::libc::ETIMEDOUT {
+            gate.mark_uncertain();
+        }
+        if r == -nix::libc::ESHUTDOWN {
+            self.conn.suspect();
+        }
+        gate.leave();
+        r
+    }
+
+    fn rbd(&self) -> Option<&RbdImage> {
+        Some(self)
+    }
+}
+
+/// Starts `plan` on `img` (see [`Storage::submit`]); completions reach
 /// `mailbox`. With `gate` (the write inside it), each write operation holds
 /// the gate until librbd completed it.
 ///
 /// # Safety
-/// As [`super::submit`].
-pub(super) unsafe fn submit(
+/// As [`Storage::submit`].
+unsafe fn submit(
     img: &RbdImage,
     plan: &IoPlan,
     data: DataRef,

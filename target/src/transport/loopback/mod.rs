@@ -20,12 +20,12 @@ use nvme::{Command, Completion, SQE_SIZE};
 use crate::backend::offload::Offload;
 use crate::backend::uring::Ring;
 use crate::backend::{DataRef, Io};
-use crate::core::pool::{Buf, Pool, PoolShape};
-use crate::core::wake::{Mailbox, Waker};
+use crate::engine::pool::{Buf, Pool, PoolShape};
 use crate::model::controller::QueueLink;
 use crate::model::subsystem::Target;
 use crate::queue::{Action, Addrs, Env, Memory, QueueCore, QueueParams, Token};
 use crate::telemetry::tally::Tally;
+use crate::worker::wake::{Mailbox, Waker};
 use crate::{INLINE_DATA_SIZE, PAGE};
 
 mod aligned;
@@ -215,11 +215,7 @@ impl Loopback {
     /// A new queue `qid` of `sq_size` entries, accepted (as a transport
     /// accepts a connection); returns its index.
     pub fn accept(&mut self, qid: u16, sq_size: u16) -> usize {
-        let params = QueueParams {
-            qid,
-            sq_size,
-            host_rq_size: sq_size,
-        };
+        let params = QueueParams { qid, sq_size };
         let waker = self.waker.clone();
         let addrs = Addrs {
             peer: Some("192.0.2.1:4420".parse().expect("an address")),

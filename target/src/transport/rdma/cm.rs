@@ -31,7 +31,6 @@ pub fn check_cm_request(private: &[u8]) -> Result<QueueParams, RejectStatus> {
     Ok(QueueParams {
         qid: r.qid,
         sq_size: r.hsqsize + 1,
-        host_rq_size: r.hrqsize,
     })
 }
 
@@ -58,7 +57,6 @@ mod tests {
             Ok(QueueParams {
                 qid: 0,
                 sq_size: 32,
-                host_rq_size: 32
             })
         );
         assert_eq!(check_cm_request(&req(1, 128, 127)).unwrap().sq_size, 128);

@@ -13,7 +13,7 @@ use tracing::{debug, error, info, warn};
 
 use super::queue::NewConn;
 use super::{reject, EngineShared, TransportError};
-use crate::core::wake::monotonic_ms;
+use crate::worker::wake::monotonic_ms;
 
 /// A running listener thread.
 #[derive(Debug)]

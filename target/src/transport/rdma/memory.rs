@@ -207,11 +207,6 @@ impl RecvArea {
         self.srq.clone()
     }
 
-    /// Whether this is a shared receive queue's area.
-    pub fn is_shared(&self) -> bool {
-        self.srq.is_some()
-    }
-
     /// The command bytes of `slot`.
     ///
     /// # Safety

@@ -7,7 +7,7 @@
 //!   admin and discovery queues in turn.
 //! - [`worker`]: the poll loop; [`device`]: a worker's completion queue,
 //!   shared receive queue and data pool per RDMA device; [`queue`]: one queue
-//!   pair, driving each request through [`crate::core::request::Lifecycle`].
+//!   pair, driving each request through [`crate::engine::request::Lifecycle`].
 //! - [`memory`]: the pinned-memory budget every registration is charged to.
 //! - [`poster`]: threads that post the sends carrying large RDMA WRITEs, for
 //!   software RDMA devices, whose post call runs the protocol.
@@ -35,7 +35,7 @@ use tracing::{info, warn};
 
 use crate::backend::offload::Offload;
 use crate::config::{EngineConfig, SendOffload};
-use crate::core::admission::Admission;
+use crate::engine::admission::Admission;
 use crate::model::subsystem::Target;
 pub use listener::{listen, Listener};
 use memory::Budget;

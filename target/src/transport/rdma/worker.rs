@@ -5,7 +5,7 @@
 //!
 //! The loop busy-polls while there is work and for `poll_spin_us` after the
 //! last of it (longer while the target is lightly loaded:
-//! [`crate::core::polling`]), then arms completion notification and sleeps in one
+//! [`crate::worker::polling`]), then arms completion notification and sleeps in one
 //! `io_uring_enter` that wakes on a completion of any device, a CM event, a
 //! backend completion, or the worker's eventfd (new connection, a queue to
 //! stop, an offload result). It goes round at least every [`IDLE_WAIT`],
@@ -26,13 +26,13 @@ use super::wr::{self, QueueKey};
 use super::EngineShared;
 use crate::backend::offload::Offload;
 use crate::backend::uring::Ring;
-use crate::core::polling::{spin_window_us, Pace};
-use crate::core::pool::Buf;
-use crate::core::wake::Mailbox;
-use crate::core::wake::Waker;
+use crate::engine::pool::Buf;
 use crate::model::controller::QueueLink;
 use crate::telemetry::metrics::metrics;
 use crate::telemetry::tally::Tally;
+use crate::worker::polling::{spin_window_us, Pace};
+use crate::worker::wake::Mailbox;
+use crate::worker::wake::Waker;
 
 /// A pass this long after the last run of the timers follows a stall.
 const STALLED: Duration = Duration::from_millis(1000);

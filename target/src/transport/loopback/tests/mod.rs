@@ -11,8 +11,7 @@ use nvme::opcode::{admin, io};
 use nvme::{Command, Completion, Sgl, Status};
 
 use super::{no_data, Loopback, POOL};
-use crate::backend::Backend;
-use crate::core::pool::PoolShape;
+use crate::engine::pool::PoolShape;
 use crate::model::namespace::Namespace;
 use crate::model::subsystem::{Subsystem, SubsystemKind, Target};
 use crate::telemetry::namespace::IoOp;
@@ -71,7 +70,14 @@ impl Drop for TempDir {
 }
 
 fn null_ns() -> Namespace {
-    Namespace::new(SUB, 1, Backend::Null, 1 << 30, 4096, false)
+    Namespace::new(
+        SUB,
+        1,
+        Box::new(crate::backend::null::Null),
+        1 << 30,
+        4096,
+        false,
+    )
 }
 
 fn same(a: Status, b: Status) -> bool {
@@ -462,16 +468,16 @@ fn a_queue_without_connect_is_dropped_after_the_connect_timeout() {
 fn a_quiet_host_without_keep_alive_is_probed_and_dropped_when_gone() {
     let mut h = Host::new(target(vec![null_ns()]));
     let (aq, _) = h.admin(0);
-    h.lb.advance(crate::core::liveness::IDLE + Duration::from_secs(1));
+    h.lb.advance(crate::engine::liveness::IDLE + Duration::from_secs(1));
     h.lb.run();
-    h.lb.advance(crate::core::liveness::PROBE_TIMEOUT * 2);
+    h.lb.advance(crate::engine::liveness::PROBE_TIMEOUT * 2);
     assert!(!h.lb.closed(aq), "the probe was answered");
     h.lb.run();
     h.lb.answer_probes = false;
-    h.lb.advance(crate::core::liveness::IDLE + Duration::from_secs(1));
+    h.lb.advance(crate::engine::liveness::IDLE + Duration::from_secs(1));
     h.lb.run();
     assert!(!h.lb.closed(aq), "probing");
-    h.lb.advance(crate::core::liveness::PROBE_TIMEOUT + Duration::from_secs(1));
+    h.lb.advance(crate::engine::liveness::PROBE_TIMEOUT + Duration::from_secs(1));
     assert!(h.lb.closed(aq), "gone");
 }
 
