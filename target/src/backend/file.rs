@@ -13,7 +13,7 @@ use nix::errno::Errno;
 use nix::fcntl::{FallocateFlags, OFlag};
 
 use super::compare::{self, aligned, MISCOMPARE, WRITE_FAILED};
-use super::{Backend, BackendError, DataRef, Io, Storage, Submitted};
+use super::{Backend, BackendError, DataRef, Executor, Storage, Submitted};
 use crate::engine::plan::IoPlan;
 use crate::engine::write_gate::WriteGate;
 
@@ -62,7 +62,7 @@ impl Storage for FileStore {
         plan: &IoPlan,
         data: DataRef,
         ranges: &[(u64, u64)],
-        io: &mut Io<'_>,
+        io: &mut dyn Executor,
         ud: u64,
     ) -> Submitted {
         // SAFETY: the caller's guarantees, passed on.
@@ -282,7 +282,7 @@ unsafe fn submit(
     plan: &IoPlan,
     data: DataRef,
     ranges: &[(u64, u64)],
-    io: &mut Io<'_>,
+    io: &mut dyn Executor,
     ud: u64,
 ) -> Submitted {
     let (file, is_block, inline) = (&store.file, store.is_block, store.inline);
@@ -301,11 +301,13 @@ unsafe fn submit(
             fua: false,
         } if inline => unsafe { transfer_now(fd, true, data.ptr, len, offset) },
         IoPlan::Read { offset, len } => {
-            one(io.ring.read(fd, data.ptr, len, offset, data.fixed, ud))
+            // SAFETY: the caller's guarantees on `data`, for the plan's length.
+            one(unsafe { io.read(fd, data.ptr, len, offset, data.fixed, ud) })
         }
-        IoPlan::Write { offset, len, fua } => one(io
-            .ring
-            .write(fd, data.ptr, len, offset, data.fixed, fua, ud)),
+        // SAFETY: as above.
+        IoPlan::Write { offset, len, fua } => {
+            one(unsafe { io.write(fd, data.ptr, len, offset, data.fixed, fua, ud) })
+        }
         // Reservation commands run on the namespace's state, compares on
         // the offload thread (backend::compare): never here.
         IoPlan::Resv { .. } | IoPlan::Compare { .. } | IoPlan::Auth { .. } => Submitted {
@@ -313,18 +315,17 @@ unsafe fn submit(
             errno: nix::libc::EOPNOTSUPP,
             done: 0,
         },
-        IoPlan::Flush => one(io.ring.fdatasync(fd, ud)),
+        IoPlan::Flush => one(io.fdatasync(fd, ud)),
         // With FUA the worker follows the zeroing with an fdatasync.
         IoPlan::WriteZeroes { offset, len, .. } => {
-            one(io.ring.fallocate(fd, offset, len, FALLOC_ZERO, ud))
+            one(io.fallocate(fd, offset, len, FALLOC_ZERO, ud))
         }
         IoPlan::Dsm { .. } if ranges.is_empty() => Submitted::default(),
         IoPlan::Dsm { .. } if is_block => {
             // BLKDISCARD blocks: it runs on the offload thread.
             let dev = file.clone();
             let ranges = ranges.to_vec();
-            io.offload
-                .run(io.mailbox, ud, move || discard_block(&dev, &ranges));
+            io.blocking(None, ud, Box::new(move || discard_block(&dev, &ranges)));
             Submitted {
                 in_flight: 1,
                 errno: 0,
@@ -334,7 +335,7 @@ unsafe fn submit(
         IoPlan::Dsm { .. } => {
             let mut s = Submitted::default();
             for &(o, l) in ranges {
-                match io.ring.fallocate(fd, o, l, FALLOC_PUNCH, ud) {
+                match io.fallocate(fd, o, l, FALLOC_PUNCH, ud) {
                     Ok(()) => s.in_flight += 1,
                     Err(e) => {
                         s.errno = errno_of(&e);

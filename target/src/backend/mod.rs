@@ -8,6 +8,7 @@
 //! and from librbd's own threads for RBD.
 
 pub mod compare;
+pub mod exec;
 pub mod file;
 pub mod null;
 pub mod offload;
@@ -21,6 +22,7 @@ use crate::engine::plan::IoPlan;
 
 use crate::config::{BackendConfig, NamespaceConfig};
 use crate::engine::write_gate::WriteGate;
+pub use exec::Executor;
 
 /// Errors opening a backing store.
 #[derive(Debug, thiserror::Error)]
@@ -106,7 +108,7 @@ pub trait Storage: std::fmt::Debug + Send + Sync {
         plan: &IoPlan,
         data: DataRef,
         ranges: &[(u64, u64)],
-        io: &mut Io<'_>,
+        io: &mut dyn Executor,
         ud: u64,
     ) -> Submitted;
 
@@ -166,16 +168,6 @@ pub fn open(cfg: &NamespaceConfig) -> Result<(Backend, u64, u32), BackendError> 
         });
     }
     Ok((backend, size, bs))
-}
-
-/// How a worker runs backend operations and hears of their completion.
-pub struct Io<'a> {
-    /// The worker's ring (files and block devices).
-    pub ring: &'a mut uring::Ring,
-    /// The offload thread (blocking calls).
-    pub offload: &'a offload::Offload,
-    /// The worker's mailbox (completions from other threads).
-    pub mailbox: &'a Arc<crate::worker::wake::Mailbox>,
 }
 
 /// Where an operation's data is in memory.

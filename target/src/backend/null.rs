@@ -5,7 +5,7 @@
 
 use std::sync::Arc;
 
-use super::{compare, DataRef, Io, Storage, Submitted};
+use super::{compare, DataRef, Executor, Storage, Submitted};
 use crate::engine::plan::IoPlan;
 use crate::engine::write_gate::WriteGate;
 
@@ -36,7 +36,7 @@ impl Storage for Null {
         plan: &IoPlan,
         data: DataRef,
         _ranges: &[(u64, u64)],
-        _io: &mut Io<'_>,
+        _io: &mut dyn Executor,
         _ud: u64,
     ) -> Submitted {
         // SAFETY: the caller's guarantees, passed on.

@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 use nix::errno::Errno;
 
-use super::{DataRef, Io, Storage};
+use super::{DataRef, Executor, Storage};
 use crate::engine::plan::IoPlan;
 use crate::engine::write_gate::WriteGate;
 
@@ -60,7 +60,7 @@ impl Op {
         gate: &Arc<WriteGate>,
         data: DataRef,
         ranges: &[(u64, u64)],
-        io: &mut Io<'_>,
+        io: &mut dyn Executor,
         ud: u64,
     ) -> u16 {
         // SAFETY: the caller's guarantees, passed on.
@@ -85,7 +85,7 @@ impl Op {
         backend: &dyn Storage,
         gate: &Arc<WriteGate>,
         data: DataRef,
-        io: &mut Io<'_>,
+        io: &mut dyn Executor,
         ud: u64,
     ) -> After {
         if res < 0 {
@@ -247,14 +247,7 @@ mod tests {
             offset: 0,
             len: 8192,
         });
-        let mut ring = crate::backend::uring::Ring::new(8).expect("io_uring");
-        let offload = crate::backend::offload::Offload::start().expect("offload thread");
-        let mailbox = crate::worker::wake::Mailbox::new(crate::worker::wake::Waker::new().unwrap());
-        let mut io = Io {
-            ring: &mut ring,
-            offload: &offload,
-            mailbox: &mailbox,
-        };
+        let mut io = crate::backend::exec::Inline::new(crate::worker::wake::Mailbox::detached());
         let gate = Arc::new(WriteGate::default());
         let b = super::super::null::Null;
         // SAFETY: nothing is submitted (go_on is false).

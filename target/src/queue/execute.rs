@@ -82,7 +82,7 @@ impl QueueCore {
                             &ns.gate,
                             DataRef::NONE,
                             &[],
-                            env.io,
+                            env.exec,
                             ud,
                         )
                     };
@@ -202,9 +202,14 @@ impl QueueCore {
         self.reqs[r].op = Op::new(plan);
         let ud = env.mem.backend_ud(self.token(r));
         let (state, target) = (self.auth.shared(), env.target.clone());
-        env.target.auth_lane.run(env.io.mailbox, ud, move || {
-            auth::run_on_lane(&state, &target, &ctrl, qid, send, data).to_result()
-        });
+        let lane = env.target.auth_lane.clone();
+        env.exec.blocking(
+            Some(&lane),
+            ud,
+            Box::new(move || {
+                auth::run_on_lane(&state, &target, &ctrl, qid, send, data).to_result()
+            }),
+        );
         self.reqs[r].life.backend_started(1);
     }
 
@@ -271,8 +276,11 @@ impl QueueCore {
                 self.reqs[r].op = Op::new(plan);
                 self.reqs[r].ns.push(ns.clone());
                 let ud = env.mem.backend_ud(self.token(r));
-                ns.lane
-                    .run(env.io.mailbox, ud, move || work().to_field() as i32);
+                env.exec.blocking(
+                    Some(&ns.lane),
+                    ud,
+                    Box::new(move || work().to_field() as i32),
+                );
                 self.reqs[r].life.backend_started(1);
             }
         }

@@ -124,7 +124,7 @@ impl QueueCore {
         let ud = env.mem.backend_ud(self.token(second));
         let ctrl = self.ctrl.clone();
         let lane = ns.lane.clone();
-        lane.run(env.io.mailbox, ud, move || {
+        let work = move || {
             let (cmp, data) = (cmp, data);
             // SAFETY: both buffers hold `len` bytes (the pair's checked data)
             // and stay their requests', unwritten, until this completes.
@@ -139,7 +139,8 @@ impl QueueCore {
                 None => Err(Status::CMD_SEQ_ERROR),
             };
             compare::compare_and_write(&*ns.backend, &ns.gate, offset, c, d, fua, allowed)
-        });
+        };
+        env.exec.blocking(Some(&lane), ud, Box::new(work));
     }
 
     /// The pair of second command `s` ran with `res`: both answer. A

@@ -31,12 +31,16 @@ impl QueueCore {
             // buffer stays the request's until the operation completed.
             let cmp = self.data_ref(env, r).ptr as usize;
             self.reqs[r].op = Op::new(plan);
-            env.io.offload.run(env.io.mailbox, ud, move || {
-                // SAFETY: `len` bytes of the request's buffer, unwritten
-                // until this operation completes (it counts as in flight).
-                let c = unsafe { std::slice::from_raw_parts(cmp as *const u8, len as usize) };
-                crate::backend::compare::compare(&*ns.backend, offset, c)
-            });
+            env.exec.blocking(
+                None,
+                ud,
+                Box::new(move || {
+                    // SAFETY: `len` bytes of the request's buffer, unwritten
+                    // until this operation completes (it counts as in flight).
+                    let c = unsafe { std::slice::from_raw_parts(cmp as *const u8, len as usize) };
+                    crate::backend::compare::compare(&*ns.backend, offset, c)
+                }),
+            );
             return self.reqs[r].life.backend_started(1);
         }
         if !self.reqs[r].in_ns_gauge {
@@ -61,7 +65,7 @@ impl QueueCore {
         // again.
         let writes = plan.writes();
         if writes && !self.reqs[r].gated && ns.backend.gated() {
-            match ns.gate.enter(env.io.mailbox, ud) {
+            match ns.gate.enter(env.exec.mailbox(), ud) {
                 Entry::Inside => self.reqs[r].gated = true,
                 Entry::Parked => return self.reqs[r].life.backend_started(1),
             }
@@ -85,7 +89,7 @@ impl QueueCore {
         let n = unsafe {
             self.reqs[r]
                 .op
-                .start(&*ns.backend, &ns.gate, data, &ranges, env.io, ud)
+                .start(&*ns.backend, &ns.gate, data, &ranges, env.exec, ud)
         };
         if ns.backend.gate_is_ownership() {
             // Its operations hold the gate until the store completed them.
@@ -120,10 +124,14 @@ impl QueueCore {
             let mut keys = unsafe { self.data_mut(env, r) }.to_vec();
             let ud = env.mem.backend_ud(self.token(r));
             let lane = ns.lane.clone();
-            lane.run(env.io.mailbox, ud, move || {
-                let (st, _) = crate::command::reservation::execute(&ns, &ctrl, &cmd, &mut keys);
-                st.to_field() as i32
-            });
+            env.exec.blocking(
+                Some(&lane),
+                ud,
+                Box::new(move || {
+                    let (st, _) = crate::command::reservation::execute(&ns, &ctrl, &cmd, &mut keys);
+                    st.to_field() as i32
+                }),
+            );
             return self.reqs[r].life.backend_started(1);
         }
         // SAFETY: the request executes; nothing else uses its data until
@@ -177,7 +185,7 @@ impl QueueCore {
                     // SAFETY: `data` is the request's, which it holds until
                     // every submitted operation completed; it holds `ns`.
                     Some(ns) => unsafe {
-                        q.op.completed(res, live, &*ns.backend, &ns.gate, data, env.io, ud)
+                        q.op.completed(res, live, &*ns.backend, &ns.gate, data, env.exec, ud)
                     },
                     None => After::Over,
                 };

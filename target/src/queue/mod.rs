@@ -33,7 +33,7 @@ use nvme::{Command, Completion, Status};
 use tracing::debug;
 
 use crate::backend::op::Op;
-use crate::backend::{DataRef, Io};
+use crate::backend::{DataRef, Executor};
 use crate::engine::admission::Pending;
 use crate::engine::data::DataPlan;
 use crate::engine::liveness::Liveness;
@@ -87,8 +87,8 @@ pub struct Env<'a, 'io> {
     pub now: Instant,
     /// Where request data is.
     pub mem: &'a dyn Memory,
-    /// How backend operations run.
-    pub io: &'a mut Io<'io>,
+    /// Where backend work runs.
+    pub exec: &'a mut (dyn Executor + 'io),
     /// `[target] max_keep_alive_ms`.
     pub max_keep_alive_ms: u32,
     /// The worker's index: its shard of the sharded counters.

@@ -62,7 +62,8 @@ pub fn monotonic_ms() -> u64 {
 pub struct Mailbox {
     done: Mutex<Vec<(u64, i32)>>,
     pending: std::sync::atomic::AtomicBool,
-    waker: Arc<Waker>,
+    /// None: whoever takes from it polls (a test's executor).
+    waker: Option<Arc<Waker>>,
 }
 
 impl Mailbox {
@@ -71,7 +72,16 @@ impl Mailbox {
         Arc::new(Mailbox {
             done: Mutex::new(Vec::new()),
             pending: false.into(),
-            waker,
+            waker: Some(waker),
+        })
+    }
+
+    /// A mailbox that wakes nobody: its taker polls it.
+    pub fn detached() -> Arc<Mailbox> {
+        Arc::new(Mailbox {
+            done: Mutex::new(Vec::new()),
+            pending: false.into(),
+            waker: None,
         })
     }
 
@@ -83,7 +93,9 @@ impl Mailbox {
             .push((ud, res));
         self.pending
             .store(true, std::sync::atomic::Ordering::Release);
-        self.waker.wake();
+        if let Some(w) = &self.waker {
+            w.wake();
+        }
     }
 
     /// Moves the delivered completions into `out` (cheap when there are none).

@@ -21,7 +21,7 @@ use std::sync::{Arc, Mutex, OnceLock, Weak};
 use nix::errno::Errno;
 
 use super::compare::{refused, MISCOMPARE};
-use super::{Backend, BackendError, DataRef, Io, Storage, Submitted};
+use super::{Backend, BackendError, DataRef, Executor, Storage, Submitted};
 use crate::config::RbdConfig;
 use crate::engine::plan::IoPlan;
 use crate::engine::write_gate::WriteGate;
@@ -346,11 +346,11 @@ impl Storage for RbdImage {
         plan: &IoPlan,
         data: DataRef,
         ranges: &[(u64, u64)],
-        io: &mut Io<'_>,
+        io: &mut dyn Executor,
         ud: u64,
     ) -> Submitted {
         // SAFETY: the caller's guarantees, passed on.
-        unsafe { submit(self, plan, data, ranges, io.mailbox, Some(gate), ud) }
+        unsafe { submit(self, plan, data, ranges, io.mailbox(), Some(gate), ud) }
     }
 
     fn flush(&self) -> std::io::Result<()> {

@@ -19,7 +19,7 @@ use nvme::{Command, Completion, SQE_SIZE};
 
 use crate::backend::offload::Offload;
 use crate::backend::uring::Ring;
-use crate::backend::{DataRef, Io};
+use crate::backend::DataRef;
 use crate::engine::pool::{Buf, Pool, PoolShape};
 use crate::model::controller::QueueLink;
 use crate::model::subsystem::Target;
@@ -413,7 +413,7 @@ impl Loopback {
             capsules: lq.data.ptr(),
             q,
         };
-        let mut io = Io {
+        let mut io = crate::backend::exec::Uring {
             ring: &mut self.ring,
             offload: &self.offload,
             mailbox: &self.mailbox,
@@ -422,7 +422,7 @@ impl Loopback {
             target: &self.target,
             now: self.now,
             mem: &mem,
-            io: &mut io,
+            exec: &mut io,
             max_keep_alive_ms: self.max_keep_alive_ms,
             worker: 0,
             tally: &mut self.tally,

@@ -134,7 +134,7 @@ impl Res {
         Some(Cx {
             target: &self.engine.target,
             dev: self.devices.get_mut(dev)?.dev.as_mut()?,
-            io: crate::backend::Io {
+            io: crate::backend::exec::Uring {
                 ring: &mut self.ring,
                 offload: &self.offload,
                 mailbox: &self.shared.mailbox,

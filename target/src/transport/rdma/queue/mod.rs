@@ -51,7 +51,7 @@ pub struct Cx<'a> {
     /// The queue's device resources.
     pub dev: &'a mut WorkerDevice,
     /// How the worker runs backend operations.
-    pub io: backend::Io<'a>,
+    pub io: backend::exec::Uring<'a>,
     /// Buffers given back that a waiting request (maybe of another queue) gets.
     pub grants: &'a mut Vec<(rdma::WrId, Buf)>,
     /// When the worker's current pass began: the time of every capsule and
@@ -153,7 +153,7 @@ fn with_env<R>(
         target: cx.target,
         now: cx.now,
         mem: &mem,
-        io: &mut cx.io,
+        exec: &mut cx.io,
         max_keep_alive_ms: cx.max_keep_alive_ms,
         worker: cx.worker,
         tally: &mut *cx.tally,

@@ -1,0 +1,289 @@
+//! How the engine runs backend work, injected: the queue core and the
+//! backends ask an [`Executor`] to start an operation on a file descriptor,
+//! to run blocking work on a thread (a namespace's lane, the offload
+//! thread), and where other threads post completions. Each operation
+//! completes once, as `(user data, result)`: the result of a read or write
+//! is the bytes moved, of the rest 0 or more; errors are negative errnos.
+//!
+//! A worker runs them for real ([`Uring`]: its io_uring, the offload thread
+//! and lanes); tests run them on the calling thread, one at a time and in
+//! order, when they ask ([`Inline`]: no ring, no thread).
+
+use std::collections::VecDeque;
+use std::io;
+use std::os::fd::BorrowedFd;
+use std::sync::Arc;
+
+use super::offload::{Lane, Offload};
+use super::uring::Ring;
+use crate::worker::wake::Mailbox;
+
+/// Blocking work whose result completes an operation.
+pub type Work = Box<dyn FnOnce() -> i32 + Send + 'static>;
+
+/// Where backend work runs.
+pub trait Executor {
+    /// Reads `len` bytes at `offset` of `fd` into `buf` (in fixed buffer
+    /// `fixed` of the worker's ring, if given).
+    ///
+    /// # Safety
+    /// `buf` must stay valid for writes of `len` bytes, unaliased, until the
+    /// operation completed; `fd` open as long.
+    unsafe fn read(
+        &mut self,
+        fd: i32,
+        buf: *mut u8,
+        len: u32,
+        offset: u64,
+        fixed: Option<u16>,
+        ud: u64,
+    ) -> io::Result<()>;
+
+    /// Writes `len` bytes from `buf` at `offset` of `fd`; `dsync` makes
+    /// them durable before the completion (FUA).
+    ///
+    /// # Safety
+    /// `buf` must stay valid for reads of `len` bytes until the operation
+    /// completed; `fd` open as long.
+    #[allow(clippy::too_many_arguments)]
+    unsafe fn write(
+        &mut self,
+        fd: i32,
+        buf: *const u8,
+        len: u32,
+        offset: u64,
+        fixed: Option<u16>,
+        dsync: bool,
+        ud: u64,
+    ) -> io::Result<()>;
+
+    /// Makes `fd`'s written data durable.
+    fn fdatasync(&mut self, fd: i32, ud: u64) -> io::Result<()>;
+
+    /// fallocate(2) of `len` bytes at `offset` with `mode` (zero a range,
+    /// punch a hole).
+    fn fallocate(&mut self, fd: i32, offset: u64, len: u64, mode: i32, ud: u64) -> io::Result<()>;
+
+    /// Runs `work` on `lane` after its earlier jobs (`None`: on the offload
+    /// thread); its result completes `ud`.
+    fn blocking(&mut self, lane: Option<&Arc<Lane>>, ud: u64, work: Work);
+
+    /// Where other threads post completions of this executor's operations
+    /// (librbd's callbacks, a write gate that opens).
+    fn mailbox(&self) -> &Arc<Mailbox>;
+}
+
+/// A worker's executor: its io_uring, the offload thread, the lanes.
+pub struct Uring<'a> {
+    /// The worker's ring.
+    pub ring: &'a mut Ring,
+    /// The offload thread.
+    pub offload: &'a Offload,
+    /// The worker's mailbox.
+    pub mailbox: &'a Arc<Mailbox>,
+}
+
+impl Executor for Uring<'_> {
+    unsafe fn read(
+        &mut self,
+        fd: i32,
+        buf: *mut u8,
+        len: u32,
+        offset: u64,
+        fixed: Option<u16>,
+        ud: u64,
+    ) -> io::Result<()> {
+        self.ring.read(fd, buf, len, offset, fixed, ud)
+    }
+
+    unsafe fn write(
+        &mut self,
+        fd: i32,
+        buf: *const u8,
+        len: u32,
+        offset: u64,
+        fixed: Option<u16>,
+        dsync: bool,
+        ud: u64,
+    ) -> io::Result<()> {
+        self.ring.write(fd, buf, len, offset, fixed, dsync, ud)
+    }
+
+    fn fdatasync(&mut self, fd: i32, ud: u64) -> io::Result<()> {
+        self.ring.fdatasync(fd, ud)
+    }
+
+    fn fallocate(&mut self, fd: i32, offset: u64, len: u64, mode: i32, ud: u64) -> io::Result<()> {
+        self.ring.fallocate(fd, offset, len, mode, ud)
+    }
+
+    fn blocking(&mut self, lane: Option<&Arc<Lane>>, ud: u64, work: Work) {
+        match lane {
+            Some(l) => l.run(self.mailbox, ud, work),
+            None => self.offload.run(self.mailbox, ud, work),
+        }
+    }
+
+    fn mailbox(&self) -> &Arc<Mailbox> {
+        self.mailbox
+    }
+}
+
+/// An executor for tests: every operation runs on the calling thread, in
+/// the order it was started, when [`Inline::run_next`] asks for the next
+/// completion; blocking work runs after every operation started before it
+/// completed (so a job that closes a write gate finds the writes it waits
+/// for done). Deterministic: no ring, no thread, no clock.
+pub struct Inline {
+    ops: VecDeque<(u64, Work)>,
+    mailbox: Arc<Mailbox>,
+    /// Operations started, by kind, for tests that check what ran.
+    pub started: Vec<&'static str>,
+}
+
+/// A raw pointer carried into an inline operation (run on the thread that
+/// started it).
+struct Ptr(*mut u8);
+// SAFETY: an inline operation runs on the thread that started it (the
+// closure only needs `Send` to share the lanes' job type).
+unsafe impl Send for Ptr {}
+
+fn errno_result(r: nix::Result<usize>) -> i32 {
+    match r {
+        Ok(n) => n.min(i32::MAX as usize) as i32,
+        Err(e) => -(e as i32),
+    }
+}
+
+impl Inline {
+    /// An executor whose mailbox wakes nobody.
+    pub fn new(mailbox: Arc<Mailbox>) -> Inline {
+        Inline {
+            ops: VecDeque::new(),
+            mailbox,
+            started: Vec::new(),
+        }
+    }
+
+    /// Runs the next operation (or takes a completion another thread or a
+    /// write gate posted) and returns its completion; `None` when nothing
+    /// is left.
+    pub fn run_next(&mut self) -> Option<(u64, i32)> {
+        let mut posted = Vec::new();
+        self.mailbox.take(&mut posted);
+        if !posted.is_empty() {
+            for p in posted.into_iter().rev() {
+                self.ops.push_front((p.0, Box::new(move || p.1)));
+            }
+        }
+        let (ud, work) = self.ops.pop_front()?;
+        Some((ud, work()))
+    }
+
+    /// Whether no operation is waiting to run.
+    pub fn idle(&self) -> bool {
+        self.ops.is_empty()
+    }
+
+    fn push(&mut self, what: &'static str, ud: u64, work: Work) -> io::Result<()> {
+        self.started.push(what);
+        self.ops.push_back((ud, work));
+        Ok(())
+    }
+}
+
+impl Executor for Inline {
+    unsafe fn read(
+        &mut self,
+        fd: i32,
+        buf: *mut u8,
+        len: u32,
+        offset: u64,
+        _fixed: Option<u16>,
+        ud: u64,
+    ) -> io::Result<()> {
+        let p = Ptr(buf);
+        self.push(
+            "read",
+            ud,
+            Box::new(move || {
+                let p = p;
+                // SAFETY: the caller's guarantees: `fd` open and `buf` valid
+                // and the request's alone until this completes.
+                let (fd, b) = unsafe {
+                    (
+                        BorrowedFd::borrow_raw(fd),
+                        std::slice::from_raw_parts_mut(p.0, len as usize),
+                    )
+                };
+                errno_result(nix::sys::uio::pread(fd, b, offset as i64))
+            }),
+        )
+    }
+
+    unsafe fn write(
+        &mut self,
+        fd: i32,
+        buf: *const u8,
+        len: u32,
+        offset: u64,
+        _fixed: Option<u16>,
+        dsync: bool,
+        ud: u64,
+    ) -> io::Result<()> {
+        let p = Ptr(buf as *mut u8);
+        self.push(
+            "write",
+            ud,
+            Box::new(move || {
+                let p = p;
+                // SAFETY: as in `read`, the buffer only read.
+                let (bfd, b) = unsafe {
+                    (
+                        BorrowedFd::borrow_raw(fd),
+                        std::slice::from_raw_parts(p.0, len as usize),
+                    )
+                };
+                let n = nix::sys::uio::pwrite(bfd, b, offset as i64);
+                match n {
+                    Ok(n) if dsync => match nix::unistd::fdatasync(fd) {
+                        Ok(()) => errno_result(Ok(n)),
+                        Err(e) => -(e as i32),
+                    },
+                    r => errno_result(r),
+                }
+            }),
+        )
+    }
+
+    fn fdatasync(&mut self, fd: i32, ud: u64) -> io::Result<()> {
+        self.push(
+            "fdatasync",
+            ud,
+            // The descriptor is the namespace's, open until the operation
+            // completed (the request holds the namespace).
+            Box::new(move || nix::unistd::fdatasync(fd).map_or_else(|e| -(e as i32), |()| 0)),
+        )
+    }
+
+    fn fallocate(&mut self, fd: i32, offset: u64, len: u64, mode: i32, ud: u64) -> io::Result<()> {
+        self.push(
+            "fallocate",
+            ud,
+            Box::new(move || {
+                // As in `fdatasync`.
+                let mode = nix::fcntl::FallocateFlags::from_bits_retain(mode);
+                nix::fcntl::fallocate(fd, mode, offset as i64, len as i64)
+                    .map_or_else(|e| -(e as i32), |()| 0)
+            }),
+        )
+    }
+
+    fn blocking(&mut self, _lane: Option<&Arc<Lane>>, ud: u64, work: Work) {
+        let _ = self.push("blocking", ud, work);
+    }
+
+    fn mailbox(&self) -> &Arc<Mailbox> {
+        &self.mailbox
+    }
+}
