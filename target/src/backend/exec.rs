@@ -133,12 +133,26 @@ impl Executor for Uring<'_> {
 /// the order it was started, when [`Inline::run_next`] asks for the next
 /// completion; blocking work runs after every operation started before it
 /// completed (so a job that closes a write gate finds the writes it waits
-/// for done). Deterministic: no ring, no thread, no clock.
+/// for done). A lane can be held ([`Inline::hold`]): its jobs wait, as
+/// behind a job that does not end, while the others run. Deterministic: no
+/// ring, no thread, no clock.
 pub struct Inline {
-    ops: VecDeque<(u64, Work)>,
+    ops: VecDeque<Queued>,
     mailbox: Arc<Mailbox>,
+    held: Vec<usize>,
     /// Operations started, by kind, for tests that check what ran.
     pub started: Vec<&'static str>,
+}
+
+struct Queued {
+    ud: u64,
+    /// The lane it runs on (its address), if any.
+    lane: Option<usize>,
+    work: Work,
+}
+
+fn lane_key(lane: &Arc<Lane>) -> usize {
+    Arc::as_ptr(lane) as usize
 }
 
 /// A raw pointer carried into an inline operation (run on the thread that
@@ -161,8 +175,19 @@ impl Inline {
         Inline {
             ops: VecDeque::new(),
             mailbox,
+            held: Vec::new(),
             started: Vec::new(),
         }
+    }
+
+    /// Holds `lane`: its jobs wait until [`Inline::release`].
+    pub fn hold(&mut self, lane: &Arc<Lane>) {
+        self.held.push(lane_key(lane));
+    }
+
+    /// Lets `lane`'s jobs run again.
+    pub fn release(&mut self, lane: &Arc<Lane>) {
+        self.held.retain(|&k| k != lane_key(lane));
     }
 
     /// Runs the next operation (or takes a completion another thread or a
@@ -171,23 +196,38 @@ impl Inline {
     pub fn run_next(&mut self) -> Option<(u64, i32)> {
         let mut posted = Vec::new();
         self.mailbox.take(&mut posted);
-        if !posted.is_empty() {
-            for p in posted.into_iter().rev() {
-                self.ops.push_front((p.0, Box::new(move || p.1)));
+        if let Some(&(ud, res)) = posted.first() {
+            for &(ud, res) in posted[1..].iter().rev() {
+                self.ops.push_front(Queued {
+                    ud,
+                    lane: None,
+                    work: Box::new(move || res),
+                });
             }
+            return Some((ud, res));
         }
-        let (ud, work) = self.ops.pop_front()?;
-        Some((ud, work()))
+        let i = self
+            .ops
+            .iter()
+            .position(|q| q.lane.is_none_or(|l| !self.held.contains(&l)))?;
+        let q = self.ops.remove(i)?;
+        Some((q.ud, (q.work)()))
     }
 
-    /// Whether no operation is waiting to run.
+    /// Whether no operation can run (none is queued, or only on held lanes).
     pub fn idle(&self) -> bool {
-        self.ops.is_empty()
+        self.ops
+            .iter()
+            .all(|q| q.lane.is_some_and(|l| self.held.contains(&l)))
     }
 
     fn push(&mut self, what: &'static str, ud: u64, work: Work) -> io::Result<()> {
         self.started.push(what);
-        self.ops.push_back((ud, work));
+        self.ops.push_back(Queued {
+            ud,
+            lane: None,
+            work,
+        });
         Ok(())
     }
 }
@@ -279,8 +319,13 @@ impl Executor for Inline {
         )
     }
 
-    fn blocking(&mut self, _lane: Option<&Arc<Lane>>, ud: u64, work: Work) {
-        let _ = self.push("blocking", ud, work);
+    fn blocking(&mut self, lane: Option<&Arc<Lane>>, ud: u64, work: Work) {
+        self.started.push("blocking");
+        self.ops.push_back(Queued {
+            ud,
+            lane: lane.map(lane_key),
+            work,
+        });
     }
 
     fn mailbox(&self) -> &Arc<Mailbox> {

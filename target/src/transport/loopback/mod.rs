@@ -17,8 +17,7 @@ use std::time::{Duration, Instant};
 
 use nvme::{Command, Completion, SQE_SIZE};
 
-use crate::backend::offload::Offload;
-use crate::backend::uring::Ring;
+use crate::backend::exec::Inline;
 use crate::backend::DataRef;
 use crate::engine::pool::{Buf, Pool, PoolShape};
 use crate::model::controller::QueueLink;
@@ -31,12 +30,6 @@ use crate::{INLINE_DATA_SIZE, PAGE};
 mod aligned;
 
 use aligned::Aligned;
-
-/// The user data of the poll on the waker (mailbox deliveries wake the ring).
-const WAKE_UD: u64 = u64::MAX;
-/// The longest [`Loopback::run`] sleeps at once waiting for a backend
-/// completion.
-const IDLE: Duration = Duration::from_millis(20);
 
 /// Work on the "wire", delivered in order.
 #[derive(Debug, Clone, Copy)]
@@ -131,11 +124,8 @@ pub enum LoopError {
 pub struct Loopback {
     target: Arc<Target>,
     now: Instant,
-    ring: Ring,
-    offload: Offload,
-    mailbox: Arc<Mailbox>,
+    exec: Inline,
     waker: Arc<Waker>,
-    wake_armed: bool,
     pool: Pool<(usize, Token)>,
     pool_mem: Aligned,
     queues: Vec<Option<LoopQueue>>,
@@ -174,11 +164,8 @@ impl Loopback {
         Ok(Loopback {
             target,
             now: Instant::now(),
-            ring: Ring::new(256)?,
-            offload: Offload::named("loop-offload")?,
-            mailbox: Mailbox::new(waker.clone()),
+            exec: Inline::new(Mailbox::detached()),
             waker,
-            wake_armed: false,
             pool,
             pool_mem,
             queues: Vec::new(),
@@ -197,6 +184,11 @@ impl Loopback {
     /// The target.
     pub fn target(&self) -> &Arc<Target> {
         &self.target
+    }
+
+    /// Where backend work runs (a test holds a lane there).
+    pub fn executor(&mut self) -> &mut Inline {
+        &mut self.exec
     }
 
     /// The loopback's clock.
@@ -297,36 +289,17 @@ impl Loopback {
         self.run_until(|_| false);
     }
 
-    /// Runs until `done` holds or the target is idle. Returns whether `done` held.
+    /// Runs until `done` holds or nothing is left to do. Returns whether
+    /// `done` held.
     pub fn run_until(&mut self, done: impl Fn(&Loopback) -> bool) -> bool {
-        let deadline = Instant::now() + Duration::from_secs(20);
         loop {
             if done(self) {
                 return true;
             }
-            if self.pump() > 0 {
-                continue;
-            }
-            // Nothing on the wire or in the ring: only backend operations
-            // elsewhere (offload threads, a closed write gate) can still
-            // bring something.
-            if !self.busy() || Instant::now() > deadline {
+            if self.pump() == 0 {
                 return done(self);
             }
-            if !self.wake_armed {
-                self.wake_armed = self.ring.poll_in(self.waker.fd(), WAKE_UD).is_ok();
-            }
-            let _ = self.ring.wait(IDLE);
         }
-    }
-
-    /// Whether a request has a backend operation in flight (what `run`
-    /// waits for).
-    fn busy(&self) -> bool {
-        self.queues
-            .iter()
-            .flatten()
-            .any(|lq| lq.core.backend_in_flight() > 0)
     }
 
     /// One pass: the wire, the ring, the mailbox. Returns events handled.
@@ -356,28 +329,14 @@ impl Loopback {
                 }
             }
         }
-        let _ = self.ring.submit();
-        let mut cqes = [(0u64, 0i32); 32];
-        loop {
-            let k = self.ring.reap(&mut cqes);
-            if k == 0 {
-                break;
-            }
-            for &(ud, res) in &cqes[..k] {
-                if ud == WAKE_UD {
-                    self.wake_armed = false;
-                    self.waker.clear();
-                    continue;
-                }
+        // One backend operation at a time, each completion handed to its
+        // queue before the next runs (a write leaves its gate before a
+        // job that closes the gate runs).
+        if n == 0 {
+            if let Some((ud, res)) = self.exec.run_next() {
                 n += 1;
                 self.backend_done(ud, res);
             }
-        }
-        let mut mail = Vec::new();
-        self.mailbox.take(&mut mail);
-        for (ud, res) in mail {
-            n += 1;
-            self.backend_done(ud, res);
         }
         n
     }
@@ -413,16 +372,11 @@ impl Loopback {
             capsules: lq.data.ptr(),
             q,
         };
-        let mut io = crate::backend::exec::Uring {
-            ring: &mut self.ring,
-            offload: &self.offload,
-            mailbox: &self.mailbox,
-        };
         let mut env = Env {
             target: &self.target,
             now: self.now,
             mem: &mem,
-            exec: &mut io,
+            exec: &mut self.exec,
             max_keep_alive_ms: self.max_keep_alive_ms,
             worker: 0,
             tally: &mut self.tally,

@@ -26,18 +26,6 @@ fn file_ns_n(dir: &TempDir, nsid: u32, readonly_file: bool) -> Namespace {
     Namespace::new(SUB, nsid, backend, size, bs, false)
 }
 
-/// Holds `ns`'s lane until the returned sender is dropped or sent to.
-fn stuck(ns: &Namespace) -> std::sync::mpsc::Sender<()> {
-    let (tx, rx) = std::sync::mpsc::channel::<()>();
-    assert!(ns
-        .lane
-        .push(Box::new(move || {
-            let _ = rx.recv();
-        }))
-        .is_ok());
-    tx
-}
-
 fn caw(h: &mut Host, q: usize, nsid: u32, expect: Vec<u8>, data: Vec<u8>) -> (Command, Command) {
     let mut cmp = h.rw(io::COMPARE, 40, 8);
     cmp.set_nsid(nsid);
@@ -63,7 +51,8 @@ fn a_stuck_namespace_leaves_another_namespaces_compare_and_write_fast() {
     let mut h = Host::new(t);
     let (_, cntlid) = h.admin(5000);
     let q = h.io_queue(1, 32, cntlid);
-    let release = stuck(&ns1);
+    // A job that does not end holds namespace 1's lane.
+    h.lb.executor().hold(&ns1.lane);
     // Namespace 1's pair waits behind its lane; namespace 2's runs.
     let (c1, w1) = caw(&mut h, q, 1, vec![0xEE; 4096], pattern(1, 4096));
     let (c2, w2) = caw(&mut h, q, 2, vec![0xEE; 4096], pattern(2, 4096));
@@ -72,7 +61,7 @@ fn a_stuck_namespace_leaves_another_namespaces_compare_and_write_fast() {
     assert_status(h.lb.take_cqe(q, c2.cid()), Status::SUCCESS);
     assert_status(h.lb.take_cqe(q, w2.cid()), Status::SUCCESS);
     assert!(h.lb.take_cqe(q, w1.cid()).is_none(), "namespace 1 is held");
-    release.send(()).unwrap();
+    h.lb.executor().release(&ns1.lane);
     h.lb.run_until(|lb| !lb.queue_busy(q));
     assert_status(h.lb.take_cqe(q, c1.cid()), Status::SUCCESS);
     assert_status(h.lb.take_cqe(q, w1.cid()), Status::SUCCESS);
@@ -122,7 +111,8 @@ fn reservation_persistence_runs_off_the_worker() {
     let ns = t.subsystems()[0].namespace(1).unwrap();
     let mut h = Host::new(t);
     let (aq, _) = h.admin(5000);
-    let release = stuck(&ns);
+    // A job that does not end holds the namespace's lane.
+    h.lb.executor().hold(&ns.lane);
     let ptpl = |h: &mut Host| {
         let mut c = h.cmd(admin::SET_FEATURES);
         c.set_nsid(1);
@@ -138,7 +128,7 @@ fn reservation_persistence_runs_off_the_worker() {
     let again = ptpl(&mut h);
     let c = h.lb.exec(aq, &again, &[]).expect("answered at once");
     assert!(same(c.status, Status::COMMAND_INTERRUPTED), "{}", c.status);
-    release.send(()).unwrap();
+    h.lb.executor().release(&ns.lane);
     h.lb.run_until(|lb| !lb.queue_busy(aq));
     assert_status(h.lb.take_cqe(aq, set.cid()), Status::SUCCESS);
     assert!(ns.resv.lock().ptpl);
@@ -260,20 +250,14 @@ fn authentication_runs_off_the_worker_and_is_rate_limited() {
     let ka = h.cmd(admin::KEEP_ALIVE);
     assert_status(h.lb.exec(aq, &ka, &[]), Status::AUTH_REQUIRED);
     // The lane held: the Negotiate waits; another host is served meanwhile.
-    let (release, held) = std::sync::mpsc::channel::<()>();
-    assert!(t
-        .auth_lane
-        .push(Box::new(move || {
-            let _ = held.recv();
-        }))
-        .is_ok());
+    h.lb.executor().hold(&t.auth_lane);
     let neg = h.auth_send(host.negotiate());
     h.lb.send(aq, &neg, &[]).unwrap();
     let (other, _) = h.admin(0);
     let ka = h.cmd(admin::KEEP_ALIVE);
     assert_status(h.lb.exec(other, &ka, &[]), Status::SUCCESS);
     assert!(h.lb.take_cqe(aq, neg.cid()).is_none(), "waits on the lane");
-    release.send(()).unwrap();
+    h.lb.executor().release(&t.auth_lane);
     h.lb.run_until(|lb| lb.has_cqe(aq, neg.cid()));
     assert_status(h.lb.take_cqe(aq, neg.cid()), Status::SUCCESS);
     // Challenge, Reply, Success1.
