@@ -71,6 +71,12 @@ pub trait Executor {
     /// Where other threads post completions of this executor's operations
     /// (librbd's callbacks, a write gate that opens).
     fn mailbox(&self) -> &Arc<Mailbox>;
+
+    /// The io_uring behind it, if any (a transport polls descriptors and
+    /// registers memory there).
+    fn ring(&mut self) -> Option<&mut Ring> {
+        None
+    }
 }
 
 /// A worker's executor: its io_uring, the offload thread, the lanes.
@@ -126,6 +132,10 @@ impl Executor for Uring<'_> {
 
     fn mailbox(&self) -> &Arc<Mailbox> {
         self.mailbox
+    }
+
+    fn ring(&mut self) -> Option<&mut Ring> {
+        Some(self.ring)
     }
 }
 

@@ -59,7 +59,7 @@ pub struct QueueParams {
 
 /// One use of a request slot: its index and generation. Completions carry
 /// it back; one whose generation is not the slot's current one is stale.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub struct Token {
     /// The request slot.
     pub slot: u16,

@@ -1,6 +1,558 @@
-//! What a worker (poll group) needs whatever transports it drives: how
-//! long it polls before it sleeps, and how other threads wake it and hand
-//! it completions.
+//! A worker (poll group): one thread serving many queues of whatever
+//! transport carries them. It owns what every transport needs and writes it
+//! once: the table of queues ([`slots`]), the io_uring every backend
+//! operation goes through, the mailbox other threads post completions to,
+//! the pool waiters' grants, the timers (heartbeat, each queue's Connect,
+//! authentication and keep-alive deadlines, stop requests, removal of
+//! queues that ended) and the polling policy ([`polling`]). A transport
+//! ([`Transport`]) brings its connections, its completions and how a queue's
+//! actions go on its wire; what a command means is the queue core's
+//! ([`crate::queue`]).
+//!
+//! The loop busy-polls while there is work and for a while after the last
+//! of it ([`polling::spin_window_us`]), then lets each transport arm its
+//! wake-ups and sleeps in one `io_uring_enter` that wakes on any of them, a
+//! backend completion, or the worker's eventfd (a new connection, a queue
+//! to stop, a completion in the mailbox). It goes round at least every
+//! [`IDLE_WAIT`], so its heartbeat tells a sleeping worker from a stuck one.
 
 pub mod polling;
+pub mod slots;
+pub mod ud;
 pub mod wake;
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tracing::error;
+
+use crate::backend::exec::{Executor, Uring};
+use crate::backend::offload::Offload;
+use crate::backend::uring::Ring;
+use crate::config::EngineConfig;
+use crate::engine::pool::Buf;
+use crate::model::subsystem::Target;
+use crate::queue::{Env, QueueCore, Token};
+use crate::telemetry::metrics::metrics;
+use crate::telemetry::tally::Tally;
+use polling::{spin_window_us, Pace};
+pub use slots::{QueueKey, Slots};
+use ud::Ud;
+use wake::{Mailbox, Waker};
+
+/// A pass this long after the last run of the timers follows a stall.
+const STALLED: Duration = Duration::from_millis(1000);
+/// How often an awake worker runs its timers.
+pub const TICK: Duration = Duration::from_millis(100);
+/// The longest a worker sleeps: timers (connect and keep-alive timeouts, the
+/// heartbeat) need no finer grain, and everything else wakes it.
+pub const IDLE_WAIT: Duration = Duration::from_secs(1);
+/// Work done within this long of an I/O's start counts as part of a stream
+/// of I/O for the polling rule ([`spin_window_us`]): a host at queue depth 1
+/// starts one every round trip; keep-alives and the workers' timers start
+/// none.
+const IO_RECENT: Duration = Duration::from_millis(1);
+/// io_uring entries per worker.
+const RING_ENTRIES: u32 = 4096;
+
+/// What other threads share with a worker.
+pub struct WorkerShared {
+    /// Its index.
+    pub index: usize,
+    /// Wakes it; its heartbeat.
+    pub waker: Arc<Waker>,
+    /// Completions from outside its ring (lanes, the offload thread,
+    /// librbd, a write gate that opened).
+    pub mailbox: Arc<Mailbox>,
+    /// Asks it to disconnect everything and stop.
+    pub stop: AtomicBool,
+}
+
+impl WorkerShared {
+    /// A worker's shared half.
+    pub fn new(index: usize) -> std::io::Result<Arc<WorkerShared>> {
+        let waker = Waker::new()?;
+        Ok(Arc::new(WorkerShared {
+            index,
+            mailbox: Mailbox::new(waker.clone()),
+            waker,
+            stop: AtomicBool::new(false),
+        }))
+    }
+}
+
+/// A data buffer given back to a pool, for the request that waited for it.
+#[derive(Debug, Clone, Copy)]
+pub struct Grant {
+    /// The pool (the transport's number for it).
+    pub pool: usize,
+    /// The waiting request's queue.
+    pub queue: QueueKey,
+    /// The request.
+    pub req: Token,
+    /// The buffer.
+    pub buf: Buf,
+}
+
+/// What a worker lends a transport while it handles an event.
+pub struct Lend<'a> {
+    /// The target.
+    pub target: &'a Arc<Target>,
+    /// Engine settings.
+    pub cfg: &'a EngineConfig,
+    /// Where backend work runs.
+    pub exec: &'a mut dyn Executor,
+    /// Buffers given back to a pool that a waiting request gets (the
+    /// worker hands them out after the event).
+    pub grants: &'a mut Vec<Grant>,
+    /// When the worker's current pass began: the time of every event it
+    /// handles (one clock read per pass, not per request; a clock read is a
+    /// system call where the clock source has no vDSO path).
+    pub now: Instant,
+    /// The worker's tally.
+    pub tally: &'a mut Tally,
+    /// The worker's index.
+    pub worker: usize,
+    /// The worker's waker (a queue's controller stops it through it).
+    pub waker: &'a Arc<Waker>,
+    /// The worker is stopping (it takes no new connection).
+    pub stopping: bool,
+}
+
+impl Lend<'_> {
+    /// Hands an event to `core`, whose request data `mem` says where to
+    /// find: the environment every transport's call builds.
+    pub fn env<R>(
+        &mut self,
+        core: &mut QueueCore,
+        mem: &dyn crate::queue::Memory,
+        f: impl FnOnce(&mut QueueCore, &mut Env<'_, '_>) -> R,
+    ) -> R {
+        let mut env = Env {
+            target: self.target,
+            now: self.now,
+            mem,
+            exec: &mut *self.exec,
+            max_keep_alive_ms: self.cfg.max_keep_alive_ms,
+            worker: self.worker,
+            tally: &mut *self.tally,
+        };
+        f(core, &mut env)
+    }
+
+    /// The worker's io_uring, for a transport that polls descriptors or
+    /// registers memory there (a worker thread's executor has one).
+    pub fn ring(&mut self) -> Option<&mut Ring> {
+        self.exec.ring()
+    }
+}
+
+/// An event for one queue's core.
+pub type CoreEvent<'e> = &'e mut dyn FnMut(&mut QueueCore, &mut Env<'_, '_>);
+
+/// A transport's part of a worker: its connections and completions, and
+/// how its queues' actions go on its wire. The worker calls it; it never
+/// calls the worker.
+pub trait Transport {
+    /// One queue of this transport (holding its [`QueueCore`]).
+    type Queue;
+
+    /// The metrics label of its queues' worker gauge.
+    fn name(&self) -> &'static str;
+
+    /// Takes the connections handed to this worker and sets each up as a
+    /// queue in `queues`. Returns how many it handled.
+    fn accept(&mut self, w: &mut Lend<'_>, queues: &mut Slots<Self::Queue>) -> usize;
+
+    /// Handles what completed outside the worker's ring (an RDMA completion
+    /// queue). Returns how many events.
+    fn poll(&mut self, w: &mut Lend<'_>, queues: &mut Slots<Self::Queue>) -> usize;
+
+    /// One of its own operations on the worker's ring completed (a poll of
+    /// a descriptor of its own).
+    fn complete(&mut self, w: &mut Lend<'_>, queues: &mut Slots<Self::Queue>, ud: Ud, res: i32);
+
+    /// Hands `event` to queue `key`'s core, then carries out the actions
+    /// the core queued.
+    fn call(&mut self, w: &mut Lend<'_>, key: QueueKey, q: &mut Self::Queue, event: CoreEvent<'_>);
+
+    /// Gives `buf` back to its pool `pool` (its waiter no longer wanted it).
+    fn give(&mut self, w: &mut Lend<'_>, pool: usize, buf: Buf);
+
+    /// Posts what its queues batched in this pass.
+    fn flush(&mut self, w: &mut Lend<'_>, queues: &mut Slots<Self::Queue>);
+
+    /// Before the worker sleeps: arms its wake-ups on the ring and looks
+    /// once more. Returns the events found meanwhile (which cancel the sleep).
+    fn arm(&mut self, w: &mut Lend<'_>, queues: &mut Slots<Self::Queue>) -> usize;
+
+    /// The timers (every [`TICK`]): its own, then each queue's (`stop`: the
+    /// worker stops, every queue disconnects); the keys of queues that
+    /// ended and may be removed go to `gone`.
+    fn tick(
+        &mut self,
+        w: &mut Lend<'_>,
+        queues: &mut Slots<Self::Queue>,
+        stop: bool,
+        gone: &mut Vec<QueueKey>,
+    );
+
+    /// Queue `q`, which ended, leaves the worker.
+    fn teardown(&mut self, w: &mut Lend<'_>, q: Self::Queue);
+
+    /// After the timers removed queues: what may go with them (a removed
+    /// device nobody uses any more).
+    fn tidy(&mut self, _w: &mut Lend<'_>, _queues: &mut Slots<Self::Queue>) {}
+}
+
+/// A worker's queues and transport and what it lends them, without the
+/// thread: what drives them (the worker's loop, or a test) supplies the
+/// executor and the time. Field order is drop order: the queues (which may
+/// name memory of the transport) go before the transport.
+pub struct Group<T: Transport> {
+    /// The queues.
+    pub queues: Slots<T::Queue>,
+    /// The transport.
+    pub transport: T,
+    grants: Vec<Grant>,
+    tally: Tally,
+    label: String,
+    index: usize,
+    waker: Arc<Waker>,
+    target: Arc<Target>,
+    cfg: EngineConfig,
+    /// The time of the events being handled.
+    pub now: Instant,
+    /// The worker is stopping: every queue disconnects, none is accepted.
+    pub stopping: bool,
+}
+
+/// Borrows the group's parts as a [`Lend`] over `exec`.
+macro_rules! lend {
+    ($g:expr, $exec:expr) => {
+        Lend {
+            target: &$g.target,
+            cfg: &$g.cfg,
+            exec: $exec,
+            grants: &mut $g.grants,
+            now: $g.now,
+            tally: &mut $g.tally,
+            worker: $g.index,
+            waker: &$g.waker,
+            stopping: $g.stopping,
+        }
+    };
+}
+
+impl<T: Transport> Group<T> {
+    /// Worker `index`'s group over `transport`; `waker` wakes whatever
+    /// drives it.
+    pub fn new(
+        index: usize,
+        waker: Arc<Waker>,
+        transport: T,
+        target: Arc<Target>,
+        cfg: EngineConfig,
+    ) -> Group<T> {
+        Group {
+            queues: Slots::default(),
+            transport,
+            grants: Vec::new(),
+            tally: Tally::new(),
+            label: index.to_string(),
+            index,
+            waker,
+            target,
+            cfg,
+            now: Instant::now(),
+            stopping: false,
+        }
+    }
+
+    /// Runs `f` with the transport, the queues and a [`Lend`] over `exec`;
+    /// then gives out the buffers that came back meanwhile.
+    pub fn with<R>(
+        &mut self,
+        exec: &mut dyn Executor,
+        f: impl FnOnce(&mut T, &mut Slots<T::Queue>, &mut Lend<'_>) -> R,
+    ) -> R {
+        let r = {
+            let mut w = lend!(self, &mut *exec);
+            f(&mut self.transport, &mut self.queues, &mut w)
+        };
+        self.hand_out(exec);
+        r
+    }
+
+    /// Hands `event` to queue `key`, if it is still there; then gives out
+    /// the buffers that came back meanwhile.
+    pub fn deliver(&mut self, exec: &mut dyn Executor, key: QueueKey, event: CoreEvent<'_>) {
+        if let Some(q) = self.queues.get_mut(key) {
+            let mut w = lend!(self, &mut *exec);
+            self.transport.call(&mut w, key, q, event);
+        }
+        self.hand_out(exec);
+    }
+
+    /// Gives buffers that came back to the requests waiting for them.
+    fn hand_out(&mut self, exec: &mut dyn Executor) {
+        while let Some(g) = self.grants.pop() {
+            let mut w = lend!(self, &mut *exec);
+            let mut back = Some(g.buf);
+            if let Some(q) = self.queues.get_mut(g.queue) {
+                self.transport.call(&mut w, g.queue, q, &mut |c, env| {
+                    back = c.buffer_granted(env, g.req, g.buf);
+                    if back.is_none() {
+                        env.tally.buffer(g.buf.class as usize, 1);
+                    }
+                });
+            }
+            if let Some(b) = back {
+                self.transport.give(&mut w, g.pool, b);
+            }
+        }
+    }
+
+    /// A completion of a backend operation (its request's queue gets it)
+    /// or of the transport's own.
+    pub fn complete(&mut self, exec: &mut dyn Executor, raw: u64, res: i32) {
+        let ud = Ud::unpack(raw);
+        match ud.kind {
+            ud::IO => self.deliver(exec, ud.queue, &mut |c, env| {
+                c.backend_done(env, ud.req, res)
+            }),
+            _ => self.with(exec, |t, queues, w| t.complete(w, queues, ud, res)),
+        }
+    }
+
+    /// Posts what the transport's queues batched.
+    pub fn flush(&mut self, exec: &mut dyn Executor) {
+        self.with(exec, |t, queues, w| t.flush(w, queues));
+    }
+
+    /// Timers: the transport's and each queue's, stop requests, and removal
+    /// of queues that ended.
+    pub fn tick(&mut self, exec: &mut dyn Executor) {
+        self.tally.publish();
+        let stop = self.stopping;
+        let mut gone = Vec::new();
+        self.with(exec, |t, queues, w| t.tick(w, queues, stop, &mut gone));
+        for key in gone {
+            let Some(q) = self.queues.remove(key) else {
+                continue;
+            };
+            let mut w = lend!(self, &mut *exec);
+            self.transport.teardown(&mut w, q);
+            self.target.live_queues.fetch_sub(1, Ordering::AcqRel);
+            metrics()
+                .engine
+                .worker_queues
+                .with_label_values(&[&self.label])
+                .dec();
+        }
+        // What the timers queued (AER answers, liveness probes) goes now, not
+        // after the next wake-up.
+        self.flush(exec);
+        self.with(exec, |t, queues, w| t.tidy(w, queues));
+    }
+}
+
+/// A worker thread: its group, its ring and what wakes it. Field order is
+/// drop order: the ring (with its fixed-buffer registrations of a
+/// transport's memory) goes before the group.
+pub struct Worker<T: Transport> {
+    ring: Ring,
+    group: Group<T>,
+    wake_armed: bool,
+    /// The eventfd fired (a queue to stop, the worker to stop): run the
+    /// timers in this pass rather than after the next sleep.
+    tick_now: bool,
+    shared: Arc<WorkerShared>,
+    offload: Arc<Offload>,
+}
+
+/// The worker's executor: its ring, offload thread and mailbox.
+macro_rules! uring {
+    ($w:expr) => {
+        &mut Uring {
+            ring: &mut $w.ring,
+            offload: &$w.offload,
+            mailbox: &$w.shared.mailbox,
+        }
+    };
+}
+
+impl<T: Transport> Worker<T> {
+    /// A worker serving `transport`, ready to run.
+    pub fn new(
+        shared: Arc<WorkerShared>,
+        transport: T,
+        target: Arc<Target>,
+        cfg: EngineConfig,
+        offload: Arc<Offload>,
+    ) -> Result<Worker<T>, String> {
+        let ring = Ring::new(RING_ENTRIES).map_err(|e| format!("io_uring setup: {e}"))?;
+        Ok(Worker {
+            ring,
+            group: Group::new(shared.index, shared.waker.clone(), transport, target, cfg),
+            wake_armed: false,
+            tick_now: false,
+            shared,
+            offload,
+        })
+    }
+
+    /// A completion on the ring or through the mailbox: the worker's own
+    /// wake-up, or its group's.
+    fn complete(&mut self, raw: u64, res: i32) {
+        if Ud::unpack(raw).kind == ud::POLL_WAKE {
+            self.wake_armed = false;
+            self.tick_now = true;
+            self.shared.waker.clear();
+            return;
+        }
+        self.group.complete(uring!(self), raw, res);
+    }
+
+    fn tick(&mut self) {
+        self.shared.waker.beat();
+        self.group.stopping = self.shared.stop.load(Ordering::Acquire);
+        self.group.tick(uring!(self));
+    }
+
+    /// The loop. Returns when asked to stop and every queue is gone.
+    pub fn run(mut self) {
+        // A local, so dropped before `self` (the transport's memory) if this
+        // unwinds.
+        let _abort = crate::transport::abort::AbortOnUnwind("worker");
+        let m = metrics();
+        let label = self.shared.index.to_string();
+        let busy = m.engine.worker_busy.with_label_values(&[&label]);
+        let wakeups = m.engine.worker_wakeups.with_label_values(&[&label]);
+        let mut cqes = [(0u64, 0i32); 64];
+        let mut mail = Vec::new();
+        let mut last_work = Instant::now();
+        let mut last_tick = last_work;
+        // The start of the last pass that found work: the busy time runs from
+        // there to the start of the next pass (one clock read per pass).
+        let mut busy_since: Option<Instant> = None;
+        let mut woke = false;
+        // When the target last started an I/O (seen by this worker).
+        let (mut io_seen, mut last_io) = (0i64, last_work);
+        // The hosts' turn-around under light load, and since when the target
+        // has had nothing in flight (while I/O flowed).
+        let mut pace = Pace::default();
+        let mut answered_at: Option<Instant> = None;
+        loop {
+            let now = Instant::now();
+            self.group.now = now;
+            let target = self.group.target.clone();
+            let io_started = target.io_started.sum(Ordering::Relaxed);
+            if io_started != io_seen {
+                (io_seen, last_io) = (io_started, now);
+                if let Some(at) = answered_at.take() {
+                    let max = self.group.cfg.light_load_spin_us;
+                    pace.learn(now.duration_since(at).as_micros() as u64, max);
+                }
+            }
+            if let Some(b) = busy_since.take() {
+                busy.inc_by(now.duration_since(b).as_secs_f64());
+            }
+            if std::mem::take(&mut woke) {
+                last_work = now;
+            }
+            // A worker that did not run for a while (its process stopped,
+            // its threads frozen) runs its timers first: an association
+            // whose keep-alive expired meanwhile, which its host has given
+            // up on and retried elsewhere, ends before its commands that
+            // waited in the receive queue could execute.
+            if now.duration_since(last_tick) >= STALLED {
+                last_tick = now;
+                self.tick();
+            }
+            let mut work = self
+                .group
+                .with(uring!(self), |t, queues, w| t.poll(w, queues));
+            let n = self.ring.reap(&mut cqes);
+            for &(ud, res) in &cqes[..n] {
+                self.complete(ud, res);
+            }
+            work += n;
+            self.shared.mailbox.take(&mut mail);
+            work += mail.len();
+            for (ud, res) in mail.drain(..) {
+                self.complete(ud, res);
+            }
+            self.group.stopping = self.shared.stop.load(Ordering::Acquire);
+            work += self
+                .group
+                .with(uring!(self), |t, queues, w| t.accept(w, queues));
+            self.group.flush(uring!(self));
+            if let Err(e) = self.ring.submit() {
+                error!(worker = self.shared.index, error = %e, "io_uring submit");
+            }
+            if std::mem::take(&mut self.tick_now) || now.duration_since(last_tick) >= TICK {
+                last_tick = now;
+                self.tick();
+                if self.shared.stop.load(Ordering::Acquire) && self.group.queues.is_empty() {
+                    return;
+                }
+            }
+            if work > 0 {
+                busy_since = Some(now);
+                last_work = now;
+                continue;
+            }
+            let in_flight = target.io_in_flight.sum(Ordering::Relaxed).max(0) as usize;
+            let io_recent = last_work.duration_since(last_io) < IO_RECENT;
+            if in_flight == 0 && io_recent && answered_at.is_none() {
+                answered_at = Some(now);
+            }
+            let spin = Duration::from_micros(spin_window_us(
+                target.poll_spin_us.load(Ordering::Relaxed),
+                pace.window_us(self.group.cfg.light_load_spin_us),
+                in_flight,
+                io_recent,
+            ));
+            if now.duration_since(last_work) < spin {
+                std::hint::spin_loop();
+                continue;
+            }
+            // Sleep: what was counted goes out first; the transport arms its
+            // wake-ups and looks once more, then the worker waits on the ring.
+            self.group.tally.publish();
+            let late = self
+                .group
+                .with(uring!(self), |t, queues, w| t.arm(w, queues));
+            if late > 0 {
+                self.group.flush(uring!(self));
+                busy_since = Some(now);
+                last_work = now;
+                continue;
+            }
+            if !self.wake_armed {
+                self.wake_armed = self
+                    .ring
+                    .poll_in(self.shared.waker.fd(), Ud::worker(ud::POLL_WAKE).pack())
+                    .is_ok();
+            }
+            if let Err(e) = self.ring.wait(IDLE_WAIT) {
+                error!(worker = self.shared.index, error = %e, "io_uring wait");
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            wakeups.inc();
+            woke = true;
+        }
+    }
+}
+
+/// Counts a queue a transport added to its worker's table.
+pub fn queue_added(w: &Lend<'_>) {
+    w.target.live_queues.fetch_add(1, Ordering::AcqRel);
+    metrics()
+        .engine
+        .worker_queues
+        .with_label_values(&[&w.worker.to_string()])
+        .inc();
+}

@@ -19,12 +19,15 @@ use nvme::{Command, Completion, SQE_SIZE};
 
 use crate::backend::exec::Inline;
 use crate::backend::DataRef;
+use crate::config::EngineConfig;
 use crate::engine::pool::{Buf, Pool, PoolShape};
 use crate::model::controller::QueueLink;
 use crate::model::subsystem::Target;
-use crate::queue::{Action, Addrs, Env, Memory, QueueCore, QueueParams, Token};
-use crate::telemetry::tally::Tally;
+use crate::queue::{Action, Addrs, Memory, QueueCore, QueueParams, Token};
+use crate::worker::slots::{QueueKey, Slots};
+use crate::worker::ud::{self, Ud};
 use crate::worker::wake::{Mailbox, Waker};
+use crate::worker::{CoreEvent, Grant, Group, Lend, Transport};
 use crate::{INLINE_DATA_SIZE, PAGE};
 
 mod aligned;
@@ -35,23 +38,23 @@ use aligned::Aligned;
 #[derive(Debug, Clone, Copy)]
 enum Wire {
     Fetched {
-        q: usize,
+        q: QueueKey,
         req: Token,
         ok: bool,
     },
     /// The response was delivered (`Some`), or its data could not be.
     Sent {
-        q: usize,
+        q: QueueKey,
         req: Token,
         cqe: Option<Completion>,
     },
     ProbeAnswered {
-        q: usize,
+        q: QueueKey,
     },
 }
 
 /// One queue: its core, its receive buffers, what its host received.
-struct LoopQueue {
+pub struct LoopQueue {
     core: QueueCore,
     /// The in-capsule data of each receive slot (page-aligned slots).
     data: Aligned,
@@ -67,7 +70,7 @@ struct LoopQueue {
 struct LoopMemory {
     pool: *mut u8,
     capsules: *mut u8,
-    q: usize,
+    q: QueueKey,
 }
 
 impl Memory for LoopMemory {
@@ -86,7 +89,7 @@ impl Memory for LoopMemory {
         }
     }
     fn backend_ud(&self, t: Token) -> u64 {
-        (self.q as u64) << 32 | (t.slot as u64) << 16 | t.gen as u64
+        Ud::of(ud::IO, self.q, t).pack()
     }
 }
 
@@ -120,30 +123,251 @@ pub enum LoopError {
     TooMuchData(usize),
 }
 
-/// A host and the target, in process.
-pub struct Loopback {
-    target: Arc<Target>,
-    now: Instant,
-    exec: Inline,
-    waker: Arc<Waker>,
-    pool: Pool<(usize, Token)>,
+/// The loopback transport: the host's memory and the wire.
+pub struct Wires {
+    pool: Pool<(QueueKey, Token)>,
     pool_mem: Aligned,
-    queues: Vec<Option<LoopQueue>>,
     windows: HashMap<u32, Vec<u8>>,
-    next_key: u32,
     wire: VecDeque<Wire>,
-    /// Buffers given back that waiting requests get.
-    grants: Vec<((usize, Token), Buf)>,
     /// Whether a probe is answered (a host that is gone answers none).
-    pub answer_probes: bool,
+    answer_probes: bool,
     /// Queues whose host takes no response (posts no receives): their
     /// responses are held, never delivered.
-    pub deaf: Vec<usize>,
+    deaf: Vec<QueueKey>,
     /// Responses held for the deaf queues.
     held: Vec<Wire>,
-    /// `[target] max_keep_alive_ms`.
-    pub max_keep_alive_ms: u32,
-    tally: Tally,
+}
+
+impl Wires {
+    fn give_buf(&mut self, w: &mut Lend<'_>, b: Buf) {
+        if let Some(((queue, req), buf)) = self.pool.give(b) {
+            w.grants.push(Grant {
+                pool: 0,
+                queue,
+                req,
+                buf,
+            });
+        }
+    }
+
+    /// Carries out one of queue `key`'s actions.
+    fn act(&mut self, w: &mut Lend<'_>, key: QueueKey, q: &mut LoopQueue, a: Action) {
+        let pool = self.pool_mem.ptr();
+        match a {
+            Action::Repost(slot) => q.free_slots.push(slot),
+            Action::NeedBuffer { req, len } => {
+                let Some(class) = self.pool.shape().class_for(len as usize) else {
+                    // No buffer is that large: the transport gives up on the queue.
+                    return self.call(w, key, q, &mut |c, env| c.fail(env));
+                };
+                if let Some(b) = self.pool.take(class, key.owner(), (key, req)) {
+                    let mut back = None;
+                    self.call(w, key, q, &mut |c, env| {
+                        back = c.buffer_granted(env, req, b)
+                    });
+                    if let Some(b) = back {
+                        self.give_buf(w, b);
+                    }
+                }
+            }
+            Action::Fetch {
+                req,
+                buf,
+                addr,
+                len,
+                key: wkey,
+            } => {
+                let src = self
+                    .windows
+                    .get(&wkey)
+                    .and_then(|v| v.get(addr as usize..addr as usize + len as usize));
+                let ok = match src {
+                    Some(src) => {
+                        // SAFETY: `buf` is the request's pool buffer, of at
+                        // least `len` bytes, used by nothing else while
+                        // its data is fetched.
+                        unsafe {
+                            std::ptr::copy_nonoverlapping(
+                                src.as_ptr(),
+                                pool.wrapping_add(buf.offset),
+                                len as usize,
+                            )
+                        };
+                        true
+                    }
+                    // A remote access error: the connection breaks.
+                    None => false,
+                };
+                if !ok {
+                    self.call(w, key, q, &mut |c, env| c.fail(env));
+                }
+                self.wire.push_back(Wire::Fetched { q: key, req, ok });
+            }
+            Action::Respond {
+                req,
+                cqe,
+                data,
+                invalidate,
+            } => {
+                if let Some(d) = data {
+                    let dst = self
+                        .windows
+                        .get_mut(&d.key)
+                        .and_then(|v| v.get_mut(d.addr as usize..d.addr as usize + d.len as usize));
+                    match dst {
+                        // SAFETY: `d.buf` is the request's pool buffer of at
+                        // least `d.len` bytes; nothing writes it while the
+                        // request responds.
+                        Some(dst) => unsafe {
+                            std::ptr::copy_nonoverlapping(
+                                pool.wrapping_add(d.buf.offset),
+                                dst.as_mut_ptr(),
+                                d.len as usize,
+                            )
+                        },
+                        None => {
+                            // A remote access error: the connection breaks
+                            // and the response is flushed.
+                            self.call(w, key, q, &mut |c, env| c.fail(env));
+                            self.wire.push_back(Wire::Sent {
+                                q: key,
+                                req,
+                                cqe: None,
+                            });
+                            return;
+                        }
+                    }
+                }
+                q.invalidated.extend(invalidate);
+                let sent = Wire::Sent {
+                    q: key,
+                    req,
+                    cqe: Some(cqe),
+                };
+                if self.deaf.contains(&key) {
+                    self.held.push(sent);
+                } else {
+                    self.wire.push_back(sent);
+                }
+            }
+            Action::GiveBuffer(b) => self.give_buf(w, b),
+            Action::Probe => {
+                if self.answer_probes {
+                    self.wire.push_back(Wire::ProbeAnswered { q: key });
+                }
+            }
+            Action::Close => {
+                q.closed = true;
+                // The connection's sends are flushed: held responses fail.
+                let (mine, others) = std::mem::take(&mut self.held)
+                    .into_iter()
+                    .partition(|h| matches!(h, Wire::Sent { q: x, .. } if *x == key));
+                self.held = others;
+                for h in mine {
+                    if let Wire::Sent { q, req, .. } = h {
+                        self.wire.push_back(Wire::Sent { q, req, cqe: None });
+                    }
+                }
+            }
+        }
+    }
+}
+
+impl Transport for Wires {
+    type Queue = LoopQueue;
+
+    fn name(&self) -> &'static str {
+        "loop"
+    }
+
+    /// The host accepts its queues itself ([`Loopback::accept`]).
+    fn accept(&mut self, _w: &mut Lend<'_>, _queues: &mut Slots<LoopQueue>) -> usize {
+        0
+    }
+
+    /// Delivers the work on the wire, in order.
+    fn poll(&mut self, w: &mut Lend<'_>, queues: &mut Slots<LoopQueue>) -> usize {
+        let mut n = 0;
+        while let Some(ev) = self.wire.pop_front() {
+            n += 1;
+            match ev {
+                Wire::Fetched { q, req, ok } => {
+                    if let Some(lq) = queues.get_mut(q) {
+                        self.call(w, q, lq, &mut |c, env| c.fetched(env, req, ok));
+                    }
+                }
+                Wire::Sent { q, req, cqe } => {
+                    if let Some(lq) = queues.get_mut(q) {
+                        if let (Some(cqe), false) = (cqe, lq.closed) {
+                            lq.cqes.push_back(cqe);
+                        }
+                        self.call(w, q, lq, &mut |c, env| c.sent(env, req, cqe.is_some()));
+                    }
+                }
+                Wire::ProbeAnswered { q } => {
+                    if let Some(lq) = queues.get_mut(q) {
+                        lq.core.probe_answered(w.now);
+                    }
+                }
+            }
+        }
+        n
+    }
+
+    fn complete(&mut self, _w: &mut Lend<'_>, _q: &mut Slots<LoopQueue>, _ud: Ud, _res: i32) {}
+
+    fn call(&mut self, w: &mut Lend<'_>, key: QueueKey, q: &mut LoopQueue, event: CoreEvent<'_>) {
+        let mem = LoopMemory {
+            pool: self.pool_mem.ptr(),
+            capsules: q.data.ptr(),
+            q: key,
+        };
+        w.env(&mut q.core, &mem, |c, env| event(c, env));
+        while let Some(a) = q.core.next_action() {
+            self.act(w, key, q, a);
+        }
+    }
+
+    fn give(&mut self, w: &mut Lend<'_>, _pool: usize, buf: Buf) {
+        self.give_buf(w, buf);
+    }
+
+    fn flush(&mut self, _w: &mut Lend<'_>, _queues: &mut Slots<LoopQueue>) {}
+
+    fn arm(&mut self, _w: &mut Lend<'_>, _queues: &mut Slots<LoopQueue>) -> usize {
+        0
+    }
+
+    /// Each queue's timers; a closed queue leaves only when the host reaps
+    /// it ([`Loopback::reap_closed`]).
+    fn tick(
+        &mut self,
+        w: &mut Lend<'_>,
+        queues: &mut Slots<LoopQueue>,
+        _stop: bool,
+        _gone: &mut Vec<QueueKey>,
+    ) {
+        for key in queues.keys() {
+            if let Some(q) = queues.get_mut(key) {
+                self.call(w, key, q, &mut |c, env| c.timer(env));
+            }
+        }
+    }
+
+    fn teardown(&mut self, w: &mut Lend<'_>, mut q: LoopQueue) {
+        q.core.teardown(w.target);
+    }
+}
+
+/// A host and the target, in process.
+pub struct Loopback {
+    group: Group<Wires>,
+    exec: Inline,
+    /// The queues, by the number [`Loopback::accept`] gave them.
+    keys: Vec<QueueKey>,
+    waker: Arc<Waker>,
+    next_key: u32,
+    target: Arc<Target>,
 }
 
 /// The default pool: 64 small buffers of 8 KiB and 8 large ones of the
@@ -161,23 +385,26 @@ impl Loopback {
         let waker = Waker::new()?;
         let pool = Pool::new(shape);
         let pool_mem = Aligned::new(pool.shape().bytes().max(PAGE));
-        Ok(Loopback {
-            target,
-            now: Instant::now(),
-            exec: Inline::new(Mailbox::detached()),
-            waker,
+        let wires = Wires {
             pool,
             pool_mem,
-            queues: Vec::new(),
             windows: HashMap::new(),
-            next_key: 1,
             wire: VecDeque::new(),
-            grants: Vec::new(),
             answer_probes: true,
             deaf: Vec::new(),
             held: Vec::new(),
-            max_keep_alive_ms: 120_000,
-            tally: Tally::new(),
+        };
+        let cfg = EngineConfig {
+            workers: 1,
+            ..EngineConfig::default()
+        };
+        Ok(Loopback {
+            group: Group::new(0, waker.clone(), wires, target.clone(), cfg),
+            exec: Inline::new(Mailbox::detached()),
+            keys: Vec::new(),
+            waker,
+            next_key: 1,
+            target,
         })
     }
 
@@ -193,14 +420,25 @@ impl Loopback {
 
     /// The loopback's clock.
     pub fn now(&self) -> Instant {
-        self.now
+        self.group.now
     }
 
     /// Moves the clock forward by `d` and runs every queue's timers.
     pub fn advance(&mut self, d: Duration) {
-        self.now += d;
-        for q in 0..self.queues.len() {
-            self.with_core(q, |c, env| c.timer(env));
+        self.group.now += d;
+        self.group.tick(&mut self.exec);
+    }
+
+    /// Whether a probe is answered (a host that is gone answers none).
+    pub fn answer_probes(&mut self, yes: bool) {
+        self.group.transport.answer_probes = yes;
+    }
+
+    /// Queue `q`'s host takes no response (posts no receives): its
+    /// responses are held, never delivered.
+    pub fn deafen(&mut self, q: usize) {
+        if let Some(&k) = self.keys.get(q) {
+            self.group.transport.deaf.push(k);
         }
     }
 
@@ -208,22 +446,35 @@ impl Loopback {
     /// accepts a connection); returns its index.
     pub fn accept(&mut self, qid: u16, sq_size: u16) -> usize {
         let params = QueueParams { qid, sq_size };
-        let waker = self.waker.clone();
         let addrs = Addrs {
             peer: Some("192.0.2.1:4420".parse().expect("an address")),
             local: Some("192.0.2.2:4420".parse().expect("an address")),
         };
-        let core = QueueCore::new(params, addrs, QueueLink::new(qid, waker), None, self.now);
+        let link = QueueLink::new(qid, self.waker.clone());
+        let core = QueueCore::new(params, addrs, link, None, self.group.now);
         let slots = sq_size as u32;
-        self.queues.push(Some(LoopQueue {
-            core,
-            data: Aligned::new(slots as usize * INLINE_DATA_SIZE as usize),
-            free_slots: (0..slots).rev().collect(),
-            cqes: VecDeque::new(),
-            invalidated: Vec::new(),
-            closed: false,
-        }));
-        self.queues.len() - 1
+        let key = self.group.queues.vacant().expect("a free slot");
+        self.group.queues.insert(
+            key,
+            LoopQueue {
+                core,
+                data: Aligned::new(slots as usize * INLINE_DATA_SIZE as usize),
+                free_slots: (0..slots).rev().collect(),
+                cqes: VecDeque::new(),
+                invalidated: Vec::new(),
+                closed: false,
+            },
+        );
+        self.keys.push(key);
+        self.keys.len() - 1
+    }
+
+    fn queue(&self, q: usize) -> Option<&LoopQueue> {
+        self.group.queues.get(*self.keys.get(q)?)
+    }
+
+    fn queue_mut(&mut self, q: usize) -> Option<&mut LoopQueue> {
+        self.group.queues.get_mut(*self.keys.get(q)?)
     }
 
     /// Registers host memory holding `bytes`; returns its key (the address
@@ -231,13 +482,13 @@ impl Loopback {
     pub fn window(&mut self, bytes: Vec<u8>) -> u32 {
         let k = self.next_key;
         self.next_key += 1;
-        self.windows.insert(k, bytes);
+        self.group.transport.windows.insert(k, bytes);
         k
     }
 
     /// The host memory of window `key`.
     pub fn window_data(&self, key: u32) -> &[u8] {
-        self.windows.get(&key).map_or(&[], |v| v)
+        self.group.transport.windows.get(&key).map_or(&[], |v| v)
     }
 
     /// The host sends a capsule on queue `q`: command `cmd` with
@@ -252,11 +503,7 @@ impl Loopback {
         if in_capsule.len() > INLINE_DATA_SIZE as usize {
             return Err(LoopError::TooMuchData(in_capsule.len()));
         }
-        let lq = self
-            .queues
-            .get_mut(q)
-            .and_then(|x| x.as_mut())
-            .ok_or(LoopError::NoQueue(q))?;
+        let lq = self.queue_mut(q).ok_or(LoopError::NoQueue(q))?;
         if lq.closed {
             return Err(LoopError::Closed(q));
         }
@@ -274,13 +521,20 @@ impl Loopback {
         } else {
             SQE_SIZE + in_capsule.len()
         } as u32;
-        self.with_core(q, |c, env| c.capsule(env, slot, sqe, byte_len));
+        let key = self.keys[q];
+        self.group.deliver(&mut self.exec, key, &mut |c, env| {
+            c.capsule(env, slot, sqe, byte_len)
+        });
         Ok(())
     }
 
     /// The host's side goes away (a disconnect of the connection).
     pub fn host_disconnect(&mut self, q: usize) {
-        self.with_core(q, |c, env| c.disconnect(env, "host disconnected", "host"));
+        if let Some(&key) = self.keys.get(q) {
+            self.group.deliver(&mut self.exec, key, &mut |c, env| {
+                c.disconnect(env, "host disconnected", "host")
+            });
+        }
     }
 
     /// Runs until nothing is left to do: work on the wire delivered,
@@ -302,248 +556,37 @@ impl Loopback {
         }
     }
 
-    /// One pass: the wire, the ring, the mailbox. Returns events handled.
+    /// One pass: the wire, then (when it is quiet) one backend operation.
+    /// Returns events handled.
     fn pump(&mut self) -> usize {
-        let mut n = 0;
-        while let Some(w) = self.wire.pop_front() {
-            n += 1;
-            match w {
-                Wire::Fetched { q, req, ok } => {
-                    self.with_core(q, |c, env| c.fetched(env, req, ok));
-                }
-                Wire::Sent { q, req, cqe } => {
-                    if let (Some(lq), Some(cqe)) =
-                        (self.queues.get_mut(q).and_then(|x| x.as_mut()), cqe)
-                    {
-                        if !lq.closed {
-                            lq.cqes.push_back(cqe);
-                        }
-                    }
-                    self.with_core(q, |c, env| c.sent(env, req, cqe.is_some()));
-                }
-                Wire::ProbeAnswered { q } => {
-                    let now = self.now;
-                    if let Some(lq) = self.queues.get_mut(q).and_then(|x| x.as_mut()) {
-                        lq.core.probe_answered(now);
-                    }
-                }
-            }
+        let n = self
+            .group
+            .with(&mut self.exec, |t, queues, w| t.poll(w, queues));
+        if n > 0 {
+            return n;
         }
         // One backend operation at a time, each completion handed to its
-        // queue before the next runs (a write leaves its gate before a
-        // job that closes the gate runs).
-        if n == 0 {
-            if let Some((ud, res)) = self.exec.run_next() {
-                n += 1;
-                self.backend_done(ud, res);
+        // queue before the next runs (a write leaves its gate before a job
+        // that closes the gate runs).
+        match self.exec.run_next() {
+            Some((ud, res)) => {
+                self.group.complete(&mut self.exec, ud, res);
+                1
             }
-        }
-        n
-    }
-
-    fn backend_done(&mut self, ud: u64, res: i32) {
-        let q = (ud >> 32) as usize;
-        let t = Token {
-            slot: (ud >> 16) as u16,
-            gen: ud as u16,
-        };
-        self.with_core(q, |c, env| c.backend_done(env, t, res));
-    }
-
-    /// Hands an event to queue `q`'s core, then carries out its actions.
-    fn with_core<R>(
-        &mut self,
-        q: usize,
-        f: impl FnOnce(&mut QueueCore, &mut Env<'_, '_>) -> R,
-    ) -> Option<R> {
-        let r = self.call(q, f)?;
-        self.drain(q);
-        Some(r)
-    }
-
-    fn call<R>(
-        &mut self,
-        q: usize,
-        f: impl FnOnce(&mut QueueCore, &mut Env<'_, '_>) -> R,
-    ) -> Option<R> {
-        let lq = self.queues.get_mut(q)?.as_mut()?;
-        let mem = LoopMemory {
-            pool: self.pool_mem.ptr(),
-            capsules: lq.data.ptr(),
-            q,
-        };
-        let mut env = Env {
-            target: &self.target,
-            now: self.now,
-            mem: &mem,
-            exec: &mut self.exec,
-            max_keep_alive_ms: self.max_keep_alive_ms,
-            worker: 0,
-            tally: &mut self.tally,
-        };
-        Some(f(&mut lq.core, &mut env))
-    }
-
-    /// Carries out queue `q`'s actions, then hands given-back buffers to
-    /// the requests that waited for them.
-    fn drain(&mut self, q: usize) {
-        while let Some(a) = self
-            .queues
-            .get_mut(q)
-            .and_then(|x| x.as_mut())
-            .and_then(|lq| lq.core.next_action())
-        {
-            self.act(q, a);
-        }
-        while let Some(((wq, t), buf)) = self.grants.pop() {
-            match self.call(wq, |c, env| c.buffer_granted(env, t, buf)) {
-                Some(None) => self.drain(wq),
-                Some(Some(b)) => self.give(b),
-                None => self.give(buf),
-            }
-        }
-    }
-
-    fn give(&mut self, b: Buf) {
-        if let Some(g) = self.pool.give(b) {
-            self.grants.push(g);
-        }
-    }
-
-    fn act(&mut self, q: usize, a: Action) {
-        let pool = self.pool_mem.ptr();
-        match a {
-            Action::Repost(slot) => {
-                if let Some(lq) = self.queues.get_mut(q).and_then(|x| x.as_mut()) {
-                    lq.free_slots.push(slot);
-                }
-            }
-            Action::NeedBuffer { req, len } => {
-                let Some(class) = self.pool.shape().class_for(len as usize) else {
-                    // No buffer is that large: the transport gives up on the queue.
-                    self.with_core(q, |c, env| c.fail(env));
-                    return;
-                };
-                if let Some(b) = self.pool.take(class, q as u32, (q, req)) {
-                    if let Some(Some(back)) = self.call(q, |c, env| c.buffer_granted(env, req, b)) {
-                        self.give(back);
-                    }
-                }
-            }
-            Action::Fetch {
-                req,
-                buf,
-                addr,
-                len,
-                key,
-            } => {
-                let src = self
-                    .windows
-                    .get(&key)
-                    .and_then(|w| w.get(addr as usize..addr as usize + len as usize));
-                let ok = match src {
-                    Some(src) => {
-                        // SAFETY: `buf` is the request's pool buffer, of at
-                        // least `len` bytes, used by nothing else while
-                        // its data is fetched.
-                        unsafe {
-                            std::ptr::copy_nonoverlapping(
-                                src.as_ptr(),
-                                pool.wrapping_add(buf.offset),
-                                len as usize,
-                            )
-                        };
-                        true
-                    }
-                    // A remote access error: the connection breaks.
-                    None => false,
-                };
-                if !ok {
-                    self.with_core(q, |c, env| c.fail(env));
-                }
-                self.wire.push_back(Wire::Fetched { q, req, ok });
-            }
-            Action::Respond {
-                req,
-                cqe,
-                data,
-                invalidate,
-            } => {
-                if let Some(d) = data {
-                    let dst = self
-                        .windows
-                        .get_mut(&d.key)
-                        .and_then(|w| w.get_mut(d.addr as usize..d.addr as usize + d.len as usize));
-                    match dst {
-                        // SAFETY: `d.buf` is the request's pool buffer of at
-                        // least `d.len` bytes; nothing writes it while the
-                        // request responds.
-                        Some(dst) => unsafe {
-                            std::ptr::copy_nonoverlapping(
-                                pool.wrapping_add(d.buf.offset),
-                                dst.as_mut_ptr(),
-                                d.len as usize,
-                            )
-                        },
-                        None => {
-                            // A remote access error: the connection breaks
-                            // and the response is flushed.
-                            self.with_core(q, |c, env| c.fail(env));
-                            self.wire.push_back(Wire::Sent { q, req, cqe: None });
-                            return;
-                        }
-                    }
-                }
-                if let Some(lq) = self.queues.get_mut(q).and_then(|x| x.as_mut()) {
-                    lq.invalidated.extend(invalidate);
-                }
-                let sent = Wire::Sent {
-                    q,
-                    req,
-                    cqe: Some(cqe),
-                };
-                if self.deaf.contains(&q) {
-                    self.held.push(sent);
-                } else {
-                    self.wire.push_back(sent);
-                }
-            }
-            Action::GiveBuffer(b) => self.give(b),
-            Action::Probe => {
-                if self.answer_probes {
-                    self.wire.push_back(Wire::ProbeAnswered { q });
-                }
-            }
-            Action::Close => {
-                if let Some(lq) = self.queues.get_mut(q).and_then(|x| x.as_mut()) {
-                    lq.closed = true;
-                }
-                // The connection's sends are flushed: held responses fail.
-                let (mine, others) = std::mem::take(&mut self.held)
-                    .into_iter()
-                    .partition(|w| matches!(w, Wire::Sent { q: x, .. } if *x == q));
-                self.held = others;
-                for w in mine {
-                    if let Wire::Sent { q, req, .. } = w {
-                        self.wire.push_back(Wire::Sent { q, req, cqe: None });
-                    }
-                }
-            }
+            None => 0,
         }
     }
 
     /// Completions queue `q`'s host received and has not taken, oldest first.
     pub fn cqes(&mut self, q: usize) -> Vec<Completion> {
-        self.queues
-            .get_mut(q)
-            .and_then(|x| x.as_mut())
+        self.queue_mut(q)
             .map(|lq| lq.cqes.drain(..).collect())
             .unwrap_or_default()
     }
 
     /// Takes the completion of command `cid` on queue `q`, if it came.
     pub fn take_cqe(&mut self, q: usize, cid: u16) -> Option<Completion> {
-        let lq = self.queues.get_mut(q)?.as_mut()?;
+        let lq = self.queue_mut(q)?;
         let i = lq.cqes.iter().position(|c| c.cid == cid)?;
         lq.cqes.remove(i)
     }
@@ -559,49 +602,38 @@ impl Loopback {
     /// Whether the completion of command `cid` on queue `q` came (and is
     /// not taken yet).
     pub fn has_cqe(&self, q: usize, cid: u16) -> bool {
-        self.queues
-            .get(q)
-            .and_then(|x| x.as_ref())
+        self.queue(q)
             .is_some_and(|lq| lq.cqes.iter().any(|c| c.cid == cid))
     }
 
     /// Keys the target invalidated on queue `q`.
     pub fn invalidated(&self, q: usize) -> &[u32] {
-        self.queues
-            .get(q)
-            .and_then(|x| x.as_ref())
-            .map_or(&[], |lq| &lq.invalidated)
+        self.queue(q).map_or(&[], |lq| &lq.invalidated)
     }
 
     /// Whether queue `q` closed its connection.
     pub fn closed(&self, q: usize) -> bool {
-        self.queues
-            .get(q)
-            .and_then(|x| x.as_ref())
-            .is_none_or(|lq| lq.closed)
+        self.queue(q).is_none_or(|lq| lq.closed)
     }
 
     /// Whether a request of queue `q` still holds something.
     pub fn queue_busy(&self, q: usize) -> bool {
-        self.queues
-            .get(q)
-            .and_then(|x| x.as_ref())
-            .is_some_and(|lq| lq.core.busy())
+        self.queue(q).is_some_and(|lq| lq.core.busy())
     }
 
     /// Queue `q`'s core (its controller, parameters).
     pub fn core(&self, q: usize) -> Option<&QueueCore> {
-        self.queues.get(q)?.as_ref().map(|lq| &lq.core)
+        self.queue(q).map(|lq| &lq.core)
     }
 
     /// Pool buffers in use.
     pub fn buffers_in_use(&self) -> usize {
-        self.pool.in_use()
+        self.group.transport.pool.in_use()
     }
 
     /// Receives of queue `q` that hold a capsule.
     pub fn receives_in_use(&self, q: usize) -> usize {
-        self.queues.get(q).and_then(|x| x.as_ref()).map_or(0, |lq| {
+        self.queue(q).map_or(0, |lq| {
             lq.core.params().sq_size as usize - lq.free_slots.len()
         })
     }
@@ -610,9 +642,14 @@ impl Loopback {
     /// down: the controller of an admin queue goes with it). Returns how many.
     pub fn reap_closed(&mut self) -> usize {
         let mut n = 0;
-        for slot in &mut self.queues {
-            if slot.as_ref().is_some_and(|lq| lq.closed && !lq.core.busy()) {
-                if let Some(mut lq) = slot.take() {
+        for &key in &self.keys {
+            if self
+                .group
+                .queues
+                .get(key)
+                .is_some_and(|lq| lq.closed && !lq.core.busy())
+            {
+                if let Some(mut lq) = self.group.queues.remove(key) {
                     lq.core.teardown(&self.target);
                     n += 1;
                 }
@@ -625,12 +662,12 @@ impl Loopback {
 impl Drop for Loopback {
     fn drop(&mut self) {
         // Backend operations in flight name memory this owns: let them end.
-        for q in 0..self.queues.len() {
+        for q in 0..self.keys.len() {
             self.host_disconnect(q);
         }
         self.run();
-        for slot in &mut self.queues {
-            if let Some(mut lq) = slot.take() {
+        for &key in &self.keys {
+            if let Some(mut lq) = self.group.queues.remove(key) {
                 lq.core.teardown(&self.target);
             }
         }

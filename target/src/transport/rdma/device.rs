@@ -5,7 +5,7 @@
 
 use std::sync::Arc;
 
-use rdma::{CompletionChannel, CompletionQueue, Context, DeviceAttr, ProtectionDomain, WrId};
+use rdma::{CompletionChannel, CompletionQueue, Context, DeviceAttr, ProtectionDomain};
 use tracing::{info, warn};
 
 use super::memory::{Budget, MemoryError, Pinned, RecvArea};
@@ -13,7 +13,9 @@ use super::wr;
 use crate::backend::uring::{Ring, FIXED_SLOTS};
 use crate::config::{EngineConfig, SendOffload, SrqMode, SMALL_BUFFER};
 use crate::engine::pool::{Buf, Class, Pool, PoolShape};
+use crate::queue::Token;
 use crate::telemetry::metrics::metrics;
+use crate::worker::slots::QueueKey;
 use crate::MAX_IO_SIZE;
 
 /// Completion queue entries per worker and device (capped by the device).
@@ -65,8 +67,8 @@ pub struct WorkerDevice {
     pub srq_overcommitted: bool,
     /// The data-buffer pool's memory.
     pub data: Pinned,
-    /// The pool's bookkeeping; waiters are named by request ids.
-    pub pool: Pool<WrId>,
+    /// The pool's bookkeeping; waiters are named by queue and request.
+    pub pool: Pool<(QueueKey, Token)>,
     /// The io_uring fixed buffer over `data`.
     pub fixed: u16,
     /// Tells this device's completion-channel polls from those of an earlier

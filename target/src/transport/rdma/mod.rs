@@ -5,9 +5,10 @@
 //!   and gives each queue to a worker: I/O queue *q* of any host to worker
 //!   `(q - 1) mod N` (a host's per-CPU queues land on distinct workers),
 //!   admin and discovery queues in turn.
-//! - [`worker`]: the poll loop; [`device`]: a worker's completion queue,
+//! - [`group`]: the RDMA part of a worker ([`crate::worker`], the poll
+//!   loop every transport shares); [`device`]: a worker's completion queue,
 //!   shared receive queue and data pool per RDMA device; [`queue`]: one queue
-//!   pair, driving each request through [`crate::engine::request::Lifecycle`].
+//!   pair, the RDMA driver of a [`crate::queue::QueueCore`].
 //! - [`memory`]: the pinned-memory budget every registration is charged to.
 //! - [`poster`]: threads that post the sends carrying large RDMA WRITEs, for
 //!   software RDMA devices, whose post call runs the protocol.
@@ -16,12 +17,12 @@
 
 pub mod cm;
 pub mod device;
+pub mod group;
 mod index;
 pub mod listener;
 pub mod memory;
 pub mod poster;
 pub mod queue;
-pub mod worker;
 mod wr;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -37,10 +38,11 @@ use crate::backend::offload::Offload;
 use crate::config::{EngineConfig, SendOffload};
 use crate::engine::admission::Admission;
 use crate::model::subsystem::Target;
+use crate::worker::{Worker, WorkerShared};
+use group::{Inbox, RdmaGroup};
 pub use listener::{listen, Listener};
 use memory::Budget;
 use poster::{Poster, Posters};
-use worker::{Worker, WorkerShared};
 
 /// Errors setting up the transport.
 #[derive(Debug, thiserror::Error)]
@@ -80,6 +82,8 @@ pub struct EngineShared {
     /// Protection domains of removed devices, until every worker let go.
     removed: Mutex<Vec<Weak<ProtectionDomain>>>,
     workers: Vec<Arc<WorkerShared>>,
+    /// Where each worker takes its new connections.
+    inboxes: Vec<Arc<Inbox>>,
     next_admin: AtomicUsize,
     /// Poster threads (none with `send_offload = "off"`).
     posters: Option<Posters>,
@@ -132,15 +136,15 @@ impl EngineShared {
             .any(|w| w.upgrade().is_some_and(|r| Arc::ptr_eq(&r, pd)))
     }
 
-    /// The worker that serves queue `qid`.
-    pub fn assign(&self, qid: u16) -> &Arc<WorkerShared> {
-        let n = self.workers.len();
+    /// The inbox of the worker that serves queue `qid`.
+    pub fn assign(&self, qid: u16) -> &Arc<Inbox> {
+        let n = self.inboxes.len();
         let i = if qid > 0 {
             (qid as usize - 1) % n
         } else {
             self.next_admin.fetch_add(1, Ordering::Relaxed) % n
         };
-        &self.workers[i]
+        &self.inboxes[i]
     }
 }
 
@@ -164,6 +168,10 @@ impl Engine {
             .map_err(os("creating a worker eventfd"))?;
         let posters = (cfg.send_offload != SendOffload::Off)
             .then(|| Posters::new(poster::poster_count(cfg.workers)));
+        let inboxes = workers
+            .iter()
+            .map(|w| Inbox::new(w.waker.clone()))
+            .collect();
         let shared = Arc::new(EngineShared {
             target,
             budget: Budget::new(cfg.max_pinned_memory),
@@ -173,12 +181,21 @@ impl Engine {
             removed: Mutex::new(Vec::new()),
             posters,
             workers,
+            inboxes,
             next_admin: AtomicUsize::new(0),
         });
         let mut threads = Vec::new();
-        for w in &shared.workers {
-            let worker = Worker::new(w.clone(), shared.clone(), offload.clone())
-                .map_err(TransportError::Setup)?;
+        for (w, inbox) in shared.workers.iter().zip(&shared.inboxes) {
+            let rdma =
+                RdmaGroup::new(shared.clone(), inbox.clone()).map_err(TransportError::Setup)?;
+            let worker = Worker::new(
+                w.clone(),
+                rdma,
+                shared.target.clone(),
+                shared.cfg.clone(),
+                offload.clone(),
+            )
+            .map_err(TransportError::Setup)?;
             let t = std::thread::Builder::new()
                 .name(format!("nvmf-worker-{}", w.index))
                 .spawn(move || worker.run())
@@ -201,7 +218,7 @@ impl Engine {
     }
 
     /// Checks that every worker runs and went round its loop within `max_ms`
-    /// (a sleeping worker still does, every [`worker::IDLE_WAIT`]).
+    /// (a sleeping worker still does, every [`crate::worker::IDLE_WAIT`]).
     pub fn check_alive(&self, max_ms: u64) -> Result<(), String> {
         for (t, w) in self.threads.iter().zip(&self.shared.workers) {
             if t.is_finished() {

@@ -1,9 +1,13 @@
-//! The ids of this engine's work requests and io_uring operations, packed as
-//! [`rdma::WrId`]: kind, queue (slot and generation in the worker's table),
-//! request (index and generation). A completion is matched to exactly the
-//! request use it was issued for.
+//! The ids of the RDMA transport's work requests and io_uring operations,
+//! packed as [`rdma::WrId`], which lays its fields out as the worker's user
+//! data ([`crate::worker::ud`]): kind, queue (slot and generation in the
+//! worker's table), request (index and generation). The kinds here are the
+//! transport's; [`IO`] is the worker's.
 
 use rdma::WrId;
+
+pub use crate::worker::slots::QueueKey;
+pub use crate::worker::ud::IO;
 
 /// A receive from a worker's shared receive queue (slot = receive buffer).
 pub const RECV_SRQ: u8 = 1;
@@ -17,14 +21,10 @@ pub const WRITE: u8 = 4;
 pub const SEND: u8 = 5;
 /// A zero-length RDMA WRITE probing a host without keep-alive (signaled).
 pub const PROBE: u8 = 6;
-/// A backend operation (io_uring or offload).
-pub const IO: u8 = 8;
 /// io_uring poll of a device's completion channel (slot = device index).
 pub const POLL_CQ: u8 = 9;
 /// io_uring poll of the worker's RDMA-CM channel.
 pub const POLL_CM: u8 = 10;
-/// io_uring poll of the worker's eventfd.
-pub const POLL_WAKE: u8 = 11;
 /// The cancel of a poll (of a removed device's completion channel).
 pub const POLL_CANCEL: u8 = 12;
 
@@ -38,22 +38,6 @@ pub fn poll_cq(index: u16, gen: u8) -> u64 {
         ..Default::default()
     }
     .pack()
-}
-
-/// A queue's place in its worker's table.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub struct QueueKey {
-    /// Slot in the table.
-    pub slot: u16,
-    /// Generation of the slot.
-    pub gen: u8,
-}
-
-impl QueueKey {
-    /// The queue as the buffer pool names its owners.
-    pub fn owner(self) -> u32 {
-        (self.slot as u32) << 8 | self.gen as u32
-    }
 }
 
 /// The id of an operation of request `req` (generation `gen`) of queue `q`.

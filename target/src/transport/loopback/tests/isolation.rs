@@ -145,7 +145,7 @@ fn a_host_that_takes_no_responses_loses_its_queue_not_the_pool() {
     let deaf = h.io_queue(1, 32, c1);
     let (_, c2) = h.admin(0);
     let other = h.io_queue(1, 32, c2);
-    h.lb.deaf.push(deaf);
+    h.lb.deafen(deaf);
     let big = |h: &mut Host, slba: u64| {
         let mut c = h.rw(io::READ, slba, 32);
         h.keyed(&mut c, vec![0; 32 * 4096], true);

@@ -473,7 +473,7 @@ fn a_quiet_host_without_keep_alive_is_probed_and_dropped_when_gone() {
     h.lb.advance(crate::engine::liveness::PROBE_TIMEOUT * 2);
     assert!(!h.lb.closed(aq), "the probe was answered");
     h.lb.run();
-    h.lb.answer_probes = false;
+    h.lb.answer_probes(false);
     h.lb.advance(crate::engine::liveness::IDLE + Duration::from_secs(1));
     h.lb.run();
     assert!(!h.lb.closed(aq), "probing");

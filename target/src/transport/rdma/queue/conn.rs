@@ -195,7 +195,7 @@ impl Queue {
     // ---- connection events --------------------------------------------
 
     /// An RDMA-CM event for this queue.
-    pub fn on_cm_event(&mut self, cx: &mut Cx<'_>, kind: CmEventKind) {
+    pub fn on_cm_event(&mut self, cx: &mut Cx<'_, '_>, kind: CmEventKind) {
         match kind {
             CmEventKind::Established => debug!(qid = self.qid(), "established"),
             CmEventKind::Disconnected | CmEventKind::TimewaitExit | CmEventKind::DeviceRemoval => {
@@ -212,7 +212,7 @@ impl Queue {
     }
 
     /// Timers and requests from other threads (every few hundred ms).
-    pub fn periodic(&mut self, cx: &mut Cx<'_>) {
+    pub fn periodic(&mut self, cx: &mut Cx<'_, '_>) {
         if !self.live() {
             return;
         }
@@ -246,7 +246,7 @@ impl Queue {
     /// Whether the queue is gone and may be dropped. Past the grace time the
     /// queue pair is destroyed, so work requests that never flushed no longer
     /// hold their requests; backend operations must still complete.
-    pub fn finished(&mut self, cx: &mut Cx<'_>, now: Instant) -> bool {
+    pub fn finished(&mut self, cx: &mut Cx<'_, '_>, now: Instant) -> bool {
         let Some(since) = self.closing else {
             return false;
         };

@@ -23,14 +23,13 @@ use super::device::WorkerDevice;
 use super::memory::{Pinned, RecvArea};
 use super::poster::{route, Poster, Route};
 use super::wr::{self, QueueKey};
-use crate::backend;
 use crate::backend::DataRef;
 use crate::engine::admission::Pending;
 use crate::engine::pool::Buf;
 use crate::model::controller::QueueLink;
-use crate::model::subsystem::Target;
 use crate::queue::{Action, Env, Memory, QueueCore, QueueParams, ToHost, Token};
-use crate::telemetry::tally::{RdmaOp, Tally};
+use crate::telemetry::tally::RdmaOp;
+use crate::worker::{Grant, Lend};
 
 mod conn;
 
@@ -44,28 +43,17 @@ const DISCONNECT_GRACE: Duration = Duration::from_secs(3);
 /// Bytes of a response sent inline.
 const INLINE_RSP: u32 = CQE_SIZE as u32;
 
-/// What the worker lends a queue while it handles an event.
-pub struct Cx<'a> {
-    /// The target.
-    pub target: &'a Arc<Target>,
+/// What a queue works with while it handles an event: what the worker
+/// lends, and its device's resources.
+pub struct Cx<'a, 'w> {
+    /// What the worker lends.
+    pub w: &'a mut Lend<'w>,
     /// The queue's device resources.
     pub dev: &'a mut WorkerDevice,
-    /// How the worker runs backend operations.
-    pub io: backend::exec::Uring<'a>,
-    /// Buffers given back that a waiting request (maybe of another queue) gets.
-    pub grants: &'a mut Vec<(rdma::WrId, Buf)>,
-    /// When the worker's current pass began: the time of every capsule and
-    /// completion it handles (one clock read per pass, not per request; a
-    /// clock read is a system call where the clock source has no vDSO path).
-    pub now: Instant,
+    /// The device's index in the worker (its pool's number).
+    pub dev_index: usize,
     /// The worker's poster thread, if sends may be offloaded.
     pub poster: Option<&'a Poster>,
-    /// `[target] max_keep_alive_ms`.
-    pub max_keep_alive_ms: u32,
-    /// The worker's index.
-    pub worker: usize,
-    /// The worker's tally.
-    pub tally: &'a mut Tally,
 }
 
 /// A queue pair and its core. Field order is drop order: the RDMA-CM id
@@ -141,7 +129,7 @@ fn with_env<R>(
     core: &mut QueueCore,
     own: Option<&RecvArea>,
     key: QueueKey,
-    cx: &mut Cx<'_>,
+    cx: &mut Cx<'_, '_>,
     f: impl FnOnce(&mut QueueCore, &mut Env<'_, '_>) -> R,
 ) -> R {
     let mem = RdmaMemory {
@@ -149,19 +137,10 @@ fn with_env<R>(
         own,
         key,
     };
-    let mut env = Env {
-        target: cx.target,
-        now: cx.now,
-        mem: &mem,
-        exec: &mut cx.io,
-        max_keep_alive_ms: cx.max_keep_alive_ms,
-        worker: cx.worker,
-        tally: &mut *cx.tally,
-    };
-    f(core, &mut env)
+    cx.w.env(core, &mem, f)
 }
 
-/// The token of a work request's or pool waiter's id.
+/// The token of a work request's id.
 fn token(id: &rdma::WrId) -> Token {
     Token {
         slot: id.slot,
@@ -184,9 +163,9 @@ impl Queue {
     }
 
     /// Hands an event to the core, then carries out what it asks.
-    fn call<R>(
+    pub fn call<R>(
         &mut self,
-        cx: &mut Cx<'_>,
+        cx: &mut Cx<'_, '_>,
         f: impl FnOnce(&mut QueueCore, &mut Env<'_, '_>) -> R,
     ) -> R {
         let r = with_env(&mut self.core, self.recv.as_ref(), self.key, cx, f);
@@ -195,16 +174,15 @@ impl Queue {
     }
 
     /// Carries out the core's actions, in order.
-    fn drain(&mut self, cx: &mut Cx<'_>) {
+    fn drain(&mut self, cx: &mut Cx<'_, '_>) {
         while let Some(a) = self.core.next_action() {
             match a {
                 Action::Repost(slot) => self.repost(cx, slot),
                 Action::NeedBuffer { req, len } => {
                     let class = cx.dev.class_for(len as usize);
-                    let waiter = rdma::WrId::unpack(wr::req(0, self.key, req.slot, req.gen));
-                    match cx.dev.pool.take(class, self.key.owner(), waiter) {
+                    match cx.dev.pool.take(class, self.key.owner(), (self.key, req)) {
                         Some(b) => {
-                            cx.tally.buffer(class as usize, 1);
+                            cx.w.tally.buffer(class as usize, 1);
                             let back = with_env(
                                 &mut self.core,
                                 self.recv.as_ref(),
@@ -216,7 +194,7 @@ impl Queue {
                                 self.give_buffer(cx, b);
                             }
                         }
-                        None => cx.tally.buffer_wait(class as usize),
+                        None => cx.w.tally.buffer_wait(class as usize),
                     }
                 }
                 Action::Fetch {
@@ -246,16 +224,21 @@ impl Queue {
         }
     }
 
-    fn give_buffer(&mut self, cx: &mut Cx<'_>, b: Buf) {
-        cx.tally.buffer(b.class as usize, -1);
-        if let Some(g) = cx.dev.pool.give(b) {
-            cx.grants.push(g);
+    fn give_buffer(&mut self, cx: &mut Cx<'_, '_>, b: Buf) {
+        cx.w.tally.buffer(b.class as usize, -1);
+        if let Some(((queue, req), buf)) = cx.dev.pool.give(b) {
+            cx.w.grants.push(Grant {
+                pool: cx.dev_index,
+                queue,
+                req,
+                buf,
+            });
         }
     }
 
     /// Gives a receive slot back: to the shared receive queue (always), or to
     /// this queue pair (while it lives).
-    fn repost(&mut self, cx: &mut Cx<'_>, slot: u32) {
+    fn repost(&mut self, cx: &mut Cx<'_, '_>, slot: u32) {
         let res = match (&self.recv, &cx.dev.srq) {
             (Some(own), _) => {
                 if !self.live() {
@@ -280,7 +263,7 @@ impl Queue {
     // ---- events in -----------------------------------------------------
 
     /// A capsule arrived in receive slot `slot`.
-    pub fn on_recv(&mut self, cx: &mut Cx<'_>, slot: u32, byte_len: u32) {
+    pub fn on_recv(&mut self, cx: &mut Cx<'_, '_>, slot: u32, byte_len: u32) {
         let Some(area) = self.recv.as_ref().or(cx.dev.srq.as_ref()) else {
             return;
         };
@@ -294,27 +277,12 @@ impl Queue {
         self.call(cx, |c, env| c.capsule(env, slot, &cmd, byte_len));
     }
 
-    /// A buffer given back by some request goes to request `id` of this
-    /// queue, which waited for it. Returns the buffer if that wait is stale.
-    pub fn grant(&mut self, cx: &mut Cx<'_>, id: &rdma::WrId, buf: Buf) -> Option<Buf> {
-        let back = self.call(cx, |c, env| c.buffer_granted(env, token(id), buf));
-        if back.is_none() {
-            cx.tally.buffer(buf.class as usize, 1);
-        }
-        back
-    }
-
-    /// A backend operation of request `id` completed with `res`.
-    pub fn on_backend(&mut self, cx: &mut Cx<'_>, id: &rdma::WrId, res: i32) {
-        self.call(cx, |c, env| c.backend_done(env, token(id), res));
-    }
-
     /// A work completion for request `id` (READ, WRITE or SEND), or of a
     /// liveness probe.
-    pub fn on_wc(&mut self, cx: &mut Cx<'_>, id: &rdma::WrId, ok: bool) {
+    pub fn on_wc(&mut self, cx: &mut Cx<'_, '_>, id: &rdma::WrId, ok: bool) {
         match id.kind {
             // A failed probe failed the queue already (`on_wc_error`).
-            wr::PROBE if ok => self.core.probe_answered(cx.now),
+            wr::PROBE if ok => self.core.probe_answered(cx.w.now),
             wr::READ => self.call(cx, |c, env| c.fetched(env, token(id), ok)),
             wr::SEND => self.call(cx, |c, env| c.sent(env, token(id), ok)),
             _ => {}
@@ -323,7 +291,7 @@ impl Queue {
 
     /// A work completion failed (`flush`: because the queue pair went to the
     /// error state, which happens on every disconnect).
-    pub fn on_wc_error(&mut self, cx: &mut Cx<'_>, flush: bool, what: &str) {
+    pub fn on_wc_error(&mut self, cx: &mut Cx<'_, '_>, flush: bool, what: &str) {
         if !flush {
             error!(qid = self.qid(), "{what}");
             self.log_device_events();
@@ -335,18 +303,18 @@ impl Queue {
     }
 
     /// Starts disconnecting; `label` is the reason as counted in metrics.
-    pub fn disconnect(&mut self, cx: &mut Cx<'_>, why: &str, label: &'static str) {
+    pub fn disconnect(&mut self, cx: &mut Cx<'_, '_>, why: &str, label: &'static str) {
         self.call(cx, |c, env| c.disconnect(env, why, label));
     }
 
     /// A fatal transport error: the controller fails with it.
-    fn fail(&mut self, cx: &mut Cx<'_>) {
+    fn fail(&mut self, cx: &mut Cx<'_, '_>) {
         self.call(cx, |c, env| c.fail(env));
     }
 
     // ---- actions out ---------------------------------------------------
 
-    fn fetch(&mut self, cx: &mut Cx<'_>, req: Token, buf: &Buf, addr: u64, len: u32, key: u32) {
+    fn fetch(&mut self, cx: &mut Cx<'_, '_>, req: Token, buf: &Buf, addr: u64, len: u32, key: u32) {
         let sge = [Sge {
             addr: cx.dev.buf_ptr(buf) as u64,
             len,
@@ -361,13 +329,13 @@ impl Queue {
             sges: &sge,
             signaled: true,
         };
-        cx.tally.rdma(RdmaOp::Read);
+        cx.w.tally.rdma(RdmaOp::Read);
         self.queue_sends(cx, &[wr], None);
     }
 
     fn respond(
         &mut self,
-        cx: &mut Cx<'_>,
+        cx: &mut Cx<'_, '_>,
         req: Token,
         cqe: &Completion,
         data: Option<ToHost>,
@@ -390,11 +358,11 @@ impl Queue {
         let rsp_sge = [rsp_sge];
         let send_op = match invalidate {
             Some(k) => {
-                cx.tally.rdma(RdmaOp::SendWithInvalidate);
+                cx.w.tally.rdma(RdmaOp::SendWithInvalidate);
                 SendOp::SendWithInv(k)
             }
             None => {
-                cx.tally.rdma(RdmaOp::Send);
+                cx.w.tally.rdma(RdmaOp::Send);
                 SendOp::Send
             }
         };
@@ -419,7 +387,7 @@ impl Queue {
                 sges: &data_sge,
                 signaled: false,
             };
-            cx.tally.rdma(RdmaOp::Write);
+            cx.w.tally.rdma(RdmaOp::Write);
             self.queue_sends(cx, &[write], None);
         }
         let inline = self.rsp_mem.is_none().then_some(&inline_rsp[..]);
@@ -428,7 +396,7 @@ impl Queue {
 
     /// Probes the host with a zero-length RDMA WRITE (no memory, no key): its
     /// transport acknowledges it if it is still there.
-    fn send_probe(&mut self, cx: &mut Cx<'_>) {
+    fn send_probe(&mut self, cx: &mut Cx<'_, '_>) {
         let probe = SendRequest {
             wr_id: wr::req(wr::PROBE, self.key, 0, 0),
             op: SendOp::RdmaWrite {
@@ -444,7 +412,7 @@ impl Queue {
     /// Queues work requests; they are posted together at the end of the loop
     /// pass ([`Queue::flush_sends`]). `inline`: the data of each, sent inline
     /// (the batch keeps a copy).
-    fn queue_sends(&mut self, cx: &mut Cx<'_>, wrs: &[SendRequest<'_>], inline: Option<&[u8]>) {
+    fn queue_sends(&mut self, cx: &mut Cx<'_, '_>, wrs: &[SendRequest<'_>], inline: Option<&[u8]>) {
         if self.batch.room() < wrs.len() {
             self.flush_sends(cx);
         }
@@ -482,7 +450,7 @@ impl Queue {
     }
 
     /// Posts the queued work requests with one doorbell.
-    pub fn flush_sends(&mut self, cx: &mut Cx<'_>) {
+    pub fn flush_sends(&mut self, cx: &mut Cx<'_, '_>) {
         if self.batch.is_empty() {
             return;
         }
@@ -517,7 +485,7 @@ impl Queue {
     /// A batch the poster was given could not be posted: the queue fails
     /// (as when a post on the worker fails), and nothing queued after the
     /// lost batch goes out.
-    pub(super) fn lent_failed(&mut self, cx: &mut Cx<'_>) {
+    pub(super) fn lent_failed(&mut self, cx: &mut Cx<'_, '_>) {
         self.batch.clear();
         let code = self.id.as_ref().and_then(|i| i.qp()?.lent_post_error());
         if let (Some(code), true) = (code, self.live()) {

@@ -1,0 +1,564 @@
+//! The RDMA transport's part of a worker ([`crate::worker::Transport`]): per
+//! RDMA device one completion queue, one shared receive queue and one data
+//! pool ([`WorkerDevice`]), one RDMA-CM event channel for its queues'
+//! connection events, and the connections the listeners hand it ([`Inbox`]).
+//! It polls the completion queues, turns work completions into its queues'
+//! events, and before the worker sleeps arms completion notification and
+//! the ring's polls of the completion and CM channels.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use nvme::cm::RejectStatus;
+use rdma::{CmEventKind, EventChannel, WorkCompletion, WrId};
+use tracing::{debug, error, warn};
+
+use super::device::WorkerDevice;
+use super::index::QueueIndex;
+use super::queue::{Cx, NewConn, Queue};
+use super::wr;
+use super::EngineShared;
+use crate::engine::pool::Buf;
+use crate::model::controller::QueueLink;
+use crate::telemetry::metrics::metrics;
+use crate::worker::slots::{QueueKey, Slots};
+use crate::worker::ud::Ud;
+use crate::worker::wake::Waker;
+use crate::worker::{queue_added, CoreEvent, Lend, Transport};
+
+/// Where a listener leaves connections for a worker.
+pub struct Inbox {
+    conns: Mutex<Vec<NewConn>>,
+    pending: AtomicBool,
+    waker: Arc<Waker>,
+}
+
+impl Inbox {
+    /// The inbox of the worker `waker` wakes.
+    pub fn new(waker: Arc<Waker>) -> Arc<Inbox> {
+        Arc::new(Inbox {
+            conns: Mutex::new(Vec::new()),
+            pending: AtomicBool::new(false),
+            waker,
+        })
+    }
+
+    /// Hands a connection request to the worker.
+    pub fn give(&self, c: NewConn) {
+        self.conns.lock().unwrap_or_else(|p| p.into_inner()).push(c);
+        self.pending.store(true, Ordering::Release);
+        self.waker.wake();
+    }
+
+    fn take(&self) -> Vec<NewConn> {
+        if !self.pending.swap(false, Ordering::AcqRel) {
+            return Vec::new();
+        }
+        std::mem::take(&mut *self.conns.lock().unwrap_or_else(|p| p.into_inner()))
+    }
+}
+
+/// A device slot: the device's resources while the worker serves it, and
+/// the generation of its completion-channel polls (a slot is reused after a
+/// device is removed).
+#[derive(Default)]
+struct DevSlot {
+    gen: u8,
+    dev: Option<WorkerDevice>,
+}
+
+/// A worker's RDMA devices and connections.
+pub struct RdmaGroup {
+    devices: Vec<DevSlot>,
+    index: QueueIndex,
+    cm: Arc<EventChannel>,
+    cm_armed: bool,
+    inbox: Arc<Inbox>,
+    engine: Arc<EngineShared>,
+    wcs: Vec<WorkCompletion>,
+}
+
+impl RdmaGroup {
+    /// The RDMA part of a worker whose connections arrive in `inbox`.
+    pub fn new(engine: Arc<EngineShared>, inbox: Arc<Inbox>) -> Result<RdmaGroup, String> {
+        let cm = EventChannel::new()
+            .and_then(|c| c.set_nonblocking().map(|_| c))
+            .map_err(|e| format!("RDMA-CM event channel: {e}"))?;
+        Ok(RdmaGroup {
+            devices: Vec::new(),
+            index: QueueIndex::default(),
+            cm,
+            cm_armed: false,
+            inbox,
+            engine,
+            wcs: (0..32).map(|_| WorkCompletion::default()).collect(),
+        })
+    }
+
+    /// Runs `f` on queue `key` with the device resources it may use.
+    fn with_queue(
+        &mut self,
+        w: &mut Lend<'_>,
+        queues: &mut Slots<Queue>,
+        key: QueueKey,
+        f: impl FnOnce(&mut Queue, &mut Cx<'_, '_>),
+    ) {
+        let Some(q) = queues.get_mut(key) else {
+            return;
+        };
+        self.with(w, q, f);
+    }
+
+    fn with(
+        &mut self,
+        w: &mut Lend<'_>,
+        q: &mut Queue,
+        f: impl FnOnce(&mut Queue, &mut Cx<'_, '_>),
+    ) {
+        let dev = q.dev;
+        let Some(d) = self.devices.get_mut(dev).and_then(|s| s.dev.as_mut()) else {
+            return;
+        };
+        let mut cx = Cx {
+            poster: self.engine.poster(w.worker),
+            w,
+            dev: d,
+            dev_index: dev,
+        };
+        f(q, &mut cx);
+    }
+
+    fn on_wc(
+        &mut self,
+        w: &mut Lend<'_>,
+        queues: &mut Slots<Queue>,
+        d: usize,
+        wc: &WorkCompletion,
+    ) {
+        let id = WrId::unpack(wc.wr_id());
+        if !wc.is_ok() && !wc.is_flush() {
+            metrics()
+                .wc_errors
+                .with_label_values(&[wc.status_name()])
+                .inc();
+        }
+        match id.kind {
+            wr::RECV_SRQ => {
+                let slot = id.slot as u32;
+                let q = self
+                    .index
+                    .by_qp(d, wc.qp_num())
+                    .and_then(|s| queues.key_of(s));
+                match (wc.is_ok(), q) {
+                    (true, Some(key)) => {
+                        let len = wc.byte_len();
+                        self.with_queue(w, queues, key, |q, cx| q.on_recv(cx, slot, len));
+                    }
+                    (ok, _) => {
+                        // A receive for a queue pair that is gone, or one
+                        // flushed or failed with its queue pair: the device is
+                        // done with the buffer, which goes back to the SRQ
+                        // (else every queue pair that dies holding a receive
+                        // would shrink the SRQ for good).
+                        if !ok && !wc.is_flush() {
+                            warn!(worker = w.worker, status = %wc.status_str(), "shared receive failed");
+                        }
+                        if let Some(area) = self
+                            .devices
+                            .get(d)
+                            .and_then(|d| d.dev.as_ref())
+                            .and_then(|d| d.srq.as_ref())
+                        {
+                            // SAFETY: nobody uses the slot: its capsule is dropped.
+                            let _ = unsafe { area.post(slot, wr::recv_srq(slot), None) };
+                        }
+                    }
+                }
+            }
+            wr::RECV_QP => {
+                let key = wr::queue_of(&id);
+                let (ok, flush, len) = (wc.is_ok(), wc.is_flush(), wc.byte_len());
+                let what = if ok {
+                    String::new()
+                } else {
+                    format!("receive failed: {}", wc.status_str())
+                };
+                self.with_queue(w, queues, key, |q, cx| {
+                    if ok {
+                        q.on_recv(cx, id.slot as u32, len)
+                    } else {
+                        q.on_wc_error(cx, flush, &what)
+                    }
+                });
+            }
+            wr::READ | wr::WRITE | wr::SEND | wr::PROBE => {
+                let key = wr::queue_of(&id);
+                let (ok, flush) = (wc.is_ok(), wc.is_flush());
+                let what = if ok {
+                    String::new()
+                } else if id.kind == wr::PROBE {
+                    format!(
+                        "host unreachable: no acknowledgement of the liveness probe ({}); \
+                         the host turned keep-alive off",
+                        wc.status_str()
+                    )
+                } else {
+                    format!(
+                        "work completion error: {} (vendor error {:#x}, op {})",
+                        wc.status_str(),
+                        wc.vendor_err(),
+                        id.kind
+                    )
+                };
+                self.with_queue(w, queues, key, |q, cx| {
+                    if !ok {
+                        q.on_wc_error(cx, flush, &what);
+                    }
+                    q.on_wc(cx, &id, ok);
+                });
+            }
+            k => debug!(worker = w.worker, kind = k, "unexpected completion"),
+        }
+    }
+
+    /// Polls every device's completion queue. Returns how many completions.
+    fn poll_cqs(&mut self, w: &mut Lend<'_>, queues: &mut Slots<Queue>) -> usize {
+        let mut work = 0;
+        let mut wcs = std::mem::take(&mut self.wcs);
+        for d in 0..self.devices.len() {
+            let Some(dev) = &self.devices[d].dev else {
+                continue;
+            };
+            match dev.cq.poll(&mut wcs) {
+                Ok(n) => {
+                    for wc in &wcs[..n] {
+                        self.on_wc(w, queues, d, wc);
+                    }
+                    work += n;
+                }
+                Err(e) => error!(worker = w.worker, error = %e, "ibv_poll_cq"),
+            }
+        }
+        self.wcs = wcs;
+        work
+    }
+
+    /// Handles the CM events of this worker's queues. Returns how many.
+    fn cm_events(&mut self, w: &mut Lend<'_>, queues: &mut Slots<Queue>) -> usize {
+        let mut n = 0;
+        loop {
+            match self.cm.get_event() {
+                Ok(Some(ev)) => {
+                    n += 1;
+                    if let Some(key) = self.index.by_cm(ev.id_key).and_then(|s| queues.key_of(s)) {
+                        if ev.kind == CmEventKind::DeviceRemoval {
+                            self.device_removed(queues, key);
+                        }
+                        self.with_queue(w, queues, key, |q, cx| q.on_cm_event(cx, ev.kind));
+                    }
+                }
+                Ok(None) => return n,
+                Err(e) => {
+                    error!(worker = w.worker, error = %e, "rdma_get_cm_event");
+                    return n;
+                }
+            }
+        }
+    }
+
+    /// A queue's device is being removed (its RDMA-CM id said so).
+    fn device_removed(&mut self, queues: &Slots<Queue>, key: QueueKey) {
+        let Some(dev) = queues.get(key).map(|q| q.dev) else {
+            return;
+        };
+        if let Some(d) = self.devices.get_mut(dev).and_then(|s| s.dev.as_mut()) {
+            d.removed = true;
+            self.engine.device_removed(d.key);
+        }
+    }
+
+    /// The worker's device for the verbs context of a new connection:
+    /// the one it serves, or a new one (in a free slot). None (said) when
+    /// it cannot serve it.
+    fn device_for(&mut self, w: &mut Lend<'_>, ctx: &rdma::Context) -> Option<usize> {
+        let key = ctx.as_ptr() as usize;
+        if let Some(d) = self
+            .devices
+            .iter()
+            .position(|s| s.dev.as_ref().is_some_and(|d| d.key == key && !d.removed))
+        {
+            return Some(d);
+        }
+        // A free slot (a removed device's) or a new one.
+        let idx = self
+            .devices
+            .iter()
+            .position(|s| s.dev.is_none())
+            .unwrap_or(self.devices.len());
+        let gen = self.devices.get(idx).map_or(0, |s| s.gen.wrapping_add(1));
+        let Some(ring) = w.ring() else {
+            error!(
+                worker = w.worker,
+                "an RDMA device needs a worker with an io_uring"
+            );
+            return None;
+        };
+        let made = self
+            .engine
+            .pd_for(ctx)
+            .map_err(|e| e.to_string())
+            .and_then(|pd| {
+                WorkerDevice::new(
+                    ctx,
+                    pd,
+                    &self.engine.cfg,
+                    &self.engine.budget,
+                    ring,
+                    idx,
+                    gen,
+                )
+                .map_err(|e| e.to_string())
+            });
+        match made {
+            Ok(d) => {
+                // The poster's thread starts with the first device that
+                // offloads, not mid-run at the first large read.
+                if d.offload_sends {
+                    if let Some(p) = self.engine.poster(w.worker) {
+                        p.start();
+                    }
+                }
+                let s = DevSlot { gen, dev: Some(d) };
+                if idx == self.devices.len() {
+                    self.devices.push(s);
+                } else {
+                    self.devices[idx] = s;
+                }
+                Some(idx)
+            }
+            Err(e) => {
+                error!(worker = w.worker, "cannot serve the RDMA device: {e}");
+                None
+            }
+        }
+    }
+}
+
+impl Transport for RdmaGroup {
+    type Queue = Queue;
+
+    fn name(&self) -> &'static str {
+        "rdma"
+    }
+
+    /// Takes new connections from the listener: sets up the device (first
+    /// time), the queue pair, and accepts.
+    fn accept(&mut self, w: &mut Lend<'_>, queues: &mut Slots<Queue>) -> usize {
+        let new = self.inbox.take();
+        let n = new.len();
+        for mut c in new {
+            if w.stopping || w.target.stopping.load(Ordering::Acquire) {
+                super::reject(&c.id, RejectStatus::NoResources);
+                continue;
+            }
+            if let Err(e) = c.id.migrate(&self.cm) {
+                error!(error = %e, "rdma_migrate_id");
+                super::reject(&c.id, RejectStatus::NoResources);
+                continue;
+            }
+            let Some(ctx) = c.id.context() else {
+                super::reject(&c.id, RejectStatus::NoResources);
+                continue;
+            };
+            let Some(dev) = self.device_for(w, &ctx) else {
+                super::reject(&c.id, RejectStatus::NoResources);
+                continue;
+            };
+            let (Some(wd), Some(key)) = (
+                self.devices.get_mut(dev).and_then(|s| s.dev.as_mut()),
+                queues.vacant(),
+            ) else {
+                super::reject(&c.id, RejectStatus::NoResources);
+                continue;
+            };
+            let qid = c.params.qid;
+            let link = QueueLink::new(qid, w.waker.clone());
+            match Queue::accept(c, key, dev, wd, &self.engine.budget, link) {
+                Ok(q) => {
+                    queue_added(w);
+                    self.index.insert(q.dev, q.qp_num, q.cm_key, key.slot);
+                    queues.insert(key, q);
+                }
+                Err((id, why)) => {
+                    warn!(worker = w.worker, qid, peer = ?id.peer_addr(), "queue refused: {why}");
+                    super::reject(&id, RejectStatus::NoResources);
+                }
+            }
+        }
+        n
+    }
+
+    fn poll(&mut self, w: &mut Lend<'_>, queues: &mut Slots<Queue>) -> usize {
+        self.poll_cqs(w, queues)
+    }
+
+    fn complete(&mut self, w: &mut Lend<'_>, queues: &mut Slots<Queue>, ud: Ud, _res: i32) {
+        match ud.kind {
+            wr::POLL_CQ => {
+                let (index, gen) = (ud.req.slot as usize, ud.queue.gen);
+                if let Some(d) = self
+                    .devices
+                    .get_mut(index)
+                    .filter(|s| s.gen == gen)
+                    .and_then(|s| s.dev.as_mut())
+                {
+                    d.cq_poll_armed = false;
+                    d.cq.drain_events();
+                }
+            }
+            wr::POLL_CM => {
+                self.cm_armed = false;
+                self.cm_events(w, queues);
+            }
+            _ => {}
+        }
+    }
+
+    fn call(&mut self, w: &mut Lend<'_>, _key: QueueKey, q: &mut Queue, event: CoreEvent<'_>) {
+        self.with(w, q, |q, cx| q.call(cx, |c, env| event(c, env)));
+    }
+
+    fn give(&mut self, w: &mut Lend<'_>, pool: usize, buf: Buf) {
+        if let Some(d) = self.devices.get_mut(pool).and_then(|s| s.dev.as_mut()) {
+            if let Some(((queue, req), buf)) = d.pool.give(buf) {
+                w.grants.push(crate::worker::Grant {
+                    pool,
+                    queue,
+                    req,
+                    buf,
+                });
+            }
+        }
+    }
+
+    fn flush(&mut self, w: &mut Lend<'_>, queues: &mut Slots<Queue>) {
+        for key in queues.keys() {
+            if queues.get(key).is_some_and(|q| q.has_sends()) {
+                self.with_queue(w, queues, key, |q, cx| q.flush_sends(cx));
+            }
+        }
+    }
+
+    /// Arms every completion queue, looks once more, then the ring's polls
+    /// of the completion channels and the CM channel.
+    fn arm(&mut self, w: &mut Lend<'_>, queues: &mut Slots<Queue>) -> usize {
+        let mut late = 0;
+        let mut wcs = std::mem::take(&mut self.wcs);
+        for d in 0..self.devices.len() {
+            // A removed device's queues leave on their timers.
+            let Some(dev) = self.devices[d].dev.as_ref().filter(|d| !d.removed) else {
+                continue;
+            };
+            if let Err(e) = dev.cq.req_notify() {
+                error!(worker = w.worker, error = %e, "ibv_req_notify_cq");
+            }
+            if let Ok(n) = dev.cq.poll(&mut wcs) {
+                for wc in &wcs[..n] {
+                    self.on_wc(w, queues, d, wc);
+                }
+                late += n;
+            }
+        }
+        self.wcs = wcs;
+        if late > 0 {
+            return late;
+        }
+        for (i, s) in self.devices.iter_mut().enumerate() {
+            let Some(d) = s.dev.as_mut().filter(|d| !d.removed) else {
+                continue;
+            };
+            if !d.cq_poll_armed
+                && w.ring().is_some_and(|r| {
+                    r.poll_in(d.cq.channel().fd(), wr::poll_cq(i as u16, s.gen))
+                        .is_ok()
+                })
+            {
+                d.cq_poll_armed = true;
+            }
+        }
+        if !self.cm_armed
+            && w.ring()
+                .is_some_and(|r| r.poll_in(self.cm.fd(), wr::worker(wr::POLL_CM, 0)).is_ok())
+        {
+            self.cm_armed = true;
+        }
+        0
+    }
+
+    fn tick(
+        &mut self,
+        w: &mut Lend<'_>,
+        queues: &mut Slots<Queue>,
+        stop: bool,
+        gone: &mut Vec<QueueKey>,
+    ) {
+        // CM events are also read here: while the worker is busy polling, the
+        // channel's poll is not armed.
+        self.cm_events(w, queues);
+        // Devices another thread saw removed.
+        for s in &mut self.devices {
+            if let Some(d) = s.dev.as_mut().filter(|d| !d.removed) {
+                d.removed = self.engine.is_removed(&d.pd);
+            }
+        }
+        let now: Instant = w.now;
+        for key in queues.keys() {
+            let mut ended = false;
+            self.with_queue(w, queues, key, |q, cx| {
+                if stop {
+                    q.disconnect(cx, "target stopping", "shutdown");
+                }
+                if cx.dev.removed {
+                    q.disconnect(cx, "RDMA device removed", "device_removed");
+                }
+                q.periodic(cx);
+                ended = q.finished(cx, now);
+            });
+            if ended {
+                gone.push(key);
+            }
+        }
+    }
+
+    fn teardown(&mut self, w: &mut Lend<'_>, mut q: Queue) {
+        q.teardown(w.target);
+        self.index.remove(q.dev, q.qp_num, q.cm_key, q.key.slot);
+        if let Some(d) = self.devices.get_mut(q.dev).and_then(|s| s.dev.as_mut()) {
+            d.cq_room += q.cq_share;
+            d.srq_committed = d.srq_committed.saturating_sub(q.srq_share());
+        }
+    }
+
+    /// Lets go of removed devices no queue uses any more, so that librdmacm
+    /// can close them (the kernel's removal of the device waits for that).
+    fn tidy(&mut self, w: &mut Lend<'_>, queues: &mut Slots<Queue>) {
+        let mut retired = false;
+        for i in 0..self.devices.len() {
+            // Only a removed device's queues are looked for (each tick).
+            let removed = self.devices[i].dev.as_ref().is_some_and(|d| d.removed);
+            if removed && !queues.iter().any(|(_, q)| q.dev == i) {
+                if let (Some(d), Some(ring)) = (self.devices[i].dev.take(), w.ring()) {
+                    d.retire(ring, i as u16);
+                    retired = true;
+                }
+            }
+        }
+        if retired {
+            if let Some(Err(e)) = w.ring().map(|r| r.submit()) {
+                error!(worker = w.worker, error = %e, "io_uring submit");
+            }
+            rdma::sync_devices();
+        }
+    }
+}
