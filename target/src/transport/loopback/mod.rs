@@ -537,6 +537,16 @@ impl Loopback {
         }
     }
 
+    /// The transport's connection of queue `q` is gone for good (as when a
+    /// queue pair that did not drain is destroyed): what it had on the wire
+    /// never completes; backend operations still do.
+    pub fn transport_gone(&mut self, q: usize) {
+        if let Some(&key) = self.keys.get(q) {
+            self.group
+                .deliver(&mut self.exec, key, &mut |c, env| c.transport_gone(env));
+        }
+    }
+
     /// Runs until nothing is left to do: work on the wire delivered,
     /// backend operations completed (a parked command stays parked).
     pub fn run(&mut self) {

@@ -662,4 +662,5 @@ fn logs_features_and_reservations_over_the_loopback() {
     assert_eq!(h.lb.buffers_in_use(), 0);
 }
 
+mod core;
 mod isolation;
