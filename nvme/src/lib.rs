@@ -1,4 +1,4 @@
-//! Sans-IO NVMe / NVMe-oF (RDMA transport) wire formats.
+//! Sans-IO NVMe / NVMe-oF (RDMA and TCP transports) wire formats.
 //!
 //! Every type here encodes to and parses from the exact little-endian byte layout
 //! of the NVMe Base, NVMe over Fabrics and NVMe/RDMA transport specifications.
@@ -18,6 +18,7 @@ pub mod opcode;
 pub mod reservation;
 pub mod sgl;
 pub mod status;
+pub mod tcp;
 
 mod bytes;
 
