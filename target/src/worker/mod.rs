@@ -151,69 +151,136 @@ impl Lend<'_> {
 /// An event for one queue's core.
 pub type CoreEvent<'e> = &'e mut dyn FnMut(&mut QueueCore, &mut Env<'_, '_>);
 
-/// A transport's part of a worker: its connections and completions, and
-/// how its queues' actions go on its wire. The worker calls it; it never
+/// A transport's part of a worker: its connections and completions, its
+/// queues (each holding its [`QueueCore`], in a [`Slots`] table of its own),
+/// and how their actions go on its wire. The worker calls it; it never
 /// calls the worker.
 pub trait Transport {
-    /// One queue of this transport (holding its [`QueueCore`]).
-    type Queue;
+    /// Whether the worker's ring operation of `kind` is one of its own.
+    fn owns(&self, kind: u8) -> bool;
 
-    /// The metrics label of its queues' worker gauge.
-    fn name(&self) -> &'static str;
+    /// Its queues.
+    fn queues(&self) -> usize;
 
     /// Takes the connections handed to this worker and sets each up as a
-    /// queue in `queues`. Returns how many it handled.
-    fn accept(&mut self, w: &mut Lend<'_>, queues: &mut Slots<Self::Queue>) -> usize;
+    /// queue. Returns how many it handled.
+    fn accept(&mut self, w: &mut Lend<'_>) -> usize;
 
     /// Handles what completed outside the worker's ring (an RDMA completion
-    /// queue). Returns how many events.
-    fn poll(&mut self, w: &mut Lend<'_>, queues: &mut Slots<Self::Queue>) -> usize;
+    /// queue, a socket). Returns how many events.
+    fn poll(&mut self, w: &mut Lend<'_>) -> usize;
 
     /// One of its own operations on the worker's ring completed (a poll of
     /// a descriptor of its own).
-    fn complete(&mut self, w: &mut Lend<'_>, queues: &mut Slots<Self::Queue>, ud: Ud, res: i32);
+    fn complete(&mut self, w: &mut Lend<'_>, ud: Ud, res: i32);
 
-    /// Hands `event` to queue `key`'s core, then carries out the actions
-    /// the core queued.
-    fn call(&mut self, w: &mut Lend<'_>, key: QueueKey, q: &mut Self::Queue, event: CoreEvent<'_>);
+    /// Hands `event` to queue `key`'s core (if it is still there), then
+    /// carries out the actions the core queued.
+    fn call(&mut self, w: &mut Lend<'_>, key: QueueKey, event: CoreEvent<'_>);
 
-    /// Gives `buf` back to its pool `pool` (its waiter no longer wanted it).
-    fn give(&mut self, w: &mut Lend<'_>, pool: usize, buf: Buf);
+    /// Gives `buf` back to pool `pool`, from which a waiter of queue
+    /// `queue` got it and no longer wanted it.
+    fn give(&mut self, w: &mut Lend<'_>, queue: QueueKey, pool: usize, buf: Buf);
 
     /// Posts what its queues batched in this pass.
-    fn flush(&mut self, w: &mut Lend<'_>, queues: &mut Slots<Self::Queue>);
+    fn flush(&mut self, w: &mut Lend<'_>);
 
     /// Before the worker sleeps: arms its wake-ups on the ring and looks
     /// once more. Returns the events found meanwhile (which cancel the sleep).
-    fn arm(&mut self, w: &mut Lend<'_>, queues: &mut Slots<Self::Queue>) -> usize;
+    fn arm(&mut self, w: &mut Lend<'_>) -> usize;
 
     /// The timers (every [`TICK`]): its own, then each queue's (`stop`: the
     /// worker stops, every queue disconnects); the keys of queues that
     /// ended and may be removed go to `gone`.
-    fn tick(
-        &mut self,
-        w: &mut Lend<'_>,
-        queues: &mut Slots<Self::Queue>,
-        stop: bool,
-        gone: &mut Vec<QueueKey>,
-    );
+    fn tick(&mut self, w: &mut Lend<'_>, stop: bool, gone: &mut Vec<QueueKey>);
 
-    /// Queue `q`, which ended, leaves the worker.
-    fn teardown(&mut self, w: &mut Lend<'_>, q: Self::Queue);
+    /// Queue `key`, which ended, leaves the worker. Returns whether it was
+    /// there.
+    fn remove(&mut self, w: &mut Lend<'_>, key: QueueKey) -> bool;
 
     /// After the timers removed queues: what may go with them (a removed
     /// device nobody uses any more).
-    fn tidy(&mut self, _w: &mut Lend<'_>, _queues: &mut Slots<Self::Queue>) {}
+    fn tidy(&mut self, _w: &mut Lend<'_>) {}
 }
 
-/// A worker's queues and transport and what it lends them, without the
-/// thread: what drives them (the worker's loop, or a test) supplies the
-/// executor and the time. Field order is drop order: the queues (which may
-/// name memory of the transport) go before the transport.
+/// Two transports in one worker: the second's queue keys carry
+/// [`slots::SECOND`], and each owns its ring operations' kinds.
+pub struct Both<A, B>(pub A, pub B);
+
+impl<A: Transport, B: Transport> Transport for Both<A, B> {
+    fn owns(&self, kind: u8) -> bool {
+        self.0.owns(kind) || self.1.owns(kind)
+    }
+
+    fn queues(&self) -> usize {
+        self.0.queues() + self.1.queues()
+    }
+
+    fn accept(&mut self, w: &mut Lend<'_>) -> usize {
+        self.0.accept(w) + self.1.accept(w)
+    }
+
+    fn poll(&mut self, w: &mut Lend<'_>) -> usize {
+        self.0.poll(w) + self.1.poll(w)
+    }
+
+    fn complete(&mut self, w: &mut Lend<'_>, ud: Ud, res: i32) {
+        if self.0.owns(ud.kind) {
+            self.0.complete(w, ud, res)
+        } else if self.1.owns(ud.kind) {
+            self.1.complete(w, ud, res)
+        }
+    }
+
+    fn call(&mut self, w: &mut Lend<'_>, key: QueueKey, event: CoreEvent<'_>) {
+        if key.slot & slots::SECOND == 0 {
+            self.0.call(w, key, event)
+        } else {
+            self.1.call(w, key, event)
+        }
+    }
+
+    fn give(&mut self, w: &mut Lend<'_>, queue: QueueKey, pool: usize, buf: Buf) {
+        if queue.slot & slots::SECOND == 0 {
+            self.0.give(w, queue, pool, buf)
+        } else {
+            self.1.give(w, queue, pool, buf)
+        }
+    }
+
+    fn flush(&mut self, w: &mut Lend<'_>) {
+        self.0.flush(w);
+        self.1.flush(w);
+    }
+
+    fn arm(&mut self, w: &mut Lend<'_>) -> usize {
+        self.0.arm(w) + self.1.arm(w)
+    }
+
+    fn tick(&mut self, w: &mut Lend<'_>, stop: bool, gone: &mut Vec<QueueKey>) {
+        self.0.tick(w, stop, gone);
+        self.1.tick(w, stop, gone);
+    }
+
+    fn remove(&mut self, w: &mut Lend<'_>, key: QueueKey) -> bool {
+        if key.slot & slots::SECOND == 0 {
+            self.0.remove(w, key)
+        } else {
+            self.1.remove(w, key)
+        }
+    }
+
+    fn tidy(&mut self, w: &mut Lend<'_>) {
+        self.0.tidy(w);
+        self.1.tidy(w);
+    }
+}
+
+/// A worker's transport and what it lends it, without the thread: what
+/// drives it (the worker's loop, or a test) supplies the executor and the
+/// time.
 pub struct Group<T: Transport> {
-    /// The queues.
-    pub queues: Slots<T::Queue>,
-    /// The transport.
+    /// The transport (and its queues).
     pub transport: T,
     grants: Vec<Grant>,
     tally: Tally,
@@ -256,7 +323,6 @@ impl<T: Transport> Group<T> {
         cfg: EngineConfig,
     ) -> Group<T> {
         Group {
-            queues: Slots::default(),
             transport,
             grants: Vec::new(),
             tally: Tally::new(),
@@ -270,16 +336,16 @@ impl<T: Transport> Group<T> {
         }
     }
 
-    /// Runs `f` with the transport, the queues and a [`Lend`] over `exec`;
-    /// then gives out the buffers that came back meanwhile.
+    /// Runs `f` with the transport and a [`Lend`] over `exec`; then gives
+    /// out the buffers that came back meanwhile.
     pub fn with<R>(
         &mut self,
         exec: &mut dyn Executor,
-        f: impl FnOnce(&mut T, &mut Slots<T::Queue>, &mut Lend<'_>) -> R,
+        f: impl FnOnce(&mut T, &mut Lend<'_>) -> R,
     ) -> R {
         let r = {
             let mut w = lend!(self, &mut *exec);
-            f(&mut self.transport, &mut self.queues, &mut w)
+            f(&mut self.transport, &mut w)
         };
         self.hand_out(exec);
         r
@@ -288,11 +354,7 @@ impl<T: Transport> Group<T> {
     /// Hands `event` to queue `key`, if it is still there; then gives out
     /// the buffers that came back meanwhile.
     pub fn deliver(&mut self, exec: &mut dyn Executor, key: QueueKey, event: CoreEvent<'_>) {
-        if let Some(q) = self.queues.get_mut(key) {
-            let mut w = lend!(self, &mut *exec);
-            self.transport.call(&mut w, key, q, event);
-        }
-        self.hand_out(exec);
+        self.with(exec, |t, w| t.call(w, key, event));
     }
 
     /// Gives buffers that came back to the requests waiting for them.
@@ -300,16 +362,14 @@ impl<T: Transport> Group<T> {
         while let Some(g) = self.grants.pop() {
             let mut w = lend!(self, &mut *exec);
             let mut back = Some(g.buf);
-            if let Some(q) = self.queues.get_mut(g.queue) {
-                self.transport.call(&mut w, g.queue, q, &mut |c, env| {
-                    back = c.buffer_granted(env, g.req, g.buf);
-                    if back.is_none() {
-                        env.tally.buffer(g.buf.class as usize, 1);
-                    }
-                });
-            }
+            self.transport.call(&mut w, g.queue, &mut |c, env| {
+                back = c.buffer_granted(env, g.req, g.buf);
+                if back.is_none() {
+                    env.tally.buffer(g.buf.class as usize, 1);
+                }
+            });
             if let Some(b) = back {
-                self.transport.give(&mut w, g.pool, b);
+                self.transport.give(&mut w, g.queue, g.pool, b);
             }
         }
     }
@@ -322,13 +382,13 @@ impl<T: Transport> Group<T> {
             ud::IO => self.deliver(exec, ud.queue, &mut |c, env| {
                 c.backend_done(env, ud.req, res)
             }),
-            _ => self.with(exec, |t, queues, w| t.complete(w, queues, ud, res)),
+            _ => self.with(exec, |t, w| t.complete(w, ud, res)),
         }
     }
 
     /// Posts what the transport's queues batched.
     pub fn flush(&mut self, exec: &mut dyn Executor) {
-        self.with(exec, |t, queues, w| t.flush(w, queues));
+        self.with(exec, |t, w| t.flush(w));
     }
 
     /// Timers: the transport's and each queue's, stop requests, and removal
@@ -337,13 +397,12 @@ impl<T: Transport> Group<T> {
         self.tally.publish();
         let stop = self.stopping;
         let mut gone = Vec::new();
-        self.with(exec, |t, queues, w| t.tick(w, queues, stop, &mut gone));
+        self.with(exec, |t, w| t.tick(w, stop, &mut gone));
         for key in gone {
-            let Some(q) = self.queues.remove(key) else {
-                continue;
-            };
             let mut w = lend!(self, &mut *exec);
-            self.transport.teardown(&mut w, q);
+            if !self.transport.remove(&mut w, key) {
+                continue;
+            }
             self.target.live_queues.fetch_sub(1, Ordering::AcqRel);
             metrics()
                 .engine
@@ -354,7 +413,7 @@ impl<T: Transport> Group<T> {
         // What the timers queued (AER answers, liveness probes) goes now, not
         // after the next wake-up.
         self.flush(exec);
-        self.with(exec, |t, queues, w| t.tidy(w, queues));
+        self.with(exec, |t, w| t.tidy(w));
     }
 }
 
@@ -471,9 +530,7 @@ impl<T: Transport> Worker<T> {
                 last_tick = now;
                 self.tick();
             }
-            let mut work = self
-                .group
-                .with(uring!(self), |t, queues, w| t.poll(w, queues));
+            let mut work = self.group.with(uring!(self), |t, w| t.poll(w));
             let n = self.ring.reap(&mut cqes);
             for &(ud, res) in &cqes[..n] {
                 self.complete(ud, res);
@@ -485,9 +542,7 @@ impl<T: Transport> Worker<T> {
                 self.complete(ud, res);
             }
             self.group.stopping = self.shared.stop.load(Ordering::Acquire);
-            work += self
-                .group
-                .with(uring!(self), |t, queues, w| t.accept(w, queues));
+            work += self.group.with(uring!(self), |t, w| t.accept(w));
             self.group.flush(uring!(self));
             if let Err(e) = self.ring.submit() {
                 error!(worker = self.shared.index, error = %e, "io_uring submit");
@@ -495,7 +550,7 @@ impl<T: Transport> Worker<T> {
             if std::mem::take(&mut self.tick_now) || now.duration_since(last_tick) >= TICK {
                 last_tick = now;
                 self.tick();
-                if self.shared.stop.load(Ordering::Acquire) && self.group.queues.is_empty() {
+                if self.shared.stop.load(Ordering::Acquire) && self.group.transport.queues() == 0 {
                     return;
                 }
             }
@@ -522,9 +577,7 @@ impl<T: Transport> Worker<T> {
             // Sleep: what was counted goes out first; the transport arms its
             // wake-ups and looks once more, then the worker waits on the ring.
             self.group.tally.publish();
-            let late = self
-                .group
-                .with(uring!(self), |t, queues, w| t.arm(w, queues));
+            let late = self.group.with(uring!(self), |t, w| t.arm(w));
             if late > 0 {
                 self.group.flush(uring!(self));
                 busy_since = Some(now);

@@ -23,51 +23,75 @@ struct Slot<Q> {
     queue: Option<Q>,
 }
 
-/// The queues of a worker.
+/// The queues of a transport in a worker. A worker serving several
+/// transports gives each a part of the key space ([`Slots::with_base`]):
+/// a key names its transport by its high bit.
 pub struct Slots<Q> {
     slots: Vec<Slot<Q>>,
     free: Vec<u16>,
     len: usize,
+    base: u16,
 }
 
 impl<Q> Default for Slots<Q> {
     fn default() -> Self {
+        Self::with_base(0)
+    }
+}
+
+/// The key bit of the second transport of a worker.
+pub const SECOND: u16 = 0x8000;
+
+impl<Q> Slots<Q> {
+    /// A table whose keys carry `base` (0, or [`SECOND`]).
+    pub fn with_base(base: u16) -> Slots<Q> {
         Slots {
             slots: Vec::new(),
             free: Vec::new(),
             len: 0,
+            base,
         }
     }
-}
 
-impl<Q> Slots<Q> {
+    fn index(&self, key: QueueKey) -> Option<usize> {
+        (key.slot & SECOND == self.base).then_some((key.slot & !SECOND) as usize)
+    }
+
+    fn key(&self, i: usize, gen: u8) -> QueueKey {
+        QueueKey {
+            slot: i as u16 | self.base,
+            gen,
+        }
+    }
+
     /// The key the next queue gets (None: the table is full), without
     /// taking it: a transport builds the queue under it, then
     /// [`Slots::insert`]s it.
     pub fn vacant(&mut self) -> Option<QueueKey> {
-        let slot = match self.free.last() {
-            Some(&s) => s,
-            None if self.slots.len() < u16::MAX as usize => {
+        let i = match self.free.last() {
+            Some(&s) => s as usize,
+            None if self.slots.len() < SECOND as usize => {
                 self.slots.push(Slot {
                     gen: 0,
                     queue: None,
                 });
                 self.free.push((self.slots.len() - 1) as u16);
-                (self.slots.len() - 1) as u16
+                self.slots.len() - 1
             }
             None => return None,
         };
-        let gen = self.slots[slot as usize].gen.wrapping_add(1);
-        Some(QueueKey { slot, gen })
+        let gen = self.slots[i].gen.wrapping_add(1);
+        Some(self.key(i, gen))
     }
 
     /// Puts `q` in the slot [`Slots::vacant`] named `key`.
     pub fn insert(&mut self, key: QueueKey, q: Q) {
-        let Some(i) = self.free.iter().rposition(|&s| s == key.slot) else {
+        let Some(i) = self.index(key) else { return };
+        let Some(f) = self.free.iter().rposition(|&s| s as usize == i) else {
             return;
         };
-        self.free.swap_remove(i);
-        let s = &mut self.slots[key.slot as usize];
+        self.free.swap_remove(f);
+        let s = &mut self.slots[i];
         s.gen = key.gen;
         s.queue = Some(q);
         self.len += 1;
@@ -75,62 +99,51 @@ impl<Q> Slots<Q> {
 
     /// The queue `key` names, if it is still there.
     pub fn get(&self, key: QueueKey) -> Option<&Q> {
-        let s = self.slots.get(key.slot as usize)?;
+        let s = self.slots.get(self.index(key)?)?;
         (s.gen == key.gen).then_some(s.queue.as_ref()?)
     }
 
     /// As [`Slots::get`], mutably.
     pub fn get_mut(&mut self, key: QueueKey) -> Option<&mut Q> {
-        let s = self.slots.get_mut(key.slot as usize)?;
+        let i = self.index(key)?;
+        let s = self.slots.get_mut(i)?;
         if s.gen != key.gen {
             return None;
         }
         s.queue.as_mut()
     }
 
-    /// The key of the queue in `slot` now (how a transport that names its
-    /// queues by slot alone finds the current one).
+    /// The key of the queue in slot `slot` now (its base bit or not): how
+    /// a transport that names its queues by slot alone finds the current one.
     pub fn key_of(&self, slot: u16) -> Option<QueueKey> {
-        let s = self.slots.get(slot as usize)?;
-        s.queue.as_ref().map(|_| QueueKey { slot, gen: s.gen })
+        let i = (slot & !SECOND) as usize;
+        let s = self.slots.get(i)?;
+        s.queue.as_ref().map(|_| self.key(i, s.gen))
     }
 
     /// Takes queue `key` out; its slot is free again.
     pub fn remove(&mut self, key: QueueKey) -> Option<Q> {
-        let s = self.slots.get_mut(key.slot as usize)?;
+        let i = self.index(key)?;
+        let s = self.slots.get_mut(i)?;
         if s.gen != key.gen {
             return None;
         }
         let q = s.queue.take()?;
-        self.free.push(key.slot);
+        self.free.push(i as u16);
         self.len -= 1;
         Some(q)
     }
 
     /// The keys of every queue.
     pub fn keys(&self) -> Vec<QueueKey> {
-        self.slots
-            .iter()
-            .enumerate()
-            .filter(|(_, s)| s.queue.is_some())
-            .map(|(i, s)| QueueKey {
-                slot: i as u16,
-                gen: s.gen,
-            })
-            .collect()
+        self.iter().map(|(k, _)| k).collect()
     }
 
     /// Every queue, with its key.
     pub fn iter(&self) -> impl Iterator<Item = (QueueKey, &Q)> {
         self.slots.iter().enumerate().filter_map(|(i, s)| {
             let q = s.queue.as_ref()?;
-            Some((
-                QueueKey {
-                    slot: i as u16,
-                    gen: s.gen,
-                },
-                q,
-            ))
+            Some((self.key(i, s.gen), q))
         })
     }
 
@@ -171,5 +184,22 @@ mod tests {
         assert_eq!(t.remove(a), None);
         assert_eq!(t.keys(), vec![c, b]);
         assert_eq!(t.iter().count(), 2);
+    }
+
+    #[test]
+    fn a_second_transports_keys_carry_its_bit() {
+        let mut t: Slots<&str> = Slots::with_base(SECOND);
+        let k = t.vacant().unwrap();
+        assert_eq!(k.slot & SECOND, SECOND);
+        t.insert(k, "x");
+        assert_eq!(t.get(k), Some(&"x"));
+        assert_eq!(t.key_of(k.slot & !SECOND), Some(k));
+        assert_eq!(t.key_of(k.slot), Some(k));
+        let first = QueueKey {
+            slot: k.slot & !SECOND,
+            gen: k.gen,
+        };
+        assert_eq!(t.get(first), None, "the first transport's key");
+        assert_eq!(t.remove(k), Some("x"));
     }
 }

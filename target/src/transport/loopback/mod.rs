@@ -123,7 +123,13 @@ pub enum LoopError {
     TooMuchData(usize),
 }
 
-/// The loopback transport: the host's memory and the wire.
+/// The loopback transport: its queues, and the host's memory and the wire.
+pub struct Loop {
+    queues: Slots<LoopQueue>,
+    wires: Wires,
+}
+
+/// The host's memory and the wire.
 pub struct Wires {
     pool: Pool<(QueueKey, Token)>,
     pool_mem: Aligned,
@@ -139,6 +145,19 @@ pub struct Wires {
 }
 
 impl Wires {
+    /// Hands `event` to queue `key`'s core, then carries out its actions.
+    fn call(&mut self, w: &mut Lend<'_>, key: QueueKey, q: &mut LoopQueue, event: CoreEvent<'_>) {
+        let mem = LoopMemory {
+            pool: self.pool_mem.ptr(),
+            capsules: q.data.ptr(),
+            q: key,
+        };
+        w.env(&mut q.core, &mem, |c, env| event(c, env));
+        while let Some(a) = q.core.next_action() {
+            self.act(w, key, q, a);
+        }
+    }
+
     fn give_buf(&mut self, w: &mut Lend<'_>, b: Buf) {
         if let Some(((queue, req), buf)) = self.pool.give(b) {
             w.grants.push(Grant {
@@ -273,27 +292,30 @@ impl Wires {
     }
 }
 
-impl Transport for Wires {
-    type Queue = LoopQueue;
+impl Transport for Loop {
+    fn owns(&self, _kind: u8) -> bool {
+        false
+    }
 
-    fn name(&self) -> &'static str {
-        "loop"
+    fn queues(&self) -> usize {
+        self.queues.len()
     }
 
     /// The host accepts its queues itself ([`Loopback::accept`]).
-    fn accept(&mut self, _w: &mut Lend<'_>, _queues: &mut Slots<LoopQueue>) -> usize {
+    fn accept(&mut self, _w: &mut Lend<'_>) -> usize {
         0
     }
 
     /// Delivers the work on the wire, in order.
-    fn poll(&mut self, w: &mut Lend<'_>, queues: &mut Slots<LoopQueue>) -> usize {
+    fn poll(&mut self, w: &mut Lend<'_>) -> usize {
+        let (queues, wires) = (&mut self.queues, &mut self.wires);
         let mut n = 0;
-        while let Some(ev) = self.wire.pop_front() {
+        while let Some(ev) = wires.wire.pop_front() {
             n += 1;
             match ev {
                 Wire::Fetched { q, req, ok } => {
                     if let Some(lq) = queues.get_mut(q) {
-                        self.call(w, q, lq, &mut |c, env| c.fetched(env, req, ok));
+                        wires.call(w, q, lq, &mut |c, env| c.fetched(env, req, ok));
                     }
                 }
                 Wire::Sent { q, req, cqe } => {
@@ -301,7 +323,7 @@ impl Transport for Wires {
                         if let (Some(cqe), false) = (cqe, lq.closed) {
                             lq.cqes.push_back(cqe);
                         }
-                        self.call(w, q, lq, &mut |c, env| c.sent(env, req, cqe.is_some()));
+                        wires.call(w, q, lq, &mut |c, env| c.sent(env, req, cqe.is_some()));
                     }
                 }
                 Wire::ProbeAnswered { q } => {
@@ -314,54 +336,44 @@ impl Transport for Wires {
         n
     }
 
-    fn complete(&mut self, _w: &mut Lend<'_>, _q: &mut Slots<LoopQueue>, _ud: Ud, _res: i32) {}
+    fn complete(&mut self, _w: &mut Lend<'_>, _ud: Ud, _res: i32) {}
 
-    fn call(&mut self, w: &mut Lend<'_>, key: QueueKey, q: &mut LoopQueue, event: CoreEvent<'_>) {
-        let mem = LoopMemory {
-            pool: self.pool_mem.ptr(),
-            capsules: q.data.ptr(),
-            q: key,
-        };
-        w.env(&mut q.core, &mem, |c, env| event(c, env));
-        while let Some(a) = q.core.next_action() {
-            self.act(w, key, q, a);
+    fn call(&mut self, w: &mut Lend<'_>, key: QueueKey, event: CoreEvent<'_>) {
+        if let Some(q) = self.queues.get_mut(key) {
+            self.wires.call(w, key, q, event);
         }
     }
 
-    fn give(&mut self, w: &mut Lend<'_>, _pool: usize, buf: Buf) {
-        self.give_buf(w, buf);
+    fn give(&mut self, w: &mut Lend<'_>, _queue: QueueKey, _pool: usize, buf: Buf) {
+        self.wires.give_buf(w, buf);
     }
 
-    fn flush(&mut self, _w: &mut Lend<'_>, _queues: &mut Slots<LoopQueue>) {}
+    fn flush(&mut self, _w: &mut Lend<'_>) {}
 
-    fn arm(&mut self, _w: &mut Lend<'_>, _queues: &mut Slots<LoopQueue>) -> usize {
+    fn arm(&mut self, _w: &mut Lend<'_>) -> usize {
         0
     }
 
     /// Each queue's timers; a closed queue leaves only when the host reaps
     /// it ([`Loopback::reap_closed`]).
-    fn tick(
-        &mut self,
-        w: &mut Lend<'_>,
-        queues: &mut Slots<LoopQueue>,
-        _stop: bool,
-        _gone: &mut Vec<QueueKey>,
-    ) {
-        for key in queues.keys() {
-            if let Some(q) = queues.get_mut(key) {
-                self.call(w, key, q, &mut |c, env| c.timer(env));
-            }
+    fn tick(&mut self, w: &mut Lend<'_>, _stop: bool, _gone: &mut Vec<QueueKey>) {
+        for key in self.queues.keys() {
+            self.call(w, key, &mut |c, env| c.timer(env));
         }
     }
 
-    fn teardown(&mut self, w: &mut Lend<'_>, mut q: LoopQueue) {
+    fn remove(&mut self, w: &mut Lend<'_>, key: QueueKey) -> bool {
+        let Some(mut q) = self.queues.remove(key) else {
+            return false;
+        };
         q.core.teardown(w.target);
+        true
     }
 }
 
 /// A host and the target, in process.
 pub struct Loopback {
-    group: Group<Wires>,
+    group: Group<Loop>,
     exec: Inline,
     /// The queues, by the number [`Loopback::accept`] gave them.
     keys: Vec<QueueKey>,
@@ -398,8 +410,12 @@ impl Loopback {
             workers: 1,
             ..EngineConfig::default()
         };
+        let transport = Loop {
+            queues: Slots::default(),
+            wires,
+        };
         Ok(Loopback {
-            group: Group::new(0, waker.clone(), wires, target.clone(), cfg),
+            group: Group::new(0, waker.clone(), transport, target.clone(), cfg),
             exec: Inline::new(Mailbox::detached()),
             keys: Vec::new(),
             waker,
@@ -431,14 +447,14 @@ impl Loopback {
 
     /// Whether a probe is answered (a host that is gone answers none).
     pub fn answer_probes(&mut self, yes: bool) {
-        self.group.transport.answer_probes = yes;
+        self.group.transport.wires.answer_probes = yes;
     }
 
     /// Queue `q`'s host takes no response (posts no receives): its
     /// responses are held, never delivered.
     pub fn deafen(&mut self, q: usize) {
         if let Some(&k) = self.keys.get(q) {
-            self.group.transport.deaf.push(k);
+            self.group.transport.wires.deaf.push(k);
         }
     }
 
@@ -453,8 +469,8 @@ impl Loopback {
         let link = QueueLink::new(qid, self.waker.clone());
         let core = QueueCore::new(params, addrs, link, None, self.group.now);
         let slots = sq_size as u32;
-        let key = self.group.queues.vacant().expect("a free slot");
-        self.group.queues.insert(
+        let key = self.group.transport.queues.vacant().expect("a free slot");
+        self.group.transport.queues.insert(
             key,
             LoopQueue {
                 core,
@@ -470,11 +486,11 @@ impl Loopback {
     }
 
     fn queue(&self, q: usize) -> Option<&LoopQueue> {
-        self.group.queues.get(*self.keys.get(q)?)
+        self.group.transport.queues.get(*self.keys.get(q)?)
     }
 
     fn queue_mut(&mut self, q: usize) -> Option<&mut LoopQueue> {
-        self.group.queues.get_mut(*self.keys.get(q)?)
+        self.group.transport.queues.get_mut(*self.keys.get(q)?)
     }
 
     /// Registers host memory holding `bytes`; returns its key (the address
@@ -482,13 +498,18 @@ impl Loopback {
     pub fn window(&mut self, bytes: Vec<u8>) -> u32 {
         let k = self.next_key;
         self.next_key += 1;
-        self.group.transport.windows.insert(k, bytes);
+        self.group.transport.wires.windows.insert(k, bytes);
         k
     }
 
     /// The host memory of window `key`.
     pub fn window_data(&self, key: u32) -> &[u8] {
-        self.group.transport.windows.get(&key).map_or(&[], |v| v)
+        self.group
+            .transport
+            .wires
+            .windows
+            .get(&key)
+            .map_or(&[], |v| v)
     }
 
     /// The host sends a capsule on queue `q`: command `cmd` with
@@ -569,9 +590,7 @@ impl Loopback {
     /// One pass: the wire, then (when it is quiet) one backend operation.
     /// Returns events handled.
     fn pump(&mut self) -> usize {
-        let n = self
-            .group
-            .with(&mut self.exec, |t, queues, w| t.poll(w, queues));
+        let n = self.group.with(&mut self.exec, |t, w| t.poll(w));
         if n > 0 {
             return n;
         }
@@ -638,7 +657,7 @@ impl Loopback {
 
     /// Pool buffers in use.
     pub fn buffers_in_use(&self) -> usize {
-        self.group.transport.pool.in_use()
+        self.group.transport.wires.pool.in_use()
     }
 
     /// Receives of queue `q` that hold a capsule.
@@ -655,11 +674,12 @@ impl Loopback {
         for &key in &self.keys {
             if self
                 .group
+                .transport
                 .queues
                 .get(key)
                 .is_some_and(|lq| lq.closed && !lq.core.busy())
             {
-                if let Some(mut lq) = self.group.queues.remove(key) {
+                if let Some(mut lq) = self.group.transport.queues.remove(key) {
                     lq.core.teardown(&self.target);
                     n += 1;
                 }
@@ -677,7 +697,7 @@ impl Drop for Loopback {
         }
         self.run();
         for &key in &self.keys {
-            if let Some(mut lq) = self.group.queues.remove(key) {
+            if let Some(mut lq) = self.group.transport.queues.remove(key) {
                 lq.core.teardown(&self.target);
             }
         }

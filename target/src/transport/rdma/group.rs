@@ -68,8 +68,11 @@ struct DevSlot {
     dev: Option<WorkerDevice>,
 }
 
-/// A worker's RDMA devices and connections.
+/// A worker's RDMA queues, devices and connections. Field order is drop
+/// order: the queues (their queue pairs) go before the devices whose memory
+/// their work requests name.
 pub struct RdmaGroup {
+    queues: Slots<Queue>,
     devices: Vec<DevSlot>,
     index: QueueIndex,
     cm: Arc<EventChannel>,
@@ -80,12 +83,18 @@ pub struct RdmaGroup {
 }
 
 impl RdmaGroup {
-    /// The RDMA part of a worker whose connections arrive in `inbox`.
-    pub fn new(engine: Arc<EngineShared>, inbox: Arc<Inbox>) -> Result<RdmaGroup, String> {
+    /// The RDMA part of a worker whose connections arrive in `inbox`; its
+    /// queues' keys carry `base` ([`Slots::with_base`]).
+    pub fn new(
+        engine: Arc<EngineShared>,
+        inbox: Arc<Inbox>,
+        base: u16,
+    ) -> Result<RdmaGroup, String> {
         let cm = EventChannel::new()
             .and_then(|c| c.set_nonblocking().map(|_| c))
             .map_err(|e| format!("RDMA-CM event channel: {e}"))?;
         Ok(RdmaGroup {
+            queues: Slots::with_base(base),
             devices: Vec::new(),
             index: QueueIndex::default(),
             cm,
@@ -100,22 +109,12 @@ impl RdmaGroup {
     fn with_queue(
         &mut self,
         w: &mut Lend<'_>,
-        queues: &mut Slots<Queue>,
         key: QueueKey,
         f: impl FnOnce(&mut Queue, &mut Cx<'_, '_>),
     ) {
-        let Some(q) = queues.get_mut(key) else {
+        let Some(q) = self.queues.get_mut(key) else {
             return;
         };
-        self.with(w, q, f);
-    }
-
-    fn with(
-        &mut self,
-        w: &mut Lend<'_>,
-        q: &mut Queue,
-        f: impl FnOnce(&mut Queue, &mut Cx<'_, '_>),
-    ) {
         let dev = q.dev;
         let Some(d) = self.devices.get_mut(dev).and_then(|s| s.dev.as_mut()) else {
             return;
@@ -129,13 +128,7 @@ impl RdmaGroup {
         f(q, &mut cx);
     }
 
-    fn on_wc(
-        &mut self,
-        w: &mut Lend<'_>,
-        queues: &mut Slots<Queue>,
-        d: usize,
-        wc: &WorkCompletion,
-    ) {
+    fn on_wc(&mut self, w: &mut Lend<'_>, d: usize, wc: &WorkCompletion) {
         let id = WrId::unpack(wc.wr_id());
         if !wc.is_ok() && !wc.is_flush() {
             metrics()
@@ -149,11 +142,11 @@ impl RdmaGroup {
                 let q = self
                     .index
                     .by_qp(d, wc.qp_num())
-                    .and_then(|s| queues.key_of(s));
+                    .and_then(|s| self.queues.key_of(s));
                 match (wc.is_ok(), q) {
                     (true, Some(key)) => {
                         let len = wc.byte_len();
-                        self.with_queue(w, queues, key, |q, cx| q.on_recv(cx, slot, len));
+                        self.with_queue(w, key, |q, cx| q.on_recv(cx, slot, len));
                     }
                     (ok, _) => {
                         // A receive for a queue pair that is gone, or one
@@ -184,7 +177,7 @@ impl RdmaGroup {
                 } else {
                     format!("receive failed: {}", wc.status_str())
                 };
-                self.with_queue(w, queues, key, |q, cx| {
+                self.with_queue(w, key, |q, cx| {
                     if ok {
                         q.on_recv(cx, id.slot as u32, len)
                     } else {
@@ -211,7 +204,7 @@ impl RdmaGroup {
                         id.kind
                     )
                 };
-                self.with_queue(w, queues, key, |q, cx| {
+                self.with_queue(w, key, |q, cx| {
                     if !ok {
                         q.on_wc_error(cx, flush, &what);
                     }
@@ -223,7 +216,7 @@ impl RdmaGroup {
     }
 
     /// Polls every device's completion queue. Returns how many completions.
-    fn poll_cqs(&mut self, w: &mut Lend<'_>, queues: &mut Slots<Queue>) -> usize {
+    fn poll_cqs(&mut self, w: &mut Lend<'_>) -> usize {
         let mut work = 0;
         let mut wcs = std::mem::take(&mut self.wcs);
         for d in 0..self.devices.len() {
@@ -233,7 +226,7 @@ impl RdmaGroup {
             match dev.cq.poll(&mut wcs) {
                 Ok(n) => {
                     for wc in &wcs[..n] {
-                        self.on_wc(w, queues, d, wc);
+                        self.on_wc(w, d, wc);
                     }
                     work += n;
                 }
@@ -245,17 +238,21 @@ impl RdmaGroup {
     }
 
     /// Handles the CM events of this worker's queues. Returns how many.
-    fn cm_events(&mut self, w: &mut Lend<'_>, queues: &mut Slots<Queue>) -> usize {
+    fn cm_events(&mut self, w: &mut Lend<'_>) -> usize {
         let mut n = 0;
         loop {
             match self.cm.get_event() {
                 Ok(Some(ev)) => {
                     n += 1;
-                    if let Some(key) = self.index.by_cm(ev.id_key).and_then(|s| queues.key_of(s)) {
+                    if let Some(key) = self
+                        .index
+                        .by_cm(ev.id_key)
+                        .and_then(|s| self.queues.key_of(s))
+                    {
                         if ev.kind == CmEventKind::DeviceRemoval {
-                            self.device_removed(queues, key);
+                            self.device_removed(key);
                         }
-                        self.with_queue(w, queues, key, |q, cx| q.on_cm_event(cx, ev.kind));
+                        self.with_queue(w, key, |q, cx| q.on_cm_event(cx, ev.kind));
                     }
                 }
                 Ok(None) => return n,
@@ -268,8 +265,8 @@ impl RdmaGroup {
     }
 
     /// A queue's device is being removed (its RDMA-CM id said so).
-    fn device_removed(&mut self, queues: &Slots<Queue>, key: QueueKey) {
-        let Some(dev) = queues.get(key).map(|q| q.dev) else {
+    fn device_removed(&mut self, key: QueueKey) {
+        let Some(dev) = self.queues.get(key).map(|q| q.dev) else {
             return;
         };
         if let Some(d) = self.devices.get_mut(dev).and_then(|s| s.dev.as_mut()) {
@@ -346,15 +343,17 @@ impl RdmaGroup {
 }
 
 impl Transport for RdmaGroup {
-    type Queue = Queue;
+    fn owns(&self, kind: u8) -> bool {
+        matches!(kind, wr::POLL_CQ | wr::POLL_CM | wr::POLL_CANCEL)
+    }
 
-    fn name(&self) -> &'static str {
-        "rdma"
+    fn queues(&self) -> usize {
+        self.queues.len()
     }
 
     /// Takes new connections from the listener: sets up the device (first
     /// time), the queue pair, and accepts.
-    fn accept(&mut self, w: &mut Lend<'_>, queues: &mut Slots<Queue>) -> usize {
+    fn accept(&mut self, w: &mut Lend<'_>) -> usize {
         let new = self.inbox.take();
         let n = new.len();
         for mut c in new {
@@ -377,7 +376,7 @@ impl Transport for RdmaGroup {
             };
             let (Some(wd), Some(key)) = (
                 self.devices.get_mut(dev).and_then(|s| s.dev.as_mut()),
-                queues.vacant(),
+                self.queues.vacant(),
             ) else {
                 super::reject(&c.id, RejectStatus::NoResources);
                 continue;
@@ -388,7 +387,7 @@ impl Transport for RdmaGroup {
                 Ok(q) => {
                     queue_added(w);
                     self.index.insert(q.dev, q.qp_num, q.cm_key, key.slot);
-                    queues.insert(key, q);
+                    self.queues.insert(key, q);
                 }
                 Err((id, why)) => {
                     warn!(worker = w.worker, qid, peer = ?id.peer_addr(), "queue refused: {why}");
@@ -399,11 +398,11 @@ impl Transport for RdmaGroup {
         n
     }
 
-    fn poll(&mut self, w: &mut Lend<'_>, queues: &mut Slots<Queue>) -> usize {
-        self.poll_cqs(w, queues)
+    fn poll(&mut self, w: &mut Lend<'_>) -> usize {
+        self.poll_cqs(w)
     }
 
-    fn complete(&mut self, w: &mut Lend<'_>, queues: &mut Slots<Queue>, ud: Ud, _res: i32) {
+    fn complete(&mut self, w: &mut Lend<'_>, ud: Ud, _res: i32) {
         match ud.kind {
             wr::POLL_CQ => {
                 let (index, gen) = (ud.req.slot as usize, ud.queue.gen);
@@ -419,17 +418,17 @@ impl Transport for RdmaGroup {
             }
             wr::POLL_CM => {
                 self.cm_armed = false;
-                self.cm_events(w, queues);
+                self.cm_events(w);
             }
             _ => {}
         }
     }
 
-    fn call(&mut self, w: &mut Lend<'_>, _key: QueueKey, q: &mut Queue, event: CoreEvent<'_>) {
-        self.with(w, q, |q, cx| q.call(cx, |c, env| event(c, env)));
+    fn call(&mut self, w: &mut Lend<'_>, key: QueueKey, event: CoreEvent<'_>) {
+        self.with_queue(w, key, |q, cx| q.call(cx, |c, env| event(c, env)));
     }
 
-    fn give(&mut self, w: &mut Lend<'_>, pool: usize, buf: Buf) {
+    fn give(&mut self, w: &mut Lend<'_>, _queue: QueueKey, pool: usize, buf: Buf) {
         if let Some(d) = self.devices.get_mut(pool).and_then(|s| s.dev.as_mut()) {
             if let Some(((queue, req), buf)) = d.pool.give(buf) {
                 w.grants.push(crate::worker::Grant {
@@ -442,17 +441,17 @@ impl Transport for RdmaGroup {
         }
     }
 
-    fn flush(&mut self, w: &mut Lend<'_>, queues: &mut Slots<Queue>) {
-        for key in queues.keys() {
-            if queues.get(key).is_some_and(|q| q.has_sends()) {
-                self.with_queue(w, queues, key, |q, cx| q.flush_sends(cx));
+    fn flush(&mut self, w: &mut Lend<'_>) {
+        for key in self.queues.keys() {
+            if self.queues.get(key).is_some_and(|q| q.has_sends()) {
+                self.with_queue(w, key, |q, cx| q.flush_sends(cx));
             }
         }
     }
 
     /// Arms every completion queue, looks once more, then the ring's polls
     /// of the completion channels and the CM channel.
-    fn arm(&mut self, w: &mut Lend<'_>, queues: &mut Slots<Queue>) -> usize {
+    fn arm(&mut self, w: &mut Lend<'_>) -> usize {
         let mut late = 0;
         let mut wcs = std::mem::take(&mut self.wcs);
         for d in 0..self.devices.len() {
@@ -465,7 +464,7 @@ impl Transport for RdmaGroup {
             }
             if let Ok(n) = dev.cq.poll(&mut wcs) {
                 for wc in &wcs[..n] {
-                    self.on_wc(w, queues, d, wc);
+                    self.on_wc(w, d, wc);
                 }
                 late += n;
             }
@@ -496,16 +495,10 @@ impl Transport for RdmaGroup {
         0
     }
 
-    fn tick(
-        &mut self,
-        w: &mut Lend<'_>,
-        queues: &mut Slots<Queue>,
-        stop: bool,
-        gone: &mut Vec<QueueKey>,
-    ) {
+    fn tick(&mut self, w: &mut Lend<'_>, stop: bool, gone: &mut Vec<QueueKey>) {
         // CM events are also read here: while the worker is busy polling, the
         // channel's poll is not armed.
-        self.cm_events(w, queues);
+        self.cm_events(w);
         // Devices another thread saw removed.
         for s in &mut self.devices {
             if let Some(d) = s.dev.as_mut().filter(|d| !d.removed) {
@@ -513,9 +506,9 @@ impl Transport for RdmaGroup {
             }
         }
         let now: Instant = w.now;
-        for key in queues.keys() {
+        for key in self.queues.keys() {
             let mut ended = false;
-            self.with_queue(w, queues, key, |q, cx| {
+            self.with_queue(w, key, |q, cx| {
                 if stop {
                     q.disconnect(cx, "target stopping", "shutdown");
                 }
@@ -531,23 +524,27 @@ impl Transport for RdmaGroup {
         }
     }
 
-    fn teardown(&mut self, w: &mut Lend<'_>, mut q: Queue) {
+    fn remove(&mut self, w: &mut Lend<'_>, key: QueueKey) -> bool {
+        let Some(mut q) = self.queues.remove(key) else {
+            return false;
+        };
         q.teardown(w.target);
         self.index.remove(q.dev, q.qp_num, q.cm_key, q.key.slot);
         if let Some(d) = self.devices.get_mut(q.dev).and_then(|s| s.dev.as_mut()) {
             d.cq_room += q.cq_share;
             d.srq_committed = d.srq_committed.saturating_sub(q.srq_share());
         }
+        true
     }
 
     /// Lets go of removed devices no queue uses any more, so that librdmacm
     /// can close them (the kernel's removal of the device waits for that).
-    fn tidy(&mut self, w: &mut Lend<'_>, queues: &mut Slots<Queue>) {
+    fn tidy(&mut self, w: &mut Lend<'_>) {
         let mut retired = false;
         for i in 0..self.devices.len() {
             // Only a removed device's queues are looked for (each tick).
             let removed = self.devices[i].dev.as_ref().is_some_and(|d| d.removed);
-            if removed && !queues.iter().any(|(_, q)| q.dev == i) {
+            if removed && !self.queues.iter().any(|(_, q)| q.dev == i) {
                 if let (Some(d), Some(ring)) = (self.devices[i].dev.take(), w.ring()) {
                     d.retire(ring, i as u16);
                     retired = true;

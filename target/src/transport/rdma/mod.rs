@@ -187,7 +187,7 @@ impl Engine {
         let mut threads = Vec::new();
         for (w, inbox) in shared.workers.iter().zip(&shared.inboxes) {
             let rdma =
-                RdmaGroup::new(shared.clone(), inbox.clone()).map_err(TransportError::Setup)?;
+                RdmaGroup::new(shared.clone(), inbox.clone(), 0).map_err(TransportError::Setup)?;
             let worker = Worker::new(
                 w.clone(),
                 rdma,
