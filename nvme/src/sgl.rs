@@ -22,6 +22,8 @@ pub mod kind {
     pub const LAST_SEGMENT: u8 = 0x3;
     /// Keyed data block.
     pub const KEYED_DATA_BLOCK: u8 = 0x4;
+    /// Transport SGL data block (NVMe/TCP: data by R2T and C2HData).
+    pub const TRANSPORT_DATA_BLOCK: u8 = 0x5;
 }
 
 /// SGL descriptor subtype (lower nibble of byte 15).
@@ -32,6 +34,8 @@ pub mod subtype {
     pub const OFFSET: u8 = 0x1;
     /// Keyed: address, and the target invalidates the key with its response.
     pub const INVALIDATE: u8 = 0xF;
+    /// Transport specific (NVMe/TCP's transport data block).
+    pub const TRANSPORT_A: u8 = 0xA;
 }
 
 /// A parsed SGL descriptor.
@@ -53,6 +57,12 @@ pub enum Sgl {
     InCapsule {
         /// Offset into the in-capsule data.
         offset: u64,
+        /// Length in bytes.
+        len: u32,
+    },
+    /// Data the transport carries apart from the capsule (NVMe/TCP: R2T and
+    /// H2CData to the controller, C2HData to the host; type 5, subtype 0xA).
+    Transport {
         /// Length in bytes.
         len: u32,
     },
@@ -85,6 +95,9 @@ impl Sgl {
                 offset: u64_at(b, 0),
                 len: u32_at(b, 8),
             },
+            (kind::TRANSPORT_DATA_BLOCK, subtype::TRANSPORT_A) => {
+                Sgl::Transport { len: u32_at(b, 8) }
+            }
             _ => {
                 let mut raw = [0u8; 16];
                 raw.copy_from_slice(&b[..16]);
@@ -122,6 +135,10 @@ impl Sgl {
                 put_u32(&mut b, 8, len);
                 b[15] = (kind::DATA_BLOCK << 4) | subtype::OFFSET;
             }
+            Sgl::Transport { len } => {
+                put_u32(&mut b, 8, len);
+                b[15] = (kind::TRANSPORT_DATA_BLOCK << 4) | subtype::TRANSPORT_A;
+            }
             Sgl::Other { raw, .. } => b = raw,
         }
         b
@@ -130,7 +147,7 @@ impl Sgl {
     /// Data length named by the descriptor (0 for unknown kinds).
     pub fn len(&self) -> u32 {
         match *self {
-            Sgl::Keyed { len, .. } | Sgl::InCapsule { len, .. } => len,
+            Sgl::Keyed { len, .. } | Sgl::InCapsule { len, .. } | Sgl::Transport { len } => len,
             Sgl::Other { .. } => 0,
         }
     }

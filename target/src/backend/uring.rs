@@ -190,6 +190,15 @@ impl Ring {
         )
     }
 
+    /// Queues a one-shot poll for writability of `fd`.
+    pub fn poll_out(&mut self, fd: i32, ud: u64) -> io::Result<()> {
+        self.push(
+            opcode::PollAdd::new(types::Fd(fd), PollFlags::POLLOUT.bits() as u32)
+                .build()
+                .user_data(ud),
+        )
+    }
+
     /// Cancels the poll queued with user data `target`; the cancel completes
     /// with user data `ud` (and the poll, if it had not, with -ECANCELED).
     pub fn poll_cancel(&mut self, target: u64, ud: u64) -> io::Result<()> {

@@ -55,14 +55,28 @@ impl DataPlan {
     }
 }
 
+/// How a transport carries data that is not in the capsule: RDMA by keyed
+/// SGLs (the host's memory windows), NVMe/TCP by transport SGL data blocks
+/// (R2T and H2CData, C2HData).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum SglKind {
+    /// Keyed data blocks (RDMA, the loopback).
+    #[default]
+    Keyed,
+    /// Transport SGL data blocks, subtype 0xA (NVMe/TCP).
+    Transport,
+}
+
 /// Checks a command's transfer fields and SGL. `in_capsule` is how many data
-/// bytes arrived after the 64-byte command; `max_len` the largest transfer.
-/// Returns the data plan and, for keyed SGLs with subtype 0xF, the key to
-/// invalidate with the response.
+/// bytes arrived after the 64-byte command; `max_len` the largest transfer;
+/// `kind` the SGLs the transport carries data by (the other kind is an SGL
+/// Descriptor Type Invalid). Returns the data plan and, for keyed SGLs with
+/// subtype 0xF, the key to invalidate with the response.
 pub fn data_plan(
     cmd: &Command,
     in_capsule: u32,
     max_len: u32,
+    kind: SglKind,
 ) -> Result<(DataPlan, Option<u32>), Status> {
     // Fused commands (Compare and Write) are checked with their command set.
     if cmd.fuse() == 3 || cmd.psdt() != nvme::command::PSDT_SGL {
@@ -79,19 +93,30 @@ pub fn data_plan(
         } => Some(key),
         _ => None,
     };
-    let plan = match sgl {
-        Sgl::Keyed { len: 0, .. } => DataPlan::None,
-        Sgl::Keyed { addr, len, key, .. } => {
-            if len > max_len {
-                return Err(Status::SGL_INVALID_DATA);
-            }
-            match dir {
-                DataDirection::HostToController => DataPlan::FromHost { addr, len, key },
-                DataDirection::ControllerToHost => DataPlan::ToHost { addr, len, key },
-                DataDirection::None => DataPlan::None,
-                DataDirection::Bidirectional => return Err(Status::INVALID_FIELD),
-            }
+    let from_to = |addr: u64, len: u32, key: u32| {
+        if len > max_len {
+            return Err(Status::SGL_INVALID_DATA);
         }
+        Ok(match dir {
+            DataDirection::HostToController => DataPlan::FromHost { addr, len, key },
+            DataDirection::ControllerToHost => DataPlan::ToHost { addr, len, key },
+            DataDirection::None => DataPlan::None,
+            DataDirection::Bidirectional => return Err(Status::INVALID_FIELD),
+        })
+    };
+    let other_transports = match sgl {
+        Sgl::Keyed { .. } => kind != SglKind::Keyed,
+        Sgl::Transport { .. } => kind != SglKind::Transport,
+        _ => false,
+    };
+    if other_transports {
+        return Err(Status::SGL_INVALID_TYPE);
+    }
+    let plan = match sgl {
+        Sgl::Transport { len: 0 } => DataPlan::None,
+        Sgl::Transport { len } => from_to(0, len, 0)?,
+        Sgl::Keyed { len: 0, .. } => DataPlan::None,
+        Sgl::Keyed { addr, len, key, .. } => from_to(addr, len, key)?,
         Sgl::InCapsule { len: 0, .. } => DataPlan::None,
         Sgl::InCapsule { offset, len } => {
             if dir != DataDirection::HostToController {
@@ -139,7 +164,7 @@ mod tests {
             invalidate: inv,
         };
         assert_eq!(
-            data_plan(&cmd(0x01, k(4096, true)), 0, 131072),
+            data_plan(&cmd(0x01, k(4096, true)), 0, 131072, SglKind::Keyed),
             Ok((
                 DataPlan::FromHost {
                     addr: 0x1000,
@@ -150,7 +175,7 @@ mod tests {
             ))
         );
         assert_eq!(
-            data_plan(&cmd(0x02, k(4096, false)), 0, 131072),
+            data_plan(&cmd(0x02, k(4096, false)), 0, 131072, SglKind::Keyed),
             Ok((
                 DataPlan::ToHost {
                     addr: 0x1000,
@@ -161,11 +186,11 @@ mod tests {
             ))
         );
         assert_eq!(
-            data_plan(&cmd(0x02, k(262144, false)), 0, 131072),
+            data_plan(&cmd(0x02, k(262144, false)), 0, 131072, SglKind::Keyed),
             Err(Status::SGL_INVALID_DATA)
         );
         assert_eq!(
-            data_plan(&cmd(0x00, k(0, false)), 0, 131072),
+            data_plan(&cmd(0x00, k(0, false)), 0, 131072, SglKind::Keyed),
             Ok((DataPlan::None, None))
         );
         let ic = Sgl::InCapsule {
@@ -173,7 +198,7 @@ mod tests {
             len: 4096,
         };
         assert_eq!(
-            data_plan(&cmd(0x01, ic), 4096, 131072),
+            data_plan(&cmd(0x01, ic), 4096, 131072, SglKind::Keyed),
             Ok((
                 DataPlan::InCapsule {
                     offset: 0,
@@ -183,7 +208,7 @@ mod tests {
             ))
         );
         assert_eq!(
-            data_plan(&cmd(0x01, ic), 4095, 131072),
+            data_plan(&cmd(0x01, ic), 4095, 131072, SglKind::Keyed),
             Err(Status::SGL_INVALID_OFFSET)
         );
         assert_eq!(
@@ -196,39 +221,109 @@ mod tests {
                     }
                 ),
                 4096,
-                131072
+                131072,
+                SglKind::Keyed
             ),
             Err(Status::SGL_INVALID_OFFSET)
         );
         assert_eq!(
-            data_plan(&cmd(0x02, ic), 4096, 131072),
+            data_plan(&cmd(0x02, ic), 4096, 131072, SglKind::Keyed),
             Err(Status::INVALID_FIELD)
         );
         let mut raw = [0u8; 16];
         raw[15] = 0x45;
         assert_eq!(
-            data_plan(&cmd(0x01, Sgl::parse(&raw).unwrap()), 0, 131072),
+            data_plan(
+                &cmd(0x01, Sgl::parse(&raw).unwrap()),
+                0,
+                131072,
+                SglKind::Keyed
+            ),
             Err(Status::INVALID_FIELD)
         );
         raw[15] = 0x00;
         assert_eq!(
-            data_plan(&cmd(0x01, Sgl::parse(&raw).unwrap()), 0, 131072),
+            data_plan(
+                &cmd(0x01, Sgl::parse(&raw).unwrap()),
+                0,
+                131072,
+                SglKind::Keyed
+            ),
             Err(Status::INVALID_FIELD)
         );
         raw[15] = 0x20;
         assert_eq!(
-            data_plan(&cmd(0x01, Sgl::parse(&raw).unwrap()), 0, 131072),
+            data_plan(
+                &cmd(0x01, Sgl::parse(&raw).unwrap()),
+                0,
+                131072,
+                SglKind::Keyed
+            ),
             Err(Status::SGL_INVALID_TYPE)
         );
         // Fused commands are planned (their command set checks them); the
         // reserved FUSE value is not.
         let mut fused = cmd(0x05, k(512, false));
         fused.raw[1] |= 1;
-        assert!(data_plan(&fused, 0, 131072).is_ok());
+        assert!(data_plan(&fused, 0, 131072, SglKind::Keyed).is_ok());
         fused.raw[1] |= 3;
-        assert_eq!(data_plan(&fused, 0, 131072), Err(Status::INVALID_FIELD));
+        assert_eq!(
+            data_plan(&fused, 0, 131072, SglKind::Keyed),
+            Err(Status::INVALID_FIELD)
+        );
+        // Each transport its own kind of SGL.
+        let t = Sgl::Transport { len: 8192 };
+        assert_eq!(
+            data_plan(&cmd(0x01, t), 0, 131072, SglKind::Transport),
+            Ok((
+                DataPlan::FromHost {
+                    addr: 0,
+                    len: 8192,
+                    key: 0
+                },
+                None
+            ))
+        );
+        assert_eq!(
+            data_plan(&cmd(0x02, t), 0, 131072, SglKind::Transport),
+            Ok((
+                DataPlan::ToHost {
+                    addr: 0,
+                    len: 8192,
+                    key: 0
+                },
+                None
+            ))
+        );
+        assert_eq!(
+            data_plan(&cmd(0x01, t), 0, 131072, SglKind::Keyed),
+            Err(Status::SGL_INVALID_TYPE)
+        );
+        assert_eq!(
+            data_plan(&cmd(0x01, k(512, false)), 0, 131072, SglKind::Transport),
+            Err(Status::SGL_INVALID_TYPE)
+        );
+        assert_eq!(
+            data_plan(
+                &cmd(0x02, Sgl::Transport { len: 1 << 20 }),
+                0,
+                131072,
+                SglKind::Transport
+            ),
+            Err(Status::SGL_INVALID_DATA)
+        );
+        assert_eq!(
+            data_plan(&cmd(0x01, ic), 4096, 131072, SglKind::Transport).map(|p| p.0),
+            Ok(DataPlan::InCapsule {
+                offset: 0,
+                len: 4096
+            })
+        );
         let mut prp = cmd(0x02, k(512, false));
         prp.raw[1] = 0;
-        assert_eq!(data_plan(&prp, 0, 131072), Err(Status::INVALID_FIELD));
+        assert_eq!(
+            data_plan(&prp, 0, 131072, SglKind::Keyed),
+            Err(Status::INVALID_FIELD)
+        );
     }
 }

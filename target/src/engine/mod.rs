@@ -5,6 +5,7 @@
 //! sharded by worker.
 
 pub mod admission;
+pub mod aligned;
 pub mod data;
 pub mod liveness;
 pub mod log_limit;

@@ -98,7 +98,12 @@ impl QueueCore {
                 io::supported(cmd.opcode())
             };
         let planned = if known {
-            data::data_plan(&cmd, byte_len - SQE_SIZE as u32, MAX_IO_SIZE)
+            data::data_plan(
+                &cmd,
+                byte_len - SQE_SIZE as u32,
+                MAX_IO_SIZE,
+                self.params.sgl,
+            )
         } else {
             Err(Status::INVALID_OPCODE)
         };

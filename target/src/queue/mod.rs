@@ -55,6 +55,8 @@ pub struct QueueParams {
     pub qid: u16,
     /// Submission queue entries (hsqsize + 1): receive buffers to post.
     pub sq_size: u16,
+    /// How the transport carries data outside the capsule.
+    pub sgl: crate::engine::data::SglKind,
 }
 
 /// One use of a request slot: its index and generation. Completions carry
@@ -128,6 +130,8 @@ pub enum Action {
     Fetch {
         /// The request.
         req: Token,
+        /// Its command's identifier (NVMe/TCP's R2T names it).
+        cid: u16,
         /// Its buffer.
         buf: Buf,
         /// The host's address.
@@ -449,6 +453,7 @@ impl QueueCore {
         };
         self.actions.push_back(Action::Fetch {
             req: self.token(r),
+            cid: self.reqs[r].cmd.cid(),
             buf,
             addr,
             len,

@@ -30,9 +30,7 @@ use crate::worker::wake::{Mailbox, Waker};
 use crate::worker::{CoreEvent, Grant, Group, Lend, Transport};
 use crate::{INLINE_DATA_SIZE, PAGE};
 
-mod aligned;
-
-use aligned::Aligned;
+use crate::engine::aligned::Aligned;
 
 /// Work on the "wire", delivered in order.
 #[derive(Debug, Clone, Copy)]
@@ -191,6 +189,7 @@ impl Wires {
             }
             Action::Fetch {
                 req,
+                cid: _,
                 buf,
                 addr,
                 len,
@@ -461,7 +460,11 @@ impl Loopback {
     /// A new queue `qid` of `sq_size` entries, accepted (as a transport
     /// accepts a connection); returns its index.
     pub fn accept(&mut self, qid: u16, sq_size: u16) -> usize {
-        let params = QueueParams { qid, sq_size };
+        let params = QueueParams {
+            qid,
+            sq_size,
+            sgl: Default::default(),
+        };
         let addrs = Addrs {
             peer: Some("192.0.2.1:4420".parse().expect("an address")),
             local: Some("192.0.2.2:4420".parse().expect("an address")),

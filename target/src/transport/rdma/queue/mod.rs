@@ -199,6 +199,7 @@ impl Queue {
                 }
                 Action::Fetch {
                     req,
+                    cid: _,
                     buf,
                     addr,
                     len,

@@ -1,6 +1,6 @@
-//! Page-aligned, zeroed memory owned by the loopback (its pool and receive
-//! buffers), as registered memory is for a real transport: O_DIRECT reads
-//! and writes need the alignment.
+//! Page-aligned, zeroed memory: the data pools and capsule buffers of a
+//! transport whose memory needs no registration (NVMe/TCP, the loopback).
+//! O_DIRECT reads and writes need the alignment.
 
 use std::alloc::{alloc_zeroed, dealloc, Layout};
 
@@ -29,6 +29,10 @@ impl Aligned {
         self.ptr
     }
 }
+
+// SAFETY: an `Aligned` owns its allocation alone (no other handle to it);
+// moving it to another thread moves that ownership.
+unsafe impl Send for Aligned {}
 
 impl Drop for Aligned {
     fn drop(&mut self) {

@@ -1,0 +1,212 @@
+//! The NVMe/TCP part of a worker ([`crate::worker::Transport`]): its
+//! connections, one data pool and one set of capsule buffers shared by all
+//! of them (a connection whose capsule finds none free waits: TCP's flow
+//! control holds its host back). Sockets are read and written with
+//! non-blocking calls when the worker's ring says they are ready (a poll
+//! per socket, armed again each time it fires); with no ring (a test's
+//! executor) every socket is tried on every pass.
+
+use std::sync::Arc;
+
+use tracing::warn;
+
+use super::queue::TcpQueue;
+use super::{Inbox, MAX_CAPSULE_DATA};
+use crate::engine::aligned::Aligned;
+use crate::engine::pool::{Buf, Pool, PoolShape};
+use crate::queue::Token;
+use crate::worker::slots::{QueueKey, Slots};
+use crate::worker::ud::Ud;
+use crate::worker::{queue_added, CoreEvent, Lend, Transport};
+
+/// The ring operation of a socket's poll for readability.
+pub const POLL_IN: u8 = 32;
+/// The ring operation of a socket's poll for writability.
+pub const POLL_OUT: u8 = 33;
+
+/// What a worker's TCP queues share: the data pool and the capsule
+/// buffers.
+pub struct Res {
+    /// The pool's bookkeeping.
+    pub pool: Pool<(QueueKey, Token)>,
+    /// The pool's memory.
+    pub pool_mem: Aligned,
+    /// Capsule buffers (in-capsule data), [`MAX_CAPSULE_DATA`] bytes each.
+    pub capsules: Aligned,
+    /// The free ones.
+    pub capsule_free: Vec<u32>,
+}
+
+/// A worker's NVMe/TCP connections.
+pub struct TcpGroup {
+    queues: Slots<TcpQueue>,
+    res: Res,
+    inbox: Arc<Inbox>,
+}
+
+impl TcpGroup {
+    /// The TCP part of a worker whose connections arrive in `inbox`, with a
+    /// pool of `shape` and `capsules` capsule buffers; its queues' keys
+    /// carry `base`.
+    pub fn new(inbox: Arc<Inbox>, shape: PoolShape, capsules: u32, base: u16) -> TcpGroup {
+        let pool = Pool::new(shape);
+        let pool_mem = Aligned::new(pool.shape().bytes());
+        TcpGroup {
+            queues: Slots::with_base(base),
+            res: Res {
+                pool,
+                pool_mem,
+                capsules: Aligned::new(capsules as usize * MAX_CAPSULE_DATA as usize),
+                capsule_free: (0..capsules).rev().collect(),
+            },
+            inbox,
+        }
+    }
+
+    /// Arms the polls a queue needs (none without a ring).
+    fn arm_queue(w: &mut Lend<'_>, key: QueueKey, q: &mut TcpQueue) {
+        let fd = q.fd();
+        let Some(ring) = w.ring() else {
+            // Polled every pass instead.
+            q.readable = true;
+            return;
+        };
+        if !q.readable && !q.poll_in && !q.closing() {
+            q.poll_in = ring
+                .poll_in(fd, Ud::of(POLL_IN, key, Token::default()).pack())
+                .is_ok();
+        }
+        if q.blocked && !q.poll_out {
+            q.poll_out = ring
+                .poll_out(fd, Ud::of(POLL_OUT, key, Token::default()).pack())
+                .is_ok();
+        }
+    }
+
+    /// Reads and writes queue `key`'s socket. Returns the PDUs handled.
+    fn serve(&mut self, w: &mut Lend<'_>, key: QueueKey) -> usize {
+        let Some(q) = self.queues.get_mut(key) else {
+            return 0;
+        };
+        let mut n = 0;
+        if q.readable || q.starved {
+            n += q.read(w, &mut self.res);
+        }
+        if q.has_sends() {
+            q.write(w, &mut self.res);
+        }
+        Self::arm_queue(w, key, q);
+        n
+    }
+}
+
+impl Transport for TcpGroup {
+    fn owns(&self, kind: u8) -> bool {
+        matches!(kind, POLL_IN | POLL_OUT)
+    }
+
+    fn queues(&self) -> usize {
+        self.queues.len()
+    }
+
+    fn accept(&mut self, w: &mut Lend<'_>) -> usize {
+        let new = self.inbox.take();
+        let n = new.len();
+        for c in new {
+            if w.stopping {
+                continue;
+            }
+            let Some(key) = self.queues.vacant() else {
+                warn!(peer = %c.peer, "the worker's queue table is full; closing");
+                continue;
+            };
+            let mut q = TcpQueue::new(c.stream, c.peer, c.local, c.pending, key, w.now);
+            Self::arm_queue(w, key, &mut q);
+            self.queues.insert(key, q);
+            queue_added(w);
+        }
+        n
+    }
+
+    fn poll(&mut self, w: &mut Lend<'_>) -> usize {
+        let mut n = 0;
+        for key in self.queues.keys() {
+            n += self.serve(w, key);
+        }
+        n
+    }
+
+    fn complete(&mut self, w: &mut Lend<'_>, ud: Ud, _res: i32) {
+        let Some(q) = self.queues.get_mut(ud.queue) else {
+            return;
+        };
+        match ud.kind {
+            POLL_IN => {
+                q.poll_in = false;
+                q.readable = true;
+            }
+            POLL_OUT => {
+                q.poll_out = false;
+                q.blocked = false;
+            }
+            _ => return,
+        }
+        self.serve(w, ud.queue);
+    }
+
+    fn call(&mut self, w: &mut Lend<'_>, key: QueueKey, event: CoreEvent<'_>) {
+        if let Some(q) = self.queues.get_mut(key) {
+            q.call(w, &mut self.res, event);
+        }
+    }
+
+    fn give(&mut self, w: &mut Lend<'_>, queue: QueueKey, _pool: usize, buf: Buf) {
+        self.res.give(w, queue, buf);
+    }
+
+    fn flush(&mut self, w: &mut Lend<'_>) {
+        for key in self.queues.keys() {
+            let Some(q) = self.queues.get_mut(key) else {
+                continue;
+            };
+            if q.has_sends() {
+                q.write(w, &mut self.res);
+                Self::arm_queue(w, key, q);
+            }
+        }
+    }
+
+    fn arm(&mut self, w: &mut Lend<'_>) -> usize {
+        let mut late = 0;
+        for key in self.queues.keys() {
+            let Some(q) = self.queues.get_mut(key) else {
+                continue;
+            };
+            // Without a ring nothing wakes the worker for a socket: it
+            // looks at every one before it sleeps.
+            if w.ring().is_none() {
+                late += q.read(w, &mut self.res);
+            }
+            Self::arm_queue(w, key, q);
+        }
+        late
+    }
+
+    fn tick(&mut self, w: &mut Lend<'_>, stop: bool, gone: &mut Vec<QueueKey>) {
+        for key in self.queues.keys() {
+            if let Some(q) = self.queues.get_mut(key) {
+                if q.tick(w, &mut self.res, stop) {
+                    gone.push(key);
+                }
+            }
+        }
+    }
+
+    fn remove(&mut self, w: &mut Lend<'_>, key: QueueKey) -> bool {
+        let Some(mut q) = self.queues.remove(key) else {
+            return false;
+        };
+        q.teardown(w.target);
+        true
+    }
+}

@@ -1,0 +1,160 @@
+//! NVMe/TCP listeners: one thread per listening address. A connection is
+//! counted among its peer's unconnected queues (refused, closed at once,
+//! beyond the caps) and handed to a worker in turn, which reads its ICReq.
+
+use std::net::{SocketAddr, TcpListener};
+use std::os::fd::AsFd;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+use tracing::{info, warn};
+
+use super::{NewSocket, TcpShared};
+use crate::model::subsystem::Target;
+use crate::transport::rdma::TransportError;
+use crate::worker::wake::monotonic_ms;
+
+/// How long the listener thread waits for a connection before it checks
+/// for stop and records its heartbeat.
+const LISTEN_TICK: Duration = Duration::from_millis(500);
+
+/// A running listener thread.
+#[derive(Debug)]
+pub struct Listener {
+    /// The address it listens on.
+    pub addr: SocketAddr,
+    stop: Arc<AtomicBool>,
+    heartbeat: Arc<AtomicU64>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Listener {
+    /// Whether the thread is running and went round its loop within `max_ms`.
+    pub fn alive(&self, max_ms: u64) -> bool {
+        self.thread.as_ref().is_some_and(|t| !t.is_finished())
+            && monotonic_ms().saturating_sub(self.heartbeat.load(Ordering::Relaxed)) <= max_ms
+    }
+
+    /// Stops accepting (the socket closes); connected queues are not
+    /// affected.
+    pub fn stop(mut self) {
+        self.stop.store(true, Ordering::Release);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// Starts a listener thread for `addr`. Returns once the address is bound
+/// and listening.
+pub fn listen(
+    shared: Arc<TcpShared>,
+    target: Arc<Target>,
+    addr: SocketAddr,
+) -> Result<Listener, TransportError> {
+    let os = |context: String| move |source| TransportError::Os { context, source };
+    let l = TcpListener::bind(addr).map_err(os(format!("binding {addr} (tcp)")))?;
+    l.set_nonblocking(true)
+        .map_err(os(format!("{addr}: non-blocking")))?;
+    info!(%addr, "listening (tcp)");
+    let stop = Arc::new(AtomicBool::new(false));
+    let heartbeat = Arc::new(AtomicU64::new(monotonic_ms()));
+    let (st, hb) = (stop.clone(), heartbeat.clone());
+    let thread = std::thread::Builder::new()
+        .name(format!("nvmf-tcp-{}", addr.port()))
+        .spawn(move || listener_loop(shared, target, l, addr, st, hb))
+        .map_err(os("spawning the listener thread".into()))?;
+    Ok(Listener {
+        addr,
+        stop,
+        heartbeat,
+        thread: Some(thread),
+    })
+}
+
+fn listener_loop(
+    shared: Arc<TcpShared>,
+    target: Arc<Target>,
+    l: TcpListener,
+    addr: SocketAddr,
+    stop: Arc<AtomicBool>,
+    heartbeat: Arc<AtomicU64>,
+) {
+    loop {
+        heartbeat.store(monotonic_ms(), Ordering::Relaxed);
+        if stop.load(Ordering::Acquire) {
+            info!(%addr, "stopped listening (tcp)");
+            return;
+        }
+        let mut fds = [PollFd::new(l.as_fd(), PollFlags::POLLIN)];
+        let tick =
+            PollTimeout::try_from(LISTEN_TICK.as_millis() as i32).unwrap_or(PollTimeout::MAX);
+        match poll(&mut fds, tick) {
+            Ok(0) => continue,
+            Ok(_) => {}
+            Err(nix::errno::Errno::EINTR) => continue,
+            Err(e) => {
+                warn!(%addr, error = %e, "poll of the listening socket");
+                std::thread::sleep(LISTEN_TICK);
+                continue;
+            }
+        }
+        loop {
+            match l.accept() {
+                Ok((stream, peer)) => handle(&shared, &target, stream, peer, addr),
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                Err(e) => {
+                    // Out of descriptors, say: the listener goes on.
+                    warn!(%addr, error = %e, "accept");
+                    break;
+                }
+            }
+        }
+    }
+}
+
+fn handle(
+    shared: &TcpShared,
+    target: &Target,
+    stream: std::net::TcpStream,
+    peer: SocketAddr,
+    addr: SocketAddr,
+) {
+    if target.stopping.load(Ordering::Acquire) {
+        return;
+    }
+    let pending = match shared.admission.admit(peer.ip()) {
+        Ok(p) => p,
+        Err(why) => {
+            crate::telemetry::metrics::reject(why.reason());
+            if shared.admission.should_log(peer.ip(), Instant::now()) {
+                let (mine, all) = shared.admission.counts(peer.ip());
+                warn!(%addr, %peer, pending_from_peer = mine, pending = all,
+                      "connection refused: too many queues not yet connected \
+                       ([target] max_pending_queues_per_peer / max_pending_queues; \
+                       said once a minute per peer)");
+            }
+            return;
+        }
+    };
+    let local = stream.local_addr().unwrap_or(addr);
+    if let Err(e) = stream
+        .set_nonblocking(true)
+        .and_then(|_| stream.set_nodelay(true))
+    {
+        warn!(%peer, error = %e, "setting up an accepted connection");
+        return;
+    }
+    match shared.assign() {
+        Some(inbox) => inbox.give(NewSocket {
+            stream,
+            peer,
+            local,
+            pending,
+        }),
+        None => warn!(%peer, "no worker takes NVMe/TCP connections"),
+    }
+}

@@ -1,0 +1,109 @@
+//! The NVMe/TCP transport (NVMe over Fabrics TCP Transport specification):
+//! listeners that accept connections and hand them to the workers, and the
+//! TCP part of a worker ([`group::TcpGroup`]) driving each connection's queue
+//! ([`queue::TcpQueue`]) on the worker's poll group, beside RDMA's.
+//!
+//! A connection costs little before it proves anything: it is counted among
+//! its peer's unconnected queues from accept (the engine's
+//! [`crate::engine::admission::Admission`], shared with RDMA), holds a
+//! receive buffer of one ICReq until the ICReq came, has no queue core (no
+//! request slots) until its first capsule (a Connect, whose queue id and
+//! size it takes), and is closed when the ICReq and the Connect have not
+//! both come within [`crate::queue::CONNECT_TIMEOUT`]. Every length the peer
+//! sends is checked before it is used ([`nvme::tcp::parse`]); a PDU that
+//! breaks the rules gets the specification's C2HTermReq and the connection
+//! ends.
+
+pub mod group;
+pub mod listener;
+pub mod queue;
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+
+use crate::engine::admission::{Admission, Pending};
+use crate::worker::wake::Waker;
+
+/// The most data one H2CData PDU may carry (ICResp MAXH2CDATA): what a
+/// connection's receive buffer must hold besides a header. A host splits a
+/// larger transfer into several PDUs.
+pub const MAX_H2C_DATA: u32 = 32 * 1024;
+/// In-capsule data a capsule may carry (IOCCSZ says so to the host, and
+/// NVMe/TCP's admin queues take 8 KiB too).
+pub const MAX_CAPSULE_DATA: u32 = crate::INLINE_DATA_SIZE;
+
+/// A connection a listener accepted, for a worker.
+pub struct NewSocket {
+    /// The socket (non-blocking).
+    pub stream: std::net::TcpStream,
+    /// The host's address.
+    pub peer: SocketAddr,
+    /// Ours.
+    pub local: SocketAddr,
+    /// Its place among the queues not yet connected.
+    pub pending: Pending,
+}
+
+/// Where a listener leaves connections for one worker.
+pub struct Inbox {
+    conns: Mutex<Vec<NewSocket>>,
+    pending: AtomicBool,
+    waker: Arc<Waker>,
+}
+
+impl Inbox {
+    /// The inbox of the worker `waker` wakes.
+    pub fn new(waker: Arc<Waker>) -> Arc<Inbox> {
+        Arc::new(Inbox {
+            conns: Mutex::new(Vec::new()),
+            pending: AtomicBool::new(false),
+            waker,
+        })
+    }
+
+    /// Hands a connection to the worker.
+    pub fn give(&self, c: NewSocket) {
+        self.conns.lock().unwrap_or_else(|p| p.into_inner()).push(c);
+        self.pending.store(true, Ordering::Release);
+        self.waker.wake();
+    }
+
+    /// The connections handed over since the last call.
+    pub fn take(&self) -> Vec<NewSocket> {
+        if !self.pending.swap(false, Ordering::AcqRel) {
+            return Vec::new();
+        }
+        std::mem::take(&mut *self.conns.lock().unwrap_or_else(|p| p.into_inner()))
+    }
+}
+
+/// What the TCP listeners and the workers share.
+pub struct TcpShared {
+    /// Queues not yet connected, capped per peer and in all (RDMA's too).
+    pub admission: Arc<Admission>,
+    /// Each worker's inbox.
+    pub inboxes: Vec<Arc<Inbox>>,
+    next: AtomicUsize,
+}
+
+impl TcpShared {
+    /// The shared part for workers with `inboxes`.
+    pub fn new(admission: Arc<Admission>, inboxes: Vec<Arc<Inbox>>) -> Arc<TcpShared> {
+        Arc::new(TcpShared {
+            admission,
+            inboxes,
+            next: AtomicUsize::new(0),
+        })
+    }
+
+    /// The inbox of the worker that takes the next connection: in turn (a
+    /// connection's queue id is known only from its Connect).
+    pub fn assign(&self) -> Option<&Arc<Inbox>> {
+        let n = self.inboxes.len();
+        (n > 0).then(|| &self.inboxes[self.next.fetch_add(1, Ordering::Relaxed) % n])
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,763 @@
+//! One NVMe/TCP connection: the TCP driver of a [`QueueCore`]. It frames
+//! the host's PDUs ([`nvme::tcp::parse`]) and turns them into the core's
+//! events, and the core's [`Action`]s into PDUs: an R2T for data to fetch
+//! (the host's H2CData PDUs land in the request's pool buffer), C2HData and
+//! the response capsule for an answer. What a command means is the core's.
+//!
+//! Before the connection proves anything it holds one ICReq's worth of
+//! receive buffer and no core; the core is made when the first capsule
+//! arrives, from the queue id and size its Connect names (bounded by what
+//! a queue may have).
+
+use std::collections::VecDeque;
+use std::io::{IoSlice, Read};
+use std::net::{Shutdown, SocketAddr, TcpStream};
+use std::os::fd::AsRawFd;
+use std::time::Instant;
+
+use nvme::tcp::{self, digest, fes, flags, DataHeader, Fatal, IcResp, Layout, Pdu, R2t, Rules};
+use nvme::{Command, Completion};
+use tracing::{debug, warn};
+
+use super::group::Res;
+use super::{MAX_CAPSULE_DATA, MAX_H2C_DATA};
+use crate::backend::DataRef;
+use crate::engine::admission::Pending;
+use crate::engine::data::SglKind;
+use crate::engine::pool::Buf;
+use crate::model::controller::QueueLink;
+use crate::queue::{
+    Action, Addrs, Env, Memory, QueueCore, QueueParams, ToHost, Token, CONNECT_TIMEOUT,
+};
+use crate::worker::slots::QueueKey;
+use crate::worker::ud::{self, Ud};
+use crate::worker::{Grant, Lend};
+
+/// Something to write to the socket: a PDU's header, its data (in a pool
+/// buffer the request holds until it was written), the data digest.
+struct Out {
+    head: Vec<u8>,
+    data: Option<(*const u8, u32)>,
+    dgst: Option<[u8; 4]>,
+    /// The response whose delivery this completes.
+    sent: Option<Token>,
+}
+
+impl Out {
+    fn len(&self) -> usize {
+        self.head.len() + self.data.map_or(0, |d| d.1 as usize) + self.dgst.map_or(0, |_| 4)
+    }
+}
+
+/// Data a request waits for: its R2T went out.
+#[derive(Debug, Clone, Copy)]
+struct H2c {
+    req: Token,
+    cid: u16,
+    buf: Buf,
+    len: u32,
+    got: u32,
+    ok: bool,
+}
+
+/// Where the connection is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Phase {
+    /// Waiting for the ICReq.
+    Init,
+    /// Initialized; the first capsule makes the core.
+    Connect,
+    /// The core serves.
+    Live,
+}
+
+/// One connection and (once it sent a capsule) its core.
+pub struct TcpQueue {
+    stream: TcpStream,
+    addrs: Addrs,
+    accepted: Instant,
+    phase: Phase,
+    rules: Rules,
+    layout: Layout,
+    rx: Vec<u8>,
+    rx_len: usize,
+    /// The socket may have bytes to read (a poll said so, or no ring polls).
+    pub(super) readable: bool,
+    /// A poll for readability is armed on the ring.
+    pub(super) poll_in: bool,
+    /// A write would block: a poll for writability is (to be) armed.
+    pub(super) blocked: bool,
+    /// A poll for writability is armed on the ring.
+    pub(super) poll_out: bool,
+    /// A capsule waits for a free capsule buffer.
+    pub(super) starved: bool,
+    tx: VecDeque<Out>,
+    tx_off: usize,
+    core: Option<QueueCore>,
+    pending: Option<Pending>,
+    h2c: Vec<Option<H2c>>,
+    /// Since when it closes.
+    closing: Option<Instant>,
+    key: QueueKey,
+}
+
+/// The core's view of a TCP queue's memory: the worker's pool and capsule
+/// buffers.
+struct TcpMemory {
+    pool: *mut u8,
+    capsules: *mut u8,
+    key: QueueKey,
+}
+
+impl Memory for TcpMemory {
+    fn buffer(&self, b: &Buf) -> DataRef {
+        DataRef {
+            ptr: self.pool.wrapping_add(b.offset),
+            fixed: None,
+        }
+    }
+
+    fn capsule(&self, slot: u32) -> DataRef {
+        DataRef {
+            ptr: self
+                .capsules
+                .wrapping_add(slot as usize * MAX_CAPSULE_DATA as usize),
+            fixed: None,
+        }
+    }
+
+    fn backend_ud(&self, t: Token) -> u64 {
+        Ud::of(ud::IO, self.key, t).pack()
+    }
+}
+
+/// The rules a controller receives by before the ICReq.
+fn initial_rules() -> Rules {
+    Rules {
+        controller: true,
+        initialized: false,
+        hdgst: false,
+        ddgst: false,
+        pda: 0,
+        max_capsule_data: MAX_CAPSULE_DATA,
+        max_data: MAX_H2C_DATA,
+    }
+}
+
+impl TcpQueue {
+    /// A connection accepted at `now`, named `key` in its worker.
+    pub fn new(
+        stream: TcpStream,
+        peer: SocketAddr,
+        local: SocketAddr,
+        pending: Pending,
+        key: QueueKey,
+        now: Instant,
+    ) -> TcpQueue {
+        TcpQueue {
+            stream,
+            addrs: Addrs {
+                peer: Some(peer),
+                local: Some(local),
+            },
+            accepted: now,
+            phase: Phase::Init,
+            rules: initial_rules(),
+            layout: Layout::default(),
+            rx: vec![0u8; tcp::IC_SIZE],
+            rx_len: 0,
+            readable: true,
+            poll_in: false,
+            blocked: false,
+            poll_out: false,
+            starved: false,
+            tx: VecDeque::new(),
+            tx_off: 0,
+            core: None,
+            pending: Some(pending),
+            h2c: Vec::new(),
+            closing: None,
+            key,
+        }
+    }
+
+    /// The socket's descriptor.
+    pub fn fd(&self) -> i32 {
+        self.stream.as_raw_fd()
+    }
+
+    /// Whether it is closing.
+    pub fn closing(&self) -> bool {
+        self.closing.is_some()
+    }
+
+    /// Whether writes wait to go out.
+    pub fn has_sends(&self) -> bool {
+        !self.tx.is_empty() && !self.blocked
+    }
+
+    /// Hands an event to the core (if there is one yet), then carries out
+    /// what it asks.
+    pub fn call(
+        &mut self,
+        w: &mut Lend<'_>,
+        res: &mut Res,
+        f: &mut dyn FnMut(&mut QueueCore, &mut Env<'_, '_>),
+    ) {
+        let Some(core) = self.core.as_mut() else {
+            return;
+        };
+        let mem = TcpMemory {
+            pool: res.pool_mem.ptr(),
+            capsules: res.capsules.ptr(),
+            key: self.key,
+        };
+        w.env(core, &mem, |c, env| f(c, env));
+        self.drain(w, res);
+    }
+
+    /// Carries out the core's actions, in order.
+    fn drain(&mut self, w: &mut Lend<'_>, res: &mut Res) {
+        while let Some(a) = self.core.as_mut().and_then(|c| c.next_action()) {
+            self.act(w, res, a);
+        }
+    }
+
+    fn act(&mut self, w: &mut Lend<'_>, res: &mut Res, a: Action) {
+        match a {
+            Action::Repost(slot) => {
+                res.capsule_free.push(slot);
+            }
+            Action::NeedBuffer { req, len } => {
+                let Some(class) = res.pool.shape().class_for(len as usize) else {
+                    return self.call(w, res, &mut |c, env| c.fail(env));
+                };
+                match res.pool.take(class, self.key.owner(), (self.key, req)) {
+                    Some(b) => {
+                        w.tally.buffer(class as usize, 1);
+                        let mut back = None;
+                        self.call(w, res, &mut |c, env| back = c.buffer_granted(env, req, b));
+                        if let Some(b) = back {
+                            res.give(w, self.key, b);
+                        }
+                    }
+                    None => w.tally.buffer_wait(class as usize),
+                }
+            }
+            Action::Fetch {
+                req, cid, buf, len, ..
+            } => {
+                // One R2T for the whole transfer; the host splits it into
+                // H2CData PDUs of at most MAXH2CDATA. Its tag is the
+                // request's slot.
+                let t = req.slot as usize;
+                if self.h2c.len() <= t {
+                    self.h2c.resize(t + 1, None);
+                }
+                self.h2c[t] = Some(H2c {
+                    req,
+                    cid,
+                    buf,
+                    len,
+                    got: 0,
+                    ok: true,
+                });
+                let r2t = R2t {
+                    cccid: cid,
+                    ttag: req.slot,
+                    r2to: 0,
+                    r2tl: len,
+                };
+                self.push(Out {
+                    head: self.layout.r2t(&r2t),
+                    data: None,
+                    dgst: None,
+                    sent: None,
+                });
+            }
+            Action::Respond { req, cqe, data, .. } => {
+                if let Some(d) = data {
+                    self.push_c2h(res, &cqe, d);
+                }
+                self.push(Out {
+                    head: self.layout.rsp(&cqe),
+                    data: None,
+                    dgst: None,
+                    sent: Some(req),
+                });
+            }
+            Action::GiveBuffer(b) => {
+                w.tally.buffer(b.class as usize, -1);
+                res.give(w, self.key, b);
+            }
+            Action::Probe => {
+                // The socket says whether the host is still there (TCP
+                // retransmits until it gives up on the peer).
+                let err = nix::sys::socket::getsockopt(
+                    &self.stream,
+                    nix::sys::socket::sockopt::SocketError,
+                );
+                match err {
+                    Ok(0) => {
+                        if let Some(c) = self.core.as_mut() {
+                            c.probe_answered(w.now);
+                        }
+                    }
+                    _ => self.call(w, res, &mut |c, env| c.fail(env)),
+                }
+            }
+            Action::Close => self.close(w, res),
+        }
+    }
+
+    /// The data of a host read: one C2HData PDU, the last.
+    fn push_c2h(&mut self, res: &Res, cqe: &Completion, d: ToHost) {
+        let hdr = DataHeader {
+            cccid: cqe.cid,
+            ttag: 0,
+            datao: 0,
+            datal: d.len,
+        };
+        let ptr = res.pool_mem.ptr().wrapping_add(d.buf.offset) as *const u8;
+        let dgst = self.layout.ddgst.then(|| {
+            // SAFETY: the request's pool buffer, `d.len` bytes it filled; it
+            // holds the buffer until its response was written.
+            let data = unsafe { std::slice::from_raw_parts(ptr, d.len as usize) };
+            tcp::crc(data).to_le_bytes()
+        });
+        self.push(Out {
+            head: self.layout.data(false, &hdr, flags::DATA_LAST),
+            data: Some((ptr, d.len)),
+            dgst,
+            sent: None,
+        });
+    }
+
+    fn push(&mut self, o: Out) {
+        if self.closing.is_none() {
+            self.tx.push_back(o);
+        } else if let Some(t) = o.sent {
+            // A closed connection answers nothing: the response fails.
+            self.tx.push_back(Out {
+                head: Vec::new(),
+                data: None,
+                dgst: None,
+                sent: Some(t),
+            });
+        }
+    }
+
+    /// Closes the connection: nothing more is read or written; responses
+    /// not written fail.
+    fn close(&mut self, w: &mut Lend<'_>, res: &mut Res) {
+        if self.closing.is_none() {
+            self.closing = Some(w.now);
+            let _ = self.stream.shutdown(Shutdown::Both);
+        }
+        let unsent: Vec<Token> = self.tx.drain(..).filter_map(|o| o.sent).collect();
+        self.tx_off = 0;
+        for t in unsent {
+            self.call(w, res, &mut |c, env| c.sent(env, t, false));
+        }
+        // Data the host was to send never comes.
+        for h in std::mem::take(&mut self.h2c).into_iter().flatten() {
+            self.call(w, res, &mut |c, env| c.fetched(env, h.req, false));
+        }
+    }
+
+    /// A fatal protocol error: the host gets a C2HTermReq naming it, and the
+    /// connection ends.
+    fn fatal(&mut self, w: &mut Lend<'_>, res: &mut Res, f: Fatal, offending: &[u8]) {
+        warn!(qid = self.core.as_ref().map(|c| c.qid()), peer = ?self.addrs.peer, fes = f.fes, fei = f.fei,
+              "NVMe/TCP protocol error: terminating the connection");
+        crate::telemetry::metrics::reject("tcp_protocol_error");
+        // The offending PDU's header, as far as it says how long that is.
+        let hlen = offending.get(2).map_or(tcp::CH_SIZE, |&h| h as usize);
+        let head = &offending[..offending.len().min(hlen.max(tcp::CH_SIZE))];
+        self.tx.push_back(Out {
+            head: tcp::term(true, f, head),
+            data: None,
+            dgst: None,
+            sent: None,
+        });
+        self.write(w, res);
+        match self.core.is_some() {
+            true => self.call(w, res, &mut |c, env| c.fail(env)),
+            false => self.close(w, res),
+        }
+    }
+
+    /// Reads what the socket has and handles every whole PDU. Returns the
+    /// PDUs handled.
+    pub fn read(&mut self, w: &mut Lend<'_>, res: &mut Res) -> usize {
+        if self.closing.is_some() {
+            self.readable = false;
+            return 0;
+        }
+        let mut n = self.handle(w, res);
+        while self.readable && !self.starved && self.closing.is_none() {
+            if self.rx_len == self.rx.len() {
+                // Full: only a PDU waiting for a capsule buffer stays.
+                break;
+            }
+            match self.stream.read(&mut self.rx[self.rx_len..]) {
+                Ok(0) => {
+                    self.readable = false;
+                    debug!(peer = ?self.addrs.peer, "the host closed the connection");
+                    match self.core.is_some() {
+                        true => self.call(w, res, &mut |c, env| {
+                            c.disconnect(env, "host disconnected", "host")
+                        }),
+                        false => self.close(w, res),
+                    }
+                    return n;
+                }
+                Ok(k) => {
+                    self.rx_len += k;
+                    n += self.handle(w, res);
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => self.readable = false,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => {
+                    debug!(peer = ?self.addrs.peer, error = %e, "receive failed");
+                    self.readable = false;
+                    match self.core.is_some() {
+                        true => self.call(w, res, &mut |c, env| c.fail(env)),
+                        false => self.close(w, res),
+                    }
+                    return n;
+                }
+            }
+        }
+        n
+    }
+
+    /// Handles the whole PDUs in the receive buffer. Returns how many.
+    fn handle(&mut self, w: &mut Lend<'_>, res: &mut Res) -> usize {
+        let mut rx = std::mem::take(&mut self.rx);
+        let mut at = 0;
+        let mut n = 0;
+        while self.closing.is_none() {
+            let pdu = match tcp::parse(&rx[at..self.rx_len], &self.rules) {
+                Ok(Some(p)) => p,
+                Ok(None) => break,
+                Err(f) => {
+                    let bad = rx[at..self.rx_len].to_vec();
+                    self.fatal(w, res, f, &bad);
+                    break;
+                }
+            };
+            let (pdu, len) = pdu;
+            match self.on_pdu(w, res, pdu) {
+                Ok(true) => {
+                    at += len;
+                    n += 1;
+                }
+                // Waits for a capsule buffer: the PDU stays.
+                Ok(false) => break,
+                Err(f) => {
+                    let bad = rx[at..at + len.min(tcp::MAX_TERM_PLEN)].to_vec();
+                    self.fatal(w, res, f, &bad);
+                    break;
+                }
+            }
+            if self.rx.len() > rx.len() {
+                // The ICReq made the buffer larger.
+                let grown = std::mem::take(&mut self.rx);
+                rx.resize(grown.len(), 0);
+            }
+        }
+        rx.copy_within(at..self.rx_len, 0);
+        self.rx_len -= at;
+        self.rx = rx;
+        n
+    }
+
+    /// One PDU: Ok(false) when it must wait (no capsule buffer free).
+    fn on_pdu(&mut self, w: &mut Lend<'_>, res: &mut Res, pdu: Pdu<'_>) -> Result<bool, Fatal> {
+        match pdu {
+            Pdu::IcReq(r) => {
+                let dg = r.digest & (digest::HEADER | digest::DATA);
+                self.rules.initialized = true;
+                self.rules.hdgst = dg & digest::HEADER != 0;
+                self.rules.ddgst = dg & digest::DATA != 0;
+                self.layout = Layout {
+                    hdgst: self.rules.hdgst,
+                    ddgst: self.rules.ddgst,
+                    pda: r.hpda,
+                };
+                // Now the buffer for the largest PDU the rules allow.
+                self.rx = vec![0u8; self.rules.max_plen()];
+                self.phase = Phase::Connect;
+                let resp = IcResp {
+                    pfv: 0,
+                    cpda: 0,
+                    digest: dg,
+                    maxh2cdata: MAX_H2C_DATA,
+                };
+                self.push(Out {
+                    head: resp.encode().to_vec(),
+                    data: None,
+                    dgst: None,
+                    sent: None,
+                });
+                Ok(true)
+            }
+            Pdu::Cmd { sqe, data, data_ok } => {
+                if !data_ok {
+                    // The capsule's data cannot be trusted: the connection
+                    // ends, as nvmet ends it (the host retries the command
+                    // on its next association).
+                    warn!(peer = ?self.addrs.peer, "data digest error in a command capsule; closing");
+                    crate::telemetry::metrics::reject("tcp_data_digest");
+                    match self.core.is_some() {
+                        true => self.call(w, res, &mut |c, env| c.fail(env)),
+                        false => self.close(w, res),
+                    }
+                    return Ok(true);
+                }
+                if self.phase == Phase::Connect {
+                    self.make_core(w, sqe);
+                }
+                let Some(slot) = res.capsule_free.pop() else {
+                    self.starved = true;
+                    return Ok(false);
+                };
+                self.starved = false;
+                let at = res
+                    .capsules
+                    .ptr()
+                    .wrapping_add(slot as usize * MAX_CAPSULE_DATA as usize);
+                // SAFETY: a free capsule buffer of MAX_CAPSULE_DATA bytes,
+                // which the rules bound the data to; nothing uses it until
+                // the core gives it back.
+                unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), at, data.len()) };
+                let len = (nvme::SQE_SIZE + data.len()) as u32;
+                self.call(w, res, &mut |c, env| c.capsule(env, slot, sqe, len));
+                Ok(true)
+            }
+            Pdu::Data {
+                h2c: true,
+                hdr,
+                flags: f,
+                data,
+                data_ok,
+            } => {
+                let t = hdr.ttag as usize;
+                let Some(h) = self.h2c.get_mut(t).and_then(|h| h.as_mut()) else {
+                    return Err(Fatal {
+                        fes: fes::INVALID_HEADER_FIELD,
+                        fei: 10,
+                    });
+                };
+                if h.cid != hdr.cccid {
+                    return Err(Fatal {
+                        fes: fes::INVALID_HEADER_FIELD,
+                        fei: 8,
+                    });
+                }
+                let end = hdr.datao as u64 + hdr.datal as u64;
+                if hdr.datao != h.got || end > h.len as u64 {
+                    return Err(Fatal {
+                        fes: fes::DATA_OUT_OF_RANGE,
+                        fei: 0,
+                    });
+                }
+                let last = end == h.len as u64;
+                if last != (f & flags::DATA_LAST != 0) {
+                    return Err(Fatal {
+                        fes: fes::INVALID_HEADER_FIELD,
+                        fei: 1,
+                    });
+                }
+                let dst = res
+                    .pool_mem
+                    .ptr()
+                    .wrapping_add(h.buf.offset + hdr.datao as usize);
+                // SAFETY: within the request's pool buffer (the range was
+                // checked against the R2T's length, which the buffer holds);
+                // the request waits for this data and nothing else uses it.
+                unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), dst, data.len()) };
+                h.got += hdr.datal;
+                h.ok &= data_ok;
+                if last {
+                    if let Some(h) = self.h2c[t].take() {
+                        self.call(w, res, &mut |c, env| c.fetched(env, h.req, h.ok));
+                    }
+                }
+                Ok(true)
+            }
+            Pdu::Term { .. } => {
+                debug!(peer = ?self.addrs.peer, "the host terminated the connection");
+                match self.core.is_some() {
+                    true => self.call(w, res, &mut |c, env| {
+                        c.disconnect(env, "host terminated the connection", "host")
+                    }),
+                    false => self.close(w, res),
+                }
+                Ok(true)
+            }
+            // The framer lets through only what a host sends.
+            _ => Err(Fatal {
+                fes: fes::INVALID_HEADER_FIELD,
+                fei: 0,
+            }),
+        }
+    }
+
+    /// The core, made for the first capsule: a Connect names the queue id
+    /// and size (bounded; the Connect itself is checked by the core, which
+    /// refuses a size it was not made for). Another command gets a core of
+    /// an admin queue that is not connected: it answers Command Sequence
+    /// Error.
+    fn make_core(&mut self, w: &mut Lend<'_>, sqe: &[u8]) {
+        let cmd = Command::parse(sqe).unwrap_or_default();
+        let (qid, sq) = if cmd.is_fabrics() && cmd.fctype() == nvme::opcode::fctype::CONNECT {
+            let c = nvme::fabrics::ConnectCommand::from_command(&cmd);
+            let max = if c.qid == 0 {
+                crate::ADMIN_QUEUE_SIZE
+            } else {
+                crate::MAX_QUEUE_SIZE
+            };
+            (c.qid, c.sqsize.saturating_add(1).clamp(2, max))
+        } else {
+            (0, crate::ADMIN_QUEUE_SIZE)
+        };
+        let params = QueueParams {
+            qid,
+            sq_size: sq,
+            sgl: SglKind::Transport,
+        };
+        let link = QueueLink::new(qid, w.waker.clone());
+        self.core = Some(QueueCore::new(
+            params,
+            self.addrs,
+            link,
+            self.pending.take(),
+            self.accepted,
+        ));
+        self.phase = Phase::Live;
+    }
+
+    /// Writes what waits, as far as the socket takes it. Returns whether
+    /// something was written.
+    pub fn write(&mut self, w: &mut Lend<'_>, res: &mut Res) -> bool {
+        let mut wrote = false;
+        while !self.tx.is_empty() && self.closing.is_none() {
+            let mut iov: Vec<IoSlice<'_>> = Vec::with_capacity(48);
+            let mut skip = self.tx_off;
+            for o in self.tx.iter().take(16) {
+                // SAFETY: the data of a response's C2HData PDU: the request
+                // holds its pool buffer until the response was written.
+                let data = o
+                    .data
+                    .map(|(p, l)| unsafe { std::slice::from_raw_parts(p, l as usize) });
+                for part in [Some(&o.head[..]), data, o.dgst.as_ref().map(|d| &d[..])]
+                    .into_iter()
+                    .flatten()
+                {
+                    if skip >= part.len() {
+                        skip -= part.len();
+                        continue;
+                    }
+                    iov.push(IoSlice::new(&part[skip..]));
+                    skip = 0;
+                }
+            }
+            if iov.is_empty() {
+                // Only the markers of responses to a closed connection.
+                break;
+            }
+            let r = nix::sys::socket::sendmsg(
+                self.stream.as_raw_fd(),
+                &iov,
+                &[],
+                nix::sys::socket::MsgFlags::MSG_DONTWAIT | nix::sys::socket::MsgFlags::MSG_NOSIGNAL,
+                None::<&nix::sys::socket::SockaddrStorage>,
+            );
+            drop(iov);
+            match r {
+                Ok(mut k) => {
+                    wrote = true;
+                    self.blocked = false;
+                    // Whole outputs written: their responses are delivered.
+                    while let Some(o) = self.tx.front() {
+                        let left = o.len() - self.tx_off;
+                        if k < left {
+                            self.tx_off += k;
+                            break;
+                        }
+                        k -= left;
+                        self.tx_off = 0;
+                        if let Some(t) = self.tx.pop_front().and_then(|o| o.sent) {
+                            self.call(w, res, &mut |c, env| c.sent(env, t, true));
+                        }
+                    }
+                }
+                Err(nix::errno::Errno::EAGAIN) => {
+                    self.blocked = true;
+                    break;
+                }
+                Err(nix::errno::Errno::EINTR) => {}
+                Err(e) => {
+                    debug!(peer = ?self.addrs.peer, error = %e, "send failed");
+                    match self.core.is_some() {
+                        true => self.call(w, res, &mut |c, env| c.fail(env)),
+                        false => self.close(w, res),
+                    }
+                    break;
+                }
+            }
+        }
+        wrote
+    }
+
+    /// Timers: the connection's deadline before its core exists, then the
+    /// core's. Returns whether the queue ended and may go.
+    pub fn tick(&mut self, w: &mut Lend<'_>, res: &mut Res, stop: bool) -> bool {
+        if self.core.is_none() {
+            if stop || w.now.saturating_duration_since(self.accepted) > CONNECT_TIMEOUT {
+                if self.closing.is_none() {
+                    debug!(peer = ?self.addrs.peer, phase = ?self.phase,
+                           "no ICReq and Connect within {CONNECT_TIMEOUT:?}; closing");
+                    crate::telemetry::metrics::reject("tcp_connect_timeout");
+                }
+                self.close(w, res);
+            }
+        } else {
+            if stop {
+                self.call(w, res, &mut |c, env| {
+                    c.disconnect(env, "target stopping", "shutdown")
+                });
+            }
+            self.call(w, res, &mut |c, env| c.timer(env));
+        }
+        // Markers of responses that failed at close.
+        if self.closing.is_some() {
+            self.close(w, res);
+        }
+        self.closing.is_some() && !self.core.as_ref().is_some_and(|c| c.busy())
+    }
+
+    /// The queue leaves its worker: it detaches from its controller.
+    pub fn teardown(&mut self, target: &crate::model::subsystem::Target) {
+        if let Some(c) = self.core.as_mut() {
+            c.teardown(target);
+        }
+    }
+}
+
+impl Res {
+    /// Gives `b` back to the pool; a request of queue `_q`'s waiting for
+    /// one gets it through the worker's grants.
+    pub fn give(&mut self, w: &mut Lend<'_>, _q: QueueKey, b: Buf) {
+        if let Some(((queue, req), buf)) = self.pool.give(b) {
+            w.grants.push(Grant {
+                pool: 0,
+                queue,
+                req,
+                buf,
+            });
+        }
+    }
+}

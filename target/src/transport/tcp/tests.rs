@@ -1,0 +1,491 @@
+//! The NVMe/TCP transport on a worker's group, over a real TCP connection
+//! on the loopback interface, on the Inline executor and the group's clock:
+//! a host written here from `nvme::tcp` connects, reads and writes, and
+//! sends what a host must not.
+
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::sync::Arc;
+use std::time::Duration;
+
+use nvme::fabrics::{cc, prop, ConnectCommand, ConnectData, PropertyCommand};
+use nvme::opcode::{admin, io};
+use nvme::tcp::{self, digest, fes, DataHeader, IcReq, Layout, Pdu, Rules};
+use nvme::{Command, Completion, Sgl, Status};
+
+use super::group::TcpGroup;
+use super::{Inbox, NewSocket};
+use crate::backend::exec::Inline;
+use crate::config::EngineConfig;
+use crate::engine::admission::Admission;
+use crate::engine::pool::PoolShape;
+use crate::model::namespace::Namespace;
+use crate::model::subsystem::{Subsystem, SubsystemKind, Target};
+use crate::worker::wake::{Mailbox, Waker};
+use crate::worker::{Group, Transport};
+
+const SUB: &str = "nqn.2026-11.org.example:tcp";
+const HOST: &str = "nqn.2026-11.org.example:tcp-host";
+
+const SHAPE: PoolShape = PoolShape {
+    small_size: 8192,
+    small_count: 16,
+    large_size: crate::MAX_IO_SIZE as usize,
+    large_count: 4,
+};
+
+fn target() -> Arc<Target> {
+    let path = std::env::temp_dir().join(format!(
+        "nvmf-tcp-{}-{:?}.img",
+        std::process::id(),
+        std::thread::current().id()
+    ));
+    std::fs::write(&path, vec![0xEEu8; 1 << 20]).unwrap();
+    let (backend, size, bs) = crate::backend::file::open(&path, Some(512), false).unwrap();
+    let _ = std::fs::remove_file(&path);
+    let ns = Namespace::new(SUB, 1, backend, size, bs, false);
+    let s = Subsystem::new(
+        SUB.into(),
+        SubsystemKind::Nvm,
+        true,
+        vec![],
+        None,
+        "tcp".into(),
+        vec![Arc::new(ns)],
+    );
+    Arc::new(Target::new(
+        vec![Arc::new(s)],
+        vec!["127.0.0.1:4420".parse().unwrap()],
+        0,
+    ))
+}
+
+/// A host's connection.
+struct Host {
+    stream: TcpStream,
+    rx: Vec<u8>,
+    rules: Rules,
+    layout: Layout,
+}
+
+/// The target's side (a worker's group) and the hosts' sockets.
+struct Rig {
+    group: Group<TcpGroup>,
+    exec: Inline,
+    listener: TcpListener,
+    inbox: Arc<Inbox>,
+    admission: Arc<Admission>,
+    hosts: Vec<Host>,
+    cid: u16,
+}
+
+impl Rig {
+    fn new() -> Rig {
+        let waker = Waker::new().unwrap();
+        let inbox = Inbox::new(waker.clone());
+        let cfg = EngineConfig {
+            workers: 1,
+            ..EngineConfig::default()
+        };
+        let group = Group::new(
+            0,
+            waker,
+            TcpGroup::new(inbox.clone(), SHAPE, 64, 0),
+            target(),
+            cfg,
+        );
+        Rig {
+            group,
+            exec: Inline::new(Mailbox::detached()),
+            listener: TcpListener::bind("127.0.0.1:0").unwrap(),
+            inbox,
+            admission: Admission::new(8, 64),
+            hosts: Vec::new(),
+            cid: 0,
+        }
+    }
+
+    /// A new connection, accepted by the worker. Returns its host's index.
+    fn open(&mut self) -> usize {
+        let stream = TcpStream::connect(self.listener.local_addr().unwrap()).unwrap();
+        stream.set_nonblocking(true).unwrap();
+        let (s, peer) = self.listener.accept().unwrap();
+        s.set_nonblocking(true).unwrap();
+        self.inbox.give(NewSocket {
+            local: s.local_addr().unwrap(),
+            stream: s,
+            peer,
+            pending: self.admission.admit(peer.ip()).unwrap(),
+        });
+        self.group.with(&mut self.exec, |t, w| t.accept(w));
+        self.hosts.push(Host {
+            stream,
+            rx: Vec::new(),
+            rules: Rules {
+                controller: false,
+                initialized: false,
+                hdgst: false,
+                ddgst: false,
+                pda: 0,
+                max_capsule_data: 0,
+                max_data: 1 << 20,
+            },
+            layout: Layout::default(),
+        });
+        self.hosts.len() - 1
+    }
+
+    /// Runs the target until nothing is left to do.
+    fn pump(&mut self) {
+        loop {
+            let n = self.group.with(&mut self.exec, |t, w| t.poll(w));
+            self.group.flush(&mut self.exec);
+            if n > 0 {
+                continue;
+            }
+            match self.exec.run_next() {
+                Some((ud, res)) => self.group.complete(&mut self.exec, ud, res),
+                None => break,
+            }
+        }
+    }
+
+    fn send(&mut self, h: usize, b: &[u8]) {
+        self.hosts[h].stream.write_all(b).unwrap();
+    }
+
+    /// Reads what host `h`'s socket has; false once it is closed.
+    fn fill(&mut self, h: usize) -> bool {
+        let mut buf = [0u8; 65536];
+        match self.hosts[h].stream.read(&mut buf) {
+            Ok(0) => false,
+            Ok(n) => {
+                self.hosts[h].rx.extend_from_slice(&buf[..n]);
+                true
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => true,
+            Err(_) => false,
+        }
+    }
+
+    /// The next PDU to host `h`, running the target as needed.
+    fn next(&mut self, h: usize) -> Vec<u8> {
+        for _ in 0..200 {
+            self.pump();
+            self.fill(h);
+            let host = &mut self.hosts[h];
+            if let Ok(Some((_, n))) = tcp::parse(&host.rx, &host.rules) {
+                return host.rx.drain(..n).collect();
+            }
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        panic!("no PDU came")
+    }
+
+    fn parse<'a>(&self, h: usize, b: &'a [u8]) -> Pdu<'a> {
+        tcp::parse(b, &self.hosts[h].rules).unwrap().unwrap().0
+    }
+
+    /// Whether the target closed host `h`'s connection.
+    fn closed(&mut self, h: usize) -> bool {
+        for _ in 0..100 {
+            self.pump();
+            if !self.fill(h) {
+                return true;
+            }
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        false
+    }
+
+    fn icreq(&mut self, h: usize, dg: u8) {
+        let req = IcReq {
+            pfv: 0,
+            hpda: 0,
+            digest: dg,
+            maxr2t: 0,
+        }
+        .encode();
+        self.send(h, &req);
+        let b = self.next(h);
+        let Pdu::IcResp(r) = self.parse(h, &b) else {
+            panic!("not an ICResp")
+        };
+        assert_eq!(r.digest, dg);
+        assert!(r.maxh2cdata >= tcp::MIN_MAXH2CDATA);
+        let host = &mut self.hosts[h];
+        host.rules.initialized = true;
+        host.rules.hdgst = dg & digest::HEADER != 0;
+        host.rules.ddgst = dg & digest::DATA != 0;
+        host.layout = Layout {
+            hdgst: host.rules.hdgst,
+            ddgst: host.rules.ddgst,
+            pda: 0,
+        };
+    }
+
+    fn with_digest(l: &Layout, mut b: Vec<u8>, data: &[u8]) -> Vec<u8> {
+        b.extend_from_slice(data);
+        if l.ddgst && !data.is_empty() {
+            b.extend_from_slice(&tcp::crc(data).to_le_bytes());
+        }
+        b
+    }
+
+    fn capsule(&mut self, h: usize, c: &Command, data: &[u8]) {
+        let l = self.hosts[h].layout;
+        let b = Self::with_digest(&l, l.cmd(&c.raw, data.len() as u32), data);
+        self.send(h, &b);
+    }
+
+    fn h2c(&mut self, h: usize, d: &DataHeader, data: &[u8], last: bool) {
+        let l = self.hosts[h].layout;
+        let f = if last { tcp::flags::DATA_LAST } else { 0 };
+        let b = Self::with_digest(&l, l.data(true, d, f), data);
+        self.send(h, &b);
+    }
+
+    fn cqe(&mut self, h: usize) -> Completion {
+        let b = self.next(h);
+        match self.parse(h, &b) {
+            Pdu::Rsp(c) => c,
+            other => panic!("expected a response, got {other:?}"),
+        }
+    }
+
+    fn cmd(&mut self, opc: u8) -> Command {
+        self.cid += 1;
+        let mut c = Command::new(opc, self.cid);
+        c.set_sgl(&Sgl::Transport { len: 0 });
+        c
+    }
+
+    /// Connect on host `h`'s connection (data in the capsule).
+    fn connect(&mut self, h: usize, qid: u16, cntlid: u16) -> Completion {
+        self.cid += 1;
+        let mut c = ConnectCommand {
+            recfmt: 0,
+            qid,
+            sqsize: 31,
+            cattr: 0,
+            kato: if qid == 0 { 5000 } else { 0 },
+        }
+        .to_command(self.cid);
+        c.set_sgl(&Sgl::InCapsule {
+            offset: 0,
+            len: 1024,
+        });
+        let d = ConnectData {
+            hostid: [9; 16],
+            cntlid,
+            subsysnqn: SUB.into(),
+            hostnqn: HOST.into(),
+        }
+        .encode();
+        self.capsule(h, &c, &d);
+        self.cqe(h)
+    }
+
+    /// An admin queue, connected and enabled. Returns its host and the
+    /// controller id.
+    fn admin(&mut self, dg: u8) -> (usize, u16) {
+        let h = self.open();
+        self.icreq(h, dg);
+        let r = self.connect(h, 0, 0xFFFF);
+        assert!(r.status.is_success(), "connect: {}", r.status);
+        self.cid += 1;
+        let v = cc::EN | 6 << cc::IOSQES_SHIFT | 4 << cc::IOCQES_SHIFT;
+        let mut p = PropertyCommand {
+            eight_bytes: false,
+            offset: prop::CC,
+            value: v as u64,
+        }
+        .to_command(self.cid, true);
+        p.set_sgl(&Sgl::Transport { len: 0 });
+        self.capsule(h, &p, &[]);
+        assert!(self.cqe(h).status.is_success());
+        (h, r.result as u16)
+    }
+
+    /// I/O queue 1 of controller `cntlid`.
+    fn io(&mut self, dg: u8, cntlid: u16) -> usize {
+        let h = self.open();
+        self.icreq(h, dg);
+        let r = self.connect(h, 1, cntlid);
+        assert!(r.status.is_success(), "I/O connect: {}", r.status);
+        h
+    }
+
+    fn rw(&mut self, opc: u8, slba: u32, len: u32) -> Command {
+        let mut c = self.cmd(opc);
+        c.set_nsid(1);
+        c.set_cdw(10, slba);
+        c.set_cdw(12, len / 512 - 1);
+        c.set_sgl(&Sgl::Transport { len });
+        c
+    }
+
+    /// Reads `len` bytes at `slba` on host `h`: the C2HData's data.
+    fn read(&mut self, h: usize, slba: u32, len: u32) -> Vec<u8> {
+        let c = self.rw(io::READ, slba, len);
+        self.capsule(h, &c, &[]);
+        let b = self.next(h);
+        let Pdu::Data {
+            h2c: false,
+            hdr,
+            data,
+            data_ok: true,
+            ..
+        } = self.parse(h, &b)
+        else {
+            panic!("not C2HData")
+        };
+        assert_eq!((hdr.cccid, hdr.datao, hdr.datal), (c.cid(), 0, len));
+        let data = data.to_vec();
+        assert!(self.cqe(h).status.is_success());
+        data
+    }
+}
+
+fn pattern(seed: u8, len: usize) -> Vec<u8> {
+    (0..len)
+        .map(|i| (i as u8).wrapping_mul(29) ^ seed)
+        .collect()
+}
+
+#[test]
+fn a_host_connects_identifies_writes_by_r2t_and_in_capsule_and_reads_back() {
+    for dg in [0, digest::HEADER | digest::DATA] {
+        let mut r = Rig::new();
+        let (a, cntlid) = r.admin(dg);
+        // Identify Controller: C2HData, then the response.
+        let mut id = r.cmd(admin::IDENTIFY);
+        id.set_cdw(10, 1);
+        id.set_sgl(&Sgl::Transport { len: 4096 });
+        r.capsule(a, &id, &[]);
+        let b = r.next(a);
+        let Pdu::Data { hdr, data, .. } = r.parse(a, &b) else {
+            panic!("not C2HData")
+        };
+        assert_eq!((hdr.cccid, hdr.datal), (id.cid(), 4096));
+        let ctrl = nvme::identify::IdentifyController::parse(data).unwrap();
+        assert_eq!((ctrl.cntlid, ctrl.subnqn.as_str()), (cntlid, SUB));
+        assert!(r.cqe(a).status.is_success());
+        let q = r.io(dg, cntlid);
+        // A write of 8 KiB by R2T, the data in two H2CData PDUs.
+        let data = pattern(dg, 8192);
+        let w = r.rw(io::WRITE, 16, 8192);
+        r.capsule(q, &w, &[]);
+        let b = r.next(q);
+        let Pdu::R2t(t) = r.parse(q, &b) else {
+            panic!("not an R2T")
+        };
+        assert_eq!((t.cccid, t.r2to, t.r2tl), (w.cid(), 0, 8192));
+        for (off, last) in [(0u32, false), (4096, true)] {
+            let d = DataHeader {
+                cccid: w.cid(),
+                ttag: t.ttag,
+                datao: off,
+                datal: 4096,
+            };
+            r.h2c(q, &d, &data[off as usize..off as usize + 4096], last);
+        }
+        let c = r.cqe(q);
+        assert!(c.status.is_success(), "{}", c.status);
+        assert_eq!(r.read(q, 16, 8192), data);
+        // A write in the capsule.
+        let small = pattern(dg ^ 0x55, 4096);
+        let mut w = r.rw(io::WRITE, 100, 4096);
+        w.set_sgl(&Sgl::InCapsule {
+            offset: 0,
+            len: 4096,
+        });
+        r.capsule(q, &w, &small);
+        assert!(r.cqe(q).status.is_success());
+        assert_eq!(r.read(q, 100, 4096), small);
+        assert_eq!(r.group.transport.queues(), 2);
+    }
+}
+
+#[test]
+fn a_keyed_sgl_on_tcp_is_an_invalid_sgl_type() {
+    let mut r = Rig::new();
+    let (_, cntlid) = r.admin(0);
+    let q = r.io(0, cntlid);
+    let mut c = r.rw(io::READ, 0, 4096);
+    c.set_sgl(&Sgl::Keyed {
+        addr: 0x1000,
+        len: 4096,
+        key: 7,
+        invalidate: false,
+    });
+    r.capsule(q, &c, &[]);
+    let st = r.cqe(q).status;
+    assert_eq!(
+        (st.sct, st.sc),
+        (Status::SGL_INVALID_TYPE.sct, Status::SGL_INVALID_TYPE.sc)
+    );
+}
+
+#[test]
+fn data_outside_its_r2t_ends_the_connection_with_a_termination_request() {
+    let mut r = Rig::new();
+    let (_, cntlid) = r.admin(0);
+    let q = r.io(0, cntlid);
+    let w = r.rw(io::WRITE, 0, 8192);
+    r.capsule(q, &w, &[]);
+    let b = r.next(q);
+    let Pdu::R2t(t) = r.parse(q, &b) else {
+        panic!("not an R2T")
+    };
+    // The second half first.
+    let d = DataHeader {
+        cccid: w.cid(),
+        ttag: t.ttag,
+        datao: 4096,
+        datal: 4096,
+    };
+    r.h2c(q, &d, &[0u8; 4096], true);
+    let b = r.next(q);
+    assert!(matches!(
+        r.parse(q, &b),
+        Pdu::Term {
+            h2c: false,
+            fes: fes::DATA_OUT_OF_RANGE,
+            ..
+        }
+    ));
+    assert!(r.closed(q));
+}
+
+#[test]
+fn a_pdu_before_the_icreq_is_terminated() {
+    let mut r = Rig::new();
+    let h = r.open();
+    let c = r.cmd(admin::KEEP_ALIVE);
+    r.hosts[h].rules.initialized = true;
+    r.capsule(h, &c, &[]);
+    let b = r.next(h);
+    assert_eq!(
+        r.parse(h, &b),
+        Pdu::Term {
+            h2c: false,
+            fes: fes::PDU_SEQUENCE_ERROR,
+            fei: 0
+        }
+    );
+    assert!(r.closed(h));
+}
+
+#[test]
+fn a_connection_without_icreq_is_closed_at_the_connect_deadline() {
+    let mut r = Rig::new();
+    let h = r.open();
+    r.pump();
+    assert!(!r.closed(h));
+    r.group.now += crate::queue::CONNECT_TIMEOUT + Duration::from_secs(1);
+    r.group.tick(&mut r.exec);
+    assert!(r.closed(h));
+    r.group.tick(&mut r.exec);
+    assert_eq!(r.group.transport.queues(), 0, "removed");
+}
