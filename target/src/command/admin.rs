@@ -869,6 +869,7 @@ mod tests {
         // notice until the log is read (with RAE it stays masked).
         let mut l = crate::config::ListenerConfig {
             addr: "10.0.0.1:4420".parse().unwrap(),
+            transport: Default::default(),
             ana: [(1, AnaState::Inaccessible)].into_iter().collect(),
         };
         assert!(

@@ -7,10 +7,12 @@ use nvme::discovery::{adrfam, encode_log, subtype, trtype, DiscoveryEntry};
 
 use crate::model::subsystem::Target;
 
-/// Builds the entry for one subsystem on one listener.
-pub fn entry(portid: u16, addr: SocketAddr, nqn: &str) -> DiscoveryEntry {
+/// Builds the entry for one subsystem on one listener (NVMe/TCP's when
+/// `tcp`: no RDMA fields, security type none).
+pub fn entry(portid: u16, addr: SocketAddr, tcp: bool, nqn: &str) -> DiscoveryEntry {
+    let rdma = u8::from(!tcp);
     DiscoveryEntry {
-        trtype: trtype::RDMA,
+        trtype: if tcp { trtype::TCP } else { trtype::RDMA },
         adrfam: if addr.is_ipv4() {
             adrfam::IPV4
         } else {
@@ -25,9 +27,9 @@ pub fn entry(portid: u16, addr: SocketAddr, nqn: &str) -> DiscoveryEntry {
         trsvcid: addr.port().to_string(),
         subnqn: nqn.to_string(),
         traddr: addr.ip().to_string(),
-        rdma_qptype: 1,
-        rdma_prtype: 1,
-        rdma_cms: 1,
+        rdma_qptype: rdma,
+        rdma_prtype: rdma,
+        rdma_cms: rdma,
         rdma_pkey: 0,
     }
 }
@@ -41,7 +43,7 @@ pub fn log_page(target: &Target, hostnqn: &str) -> Vec<u8> {
             .iter()
             .filter(|s| s.host_allowed(hostnqn))
         {
-            entries.push(entry(i as u16 + 1, *l, &s.nqn));
+            entries.push(entry(i as u16 + 1, l.addr, l.tcp, &s.nqn));
         }
     }
     encode_log(target.genctr(), &entries)

@@ -115,9 +115,31 @@ impl ConfigError {
 pub struct ListenerConfig {
     /// Address and port.
     pub addr: SocketAddr,
+    /// The transport it serves.
+    pub transport: Transport,
     /// The state of each ANA group at this listener (groups not listed:
     /// optimized).
     pub ana: BTreeMap<u32, AnaState>,
+}
+
+/// The transport a listener serves.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum Transport {
+    /// RDMA (RoCE, InfiniBand, iWARP).
+    #[default]
+    Rdma,
+    /// NVMe/TCP.
+    Tcp,
+}
+
+impl Transport {
+    /// Its name in the configuration (`rdma`, `tcp`).
+    pub fn name(self) -> &'static str {
+        match self {
+            Transport::Rdma => "rdma",
+            Transport::Tcp => "tcp",
+        }
+    }
 }
 
 impl ListenerConfig {
@@ -673,8 +695,8 @@ block_size = 4096
             "listener[0].address: 'ten' is not an IPv4",
         );
         bad(
-            &GOOD.replace("transport = \"rdma\"", "transport = \"tcp\""),
-            "listener[0].transport: 'tcp' is not supported",
+            &GOOD.replace("transport = \"rdma\"", "transport = \"fc\""),
+            "listener[0].transport: 'fc' is not supported",
         );
         bad(
             &GOOD.replace(

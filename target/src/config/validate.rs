@@ -10,7 +10,7 @@ use nvme::ana::AnaState;
 use super::raw::{RawConfig, RawControl, RawMetrics, RawNamespace, RawSubsystem, SizeValue};
 use super::{
     check_nqn, default_poll_spin_us, engine, BackendConfig, ConfigError, EngineConfig,
-    ListenerConfig, NamespaceConfig, RbdConfig, SubsystemConfig, TargetConfig,
+    ListenerConfig, NamespaceConfig, RbdConfig, SubsystemConfig, TargetConfig, Transport,
     DEFAULT_CONTROL_SOCKET, DEFAULT_LOG_LEVEL, DEFAULT_METRICS_ADDR, DEFAULT_MODEL,
 };
 use nvme::fabrics::{CNTLID_MAX, CNTLID_MIN};
@@ -32,12 +32,17 @@ impl TargetConfig {
         for (i, l) in &raw.listener {
             let f = |n: &str| format!("listener[{i}].{n}");
             let t = l.transport.as_deref().unwrap_or("rdma");
-            if t != "rdma" {
-                cx.err(
-                    f("transport"),
-                    format!("'{t}' is not supported (only \"rdma\")"),
-                );
-            }
+            let transport = match t {
+                "rdma" => Transport::Rdma,
+                "tcp" => Transport::Tcp,
+                _ => {
+                    cx.err(
+                        f("transport"),
+                        format!("'{t}' is not supported (\"rdma\" or \"tcp\")"),
+                    );
+                    Transport::Rdma
+                }
+            };
             let ip = match l.address.as_deref() {
                 None => {
                     cx.err(f("address"), "is required");
@@ -61,8 +66,11 @@ impl TargetConfig {
             }
             let Some(ip) = ip else { continue };
             let addr = SocketAddr::new(ip, port);
-            if !seen_addrs.insert(addr) {
-                cx.err(f("address"), format!("{addr} is listed twice"));
+            if !seen_addrs.insert((transport, addr)) {
+                cx.err(
+                    f("address"),
+                    format!("{addr} is listed twice for {}", transport.name()),
+                );
             }
             let mut ana = BTreeMap::new();
             for (g, st) in l.ana.iter().flatten() {
@@ -86,7 +94,11 @@ impl TargetConfig {
                     ),
                 }
             }
-            listeners.push(ListenerConfig { addr, ana });
+            listeners.push(ListenerConfig {
+                addr,
+                transport,
+                ana,
+            });
         }
         if raw.subsystem.is_empty() && cx.errors.iter().all(|e| !e.names("subsystem")) {
             cx.err("subsystem", "at least one [[subsystem]] is required");

@@ -21,7 +21,36 @@ use crate::config::{NamespaceConfig, SubsystemConfig, TargetConfig};
 use crate::model::namespace::Namespace;
 use crate::model::subsystem::{HostAccess, Subsystem, SubsystemKind, Target};
 use crate::telemetry::http::MetricsServer;
-use crate::transport::rdma::{check_memlock, Engine, Listener};
+use crate::transport::rdma::{check_memlock, Engine};
+
+/// A listener of either transport.
+enum Listener {
+    Rdma(crate::transport::rdma::Listener),
+    Tcp(crate::transport::tcp::listener::Listener),
+}
+
+impl Listener {
+    fn addr(&self) -> std::net::SocketAddr {
+        match self {
+            Listener::Rdma(l) => l.addr,
+            Listener::Tcp(l) => l.addr,
+        }
+    }
+
+    fn alive(&self, max_ms: u64) -> bool {
+        match self {
+            Listener::Rdma(l) => l.alive(max_ms),
+            Listener::Tcp(l) => l.alive(max_ms),
+        }
+    }
+
+    fn stop(self) {
+        match self {
+            Listener::Rdma(l) => l.stop(),
+            Listener::Tcp(l) => l.stop(),
+        }
+    }
+}
 use reload::Plan;
 
 /// Applies a new log filter (the daemon's `tracing` reload handle).
@@ -91,9 +120,15 @@ pub fn build_target(cfg: &TargetConfig) -> Result<Target, String> {
         .iter()
         .map(open_subsystem)
         .collect::<Result<Vec<_>, _>>()?;
-    let t = Target::new(
+    let t = Target::with_ports(
         subsystems,
-        cfg.listeners.iter().map(|l| l.addr).collect(),
+        cfg.listeners
+            .iter()
+            .map(|l| crate::model::subsystem::Port {
+                addr: l.addr,
+                tcp: l.transport == crate::config::Transport::Tcp,
+            })
+            .collect(),
         cfg.poll_spin_us,
     );
     t.ana.update(&cfg.listeners);
@@ -162,10 +197,17 @@ impl Daemon {
             Engine::start(target.clone(), config.engine.clone()).map_err(|e| e.to_string())?;
         let mut listeners = Vec::new();
         for l in &config.listeners {
-            listeners.push(
-                crate::transport::rdma::listen(engine.shared().clone(), l.addr)
-                    .map_err(|e| e.to_string())?,
-            );
+            let s = engine.shared();
+            let started = match l.transport {
+                crate::config::Transport::Rdma => {
+                    crate::transport::rdma::listen(s.clone(), l.addr).map(Listener::Rdma)
+                }
+                crate::config::Transport::Tcp => {
+                    crate::transport::tcp::listener::listen(s.tcp.clone(), target.clone(), l.addr)
+                        .map(Listener::Tcp)
+                }
+            };
+            listeners.push(started.map_err(|e| e.to_string())?);
         }
         let (inbox, outbox) = match control::mailbox() {
             Ok((i, o)) => (Some(i), Some(o)),
@@ -335,7 +377,7 @@ impl Daemon {
     pub fn check_alive(&self) -> Result<(), String> {
         for l in &self.listeners {
             if !l.alive(STALL_MS) {
-                return Err(format!("listener {} is not running", l.addr));
+                return Err(format!("listener {} is not running", l.addr()));
             }
         }
         if let Some(m) = &self.metrics_server {

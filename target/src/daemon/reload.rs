@@ -7,8 +7,6 @@
 //! numbers, listeners and the metrics address cannot change while hosts are
 //! connected: such a reload is refused with the reason.
 
-use std::net::SocketAddr;
-
 use crate::config::{NamespaceConfig, SubsystemConfig, TargetConfig};
 use crate::model::subsystem::HostAccess;
 
@@ -134,8 +132,18 @@ fn access(s: &SubsystemConfig) -> HostAccess {
     }
 }
 
-fn addrs(c: &TargetConfig) -> Vec<SocketAddr> {
-    c.listeners.iter().map(|l| l.addr).collect()
+/// The listeners, as they are compared and said: an address (RDMA), or an
+/// address and `/tcp`.
+fn addrs(c: &TargetConfig) -> String {
+    let v: Vec<String> = c
+        .listeners
+        .iter()
+        .map(|l| match l.transport {
+            crate::config::Transport::Rdma => l.addr.to_string(),
+            t => format!("{}/{}", l.addr, t.name()),
+        })
+        .collect();
+    format!("[{}]", v.join(", "))
 }
 
 /// Computes the changes from `old` to `new`.
@@ -143,7 +151,7 @@ pub fn plan(old: &TargetConfig, new: &TargetConfig) -> Result<Plan, NeedsRestart
     if addrs(old) != addrs(new) {
         return Err(NeedsRestart {
             what: "listeners",
-            detail: format!("{:?} -> {:?}", addrs(old), addrs(new)),
+            detail: format!("{} -> {}", addrs(old), addrs(new)),
         });
     }
     if old.control_socket != new.control_socket {

@@ -389,10 +389,10 @@ impl Status {
                 .listeners
                 .iter()
                 .enumerate()
-                .map(|(port, a)| ListenerInfo {
-                    transport: "rdma".into(),
-                    address: a.ip().to_string(),
-                    port: a.port(),
+                .map(|(port, p)| ListenerInfo {
+                    transport: if p.tcp { "tcp" } else { "rdma" }.into(),
+                    address: p.addr.ip().to_string(),
+                    port: p.addr.port(),
                     ana: ana_groups(&subsystems)
                         .into_iter()
                         .map(|g| (g, target.ana.state(port, g).name().to_string()))

@@ -144,6 +144,7 @@ mod tests {
     fn listener(ana: &[(u32, AnaState)]) -> ListenerConfig {
         ListenerConfig {
             addr: "10.0.0.1:4420".parse().unwrap(),
+            transport: Default::default(),
             ana: ana.iter().copied().collect(),
         }
     }

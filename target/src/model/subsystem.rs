@@ -255,6 +255,22 @@ impl Subsystem {
     }
 }
 
+/// A listener as the target sees it: its address and its transport.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Port {
+    /// The address it listens on.
+    pub addr: SocketAddr,
+    /// NVMe/TCP (else RDMA).
+    pub tcp: bool,
+}
+
+impl From<SocketAddr> for Port {
+    /// An RDMA listener on `addr`.
+    fn from(addr: SocketAddr) -> Port {
+        Port { addr, tcp: false }
+    }
+}
+
 /// The whole target: subsystems, the discovery subsystem, listeners, counters.
 #[derive(Debug)]
 pub struct Target {
@@ -265,7 +281,7 @@ pub struct Target {
     /// The discovery subsystem.
     pub discovery: Arc<Subsystem>,
     /// Listener addresses (port ids are index + 1).
-    pub listeners: Vec<SocketAddr>,
+    pub listeners: Vec<Port>,
     /// ANA group states by listener.
     pub ana: crate::model::ana::Ana,
     /// Discovery log generation counter.
@@ -303,10 +319,20 @@ pub struct Target {
 }
 
 impl Target {
-    /// Creates a target.
+    /// Creates a target with RDMA listeners on `listeners`.
     pub fn new(
         subsystems: Vec<Arc<Subsystem>>,
         listeners: Vec<SocketAddr>,
+        poll_spin_us: u64,
+    ) -> Target {
+        let ports = listeners.into_iter().map(Port::from).collect();
+        Self::with_ports(subsystems, ports, poll_spin_us)
+    }
+
+    /// Creates a target with listeners `listeners`.
+    pub fn with_ports(
+        subsystems: Vec<Arc<Subsystem>>,
+        listeners: Vec<Port>,
         poll_spin_us: u64,
     ) -> Target {
         let discovery = Arc::new(Subsystem::new(
@@ -345,16 +371,18 @@ impl Target {
         }
     }
 
-    /// The listener (port id - 1) of a local address a host connected to:
-    /// the listener bound to it, else one bound to the wildcard address on
-    /// its port (0 if none matches).
-    pub fn port_of(&self, local: SocketAddr) -> usize {
+    /// The listener (port id - 1) of a local address a host connected to
+    /// over TCP (`tcp`) or RDMA: the listener of that transport bound to
+    /// it, else one bound to the wildcard address on its port (0 if none
+    /// matches).
+    pub fn port_of(&self, local: SocketAddr, tcp: bool) -> usize {
         let l = &self.listeners;
         l.iter()
-            .position(|a| *a == local)
+            .position(|p| p.tcp == tcp && p.addr == local)
             .or_else(|| {
-                l.iter()
-                    .position(|a| a.port() == local.port() && a.ip().is_unspecified())
+                l.iter().position(|p| {
+                    p.tcp == tcp && p.addr.port() == local.port() && p.addr.ip().is_unspecified()
+                })
             })
             .unwrap_or(0)
     }
@@ -559,9 +587,13 @@ mod tests {
             ],
             0,
         );
-        assert_eq!(t.port_of("10.0.0.1:4420".parse().unwrap()), 0);
-        assert_eq!(t.port_of("10.0.0.9:4421".parse().unwrap()), 1, "wildcard");
-        assert_eq!(t.port_of("10.0.0.1:9999".parse().unwrap()), 0);
+        assert_eq!(t.port_of("10.0.0.1:4420".parse().unwrap(), false), 0);
+        assert_eq!(
+            t.port_of("10.0.0.9:4421".parse().unwrap(), false),
+            1,
+            "wildcard"
+        );
+        assert_eq!(t.port_of("10.0.0.1:9999".parse().unwrap(), false), 0);
     }
 
     #[test]

@@ -131,7 +131,8 @@ impl QueueCore {
                 if qid == 0 {
                     if let (Some(h), Some(l)) = (peer, self.addrs.local) {
                         ctrl.set_addrs(h, l);
-                        ctrl.set_port(env.target.port_of(l));
+                        let tcp = self.params.sgl == crate::engine::data::SglKind::Transport;
+                        ctrl.set_port(env.target.port_of(l, tcp));
                     }
                     info!(cntlid = ctrl.cntlid, host = %d.hostnqn, subsys = %d.subsysnqn,
                           ?peer, kato_ms = ctrl.state().kato_ms, "controller connected");

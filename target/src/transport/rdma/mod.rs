@@ -38,7 +38,22 @@ use crate::backend::offload::Offload;
 use crate::config::{EngineConfig, SendOffload};
 use crate::engine::admission::Admission;
 use crate::model::subsystem::Target;
-use crate::worker::{Worker, WorkerShared};
+use crate::transport::tcp::group::TcpGroup;
+use crate::worker::{Both, Worker, WorkerShared};
+
+/// Capsule buffers of a worker's NVMe/TCP connections (8 KiB each).
+const TCP_CAPSULES: u32 = 256;
+
+/// The data pool of a worker's NVMe/TCP connections: as an RDMA device's
+/// (its memory is touched only as NVMe/TCP uses it).
+fn tcp_pool_shape(cfg: &EngineConfig) -> crate::engine::pool::PoolShape {
+    crate::engine::pool::PoolShape {
+        small_size: crate::config::SMALL_BUFFER,
+        small_count: cfg.small_buffers as usize,
+        large_size: crate::MAX_IO_SIZE as usize,
+        large_count: cfg.large_buffers as usize,
+    }
+}
 use group::{Inbox, RdmaGroup};
 pub use listener::{listen, Listener};
 use memory::Budget;
@@ -78,6 +93,8 @@ pub struct EngineShared {
     pub budget: Arc<Budget>,
     /// Queues that have not connected yet, capped per peer and in all.
     pub admission: Arc<Admission>,
+    /// What the NVMe/TCP listeners and the workers' TCP parts share.
+    pub tcp: Arc<crate::transport::tcp::TcpShared>,
     pds: Mutex<Vec<(usize, Arc<ProtectionDomain>)>>,
     /// Protection domains of removed devices, until every worker let go.
     removed: Mutex<Vec<Weak<ProtectionDomain>>>,
@@ -172,10 +189,16 @@ impl Engine {
             .iter()
             .map(|w| Inbox::new(w.waker.clone()))
             .collect();
+        let tcp_inboxes: Vec<_> = workers
+            .iter()
+            .map(|w| crate::transport::tcp::Inbox::new(w.waker.clone()))
+            .collect();
+        let admission = Admission::new(cfg.max_pending_queues_per_peer, cfg.max_pending_queues);
         let shared = Arc::new(EngineShared {
             target,
             budget: Budget::new(cfg.max_pinned_memory),
-            admission: Admission::new(cfg.max_pending_queues_per_peer, cfg.max_pending_queues),
+            tcp: crate::transport::tcp::TcpShared::new(admission.clone(), tcp_inboxes),
+            admission,
             cfg,
             pds: Mutex::new(Vec::new()),
             removed: Mutex::new(Vec::new()),
@@ -185,12 +208,18 @@ impl Engine {
             next_admin: AtomicUsize::new(0),
         });
         let mut threads = Vec::new();
-        for (w, inbox) in shared.workers.iter().zip(&shared.inboxes) {
+        for (i, (w, inbox)) in shared.workers.iter().zip(&shared.inboxes).enumerate() {
             let rdma =
                 RdmaGroup::new(shared.clone(), inbox.clone(), 0).map_err(TransportError::Setup)?;
+            let tcp = TcpGroup::new(
+                shared.tcp.inboxes[i].clone(),
+                tcp_pool_shape(&shared.cfg),
+                TCP_CAPSULES,
+                crate::worker::slots::SECOND,
+            );
             let worker = Worker::new(
                 w.clone(),
-                rdma,
+                Both(rdma, tcp),
                 shared.target.clone(),
                 shared.cfg.clone(),
                 offload.clone(),

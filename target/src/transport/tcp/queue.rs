@@ -33,11 +33,20 @@ use crate::worker::slots::QueueKey;
 use crate::worker::ud::{self, Ud};
 use crate::worker::{Grant, Lend};
 
+/// Data in a pool buffer of the worker's TCP part.
+#[derive(Clone, Copy)]
+struct DataPtr(*const u8);
+
+// SAFETY: the pointer names a pool buffer of the TCP part of the worker
+// that owns the queue; it is only read on that worker's thread (moving a
+// worker to its thread before it serves anything moves this with it).
+unsafe impl Send for DataPtr {}
+
 /// Something to write to the socket: a PDU's header, its data (in a pool
 /// buffer the request holds until it was written), the data digest.
 struct Out {
     head: Vec<u8>,
-    data: Option<(*const u8, u32)>,
+    data: Option<(DataPtr, u32)>,
     dgst: Option<[u8; 4]>,
     /// The response whose delivery this completes.
     sent: Option<Token>,
@@ -327,7 +336,7 @@ impl TcpQueue {
         });
         self.push(Out {
             head: self.layout.data(false, &hdr, flags::DATA_LAST),
-            data: Some((ptr, d.len)),
+            data: Some((DataPtr(ptr), d.len)),
             dgst,
             sent: None,
         });
@@ -651,7 +660,7 @@ impl TcpQueue {
                 // holds its pool buffer until the response was written.
                 let data = o
                     .data
-                    .map(|(p, l)| unsafe { std::slice::from_raw_parts(p, l as usize) });
+                    .map(|(p, l)| unsafe { std::slice::from_raw_parts(p.0, l as usize) });
                 for part in [Some(&o.head[..]), data, o.dgst.as_ref().map(|d| &d[..])]
                     .into_iter()
                     .flatten()
