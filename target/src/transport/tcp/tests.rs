@@ -489,3 +489,49 @@ fn a_connection_without_icreq_is_closed_at_the_connect_deadline() {
     r.group.tick(&mut r.exec);
     assert_eq!(r.group.transport.queues(), 0, "removed");
 }
+
+#[test]
+fn a_header_digest_error_is_terminated_and_data_is_aligned_as_the_host_asks() {
+    let mut r = Rig::new();
+    let (_, cntlid) = r.admin(digest::HEADER);
+    // Host PDU data alignment of 32 bytes on the I/O queue.
+    let q = r.open();
+    let req = IcReq {
+        pfv: 0,
+        hpda: 7,
+        digest: 0,
+        maxr2t: 0,
+    }
+    .encode();
+    r.send(q, &req);
+    let b = r.next(q);
+    assert!(matches!(r.parse(q, &b), Pdu::IcResp(_)));
+    r.hosts[q].rules.initialized = true;
+    r.hosts[q].rules.pda = 7;
+    assert!(r.connect(q, 1, cntlid).status.is_success());
+    let c = r.rw(io::READ, 0, 4096);
+    r.capsule(q, &c, &[]);
+    let b = r.next(q);
+    assert_eq!(b[3] as usize % 32, 0, "C2HData's data offset aligned to 32");
+    let Pdu::Data { data, .. } = r.parse(q, &b) else {
+        panic!("not C2HData")
+    };
+    assert!(data.iter().all(|&x| x == 0xEE));
+    assert!(r.cqe(q).status.is_success());
+    // On the admin queue (header digests): a command under a bad digest.
+    let a = 0;
+    let k = r.cmd(admin::KEEP_ALIVE);
+    let l = r.hosts[a].layout;
+    let mut pdu = l.cmd(&k.raw, 0);
+    pdu[20] ^= 0x40;
+    r.send(a, &pdu);
+    let b = r.next(a);
+    assert!(matches!(
+        r.parse(a, &b),
+        Pdu::Term {
+            fes: fes::HEADER_DIGEST_ERROR,
+            ..
+        }
+    ));
+    assert!(r.closed(a));
+}
