@@ -23,7 +23,11 @@
 # E2E_QUICK=1: the same steps on less data (48 MiB fio passes, a small tree for ext4), for
 # the repeat runs of test-all (a second device, the current host) whose point is the path.
 #
-# Environment (optional): TARGET, E2E_DEVICE (first), E2E_QUICK (0), FIO_RUNTIME (perf seconds per job, 10),
+# E2E_TRANSPORT=tcp: everything over NVMe/TCP (the kernel's nvme-tcp host; nvmet-tcp for
+# TARGET=kernel) instead of RDMA; no soft-RoCE is needed.
+#
+# Environment (optional): TARGET, E2E_DEVICE (first), E2E_QUICK (0), E2E_TRANSPORT (rdma),
+#   FIO_RUNTIME (perf seconds per job, 10),
 #   FIO_ENGINE (libaio), TARGET_BIN (build/release/nvmf-target), RUST_LOG (passed on),
 #   E2E_OUT (folder for logs, /lab/integration/out; ignored when not writable).
 # Output: "=== [t] step" lines, "FAIL: ..." on failure, the target log, then
@@ -38,6 +42,7 @@ E2E_DEVICE=${E2E_DEVICE:-first}
 PORT=4420
 FIO_RUNTIME=${FIO_RUNTIME:-10}
 E2E_QUICK=${E2E_QUICK:-0}
+TR=${E2E_TRANSPORT:-rdma}
 DATA=128M
 [ "$E2E_QUICK" = 1 ] && DATA=48M
 FIO_ENGINE=${FIO_ENGINE:-libaio}
@@ -64,18 +69,20 @@ PASSED=0
 
 case $TARGET in own|kernel) ;; *) fail "TARGET must be own or kernel (got '$TARGET')" ;; esac
 case $E2E_DEVICE in first) ;; second) IP=10.99.0.1 ;; *) fail "E2E_DEVICE must be first or second (got '$E2E_DEVICE')" ;; esac
+case $TR in rdma|tcp) ;; *) fail "E2E_TRANSPORT must be rdma or tcp (got '$TR')" ;; esac
+[ "$TR" = tcp ] && [ "$E2E_DEVICE" = second ] && fail "E2E_DEVICE=second is an RDMA device"
 
 . integration/guest/kmsg.sh   # kmsg_check: no I/O error, reset or timeout in the kernel log
 dmesg_mark() { dmesg | wc -l; }
 dmesg_since() { dmesg | tail -n +$(( $1 + 1 )); }
 
 # --- device lookup -------------------------------------------------------------------
-# live rdma controller (nvmeX) of a subsystem NQN
+# live controller (nvmeX) of the transport under test of a subsystem NQN
 ctrl_of() {
     local c
     for c in /sys/class/nvme/nvme*; do
         [ "$(cat "$c/subsysnqn" 2>/dev/null)" = "$1" ] || continue
-        [ "$(cat "$c/transport" 2>/dev/null)" = rdma ] || continue
+        [ "$(cat "$c/transport" 2>/dev/null)" = "$TR" ] || continue
         [ "$(cat "$c/state" 2>/dev/null)" = live ] || continue
         echo "${c##*/}"; return 0
     done
@@ -121,7 +128,7 @@ wait_ns() {
     fail "$nqn: no live controller with namespaces $* within 30 s of connect"
 }
 connect_open() {
-    nvme connect -t rdma -a "$IP" -s "$PORT" -n "$NQN_OPEN" || fail "nvme connect $NQN_OPEN failed"
+    nvme connect -t "$TR" -a "$IP" -s "$PORT" -n "$NQN_OPEN" || fail "nvme connect $NQN_OPEN failed"
     wait_ns "$NQN_OPEN" 1 2
     NS1=/dev/${NSDEV[1]} NS2=/dev/${NSDEV[2]}
 }
@@ -225,8 +232,8 @@ cleanup() {
 trap cleanup EXIT
 
 # =====================================================================================
-step "setup: modules, soft-RoCE on $IF (and rxe1 on a dummy netdev with E2E_DEVICE=second), target address $IP, backing stores (TARGET=$TARGET)"
-modprobe -a rdma_rxe ib_uverbs rdma_ucm nvme-rdma
+step "setup: modules, soft-RoCE on $IF (and rxe1 on a dummy netdev with E2E_DEVICE=second), target address $IP, backing stores (TARGET=$TARGET, transport $TR)"
+modprobe -a rdma_rxe ib_uverbs rdma_ucm nvme-rdma nvme-tcp
 rdma link show | grep "netdev $IF\b" >/dev/null || rdma link add rxe0 type rxe netdev "$IF"
 if [ "$E2E_DEVICE" = second ]; then
     modprobe dummy
@@ -250,7 +257,7 @@ if [ "$TARGET" = own ]; then
     [ -x "$TARGET_BIN" ] || fail "$TARGET_BIN missing or not executable (cargo build --release -p nvmf-target on the host)"
     cat >"$CONF" <<EOF
 [[listener]]
-transport = "rdma"
+transport = "$TR"
 address = "$IP"
 port = $PORT
 
@@ -281,7 +288,7 @@ EOF
     kill -0 "$TPID" 2>/dev/null || { cat "$TLOG"; fail "target exited right after start"; }
 else
     step "kernel target: nvmet configfs with the same subsystems"
-    modprobe -a nvmet nvmet-rdma
+    modprobe -a nvmet nvmet-rdma nvmet-tcp
     [ -e /sys/module/null_blk ] || modprobe null_blk nr_devices=1 gb=1
     [ -b /dev/nullb0 ] || fail "/dev/nullb0 missing (null_blk)"
     mountpoint -q /sys/kernel/config || mount -t configfs none /sys/kernel/config
@@ -301,7 +308,7 @@ else
     ln -s "$CFG/hosts/$HOST_ALLOWED" "$CFG/subsystems/$NQN_RESTRICTED/allowed_hosts/$HOST_ALLOWED"
     mk_ns "$NQN_RESTRICTED" 1 /dev/nullb0
     mkdir "$CFG/ports/1"
-    echo rdma >"$CFG/ports/1/addr_trtype"
+    echo "$TR" >"$CFG/ports/1/addr_trtype"
     echo ipv4 >"$CFG/ports/1/addr_adrfam"
     echo "$IP" >"$CFG/ports/1/addr_traddr"
     echo "$PORT" >"$CFG/ports/1/addr_trsvcid"
@@ -312,7 +319,7 @@ fi
 
 step "wait for the target: nvme discover (up to 20 s)"
 for try in $(seq 40); do
-    nvme discover -t rdma -a "$IP" -s "$PORT" >/tmp/discover.txt 2>&1 && break
+    nvme discover -t "$TR" -a "$IP" -s "$PORT" >/tmp/discover.txt 2>&1 && break
     [ -n "$TPID" ] && ! kill -0 "$TPID" 2>/dev/null && { cat /tmp/discover.txt; fail "target exited"; }
     [ "$try" = 40 ] && { cat /tmp/discover.txt; fail "nvme discover did not succeed within 20 s"; }
     sleep 0.5
@@ -322,7 +329,7 @@ info "discovery answered after $try attempt(s)"
 # =====================================================================================
 step "test 1: discovery log filtered by host NQN"
 discovered() { # hostnqn [hostid] -> subsystem NQNs of the discovery log
-    local args=(-t rdma -a "$IP" -s "$PORT" --hostnqn="$1")
+    local args=(-t "$TR" -a "$IP" -s "$PORT" --hostnqn="$1")
     [ -n "${2:-}" ] && args+=(--hostid="$2")
     nvme discover "${args[@]}" >/tmp/discover.txt 2>&1 || { cat /tmp/discover.txt; fail "nvme discover --hostnqn=$1 failed"; }
     awk '/^subnqn:/ {print $2}' /tmp/discover.txt
@@ -365,8 +372,8 @@ for id in 1 2; do
 done
 nvme list-subsys >/tmp/list-subsys.txt || fail "nvme list-subsys failed"
 cat /tmp/list-subsys.txt
-grep -A4 -F "$NQN_OPEN" /tmp/list-subsys.txt | grep -E "rdma.*traddr=$IP" >/dev/null \
-    || fail "nvme list-subsys does not show an rdma path traddr=$IP for $NQN_OPEN"
+grep -A4 -F "$NQN_OPEN" /tmp/list-subsys.txt | grep -E "$TR.*traddr=$IP" >/dev/null \
+    || fail "nvme list-subsys does not show a $TR path traddr=$IP for $NQN_OPEN"
 
 # =====================================================================================
 step "test 3a: fio randwrite + crc32c verify on nsid 1 ($DATA, 4k, QD32)"
@@ -431,7 +438,7 @@ disconnect "$NQN_OPEN"
 kmsg_check "tests 1-4 (discovery, connect, fio verify, ext4, reconnect)"
 step "test 5: access control"
 M=$(dmesg_mark)
-if nvme connect -t rdma -a "$IP" -s "$PORT" -n "$NQN_RESTRICTED" >/tmp/connect.txt 2>&1; then
+if nvme connect -t "$TR" -a "$IP" -s "$PORT" -n "$NQN_RESTRICTED" >/tmp/connect.txt 2>&1; then
     fail "connect to $NQN_RESTRICTED with host $HOSTNQN succeeded (must be refused)"
 fi
 info "refused as expected: $(tr '\n' ' ' </tmp/connect.txt)"
@@ -440,7 +447,7 @@ dmesg_since "$M" | grep -E "Connect for subsystem .* is not allowed" >/dev/null 
     || fail "no 'Connect for subsystem ... is not allowed' in dmesg (expected status 0x184, Connect Invalid Host)"
 
 M=$(dmesg_mark)
-if nvme connect -t rdma -a "$IP" -s "$PORT" -n "$NQN_MISSING" >/tmp/connect.txt 2>&1; then
+if nvme connect -t "$TR" -a "$IP" -s "$PORT" -n "$NQN_MISSING" >/tmp/connect.txt 2>&1; then
     fail "connect to $NQN_MISSING succeeded"
 fi
 info "refused as expected: $(tr '\n' ' ' </tmp/connect.txt)"
@@ -449,7 +456,7 @@ dmesg_since "$M" | grep -E 'Connect Invalid Data Parameter, subsysnqn' >/dev/nul
     || fail "no 'Connect Invalid Data Parameter, subsysnqn' in dmesg (expected status 0x182 with IATTR=1, IPO=256)"
 
 kmsg_mark   # the refused connects above log their failures
-nvme connect -t rdma -a "$IP" -s "$PORT" -n "$NQN_RESTRICTED" --hostnqn="$HOST_ALLOWED" --hostid="$HOSTID_ALLOWED" \
+nvme connect -t "$TR" -a "$IP" -s "$PORT" -n "$NQN_RESTRICTED" --hostnqn="$HOST_ALLOWED" --hostid="$HOSTID_ALLOWED" \
     || fail "connect to $NQN_RESTRICTED as $HOST_ALLOWED failed"
 wait_ns "$NQN_RESTRICTED" 1
 R1=/dev/${NSDEV[1]}
