@@ -238,6 +238,8 @@ pub struct ControllerInfo {
     pub host_nqn: String,
     /// Host identifier (UUID form).
     pub host_id: String,
+    /// The transport of its admin queue (`rdma`, `tcp`).
+    pub transport: String,
     /// The host's address and port ("10.0.0.2:47123"), from its admin queue.
     pub host_address: Option<String>,
     /// The target address the host connected to.
@@ -285,7 +287,7 @@ pub struct AuthInfo {
     pub bidirectional: bool,
 }
 
-fn controller(c: &Controller, now: Instant) -> ControllerInfo {
+fn controller(target: &Target, c: &Controller, now: Instant) -> ControllerInfo {
     let (kato, since_ka, ready, acre) = {
         let st = c.state();
         (
@@ -302,6 +304,11 @@ fn controller(c: &Controller, now: Instant) -> ControllerInfo {
         cntlid: c.cntlid,
         host_nqn: c.hostnqn.clone(),
         host_id: nvme::fabrics::format_uuid(&c.hostid),
+        transport: match target.listeners.get(c.port()) {
+            Some(p) if p.tcp => "tcp",
+            _ => "rdma",
+        }
+        .into(),
         host_address: addrs.map(|a| a.0.to_string()),
         local_address: addrs.map(|a| a.1.to_string()),
         connected_seconds: now.saturating_duration_since(c.created).as_secs(),
@@ -339,8 +346,11 @@ impl Status {
             .filter(|s| s.kind == SubsystemKind::Nvm)
             .map(|s| {
                 let access = s.access();
-                let mut controllers: Vec<_> =
-                    s.controllers().iter().map(|c| controller(c, now)).collect();
+                let mut controllers: Vec<_> = s
+                    .controllers()
+                    .iter()
+                    .map(|c| controller(target, c, now))
+                    .collect();
                 controllers.sort_by_key(|c| c.cntlid);
                 SubsystemInfo {
                     nqn: s.nqn.clone(),
@@ -375,7 +385,7 @@ impl Status {
             .discovery
             .controllers()
             .iter()
-            .map(|c| controller(c, now))
+            .map(|c| controller(target, c, now))
             .collect();
         discovery_controllers.sort_by_key(|c| c.cntlid);
         Status {
@@ -531,10 +541,11 @@ impl Status {
 fn ctrl_text(o: &mut String, c: &ControllerInfo) {
     let _ = writeln!(
         o,
-        "  controller {} host {} from {} ({}; connected {})",
+        "  controller {} host {} from {} over {} ({}; connected {})",
         c.cntlid,
         c.host_nqn,
         c.host_address.as_deref().unwrap_or("?"),
+        c.transport,
         if c.ready { "enabled" } else { "not enabled" },
         duration(c.connected_seconds)
     );
