@@ -285,8 +285,15 @@ impl TcpQueue {
                 });
             }
             Action::Respond { req, cqe, data, .. } => {
+                // A host that turned SQ flow control off needs no SQ head:
+                // a read that succeeded with no result is answered by its
+                // data alone (C2HData with SUCCESS), one PDU less.
+                let alone = cqe.sq_head == 0xFFFF && cqe.status.is_success() && cqe.result == 0;
                 if let Some(d) = data {
-                    self.push_c2h(res, &cqe, d);
+                    self.push_c2h(res, &cqe, d, alone.then_some(req));
+                    if alone {
+                        return;
+                    }
                 }
                 self.push(Out {
                     head: self.layout.rsp(&cqe),
@@ -319,8 +326,9 @@ impl TcpQueue {
         }
     }
 
-    /// The data of a host read: one C2HData PDU, the last.
-    fn push_c2h(&mut self, res: &Res, cqe: &Completion, d: ToHost) {
+    /// The data of a host read: one C2HData PDU, the last; with `success`
+    /// it is the answer too (no response capsule follows).
+    fn push_c2h(&mut self, res: &Res, cqe: &Completion, d: ToHost, success: Option<Token>) {
         let hdr = DataHeader {
             cccid: cqe.cid,
             ttag: 0,
@@ -334,11 +342,16 @@ impl TcpQueue {
             let data = unsafe { std::slice::from_raw_parts(ptr, d.len as usize) };
             tcp::crc(data).to_le_bytes()
         });
+        let f = if success.is_some() {
+            flags::DATA_LAST | flags::DATA_SUCCESS
+        } else {
+            flags::DATA_LAST
+        };
         self.push(Out {
-            head: self.layout.data(false, &hdr, flags::DATA_LAST),
+            head: self.layout.data(false, &hdr, f),
             data: Some((DataPtr(ptr), d.len)),
             dgst,
-            sent: None,
+            sent: success,
         });
     }
 

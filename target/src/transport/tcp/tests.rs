@@ -262,12 +262,17 @@ impl Rig {
 
     /// Connect on host `h`'s connection (data in the capsule).
     fn connect(&mut self, h: usize, qid: u16, cntlid: u16) -> Completion {
+        self.connect_with(h, qid, cntlid, 0)
+    }
+
+    /// Connect with Connect attributes `cattr`.
+    fn connect_with(&mut self, h: usize, qid: u16, cntlid: u16, cattr: u8) -> Completion {
         self.cid += 1;
         let mut c = ConnectCommand {
             recfmt: 0,
             qid,
             sqsize: 31,
-            cattr: 0,
+            cattr,
             kato: if qid == 0 { 5000 } else { 0 },
         }
         .to_command(self.cid);
@@ -534,4 +539,30 @@ fn a_header_digest_error_is_terminated_and_data_is_aligned_as_the_host_asks() {
         }
     ));
     assert!(r.closed(a));
+}
+
+#[test]
+fn a_read_of_a_host_without_sq_flow_control_is_answered_by_its_data_alone() {
+    let mut r = Rig::new();
+    let (_, cntlid) = r.admin(0);
+    let q = r.open();
+    r.icreq(q, 0);
+    // CATTR bit 2: SQ flow control disabled.
+    assert!(r.connect_with(q, 1, cntlid, 1 << 2).status.is_success());
+    let c = r.rw(io::READ, 0, 4096);
+    r.capsule(q, &c, &[]);
+    let b = r.next(q);
+    let Pdu::Data { flags: f, hdr, .. } = r.parse(q, &b) else {
+        panic!("not C2HData")
+    };
+    assert_eq!(hdr.cccid, c.cid());
+    assert_eq!(
+        f & (tcp::flags::DATA_SUCCESS | tcp::flags::DATA_LAST),
+        tcp::flags::DATA_SUCCESS | tcp::flags::DATA_LAST
+    );
+    // No response capsule: the next PDU answers the next command.
+    let k = r.rw(io::READ, 8, 4096);
+    r.capsule(q, &k, &[]);
+    let b = r.next(q);
+    assert!(matches!(r.parse(q, &b), Pdu::Data { hdr, .. } if hdr.cccid == k.cid()));
 }
