@@ -75,7 +75,9 @@ pub struct RdmaGroup {
     queues: Slots<Queue>,
     devices: Vec<DevSlot>,
     index: QueueIndex,
-    cm: Arc<EventChannel>,
+    /// Made with the first connection: a target serving NVMe/TCP only
+    /// runs where there is no RDMA at all.
+    cm: Option<Arc<EventChannel>>,
     cm_armed: bool,
     inbox: Arc<Inbox>,
     engine: Arc<EngineShared>,
@@ -85,24 +87,28 @@ pub struct RdmaGroup {
 impl RdmaGroup {
     /// The RDMA part of a worker whose connections arrive in `inbox`; its
     /// queues' keys carry `base` ([`Slots::with_base`]).
-    pub fn new(
-        engine: Arc<EngineShared>,
-        inbox: Arc<Inbox>,
-        base: u16,
-    ) -> Result<RdmaGroup, String> {
-        let cm = EventChannel::new()
-            .and_then(|c| c.set_nonblocking().map(|_| c))
-            .map_err(|e| format!("RDMA-CM event channel: {e}"))?;
-        Ok(RdmaGroup {
+    pub fn new(engine: Arc<EngineShared>, inbox: Arc<Inbox>, base: u16) -> RdmaGroup {
+        RdmaGroup {
             queues: Slots::with_base(base),
             devices: Vec::new(),
             index: QueueIndex::default(),
-            cm,
+            cm: None,
             cm_armed: false,
             inbox,
             engine,
             wcs: (0..32).map(|_| WorkCompletion::default()).collect(),
-        })
+        }
+    }
+
+    /// The worker's RDMA-CM event channel, made when first needed.
+    fn channel(&mut self) -> Option<Arc<EventChannel>> {
+        if self.cm.is_none() {
+            match EventChannel::new().and_then(|c| c.set_nonblocking().map(|_| c)) {
+                Ok(c) => self.cm = Some(c),
+                Err(e) => error!(error = %e, "RDMA-CM event channel"),
+            }
+        }
+        self.cm.clone()
     }
 
     /// Runs `f` on queue `key` with the device resources it may use.
@@ -239,9 +245,12 @@ impl RdmaGroup {
 
     /// Handles the CM events of this worker's queues. Returns how many.
     fn cm_events(&mut self, w: &mut Lend<'_>) -> usize {
+        let Some(cm) = self.cm.clone() else {
+            return 0;
+        };
         let mut n = 0;
         loop {
-            match self.cm.get_event() {
+            match cm.get_event() {
                 Ok(Some(ev)) => {
                     n += 1;
                     if let Some(key) = self
@@ -361,7 +370,11 @@ impl Transport for RdmaGroup {
                 super::reject(&c.id, RejectStatus::NoResources);
                 continue;
             }
-            if let Err(e) = c.id.migrate(&self.cm) {
+            let Some(cm) = self.channel() else {
+                super::reject(&c.id, RejectStatus::NoResources);
+                continue;
+            };
+            if let Err(e) = c.id.migrate(&cm) {
                 error!(error = %e, "rdma_migrate_id");
                 super::reject(&c.id, RejectStatus::NoResources);
                 continue;
@@ -486,11 +499,10 @@ impl Transport for RdmaGroup {
                 d.cq_poll_armed = true;
             }
         }
-        if !self.cm_armed
-            && w.ring()
-                .is_some_and(|r| r.poll_in(self.cm.fd(), wr::worker(wr::POLL_CM, 0)).is_ok())
-        {
-            self.cm_armed = true;
+        if let (false, Some(cm)) = (self.cm_armed, &self.cm) {
+            self.cm_armed = w
+                .ring()
+                .is_some_and(|r| r.poll_in(cm.fd(), wr::worker(wr::POLL_CM, 0)).is_ok());
         }
         0
     }

@@ -209,8 +209,7 @@ impl Engine {
         });
         let mut threads = Vec::new();
         for (i, (w, inbox)) in shared.workers.iter().zip(&shared.inboxes).enumerate() {
-            let rdma =
-                RdmaGroup::new(shared.clone(), inbox.clone(), 0).map_err(TransportError::Setup)?;
+            let rdma = RdmaGroup::new(shared.clone(), inbox.clone(), 0);
             let tcp = TcpGroup::new(
                 shared.tcp.inboxes[i].clone(),
                 tcp_pool_shape(&shared.cfg),

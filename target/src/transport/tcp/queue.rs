@@ -390,8 +390,18 @@ impl TcpQueue {
     /// A fatal protocol error: the host gets a C2HTermReq naming it, and the
     /// connection ends.
     fn fatal(&mut self, w: &mut Lend<'_>, res: &mut Res, f: Fatal, offending: &[u8]) {
-        warn!(qid = self.core.as_ref().map(|c| c.qid()), peer = ?self.addrs.peer, fes = f.fes, fei = f.fei,
-              "NVMe/TCP protocol error: terminating the connection");
+        // Once a minute per peer at warn: a peer that keeps breaking the
+        // rules cannot flood the log (the metric counts each).
+        let loud = self
+            .addrs
+            .peer
+            .is_none_or(|p| w.target.refusal_log.should_log(p.ip(), w.now));
+        if loud {
+            warn!(qid = self.core.as_ref().map(|c| c.qid()), peer = ?self.addrs.peer, fes = f.fes, fei = f.fei,
+                  "NVMe/TCP protocol error: terminating the connection (said once a minute per peer)");
+        } else {
+            debug!(peer = ?self.addrs.peer, fes = f.fes, fei = f.fei, "NVMe/TCP protocol error");
+        }
         crate::telemetry::metrics::reject("tcp_protocol_error");
         // The offending PDU's header, as far as it says how long that is.
         let hlen = offending.get(2).map_or(tcp::CH_SIZE, |&h| h as usize);
