@@ -1,5 +1,6 @@
 # nvmet.sh: sourced by guest scripts that run the kernel target and ours side by side
-# (fs.sh, hostile.sh). Needs IP, PORT and fail() from the sourcing script.
+# (fs.sh, hostile.sh, tcp.sh). Needs IP, PORT and fail() from the sourcing script;
+# NVMET_TRTYPE (rdma, or tcp) is the transport of the port and of discovery.
 #   nvmet_export NQN PATH...   the kernel target (configfs) exports PATHs as nsid 1..n
 #                              of NQN, open to any host, on IP:PORT (port 1)
 #   nvmet_unexport NQN         tears that down
@@ -8,9 +9,10 @@
 #   live_ctrl NQN              sets CTRL (a live controller of NQN) and NS (its namespace
 #                              1), waiting up to 20 s; fails if there is none
 NVMET_CFG=/sys/kernel/config/nvmet
+NVMET_TRTYPE=${NVMET_TRTYPE:-rdma}
 nvmet_export() {
     local nqn=$1 id=0 p; shift
-    modprobe -a nvmet nvmet-rdma
+    modprobe -a nvmet "nvmet-$NVMET_TRTYPE"
     mountpoint -q /sys/kernel/config || mount -t configfs none /sys/kernel/config
     mkdir "$NVMET_CFG/subsystems/$nqn"
     echo 1 >"$NVMET_CFG/subsystems/$nqn/attr_allow_any_host"
@@ -21,7 +23,7 @@ nvmet_export() {
         echo 1 >"$NVMET_CFG/subsystems/$nqn/namespaces/$id/enable"
     done
     mkdir "$NVMET_CFG/ports/1"
-    echo rdma >"$NVMET_CFG/ports/1/addr_trtype"; echo ipv4 >"$NVMET_CFG/ports/1/addr_adrfam"
+    echo "$NVMET_TRTYPE" >"$NVMET_CFG/ports/1/addr_trtype"; echo ipv4 >"$NVMET_CFG/ports/1/addr_adrfam"
     echo "$IP" >"$NVMET_CFG/ports/1/addr_traddr"; echo "$PORT" >"$NVMET_CFG/ports/1/addr_trsvcid"
     ln -s "$NVMET_CFG/subsystems/$nqn" "$NVMET_CFG/ports/1/subsystems/$nqn"
 }
@@ -38,7 +40,7 @@ nvmet_unexport() {
 wait_discovery() {
     local try
     for try in $(seq 40); do
-        nvme discover -t rdma -a "$IP" -s "$PORT" >/dev/null 2>&1 && return 0
+        nvme discover -t "$NVMET_TRTYPE" -a "$IP" -s "$PORT" >/dev/null 2>&1 && return 0
         sleep 0.5
     done
     fail "$1 does not answer discovery on $IP:$PORT"
