@@ -134,6 +134,19 @@ impl<Q> Slots<Q> {
         Some(q)
     }
 
+    /// How many slots there are: [`Slots::key_at`] takes `0..span()`, a
+    /// walk over the queues that allocates nothing (the worker's loop makes
+    /// one every pass).
+    pub fn span(&self) -> usize {
+        self.slots.len()
+    }
+
+    /// The key of the queue in slot `i` (of `0..span()`), if one is there.
+    pub fn key_at(&self, i: usize) -> Option<QueueKey> {
+        let s = self.slots.get(i)?;
+        s.queue.as_ref().map(|_| self.key(i, s.gen))
+    }
+
     /// The keys of every queue.
     pub fn keys(&self) -> Vec<QueueKey> {
         self.iter().map(|(k, _)| k).collect()
@@ -184,6 +197,8 @@ mod tests {
         assert_eq!(t.remove(a), None);
         assert_eq!(t.keys(), vec![c, b]);
         assert_eq!(t.iter().count(), 2);
+        let walked: Vec<_> = (0..t.span()).filter_map(|i| t.key_at(i)).collect();
+        assert_eq!(walked, t.keys());
     }
 
     #[test]

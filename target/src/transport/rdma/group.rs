@@ -455,7 +455,10 @@ impl Transport for RdmaGroup {
     }
 
     fn flush(&mut self, w: &mut Lend<'_>) {
-        for key in self.queues.keys() {
+        for i in 0..self.queues.span() {
+            let Some(key) = self.queues.key_at(i) else {
+                continue;
+            };
             if self.queues.get(key).is_some_and(|q| q.has_sends()) {
                 self.with_queue(w, key, |q, cx| q.flush_sends(cx));
             }

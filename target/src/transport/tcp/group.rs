@@ -130,8 +130,10 @@ impl Transport for TcpGroup {
 
     fn poll(&mut self, w: &mut Lend<'_>) -> usize {
         let mut n = 0;
-        for key in self.queues.keys() {
-            n += self.serve(w, key);
+        for i in 0..self.queues.span() {
+            if let Some(key) = self.queues.key_at(i) {
+                n += self.serve(w, key);
+            }
         }
         n
     }
@@ -165,7 +167,10 @@ impl Transport for TcpGroup {
     }
 
     fn flush(&mut self, w: &mut Lend<'_>) {
-        for key in self.queues.keys() {
+        for i in 0..self.queues.span() {
+            let Some(key) = self.queues.key_at(i) else {
+                continue;
+            };
             let Some(q) = self.queues.get_mut(key) else {
                 continue;
             };
@@ -178,7 +183,10 @@ impl Transport for TcpGroup {
 
     fn arm(&mut self, w: &mut Lend<'_>) -> usize {
         let mut late = 0;
-        for key in self.queues.keys() {
+        for i in 0..self.queues.span() {
+            let Some(key) = self.queues.key_at(i) else {
+                continue;
+            };
             let Some(q) = self.queues.get_mut(key) else {
                 continue;
             };
