@@ -82,6 +82,40 @@ impl WorkerShared {
     }
 }
 
+/// Where a transport's listener leaves connections (`T`) for one worker.
+pub struct Inbox<T> {
+    conns: std::sync::Mutex<Vec<T>>,
+    pending: AtomicBool,
+    waker: Arc<Waker>,
+}
+
+impl<T> Inbox<T> {
+    /// The inbox of the worker `waker` wakes.
+    pub fn new(waker: Arc<Waker>) -> Arc<Inbox<T>> {
+        Arc::new(Inbox {
+            conns: std::sync::Mutex::new(Vec::new()),
+            pending: AtomicBool::new(false),
+            waker,
+        })
+    }
+
+    /// Hands a connection to the worker.
+    pub fn give(&self, c: T) {
+        self.conns.lock().unwrap_or_else(|p| p.into_inner()).push(c);
+        self.pending.store(true, Ordering::Release);
+        self.waker.wake();
+    }
+
+    /// The connections handed over since the last call (cheap when there
+    /// are none).
+    pub fn take(&self) -> Vec<T> {
+        if !self.pending.swap(false, Ordering::AcqRel) {
+            return Vec::new();
+        }
+        std::mem::take(&mut *self.conns.lock().unwrap_or_else(|p| p.into_inner()))
+    }
+}
+
 /// A data buffer given back to a pool, for the request that waited for it.
 #[derive(Debug, Clone, Copy)]
 pub struct Grant {

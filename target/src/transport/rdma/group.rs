@@ -6,8 +6,8 @@
 //! events, and before the worker sleeps arms completion notification and
 //! the ring's polls of the completion and CM channels.
 
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
 use std::time::Instant;
 
 use nvme::cm::RejectStatus;
@@ -24,40 +24,10 @@ use crate::model::controller::QueueLink;
 use crate::telemetry::metrics::metrics;
 use crate::worker::slots::{QueueKey, Slots};
 use crate::worker::ud::Ud;
-use crate::worker::wake::Waker;
 use crate::worker::{queue_added, CoreEvent, Lend, Transport};
 
-/// Where a listener leaves connections for a worker.
-pub struct Inbox {
-    conns: Mutex<Vec<NewConn>>,
-    pending: AtomicBool,
-    waker: Arc<Waker>,
-}
-
-impl Inbox {
-    /// The inbox of the worker `waker` wakes.
-    pub fn new(waker: Arc<Waker>) -> Arc<Inbox> {
-        Arc::new(Inbox {
-            conns: Mutex::new(Vec::new()),
-            pending: AtomicBool::new(false),
-            waker,
-        })
-    }
-
-    /// Hands a connection request to the worker.
-    pub fn give(&self, c: NewConn) {
-        self.conns.lock().unwrap_or_else(|p| p.into_inner()).push(c);
-        self.pending.store(true, Ordering::Release);
-        self.waker.wake();
-    }
-
-    fn take(&self) -> Vec<NewConn> {
-        if !self.pending.swap(false, Ordering::AcqRel) {
-            return Vec::new();
-        }
-        std::mem::take(&mut *self.conns.lock().unwrap_or_else(|p| p.into_inner()))
-    }
-}
+/// Where a listener leaves RDMA connections for a worker.
+pub type Inbox = crate::worker::Inbox<NewConn>;
 
 /// A device slot: the device's resources while the worker serves it, and
 /// the generation of its completion-channel polls (a slot is reused after a

@@ -19,11 +19,10 @@ pub mod listener;
 pub mod queue;
 
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 
 use crate::engine::admission::{Admission, Pending};
-use crate::worker::wake::Waker;
 
 /// The most data one H2CData PDU may carry (ICResp MAXH2CDATA): what a
 /// connection's receive buffer must hold besides a header. A host splits a
@@ -45,38 +44,8 @@ pub struct NewSocket {
     pub pending: Pending,
 }
 
-/// Where a listener leaves connections for one worker.
-pub struct Inbox {
-    conns: Mutex<Vec<NewSocket>>,
-    pending: AtomicBool,
-    waker: Arc<Waker>,
-}
-
-impl Inbox {
-    /// The inbox of the worker `waker` wakes.
-    pub fn new(waker: Arc<Waker>) -> Arc<Inbox> {
-        Arc::new(Inbox {
-            conns: Mutex::new(Vec::new()),
-            pending: AtomicBool::new(false),
-            waker,
-        })
-    }
-
-    /// Hands a connection to the worker.
-    pub fn give(&self, c: NewSocket) {
-        self.conns.lock().unwrap_or_else(|p| p.into_inner()).push(c);
-        self.pending.store(true, Ordering::Release);
-        self.waker.wake();
-    }
-
-    /// The connections handed over since the last call.
-    pub fn take(&self) -> Vec<NewSocket> {
-        if !self.pending.swap(false, Ordering::AcqRel) {
-            return Vec::new();
-        }
-        std::mem::take(&mut *self.conns.lock().unwrap_or_else(|p| p.into_inner()))
-    }
-}
+/// Where a listener leaves NVMe/TCP connections for one worker.
+pub type Inbox = crate::worker::Inbox<NewSocket>;
 
 /// What the TCP listeners and the workers share.
 pub struct TcpShared {
