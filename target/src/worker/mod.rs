@@ -82,6 +82,41 @@ impl WorkerShared {
     }
 }
 
+/// Request data as the core sees it in memory that needs no registration
+/// (NVMe/TCP, the loopback): pool buffers at their offset from `pool`,
+/// capsule buffers of [`crate::INLINE_DATA_SIZE`] bytes from `capsules`;
+/// backend operations named by the queue `key` and the request.
+pub struct PlainMemory {
+    /// Start of the data pool.
+    pub pool: *mut u8,
+    /// Start of the capsule buffers.
+    pub capsules: *mut u8,
+    /// The queue.
+    pub key: QueueKey,
+}
+
+impl crate::queue::Memory for PlainMemory {
+    fn buffer(&self, b: &Buf) -> crate::backend::DataRef {
+        crate::backend::DataRef {
+            ptr: self.pool.wrapping_add(b.offset),
+            fixed: None,
+        }
+    }
+
+    fn capsule(&self, slot: u32) -> crate::backend::DataRef {
+        crate::backend::DataRef {
+            ptr: self
+                .capsules
+                .wrapping_add(slot as usize * crate::INLINE_DATA_SIZE as usize),
+            fixed: None,
+        }
+    }
+
+    fn backend_ud(&self, t: Token) -> u64 {
+        Ud::of(ud::IO, self.key, t).pack()
+    }
+}
+
 /// Where a transport's listener leaves connections (`T`) for one worker.
 pub struct Inbox<T> {
     conns: std::sync::Mutex<Vec<T>>,

@@ -18,16 +18,15 @@ use std::time::{Duration, Instant};
 use nvme::{Command, Completion, SQE_SIZE};
 
 use crate::backend::exec::Inline;
-use crate::backend::DataRef;
 use crate::config::EngineConfig;
 use crate::engine::pool::{Buf, Pool, PoolShape};
 use crate::model::controller::QueueLink;
 use crate::model::subsystem::Target;
-use crate::queue::{Action, Addrs, Memory, QueueCore, QueueParams, Token};
+use crate::queue::{Action, Addrs, QueueCore, QueueParams, Token};
 use crate::worker::slots::{QueueKey, Slots};
-use crate::worker::ud::{self, Ud};
+use crate::worker::ud::Ud;
 use crate::worker::wake::{Mailbox, Waker};
-use crate::worker::{CoreEvent, Grant, Group, Lend, Transport};
+use crate::worker::{CoreEvent, Grant, Group, Lend, PlainMemory, Transport};
 use crate::{INLINE_DATA_SIZE, PAGE};
 
 use crate::engine::aligned::Aligned;
@@ -62,33 +61,6 @@ pub struct LoopQueue {
     /// Keys the target invalidated with a response.
     invalidated: Vec<u32>,
     closed: bool,
-}
-
-/// The target's memory as the core sees it.
-struct LoopMemory {
-    pool: *mut u8,
-    capsules: *mut u8,
-    q: QueueKey,
-}
-
-impl Memory for LoopMemory {
-    fn buffer(&self, b: &Buf) -> DataRef {
-        DataRef {
-            ptr: self.pool.wrapping_add(b.offset),
-            fixed: None,
-        }
-    }
-    fn capsule(&self, slot: u32) -> DataRef {
-        DataRef {
-            ptr: self
-                .capsules
-                .wrapping_add(slot as usize * INLINE_DATA_SIZE as usize),
-            fixed: None,
-        }
-    }
-    fn backend_ud(&self, t: Token) -> u64 {
-        Ud::of(ud::IO, self.q, t).pack()
-    }
 }
 
 /// `cmd` without data, as Linux sends one: a keyed SGL of length 0 (a
@@ -145,10 +117,10 @@ pub struct Wires {
 impl Wires {
     /// Hands `event` to queue `key`'s core, then carries out its actions.
     fn call(&mut self, w: &mut Lend<'_>, key: QueueKey, q: &mut LoopQueue, event: CoreEvent<'_>) {
-        let mem = LoopMemory {
+        let mem = PlainMemory {
             pool: self.pool_mem.ptr(),
             capsules: q.data.ptr(),
-            q: key,
+            key,
         };
         w.env(&mut q.core, &mem, |c, env| event(c, env));
         while let Some(a) = q.core.next_action() {

@@ -21,17 +21,13 @@ use tracing::{debug, warn};
 
 use super::group::Res;
 use super::{MAX_CAPSULE_DATA, MAX_H2C_DATA};
-use crate::backend::DataRef;
 use crate::engine::admission::Pending;
 use crate::engine::data::SglKind;
 use crate::engine::pool::Buf;
 use crate::model::controller::QueueLink;
-use crate::queue::{
-    Action, Addrs, Env, Memory, QueueCore, QueueParams, ToHost, Token, CONNECT_TIMEOUT,
-};
+use crate::queue::{Action, Addrs, Env, QueueCore, QueueParams, ToHost, Token, CONNECT_TIMEOUT};
 use crate::worker::slots::QueueKey;
-use crate::worker::ud::{self, Ud};
-use crate::worker::{Grant, Lend};
+use crate::worker::{Grant, Lend, PlainMemory};
 
 /// Data in a pool buffer of the worker's TCP part.
 #[derive(Clone, Copy)]
@@ -110,36 +106,6 @@ pub struct TcpQueue {
     key: QueueKey,
 }
 
-/// The core's view of a TCP queue's memory: the worker's pool and capsule
-/// buffers.
-struct TcpMemory {
-    pool: *mut u8,
-    capsules: *mut u8,
-    key: QueueKey,
-}
-
-impl Memory for TcpMemory {
-    fn buffer(&self, b: &Buf) -> DataRef {
-        DataRef {
-            ptr: self.pool.wrapping_add(b.offset),
-            fixed: None,
-        }
-    }
-
-    fn capsule(&self, slot: u32) -> DataRef {
-        DataRef {
-            ptr: self
-                .capsules
-                .wrapping_add(slot as usize * MAX_CAPSULE_DATA as usize),
-            fixed: None,
-        }
-    }
-
-    fn backend_ud(&self, t: Token) -> u64 {
-        Ud::of(ud::IO, self.key, t).pack()
-    }
-}
-
 /// The rules a controller receives by before the ICReq.
 fn initial_rules() -> Rules {
     Rules {
@@ -216,7 +182,7 @@ impl TcpQueue {
         let Some(core) = self.core.as_mut() else {
             return;
         };
-        let mem = TcpMemory {
+        let mem = PlainMemory {
             pool: res.pool_mem.ptr(),
             capsules: res.capsules.ptr(),
             key: self.key,
