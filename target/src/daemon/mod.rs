@@ -23,34 +23,7 @@ use crate::model::subsystem::{HostAccess, Subsystem, SubsystemKind, Target};
 use crate::telemetry::http::MetricsServer;
 use crate::transport::rdma::{check_memlock, Engine};
 
-/// A listener of either transport.
-enum Listener {
-    Rdma(crate::transport::rdma::Listener),
-    Tcp(crate::transport::tcp::listener::Listener),
-}
-
-impl Listener {
-    fn addr(&self) -> std::net::SocketAddr {
-        match self {
-            Listener::Rdma(l) => l.addr,
-            Listener::Tcp(l) => l.addr,
-        }
-    }
-
-    fn alive(&self, max_ms: u64) -> bool {
-        match self {
-            Listener::Rdma(l) => l.alive(max_ms),
-            Listener::Tcp(l) => l.alive(max_ms),
-        }
-    }
-
-    fn stop(self) {
-        match self {
-            Listener::Rdma(l) => l.stop(),
-            Listener::Tcp(l) => l.stop(),
-        }
-    }
-}
+use crate::transport::listener::Listener;
 use reload::Plan;
 
 /// Applies a new log filter (the daemon's `tracing` reload handle).
@@ -199,12 +172,9 @@ impl Daemon {
         for l in &config.listeners {
             let s = engine.shared();
             let started = match l.transport {
-                crate::config::Transport::Rdma => {
-                    crate::transport::rdma::listen(s.clone(), l.addr).map(Listener::Rdma)
-                }
+                crate::config::Transport::Rdma => crate::transport::rdma::listen(s.clone(), l.addr),
                 crate::config::Transport::Tcp => {
                     crate::transport::tcp::listener::listen(s.tcp.clone(), target.clone(), l.addr)
-                        .map(Listener::Tcp)
                 }
             };
             listeners.push(started.map_err(|e| e.to_string())?);
@@ -377,7 +347,7 @@ impl Daemon {
     pub fn check_alive(&self) -> Result<(), String> {
         for l in &self.listeners {
             if !l.alive(STALL_MS) {
-                return Err(format!("listener {} is not running", l.addr()));
+                return Err(format!("listener {} is not running", l.addr));
             }
         }
         if let Some(m) = &self.metrics_server {

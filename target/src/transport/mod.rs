@@ -4,6 +4,7 @@
 //! panics.
 
 pub mod abort;
+pub mod listener;
 pub mod loopback;
 pub mod rdma;
 pub mod tcp;

@@ -3,7 +3,7 @@
 //! that serves its queue id; the worker sets up the queue pair and accepts.
 
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -13,17 +13,7 @@ use tracing::{debug, error, info, warn};
 
 use super::queue::NewConn;
 use super::{reject, EngineShared, TransportError};
-use crate::worker::wake::monotonic_ms;
-
-/// A running listener thread.
-#[derive(Debug)]
-pub struct Listener {
-    /// The address it listens on.
-    pub addr: SocketAddr,
-    stop: Arc<AtomicBool>,
-    heartbeat: Arc<AtomicU64>,
-    thread: Option<std::thread::JoinHandle<()>>,
-}
+use crate::transport::listener::{Beat, Listener};
 
 /// How long the listener thread waits for an event before it checks for stop
 /// and records its heartbeat.
@@ -31,23 +21,6 @@ const LISTEN_TICK: Duration = Duration::from_millis(500);
 /// How often the listener has librdmacm look at the RDMA devices, so that
 /// it closes those that were removed (their removal waits for that).
 const DEVICE_SYNC: Duration = Duration::from_secs(2);
-
-impl Listener {
-    /// Whether the thread is running and went round its loop within `max_ms`.
-    pub fn alive(&self, max_ms: u64) -> bool {
-        self.thread.as_ref().is_some_and(|t| !t.is_finished())
-            && monotonic_ms().saturating_sub(self.heartbeat.load(Ordering::Relaxed)) <= max_ms
-    }
-
-    /// Stops accepting: the listening id is destroyed, so the RDMA-CM refuses
-    /// new connection requests. Connected queues are not affected.
-    pub fn stop(mut self) {
-        self.stop.store(true, Ordering::Release);
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
-    }
-}
 
 /// A listening RDMA-CM id on `addr`.
 fn bind_listen(ch: &Arc<EventChannel>, addr: SocketAddr) -> Result<CmId, TransportError> {
@@ -69,21 +42,12 @@ pub fn listen(engine: Arc<EngineShared>, addr: SocketAddr) -> Result<Listener, T
     })?;
     let id = bind_listen(&ch, addr)?;
     info!(%addr, "listening (rdma)");
-    let stop = Arc::new(AtomicBool::new(false));
-    let heartbeat = Arc::new(AtomicU64::new(monotonic_ms()));
-    let (st, hb) = (stop.clone(), heartbeat.clone());
-    let thread = std::thread::Builder::new()
-        .name(format!("nvmf-listen-{}", addr.port()))
-        .spawn(move || listener_loop(engine, ch, id, addr, st, hb))
-        .map_err(|source| TransportError::Os {
-            context: "spawning the listener thread".into(),
-            source,
-        })?;
-    Ok(Listener {
-        addr,
-        stop,
-        heartbeat,
-        thread: Some(thread),
+    Listener::spawn(addr, format!("nvmf-listen-{}", addr.port()), move |beat| {
+        listener_loop(engine, ch, id, addr, beat)
+    })
+    .map_err(|source| TransportError::Os {
+        context: "spawning the listener thread".into(),
+        source,
     })
 }
 
@@ -92,8 +56,7 @@ fn listener_loop(
     ch: Arc<EventChannel>,
     listen_id: CmId,
     addr: SocketAddr,
-    stop: Arc<AtomicBool>,
-    heartbeat: Arc<AtomicU64>,
+    beat: Beat,
 ) {
     // None while the address's RDMA device is gone: the listener binds again
     // each tick until it is back.
@@ -101,7 +64,7 @@ fn listener_loop(
     let mut synced = Instant::now();
     let mut warned_none = false;
     loop {
-        heartbeat.store(monotonic_ms(), Ordering::Relaxed);
+        beat.beat();
         if synced.elapsed() >= DEVICE_SYNC {
             synced = Instant::now();
             let n = rdma::sync_devices();
@@ -110,7 +73,7 @@ fn listener_loop(
             }
             warned_none = n == 0;
         }
-        if stop.load(Ordering::Acquire) {
+        if beat.stopped() {
             drop(listen_id);
             info!(%addr, "stopped listening");
             return;

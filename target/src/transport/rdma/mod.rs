@@ -55,7 +55,7 @@ fn tcp_pool_shape(cfg: &EngineConfig) -> crate::engine::pool::PoolShape {
     }
 }
 use group::{Inbox, RdmaGroup};
-pub use listener::{listen, Listener};
+pub use listener::listen;
 use memory::Budget;
 use poster::{Poster, Posters};
 

@@ -4,7 +4,7 @@
 
 use std::net::{SocketAddr, TcpListener};
 use std::os::fd::AsFd;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -13,39 +13,12 @@ use tracing::{info, warn};
 
 use super::{NewSocket, TcpShared};
 use crate::model::subsystem::Target;
+use crate::transport::listener::{Beat, Listener};
 use crate::transport::rdma::TransportError;
-use crate::worker::wake::monotonic_ms;
 
 /// How long the listener thread waits for a connection before it checks
 /// for stop and records its heartbeat.
 const LISTEN_TICK: Duration = Duration::from_millis(500);
-
-/// A running listener thread.
-#[derive(Debug)]
-pub struct Listener {
-    /// The address it listens on.
-    pub addr: SocketAddr,
-    stop: Arc<AtomicBool>,
-    heartbeat: Arc<AtomicU64>,
-    thread: Option<std::thread::JoinHandle<()>>,
-}
-
-impl Listener {
-    /// Whether the thread is running and went round its loop within `max_ms`.
-    pub fn alive(&self, max_ms: u64) -> bool {
-        self.thread.as_ref().is_some_and(|t| !t.is_finished())
-            && monotonic_ms().saturating_sub(self.heartbeat.load(Ordering::Relaxed)) <= max_ms
-    }
-
-    /// Stops accepting (the socket closes); connected queues are not
-    /// affected.
-    pub fn stop(mut self) {
-        self.stop.store(true, Ordering::Release);
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
-    }
-}
 
 /// Starts a listener thread for `addr`. Returns once the address is bound
 /// and listening.
@@ -59,19 +32,10 @@ pub fn listen(
     l.set_nonblocking(true)
         .map_err(os(format!("{addr}: non-blocking")))?;
     info!(%addr, "listening (tcp)");
-    let stop = Arc::new(AtomicBool::new(false));
-    let heartbeat = Arc::new(AtomicU64::new(monotonic_ms()));
-    let (st, hb) = (stop.clone(), heartbeat.clone());
-    let thread = std::thread::Builder::new()
-        .name(format!("nvmf-tcp-{}", addr.port()))
-        .spawn(move || listener_loop(shared, target, l, addr, st, hb))
-        .map_err(os("spawning the listener thread".into()))?;
-    Ok(Listener {
-        addr,
-        stop,
-        heartbeat,
-        thread: Some(thread),
+    Listener::spawn(addr, format!("nvmf-tcp-{}", addr.port()), move |beat| {
+        listener_loop(shared, target, l, addr, beat)
     })
+    .map_err(os("spawning the listener thread".into()))
 }
 
 fn listener_loop(
@@ -79,12 +43,11 @@ fn listener_loop(
     target: Arc<Target>,
     l: TcpListener,
     addr: SocketAddr,
-    stop: Arc<AtomicBool>,
-    heartbeat: Arc<AtomicU64>,
+    beat: Beat,
 ) {
     loop {
-        heartbeat.store(monotonic_ms(), Ordering::Relaxed);
-        if stop.load(Ordering::Acquire) {
+        beat.beat();
+        if beat.stopped() {
             info!(%addr, "stopped listening (tcp)");
             return;
         }
