@@ -127,6 +127,25 @@ impl Header {
     }
 }
 
+/// ICReq and ICResp share a layout: PFV, an alignment, the digests and a
+/// 32-bit limit after the common header.
+fn encode_ic(t: u8, pfv: u16, pda: u8, digest: u8, limit: u32) -> [u8; IC_SIZE] {
+    let mut b = [0u8; IC_SIZE];
+    Header {
+        pdu_type: t,
+        flags: 0,
+        hlen: IC_SIZE as u8,
+        pdo: 0,
+        plen: IC_SIZE as u32,
+    }
+    .encode_into(&mut b);
+    put_u16(&mut b, 8, pfv);
+    b[10] = pda;
+    b[11] = digest;
+    put_u32(&mut b, 12, limit);
+    b
+}
+
 /// What a host asks in its ICReq.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct IcReq {
@@ -144,20 +163,13 @@ pub struct IcReq {
 impl IcReq {
     /// Encodes the whole PDU.
     pub fn encode(&self) -> [u8; IC_SIZE] {
-        let mut b = [0u8; IC_SIZE];
-        Header {
-            pdu_type: pdu_type::ICREQ,
-            flags: 0,
-            hlen: IC_SIZE as u8,
-            pdo: 0,
-            plen: IC_SIZE as u32,
-        }
-        .encode_into(&mut b);
-        put_u16(&mut b, 8, self.pfv);
-        b[10] = self.hpda;
-        b[11] = self.digest;
-        put_u32(&mut b, 12, self.maxr2t);
-        b
+        encode_ic(
+            pdu_type::ICREQ,
+            self.pfv,
+            self.hpda,
+            self.digest,
+            self.maxr2t,
+        )
     }
 }
 
@@ -177,20 +189,13 @@ pub struct IcResp {
 impl IcResp {
     /// Encodes the whole PDU.
     pub fn encode(&self) -> [u8; IC_SIZE] {
-        let mut b = [0u8; IC_SIZE];
-        Header {
-            pdu_type: pdu_type::ICRESP,
-            flags: 0,
-            hlen: IC_SIZE as u8,
-            pdo: 0,
-            plen: IC_SIZE as u32,
-        }
-        .encode_into(&mut b);
-        put_u16(&mut b, 8, self.pfv);
-        b[10] = self.cpda;
-        b[11] = self.digest;
-        put_u32(&mut b, 12, self.maxh2cdata);
-        b
+        encode_ic(
+            pdu_type::ICRESP,
+            self.pfv,
+            self.cpda,
+            self.digest,
+            self.maxh2cdata,
+        )
     }
 
     /// Parses a whole ICResp PDU (the initiator's side).
