@@ -10,6 +10,11 @@
 //!
 //! Usage: `tcp-probe IP PORT NQN`. The probe is its own host
 //! (`nqn.2026-11.io.nvmf-lab:tcp-probe`).
+//!
+//! `tcp-probe vanish IP PORT NQN SECONDS KATO_MS`: an admin queue connected
+//! with keep-alive timeout KATO_MS (0: off; 4294967295: 49 days), then
+//! silent for SECONDS, the connection held open: cut the probe's network
+//! meanwhile and it is a host that lost power. Prints `VANISH cntlid N`.
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
@@ -157,12 +162,17 @@ fn status_name(s: nvme::Status) -> String {
 /// An admin-queue Connect to `nqn`, its data in the capsule (`sgl`: how
 /// the SGL names it).
 fn connect_cmd(sgl: Sgl) -> Command {
+    connect_kato(sgl, 5000)
+}
+
+/// An admin-queue Connect with keep-alive timeout `kato` (ms).
+fn connect_kato(sgl: Sgl, kato: u32) -> Command {
     let mut c = ConnectCommand {
         recfmt: 0,
         qid: 0,
         sqsize: 31,
         cattr: 0,
-        kato: 5000,
+        kato,
     }
     .to_command(1);
     c.set_sgl(&sgl);
@@ -394,6 +404,9 @@ const CASES: &[&str] = &[
 
 fn main() {
     let args: Vec<String> = std::env::args().collect();
+    if args.get(1).map(String::as_str) == Some("vanish") {
+        return vanish(&args[2..]);
+    }
     if args.len() < 4 {
         eprintln!("usage: tcp-probe IP PORT NQN");
         std::process::exit(2);
@@ -405,4 +418,39 @@ fn main() {
     for name in CASES {
         println!("CASE {name} {}", case(addr, &args[3], name));
     }
+}
+
+/// `vanish IP PORT NQN SECONDS KATO_MS`.
+fn vanish(args: &[String]) {
+    if args.len() < 5 {
+        eprintln!("usage: tcp-probe vanish IP PORT NQN SECONDS KATO_MS");
+        std::process::exit(2);
+    }
+    let addr = SocketAddr::new(
+        args[0].parse().expect("an IP address"),
+        args[1].parse().expect("a port"),
+    );
+    let secs: u64 = args[3].parse().expect("seconds");
+    let kato: u32 = args[4].parse().expect("a keep-alive timeout in ms");
+    let mut c = Conn::open(addr).unwrap_or_else(|e| {
+        println!("VANISH setup failed: {e}");
+        std::process::exit(1)
+    });
+    if !c.init(0) {
+        println!("VANISH setup failed: no ICResp");
+        std::process::exit(1);
+    }
+    c.capsule(&connect_kato(in_capsule(), kato), &connect_data(&args[2]));
+    let b = c.next(WAIT).unwrap_or_default();
+    match tcp::parse(&b, &c.rules) {
+        Ok(Some((Pdu::Rsp(r), _))) if r.status.is_success() => {
+            println!("VANISH cntlid {}", r.result as u16);
+        }
+        _ => {
+            println!("VANISH setup failed: {}", c.outcome(Duration::ZERO));
+            std::process::exit(1);
+        }
+    }
+    std::thread::sleep(Duration::from_secs(secs));
+    drop(c);
 }

@@ -11,7 +11,10 @@
 #      H2CData without an R2T and outside its R2T; and the good paths (digests, a Connect
 #      whose data comes by R2T);
 #   then the outcomes side by side: ours must equal nvmet's, or be what KNOWN says (the
-#   specification's answer where nvmet strays, and why).
+#   specification's answer where nvmet strays, and why);
+#   3. ours: a host with keep-alive off in practice (KATO 49 days) whose network goes
+#      dark (its own network namespace, the link cut: no FIN, nothing acknowledged) is
+#      freed within 60 s by TCP keep-alive (nvmet-tcp holds it for the 49 days).
 # Output: the table, then "TCP PASS" (last line) on success.
 set -euo pipefail
 IP=${LAB_IP:?LAB_IP not set (run this inside the lab guest)}
@@ -19,9 +22,11 @@ PORT=4420
 TARGET_BIN=${TARGET_BIN:-build/release/nvmf-target}
 PROBE=build/release/examples/tcp-probe
 NQN=nqn.2026-11.io.nvmf-lab:tcp
+PROBE_NQN=nqn.2026-11.io.nvmf-lab:tcp-probe
 IMG=/var/tmp/tcp.img
 TLOG=/tmp/tcp-target.log
-TPID= PASSED=0
+TPID= PASSED=0 BG=
+GONE_NS=tcpgone
 . integration/guest/common.sh
 . integration/guest/kmsg.sh
 NVMET_TRTYPE=tcp
@@ -30,6 +35,8 @@ NVMET_TRTYPE=tcp
 cleanup() {
     local rc=$?
     set +e
+    [ -n "$BG" ] && kill -9 "$BG" 2>/dev/null
+    ip netns del "$GONE_NS" 2>/dev/null
     nvme disconnect -n "$NQN" >/dev/null 2>&1
     [ -n "$TPID" ] && { kill -TERM "$TPID"; wait "$TPID"; }
     nvmet_unexport "$NQN" 2>/dev/null
@@ -108,6 +115,27 @@ EOF
 NO_COLOR=1 "$TARGET_BIN" --config /tmp/tcp.toml >"$TLOG" 2>&1 &
 TPID=$!
 phase ours
+
+step "ours: a host with a 49-day keep-alive whose network goes dark is freed within 60 s"
+for _ in $(seq 40); do [ "$(controllers_of "$PROBE_NQN")" = 0 ] && break; sleep 0.25; done
+ip netns add "$GONE_NS"
+ip link add tg0 type veth peer name tg1
+ip link set tg1 netns "$GONE_NS"
+ip addr add 10.98.0.1/24 dev tg0
+ip link set tg0 up
+ip netns exec "$GONE_NS" sh -c 'ip addr add 10.98.0.2/24 dev tg1 && ip link set tg1 up &&
+    ip link set lo up && ip route add default via 10.98.0.1'
+ip netns exec "$GONE_NS" "$PROBE" vanish "$IP" "$PORT" "$NQN" 120 4294967295 >/tmp/vanish.txt 2>&1 &
+BG=$!
+for _ in $(seq 40); do [ "$(controllers_of "$PROBE_NQN")" = 1 ] && break; sleep 0.25; done
+[ "$(controllers_of "$PROBE_NQN")" = 1 ] || { cat /tmp/vanish.txt; fail "the vanishing host did not connect"; }
+ip netns exec "$GONE_NS" ip link set tg1 down
+T=$SECONDS gone=0
+while [ $((SECONDS - T)) -lt 60 ]; do [ "$(controllers_of "$PROBE_NQN")" = 0 ] && { gone=1; break; }; sleep 0.5; done
+[ $gone = 1 ] || fail "a host with a 49-day keep-alive whose network went dark still holds its controller after 60 s"
+info "freed after $((SECONDS - T)) s"
+kill -9 "$BG" 2>/dev/null; wait "$BG" 2>/dev/null || true; BG=
+ip netns del "$GONE_NS"
 grep -q " ERROR " "$TLOG" && { grep " ERROR " "$TLOG" | head -n 5; fail "our target logged errors"; }
 own_down
 

@@ -29,6 +29,7 @@ struct Counts {
     in_capsule_writes: u64,
     pool_in_use: [i64; 2],
     pool_waits: [u64; 2],
+    capsule_waits: u64,
 }
 
 /// The metrics a tally publishes into, resolved once.
@@ -38,6 +39,7 @@ struct Handles {
     in_capsule_writes: IntCounter,
     pool_in_use: [IntGauge; 2],
     pool_waits: [IntCounter; 2],
+    capsule_waits: IntCounter,
 }
 
 /// One worker's counts.
@@ -64,6 +66,7 @@ impl Tally {
                 in_capsule_writes: m.in_capsule_writes.clone(),
                 pool_in_use: CLASSES.map(|c| m.engine.pool_in_use.with_label_values(&[c])),
                 pool_waits: CLASSES.map(|c| m.engine.pool_waits.with_label_values(&[c])),
+                capsule_waits: m.engine.pool_waits.with_label_values(&["tcp_capsule"]),
             },
         }
     }
@@ -93,6 +96,13 @@ impl Tally {
         self.now.pool_waits[class & 1] += 1;
     }
 
+    /// An NVMe/TCP capsule waited for a capsule buffer (none free, or its
+    /// connection holds its share).
+    #[inline]
+    pub fn capsule_wait(&mut self) {
+        self.now.capsule_waits += 1;
+    }
+
     /// Adds what was counted since the last call to the process's metrics.
     pub fn publish(&mut self) {
         let c = std::mem::take(&mut self.now);
@@ -116,6 +126,9 @@ impl Tally {
             if n > 0 {
                 h.inc_by(n);
             }
+        }
+        if c.capsule_waits > 0 {
+            self.to.capsule_waits.inc_by(c.capsule_waits);
         }
     }
 }

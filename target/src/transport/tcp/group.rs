@@ -1,7 +1,9 @@
 //! The NVMe/TCP part of a worker ([`crate::worker::Transport`]): its
 //! connections, one data pool and one set of capsule buffers shared by all
-//! of them (a connection whose capsule finds none free waits: TCP's flow
-//! control holds its host back). Sockets are read and written with
+//! of them, each connection holding at most an equal share (a connection
+//! whose capsule finds none it may take waits: TCP's flow control holds its
+//! host back, and no host's burst of in-capsule writes to a slow namespace
+//! stalls the others). Sockets are read and written with
 //! non-blocking calls when the worker's ring says they are ready (a poll
 //! per socket, armed again each time it fires); with no ring (a test's
 //! executor) every socket is tried on every pass.
@@ -35,6 +37,23 @@ pub struct Res {
     pub capsules: Aligned,
     /// The free ones.
     pub capsule_free: Vec<u32>,
+    /// How many one connection may hold: an equal part of them for each
+    /// connection of the worker, at least [`MIN_CAPSULE_SHARE`].
+    pub capsule_share: u32,
+    capsule_total: u32,
+}
+
+/// The capsule buffers a connection may always hold, however many
+/// connections the worker serves (more than two is enough for a Compare
+/// waiting for its fused Write).
+pub const MIN_CAPSULE_SHARE: u32 = 8;
+
+impl Res {
+    /// Sets the share of capsule buffers for `connections` connections.
+    fn share_for(&mut self, connections: usize) {
+        let n = (connections.max(1)).min(u32::MAX as usize) as u32;
+        self.capsule_share = (self.capsule_total / n).max(MIN_CAPSULE_SHARE);
+    }
 }
 
 /// A worker's NVMe/TCP connections.
@@ -58,6 +77,8 @@ impl TcpGroup {
                 pool_mem,
                 capsules: Aligned::new(capsules as usize * MAX_CAPSULE_DATA as usize),
                 capsule_free: (0..capsules).rev().collect(),
+                capsule_share: capsules.max(MIN_CAPSULE_SHARE),
+                capsule_total: capsules,
             },
             inbox,
         }
@@ -125,6 +146,7 @@ impl Transport for TcpGroup {
             self.queues.insert(key, q);
             queue_added(w);
         }
+        self.res.share_for(self.queues.len());
         n
     }
 
@@ -215,6 +237,7 @@ impl Transport for TcpGroup {
             return false;
         };
         q.teardown(w.target);
+        self.res.share_for(self.queues.len());
         true
     }
 }

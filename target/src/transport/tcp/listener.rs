@@ -106,7 +106,7 @@ fn handle(
     let local = stream.local_addr().unwrap_or(addr);
     if let Err(e) = stream
         .set_nonblocking(true)
-        .and_then(|_| stream.set_nodelay(true))
+        .and_then(|_| super::tune(&stream).map_err(std::io::Error::from))
     {
         warn!(%peer, error = %e, "setting up an accepted connection");
         return;

@@ -32,6 +32,37 @@ pub const MAX_H2C_DATA: u32 = 32 * 1024;
 /// NVMe/TCP's admin queues take 8 KiB too).
 pub const MAX_CAPSULE_DATA: u32 = crate::INLINE_DATA_SIZE;
 
+/// Idle time before the kernel probes a quiet connection (TCP keep-alive),
+/// then the time between probes. A host with keep-alive off (KATO 0, or a
+/// KATO of days) that loses power sends no FIN: only the socket can tell,
+/// and the core's probes ask it ([`crate::queue::QueueCore`]'s
+/// `Action::Probe`).
+pub const KEEPALIVE_IDLE: std::time::Duration = std::time::Duration::from_secs(10);
+/// Time between keep-alive probes.
+pub const KEEPALIVE_INTERVAL: std::time::Duration = std::time::Duration::from_secs(5);
+/// How long data we sent (or a keep-alive probe) may stay unacknowledged
+/// before the kernel gives up on the host (TCP_USER_TIMEOUT): without it a
+/// vanished host's connection retransmits for some 15 minutes.
+pub const USER_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// Sets an accepted connection's liveness: keep-alive probes after
+/// [`KEEPALIVE_IDLE`], the host given up after [`USER_TIMEOUT`] without an
+/// acknowledgement, no Nagle delay.
+pub fn tune(stream: &std::net::TcpStream) -> nix::Result<()> {
+    use nix::sys::socket::{setsockopt, sockopt};
+    let secs = |d: std::time::Duration| d.as_secs() as u32;
+    setsockopt(stream, sockopt::TcpNoDelay, &true)?;
+    setsockopt(stream, sockopt::KeepAlive, &true)?;
+    setsockopt(stream, sockopt::TcpKeepIdle, &secs(KEEPALIVE_IDLE))?;
+    setsockopt(stream, sockopt::TcpKeepInterval, &secs(KEEPALIVE_INTERVAL))?;
+    setsockopt(stream, sockopt::TcpKeepCount, &3)?;
+    setsockopt(
+        stream,
+        sockopt::TcpUserTimeout,
+        &(USER_TIMEOUT.as_millis() as u32),
+    )
+}
+
 /// A connection a listener accepted, for a worker.
 pub struct NewSocket {
     /// The socket (non-blocking).

@@ -96,6 +96,8 @@ pub struct TcpQueue {
     pub(super) poll_out: bool,
     /// A capsule waits for a free capsule buffer.
     pub(super) starved: bool,
+    /// Capsule buffers its commands hold.
+    capsules_held: u32,
     tx: VecDeque<Out>,
     tx_off: usize,
     core: Option<QueueCore>,
@@ -146,6 +148,7 @@ impl TcpQueue {
             blocked: false,
             poll_out: false,
             starved: false,
+            capsules_held: 0,
             tx: VecDeque::new(),
             tx_off: 0,
             core: None,
@@ -202,6 +205,7 @@ impl TcpQueue {
         match a {
             Action::Repost(slot) => {
                 res.capsule_free.push(slot);
+                self.capsules_held = self.capsules_held.saturating_sub(1);
             }
             Action::NeedBuffer { req, len } => {
                 let Some(class) = res.pool.shape().class_for(len as usize) else {
@@ -517,11 +521,19 @@ impl TcpQueue {
                 if self.phase == Phase::Connect {
                     self.make_core(w, sqe);
                 }
-                let Some(slot) = res.capsule_free.pop() else {
+                let slot = match self.capsules_held < res.capsule_share {
+                    true => res.capsule_free.pop(),
+                    false => None,
+                };
+                let Some(slot) = slot else {
+                    if !self.starved {
+                        w.tally.capsule_wait();
+                    }
                     self.starved = true;
                     return Ok(false);
                 };
                 self.starved = false;
+                self.capsules_held += 1;
                 let at = res
                     .capsules
                     .ptr()

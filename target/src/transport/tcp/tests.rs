@@ -81,6 +81,11 @@ struct Rig {
 
 impl Rig {
     fn new() -> Rig {
+        Rig::with_capsules(64)
+    }
+
+    /// A rig whose worker has `capsules` capsule buffers.
+    fn with_capsules(capsules: u32) -> Rig {
         let waker = Waker::new().unwrap();
         let inbox = Inbox::new(waker.clone());
         let cfg = EngineConfig {
@@ -90,7 +95,7 @@ impl Rig {
         let group = Group::new(
             0,
             waker,
-            TcpGroup::new(inbox.clone(), SHAPE, 64, 0),
+            TcpGroup::new(inbox.clone(), SHAPE, capsules, 0),
             target(),
             cfg,
         );
@@ -109,6 +114,7 @@ impl Rig {
     fn open(&mut self) -> usize {
         let stream = TcpStream::connect(self.listener.local_addr().unwrap()).unwrap();
         stream.set_nonblocking(true).unwrap();
+        stream.set_nodelay(true).unwrap();
         let (s, peer) = self.listener.accept().unwrap();
         s.set_nonblocking(true).unwrap();
         self.inbox.give(NewSocket {
@@ -133,6 +139,19 @@ impl Rig {
             layout: Layout::default(),
         });
         self.hosts.len() - 1
+    }
+
+    /// Runs the target's transport, but none of its backend's operations.
+    fn pump_transport(&mut self) {
+        for _ in 0..50 {
+            if self.group.with(&mut self.exec, |t, w| t.poll(w)) == 0 {
+                std::thread::sleep(Duration::from_millis(2));
+                if self.group.with(&mut self.exec, |t, w| t.poll(w)) == 0 {
+                    break;
+                }
+            }
+        }
+        self.group.flush(&mut self.exec);
     }
 
     /// Runs the target until nothing is left to do.
@@ -565,4 +584,70 @@ fn a_read_of_a_host_without_sq_flow_control_is_answered_by_its_data_alone() {
     r.capsule(q, &k, &[]);
     let b = r.next(q);
     assert!(matches!(r.parse(q, &b), Pdu::Data { hdr, .. } if hdr.cccid == k.cid()));
+}
+
+#[test]
+fn accepted_connections_are_probed_when_quiet_and_given_up_without_acks() {
+    use nix::sys::socket::{getsockopt, sockopt};
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let _c = TcpStream::connect(l.local_addr().unwrap()).unwrap();
+    let (s, _) = l.accept().unwrap();
+    super::tune(&s).unwrap();
+    assert!(getsockopt(&s, sockopt::KeepAlive).unwrap());
+    assert!(getsockopt(&s, sockopt::TcpNoDelay).unwrap());
+    assert_eq!(getsockopt(&s, sockopt::TcpKeepIdle).unwrap(), 10);
+    assert_eq!(getsockopt(&s, sockopt::TcpKeepInterval).unwrap(), 5);
+    assert_eq!(getsockopt(&s, sockopt::TcpUserTimeout).unwrap(), 30_000);
+}
+
+#[test]
+fn one_connection_holds_no_more_than_its_share_of_capsule_buffers() {
+    // 16 capsule buffers, four connections: a share is the minimum, 8.
+    let mut r = Rig::with_capsules(16);
+    let (_, a) = r.admin(0);
+    let qa = r.io(0, a);
+    let (_, b) = r.admin(0);
+    let qb = r.io(0, b);
+    let writes_started = |r: &Rig| r.exec.started.iter().filter(|k| **k == "write").count();
+    // Host A sends 20 in-capsule writes; none of them runs yet (a slow
+    // namespace). Only its share of them takes capsule buffers.
+    let mut sent = Vec::new();
+    for i in 0..20u32 {
+        let mut w = r.rw(io::WRITE, i, 512);
+        w.set_sgl(&Sgl::InCapsule {
+            offset: 0,
+            len: 512,
+        });
+        r.capsule(qa, &w, &pattern(i as u8, 512));
+        sent.push(w.cid());
+    }
+    r.pump_transport();
+    assert_eq!(writes_started(&r), super::group::MIN_CAPSULE_SHARE as usize);
+    // Host B's in-capsule write still gets a buffer and starts.
+    let mut w = r.rw(io::WRITE, 40, 512);
+    w.set_sgl(&Sgl::InCapsule {
+        offset: 0,
+        len: 512,
+    });
+    r.capsule(qb, &w, &pattern(40, 512));
+    r.pump_transport();
+    assert_eq!(
+        writes_started(&r),
+        super::group::MIN_CAPSULE_SHARE as usize + 1
+    );
+    // Once they run, every write of both is answered: A's waiting capsules
+    // take the buffers its answered ones gave back.
+    let c = r.cqe(qb);
+    assert_eq!((c.cid, c.status.is_success()), (w.cid(), true));
+    let mut answered: Vec<u16> = (0..20)
+        .map(|_| r.cqe(qa))
+        .map(|c| {
+            assert!(c.status.is_success(), "{}", c.status);
+            c.cid
+        })
+        .collect();
+    answered.sort_unstable();
+    sent.sort_unstable();
+    assert_eq!(answered, sent);
+    assert_eq!(r.read(qa, 19, 512), pattern(19, 512));
 }
