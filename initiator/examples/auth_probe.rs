@@ -11,6 +11,7 @@
 //!
 //! Usage: `auth-probe IP PORT SUBNQN HOSTNQN HOSTID SECRET`; SECRET is the
 //! host's `DHHC-1` key, for the case that must succeed (`good`).
+//! `NVMF_TRANSPORT=tcp` runs it over NVMe/TCP.
 //!
 //! `auth-probe IP PORT SUBNQN HOSTNQN HOSTID SECRET hold N SRC SECONDS`:
 //! what a peer that knows only a keyed host's NQN does to lock it out:
@@ -28,7 +29,7 @@ use nvme::fabrics::{ConnectData, CONNECT_DATA_SIZE};
 use nvme::Command;
 use nvmf_initiator::auth::{CONNECT_ATR, RECEIVE_LEN};
 use nvmf_initiator::host::parse_uuid;
-use nvmf_initiator::{commands, QueueConfig, RdmaQueue, Xfer};
+use nvmf_initiator::{commands, HostQueue, Kind, Queue, QueueConfig, Xfer};
 
 // nvmet answers some broken sequences with nothing at all; every answer it gives comes
 // within a second, even under TCG, so a longer wait only slows the suite.
@@ -44,7 +45,7 @@ struct Probe {
 
 /// One admin queue, connected, not authenticated.
 struct Admin {
-    q: RdmaQueue,
+    q: Queue,
 }
 
 impl Admin {
@@ -130,7 +131,8 @@ impl Probe {
         let mut qc = QueueConfig::new(0, 32, 8192);
         qc.timeout = WAIT;
         qc.src = src.map(|ip| SocketAddr::new(ip, 0));
-        let mut q = RdmaQueue::connect(self.dst, qc).map_err(|e| format!("connect: {e}"))?;
+        let mut q =
+            Queue::connect(transport(), self.dst, qc).map_err(|e| format!("connect: {e}"))?;
         let data = ConnectData {
             hostid: self.hostid,
             cntlid: 0xFFFF,
@@ -304,6 +306,15 @@ const CASES: &[&str] = &[
     "send-length-mismatch",
     "send-wrong-secp",
 ];
+
+/// The fabric: `NVMF_TRANSPORT` (rdma, the default, or tcp).
+fn transport() -> Kind {
+    std::env::var("NVMF_TRANSPORT")
+        .ok()
+        .map_or(Kind::Rdma, |t| {
+            t.parse().expect("NVMF_TRANSPORT: rdma or tcp")
+        })
+}
 
 fn main() {
     let a: Vec<String> = std::env::args().collect();

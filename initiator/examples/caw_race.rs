@@ -3,6 +3,7 @@
 //! `caw-race IP PORT SUBNQN ROUNDS [IP2 PORT2]`; namespace 1, blocks 0-2.
 //! With a second address, host B goes through it (another gateway of the
 //! same namespace); otherwise both hosts reach the one target.
+//! `NVMF_TRANSPORT=tcp` runs it over NVMe/TCP.
 //!
 //! 1. Compare alone: equal, and different (Compare Failure).
 //! 2. Broken pairs: a first command followed by a Read (the Compare is
@@ -27,7 +28,7 @@ use std::time::{Duration, Instant};
 use nvme::Status;
 use nvmf_initiator::controller::{ConnectOptions, Controller, IoQueue};
 use nvmf_initiator::host::HostIdentity;
-use nvmf_initiator::{commands, Xfer};
+use nvmf_initiator::{commands, HostQueue, Kind, Xfer};
 
 fn fail(msg: String) -> ! {
     eprintln!("FAIL: {msg}");
@@ -42,6 +43,11 @@ fn host(n: u8, addr: SocketAddr, sub: &str) -> (Controller, IoQueue) {
     };
     o.io_queues = 1;
     o.kato = Duration::from_secs(30);
+    o.transport = std::env::var("NVMF_TRANSPORT")
+        .ok()
+        .map_or(Kind::Rdma, |t| {
+            t.parse().expect("NVMF_TRANSPORT: rdma or tcp")
+        });
     let c = Controller::connect(&o).unwrap_or_else(|e| fail(format!("host {n}: connect: {e}")));
     let q = c
         .connect_io_queue(1)

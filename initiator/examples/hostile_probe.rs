@@ -48,7 +48,8 @@ use nvme::Status;
 use nvmf_initiator::host::HostIdentity;
 use nvmf_initiator::transport::RawRequest;
 use nvmf_initiator::{
-    commands, ConnectOptions, Controller, Done, Error, QueueConfig, RdmaQueue, WindowMode, Xfer,
+    commands, ConnectOptions, Controller, Done, Error, HostQueue, QueueConfig, RdmaQueue,
+    WindowMode, Xfer,
 };
 use rdma::{CmEventKind, CmId, ConnParams, EventChannel, QpCaps};
 

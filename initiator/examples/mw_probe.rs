@@ -32,7 +32,7 @@ use nvme::completion::Completion;
 use nvme::sgl::Sgl;
 use nvme::status::Status;
 use nvmf_initiator::commands;
-use nvmf_initiator::transport::{QueueConfig, RdmaQueue, WindowMode, Xfer};
+use nvmf_initiator::transport::{HostQueue, QueueConfig, RdmaQueue, WindowMode, Xfer};
 use rdma::{
     Access, Buffer, CmEventKind, CmId, CompletionQueue, ConnParams, EventChannel, MemoryRegion,
     QpCaps, SendOp, SendRequest, WorkCompletion,

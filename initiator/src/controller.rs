@@ -19,7 +19,7 @@ use nvme::opcode::lid;
 use crate::commands;
 use crate::error::{status_ok, Error, Result};
 use crate::host::HostIdentity;
-use crate::transport::{Done, QueueConfig, RdmaQueue, WindowMode, Xfer};
+use crate::transport::{Done, HostQueue, Kind, Queue, QueueConfig, WindowMode, Xfer};
 
 /// Admin queue size (as the Linux host: NVME_AQ_DEPTH).
 pub const ADMIN_DEPTH: u16 = 32;
@@ -41,7 +41,11 @@ pub struct ConnectOptions {
     pub io_queues: u16,
     /// I/O queue size.
     pub queue_depth: u16,
-    /// Window mode for all queues.
+    /// The fabric.
+    pub transport: Kind,
+    /// NVMe/TCP: header and data digests.
+    pub digests: bool,
+    /// Window mode for all queues (RDMA).
     pub windows: WindowMode,
     /// Send small writes as in-capsule data (I/O queues).
     pub inline: bool,
@@ -66,6 +70,8 @@ impl ConnectOptions {
             kato: Duration::from_secs(5),
             io_queues: 1,
             queue_depth: 32,
+            transport: Kind::Rdma,
+            digests: false,
             windows: WindowMode::Mw,
             inline: true,
             max_io: 128 * 1024,
@@ -123,7 +129,7 @@ impl AsyncEvent {
 }
 
 struct Admin {
-    q: RdmaQueue,
+    q: Queue,
     aer_tag: Option<u16>,
     aer_enabled: bool,
     raw_results: Vec<u32>,
@@ -131,7 +137,7 @@ struct Admin {
     timeout: Duration,
 }
 
-fn on_other(aer_tag: &mut Option<u16>, results: &mut Vec<u32>, q: &mut RdmaQueue, d: Done) {
+fn on_other(aer_tag: &mut Option<u16>, results: &mut Vec<u32>, q: &mut Queue, d: Done) {
     if *aer_tag == Some(d.tag) {
         *aer_tag = None;
         if d.cqe.status.is_success() {
@@ -238,8 +244,9 @@ impl Controller {
         let discovery = opts.subnqn == nvme::DISCOVERY_NQN;
         let mut qc = QueueConfig::new(0, ADMIN_DEPTH, ADMIN_SLOT);
         qc.windows = opts.windows;
+        qc.digests = opts.digests;
         qc.timeout = opts.timeout;
-        let q = RdmaQueue::connect(opts.addr, qc)?;
+        let q = Queue::connect(opts.transport, opts.addr, qc)?;
         let mut admin = Admin {
             q,
             aer_tag: None,
@@ -443,9 +450,10 @@ impl Controller {
         let depth = self.info.queue_depth;
         let mut qc = QueueConfig::new(qid, depth, self.info.max_transfer);
         qc.windows = self.opts.windows;
+        qc.digests = self.opts.digests;
         qc.timeout = self.opts.timeout;
         qc.spin = self.opts.spin;
-        let mut q = RdmaQueue::connect(self.opts.addr, qc)?;
+        let mut q = Queue::connect(self.opts.transport, self.opts.addr, qc)?;
         let data = ConnectData {
             hostid: self.opts.host.id,
             cntlid: self.info.cntlid,
@@ -520,7 +528,7 @@ impl Controller {
     }
 
     /// The admin queue, for raw-mode tests (the keep-alive thread shares it).
-    pub fn with_admin_queue<T>(&self, f: impl FnOnce(&mut RdmaQueue) -> T) -> T {
+    pub fn with_admin_queue<T>(&self, f: impl FnOnce(&mut Queue) -> T) -> T {
         f(&mut lock(&self.admin).q)
     }
 }
@@ -584,20 +592,20 @@ fn keep_alive_loop(
     }
 }
 
-/// An I/O queue: a [`RdmaQueue`] with I/O helpers. Owned by one thread.
+/// An I/O queue: a [`Queue`] with I/O helpers. Owned by one thread.
 pub struct IoQueue {
-    q: RdmaQueue,
+    q: Queue,
 }
 
 impl Deref for IoQueue {
-    type Target = RdmaQueue;
-    fn deref(&self) -> &RdmaQueue {
+    type Target = Queue;
+    fn deref(&self) -> &Queue {
         &self.q
     }
 }
 
 impl DerefMut for IoQueue {
-    fn deref_mut(&mut self) -> &mut RdmaQueue {
+    fn deref_mut(&mut self) -> &mut Queue {
         &mut self.q
     }
 }

@@ -11,7 +11,7 @@ use nvme::discovery::DiscoveryEntry;
 use nvmf_initiator::controller::{ConnectOptions, Controller};
 use nvmf_initiator::host::{format_uuid, parse_uuid, HostIdentity};
 use nvmf_initiator::perf::{self, Pattern, PerfOptions, PerfReport};
-use nvmf_initiator::{discovery, Error, Result, WindowMode};
+use nvmf_initiator::{discovery, Error, HostQueue, Kind, Result, WindowMode};
 
 #[derive(Parser)]
 #[command(
@@ -52,7 +52,13 @@ struct Conn {
     /// from it: a target binds an ID to one host NQN).
     #[arg(short = 'I', long)]
     hostid: Option<String>,
-    /// How I/O buffers are exposed to the target.
+    /// Transport: rdma or tcp.
+    #[arg(short = 't', long, default_value = "rdma")]
+    transport: Kind,
+    /// NVMe/TCP: header and data digests (CRC32C).
+    #[arg(long)]
+    digests: bool,
+    /// How I/O buffers are exposed to the target (RDMA).
     #[arg(long, value_enum, default_value = "mw")]
     windows: Windows,
     /// Keep-alive timeout in seconds (0: none).
@@ -343,6 +349,8 @@ fn options(conn: &Conn, nqn: &str) -> Result<ConnectOptions> {
     };
     let mut o = ConnectOptions::new(SocketAddr::new(conn.traddr, conn.trsvcid), nqn);
     o.host = HostIdentity::system(conn.hostnqn.clone(), id);
+    o.transport = conn.transport;
+    o.digests = conn.digests;
     o.windows = match conn.windows {
         Windows::Mw => WindowMode::Mw,
         Windows::Mr => WindowMode::Mr,

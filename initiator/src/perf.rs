@@ -11,7 +11,7 @@ use crate::commands;
 use crate::controller::IoQueue;
 use crate::error::{Error, Result};
 use crate::hist::Histogram;
-use crate::transport::{Done, QueueStats, Xfer};
+use crate::transport::{Done, HostQueue, QueueStats, Xfer};
 
 /// Access pattern.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -288,7 +288,7 @@ pub fn run(
     }
     let windows = queues
         .first()
-        .map(|q| format!("{:?}", q.window_mode()).to_lowercase())
+        .map(|q| q.data_mode().to_string())
         .unwrap_or_default();
     let n = queues.len();
     let progress = Arc::new(Progress::default());

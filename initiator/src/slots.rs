@@ -146,6 +146,13 @@ impl Slots {
             .is_some_and(|s| s.state == State::Reserved)
     }
 
+    /// Whether `tag`'s command is in flight.
+    pub fn is_in_flight(&self, tag: u16) -> bool {
+        self.slots
+            .get(tag as usize)
+            .is_some_and(|s| s.state == State::InFlight)
+    }
+
     fn reserved(&mut self, tag: u16) -> Result<&mut Slot, SlotError> {
         match self.slots.get_mut(tag as usize) {
             Some(s) if s.state == State::Reserved => Ok(s),

@@ -1,6 +1,6 @@
 //! One NVMe/RDMA queue pair on the host side: the RDMA-CM connection, the
 //! registered memory, the per-command memory windows, posting capsules and
-//! processing completions. The command bookkeeping is [`crate::slots`].
+//! processing completions.
 //!
 //! Memory, per queue of depth `d`:
 //! - `cmd`: `d` capsules of 64 bytes (local access only);
@@ -27,122 +27,11 @@ use rdma::{
     MemoryWindow, ProtectionDomain, QpCaps, SendBatch, SendOp, SendRequest, Sge, WorkCompletion,
 };
 
+use super::{
+    raw_outcome, Done, HostQueue, QueueConfig, QueueStats, RawOutcome, RawRequest, WindowMode, Xfer,
+};
 use crate::error::{Error, Result};
 use crate::slots::{Next, Slots};
-
-/// How data buffers are exposed to the target.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum WindowMode {
-    /// A type-2 memory window per I/O, bound before the command and closed by
-    /// the target's SEND_WITH_INVALIDATE (SGL subtype 0xF) or a LOCAL_INV.
-    Mw,
-    /// A memory region per buffer, registered once with remote access
-    /// (SGL subtype 0x0). For devices without windows, and for comparison.
-    Mr,
-}
-
-/// The data a command moves.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Xfer {
-    /// No data.
-    None,
-    /// `n` bytes from the slot buffer to the target (a write).
-    ToTarget(u32),
-    /// `n` bytes from the target into the slot buffer (a read).
-    FromTarget(u32),
-}
-
-/// Queue parameters.
-#[derive(Debug, Clone)]
-pub struct QueueConfig {
-    /// Queue id (0 = admin).
-    pub qid: u16,
-    /// Queue size: commands in flight, receive buffers, slots.
-    pub depth: u16,
-    /// Bytes per data slot (largest transfer).
-    pub slot_size: usize,
-    /// Window mode.
-    pub windows: WindowMode,
-    /// Largest write sent as in-capsule data (0: never).
-    pub inline_max: usize,
-    /// Timeout for address/route resolution and connection.
-    pub timeout: Duration,
-    /// Local address to bind (None: any).
-    pub src: Option<SocketAddr>,
-    /// Busy-poll the CQ this long before sleeping on the completion channel.
-    pub spin: Duration,
-    /// Raw mode: the RDMA-CM private data to send instead of the NVMe/RDMA
-    /// request built from `qid` and `depth` (malformed-input tests).
-    pub cm_private: Option<Vec<u8>>,
-}
-
-impl QueueConfig {
-    /// A configuration with defaults: memory windows, no in-capsule data,
-    /// 10 s timeout, no spinning.
-    pub fn new(qid: u16, depth: u16, slot_size: usize) -> QueueConfig {
-        QueueConfig {
-            qid,
-            depth,
-            slot_size,
-            windows: WindowMode::Mw,
-            inline_max: 0,
-            timeout: Duration::from_secs(10),
-            src: None,
-            spin: Duration::ZERO,
-            cm_private: None,
-        }
-    }
-}
-
-/// Counters of one queue.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct QueueStats {
-    /// Command capsules sent.
-    pub commands: u64,
-    /// Memory windows bound.
-    pub binds: u64,
-    /// Windows closed by the target's SEND_WITH_INVALIDATE.
-    pub remote_invalidations: u64,
-    /// Windows closed by a LOCAL_INV because the response did not invalidate.
-    pub local_invalidations: u64,
-    /// Writes sent as in-capsule data.
-    pub in_capsule: u64,
-}
-
-/// A completed command.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Done {
-    /// The slot (command id) it ran in; still reserved by the caller.
-    pub tag: u16,
-    /// The response.
-    pub cqe: Completion,
-}
-
-/// Raw mode: what to send.
-#[derive(Debug, Clone)]
-pub struct RawRequest<'a> {
-    /// The 64-byte SQE, sent as is (cid and SGL included) unless `window` is set.
-    pub sqe: [u8; SQE_SIZE],
-    /// Bytes appended to the capsule as in-capsule data.
-    pub in_capsule: &'a [u8],
-    /// If set, the SQE's SGL is replaced by a keyed SGL over a data slot for
-    /// this transfer (as a normal command would get); `ToTarget` sends the
-    /// first bytes of `write_data`.
-    pub window: Option<Xfer>,
-    /// Data for a `ToTarget` window.
-    pub write_data: &'a [u8],
-}
-
-/// Raw mode: what came back.
-#[derive(Debug, Clone)]
-pub struct RawOutcome {
-    /// The response as received (its cid is the one the SQE carried).
-    pub cqe: Option<Completion>,
-    /// For a `FromTarget` window: the bytes the target wrote.
-    pub data: Vec<u8>,
-    /// Why no response came (queue failed, disconnected, timed out).
-    pub error: Option<String>,
-}
 
 const WR_SEND: u64 = 0;
 const WR_RECV: u64 = 1;
@@ -342,81 +231,14 @@ impl RdmaQueue {
         Ok(q)
     }
 
-    /// Queue id.
-    pub fn qid(&self) -> u16 {
-        self.cfg.qid
-    }
-    /// Queue depth.
-    pub fn depth(&self) -> u16 {
-        self.cfg.depth
-    }
     /// The target's receive queue size from the accept private data (0 if absent).
     pub fn crqsize(&self) -> u16 {
         self.crqsize
     }
-    /// Bytes per data slot.
-    pub fn slot_size(&self) -> usize {
-        self.cfg.slot_size
-    }
+
     /// Window mode.
     pub fn window_mode(&self) -> WindowMode {
         self.cfg.windows
-    }
-    /// The target address.
-    pub fn peer(&self) -> SocketAddr {
-        self.peer
-    }
-    /// Sets the largest write sent in-capsule (0: none).
-    pub fn set_inline_max(&mut self, n: usize) {
-        self.cfg.inline_max = n.min(self.cfg.slot_size);
-    }
-    /// Counters.
-    pub fn stats(&self) -> QueueStats {
-        self.stats
-    }
-    /// Commands in flight.
-    pub fn in_flight(&self) -> usize {
-        self.slots.in_flight()
-    }
-    /// Why the queue failed, if it did.
-    pub fn failure(&self) -> Option<&str> {
-        self.broken.as_deref()
-    }
-
-    /// Reserves a slot (command id) with its data buffer.
-    pub fn alloc(&mut self) -> Option<u16> {
-        self.slots.alloc()
-    }
-    /// Releases a reserved slot.
-    pub fn release(&mut self, tag: u16) {
-        let _ = self.slots.release(tag);
-    }
-
-    /// The data buffer of a reserved slot, to read after its command
-    /// completed.
-    ///
-    /// # Panics
-    /// If the slot is not reserved (free, or in flight: the target may be
-    /// writing it).
-    pub fn buffer(&self, tag: u16) -> &[u8] {
-        assert!(self.slots.is_reserved(tag), "slot {tag} is not reserved");
-        // SAFETY: a reserved slot has no command in flight. With windows the
-        // device enforces it: the slot's window is closed. In region mode the
-        // target keeps the region's key, and the initiator trusts it to write
-        // only for a command in flight (as every region-mode host does).
-        unsafe { self.data.mrs[tag as usize].bytes(0..self.cfg.slot_size) }
-    }
-
-    /// The data buffer of a reserved slot, to fill before a write.
-    ///
-    /// # Panics
-    /// If the slot is not reserved (free, or in flight: the target may be
-    /// accessing it).
-    pub fn buffer_mut(&mut self, tag: u16) -> &mut [u8] {
-        assert!(self.slots.is_reserved(tag), "slot {tag} is not reserved");
-        let s = self.cfg.slot_size;
-        // SAFETY: as in `buffer`; no work request names a reserved slot.
-        unsafe { self.data.mrs[tag as usize].bytes_mut(0..s) }
     }
 
     fn fail(&mut self, reason: String) -> Error {
@@ -477,28 +299,6 @@ impl RdmaQueue {
             if !self.batch.push(&r) {
                 return Err(self.fail("send batch overflow".into()));
             }
-        }
-        Ok(())
-    }
-
-    /// Posts all queued work requests (one doorbell).
-    pub fn flush(&mut self) -> Result<()> {
-        if self.batch.is_empty() {
-            return Ok(());
-        }
-        let qp = self.id.qp().expect("queue pair exists");
-        // SAFETY: every queued WR names memory in `cmd` or the data slots, owned
-        // by self and registered until the QP is destroyed; a slot's memory is
-        // handed to the CPU again only after its command completed.
-        let r = unsafe { self.batch.post(&qp) };
-        if let Err(e) = r {
-            self.key_updates.clear();
-            return Err(self.fail(format!("posting work requests: {e}")));
-        }
-        // The provider checks a bind's current key against the device's, so
-        // a window's key advances only once its bind is posted.
-        for (tag, key) in self.key_updates.drain(..) {
-            self.data.mws[tag as usize].set_rkey(key);
         }
         Ok(())
     }
@@ -620,20 +420,6 @@ impl RdmaQueue {
         })
     }
 
-    /// Queues command `cmd` on reserved slot `tag` (its cid becomes `tag`, its
-    /// SGL describes `xfer` over the slot buffer). Posted at the next
-    /// [`flush`](Self::flush) or [`poll`](Self::poll).
-    pub fn submit(&mut self, tag: u16, mut cmd: Command, xfer: Xfer) -> Result<()> {
-        self.check()?;
-        if !self.slots.is_reserved(tag) {
-            return Err(Error::Invalid(format!("slot {tag} is not reserved")));
-        }
-        cmd.set_cid(tag);
-        let (sgl, data, window) = self.prepare_data(tag, xfer, true)?;
-        cmd.set_sgl(&sgl);
-        self.send_capsule(tag, &cmd.raw, data, window)
-    }
-
     fn on_wc(&mut self, i: usize, out: &mut Vec<Done>) -> Result<()> {
         let wc = &self.wcs[i];
         let kind = wc.wr_id() >> 32;
@@ -736,9 +522,112 @@ impl RdmaQueue {
         Ok(seen)
     }
 
-    /// Posts queued work, then collects completed commands into `out`, waiting
-    /// up to `wait` for at least one. Returns how many were added.
-    pub fn poll(&mut self, out: &mut Vec<Done>, wait: Duration) -> Result<usize> {
+    /// Falls silent without telling the target: the queue pair goes to the
+    /// error state, so the target's requests (a liveness probe) are never
+    /// acknowledged, as from a host that lost power. Dropping the queue
+    /// afterwards still disconnects. For fault tests.
+    pub fn go_silent(&mut self) -> Result<()> {
+        let qp = self
+            .id
+            .qp()
+            .ok_or_else(|| Error::Invalid("the queue has no queue pair".into()))?;
+        qp.set_error()?;
+        self.broken
+            .get_or_insert_with(|| "fell silent (go_silent)".into());
+        Ok(())
+    }
+}
+
+impl HostQueue for RdmaQueue {
+    fn qid(&self) -> u16 {
+        self.cfg.qid
+    }
+
+    fn depth(&self) -> u16 {
+        self.cfg.depth
+    }
+
+    fn slot_size(&self) -> usize {
+        self.cfg.slot_size
+    }
+
+    fn peer(&self) -> SocketAddr {
+        self.peer
+    }
+
+    fn set_inline_max(&mut self, n: usize) {
+        self.cfg.inline_max = n.min(self.cfg.slot_size);
+    }
+
+    fn stats(&self) -> QueueStats {
+        self.stats
+    }
+
+    fn in_flight(&self) -> usize {
+        self.slots.in_flight()
+    }
+
+    fn failure(&self) -> Option<&str> {
+        self.broken.as_deref()
+    }
+
+    fn alloc(&mut self) -> Option<u16> {
+        self.slots.alloc()
+    }
+
+    fn release(&mut self, tag: u16) {
+        let _ = self.slots.release(tag);
+    }
+
+    fn buffer(&self, tag: u16) -> &[u8] {
+        assert!(self.slots.is_reserved(tag), "slot {tag} is not reserved");
+        // SAFETY: a reserved slot has no command in flight. With windows the
+        // device enforces it: the slot's window is closed. In region mode the
+        // target keeps the region's key, and the initiator trusts it to write
+        // only for a command in flight (as every region-mode host does).
+        unsafe { self.data.mrs[tag as usize].bytes(0..self.cfg.slot_size) }
+    }
+
+    fn buffer_mut(&mut self, tag: u16) -> &mut [u8] {
+        assert!(self.slots.is_reserved(tag), "slot {tag} is not reserved");
+        let s = self.cfg.slot_size;
+        // SAFETY: as in `buffer`; no work request names a reserved slot.
+        unsafe { self.data.mrs[tag as usize].bytes_mut(0..s) }
+    }
+
+    fn flush(&mut self) -> Result<()> {
+        if self.batch.is_empty() {
+            return Ok(());
+        }
+        let qp = self.id.qp().expect("queue pair exists");
+        // SAFETY: every queued WR names memory in `cmd` or the data slots, owned
+        // by self and registered until the QP is destroyed; a slot's memory is
+        // handed to the CPU again only after its command completed.
+        let r = unsafe { self.batch.post(&qp) };
+        if let Err(e) = r {
+            self.key_updates.clear();
+            return Err(self.fail(format!("posting work requests: {e}")));
+        }
+        // The provider checks a bind's current key against the device's, so
+        // a window's key advances only once its bind is posted.
+        for (tag, key) in self.key_updates.drain(..) {
+            self.data.mws[tag as usize].set_rkey(key);
+        }
+        Ok(())
+    }
+
+    fn submit(&mut self, tag: u16, mut cmd: Command, xfer: Xfer) -> Result<()> {
+        self.check()?;
+        if !self.slots.is_reserved(tag) {
+            return Err(Error::Invalid(format!("slot {tag} is not reserved")));
+        }
+        cmd.set_cid(tag);
+        let (sgl, data, window) = self.prepare_data(tag, xfer, true)?;
+        cmd.set_sgl(&sgl);
+        self.send_capsule(tag, &cmd.raw, data, window)
+    }
+
+    fn poll(&mut self, out: &mut Vec<Done>, wait: Duration) -> Result<usize> {
         self.check()?;
         self.flush()?;
         let before = out.len();
@@ -774,76 +663,7 @@ impl RdmaQueue {
         }
     }
 
-    /// Runs one command synchronously on a fresh slot: copies `data_out` into
-    /// the slot for a `ToTarget` transfer, waits up to `timeout`, and copies a
-    /// `FromTarget` transfer into `data_in`. Other commands that complete
-    /// meanwhile go to `other`.
-    pub fn execute(
-        &mut self,
-        cmd: Command,
-        xfer: Xfer,
-        data_out: &[u8],
-        data_in: &mut [u8],
-        timeout: Duration,
-        other: &mut dyn FnMut(&mut RdmaQueue, Done),
-    ) -> Result<Completion> {
-        let tag = self
-            .alloc()
-            .ok_or_else(|| Error::Invalid("no free command slot".into()))?;
-        if let Xfer::ToTarget(n) = xfer {
-            let n = (n as usize).min(self.cfg.slot_size).min(data_out.len());
-            self.buffer_mut(tag)[..n].copy_from_slice(&data_out[..n]);
-        }
-        if let Err(e) = self.submit(tag, cmd, xfer) {
-            self.release(tag);
-            return Err(e);
-        }
-        let cqe = self.wait_for(tag, timeout, other, crate::commands::name(&cmd))?;
-        if let Xfer::FromTarget(n) = xfer {
-            let n = (n as usize).min(data_in.len());
-            data_in[..n].copy_from_slice(&self.buffer(tag)[..n]);
-        }
-        self.release(tag);
-        Ok(cqe)
-    }
-
-    fn wait_for(
-        &mut self,
-        tag: u16,
-        timeout: Duration,
-        other: &mut dyn FnMut(&mut RdmaQueue, Done),
-        what: &str,
-    ) -> Result<Completion> {
-        let deadline = Instant::now() + timeout;
-        let mut done = Vec::with_capacity(4);
-        loop {
-            let left = deadline.saturating_duration_since(Instant::now());
-            if left.is_zero() {
-                return Err(Error::Timeout {
-                    what: format!("{what} on queue {}", self.cfg.qid),
-                    after: timeout,
-                });
-            }
-            self.poll(&mut done, left)?;
-            let mut mine = None;
-            for d in done.drain(..) {
-                if d.tag == tag {
-                    mine = Some(d.cqe);
-                } else {
-                    other(self, d);
-                }
-            }
-            if let Some(c) = mine {
-                return Ok(c);
-            }
-        }
-    }
-
-    /// Raw mode: sends `req.sqe` as given (with optional in-capsule data, or a
-    /// window over a data slot) on an idle queue and waits up to `timeout` for
-    /// the response carrying the SQE's cid. A queue that timed out or failed is
-    /// left failed.
-    pub fn raw(&mut self, req: &RawRequest<'_>, timeout: Duration) -> Result<RawOutcome> {
+    fn raw(&mut self, req: &RawRequest<'_>, timeout: Duration) -> Result<RawOutcome> {
         self.check()?;
         if self.slots.in_flight() != 0 {
             return Err(Error::Invalid("raw mode needs an idle queue".into()));
@@ -881,60 +701,21 @@ impl RdmaQueue {
         self.send_capsule(tag, &sqe, data_sge, window)?;
         let r = self.wait_for(tag, timeout, &mut |_, _| {}, "raw command");
         self.raw = None;
-        match r {
-            Ok(_) => {
-                let data = match req.window {
-                    Some(Xfer::FromTarget(n)) => self.buffer(tag)[..n as usize].to_vec(),
-                    _ => Vec::new(),
-                };
-                self.release(tag);
-                Ok(RawOutcome {
-                    cqe: self.raw_cqe.take(),
-                    data,
-                    error: None,
-                })
-            }
-            Err(e) => {
-                if let Error::Timeout { .. } = e {
-                    self.fail("raw command timed out; queue state unknown".into());
-                }
-                Ok(RawOutcome {
-                    cqe: self.raw_cqe.take(),
-                    data: Vec::new(),
-                    error: Some(e.to_string()),
-                })
-            }
-        }
+        let cqe = self.raw_cqe.take();
+        Ok(raw_outcome(self, tag, req, r, cqe, |q| {
+            q.fail("raw command timed out; queue state unknown".into());
+        }))
     }
 
-    /// Whether the target hung up: waits up to `wait` for an RDMA-CM
-    /// disconnect event. (The target's disconnect does not flush this side's
-    /// work requests until this side disconnects too.)
-    pub fn peer_disconnected(&self, wait: Duration) -> bool {
+    fn peer_disconnected(&mut self, wait: Duration) -> bool {
         self.id
             .channel()
             .wait_for(CmEventKind::Disconnected, wait)
             .is_ok()
     }
 
-    /// Starts a disconnect (pending work flushes).
-    pub fn disconnect(&self) {
+    fn disconnect(&self) {
         let _ = self.id.disconnect();
-    }
-
-    /// Falls silent without telling the target: the queue pair goes to the
-    /// error state, so the target's requests (a liveness probe) are never
-    /// acknowledged, as from a host that lost power. Dropping the queue
-    /// afterwards still disconnects. For fault tests.
-    pub fn go_silent(&mut self) -> Result<()> {
-        let qp = self
-            .id
-            .qp()
-            .ok_or_else(|| Error::Invalid("the queue has no queue pair".into()))?;
-        qp.set_error()?;
-        self.broken
-            .get_or_insert_with(|| "fell silent (go_silent)".into());
-        Ok(())
     }
 }
 
