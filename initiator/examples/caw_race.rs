@@ -3,7 +3,8 @@
 //! `caw-race IP PORT SUBNQN ROUNDS [IP2 PORT2]`; namespace 1, blocks 0-2.
 //! With a second address, host B goes through it (another gateway of the
 //! same namespace); otherwise both hosts reach the one target.
-//! `NVMF_TRANSPORT=tcp` runs it over NVMe/TCP.
+//! `NVMF_TRANSPORT=tcp` runs it over NVMe/TCP; `NVMF_TRANSPORT_B` sets host
+//! B's apart (one host through RDMA, the other through TCP).
 //!
 //! 1. Compare alone: equal, and different (Compare Failure).
 //! 2. Broken pairs: a first command followed by a Read (the Compare is
@@ -35,7 +36,14 @@ fn fail(msg: String) -> ! {
     std::process::exit(1)
 }
 
-fn host(n: u8, addr: SocketAddr, sub: &str) -> (Controller, IoQueue) {
+/// The fabric named by environment variable `var` (rdma by default).
+fn transport(var: &str) -> Kind {
+    std::env::var(var)
+        .ok()
+        .map_or(Kind::Rdma, |t| t.parse().expect("a transport: rdma or tcp"))
+}
+
+fn host(n: u8, addr: SocketAddr, sub: &str, fabric: Kind) -> (Controller, IoQueue) {
     let mut o = ConnectOptions::new(addr, sub);
     o.host = HostIdentity {
         nqn: format!("nqn.2014-08.org.nvmexpress:uuid:caaa000{n}-2026-4000-8000-00000000000{n}"),
@@ -86,9 +94,14 @@ fn main() {
             .unwrap_or_else(|e| fail(format!("address 2: {e}"))),
         _ => addr,
     };
-    let (ca, mut qa) = host(1, addr, &sub);
-    let (_cb, qb) = host(2, addr_b, &sub);
-    let (_cc, mut qc) = host(3, addr, &sub);
+    let fabric = transport("NVMF_TRANSPORT");
+    let fabric_b = match std::env::var("NVMF_TRANSPORT_B") {
+        Ok(_) => transport("NVMF_TRANSPORT_B"),
+        Err(_) => fabric,
+    };
+    let (ca, mut qa) = host(1, addr, &sub, fabric);
+    let (_cb, qb) = host(2, addr_b, &sub, fabric_b);
+    let (_cc, mut qc) = host(3, addr, &sub, fabric);
     let id = ca
         .identify_namespace(1)
         .unwrap_or_else(|e| fail(format!("identify: {e}")));

@@ -23,10 +23,13 @@
 #      match, a wrong response; each with its exact outcome. Meanwhile another host (no
 #      key) is connected and must stay served.
 #   4. fio with verify over an authenticated, bidirectional association with 4 I/O queues.
+# AUTH_TRANSPORT=tcp runs it all over NVMe/TCP (nvmet-tcp, our TCP listener, the kernel's
+# nvme-tcp, our initiator's TCP queues) instead of RDMA.
 # Output ends with the table and "AUTH PASS".
 set -euo pipefail
 IP=${LAB_IP:?LAB_IP not set (run this inside the lab guest)}
 PORT=4420
+TR=${AUTH_TRANSPORT:-rdma}
 TARGET_BIN=${TARGET_BIN:-build/release/nvmf-target}
 INIT=build/release/nvmf-initiator
 PROBE=build/release/examples/auth-probe
@@ -44,6 +47,7 @@ TPID= BG=
 PEER2=10.0.2.99   # a second address of this guest: another peer on the fabric
 . integration/guest/common.sh
 . integration/guest/kmsg.sh
+NVMET_TRTYPE=$TR
 . integration/guest/nvmet.sh
 
 # nvmet's outcomes that differ from ours, and why ours is the one the specification names.
@@ -91,7 +95,7 @@ gen() { nvme gen-dhchap-key -m "$1" -l "$2" -n "$3"; }
 # none); $PLAIN is always allowed without a key.
 NV_HOST=$NVMET_CFG/hosts/$HOST
 nvmet_auth_up() {
-    modprobe -a nvmet nvmet-rdma
+    modprobe -a nvmet "nvmet-$TR"
     mountpoint -q /sys/kernel/config || mount -t configfs none /sys/kernel/config
     mkdir "$NVMET_CFG/subsystems/$SUB"
     echo 0 >"$NVMET_CFG/subsystems/$SUB/attr_allow_any_host"
@@ -102,7 +106,7 @@ nvmet_auth_up() {
     ln -s "$NV_HOST" "$NVMET_CFG/subsystems/$SUB/allowed_hosts/$HOST"
     ln -s "$NVMET_CFG/hosts/$PLAIN" "$NVMET_CFG/subsystems/$SUB/allowed_hosts/$PLAIN"
     mkdir "$NVMET_CFG/ports/1"
-    echo rdma >"$NVMET_CFG/ports/1/addr_trtype"; echo ipv4 >"$NVMET_CFG/ports/1/addr_adrfam"
+    echo "$TR" >"$NVMET_CFG/ports/1/addr_trtype"; echo ipv4 >"$NVMET_CFG/ports/1/addr_adrfam"
     echo "$IP" >"$NVMET_CFG/ports/1/addr_traddr"; echo "$PORT" >"$NVMET_CFG/ports/1/addr_trsvcid"
     ln -s "$NVMET_CFG/subsystems/$SUB" "$NVMET_CFG/ports/1/subsystems/$SUB"
 }
@@ -130,7 +134,7 @@ nvmet_keys() {
 }
 ours_conf() {
     {
-        echo "[[listener]]"; echo "address = \"$IP\""; echo "port = $PORT"
+        echo "[[listener]]"; echo "transport = \"$TR\""; echo "address = \"$IP\""; echo "port = $PORT"
         echo "[[subsystem]]"; echo "nqn = \"$SUB\""; echo "hosts = [\"$HOST\", \"$PLAIN\"]"
         echo "[[subsystem.namespace]]"; echo "nsid = 1"; echo "path = \"$DISK\""
         echo "[[host]]"; echo "nqn = \"$HOST\""
@@ -159,6 +163,7 @@ ours_up() {
     RUST_LOG=info NO_COLOR=1 "$TARGET_BIN" --config "$CONF" >"$TLOG" 2>&1 &
     TPID=$!
     wait_discovery "our target"
+    kmsg_mark   # discovery tried before the listener was up (TCP: connection refused)
 }
 # keys HASH GROUP HOSTKEY CTRLKEY on the target of this phase
 keys() { if [ "$WHO" = nvmet ]; then nvmet_keys "$@"; else ours_keys "$@"; fi; }
@@ -169,7 +174,7 @@ keys() { if [ "$WHO" = nvmet ]; then nvmet_keys "$@"; else ours_keys "$@"; fi; }
 kconnect() {
     local rc=0 how bi log
     kmsg_mark
-    timeout 180 nvme connect -t rdma -a "$IP" -s "$PORT" -n "$SUB" --hostnqn="$HOST" \
+    timeout 180 nvme connect -t "$TR" -a "$IP" -s "$PORT" -n "$SUB" --hostnqn="$HOST" \
         --hostid="$HID" "$@" >/tmp/kconnect.txt 2>&1 || rc=$?
     [ $rc = 0 ] || { echo "refused"; return 0; }
     live_ctrl "$SUB"
@@ -184,7 +189,7 @@ kconnect() {
 # iconnect ARGS...: our initiator connects as $HOST; "ok" or "refused:<why>".
 iconnect() {
     local out
-    if out=$("$INIT" connect -a "$IP" -s "$PORT" -n "$SUB" -q "$HOST" -I "$HID" -k 0 "$@" 2>&1); then
+    if out=$("$INIT" connect -t "$TR" -a "$IP" -s "$PORT" -n "$SUB" -q "$HOST" -I "$HID" -k 0 "$@" 2>&1); then
         echo ok
     else
         # The reason, short: the authentication error, or what else ended it.
@@ -245,7 +250,7 @@ phase() {
     # (16 per host NQN and subsystem in ours; nvmet has no cap). Ours admits 8 from one
     # address (max_unauthenticated_controllers_per_peer), each ending 30 s after its Connect.
     keys "hmac(sha256)" null "$K256" ""
-    "$PROBE" "$IP" "$PORT" "$SUB" "$HOST" "$HID" "$K256" hold 16 "$PEER2" 25 >/tmp/hold.txt 2>&1 &
+    NVMF_TRANSPORT=$TR "$PROBE" "$IP" "$PORT" "$SUB" "$HOST" "$HID" "$K256" hold 16 "$PEER2" 25 >/tmp/hold.txt 2>&1 &
     local holder=$!
     for _ in $(seq 200); do grep -q '^HELD' /tmp/hold.txt && break; sleep 0.1; done
     grep -q '^HELD' /tmp/hold.txt || { cat /tmp/hold.txt; fail "$WHO: auth-probe hold did not report"; }
@@ -256,7 +261,7 @@ phase() {
 
     step "$WHO: re-authentication after the host's secret changes (sysfs), target key changed first"
     keys "hmac(sha256)" ffdhe2048 "$K256" ""
-    timeout 180 nvme connect -t rdma -a "$IP" -s "$PORT" -n "$SUB" --hostnqn="$HOST" \
+    timeout 180 nvme connect -t "$TR" -a "$IP" -s "$PORT" -n "$SUB" --hostnqn="$HOST" \
         --hostid="$HID" --dhchap-secret="$K256" -i 2 >/dev/null || fail "$WHO: connect for re-authentication"
     live_ctrl "$SUB"
     # nvmet keeps the association when the host's key changes, and the host re-authenticates
@@ -303,7 +308,7 @@ phase() {
 
     step "$WHO: raw messages (auth-probe) while another host is served"
     keys "hmac(sha256)" null "$K256" ""
-    timeout 60 nvme connect -t rdma -a "$IP" -s "$PORT" -n "$SUB" --hostnqn="$PLAIN" \
+    timeout 60 nvme connect -t "$TR" -a "$IP" -s "$PORT" -n "$SUB" --hostnqn="$PLAIN" \
         --hostid="$PLAIN_ID" >/dev/null || fail "$WHO: the host without a key does not connect"
     live_ctrl "$SUB"
     local plain=$CTRL pns=$NS line
@@ -311,7 +316,7 @@ phase() {
     fio --name=plain --filename="$pns" --rw=randrw --bs=4k --iodepth=4 --ioengine=libaio \
         --direct=1 --time_based --runtime=600 >/dev/null 2>&1 &
     BG=$!
-    "$PROBE" "$IP" "$PORT" "$SUB" "$HOST" "$HID" "$K256" >/tmp/probe.txt 2>/tmp/probe.err ||
+    NVMF_TRANSPORT=$TR "$PROBE" "$IP" "$PORT" "$SUB" "$HOST" "$HID" "$K256" >/tmp/probe.txt 2>/tmp/probe.err ||
         { cat /tmp/probe.err; fail "$WHO: auth-probe failed"; }
     while read -r _ c o; do record "raw:$c" "$o"; done </tmp/probe.txt
     sed 's/^/    probe: /' /tmp/probe.err | head -n 20
@@ -324,7 +329,7 @@ phase() {
 
     step "$WHO: fio verify over an authenticated bidirectional association, 4 I/O queues"
     keys "hmac(sha512)" ffdhe3072 "$K512" "$CK"
-    timeout 180 nvme connect -t rdma -a "$IP" -s "$PORT" -n "$SUB" --hostnqn="$HOST" --hostid="$HID" \
+    timeout 180 nvme connect -t "$TR" -a "$IP" -s "$PORT" -n "$SUB" --hostnqn="$HOST" --hostid="$HID" \
         --dhchap-secret="$K512" --dhchap-ctrl-secret="$CK" -i 4 >/dev/null || fail "$WHO: connect for fio"
     live_ctrl "$SUB"
     kmsg_mark
@@ -343,8 +348,13 @@ uname -r
 nvme version | head -n 1
 for b in "$TARGET_BIN" "$INIT" "$PROBE"; do [ -x "$b" ] || fail "$b missing (cargo build --release)"; done
 grep -q '^CONFIG_NVME_HOST_AUTH=y' "/boot/config-$(uname -r)" || fail "this kernel has no NVME_HOST_AUTH (use the current-host image)"
-modprobe -a rdma_rxe ib_uverbs rdma_ucm nvme-rdma
-rdma link show | grep -q "netdev ${LAB_IF:-eth0}\b" || rdma link add rxe0 type rxe netdev "${LAB_IF:-eth0}"
+if [ "$TR" = rdma ]; then
+    modprobe -a rdma_rxe ib_uverbs rdma_ucm nvme-rdma
+    rdma link show | grep -q "netdev ${LAB_IF:-eth0}\b" || rdma link add rxe0 type rxe netdev "${LAB_IF:-eth0}"
+else
+    modprobe nvme-tcp
+fi
+info "transport: $TR"
 ip addr show dev "${LAB_IF:-eth0}" | grep -q "inet $PEER2/" || ip addr add "$PEER2/24" dev "${LAB_IF:-eth0}"
 mkdir -p "$DIR"
 truncate -s 128M "$DISK"

@@ -1,5 +1,5 @@
 #!/bin/bash
-# bench.sh: the kernel host runs fio against nvmet-rdma and against our target in one boot,
+# bench.sh: the kernel host runs fio against nvmet and against our target in one boot,
 # each target alone in its phase, ROUNDS rounds, INSIDE the lab guest. Prints one line per
 # (round, target, pattern) and a table of medians with ratios ours/nvmet.
 # Patterns: 4k QD1 and QD32 randread/randwrite, 64k QD8 read/write, 4k QD32 70/30 mix.
@@ -26,6 +26,8 @@
 # python/; SPDK is not part of this project and not built by it) and its libraries load in
 # the guest; otherwise the run says why and goes on without it. SPDK=0 leaves it out. Its
 # reactor polls without pause: "cpu_us" and "target_cpu_us" count it whole.
+# BENCH_TRANSPORT=tcp: every target over NVMe/TCP (nvmet-tcp, our TCP listener, SPDK's TCP
+# transport; the kernel's nvme-tcp host) instead of RDMA.
 # With DEV=rbd, fio's own rbd engine runs the patterns on the image as one more "target"
 # (fio-rbd: librbd in fio, no fabric): the ceiling a gateway can reach. FIO_RBD=0: not.
 set -uo pipefail
@@ -41,7 +43,10 @@ PATTERNS=${PATTERNS:-"rr4k-qd1:randread:4k:1 rw4k-qd1:randwrite:4k:1 rr4k-qd32:r
 # with krbd, ours through librbd (4k QD32 and 64k QD8 unless PATTERNS says otherwise).
 DEV=${DEV:-ram}
 OURS_NS=
-modprobe -a rdma_rxe ib_uverbs rdma_ucm nvme-rdma nvmet nvmet-rdma
+TR=${BENCH_TRANSPORT:-rdma}
+case $TR in rdma|tcp) ;; *) echo "BENCH_TRANSPORT must be rdma or tcp"; exit 2 ;; esac
+echo "transport: $TR"
+modprobe -a rdma_rxe ib_uverbs rdma_ucm nvme-rdma nvmet nvmet-rdma nvme-tcp nvmet-tcp
 case $DEV in
   ram) modprobe brd rd_nr=1 rd_size=262144; BDEV=/dev/ram0 ;;
   nullb) modprobe null_blk nr_devices=1 memory_backed=1 gb=1 bs=512 queue_mode=2 || exit 1; BDEV=/dev/nullb0 ;;
@@ -65,7 +70,7 @@ C=/sys/kernel/config/nvmet; mountpoint -q $C || mount -t configfs none /sys/kern
 spdk_phase() { # round patterns
   spdk_start || return
   TPID=$SPDK_PID
-  nvme connect -t rdma -a "$IP" -s 4420 -n $NQN >/dev/null && PATTERNS=$2 runfio "$1" spdk
+  nvme connect -t "$TR" -a "$IP" -s 4420 -n $NQN >/dev/null && PATTERNS=$2 runfio "$1" spdk
   nvme disconnect -n $NQN >/dev/null
   spdk_stop; TPID=
 }
@@ -144,7 +149,7 @@ PY
 kernel_up() {
   mkdir $C/subsystems/$NQN; echo 1 >$C/subsystems/$NQN/attr_allow_any_host
   mkdir $C/subsystems/$NQN/namespaces/1; echo -n $BDEV >$C/subsystems/$NQN/namespaces/1/device_path; echo 1 >$C/subsystems/$NQN/namespaces/1/enable
-  mkdir $C/ports/1; echo rdma >$C/ports/1/addr_trtype; echo ipv4 >$C/ports/1/addr_adrfam; echo "$IP" >$C/ports/1/addr_traddr; echo 4420 >$C/ports/1/addr_trsvcid
+  mkdir $C/ports/1; echo "$TR" >$C/ports/1/addr_trtype; echo ipv4 >$C/ports/1/addr_adrfam; echo "$IP" >$C/ports/1/addr_traddr; echo 4420 >$C/ports/1/addr_trsvcid
   ln -s $C/subsystems/$NQN $C/ports/1/subsystems/$NQN
 }
 kernel_down() {
@@ -154,11 +159,11 @@ kernel_down() {
 # One phase: one target (nvmet, or a variant of ours) serving, alone, for the patterns in $3.
 phase() { # round variant patterns
   local v=$2 args=() envs=() label=ours bin=$TARGET_BIN
-  local form=(--listen "$IP:4420" --nqn $NQN --namespace "${OURS_NS:-$BDEV}")
+  local form=(--listen "$IP:4420" --transport "$TR" --nqn $NQN --namespace "${OURS_NS:-$BDEV}")
   if [ "$v" = spdk ]; then spdk_phase "$1" "$3"; return; fi
   if [ "$v" = fio-rbd ]; then PATTERNS=$3 runfio "$1" fio-rbd; return; fi
   if [ "$v" = nvmet ]; then
-    kernel_up; nvme connect -t rdma -a "$IP" -s 4420 -n $NQN >/dev/null && PATTERNS=$3 runfio "$1" nvmet
+    kernel_up; nvme connect -t "$TR" -a "$IP" -s 4420 -n $NQN >/dev/null && PATTERNS=$3 runfio "$1" nvmet
     nvme disconnect -n $NQN >/dev/null; kernel_down; return
   fi
   case $v in
@@ -170,7 +175,7 @@ phase() { # round variant patterns
     cfg:*) [ "$DEV" != rbd ] || { echo "OURS_CONFIGS: not with DEV=rbd"; return; }
            label=ours-$(tr -dc 'a-z0-9_=,' <<<"${v#cfg:}" | tr '=,' '-+' | cut -c1-40)
            { echo "[target]"; tr ',' '\n' <<<"${v#cfg:}"
-             printf '[[listener]]\naddress = "%s"\nport = 4420\n' "$IP"
+             printf '[[listener]]\ntransport = "%s"\naddress = "%s"\nport = 4420\n' "$TR" "$IP"
              printf '[[subsystem]]\nnqn = "%s"\nallow_any_host = true\n' $NQN
              printf '[[subsystem.namespace]]\npath = "%s"\n' "${OURS_NS:-$BDEV}"; } >/tmp/bench-target.toml
            form=(--config /tmp/bench-target.toml) ;;
@@ -181,7 +186,7 @@ phase() { # round variant patterns
   TP=$!; TPID=$TP
   # It listens once its namespaces are open (an RBD image takes seconds in a busy guest).
   local i; for i in $(seq 30); do
-    sleep 1; nvme connect -t rdma -a "$IP" -s 4420 -n $NQN >/dev/null 2>&1 && break
+    sleep 1; nvme connect -t "$TR" -a "$IP" -s 4420 -n $NQN >/dev/null 2>&1 && break
     kill -0 $TP 2>/dev/null || break
   done
   [ -n "$(devof)" ] && PATTERNS=$3 runfio "$1" "$label"; nvme disconnect -n $NQN >/dev/null

@@ -327,7 +327,7 @@ rules_ok=0
 sed 's/^/    promtool: /' /tmp/promtool.txt
 [ $rules_ok = 0 ] || fail "the shipped alert rules fail promtool check/test rules"
 grep -E '^nvmf_target_(controllers|queues|connects_total|build_info)' /tmp/metrics.txt | sed 's/^/    /'
-[ "$(metric "nvmf_target_controllers{subsystem=\"$NQN\"}")" = 1 ] || fail "controllers gauge is not 1"
+[ "$(metric "nvmf_target_controllers{subsystem=\"$NQN\",transport=\"rdma\"}")" = 1 ] || fail "controllers gauge is not 1"
 kill "$PROM_PID"; wait "$PROM_PID" 2>/dev/null || true; PROM_PID=
 kmsg_check "tests 2-3 (start, connect, fio under Prometheus)"
 
@@ -535,7 +535,7 @@ wait_for 30 "the host to reconnect once added back" host_live
 # A controller disconnected: the host reconnects as a new controller (its admin queue
 # connects again; the controller id may be the same, the lowest free one, as with nvmet).
 C1=$(cat /sys/class/nvme/$CTRL/cntlid)
-ADMIN_CONNECTS="nvmf_target_connects_total{subsystem=\"$NQN\",type=\"admin\"}"
+ADMIN_CONNECTS="nvmf_target_connects_total{subsystem=\"$NQN\",transport=\"rdma\",type=\"admin\"}"
 A0=$(metric "$ADMIN_CONNECTS")
 "$BIN" controller disconnect --subsystem "$NQN" --cntlid "$C1" --json >/tmp/disc.json || fail "controller disconnect failed"
 python3 -c 'import json,sys; d=json.load(open("/tmp/disc.json")); assert "disconnected" in d["summary"], d' || fail "controller disconnect --json: $(cat /tmp/disc.json)"
@@ -549,7 +549,7 @@ live namespace add --subsystem "$NQN_ADDED" --null 64M
 nvme discover -t rdma -a "$IP" -s "$PORT" >/tmp/discover.txt 2>&1 || fail "discover after subsystem add"
 grep -q "subnqn: *$NQN_ADDED" /tmp/discover.txt || fail "a subsystem added live is not in discovery"
 connect "$NQN_ADDED"
-[ "$(metric "nvmf_target_controllers{subsystem=\"$NQN_ADDED\"}")" = 1 ] || fail "no controller series for the subsystem added live"
+[ "$(metric "nvmf_target_controllers{subsystem=\"$NQN_ADDED\",transport=\"rdma\"}")" = 1 ] || fail "no controller series for the subsystem added live"
 live subsystem del --subsystem "$NQN_ADDED"
 nvme discover -t rdma -a "$IP" -s "$PORT" >/tmp/discover.txt 2>&1 || fail "discover after subsystem del"
 grep -q "subnqn: *$NQN_ADDED" /tmp/discover.txt && fail "a subsystem removed live is still in discovery"

@@ -16,15 +16,16 @@
 #   5. discard reaches the cluster (`rbd du` falls after blkdiscard)
 #   6. xfs with -o discard: files, fstrim, remount, reconnect, checksums, xfs_repair -n;
 #      after the target stopped, the image's xfs mounted through krbd holds the files
-#   7. two gateways (two processes, ports 4420/4421) serve one subsystem on rbd/disk2, A
-#      optimized and B non-optimized: the host sees one subsystem, one namespace, two paths
+#   7. two gateways (two processes, ports 4420/4421, RDMA and TCP listeners each) serve one
+#      subsystem on rbd/disk2, A optimized and B non-optimized: the host sees one
+#      subsystem, one namespace, two paths
 #   8. failover: A is killed (SIGKILL) while fio writes with verify: no fio error, every
 #      block verified, the I/O pause measured
 #   9. failback: A restarts, the host reconnects, I/O goes through A again
 #  10. a reload makes group 1 inaccessible at A during fio (the host moves to B), then
 #      optimized again (back to A)
 #  11. one reservation state for both gateways (a RADOS object, watched): what host 5
-#      does through A binds host 6 through B at once (conflicts, report, release, a
+#      does through A (RDMA) binds host 6 through B (NVMe/TCP) at once (conflicts, report, release, a
 #      preemption notice); B restarted reads it from the cluster; B stopped (SIGSTOP)
 #      while A changes it never serves the old state once resumed; fused Compare and
 #      Write races through both gateways (caw-race): exactly one winner per round; a
@@ -132,7 +133,7 @@ used_mb() { rbd du "rbd/$IMAGE" --format json 2>/dev/null | python3 -c 'import j
 # =====================================================================================
 step "setup: soft-RoCE on $IF, a one-node Ceph cluster, image rbd/$IMAGE ($SIZE_MB MiB)"
 [ -x "$TARGET_BIN" ] || fail "$TARGET_BIN missing"
-modprobe -a rdma_rxe ib_uverbs rdma_ucm nvme-rdma rbd
+modprobe -a rdma_rxe ib_uverbs rdma_ucm nvme-rdma nvme-tcp rbd
 rdma link show | grep -q "netdev $IF\b" || rdma link add rxe0 type rxe netdev "$IF"
 ceph_up
 rbd create "rbd/$IMAGE" --size ${SIZE_MB}M --image-feature layering
@@ -325,6 +326,11 @@ gw_conf() { # NAME ANA_STATE
 address = "$IP"
 port = ${GWPORT[$1]}
 ana = { 1 = "$2" }
+[[listener]]
+transport = "tcp"
+address = "$IP"
+port = ${GWPORT[$1]}
+ana = { 1 = "$2" }
 [control]
 socket = "/tmp/gw-$1.sock"
 [metrics]
@@ -486,12 +492,13 @@ info "A inaccessible: no writes through it; optimized again: writes through it"
 E=$(mp_errors); [ -z "$E" ] || { echo "$E"; fail "I/O errors in the host's kernel log during the ANA reloads"; }
 grep -q "ANA states changed" /tmp/gw-A.log || fail "gateway A did not log the ANA change"
 
-step "11. one reservation through both gateways: host 5 through A, host 6 through B"
+step "11. one reservation through both gateways: host 5 through A (RDMA), host 6 through B (TCP)"
 SUB=$NQN2
 . integration/guest/resv-hosts.sh
 kmsg_mark
 PORT=${GWPORT[A]} connect h5 5 reconnect_delay=1
-PORT=${GWPORT[B]} connect h6 6 reconnect_delay=1
+TR=tcp PORT=${GWPORT[B]} connect h6 6 reconnect_delay=1
+[ "$(cat "/sys/class/nvme/${DEV[h6]#/dev/}/transport")" = tcp ] || fail "host 6's controller is not NVMe/TCP"
 settle
 BS=$((1 << $(nvme id-ns "${DEV[h5]}" -n 1 -o json | python3 -c 'import json,sys; d=json.load(sys.stdin); print(d["lbafs"][d["flbas"] & 15]["ds"])')))
 head -c "$BS" /dev/urandom >/tmp/block
@@ -547,9 +554,9 @@ grep -qE "not acknowledged by every gateway|lost the watch|current again" /tmp/g
     && grep -hE "not acknowledged by every gateway|lost the watch|current again" /tmp/gw-A.log /tmp/gw-B.log | sed 's/^/    /' | tail -n 4
 expect "host 5 unregisters" "$(reg h5 0 1 0x55)" 000
 "$TARGET_BIN" status --socket /tmp/gw-B.sock | grep -E "reservations shared" | sed 's/^/    B: /'
-step "11d. Compare and Write through both gateways (caw-race: host B through gateway B)"
+step "11d. Compare and Write through both gateways (caw-race: host B through gateway B, over TCP)"
 CAW=build/release/examples/caw-race
-"$CAW" "$IP" "${GWPORT[A]}" "$NQN2" "${CAW_ROUNDS:-500}" "$IP" "${GWPORT[B]}" >/tmp/caw.txt 2>&1 \
+NVMF_TRANSPORT_B=tcp "$CAW" "$IP" "${GWPORT[A]}" "$NQN2" "${CAW_ROUNDS:-500}" "$IP" "${GWPORT[B]}" >/tmp/caw.txt 2>&1 \
     || { cat /tmp/caw.txt; fail "caw-race through two gateways"; }
 sed 's/^/    /' /tmp/caw.txt
 # The multipath host (no registration) is refused while hosts 5 and 6 hold Exclusive

@@ -3,13 +3,14 @@
 # /dev/nvme-fabrics; every command goes through that controller's character device
 # (nvme-cli resv-*, io-passthru, get-log), whatever the multipath head does.
 # Needs: IP, PORT, SUB, fail (common.sh); io needs BS (the block size) and /tmp/block.
+# TR: the transport (rdma, the default, or tcp); it may differ per call (TR=tcp connect ...).
 hostnqn() { echo "nqn.2014-08.org.nvmexpress:uuid:0000000$1-2026-4000-8000-00000000000$1"; }
 hostid() { echo "0000000$1-2026-4000-8000-00000000000$1"; }
 declare -A DEV
 # connect NAME N [extra options]: controller NAME is host N's; sets DEV[NAME] (/dev/nvmeX)
 connect() {
     local opts reply
-    opts="transport=rdma,traddr=$IP,trsvcid=$PORT,nqn=$SUB,hostnqn=$(hostnqn "$2"),hostid=$(hostid "$2"),nr_io_queues=1${3:+,$3}"
+    opts="transport=${TR:-rdma},traddr=$IP,trsvcid=$PORT,nqn=$SUB,hostnqn=$(hostnqn "$2"),hostid=$(hostid "$2"),nr_io_queues=1${3:+,$3}"
     reply=$(python3 -c 'import os,sys
 fd = os.open("/dev/nvme-fabrics", os.O_RDWR)
 os.write(fd, sys.argv[1].encode())

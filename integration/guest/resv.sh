@@ -27,10 +27,13 @@
 #      it, the target killed (SIGKILL) and restarted, then stopped (SIGTERM) and started:
 #      the reservation, keys and generation hold, and so do the conflicts; PTPL cleared,
 #      the next start has none
+# RESV_TRANSPORT=tcp runs it all over NVMe/TCP (nvmet-tcp, our TCP listener, the kernel's
+# nvme-tcp, caw-race's TCP queues) instead of RDMA.
 # Output ends with the table and "RESV PASS".
 set -euo pipefail
 IP=${LAB_IP:?LAB_IP not set (run this inside the lab guest)}
 PORT=4420
+TR=${RESV_TRANSPORT:-rdma}
 TARGET_BIN=${TARGET_BIN:-build/release/nvmf-target}
 CAW=build/release/examples/caw-race
 P=nqn.2026-11.io.nvmf-lab
@@ -74,7 +77,7 @@ trap cleanup EXIT
 
 # ---- the two targets -------------------------------------------------------------------
 nvmet_up() {
-    modprobe -a nvmet nvmet-rdma
+    modprobe -a nvmet "nvmet-$TR"
     mountpoint -q /sys/kernel/config || mount -t configfs none /sys/kernel/config
     mkdir "$NVMET_CFG/subsystems/$SUB"
     echo 1 >"$NVMET_CFG/subsystems/$SUB/attr_allow_any_host"
@@ -83,7 +86,7 @@ nvmet_up() {
     echo 1 >"$NVMET_CFG/subsystems/$SUB/namespaces/1/resv_enable"
     echo 1 >"$NVMET_CFG/subsystems/$SUB/namespaces/1/enable"
     mkdir "$NVMET_CFG/ports/1"
-    echo rdma >"$NVMET_CFG/ports/1/addr_trtype"; echo ipv4 >"$NVMET_CFG/ports/1/addr_adrfam"
+    echo "$TR" >"$NVMET_CFG/ports/1/addr_trtype"; echo ipv4 >"$NVMET_CFG/ports/1/addr_adrfam"
     echo "$IP" >"$NVMET_CFG/ports/1/addr_traddr"; echo "$PORT" >"$NVMET_CFG/ports/1/addr_trsvcid"
     ln -s "$NVMET_CFG/subsystems/$SUB" "$NVMET_CFG/ports/1/subsystems/$SUB"
 }
@@ -95,7 +98,7 @@ nvmet_down() {
 }
 ours_up() {
     {
-        echo "[[listener]]"; echo "address = \"$IP\""; echo "port = $PORT"
+        echo "[[listener]]"; echo "transport = \"$TR\""; echo "address = \"$IP\""; echo "port = $PORT"
         echo "[[subsystem]]"; echo "nqn = \"$SUB\""; echo "allow_any_host = true"
         echo "[[subsystem.namespace]]"; echo "nsid = 1"; echo "path = \"$DISK\""
         echo "[target]"; echo "state_dir = \"$DIR/state\""
@@ -105,7 +108,8 @@ ours_up() {
     RUST_LOG=info NO_COLOR=1 "$TARGET_BIN" --config "$CONF" >"$TLOG" 2>&1 &
     TPID=$!
     for _ in $(seq 40); do
-        nvme discover -t rdma -a "$IP" -s "$PORT" >/dev/null 2>&1 && return 0
+        # Tries before the listener is up are refused (TCP): no host's concern.
+        nvme discover -t "$TR" -a "$IP" -s "$PORT" >/dev/null 2>&1 && { kmsg_mark; return 0; }
         sleep 0.5
     done
     fail "our target does not answer discovery"
@@ -248,8 +252,13 @@ step "setup: soft-RoCE, a 64 MiB file"
 uname -r
 nvme version | head -n 1
 for b in "$TARGET_BIN" "$CAW"; do [ -x "$b" ] || fail "$b missing (cargo build --release)"; done
-modprobe -a rdma_rxe ib_uverbs rdma_ucm nvme-rdma
-rdma link show | grep -q "netdev ${LAB_IF:-eth0}\b" || rdma link add rxe0 type rxe netdev "${LAB_IF:-eth0}"
+if [ "$TR" = rdma ]; then
+    modprobe -a rdma_rxe ib_uverbs rdma_ucm nvme-rdma
+    rdma link show | grep -q "netdev ${LAB_IF:-eth0}\b" || rdma link add rxe0 type rxe netdev "${LAB_IF:-eth0}"
+else
+    modprobe nvme-tcp
+fi
+info "transport: $TR"
 mkdir -p "$DIR"
 truncate -s 64M "$DISK"
 rm -rf "$DIR/state"
@@ -271,7 +280,7 @@ awk '/^nvmf_target_reservation_conflicts_total/ { n += $2 } END { exit !(n > 0) 
 
 step "ours: Compare and Write (caw-race: broken pairs, ${CAW_ROUNDS:-500} rounds of two hosts racing, a third writing)"
 # nvmet has neither Compare nor fused commands: ours only.
-"$CAW" "$IP" "$PORT" "$SUB" "${CAW_ROUNDS:-500}" || fail "caw-race"
+NVMF_TRANSPORT=$TR "$CAW" "$IP" "$PORT" "$SUB" "${CAW_ROUNDS:-500}" || fail "caw-race"
 kmsg_check "ours: Compare and Write"
 
 step "ours: a reload that replaces the namespace (its ANA group) keeps the reservation"

@@ -18,17 +18,18 @@ spdk_ready() {
   echo "SPDK: $SPDK_DIR/bin/nvmf_tgt ($(LD_LIBRARY_PATH=$SPDK_DIR/lib "$SPDK_DIR/bin/nvmf_tgt" --version 2>/dev/null | head -1 || true)), $(awk '/HugePages_Total/ {print $2}' /proc/meminfo) hugepages"
 }
 
-# Starts nvmf_tgt with one reactor on the last vCPU, the RDMA transport, an AIO bdev on
+# Starts nvmf_tgt with one reactor on the last vCPU, the transport $TR (rdma, the default,
+# or tcp), an AIO bdev on
 # $BDEV in subsystem $NQN (any host) listening on $IP:4420; SPDK_PID is its pid. Fails
 # (nvmf_tgt stopped, its log's tail printed) if configuring it fails.
 spdk_start() {
   local core=$(( $(nproc) - 1 )) rpc="python3 $SPDK_DIR/scripts/rpc.py -r 100"
   LD_LIBRARY_PATH=$SPDK_DIR/lib "$SPDK_DIR/bin/nvmf_tgt" -m "[$core]" -u >/tmp/spdk.log 2>&1 &
   SPDK_PID=$!
-  if $rpc nvmf_create_transport -t RDMA >/dev/null && $rpc bdev_aio_create "$BDEV" Aio0 512 >/dev/null &&
+  if $rpc nvmf_create_transport -t "${TR:-rdma}" >/dev/null && $rpc bdev_aio_create "$BDEV" Aio0 512 >/dev/null &&
      $rpc nvmf_create_subsystem "$NQN" -a -s SPDK00000000000001 >/dev/null &&
      $rpc nvmf_subsystem_add_ns "$NQN" Aio0 >/dev/null &&
-     $rpc nvmf_subsystem_add_listener "$NQN" -t rdma -a "$IP" -s 4420 -f ipv4 >/dev/null; then
+     $rpc nvmf_subsystem_add_listener "$NQN" -t "${TR:-rdma}" -a "$IP" -s 4420 -f ipv4 >/dev/null; then
     return 0
   fi
   echo "SPDK: configuring nvmf_tgt failed:"; tail -n 5 /tmp/spdk.log

@@ -14,7 +14,8 @@
 #   specification's answer where nvmet strays, and why);
 #   3. ours: a host with keep-alive off in practice (KATO 49 days) whose network goes
 #      dark (its own network namespace, the link cut: no FIN, nothing acknowledged) is
-#      freed within 60 s by TCP keep-alive (nvmet-tcp holds it for the 49 days).
+#      freed within 60 s by TCP keep-alive (nvmet-tcp holds it for the 49 days); status
+#      shows the controller's transport, metrics count connects and disconnects by it.
 # Output: the table, then "TCP PASS" (last line) on success.
 set -euo pipefail
 IP=${LAB_IP:?LAB_IP not set (run this inside the lab guest)}
@@ -129,11 +130,22 @@ ip netns exec "$GONE_NS" "$PROBE" vanish "$IP" "$PORT" "$NQN" 120 4294967295 >/t
 BG=$!
 for _ in $(seq 40); do [ "$(controllers_of "$PROBE_NQN")" = 1 ] && break; sleep 0.25; done
 [ "$(controllers_of "$PROBE_NQN")" = 1 ] || { cat /tmp/vanish.txt; fail "the vanishing host did not connect"; }
+"$TARGET_BIN" status --json | python3 -c 'import json,sys
+st = json.load(sys.stdin)
+t = [c["transport"] for s in st["subsystems"] for c in s["controllers"] if c["host_nqn"] == sys.argv[1]]
+sys.exit(0 if t == ["tcp"] else "status: the transport of the probe controller is %r" % t)' "$PROBE_NQN" ||
+    fail "status does not show the controller's transport"
 ip netns exec "$GONE_NS" ip link set tg1 down
 T=$SECONDS gone=0
 while [ $((SECONDS - T)) -lt 60 ]; do [ "$(controllers_of "$PROBE_NQN")" = 0 ] && { gone=1; break; }; sleep 0.5; done
 [ $gone = 1 ] || fail "a host with a 49-day keep-alive whose network went dark still holds its controller after 60 s"
 info "freed after $((SECONDS - T)) s"
+curl -s http://127.0.0.1:9469/metrics >/tmp/metrics.txt
+grep -E '^nvmf_target_(connects|disconnects)_total\{.*transport="tcp"' /tmp/metrics.txt | sed 's/^/    /'
+grep -qE "^nvmf_target_connects_total\{subsystem=\"$NQN\",transport=\"tcp\",type=\"io\"\} [1-9]" /tmp/metrics.txt ||
+    fail "no I/O queue connect counted with transport=\"tcp\""
+grep -qE '^nvmf_target_disconnects_total\{reason="[a-z_]+",transport="tcp"\} [1-9]' /tmp/metrics.txt ||
+    fail "no disconnect counted with transport=\"tcp\""
 kill -9 "$BG" 2>/dev/null; wait "$BG" 2>/dev/null || true; BG=
 ip netns del "$GONE_NS"
 grep -q " ERROR " "$TLOG" && { grep " ERROR " "$TLOG" | head -n 5; fail "our target logged errors"; }

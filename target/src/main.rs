@@ -35,6 +35,14 @@ struct Args {
     /// Quick form: listen on ADDR:PORT.
     #[arg(long, value_name = "ADDR:PORT", requires = "nqn")]
     listen: Option<String>,
+    /// Quick form: the listener's transport, rdma or tcp.
+    #[arg(
+        long,
+        value_name = "rdma|tcp",
+        default_value = "rdma",
+        requires = "listen"
+    )]
+    transport: String,
     /// Quick form: subsystem NQN (open to any host).
     #[arg(long, requires = "listen")]
     nqn: Option<String>,
@@ -211,7 +219,7 @@ fn load(args: &Args) -> Result<(TargetConfig, Option<Source>), String> {
             if args.namespace.is_empty() {
                 return Err("configuration refused: the quick form needs at least one --namespace PATH".into());
             }
-            TargetConfig::quick(l, n, &args.namespace)
+            TargetConfig::quick(&args.transport, l, n, &args.namespace)
                 .map(|c| (c, None))
                 .map_err(|e| refusal(&e))
         }

@@ -419,25 +419,34 @@ impl TcpQueue {
         r
     }
 
-    /// Reads what the socket has. Ok(false) once the target closed it.
-    fn receive(&mut self) -> Result<bool> {
+    /// Reads what the socket has. Returns why it ended, if it did (what
+    /// came before is in the receive buffer).
+    fn receive(&mut self) -> Option<String> {
         let mut b = [0u8; 65536];
         loop {
             match self.s.read(&mut b) {
-                Ok(0) => return Ok(false),
+                Ok(0) => return Some("disconnected (the target closed the connection)".into()),
                 Ok(n) => self.rx.extend_from_slice(&b[..n]),
-                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return Ok(true),
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return None,
                 Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-                Err(e) => return Err(self.fail(format!("receive: {e}"))),
+                Err(e) => return Some(format!("receive: {e}")),
             }
         }
     }
 
+    /// Reads and handles what came. A connection the target ended fails
+    /// the queue, but what it answered before goes to `out` first (a
+    /// target may close right after the response that says why).
     fn drain(&mut self, out: &mut Vec<Done>) -> Result<()> {
-        let open = self.receive()?;
+        let before = out.len();
+        let ended = self.receive();
         self.process(out)?;
-        if !open {
-            return Err(self.fail("disconnected (the target closed the connection)".into()));
+        if let Some(why) = ended {
+            let e = self.fail(why);
+            return match out.len() > before {
+                true => Ok(()),
+                false => Err(e),
+            };
         }
         self.flush()
     }
@@ -613,9 +622,8 @@ impl HostQueue for TcpQueue {
     fn peer_disconnected(&mut self, wait: Duration) -> bool {
         let end = Instant::now() + wait;
         loop {
-            match self.receive() {
-                Ok(true) => {}
-                _ => return true,
+            if self.receive().is_some() {
+                return true;
             }
             let left = end.saturating_duration_since(Instant::now());
             if left.is_zero() {
@@ -800,5 +808,28 @@ mod tests {
         }
         assert!(r.is_err(), "data beyond the read was taken");
         assert!(q.failure().unwrap().contains("beyond"), "{:?}", q.failure());
+    }
+
+    #[test]
+    fn a_response_just_before_the_target_closes_is_delivered() {
+        let mut q = pair(|t| {
+            let (b, _) = t.next();
+            let Some((Pdu::Cmd { sqe, .. }, _)) = tcp::parse(&b, &t.rules).unwrap() else {
+                panic!("not a capsule")
+            };
+            let cid = Command::parse(sqe).unwrap().cid();
+            let rsp = Layout::default().rsp(&Completion::new(cid, Status::INVALID_FIELD));
+            t.s.write_all(&rsp).unwrap();
+            t.s.shutdown(std::net::Shutdown::Both).unwrap();
+        });
+        let tag = q.alloc().unwrap();
+        q.submit(tag, rw(io::FLUSH), Xfer::None).unwrap();
+        // Both the response and the close are in by then.
+        std::thread::sleep(Duration::from_millis(100));
+        let mut done = Vec::new();
+        q.poll(&mut done, Duration::from_secs(5)).unwrap();
+        assert_eq!(done[0].cqe.status, Status::INVALID_FIELD);
+        assert!(q.poll(&mut done, Duration::ZERO).is_err());
+        assert!(q.failure().unwrap().contains("closed"));
     }
 }

@@ -431,9 +431,10 @@ impl TargetConfig {
         Self::validate(raw, cx, false)
     }
 
-    /// The quick form: one listener, one subsystem open to any host, namespaces
-    /// numbered from 1.
+    /// The quick form: one listener of `transport` (`rdma` or `tcp`), one
+    /// subsystem open to any host, namespaces numbered from 1.
     pub fn quick(
+        transport: &str,
         listen: &str,
         nqn: &str,
         namespaces: &[String],
@@ -449,7 +450,7 @@ impl TargetConfig {
             listener: vec![(
                 0,
                 RawListener {
-                    transport: Some("rdma".into()),
+                    transport: Some(transport.into()),
                     address: Some(address),
                     port: port.or(Some(0)),
                     ana: None,
@@ -881,6 +882,7 @@ socket = "x"
     #[test]
     fn missing_backing_file_is_refused() {
         let e = TargetConfig::quick(
+            "rdma",
             "10.0.0.1:4420",
             "nqn.2026-11.io.example:x",
             &["/nonexistent/disk".into()],
@@ -939,6 +941,7 @@ socket = "x"
     #[test]
     fn quick_form() {
         let c = TargetConfig::quick(
+            "rdma",
             "10.0.0.1:4421",
             "nqn.2026-11.io.example:x",
             &["null:64M".into()],
@@ -951,6 +954,7 @@ socket = "x"
             BackendConfig::Null { size: 64 << 20 }
         );
         let c = TargetConfig::quick(
+            "rdma",
             "10.0.0.1:4420",
             "nqn.2026-11.io.example:x",
             &["rbd:rbd/disk1".into(), "null:1M".into()],
@@ -967,6 +971,7 @@ socket = "x"
             })
         );
         let e = TargetConfig::quick(
+            "rdma",
             "10.0.0.1:4420",
             "nqn.2026-11.io.example:x",
             &["rbd:disk1".into()],

@@ -67,6 +67,17 @@ pub enum SglKind {
     Transport,
 }
 
+impl SglKind {
+    /// The fabric that carries data this way, as metrics and status name
+    /// it: `rdma` (the loopback too) or `tcp`.
+    pub fn fabric(self) -> &'static str {
+        match self {
+            SglKind::Keyed => "rdma",
+            SglKind::Transport => "tcp",
+        }
+    }
+}
+
 /// Checks a command's transfer fields and SGL. `in_capsule` is how many data
 /// bytes arrived after the 64-byte command; `max_len` the largest transfer;
 /// `kind` the SGLs the transport carries data by (the other kind is an SGL

@@ -131,7 +131,7 @@ impl QueueCore {
                 if qid == 0 {
                     if let (Some(h), Some(l)) = (peer, self.addrs.local) {
                         ctrl.set_addrs(h, l);
-                        let tcp = self.params.sgl == crate::engine::data::SglKind::Transport;
+                        let tcp = self.params.sgl.fabric() == "tcp";
                         ctrl.set_port(env.target.port_of(l, tcp));
                     }
                     info!(cntlid = ctrl.cntlid, host = %d.hostnqn, subsys = %d.subsysnqn,
@@ -140,11 +140,14 @@ impl QueueCore {
                     debug!(cntlid = ctrl.cntlid, qid, "I/O queue connected");
                 }
                 let m = metrics();
-                let labels = [ctrl.subsys.nqn.as_str(), queue_type(qid)];
+                let fabric = self.params.sgl.fabric();
+                let labels = [ctrl.subsys.nqn.as_str(), queue_type(qid), fabric];
                 m.connects.with_label_values(&labels).inc();
                 m.queues.with_label_values(&labels).inc();
                 if qid == 0 {
-                    m.controllers.with_label_values(&[&ctrl.subsys.nqn]).inc();
+                    m.controllers
+                        .with_label_values(&[&ctrl.subsys.nqn, fabric])
+                        .inc();
                 }
                 let result = ctrl.cntlid as u64 | ctrl.auth.connect_result();
                 self.ctrl = Some(ctrl);

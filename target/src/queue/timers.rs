@@ -155,16 +155,19 @@ impl QueueCore {
         let Some(c) = self.ctrl.take() else { return };
         c.detach(&self.link);
         let m = metrics();
+        let fabric = self.params.sgl.fabric();
         m.queues
-            .with_label_values(&[&c.subsys.nqn, queue_type(self.qid())])
+            .with_label_values(&[&c.subsys.nqn, queue_type(self.qid()), fabric])
             .dec();
         if self.qid() == 0 {
-            m.controllers.with_label_values(&[&c.subsys.nqn]).dec();
+            m.controllers
+                .with_label_values(&[&c.subsys.nqn, fabric])
+                .dec();
             let reason = match self.reason {
                 "" => "host",
                 r => r,
             };
-            m.disconnects.with_label_values(&[reason]).inc();
+            m.disconnects.with_label_values(&[reason, fabric]).inc();
             c.kill_all();
             c.auth.release_place();
             c.subsys.remove_controller(c.cntlid);

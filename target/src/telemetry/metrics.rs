@@ -25,13 +25,13 @@ pub struct Metrics {
     pub reservation_conflicts: IntCounterVec,
     /// `failed_commands_total{status}`.
     pub failed_commands: IntCounterVec,
-    /// `controllers{subsystem}`.
+    /// `controllers{subsystem,transport}`.
     pub controllers: IntGaugeVec,
-    /// `queues{subsystem,type}`.
+    /// `queues{subsystem,type,transport}`.
     pub queues: IntGaugeVec,
-    /// `connects_total{subsystem,type}`.
+    /// `connects_total{subsystem,type,transport}`.
     pub connects: IntCounterVec,
-    /// `disconnects_total{reason}`.
+    /// `disconnects_total{reason,transport}`.
     pub disconnects: IntCounterVec,
     /// `connect_rejections_total{reason}`.
     pub rejections: IntCounterVec,
@@ -200,23 +200,23 @@ impl Metrics {
             ),
             controllers: gauge(
                 "controllers",
-                "Connected controllers",
-                &["subsystem"],
+                "Connected controllers, by the transport of their admin queue",
+                &["subsystem", "transport"],
             ),
             queues: gauge(
                 "queues",
                 "Connected queues (admin and I/O)",
-                &["subsystem", "type"],
+                &["subsystem", "type", "transport"],
             ),
             connects: counter(
                 "connects_total",
                 "Queues connected (Fabrics Connect accepted)",
-                &["subsystem", "type"],
+                &["subsystem", "type", "transport"],
             ),
             disconnects: counter(
                 "disconnects_total",
                 "Controllers disconnected, by reason",
-                &["reason"],
+                &["reason", "transport"],
             ),
             rejections: counter(
                 "connect_rejections_total",
@@ -490,8 +490,8 @@ mod tests {
             "nqn.2026-11.io.test:forget-kept",
         );
         for s in [gone, kept] {
-            m.controllers.with_label_values(&[s]).set(1);
-            m.connects.with_label_values(&[s, "io"]).inc();
+            m.controllers.with_label_values(&[s, "tcp"]).set(1);
+            m.connects.with_label_values(&[s, "io", "rdma"]).inc();
             m.async_events.with_label_values(&[s, "ns_changed"]).inc();
         }
         m.forget_subsystem(gone);

@@ -344,6 +344,10 @@ impl TcpQueue {
     fn close(&mut self, w: &mut Lend<'_>, res: &mut Res) {
         if self.closing.is_none() {
             self.closing = Some(w.now);
+            // What was queued before the end (a response saying why, a
+            // termination request) goes out as far as the socket takes it
+            // now, as RDMA's posted sends do before its disconnect.
+            let _ = self.send_queued(w, res);
             let _ = self.stream.shutdown(Shutdown::Both);
         }
         let unsent: Vec<Token> = self.tx.drain(..).filter_map(|o| o.sent).collect();
@@ -652,8 +656,28 @@ impl TcpQueue {
     /// Writes what waits, as far as the socket takes it. Returns whether
     /// something was written.
     pub fn write(&mut self, w: &mut Lend<'_>, res: &mut Res) -> bool {
+        if self.closing.is_some() {
+            return false;
+        }
+        match self.send_queued(w, res) {
+            Ok(wrote) => wrote,
+            Err(e) => {
+                debug!(peer = ?self.addrs.peer, error = %e, "send failed");
+                match self.core.is_some() {
+                    true => self.call(w, res, &mut |c, env| c.fail(env)),
+                    false => self.close(w, res),
+                }
+                true
+            }
+        }
+    }
+
+    /// Sends queued PDUs until the socket would block; responses written
+    /// whole are delivered (the core hears of each). Returns whether
+    /// something was written, or the socket's error.
+    fn send_queued(&mut self, w: &mut Lend<'_>, res: &mut Res) -> Result<bool, nix::errno::Errno> {
         let mut wrote = false;
-        while !self.tx.is_empty() && self.closing.is_none() {
+        while !self.tx.is_empty() {
             let mut iov: Vec<IoSlice<'_>> = Vec::with_capacity(48);
             let mut skip = self.tx_off;
             for o in self.tx.iter().take(16) {
@@ -709,17 +733,10 @@ impl TcpQueue {
                     break;
                 }
                 Err(nix::errno::Errno::EINTR) => {}
-                Err(e) => {
-                    debug!(peer = ?self.addrs.peer, error = %e, "send failed");
-                    match self.core.is_some() {
-                        true => self.call(w, res, &mut |c, env| c.fail(env)),
-                        false => self.close(w, res),
-                    }
-                    break;
-                }
+                Err(e) => return Err(e),
             }
         }
-        wrote
+        Ok(wrote)
     }
 
     /// Timers: the connection's deadline before its core exists, then the
