@@ -51,11 +51,7 @@ fn host(n: u8, addr: SocketAddr, sub: &str, fabric: Kind) -> (Controller, IoQueu
     };
     o.io_queues = 1;
     o.kato = Duration::from_secs(30);
-    o.transport = std::env::var("NVMF_TRANSPORT")
-        .ok()
-        .map_or(Kind::Rdma, |t| {
-            t.parse().expect("NVMF_TRANSPORT: rdma or tcp")
-        });
+    o.transport = fabric;
     let c = Controller::connect(&o).unwrap_or_else(|e| fail(format!("host {n}: connect: {e}")));
     let q = c
         .connect_io_queue(1)

@@ -11,6 +11,9 @@
 # mode cases with the status our target must give; with nvmet, a namespace-changed
 # asynchronous event. Every perf run
 # must show no errors and, in window mode, one target invalidation per bound window.
+# Then, per target, the same over NVMe/TCP (nvmet-tcp; ours with a TCP listener): discover,
+# 16 MiB written with digests and read back, the 16 MiB the RDMA run wrote read back with
+# digests, perf randread and randwrite.
 # Then the window security probe (build/release/examples/mw-probe).
 # Environment: PERF_TIME (10), TARGETS ("own kernel"), INIT_OUT (/lab/integration/out).
 # Last line on success: INITIATOR PASS
@@ -68,13 +71,14 @@ cleanup() {
 }
 trap cleanup EXIT
 
-start_target() { # own|kernel
+start_target() { # own|kernel [rdma|tcp]
+    local tr=${2:-rdma}
     if [ "$1" = own ]; then
         [ -x "$TGT" ] || fail "$TGT missing"
-        NO_COLOR=1 "$TGT" --listen "$IP:$PORT" --nqn "$NQN" --namespace /dev/ram0 >"$TLOG" 2>&1 &
+        NO_COLOR=1 "$TGT" --listen "$IP:$PORT" --transport "$tr" --nqn "$NQN" --namespace /dev/ram0 >"$TLOG" 2>&1 &
         TPID=$!
     else
-        modprobe -a nvmet nvmet-rdma
+        modprobe -a nvmet "nvmet-$tr"
         rm -f "$TLOG"   # a failure report then shows no stale log of our target
         mountpoint -q /sys/kernel/config || mount -t configfs none /sys/kernel/config
         kernel_teardown
@@ -84,7 +88,7 @@ start_target() { # own|kernel
         echo -n /dev/ram0 >"$CFG/subsystems/$NQN/namespaces/1/device_path"
         echo 1 >"$CFG/subsystems/$NQN/namespaces/1/enable"
         mkdir -p "$CFG/ports/1"
-        echo rdma >"$CFG/ports/1/addr_trtype"
+        echo "$tr" >"$CFG/ports/1/addr_trtype"
         echo ipv4 >"$CFG/ports/1/addr_adrfam"
         echo "$IP" >"$CFG/ports/1/addr_traddr"
         echo "$PORT" >"$CFG/ports/1/addr_trsvcid"
@@ -92,7 +96,7 @@ start_target() { # own|kernel
     fi
     local try
     for try in $(seq 40); do
-        "$INI" discover -a "$IP" -s "$PORT" >/tmp/disc.txt 2>&1 && return 0
+        "$INI" discover -t "$tr" -a "$IP" -s "$PORT" >/tmp/disc.txt 2>&1 && return 0
         [ -n "$TPID" ] && ! kill -0 "$TPID" 2>/dev/null && { cat "$TLOG"; fail "target exited"; }
         sleep 0.5
     done
@@ -110,12 +114,13 @@ retransmits() {
         awk '{ n += $1 } END { print n + 0 }'
 }
 
-perf() { # target name windows rw [extra...]
+perf() { # target name windows|tcp rw [extra...]
     local t=$1 name=$2 win=$3 rw=$4; shift 4
-    local j attempt before after why
+    local j attempt before after why how=(--windows "$win")
+    [ "$win" = tcp ] && how=(-t tcp)
     for attempt in 1 2; do
         before=$(retransmits)
-        j=$("$INI" perf -a "$IP" -n "$NQN" --windows "$win" --rw "$rw" --bs 4k --qd "${QD:-32}" \
+        j=$("$INI" perf -a "$IP" -n "$NQN" "${how[@]}" --rw "$rw" --bs 4k --qd "${QD:-32}" \
             --time "$PERF_TIME" --size 256M --json "$@" 2>/tmp/perf-progress.txt) && break
         after=$(retransmits)
         tail -n 5 /tmp/perf-progress.txt; echo "$j"
@@ -146,7 +151,9 @@ perf() { # target name windows rw [extra...]
     ios=$(json_field "$j" ios); binds=$(json_field "$j" binds)
     rinv=$(json_field "$j" remote_invalidations)
     [ "$ios" -gt 0 ] || fail "perf $name against $t: no I/O completed"
-    if [ "$win" = mw ]; then
+    if [ "$win" = tcp ]; then
+        :
+    elif [ "$win" = mw ]; then
         [ "$binds" -gt 0 ] || fail "perf $name: no window bound"
         [ "$rinv" = "$binds" ] || fail "perf $name against $t: $binds windows bound but $rinv invalidated by the target"
     else
@@ -186,7 +193,7 @@ raw_cases() { # target
 }
 
 step "setup: soft-RoCE on $IF ($IP), brd ${SIZE_MB} MiB"
-modprobe -a rdma_rxe ib_uverbs rdma_ucm
+modprobe -a rdma_rxe ib_uverbs rdma_ucm nvme-tcp
 rdma link show | grep -q "netdev $IF\b" || rdma link add rxe0 type rxe netdev "$IF"
 [ -e /sys/module/brd ] || modprobe brd rd_nr=1 rd_size=$(( SIZE_MB * 1024 ))
 for b in "$INI" "$TGT" "$PROBE"; do [ -x "$b" ] || fail "$b missing (cargo build --release)"; done
@@ -242,6 +249,19 @@ for t in $TARGETS; do
         grep -q "^namespace 2: 16384 blocks of 4096 B" /tmp/watch.txt || fail "namespace 2 not listed after the event"
     fi
     stop_target
+
+    step "[$t] NVMe/TCP: discover, 16 MiB written and read back (with and without digests), perf"
+    start_target "$t" tcp
+    grep -q "trtype:  tcp" /tmp/disc.txt || { cat /tmp/disc.txt; fail "[$t] no TCP entry in the discovery log"; }
+    "$INI" write -t tcp -a "$IP" -n "$NQN" --digests --start-block 196608 -d /tmp/data16
+    "$INI" read -t tcp -a "$IP" -n "$NQN" --start-block 196608 -z 16M -d - >/tmp/back16t
+    cmp /tmp/data16 /tmp/back16t || fail "[$t] 16 MiB read back over TCP differs"
+    "$INI" read -t tcp -a "$IP" -n "$NQN" --digests --start-block 131072 -z 16M -d /tmp/back16d
+    cmp /tmp/data16 /tmp/back16d || fail "[$t] 16 MiB written over RDMA, read back over TCP (digests), differs"
+    echo "    16 MiB verified over TCP; the 16 MiB written over RDMA re-verified over TCP with digests"
+    perf "$t" randread-tcp tcp randread
+    perf "$t" randwrite-tcp tcp randwrite
+    stop_target
 done
 
 step "window security probe"
@@ -250,7 +270,7 @@ grep -q "^PROBE PASS" /tmp/probe.txt || fail "window security probe"
 
 step "summary (same boot, 4k, QD32 in total, ${PERF_TIME}s; randread-mr on 2 queues of QD16)"
 printf '    %-14s' run; for t in $TARGETS; do printf '%22s' "$t IOPS (p99 us)"; done; echo
-for n in randread-mw randwrite-mw randread-mr; do
+for n in randread-mw randwrite-mw randread-mr randread-tcp randwrite-tcp; do
     printf '    %-14s' "$n"
     for t in $TARGETS; do printf '%22s' "$(printf '%.0f (%.0f)' "${RESULT[$t.$n]}" "${RESULT[$t.$n.p99]}")"; done
     echo
@@ -263,7 +283,7 @@ if [[ " $TARGETS " == *" own "* && " $TARGETS " == *" kernel "* ]]; then
         else echo "    raw $n: ours ${RESULT[own.raw.$n]}, nvmet ${RESULT[kernel.raw.$n]}"; fi
     done
     echo "    raw mode: both targets agree on $same of ${#RAW_CASES[@]} cases"
-    for n in randread-mw randwrite-mw randread-mr; do
+    for n in randread-mw randwrite-mw randread-mr randread-tcp randwrite-tcp; do
         echo "RESULT $n own/kernel=$(python3 -c "print(f'{${RESULT[own.$n]}/${RESULT[kernel.$n]}:.2f}')")"
     done
 fi

@@ -15,7 +15,9 @@
 #   3. ours: a host with keep-alive off in practice (KATO 49 days) whose network goes
 #      dark (its own network namespace, the link cut: no FIN, nothing acknowledged) is
 #      freed within 60 s by TCP keep-alive (nvmet-tcp holds it for the 49 days); status
-#      shows the controller's transport, metrics count connects and disconnects by it.
+#      shows the controller's transport, metrics count connects and disconnects by it;
+#   4. ours: IPv6 (a second TCP listener on ::1): discovery, connect, read; a namespace
+#      added live (control socket) reaches that host without a reconnect, and goes.
 # Output: the table, then "TCP PASS" (last line) on success.
 set -euo pipefail
 IP=${LAB_IP:?LAB_IP not set (run this inside the lab guest)}
@@ -106,6 +108,11 @@ transport = "tcp"
 address = "$IP"
 port = $PORT
 
+[[listener]]
+transport = "tcp"
+address = "::1"
+port = $PORT
+
 [[subsystem]]
 nqn = "$NQN"
 allow_any_host = true
@@ -148,6 +155,35 @@ grep -qE '^nvmf_target_disconnects_total\{reason="[a-z_]+",transport="tcp"\} [1-
     fail "no disconnect counted with transport=\"tcp\""
 kill -9 "$BG" 2>/dev/null; wait "$BG" 2>/dev/null || true; BG=
 ip netns del "$GONE_NS"
+
+step "ours: IPv6 (a listener on ::1): discovery lists it, the kernel host connects and reads"
+kmsg_mark
+nvme discover -t tcp -a ::1 -s "$PORT" >/tmp/discover6.txt || fail "discovery over IPv6"
+grep -q "adrfam: *ipv6" /tmp/discover6.txt || { cat /tmp/discover6.txt; fail "no ipv6 entry in the discovery log"; }
+nvme connect -t tcp -a ::1 -s "$PORT" -n "$NQN" >/dev/null || fail "nvme connect -t tcp -a ::1"
+live_ctrl "$NQN"
+[ "$(cat "/sys/class/nvme/$CTRL/address" | tr ',' '\n' | grep traddr)" = "traddr=::1" ] ||
+    fail "controller $CTRL is not at ::1: $(cat "/sys/class/nvme/$CTRL/address")"
+dd if="$NS" of=/dev/null bs=4096 count=256 iflag=direct status=none || fail "read over IPv6"
+
+step "ours: a namespace added live reaches the host on TCP (IPv6) without a reconnect, and goes"
+truncate -s 16M /var/tmp/tcp2.img
+printf 'live-added-tcp' | dd of=/var/tmp/tcp2.img conv=notrunc status=none
+"$TARGET_BIN" namespace add --subsystem "$NQN" --path /var/tmp/tcp2.img >/dev/null || fail "namespace add"
+NS2=
+for _ in $(seq 150); do NS2=$(ns_dev "$NQN" 2) && break; sleep 0.2; done
+[ -n "$NS2" ] || fail "namespace 2, added live, did not reach the host over TCP"
+dd if="$NS2" bs=4096 count=1 iflag=direct status=none | head -c 14 | grep -q live-added-tcp ||
+    fail "namespace 2 does not read what its file holds"
+[ "$(cat "/sys/class/nvme/$CTRL/state")" = live ] || fail "the host's controller is not live after the change"
+settle
+"$TARGET_BIN" namespace del --subsystem "$NQN" --nsid 2 >/dev/null || fail "namespace del"
+for _ in $(seq 150); do ns_dev "$NQN" 2 >/dev/null || break; sleep 0.2; done
+ns_dev "$NQN" 2 >/dev/null && fail "namespace 2, removed live, is still on the host"
+info "namespace 2 added live appeared as $NS2 on $CTRL and went when removed"
+settle
+nvme disconnect -n "$NQN" >/dev/null
+kmsg_check "ours: the kernel host over IPv6"
 grep -q " ERROR " "$TLOG" && { grep " ERROR " "$TLOG" | head -n 5; fail "our target logged errors"; }
 own_down
 

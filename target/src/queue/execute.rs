@@ -6,7 +6,7 @@ use nvme::opcode::fctype;
 use nvme::Status;
 use tracing::{debug, info, warn};
 
-use super::{queue_type, Env, QueueCore};
+use super::{Env, QueueCore};
 use crate::backend::op::Op;
 use crate::backend::DataRef;
 use crate::command::admin::{self, AdminOutcome};
@@ -16,7 +16,6 @@ use crate::engine::data::DataPlan;
 use crate::engine::plan::IoPlan;
 use crate::engine::request::Stage;
 use crate::model::controller::{Controller, PropertyEffect};
-use crate::telemetry::metrics::metrics;
 
 impl QueueCore {
     pub(super) fn execute(&mut self, env: &mut Env<'_, '_>, r: usize) {
@@ -139,16 +138,8 @@ impl QueueCore {
                 } else {
                     debug!(cntlid = ctrl.cntlid, qid, "I/O queue connected");
                 }
-                let m = metrics();
-                let fabric = self.params.sgl.fabric();
-                let labels = [ctrl.subsys.nqn.as_str(), queue_type(qid), fabric];
-                m.connects.with_label_values(&labels).inc();
-                m.queues.with_label_values(&labels).inc();
-                if qid == 0 {
-                    m.controllers
-                        .with_label_values(&[&ctrl.subsys.nqn, fabric])
-                        .inc();
-                }
+                env.tally
+                    .queue_connected(&ctrl.subsys.nqn, qid, self.params.sgl.fabric());
                 let result = ctrl.cntlid as u64 | ctrl.auth.connect_result();
                 self.ctrl = Some(ctrl);
                 self.pending = None;
@@ -168,7 +159,7 @@ impl QueueCore {
                     debug!(qid, status = %e.status, subsys = %sub, host = %host,
                            ?peer, reason = e.reason(), "connect refused");
                 }
-                crate::telemetry::metrics::reject(e.reason());
+                env.tally.reject(e.reason());
                 self.complete(env, r, e.status, e.result)
             }
         }
@@ -196,7 +187,7 @@ impl QueueCore {
                 if env.target.refusal_log.should_log(ip, env.now) {
                     warn!(cntlid = ctrl.cntlid, qid, peer = %ip, "authentication transactions from this address beyond its rate: answered Command Interrupted (said once a minute per peer)");
                 }
-                crate::telemetry::metrics::reject("auth_rate");
+                env.tally.reject("auth_rate");
                 let st = ctrl.retry_delay(Status::COMMAND_INTERRUPTED.with_crd(1));
                 return self.complete(env, r, st, 0);
             }

@@ -43,7 +43,6 @@ use crate::engine::request::{Lifecycle, Stage, Step};
 use crate::model::controller::{Controller, QueueLink};
 use crate::model::namespace::Namespace;
 use crate::model::subsystem::Target;
-use crate::telemetry::metrics::metrics;
 use crate::telemetry::tally::Tally;
 
 pub use timers::CONNECT_TIMEOUT;
@@ -264,15 +263,6 @@ pub struct QueueCore {
     actions: VecDeque<Action>,
 }
 
-/// The `type` label of a queue.
-fn queue_type(qid: u16) -> &'static str {
-    if qid == 0 {
-        "admin"
-    } else {
-        "io"
-    }
-}
-
 impl QueueCore {
     /// A queue accepted at `now` with `params`, linked to its controller by
     /// `link`, holding `pending` (its place among unconnected queues). It
@@ -424,7 +414,7 @@ impl QueueCore {
             Step::Execute => self.execute(env, r),
             Step::Respond => {
                 self.liveness.response_posted(env.now);
-                self.respond(r)
+                self.respond(env, r)
             }
             Step::Release => self.release(env, r),
             Step::Wait => {}
@@ -485,7 +475,7 @@ impl QueueCore {
 
     // ---- responses out -------------------------------------------------
 
-    fn respond(&mut self, r: usize) {
+    fn respond(&mut self, env: &mut Env<'_, '_>, r: usize) {
         self.unanswered = self.unanswered.saturating_sub(1);
         // In-capsule data is used up once a request responds (no backend
         // operation is in flight then): its receive goes back before the
@@ -499,10 +489,7 @@ impl QueueCore {
         let q = &self.reqs[r];
         let (cmd, status, result) = (q.cmd, q.status, q.result);
         if !status.is_success() {
-            metrics()
-                .failed_commands
-                .with_label_values(&[status.name().unwrap_or("OTHER")])
-                .inc();
+            env.tally.failed_command(status);
             if let Some(c) = &self.ctrl {
                 c.state()
                     .log_error(self.qid(), cmd.cid(), status, cmd.nsid());

@@ -8,10 +8,9 @@ use std::time::Duration;
 
 use tracing::{debug, info, warn};
 
-use super::{queue_type, Action, Env, QueueCore};
+use super::{Action, Env, QueueCore};
 use crate::engine::liveness::{PROBE_TIMEOUT, SEND_STALL};
-use crate::model::subsystem::Target;
-use crate::telemetry::metrics::metrics;
+use crate::telemetry::tally::Tally;
 
 /// A queue that has not sent a valid Fabrics Connect within this long after
 /// it was accepted is disconnected (it holds resources for nothing).
@@ -38,7 +37,7 @@ impl QueueCore {
                     peer = ?self.addrs.peer,
                     "no Fabrics Connect within {CONNECT_TIMEOUT:?}; disconnecting"
                 );
-                crate::telemetry::metrics::reject("connect_timeout");
+                env.tally.reject("connect_timeout");
                 self.disconnect(env, "no connect", "connect_timeout");
             }
             return;
@@ -60,7 +59,7 @@ impl QueueCore {
         if self.auth.overdue(&c, self.liveness.accepted(), now) {
             warn!(cntlid = c.cntlid, qid = self.qid(), host = %c.hostnqn, subsys = %c.subsys.nqn,
                   "not authenticated within {:?}; ending the association", crate::command::auth::AUTH_TIMEOUT);
-            crate::telemetry::metrics::reject("auth_timeout");
+            env.tally.reject("auth_timeout");
             c.kill_all();
             return self.disconnect(env, "authentication timeout", "auth_timeout");
         }
@@ -78,10 +77,7 @@ impl QueueCore {
         if expired {
             warn!(cntlid = c.cntlid, host = %c.hostnqn, subsys = %c.subsys.nqn,
                   "keep-alive timeout expired; tearing the controller down");
-            metrics()
-                .keep_alive_expirations
-                .with_label_values(&[&c.subsys.nqn])
-                .inc();
+            env.tally.keep_alive_expired(&c.subsys.nqn);
             c.kill_all();
             return self.disconnect(env, "keep-alive timeout", "keep_alive");
         }
@@ -151,23 +147,15 @@ impl QueueCore {
 
     /// Detaches from the controller and updates the gauges (the queue is
     /// about to be dropped).
-    pub fn teardown(&mut self, _target: &Target) {
+    pub fn teardown(&mut self, tally: &mut Tally) {
         let Some(c) = self.ctrl.take() else { return };
         c.detach(&self.link);
-        let m = metrics();
-        let fabric = self.params.sgl.fabric();
-        m.queues
-            .with_label_values(&[&c.subsys.nqn, queue_type(self.qid()), fabric])
-            .dec();
+        let reason = match self.reason {
+            "" => "host",
+            r => r,
+        };
+        tally.queue_left(&c.subsys.nqn, self.qid(), self.params.sgl.fabric(), reason);
         if self.qid() == 0 {
-            m.controllers
-                .with_label_values(&[&c.subsys.nqn, fabric])
-                .dec();
-            let reason = match self.reason {
-                "" => "host",
-                r => r,
-            };
-            m.disconnects.with_label_values(&[reason, fabric]).inc();
             c.kill_all();
             c.auth.release_place();
             c.subsys.remove_controller(c.cntlid);

@@ -1,6 +1,9 @@
-//! What a worker counts on every I/O, in plain integers only it writes,
-//! published into the process's metrics on its timer pass (and before it
-//! sleeps): no shared cache line is written per I/O for them.
+//! What a worker counts, through one handle the queue core and the
+//! transports are given ([`crate::queue::Env::tally`]): on every I/O in plain
+//! integers only it writes, published into the process's metrics on its
+//! timer pass (and before it sleeps), so that no shared cache line is written
+//! per I/O for them; failures and refusals the same way; queues connecting
+//! and leaving at once (their gauges are what status and dashboards show).
 
 use prometheus::{IntCounter, IntGauge};
 
@@ -47,6 +50,27 @@ struct Handles {
 pub struct Tally {
     now: Counts,
     to: Handles,
+    /// Failed commands since the last publication, by status name.
+    failed: Vec<(&'static str, u64)>,
+    /// Refusals since the last publication, by reason.
+    rejected: Vec<(&'static str, u64)>,
+}
+
+/// Adds one to `key`'s count in `v` (a handful of keys: a short list).
+fn bump(v: &mut Vec<(&'static str, u64)>, key: &'static str) {
+    match v.iter_mut().find(|(k, _)| *k == key) {
+        Some((_, n)) => *n += 1,
+        None => v.push((key, 1)),
+    }
+}
+
+/// The `type` label of queue `qid`.
+fn queue_type(qid: u16) -> &'static str {
+    if qid == 0 {
+        "admin"
+    } else {
+        "io"
+    }
 }
 
 impl Default for Tally {
@@ -68,7 +92,56 @@ impl Tally {
                 pool_waits: CLASSES.map(|c| m.engine.pool_waits.with_label_values(&[c])),
                 capsule_waits: m.engine.pool_waits.with_label_values(&["tcp_capsule"]),
             },
+            failed: Vec::new(),
+            rejected: Vec::new(),
         }
+    }
+
+    /// A command failed with `status` (`failed_commands_total{status}`).
+    pub fn failed_command(&mut self, status: nvme::Status) {
+        bump(&mut self.failed, status.name().unwrap_or("OTHER"));
+    }
+
+    /// A queue or connection was refused or ended before it served
+    /// (`connect_rejections_total{reason}`).
+    pub fn reject(&mut self, reason: &'static str) {
+        bump(&mut self.rejected, reason);
+    }
+
+    /// Queue `qid` of subsystem `subsys` connected over `fabric`: it is
+    /// counted (`connects_total`) and served (`queues`, and `controllers`
+    /// for an admin queue) from now on.
+    pub fn queue_connected(&mut self, subsys: &str, qid: u16, fabric: &'static str) {
+        let m = metrics();
+        let labels = [subsys, queue_type(qid), fabric];
+        m.connects.with_label_values(&labels).inc();
+        m.queues.with_label_values(&labels).inc();
+        if qid == 0 {
+            m.controllers.with_label_values(&[subsys, fabric]).inc();
+        }
+    }
+
+    /// Connected queue `qid` of `subsys` left; an admin queue takes its
+    /// controller along, disconnected for `reason`
+    /// (`disconnects_total{reason}`).
+    pub fn queue_left(&mut self, subsys: &str, qid: u16, fabric: &'static str, reason: &str) {
+        let m = metrics();
+        m.queues
+            .with_label_values(&[subsys, queue_type(qid), fabric])
+            .dec();
+        if qid == 0 {
+            m.controllers.with_label_values(&[subsys, fabric]).dec();
+            m.disconnects.with_label_values(&[reason, fabric]).inc();
+        }
+    }
+
+    /// A controller of `subsys` missed its keep-alive
+    /// (`keep_alive_expirations_total{subsystem}`).
+    pub fn keep_alive_expired(&mut self, subsys: &str) {
+        metrics()
+            .keep_alive_expirations
+            .with_label_values(&[subsys])
+            .inc();
     }
 
     /// An RDMA operation was posted.
@@ -105,6 +178,13 @@ impl Tally {
 
     /// Adds what was counted since the last call to the process's metrics.
     pub fn publish(&mut self) {
+        let m = metrics();
+        for (status, n) in self.failed.drain(..) {
+            m.failed_commands.with_label_values(&[status]).inc_by(n);
+        }
+        for (reason, n) in self.rejected.drain(..) {
+            m.rejections.with_label_values(&[reason]).inc_by(n);
+        }
         let c = std::mem::take(&mut self.now);
         if c == Counts::default() {
             return;
@@ -157,5 +237,21 @@ mod tests {
         t.publish();
         assert!(sends.get() >= s0 + 2);
         assert!(waits.get() > w0);
+    }
+
+    #[test]
+    fn failures_and_refusals_are_counted_by_name_when_published() {
+        let m = metrics();
+        let lba = m.failed_commands.with_label_values(&["LBA_RANGE"]);
+        let rate = m.rejections.with_label_values(&["tally_test_reason"]);
+        let (l0, r0) = (lba.get(), rate.get());
+        let mut t = Tally::new();
+        t.failed_command(nvme::Status::LBA_RANGE);
+        t.failed_command(nvme::Status::LBA_RANGE);
+        t.reject("tally_test_reason");
+        assert_eq!((lba.get(), rate.get()), (l0, r0), "not before publishing");
+        t.publish();
+        assert!(lba.get() >= l0 + 2);
+        assert_eq!(rate.get(), r0 + 1);
     }
 }

@@ -420,6 +420,11 @@ impl<T: Transport> Group<T> {
         r
     }
 
+    /// The worker's tally (a test's harness tears queues down with it).
+    pub fn tally(&mut self) -> &mut Tally {
+        &mut self.tally
+    }
+
     /// Hands `event` to queue `key`, if it is still there; then gives out
     /// the buffers that came back meanwhile.
     pub fn deliver(&mut self, exec: &mut dyn Executor, key: QueueKey, event: CoreEvent<'_>) {

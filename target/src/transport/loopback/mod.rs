@@ -337,7 +337,7 @@ impl Transport for Loop {
         let Some(mut q) = self.queues.remove(key) else {
             return false;
         };
-        q.core.teardown(w.target);
+        q.core.teardown(w.tally);
         true
     }
 }
@@ -655,7 +655,7 @@ impl Loopback {
                 .is_some_and(|lq| lq.closed && !lq.core.busy())
             {
                 if let Some(mut lq) = self.group.transport.queues.remove(key) {
-                    lq.core.teardown(&self.target);
+                    lq.core.teardown(self.group.tally());
                     n += 1;
                 }
             }
@@ -673,7 +673,7 @@ impl Drop for Loopback {
         self.run();
         for &key in &self.keys {
             if let Some(mut lq) = self.group.transport.queues.remove(key) {
-                lq.core.teardown(&self.target);
+                lq.core.teardown(self.group.tally());
             }
         }
     }

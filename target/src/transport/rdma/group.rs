@@ -513,7 +513,7 @@ impl Transport for RdmaGroup {
         let Some(mut q) = self.queues.remove(key) else {
             return false;
         };
-        q.teardown(w.target);
+        q.teardown(w.tally);
         self.index.remove(q.dev, q.qp_num, q.cm_key, q.key.slot);
         if let Some(d) = self.devices.get_mut(q.dev).and_then(|s| s.dev.as_mut()) {
             d.cq_room += q.cq_share;

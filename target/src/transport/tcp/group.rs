@@ -236,7 +236,7 @@ impl Transport for TcpGroup {
         let Some(mut q) = self.queues.remove(key) else {
             return false;
         };
-        q.teardown(w.target);
+        q.teardown(w.tally);
         self.res.share_for(self.queues.len());
         true
     }

@@ -767,9 +767,9 @@ impl TcpQueue {
     }
 
     /// The queue leaves its worker: it detaches from its controller.
-    pub fn teardown(&mut self, target: &crate::model::subsystem::Target) {
+    pub fn teardown(&mut self, tally: &mut crate::telemetry::tally::Tally) {
         if let Some(c) = self.core.as_mut() {
-            c.teardown(target);
+            c.teardown(tally);
         }
     }
 }

@@ -15,7 +15,6 @@ use super::super::memory::{Budget, Pinned, RecvArea};
 use super::super::wr::{self, QueueKey};
 use super::{Cx, NewConn, Queue, DISCONNECT_GRACE, INLINE_RSP, MIN_RNR_TIMER};
 use crate::model::controller::QueueLink;
-use crate::model::subsystem::Target;
 use crate::queue::{Addrs, QueueCore};
 
 /// Send work requests a queue may have outstanding: each of its `nreq`
@@ -277,8 +276,8 @@ impl Queue {
 
     /// Detaches from the controller and updates the gauges (the queue is
     /// about to be dropped).
-    pub fn teardown(&mut self, target: &Target) {
-        self.core.teardown(target);
+    pub fn teardown(&mut self, tally: &mut crate::telemetry::tally::Tally) {
+        self.core.teardown(tally);
     }
 }
 
