@@ -159,7 +159,9 @@ kernel_down() {
 # One phase: one target (nvmet, or a variant of ours) serving, alone, for the patterns in $3.
 phase() { # round variant patterns
   local v=$2 args=() envs=() label=ours bin=$TARGET_BIN
-  local form=(--listen "$IP:4420" --transport "$TR" --nqn $NQN --namespace "${OURS_NS:-$BDEV}")
+  local form=(--listen "$IP:4420" --nqn $NQN --namespace "${OURS_NS:-$BDEV}")
+  # (Builds older than the TCP transport have no --transport: RDMA needs none.)
+  [ "$TR" = rdma ] || form+=(--transport "$TR")
   if [ "$v" = spdk ]; then spdk_phase "$1" "$3"; return; fi
   if [ "$v" = fio-rbd ]; then PATTERNS=$3 runfio "$1" fio-rbd; return; fi
   if [ "$v" = nvmet ]; then
