@@ -155,30 +155,105 @@ pub struct RawOutcome {
     pub error: Option<String>,
 }
 
+/// What a queue of either transport keeps alike: its configuration, the
+/// target's address, the command slots, counters, why it failed, and the
+/// raw command in flight (the cid the caller chose, and its slot).
+pub struct Common {
+    cfg: QueueConfig,
+    peer: SocketAddr,
+    slots: crate::slots::Slots,
+    broken: Option<String>,
+    stats: QueueStats,
+    raw: Option<(u16, u16)>,
+    raw_cqe: Option<Completion>,
+}
+
+impl Common {
+    fn new(peer: SocketAddr, cfg: QueueConfig) -> Common {
+        Common {
+            slots: crate::slots::Slots::new(cfg.depth),
+            cfg,
+            peer,
+            broken: None,
+            stats: QueueStats::default(),
+            raw: None,
+            raw_cqe: None,
+        }
+    }
+
+    /// Marks the queue failed (the first reason stays) and returns the error.
+    fn fail(&mut self, reason: String) -> Error {
+        if self.broken.is_none() {
+            self.broken = Some(reason);
+        }
+        Error::Queue {
+            qid: self.cfg.qid,
+            reason: self.broken.clone().unwrap_or_default(),
+        }
+    }
+
+    /// The failure, if the queue failed.
+    fn check(&self) -> Result<()> {
+        match &self.broken {
+            Some(r) => Err(Error::Queue {
+                qid: self.cfg.qid,
+                reason: r.clone(),
+            }),
+            None => Ok(()),
+        }
+    }
+}
+
 /// What every transport's queue does: slots with data buffers, commands
 /// submitted and completed, raw capsules. [`HostQueue::execute`] runs one
 /// command on top of them.
 pub trait HostQueue {
+    /// What the queue keeps alike with the other transport's.
+    fn common(&self) -> &Common;
+    /// The same, to change.
+    fn common_mut(&mut self) -> &mut Common;
+
     /// Queue id.
-    fn qid(&self) -> u16;
+    fn qid(&self) -> u16 {
+        self.common().cfg.qid
+    }
     /// Queue depth.
-    fn depth(&self) -> u16;
+    fn depth(&self) -> u16 {
+        self.common().cfg.depth
+    }
     /// Bytes per data slot.
-    fn slot_size(&self) -> usize;
+    fn slot_size(&self) -> usize {
+        self.common().cfg.slot_size
+    }
     /// The target address.
-    fn peer(&self) -> SocketAddr;
+    fn peer(&self) -> SocketAddr {
+        self.common().peer
+    }
     /// Sets the largest write sent in-capsule (0: none).
-    fn set_inline_max(&mut self, n: usize);
+    fn set_inline_max(&mut self, n: usize) {
+        let c = self.common_mut();
+        c.cfg.inline_max = n.min(c.cfg.slot_size);
+    }
     /// Counters.
-    fn stats(&self) -> QueueStats;
+    fn stats(&self) -> QueueStats {
+        self.common().stats
+    }
     /// Commands in flight.
-    fn in_flight(&self) -> usize;
+    fn in_flight(&self) -> usize {
+        self.common().slots.in_flight()
+    }
     /// Why the queue failed, if it did.
-    fn failure(&self) -> Option<&str>;
+    fn failure(&self) -> Option<&str> {
+        self.common().broken.as_deref()
+    }
     /// Reserves a slot (command id) with its data buffer.
-    fn alloc(&mut self) -> Option<u16>;
+    fn alloc(&mut self) -> Option<u16> {
+        self.common_mut().slots.alloc()
+    }
     /// Releases a reserved slot.
-    fn release(&mut self, tag: u16);
+    fn release(&mut self, tag: u16) {
+        let _ = self.common_mut().slots.release(tag);
+    }
     /// The data buffer of a reserved slot, to read after its command
     /// completed.
     ///
@@ -377,35 +452,11 @@ macro_rules! each {
 }
 
 impl HostQueue for Queue {
-    fn qid(&self) -> u16 {
-        each!(self, q => q.qid())
+    fn common(&self) -> &Common {
+        each!(self, q => q.common())
     }
-    fn depth(&self) -> u16 {
-        each!(self, q => q.depth())
-    }
-    fn slot_size(&self) -> usize {
-        each!(self, q => q.slot_size())
-    }
-    fn peer(&self) -> SocketAddr {
-        each!(self, q => q.peer())
-    }
-    fn set_inline_max(&mut self, n: usize) {
-        each!(self, q => q.set_inline_max(n))
-    }
-    fn stats(&self) -> QueueStats {
-        each!(self, q => q.stats())
-    }
-    fn in_flight(&self) -> usize {
-        each!(self, q => q.in_flight())
-    }
-    fn failure(&self) -> Option<&str> {
-        each!(self, q => q.failure())
-    }
-    fn alloc(&mut self) -> Option<u16> {
-        each!(self, q => q.alloc())
-    }
-    fn release(&mut self, tag: u16) {
-        each!(self, q => q.release(tag))
+    fn common_mut(&mut self) -> &mut Common {
+        each!(self, q => q.common_mut())
     }
     fn buffer(&self, tag: u16) -> &[u8] {
         each!(self, q => q.buffer(tag))

@@ -28,10 +28,10 @@ use rdma::{
 };
 
 use super::{
-    raw_outcome, Done, HostQueue, QueueConfig, QueueStats, RawOutcome, RawRequest, WindowMode, Xfer,
+    raw_outcome, Common, Done, HostQueue, QueueConfig, RawOutcome, RawRequest, WindowMode, Xfer,
 };
 use crate::error::{Error, Result};
-use crate::slots::{Next, Slots};
+use crate::slots::Next;
 
 const WR_SEND: u64 = 0;
 const WR_RECV: u64 = 1;
@@ -58,17 +58,11 @@ pub struct RdmaQueue {
     data: DataMem,
     cq: Arc<CompletionQueue>,
     _pd: Arc<ProtectionDomain>,
-    peer: SocketAddr,
-    cfg: QueueConfig,
-    slots: Slots,
     batch: SendBatch,
     key_updates: Vec<(u16, u32)>,
     wcs: Vec<WorkCompletion>,
-    broken: Option<String>,
-    raw: Option<(u16, u16)>,
-    raw_cqe: Option<Completion>,
-    stats: QueueStats,
     crqsize: u16,
+    c: Common,
 }
 
 /// The NVMe/RDMA reject status in a reject's private data, if any, and the
@@ -156,28 +150,22 @@ impl RdmaQueue {
             data,
             cq,
             _pd: pd,
-            peer: dst,
-            slots: Slots::new(cfg.depth),
             batch: SendBatch::new(send_wr),
             key_updates: Vec::with_capacity(depth),
             wcs: (0..32).map(|_| WorkCompletion::default()).collect(),
-            broken: None,
-            raw: None,
-            raw_cqe: None,
-            stats: QueueStats::default(),
             crqsize: 0,
-            cfg,
+            c: Common::new(dst, cfg),
         };
         for i in 0..depth as u16 {
             q.post_recv(i)?;
         }
-        let req = match &q.cfg.cm_private {
+        let req = match &q.c.cfg.cm_private {
             Some(p) => p.clone(),
             None => CmRequest {
                 recfmt: 0,
                 qid,
-                hrqsize: q.cfg.depth,
-                hsqsize: q.cfg.depth - 1,
+                hrqsize: q.c.cfg.depth,
+                hsqsize: q.c.cfg.depth - 1,
             }
             .encode()
             .to_vec(),
@@ -189,7 +177,7 @@ impl RdmaQueue {
             rnr_retry_count: 7,
             retry_count: 7,
         })?;
-        let deadline = Instant::now() + q.cfg.timeout;
+        let deadline = Instant::now() + q.c.cfg.timeout;
         loop {
             let left = deadline.saturating_duration_since(Instant::now());
             let ev = match ch.wait_event(left)? {
@@ -197,7 +185,7 @@ impl RdmaQueue {
                 None if left.is_zero() => {
                     return Err(Error::Timeout {
                         what: format!("connecting queue {qid} to {dst}"),
-                        after: q.cfg.timeout,
+                        after: q.c.cfg.timeout,
                     })
                 }
                 None => continue,
@@ -238,17 +226,7 @@ impl RdmaQueue {
 
     /// Window mode.
     pub fn window_mode(&self) -> WindowMode {
-        self.cfg.windows
-    }
-
-    fn fail(&mut self, reason: String) -> Error {
-        if self.broken.is_none() {
-            self.broken = Some(reason);
-        }
-        Error::Queue {
-            qid: self.cfg.qid,
-            reason: self.broken.clone().unwrap_or_default(),
-        }
+        self.c.cfg.windows
     }
 
     /// What else the verbs layer knows when the queue pair broke: the
@@ -274,16 +252,6 @@ impl RdmaQueue {
         }
     }
 
-    fn check(&self) -> Result<()> {
-        match &self.broken {
-            Some(r) => Err(Error::Queue {
-                qid: self.cfg.qid,
-                reason: r.clone(),
-            }),
-            None => Ok(()),
-        }
-    }
-
     fn post_recv(&mut self, i: u16) -> Result<()> {
         let sge = self.rsp.sge(i as usize * CQE_SIZE, CQE_SIZE as u32);
         let qp = self.id.qp().expect("queue pair exists");
@@ -297,7 +265,7 @@ impl RdmaQueue {
         if !self.batch.push(&r) {
             self.flush()?;
             if !self.batch.push(&r) {
-                return Err(self.fail("send batch overflow".into()));
+                return Err(self.c.fail("send batch overflow".into()));
             }
         }
         Ok(())
@@ -327,15 +295,15 @@ impl RdmaQueue {
             Xfer::ToTarget(n) => (n, true),
             Xfer::FromTarget(n) => (n, false),
         };
-        if len == 0 || len as usize > self.cfg.slot_size {
+        if len == 0 || len as usize > self.c.cfg.slot_size {
             return Err(Error::Invalid(format!(
                 "transfer of {len} bytes (slot size {})",
-                self.cfg.slot_size
+                self.c.cfg.slot_size
             )));
         }
-        if to_target && allow_inline && len as usize <= self.cfg.inline_max {
+        if to_target && allow_inline && len as usize <= self.c.cfg.inline_max {
             let sge = self.data.mrs[tag as usize].sge(0, len);
-            self.stats.in_capsule += 1;
+            self.c.stats.in_capsule += 1;
             return Ok((Sgl::InCapsule { offset: 0, len }, Some(sge), None));
         }
         let mr = &self.data.mrs[tag as usize];
@@ -368,7 +336,7 @@ impl RdmaQueue {
                 // first must not advance this window's key before its bind
                 // is posted (the flush applies the updates it posted).
                 self.key_updates.push((tag, key));
-                self.stats.binds += 1;
+                self.c.stats.binds += 1;
                 Ok((
                     Sgl::Keyed {
                         addr,
@@ -402,7 +370,8 @@ impl RdmaQueue {
     ) -> Result<()> {
         let off = tag as usize * SQE_SIZE;
         // Only a reserved slot starts: its previous capsule's SEND completed.
-        self.slots
+        self.c
+            .slots
             .start(tag, window)
             .map_err(|e| Error::Invalid(e.to_string()))?;
         // SAFETY: the slot's previous SEND completed (it was reserved) and
@@ -411,7 +380,7 @@ impl RdmaQueue {
         let cmd_sge = self.cmd.sge(off, SQE_SIZE as u32);
         let sges = [cmd_sge, data.unwrap_or(cmd_sge)];
         let n = if data.is_some() { 2 } else { 1 };
-        self.stats.commands += 1;
+        self.c.stats.commands += 1;
         self.push(SendRequest {
             wr_id: wr_id(WR_SEND, tag),
             op: SendOp::Send,
@@ -426,7 +395,7 @@ impl RdmaQueue {
         let idx = wc.wr_id() as u16;
         if !wc.is_ok() {
             let reason = format!("{}{}", wc_failure(wc), self.why_broken());
-            return Err(self.fail(reason));
+            return Err(self.c.fail(reason));
         }
         let (next, tag) = match kind {
             WR_RECV => {
@@ -438,28 +407,28 @@ impl RdmaQueue {
                 self.post_recv(idx)?;
                 let mut cqe = match parsed {
                     Ok(c) => c,
-                    Err(e) => return Err(self.fail(format!("bad response: {e}"))),
+                    Err(e) => return Err(self.c.fail(format!("bad response: {e}"))),
                 };
                 if invalidated.is_some() {
-                    self.stats.remote_invalidations += 1;
+                    self.c.stats.remote_invalidations += 1;
                 }
-                if let Some((user_cid, tag)) = self.raw {
+                if let Some((user_cid, tag)) = self.c.raw {
                     if cqe.cid == user_cid {
-                        self.raw_cqe = Some(cqe);
+                        self.c.raw_cqe = Some(cqe);
                         cqe.cid = tag;
                     }
                 }
-                (self.slots.on_response(cqe, invalidated), cqe.cid)
+                (self.c.slots.on_response(cqe, invalidated), cqe.cid)
             }
-            WR_SEND => (self.slots.on_send_done(idx), idx),
-            WR_LOCAL_INV => (self.slots.on_local_inv_done(idx), idx),
+            WR_SEND => (self.c.slots.on_send_done(idx), idx),
+            WR_LOCAL_INV => (self.c.slots.on_local_inv_done(idx), idx),
             _ => return Ok(()),
         };
         match next {
             Ok(Next::Wait) => {}
             Ok(Next::Complete(cqe)) => out.push(Done { tag, cqe }),
             Ok(Next::LocalInv(key)) => {
-                self.stats.local_invalidations += 1;
+                self.c.stats.local_invalidations += 1;
                 self.push(SendRequest {
                     wr_id: wr_id(WR_LOCAL_INV, tag),
                     op: SendOp::LocalInv(key),
@@ -467,7 +436,7 @@ impl RdmaQueue {
                     signaled: true,
                 })?;
             }
-            Err(e) => return Err(self.fail(format!("target protocol error: {e}"))),
+            Err(e) => return Err(self.c.fail(format!("target protocol error: {e}"))),
         }
         Ok(())
     }
@@ -500,7 +469,7 @@ impl RdmaQueue {
         loop {
             let n = match self.cq.poll(&mut self.wcs) {
                 Ok(n) => n,
-                Err(e) => return Err(self.fail(e.to_string())),
+                Err(e) => return Err(self.c.fail(e.to_string())),
             };
             for i in 0..n {
                 if self.wcs[i].is_flush() {
@@ -508,7 +477,7 @@ impl RdmaQueue {
                     // may complete after requests flushed ahead of it.
                     if let Some(cause) = self.flush_cause(i + 1, n) {
                         let reason = format!("{cause}{}", self.why_broken());
-                        return Err(self.fail(reason));
+                        return Err(self.c.fail(reason));
                     }
                 }
                 self.on_wc(i, out)?;
@@ -532,65 +501,34 @@ impl RdmaQueue {
             .qp()
             .ok_or_else(|| Error::Invalid("the queue has no queue pair".into()))?;
         qp.set_error()?;
-        self.broken
+        self.c
+            .broken
             .get_or_insert_with(|| "fell silent (go_silent)".into());
         Ok(())
     }
 }
 
 impl HostQueue for RdmaQueue {
-    fn qid(&self) -> u16 {
-        self.cfg.qid
+    fn common(&self) -> &Common {
+        &self.c
     }
 
-    fn depth(&self) -> u16 {
-        self.cfg.depth
-    }
-
-    fn slot_size(&self) -> usize {
-        self.cfg.slot_size
-    }
-
-    fn peer(&self) -> SocketAddr {
-        self.peer
-    }
-
-    fn set_inline_max(&mut self, n: usize) {
-        self.cfg.inline_max = n.min(self.cfg.slot_size);
-    }
-
-    fn stats(&self) -> QueueStats {
-        self.stats
-    }
-
-    fn in_flight(&self) -> usize {
-        self.slots.in_flight()
-    }
-
-    fn failure(&self) -> Option<&str> {
-        self.broken.as_deref()
-    }
-
-    fn alloc(&mut self) -> Option<u16> {
-        self.slots.alloc()
-    }
-
-    fn release(&mut self, tag: u16) {
-        let _ = self.slots.release(tag);
+    fn common_mut(&mut self) -> &mut Common {
+        &mut self.c
     }
 
     fn buffer(&self, tag: u16) -> &[u8] {
-        assert!(self.slots.is_reserved(tag), "slot {tag} is not reserved");
+        assert!(self.c.slots.is_reserved(tag), "slot {tag} is not reserved");
         // SAFETY: a reserved slot has no command in flight. With windows the
         // device enforces it: the slot's window is closed. In region mode the
         // target keeps the region's key, and the initiator trusts it to write
         // only for a command in flight (as every region-mode host does).
-        unsafe { self.data.mrs[tag as usize].bytes(0..self.cfg.slot_size) }
+        unsafe { self.data.mrs[tag as usize].bytes(0..self.c.cfg.slot_size) }
     }
 
     fn buffer_mut(&mut self, tag: u16) -> &mut [u8] {
-        assert!(self.slots.is_reserved(tag), "slot {tag} is not reserved");
-        let s = self.cfg.slot_size;
+        assert!(self.c.slots.is_reserved(tag), "slot {tag} is not reserved");
+        let s = self.c.cfg.slot_size;
         // SAFETY: as in `buffer`; no work request names a reserved slot.
         unsafe { self.data.mrs[tag as usize].bytes_mut(0..s) }
     }
@@ -606,7 +544,7 @@ impl HostQueue for RdmaQueue {
         let r = unsafe { self.batch.post(&qp) };
         if let Err(e) = r {
             self.key_updates.clear();
-            return Err(self.fail(format!("posting work requests: {e}")));
+            return Err(self.c.fail(format!("posting work requests: {e}")));
         }
         // The provider checks a bind's current key against the device's, so
         // a window's key advances only once its bind is posted.
@@ -617,8 +555,8 @@ impl HostQueue for RdmaQueue {
     }
 
     fn submit(&mut self, tag: u16, mut cmd: Command, xfer: Xfer) -> Result<()> {
-        self.check()?;
-        if !self.slots.is_reserved(tag) {
+        self.c.check()?;
+        if !self.c.slots.is_reserved(tag) {
             return Err(Error::Invalid(format!("slot {tag} is not reserved")));
         }
         cmd.set_cid(tag);
@@ -628,7 +566,7 @@ impl HostQueue for RdmaQueue {
     }
 
     fn poll(&mut self, out: &mut Vec<Done>, wait: Duration) -> Result<usize> {
-        self.check()?;
+        self.c.check()?;
         self.flush()?;
         let before = out.len();
         let start = Instant::now();
@@ -638,12 +576,12 @@ impl HostQueue for RdmaQueue {
                 return Ok(out.len() - before);
             }
             let spent = start.elapsed();
-            if spent < self.cfg.spin {
+            if spent < self.c.cfg.spin {
                 std::hint::spin_loop();
                 continue;
             }
             if let Err(e) = self.cq.req_notify() {
-                return Err(self.fail(e.to_string()));
+                return Err(self.c.fail(e.to_string()));
             }
             self.drain_cq(out)?;
             if out.len() > before {
@@ -658,14 +596,14 @@ impl HostQueue for RdmaQueue {
                 Ok(_) => {
                     self.cq.drain_events();
                 }
-                Err(e) => return Err(self.fail(e.to_string())),
+                Err(e) => return Err(self.c.fail(e.to_string())),
             }
         }
     }
 
     fn raw(&mut self, req: &RawRequest<'_>, timeout: Duration) -> Result<RawOutcome> {
-        self.check()?;
-        if self.slots.in_flight() != 0 {
+        self.c.check()?;
+        if self.c.slots.in_flight() != 0 {
             return Err(Error::Invalid("raw mode needs an idle queue".into()));
         }
         let tag = self
@@ -679,7 +617,7 @@ impl HostQueue for RdmaQueue {
             if let Xfer::ToTarget(n) = x {
                 let n = (n as usize)
                     .min(req.write_data.len())
-                    .min(self.cfg.slot_size);
+                    .min(self.c.cfg.slot_size);
                 self.buffer_mut(tag)[..n].copy_from_slice(&req.write_data[..n]);
             }
             let (sgl, _, key) = match self.prepare_data(tag, x, false) {
@@ -692,18 +630,18 @@ impl HostQueue for RdmaQueue {
             sqe[24..40].copy_from_slice(&sgl.encode());
             window = key;
         } else if !req.in_capsule.is_empty() {
-            let n = req.in_capsule.len().min(self.cfg.slot_size);
+            let n = req.in_capsule.len().min(self.c.cfg.slot_size);
             self.buffer_mut(tag)[..n].copy_from_slice(&req.in_capsule[..n]);
             data_sge = Some(self.data.mrs[tag as usize].sge(0, n as u32));
         }
-        self.raw = Some((user_cid, tag));
-        self.raw_cqe = None;
+        self.c.raw = Some((user_cid, tag));
+        self.c.raw_cqe = None;
         self.send_capsule(tag, &sqe, data_sge, window)?;
         let r = self.wait_for(tag, timeout, &mut |_, _| {}, "raw command");
-        self.raw = None;
-        let cqe = self.raw_cqe.take();
+        self.c.raw = None;
+        let cqe = self.c.raw_cqe.take();
         Ok(raw_outcome(self, tag, req, r, cqe, |q| {
-            q.fail("raw command timed out; queue state unknown".into());
+            q.c.fail("raw command timed out; queue state unknown".into());
         }))
     }
 

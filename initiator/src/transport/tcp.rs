@@ -20,9 +20,9 @@ use nvme::sgl::Sgl;
 use nvme::tcp::{self, digest, flags, DataHeader, IcReq, Layout, Pdu, Rules};
 use nvme::Status;
 
-use super::{raw_outcome, Done, HostQueue, QueueConfig, QueueStats, RawOutcome, RawRequest, Xfer};
+use super::{raw_outcome, Common, Done, HostQueue, QueueConfig, RawOutcome, RawRequest, Xfer};
 use crate::error::{Error, Result};
-use crate::slots::{Next, Slots};
+use crate::slots::Next;
 
 /// In-capsule data the admin queue may carry (what a target's admin queue
 /// takes on NVMe/TCP, as Linux's host assumes).
@@ -31,20 +31,14 @@ const ADMIN_CAPSULE_DATA: usize = 8192;
 /// One connected NVMe/TCP queue.
 pub struct TcpQueue {
     s: TcpStream,
-    peer: SocketAddr,
-    cfg: QueueConfig,
     rules: Rules,
     layout: Layout,
     maxh2cdata: u32,
-    slots: Slots,
     bufs: Vec<Vec<u8>>,
     xfers: Vec<Xfer>,
     tx: Vec<u8>,
     rx: Vec<u8>,
-    broken: Option<String>,
-    raw: Option<(u16, u16)>,
-    raw_cqe: Option<Completion>,
-    stats: QueueStats,
+    c: Common,
 }
 
 fn pollfd_wait(s: &TcpStream, f: PollFlags, wait: Duration) -> std::io::Result<PollFlags> {
@@ -122,7 +116,6 @@ impl TcpQueue {
         let depth = cfg.depth as usize;
         let mut q = TcpQueue {
             s,
-            peer: dst,
             rules: Rules {
                 controller: false,
                 initialized: false,
@@ -134,16 +127,11 @@ impl TcpQueue {
             },
             layout: Layout::default(),
             maxh2cdata: tcp::MIN_MAXH2CDATA,
-            slots: Slots::new(cfg.depth),
             bufs: (0..depth).map(|_| vec![0u8; cfg.slot_size]).collect(),
             xfers: vec![Xfer::None; depth],
             tx: Vec::new(),
             rx: Vec::new(),
-            broken: None,
-            raw: None,
-            raw_cqe: None,
-            stats: QueueStats::default(),
-            cfg,
+            c: Common::new(dst, cfg),
         };
         q.tx.extend_from_slice(
             &IcReq {
@@ -154,7 +142,7 @@ impl TcpQueue {
             }
             .encode(),
         );
-        let deadline = Instant::now() + q.cfg.timeout;
+        let deadline = Instant::now() + q.c.cfg.timeout;
         q.s.write_all(&q.tx)
             .map_err(|e| conn_err(format!("sending the ICReq: {e}")))?;
         q.tx.clear();
@@ -179,7 +167,7 @@ impl TcpQueue {
             if left.is_zero() {
                 return Err(Error::Timeout {
                     what: format!("ICResp on queue {qid} from {dst}"),
-                    after: q.cfg.timeout,
+                    after: q.c.cfg.timeout,
                 });
             }
             q.s.set_read_timeout(Some(left))
@@ -218,30 +206,10 @@ impl TcpQueue {
     /// what [`HostQueue::set_inline_max`] allowed (a Connect's data always
     /// fits: targets take it in the capsule).
     fn inline_limit(&self) -> usize {
-        if self.cfg.qid == 0 {
+        if self.c.cfg.qid == 0 {
             ADMIN_CAPSULE_DATA
         } else {
-            self.cfg.inline_max.max(CONNECT_DATA_SIZE)
-        }
-    }
-
-    fn fail(&mut self, reason: String) -> Error {
-        if self.broken.is_none() {
-            self.broken = Some(reason);
-        }
-        Error::Queue {
-            qid: self.cfg.qid,
-            reason: self.broken.clone().unwrap_or_default(),
-        }
-    }
-
-    fn check(&self) -> Result<()> {
-        match &self.broken {
-            Some(r) => Err(Error::Queue {
-                qid: self.cfg.qid,
-                reason: r.clone(),
-            }),
-            None => Ok(()),
+            self.c.cfg.inline_max.max(CONNECT_DATA_SIZE)
         }
     }
 
@@ -263,25 +231,26 @@ impl TcpQueue {
         data_len: usize,
         xfer: Xfer,
     ) -> Result<()> {
-        self.slots
+        self.c
+            .slots
             .start(tag, None)
             .map_err(|e| Error::Invalid(e.to_string()))?;
         // The capsule is copied out: the "send" is done at once.
-        if let Err(e) = self.slots.on_send_done(tag) {
-            return Err(self.fail(format!("slot bookkeeping: {e}")));
+        if let Err(e) = self.c.slots.on_send_done(tag) {
+            return Err(self.c.fail(format!("slot bookkeeping: {e}")));
         }
         self.xfers[tag as usize] = xfer;
         let head = self.layout.cmd(sqe, data_len as u32);
         let buf = std::mem::take(&mut self.bufs[tag as usize]);
         self.push(&head, &buf[..data_len]);
         self.bufs[tag as usize] = buf;
-        self.stats.commands += 1;
+        self.c.stats.commands += 1;
         Ok(())
     }
 
     /// The slot a PDU's command id names (a raw command's own cid too).
     fn tag_of(&self, cid: u16) -> u16 {
-        match self.raw {
+        match self.c.raw {
             Some((user, tag)) if user == cid => tag,
             _ => cid,
         }
@@ -289,20 +258,24 @@ impl TcpQueue {
 
     fn in_flight_tag(&self, cid: u16) -> Option<u16> {
         let t = self.tag_of(cid);
-        self.slots.is_in_flight(t).then_some(t)
+        self.c.slots.is_in_flight(t).then_some(t)
     }
 
     /// Answers an R2T: H2CData PDUs of at most MAXH2CDATA over the range.
     fn on_r2t(&mut self, r: tcp::R2t) -> Result<()> {
         let Some(tag) = self.in_flight_tag(r.cccid) else {
-            return Err(self.fail(format!("R2T for command {} not in flight", r.cccid)));
+            return Err(self
+                .c
+                .fail(format!("R2T for command {} not in flight", r.cccid)));
         };
         let Xfer::ToTarget(n) = self.xfers[tag as usize] else {
-            return Err(self.fail(format!("R2T for command {} that sends no data", r.cccid)));
+            return Err(self
+                .c
+                .fail(format!("R2T for command {} that sends no data", r.cccid)));
         };
         let end = r.r2to as u64 + r.r2tl as u64;
         if r.r2tl == 0 || end > n as u64 {
-            return Err(self.fail(format!(
+            return Err(self.c.fail(format!(
                 "R2T {}+{} beyond the {n} bytes of command {}",
                 r.r2to, r.r2tl, r.cccid
             )));
@@ -329,16 +302,16 @@ impl TcpQueue {
 
     /// A response for slot `tag`.
     fn on_rsp(&mut self, mut cqe: Completion, out: &mut Vec<Done>) -> Result<()> {
-        if let Some((user, tag)) = self.raw {
+        if let Some((user, tag)) = self.c.raw {
             if cqe.cid == user {
-                self.raw_cqe = Some(cqe);
+                self.c.raw_cqe = Some(cqe);
                 cqe.cid = tag;
             }
         }
-        match self.slots.on_response(cqe, None) {
+        match self.c.slots.on_response(cqe, None) {
             Ok(Next::Complete(c)) => out.push(Done { tag: c.cid, cqe: c }),
             Ok(_) => {}
-            Err(e) => return Err(self.fail(format!("target protocol error: {e}"))),
+            Err(e) => return Err(self.c.fail(format!("target protocol error: {e}"))),
         }
         Ok(())
     }
@@ -353,17 +326,19 @@ impl TcpQueue {
         out: &mut Vec<Done>,
     ) -> Result<()> {
         let Some(tag) = self.in_flight_tag(hdr.cccid) else {
-            return Err(self.fail(format!("C2HData for command {} not in flight", hdr.cccid)));
+            return Err(self
+                .c
+                .fail(format!("C2HData for command {} not in flight", hdr.cccid)));
         };
         let Xfer::FromTarget(n) = self.xfers[tag as usize] else {
-            return Err(self.fail(format!(
+            return Err(self.c.fail(format!(
                 "C2HData for command {} that reads nothing",
                 hdr.cccid
             )));
         };
         let end = hdr.datao as u64 + data.len() as u64;
         if end > n as u64 {
-            return Err(self.fail(format!(
+            return Err(self.c.fail(format!(
                 "C2HData {}+{} beyond the {n} bytes of command {}",
                 hdr.datao,
                 data.len(),
@@ -371,7 +346,9 @@ impl TcpQueue {
             )));
         }
         if !data_ok {
-            return Err(self.fail(format!("data digest error in C2HData of {}", hdr.cccid)));
+            return Err(self
+                .c
+                .fail(format!("data digest error in C2HData of {}", hdr.cccid)));
         }
         self.bufs[tag as usize][hdr.datao as usize..end as usize].copy_from_slice(data);
         if f & flags::DATA_SUCCESS != 0 {
@@ -390,7 +367,7 @@ impl TcpQueue {
             let (pdu, n) = match tcp::parse(&rx[at..], &self.rules) {
                 Ok(Some(p)) => p,
                 Ok(None) => break Ok(()),
-                Err(f) => break Err(self.fail(format!("malformed PDU from the target: {f:?}"))),
+                Err(f) => break Err(self.c.fail(format!("malformed PDU from the target: {f:?}"))),
             };
             at += n;
             let r = match pdu {
@@ -403,11 +380,11 @@ impl TcpQueue {
                     data,
                     data_ok,
                 } => self.on_c2h(hdr, f, data, data_ok, out),
-                Pdu::Term { fes, fei, .. } => Err(self.fail(format!(
+                Pdu::Term { fes, fei, .. } => Err(self.c.fail(format!(
                     "the target terminated the connection (fatal error status {fes:#x}, \
                      information {fei:#x})"
                 ))),
-                other => Err(self.fail(format!("unexpected PDU {other:?}"))),
+                other => Err(self.c.fail(format!("unexpected PDU {other:?}"))),
             };
             if r.is_err() {
                 break r;
@@ -442,7 +419,7 @@ impl TcpQueue {
         let ended = self.receive();
         self.process(out)?;
         if let Some(why) = ended {
-            let e = self.fail(why);
+            let e = self.c.fail(why);
             return match out.len() > before {
                 true => Ok(()),
                 false => Err(e),
@@ -453,53 +430,21 @@ impl TcpQueue {
 }
 
 impl HostQueue for TcpQueue {
-    fn qid(&self) -> u16 {
-        self.cfg.qid
+    fn common(&self) -> &Common {
+        &self.c
     }
 
-    fn depth(&self) -> u16 {
-        self.cfg.depth
-    }
-
-    fn slot_size(&self) -> usize {
-        self.cfg.slot_size
-    }
-
-    fn peer(&self) -> SocketAddr {
-        self.peer
-    }
-
-    fn set_inline_max(&mut self, n: usize) {
-        self.cfg.inline_max = n.min(self.cfg.slot_size);
-    }
-
-    fn stats(&self) -> QueueStats {
-        self.stats
-    }
-
-    fn in_flight(&self) -> usize {
-        self.slots.in_flight()
-    }
-
-    fn failure(&self) -> Option<&str> {
-        self.broken.as_deref()
-    }
-
-    fn alloc(&mut self) -> Option<u16> {
-        self.slots.alloc()
-    }
-
-    fn release(&mut self, tag: u16) {
-        let _ = self.slots.release(tag);
+    fn common_mut(&mut self) -> &mut Common {
+        &mut self.c
     }
 
     fn buffer(&self, tag: u16) -> &[u8] {
-        assert!(self.slots.is_reserved(tag), "slot {tag} is not reserved");
+        assert!(self.c.slots.is_reserved(tag), "slot {tag} is not reserved");
         &self.bufs[tag as usize]
     }
 
     fn buffer_mut(&mut self, tag: u16) -> &mut [u8] {
-        assert!(self.slots.is_reserved(tag), "slot {tag} is not reserved");
+        assert!(self.c.slots.is_reserved(tag), "slot {tag} is not reserved");
         &mut self.bufs[tag as usize]
     }
 
@@ -513,7 +458,7 @@ impl HostQueue for TcpQueue {
                 Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
                 Err(e) => {
                     self.tx.clear();
-                    return Err(self.fail(format!("send: {e}")));
+                    return Err(self.c.fail(format!("send: {e}")));
                 }
             }
         }
@@ -522,25 +467,25 @@ impl HostQueue for TcpQueue {
     }
 
     fn submit(&mut self, tag: u16, mut cmd: Command, xfer: Xfer) -> Result<()> {
-        self.check()?;
-        if !self.slots.is_reserved(tag) {
+        self.c.check()?;
+        if !self.c.slots.is_reserved(tag) {
             return Err(Error::Invalid(format!("slot {tag} is not reserved")));
         }
         let len = match xfer {
             Xfer::None => 0,
             Xfer::ToTarget(n) | Xfer::FromTarget(n) => n,
         };
-        if xfer != Xfer::None && (len == 0 || len as usize > self.cfg.slot_size) {
+        if xfer != Xfer::None && (len == 0 || len as usize > self.c.cfg.slot_size) {
             return Err(Error::Invalid(format!(
                 "transfer of {len} bytes (slot size {})",
-                self.cfg.slot_size
+                self.c.cfg.slot_size
             )));
         }
         cmd.set_cid(tag);
         let in_capsule = matches!(xfer, Xfer::ToTarget(n) if n as usize <= self.inline_limit());
         if in_capsule {
             cmd.set_sgl(&Sgl::InCapsule { offset: 0, len });
-            self.stats.in_capsule += 1;
+            self.c.stats.in_capsule += 1;
         } else {
             cmd.set_sgl(&Sgl::Transport { len });
         }
@@ -549,7 +494,7 @@ impl HostQueue for TcpQueue {
     }
 
     fn poll(&mut self, out: &mut Vec<Done>, wait: Duration) -> Result<usize> {
-        self.check()?;
+        self.c.check()?;
         self.flush()?;
         let before = out.len();
         let start = Instant::now();
@@ -567,14 +512,14 @@ impl HostQueue for TcpQueue {
                 f |= PollFlags::POLLOUT;
             }
             if let Err(e) = pollfd_wait(&self.s, f, left) {
-                return Err(self.fail(format!("poll: {e}")));
+                return Err(self.c.fail(format!("poll: {e}")));
             }
         }
     }
 
     fn raw(&mut self, req: &RawRequest<'_>, timeout: Duration) -> Result<RawOutcome> {
-        self.check()?;
-        if self.slots.in_flight() != 0 {
+        self.c.check()?;
+        if self.c.slots.in_flight() != 0 {
             return Err(Error::Invalid("raw mode needs an idle queue".into()));
         }
         let tag = self
@@ -584,7 +529,7 @@ impl HostQueue for TcpQueue {
         let user_cid = u16::from_le_bytes([sqe[2], sqe[3]]);
         let mut xfer = Xfer::None;
         let mut data = 0;
-        let cap = self.cfg.slot_size;
+        let cap = self.c.cfg.slot_size;
         if let Some(x) = req.window {
             if let Xfer::ToTarget(n) = x {
                 let n = (n as usize).min(req.write_data.len()).min(cap);
@@ -604,18 +549,18 @@ impl HostQueue for TcpQueue {
             data = req.in_capsule.len().min(cap);
             self.buffer_mut(tag)[..data].copy_from_slice(&req.in_capsule[..data]);
         }
-        self.raw = Some((user_cid, tag));
-        self.raw_cqe = None;
+        self.c.raw = Some((user_cid, tag));
+        self.c.raw_cqe = None;
         if let Err(e) = self.send_capsule(tag, &sqe, data, xfer) {
-            self.raw = None;
+            self.c.raw = None;
             self.release(tag);
             return Err(e);
         }
         let r = self.wait_for(tag, timeout, &mut |_, _| {}, "raw command");
-        self.raw = None;
-        let cqe = self.raw_cqe.take();
+        self.c.raw = None;
+        let cqe = self.c.raw_cqe.take();
         Ok(raw_outcome(self, tag, req, r, cqe, |q| {
-            q.fail("raw command timed out; queue state unknown".into());
+            q.c.fail("raw command timed out; queue state unknown".into());
         }))
     }
 
