@@ -43,15 +43,7 @@ impl Conn {
         Ok(Conn {
             s,
             rx: Vec::new(),
-            rules: Rules {
-                controller: false,
-                initialized: false,
-                hdgst: false,
-                ddgst: false,
-                pda: 0,
-                max_capsule_data: 0,
-                max_data: 1 << 20,
-            },
+            rules: Rules::host(1 << 20),
             layout: Layout::default(),
         })
     }
@@ -119,14 +111,7 @@ impl Conn {
         self.send(&req);
         let ok = matches!(self.next(WAIT), Ok(b) if b[0] == tcp::pdu_type::ICRESP);
         if ok {
-            self.rules.initialized = true;
-            self.rules.hdgst = dg & digest::HEADER != 0;
-            self.rules.ddgst = dg & digest::DATA != 0;
-            self.layout = Layout {
-                hdgst: self.rules.hdgst,
-                ddgst: self.rules.ddgst,
-                pda: 0,
-            };
+            self.layout = self.rules.agree(dg, 0);
         }
         ok
     }
@@ -194,6 +179,17 @@ fn in_capsule() -> Sgl {
     Sgl::InCapsule {
         offset: 0,
         len: 1024,
+    }
+}
+
+/// Sends an admin Connect whose data is to be fetched by R2T; the R2T, or
+/// the outcome when none came.
+fn connect_by_r2t(c: &mut Conn) -> Result<tcp::R2t, String> {
+    c.capsule(&connect_cmd(Sgl::Transport { len: 1024 }), &[]);
+    let b = c.next(WAIT).map_err(|o| format!("no_r2t:{o}"))?;
+    match tcp::parse(&b, &c.rules) {
+        Ok(Some((Pdu::R2t(t), _))) => Ok(t),
+        _ => Err("no_r2t".into()),
     }
 }
 
@@ -336,13 +332,9 @@ fn case(addr: SocketAddr, nqn: &str, name: &str) -> String {
                 return "no_icresp".into();
             }
             // The Connect's data by R2T instead of in the capsule.
-            c.capsule(&connect_cmd(Sgl::Transport { len: 1024 }), &[]);
-            let b = match c.next(WAIT) {
-                Ok(b) => b,
-                Err(o) => return format!("no_r2t:{o}"),
-            };
-            let Ok(Some((Pdu::R2t(t), _))) = tcp::parse(&b, &c.rules) else {
-                return "no_r2t".into();
+            let t = match connect_by_r2t(&mut c) {
+                Ok(t) => t,
+                Err(o) => return o,
             };
             let d = DataHeader {
                 cccid: t.cccid,
@@ -359,13 +351,9 @@ fn case(addr: SocketAddr, nqn: &str, name: &str) -> String {
             if !c.init(0) {
                 return "no_icresp".into();
             }
-            c.capsule(&connect_cmd(Sgl::Transport { len: 1024 }), &[]);
-            let b = match c.next(WAIT) {
-                Ok(b) => b,
-                Err(o) => return format!("no_r2t:{o}"),
-            };
-            let Ok(Some((Pdu::R2t(t), _))) = tcp::parse(&b, &c.rules) else {
-                return "no_r2t".into();
+            let t = match connect_by_r2t(&mut c) {
+                Ok(t) => t,
+                Err(o) => return o,
             };
             let d = DataHeader {
                 cccid: t.cccid,

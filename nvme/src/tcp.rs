@@ -322,6 +322,34 @@ pub struct Rules {
 }
 
 impl Rules {
+    /// What a host receives by before the ICResp: only an ICResp (or a
+    /// termination request), data PDUs of at most `max_data` later.
+    pub fn host(max_data: u32) -> Rules {
+        Rules {
+            controller: false,
+            initialized: false,
+            hdgst: false,
+            ddgst: false,
+            pda: 0,
+            max_capsule_data: 0,
+            max_data,
+        }
+    }
+
+    /// The connection initialized with the digests `digest` agreed (its
+    /// [`digest`] bits): these rules take them, and the returned layout is
+    /// how this side sends, aligning data as the peer asked (`peer_pda`).
+    pub fn agree(&mut self, digest: u8, peer_pda: u8) -> Layout {
+        self.initialized = true;
+        self.hdgst = digest & digest::HEADER != 0;
+        self.ddgst = digest & digest::DATA != 0;
+        Layout {
+            hdgst: self.hdgst,
+            ddgst: self.ddgst,
+            pda: peer_pda,
+        }
+    }
+
     /// The longest PDU these rules accept: what a receive buffer must hold.
     pub fn max_plen(&self) -> usize {
         let hd = if self.hdgst { DIGEST_SIZE } else { 0 };

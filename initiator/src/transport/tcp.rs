@@ -116,15 +116,7 @@ impl TcpQueue {
         let depth = cfg.depth as usize;
         let mut q = TcpQueue {
             s,
-            rules: Rules {
-                controller: false,
-                initialized: false,
-                hdgst: false,
-                ddgst: false,
-                pda: 0,
-                max_capsule_data: 0,
-                max_data: cfg.slot_size.min(u32::MAX as usize) as u32,
-            },
+            rules: Rules::host(cfg.slot_size.min(u32::MAX as usize) as u32),
             layout: Layout::default(),
             maxh2cdata: tcp::MIN_MAXH2CDATA,
             bufs: (0..depth).map(|_| vec![0u8; cfg.slot_size]).collect(),
@@ -189,14 +181,7 @@ impl TcpQueue {
             return Err(conn_err(format!("ICResp refused: {resp:?}")));
         }
         q.maxh2cdata = resp.maxh2cdata;
-        q.rules.initialized = true;
-        q.rules.hdgst = resp.digest & digest::HEADER != 0;
-        q.rules.ddgst = resp.digest & digest::DATA != 0;
-        q.layout = Layout {
-            hdgst: q.rules.hdgst,
-            ddgst: q.rules.ddgst,
-            pda: resp.cpda,
-        };
+        q.layout = q.rules.agree(resp.digest, resp.cpda);
         q.s.set_nonblocking(true)
             .map_err(|e| conn_err(e.to_string()))?;
         Ok(q)

@@ -484,14 +484,7 @@ impl TcpQueue {
         match pdu {
             Pdu::IcReq(r) => {
                 let dg = r.digest & (digest::HEADER | digest::DATA);
-                self.rules.initialized = true;
-                self.rules.hdgst = dg & digest::HEADER != 0;
-                self.rules.ddgst = dg & digest::DATA != 0;
-                self.layout = Layout {
-                    hdgst: self.rules.hdgst,
-                    ddgst: self.rules.ddgst,
-                    pda: r.hpda,
-                };
+                self.layout = self.rules.agree(dg, r.hpda);
                 // Now the buffer for the largest PDU the rules allow.
                 self.rx = vec![0u8; self.rules.max_plen()];
                 self.phase = Phase::Connect;

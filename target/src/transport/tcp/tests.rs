@@ -127,15 +127,7 @@ impl Rig {
         self.hosts.push(Host {
             stream,
             rx: Vec::new(),
-            rules: Rules {
-                controller: false,
-                initialized: false,
-                hdgst: false,
-                ddgst: false,
-                pda: 0,
-                max_capsule_data: 0,
-                max_data: 1 << 20,
-            },
+            rules: Rules::host(1 << 20),
             layout: Layout::default(),
         });
         self.hosts.len() - 1
@@ -233,14 +225,7 @@ impl Rig {
         assert_eq!(r.digest, dg);
         assert!(r.maxh2cdata >= tcp::MIN_MAXH2CDATA);
         let host = &mut self.hosts[h];
-        host.rules.initialized = true;
-        host.rules.hdgst = dg & digest::HEADER != 0;
-        host.rules.ddgst = dg & digest::DATA != 0;
-        host.layout = Layout {
-            hdgst: host.rules.hdgst,
-            ddgst: host.rules.ddgst,
-            pda: 0,
-        };
+        host.layout = host.rules.agree(dg, 0);
     }
 
     fn with_digest(l: &Layout, mut b: Vec<u8>, data: &[u8]) -> Vec<u8> {
