@@ -180,9 +180,11 @@ mod tests {
         let (a, b) = (Arc::new(Lane::default()), Arc::new(Lane::default()));
         let (release, stuck) = std::sync::mpsc::channel::<()>();
         let (tx, rx) = std::sync::mpsc::channel::<&str>();
+        let (started, running) = std::sync::mpsc::channel::<()>();
         let t = tx.clone();
         assert!(a
             .push(Box::new(move || {
+                let _ = started.send(());
                 let _ = stuck.recv();
                 let _ = t.send("a1");
             }))
@@ -200,6 +202,8 @@ mod tests {
             }))
             .is_ok());
         assert_eq!(rx.recv_timeout(Duration::from_secs(10)), Ok("b1"));
+        // The lane's thread took a1 (it runs, so is no longer waiting).
+        assert_eq!(running.recv_timeout(Duration::from_secs(10)), Ok(()));
         assert_eq!(a.waiting(), 1);
         release.send(()).unwrap();
         assert_eq!(rx.recv_timeout(Duration::from_secs(10)), Ok("a1"));
