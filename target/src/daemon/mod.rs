@@ -21,7 +21,8 @@ use crate::config::{NamespaceConfig, SubsystemConfig, TargetConfig};
 use crate::model::namespace::Namespace;
 use crate::model::subsystem::{HostAccess, Subsystem, SubsystemKind, Target};
 use crate::telemetry::http::MetricsServer;
-use crate::transport::rdma::{check_memlock, Engine};
+use crate::transport::engine::Engine;
+use crate::transport::rdma::check_memlock;
 
 use crate::transport::listener::Listener;
 use reload::Plan;
@@ -172,7 +173,9 @@ impl Daemon {
         for l in &config.listeners {
             let s = engine.shared();
             let started = match l.transport {
-                crate::config::Transport::Rdma => crate::transport::rdma::listen(s.clone(), l.addr),
+                crate::config::Transport::Rdma => {
+                    crate::transport::rdma::listen(s.rdma.clone(), target.clone(), l.addr)
+                }
                 crate::config::Transport::Tcp => {
                     crate::transport::tcp::listener::listen(s.tcp.clone(), target.clone(), l.addr)
                 }

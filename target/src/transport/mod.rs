@@ -1,10 +1,36 @@
 //! Transports: RDMA and NVMe/TCP (listeners, and each one's part of the
-//! workers), and the in-process loopback the tests and the fuzzer drive the
+//! workers), the engine that runs the workers with both ([`engine`]), and
+//! the in-process loopback the tests and the fuzzer drive the
 //! queue core through; what stops the process when a transport thread
 //! panics.
 
 pub mod abort;
+pub mod engine;
 pub mod listener;
 pub mod loopback;
 pub mod rdma;
 pub mod tcp;
+
+/// Errors setting up a transport or the engine.
+#[derive(Debug, thiserror::Error)]
+pub enum TransportError {
+    /// A verbs / RDMA-CM call failed.
+    #[error("{context}: {source}")]
+    Rdma {
+        /// What was being done.
+        context: String,
+        /// The failure.
+        source: ::rdma::Error,
+    },
+    /// An OS call failed.
+    #[error("{context}: {source}")]
+    Os {
+        /// What was being done.
+        context: String,
+        /// The failure.
+        source: std::io::Error,
+    },
+    /// Anything else, said in words.
+    #[error("{0}")]
+    Setup(String),
+}

@@ -141,6 +141,11 @@ impl<T> Inbox<T> {
         self.waker.wake();
     }
 
+    /// Wakes its worker.
+    pub fn wake(&self) {
+        self.waker.wake();
+    }
+
     /// The connections handed over since the last call (cheap when there
     /// are none).
     pub fn take(&self) -> Vec<T> {

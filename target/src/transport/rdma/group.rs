@@ -18,7 +18,7 @@ use super::device::WorkerDevice;
 use super::index::QueueIndex;
 use super::queue::{Cx, NewConn, Queue};
 use super::wr;
-use super::EngineShared;
+use super::RdmaShared;
 use crate::engine::pool::Buf;
 use crate::model::controller::QueueLink;
 use crate::telemetry::metrics::metrics;
@@ -50,14 +50,14 @@ pub struct RdmaGroup {
     cm: Option<Arc<EventChannel>>,
     cm_armed: bool,
     inbox: Arc<Inbox>,
-    engine: Arc<EngineShared>,
+    shared: Arc<RdmaShared>,
     wcs: Vec<WorkCompletion>,
 }
 
 impl RdmaGroup {
     /// The RDMA part of a worker whose connections arrive in `inbox`; its
     /// queues' keys carry `base` ([`Slots::with_base`]).
-    pub fn new(engine: Arc<EngineShared>, inbox: Arc<Inbox>, base: u16) -> RdmaGroup {
+    pub fn new(shared: Arc<RdmaShared>, inbox: Arc<Inbox>, base: u16) -> RdmaGroup {
         RdmaGroup {
             queues: Slots::with_base(base),
             devices: Vec::new(),
@@ -65,7 +65,7 @@ impl RdmaGroup {
             cm: None,
             cm_armed: false,
             inbox,
-            engine,
+            shared,
             wcs: (0..32).map(|_| WorkCompletion::default()).collect(),
         }
     }
@@ -96,7 +96,7 @@ impl RdmaGroup {
             return;
         };
         let mut cx = Cx {
-            poster: self.engine.poster(w.worker),
+            poster: self.shared.poster(w.worker),
             w,
             dev: d,
             dev_index: dev,
@@ -250,7 +250,7 @@ impl RdmaGroup {
         };
         if let Some(d) = self.devices.get_mut(dev).and_then(|s| s.dev.as_mut()) {
             d.removed = true;
-            self.engine.device_removed(d.key);
+            self.shared.device_removed(d.key);
         }
     }
 
@@ -273,6 +273,7 @@ impl RdmaGroup {
             .position(|s| s.dev.is_none())
             .unwrap_or(self.devices.len());
         let gen = self.devices.get(idx).map_or(0, |s| s.gen.wrapping_add(1));
+        let cfg = w.cfg;
         let Some(ring) = w.ring() else {
             error!(
                 worker = w.worker,
@@ -281,27 +282,19 @@ impl RdmaGroup {
             return None;
         };
         let made = self
-            .engine
+            .shared
             .pd_for(ctx)
             .map_err(|e| e.to_string())
             .and_then(|pd| {
-                WorkerDevice::new(
-                    ctx,
-                    pd,
-                    &self.engine.cfg,
-                    &self.engine.budget,
-                    ring,
-                    idx,
-                    gen,
-                )
-                .map_err(|e| e.to_string())
+                WorkerDevice::new(ctx, pd, cfg, &self.shared.budget, ring, idx, gen)
+                    .map_err(|e| e.to_string())
             });
         match made {
             Ok(d) => {
                 // The poster's thread starts with the first device that
                 // offloads, not mid-run at the first large read.
                 if d.offload_sends {
-                    if let Some(p) = self.engine.poster(w.worker) {
+                    if let Some(p) = self.shared.poster(w.worker) {
                         p.start();
                     }
                 }
@@ -366,7 +359,7 @@ impl Transport for RdmaGroup {
             };
             let qid = c.params.qid;
             let link = QueueLink::new(qid, w.waker.clone());
-            match Queue::accept(c, key, dev, wd, &self.engine.budget, link) {
+            match Queue::accept(c, key, dev, wd, &self.shared.budget, link) {
                 Ok(q) => {
                     queue_added(w);
                     self.index.insert(q.dev, q.qp_num, q.cm_key, key.slot);
@@ -487,7 +480,7 @@ impl Transport for RdmaGroup {
         // Devices another thread saw removed.
         for s in &mut self.devices {
             if let Some(d) = s.dev.as_mut().filter(|d| !d.removed) {
-                d.removed = self.engine.is_removed(&d.pd);
+                d.removed = self.shared.is_removed(&d.pd);
             }
         }
         let now: Instant = w.now;

@@ -12,8 +12,10 @@ use rdma::{CmEventKind, CmId, EventChannel};
 use tracing::{debug, error, info, warn};
 
 use super::queue::NewConn;
-use super::{reject, EngineShared, TransportError};
+use super::{reject, RdmaShared};
+use crate::model::subsystem::Target;
 use crate::transport::listener::{Beat, Listener};
+use crate::transport::TransportError;
 
 /// How long the listener thread waits for an event before it checks for stop
 /// and records its heartbeat.
@@ -35,7 +37,11 @@ fn bind_listen(ch: &Arc<EventChannel>, addr: SocketAddr) -> Result<CmId, Transpo
 }
 
 /// Starts a listener thread for `addr`. Returns once the address is bound and listening.
-pub fn listen(engine: Arc<EngineShared>, addr: SocketAddr) -> Result<Listener, TransportError> {
+pub fn listen(
+    shared: Arc<RdmaShared>,
+    target: Arc<Target>,
+    addr: SocketAddr,
+) -> Result<Listener, TransportError> {
     let ch = EventChannel::new().map_err(|source| TransportError::Rdma {
         context: "creating an RDMA-CM event channel".into(),
         source,
@@ -43,7 +49,7 @@ pub fn listen(engine: Arc<EngineShared>, addr: SocketAddr) -> Result<Listener, T
     let id = bind_listen(&ch, addr)?;
     info!(%addr, "listening (rdma)");
     Listener::spawn(addr, format!("nvmf-listen-{}", addr.port()), move |beat| {
-        listener_loop(engine, ch, id, addr, beat)
+        listener_loop(shared, target, ch, id, addr, beat)
     })
     .map_err(|source| TransportError::Os {
         context: "spawning the listener thread".into(),
@@ -52,7 +58,8 @@ pub fn listen(engine: Arc<EngineShared>, addr: SocketAddr) -> Result<Listener, T
 }
 
 fn listener_loop(
-    engine: Arc<EngineShared>,
+    shared: Arc<RdmaShared>,
+    target: Arc<Target>,
     ch: Arc<EventChannel>,
     listen_id: CmId,
     addr: SocketAddr,
@@ -97,7 +104,6 @@ fn listener_loop(
         };
         match (ev.kind, ev.new_id) {
             (CmEventKind::ConnectRequest, Some(id)) => {
-                let target = &engine.target;
                 let params = match super::cm::check_cm_request(&ev.private_data) {
                     Ok(p) => p,
                     Err(why) => {
@@ -113,12 +119,12 @@ fn listener_loop(
                     reject(&id, RejectStatus::NoResources);
                     continue;
                 };
-                let pending = match engine.admission.admit(peer.ip()) {
+                let pending = match shared.admission.admit(peer.ip()) {
                     Ok(p) => p,
                     Err(why) => {
                         crate::telemetry::metrics::reject(why.reason());
-                        if engine.admission.should_log(peer.ip(), Instant::now()) {
-                            let (mine, all) = engine.admission.counts(peer.ip());
+                        if shared.admission.should_log(peer.ip(), Instant::now()) {
+                            let (mine, all) = shared.admission.counts(peer.ip());
                             warn!(%addr, %peer, pending_from_peer = mine, pending = all,
                                   limit = why.reason(),
                                   "connection refused: too many queues without a Fabrics Connect \
@@ -129,7 +135,7 @@ fn listener_loop(
                         continue;
                     }
                 };
-                engine.assign(params.qid).give(NewConn {
+                shared.assign(params.qid).give(NewConn {
                     id,
                     params,
                     host_ird: ev.initiator_depth,
@@ -142,7 +148,7 @@ fn listener_loop(
                 // while it lives), and with it every queue on the device.
                 warn!(%addr, "the RDMA device of this address is being removed; listening again when it is back");
                 if let Some(key) = listen_id.as_ref().and_then(|i| i.device_key()) {
-                    engine.device_removed(key);
+                    shared.device_removed(key);
                 }
                 listen_id = None;
             }

@@ -1,5 +1,5 @@
-//! The RDMA transport: an engine of worker threads (poll groups) that serve
-//! many queue pairs each, and RDMA-CM listeners that hand them connections.
+//! The RDMA transport: RDMA-CM listeners that hand connections to the
+//! engine's workers ([`super::engine`]), and each worker's RDMA part.
 //!
 //! - [`listener`]: accepts connection requests, checks the CM private data,
 //!   and gives each queue to a worker: I/O queue *q* of any host to worker
@@ -27,78 +27,28 @@ mod wr;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, Weak};
-use std::thread::JoinHandle;
-use std::time::{Duration, Instant};
 
 use nvme::cm::{CmReject, RejectStatus};
 use rdma::{CmId, Context, ProtectionDomain};
-use tracing::{info, warn};
+use tracing::warn;
 
-use crate::backend::offload::Offload;
 use crate::config::{EngineConfig, SendOffload};
 use crate::engine::admission::Admission;
-use crate::model::subsystem::Target;
-use crate::transport::tcp::group::TcpGroup;
-use crate::worker::{Both, Worker, WorkerShared};
-
-/// Capsule buffers of a worker's NVMe/TCP connections (8 KiB each).
-const TCP_CAPSULES: u32 = 256;
-
-/// The data pool of a worker's NVMe/TCP connections: as an RDMA device's
-/// (its memory is touched only as NVMe/TCP uses it).
-fn tcp_pool_shape(cfg: &EngineConfig) -> crate::engine::pool::PoolShape {
-    crate::engine::pool::PoolShape {
-        small_size: crate::config::SMALL_BUFFER,
-        small_count: cfg.small_buffers as usize,
-        large_size: crate::MAX_IO_SIZE as usize,
-        large_count: cfg.large_buffers as usize,
-    }
-}
-use group::{Inbox, RdmaGroup};
+use group::Inbox;
 pub use listener::listen;
 use memory::Budget;
 use poster::{Poster, Posters};
 
-/// Errors setting up the transport.
-#[derive(Debug, thiserror::Error)]
-pub enum TransportError {
-    /// A verbs / RDMA-CM call failed.
-    #[error("{context}: {source}")]
-    Rdma {
-        /// What was being done.
-        context: String,
-        /// The failure.
-        source: rdma::Error,
-    },
-    /// An OS call failed.
-    #[error("{context}: {source}")]
-    Os {
-        /// What was being done.
-        context: String,
-        /// The failure.
-        source: std::io::Error,
-    },
-    /// Anything else, said in words.
-    #[error("{0}")]
-    Setup(String),
-}
-
-/// What the listeners and workers share.
-pub struct EngineShared {
-    /// The target served.
-    pub target: Arc<Target>,
-    /// Engine settings.
-    pub cfg: EngineConfig,
+/// What the RDMA listeners and the workers' RDMA parts share.
+pub struct RdmaShared {
+    /// Queues that have not connected yet, capped per peer and in all
+    /// (NVMe/TCP's too).
+    pub admission: Arc<Admission>,
     /// The pinned-memory budget.
     pub budget: Arc<Budget>,
-    /// Queues that have not connected yet, capped per peer and in all.
-    pub admission: Arc<Admission>,
-    /// What the NVMe/TCP listeners and the workers' TCP parts share.
-    pub tcp: Arc<crate::transport::tcp::TcpShared>,
     pds: Mutex<Vec<(usize, Arc<ProtectionDomain>)>>,
     /// Protection domains of removed devices, until every worker let go.
     removed: Mutex<Vec<Weak<ProtectionDomain>>>,
-    workers: Vec<Arc<WorkerShared>>,
     /// Where each worker takes its new connections.
     inboxes: Vec<Arc<Inbox>>,
     next_admin: AtomicUsize,
@@ -106,7 +56,30 @@ pub struct EngineShared {
     posters: Option<Posters>,
 }
 
-impl EngineShared {
+impl RdmaShared {
+    /// The shared part for workers with `inboxes`.
+    pub fn new(
+        cfg: &EngineConfig,
+        admission: Arc<Admission>,
+        inboxes: Vec<Arc<Inbox>>,
+    ) -> Arc<RdmaShared> {
+        Arc::new(RdmaShared {
+            admission,
+            budget: Budget::new(cfg.max_pinned_memory),
+            pds: Mutex::new(Vec::new()),
+            removed: Mutex::new(Vec::new()),
+            posters: (cfg.send_offload != SendOffload::Off)
+                .then(|| Posters::new(poster::poster_count(cfg.workers))),
+            inboxes,
+            next_admin: AtomicUsize::new(0),
+        })
+    }
+
+    /// Each worker's inbox.
+    pub fn inboxes(&self) -> &[Arc<Inbox>] {
+        &self.inboxes
+    }
+
     /// The target-wide protection domain of the device of `ctx`.
     pub fn pd_for(&self, ctx: &Context) -> rdma::Result<Arc<ProtectionDomain>> {
         let key = ctx.as_ptr() as usize;
@@ -134,8 +107,8 @@ impl EngineShared {
         removed.push(Arc::downgrade(&pd));
         drop(removed);
         warn!("RDMA device removed: its queues are disconnected and its resources freed");
-        for w in &self.workers {
-            w.waker.wake();
+        for i in &self.inboxes {
+            i.wake();
         }
     }
 
@@ -162,134 +135,6 @@ impl EngineShared {
             self.next_admin.fetch_add(1, Ordering::Relaxed) % n
         };
         &self.inboxes[i]
-    }
-}
-
-/// The running engine.
-pub struct Engine {
-    shared: Arc<EngineShared>,
-    threads: Vec<JoinHandle<()>>,
-}
-
-impl Engine {
-    /// Starts the workers.
-    pub fn start(target: Arc<Target>, cfg: EngineConfig) -> Result<Engine, TransportError> {
-        let os = |context: &str| {
-            let context = context.to_string();
-            move |source| TransportError::Os { context, source }
-        };
-        let offload = Arc::new(Offload::start().map_err(os("starting the offload thread"))?);
-        let workers = (0..cfg.workers)
-            .map(WorkerShared::new)
-            .collect::<Result<Vec<_>, _>>()
-            .map_err(os("creating a worker eventfd"))?;
-        let posters = (cfg.send_offload != SendOffload::Off)
-            .then(|| Posters::new(poster::poster_count(cfg.workers)));
-        let inboxes = workers
-            .iter()
-            .map(|w| Inbox::new(w.waker.clone()))
-            .collect();
-        let tcp_inboxes: Vec<_> = workers
-            .iter()
-            .map(|w| crate::transport::tcp::Inbox::new(w.waker.clone()))
-            .collect();
-        let admission = Admission::new(cfg.max_pending_queues_per_peer, cfg.max_pending_queues);
-        let shared = Arc::new(EngineShared {
-            target,
-            budget: Budget::new(cfg.max_pinned_memory),
-            tcp: crate::transport::tcp::TcpShared::new(admission.clone(), tcp_inboxes),
-            admission,
-            cfg,
-            pds: Mutex::new(Vec::new()),
-            removed: Mutex::new(Vec::new()),
-            posters,
-            workers,
-            inboxes,
-            next_admin: AtomicUsize::new(0),
-        });
-        let mut threads = Vec::new();
-        for (i, (w, inbox)) in shared.workers.iter().zip(&shared.inboxes).enumerate() {
-            let rdma = RdmaGroup::new(shared.clone(), inbox.clone(), 0);
-            let tcp = TcpGroup::new(
-                shared.tcp.inboxes[i].clone(),
-                tcp_pool_shape(&shared.cfg),
-                TCP_CAPSULES,
-                crate::worker::slots::SECOND,
-            );
-            let worker = Worker::new(
-                w.clone(),
-                Both(rdma, tcp),
-                shared.target.clone(),
-                shared.cfg.clone(),
-                offload.clone(),
-            )
-            .map_err(TransportError::Setup)?;
-            let t = std::thread::Builder::new()
-                .name(format!("nvmf-worker-{}", w.index))
-                .spawn(move || worker.run())
-                .map_err(os("spawning a worker thread"))?;
-            threads.push(t);
-        }
-        info!(
-            workers = shared.workers.len(),
-            srq = ?shared.cfg.srq,
-            send_offload = ?shared.cfg.send_offload,
-            max_pinned_mib = shared.cfg.max_pinned_memory >> 20,
-            "engine started"
-        );
-        Ok(Engine { shared, threads })
-    }
-
-    /// What listeners need.
-    pub fn shared(&self) -> &Arc<EngineShared> {
-        &self.shared
-    }
-
-    /// Checks that every worker runs and went round its loop within `max_ms`
-    /// (a sleeping worker still does, every [`crate::worker::IDLE_WAIT`]).
-    pub fn check_alive(&self, max_ms: u64) -> Result<(), String> {
-        for (t, w) in self.threads.iter().zip(&self.shared.workers) {
-            if t.is_finished() {
-                return Err(format!("worker {} is not running", w.index));
-            }
-            if w.waker.silent_ms() > max_ms {
-                return Err(format!(
-                    "worker {} stalled ({} ms without a heartbeat)",
-                    w.index,
-                    w.waker.silent_ms()
-                ));
-            }
-        }
-        Ok(())
-    }
-
-    /// Number of worker threads.
-    pub fn workers(&self) -> usize {
-        self.threads.len()
-    }
-
-    /// Pinned bytes charged now.
-    pub fn pinned_bytes(&self) -> u64 {
-        self.shared.budget.used()
-    }
-
-    /// Disconnects every queue and stops the workers (waits up to `timeout`).
-    pub fn stop(self, timeout: Duration) {
-        for w in &self.shared.workers {
-            w.stop.store(true, Ordering::Release);
-            w.waker.wake();
-        }
-        let start = Instant::now();
-        while self.threads.iter().any(|t| !t.is_finished()) && start.elapsed() < timeout {
-            std::thread::sleep(Duration::from_millis(10));
-        }
-        for t in self.threads {
-            if t.is_finished() {
-                let _ = t.join();
-            } else {
-                warn!("a worker did not stop in time");
-            }
-        }
     }
 }
 

@@ -47,6 +47,8 @@ pub struct Res {
 /// connections the worker serves (more than two is enough for a Compare
 /// waiting for its fused Write).
 pub const MIN_CAPSULE_SHARE: u32 = 8;
+/// Capsule buffers of an engine worker's NVMe/TCP connections (8 KiB each).
+pub const CAPSULES: u32 = 256;
 
 impl Res {
     /// Sets the share of capsule buffers for `connections` connections.
@@ -67,6 +69,19 @@ impl TcpGroup {
     /// The TCP part of a worker whose connections arrive in `inbox`, with a
     /// pool of `shape` and `capsules` capsule buffers; its queues' keys
     /// carry `base`.
+    /// The TCP part of an engine's worker: [`CAPSULES`] capsule buffers and
+    /// a data pool shaped as an RDMA device's (its memory is touched only
+    /// as NVMe/TCP uses it).
+    pub fn for_engine(inbox: Arc<Inbox>, cfg: &crate::config::EngineConfig) -> TcpGroup {
+        let shape = PoolShape {
+            small_size: crate::config::SMALL_BUFFER,
+            small_count: cfg.small_buffers as usize,
+            large_size: crate::MAX_IO_SIZE as usize,
+            large_count: cfg.large_buffers as usize,
+        };
+        Self::new(inbox, shape, CAPSULES, crate::worker::slots::SECOND)
+    }
+
     pub fn new(inbox: Arc<Inbox>, shape: PoolShape, capsules: u32, base: u16) -> TcpGroup {
         let pool = Pool::new(shape);
         let pool_mem = Aligned::new(pool.shape().bytes());

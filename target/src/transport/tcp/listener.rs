@@ -14,7 +14,7 @@ use tracing::{info, warn};
 use super::{NewSocket, TcpShared};
 use crate::model::subsystem::Target;
 use crate::transport::listener::{Beat, Listener};
-use crate::transport::rdma::TransportError;
+use crate::transport::TransportError;
 
 /// How long the listener thread waits for a connection before it checks
 /// for stop and records its heartbeat.
