@@ -15,7 +15,8 @@
 #   3. ours: a host with keep-alive off in practice (KATO 49 days) whose network goes
 #      dark (its own network namespace, the link cut: no FIN, nothing acknowledged) is
 #      freed within 60 s by TCP keep-alive (nvmet-tcp holds it for the 49 days); status
-#      shows the controller's transport, metrics count connects and disconnects by it;
+#      shows the controller's transport, metrics count connects and disconnects by it,
+#      and the reads' zero-copy sends (the kernel copies for this local host, and says so);
 #   4. ours: IPv6 (a second TCP listener on ::1): discovery, connect, read; a namespace
 #      added live (control socket) reaches that host without a reconnect, and goes.
 # Output: the table, then "TCP PASS" (last line) on success.
@@ -153,6 +154,15 @@ grep -qE "^nvmf_target_connects_total\{subsystem=\"$NQN\",transport=\"tcp\",type
     fail "no I/O queue connect counted with transport=\"tcp\""
 grep -qE '^nvmf_target_disconnects_total\{reason="[a-z_]+",transport="tcp"\} [1-9]' /tmp/metrics.txt ||
     fail "no disconnect counted with transport=\"tcp\""
+# fio's 64k reads went zero-copy; the host is in this guest, so the kernel copied after
+# all and said so (each connection then sends by copy); no buffer was left with it.
+grep -E '^nvmf_target_zero_copy_sends_total' /tmp/metrics.txt | sed 's/^/    /'
+grep -qE '^nvmf_target_zero_copy_sends_total\{outcome="sent"\} [1-9]' /tmp/metrics.txt ||
+    fail "no zero-copy send of a read's data counted"
+grep -qE '^nvmf_target_zero_copy_sends_total\{outcome="copied"\} [1-9]' /tmp/metrics.txt ||
+    fail "the kernel's notice that it copied a local peer's zero-copy send was not read"
+! grep -qE '^nvmf_target_zero_copy_sends_total\{outcome="abandoned"\} [1-9]' /tmp/metrics.txt ||
+    fail "zero-copy buffers abandoned"
 kill -9 "$BG" 2>/dev/null; wait "$BG" 2>/dev/null || true; BG=
 ip netns del "$GONE_NS"
 

@@ -89,6 +89,11 @@ pub struct EngineMetrics {
     /// `offloaded_send_batches_total`: batches of sends handed to a poster
     /// thread (each with a large RDMA WRITE, or behind one).
     pub offloaded_send_batches: prometheus::IntCounter,
+    /// `zero_copy_sends_total{outcome}`: NVMe/TCP sends of a read's data
+    /// from its pool buffer (`MSG_ZEROCOPY`): `sent`, `copied` (the kernel
+    /// copied after all), `abandoned` (a closed connection's buffers the
+    /// kernel never gave back, kept out of the pool).
+    pub zero_copy: IntCounterVec,
 }
 
 impl Metrics {
@@ -314,6 +319,13 @@ impl Metrics {
                         &["worker"],
                     )
                     .expect("valid metric"),
+                ),
+                zero_copy: counter(
+                    "zero_copy_sends_total",
+                    "NVMe/TCP sends of read data from its buffer (MSG_ZEROCOPY): sent, copied \
+                     (the kernel copied after all: the connection stops), abandoned (buffers a \
+                     closed connection's kernel never gave back, kept out of the pool)",
+                    &["outcome"],
                 ),
                 worker_wakeups: counter(
                     "worker_wakeups_total",

@@ -125,6 +125,9 @@ impl TcpGroup {
             return 0;
         };
         let mut n = 0;
+        for b in q.reclaim() {
+            self.res.give(w, key, b);
+        }
         if q.readable || q.starved {
             n += q.read(w, &mut self.res);
         }
@@ -133,6 +136,23 @@ impl TcpGroup {
         }
         Self::arm_queue(w, key, q);
         n
+    }
+}
+
+#[cfg(test)]
+impl TcpGroup {
+    /// Data buffers out of the pool.
+    pub(super) fn buffers_in_use(&self) -> usize {
+        self.res.pool.in_use()
+    }
+
+    /// Whether each connection sends read data zero-copy now.
+    pub(super) fn zero_copy(&self) -> Vec<bool> {
+        (0..self.queues.span())
+            .filter_map(|i| self.queues.key_at(i))
+            .filter_map(|k| self.queues.get(k))
+            .map(|q| q.zero_copy_on())
+            .collect()
     }
 }
 
@@ -200,7 +220,13 @@ impl Transport for TcpGroup {
     }
 
     fn give(&mut self, w: &mut Lend<'_>, queue: QueueKey, _pool: usize, buf: Buf) {
-        self.res.give(w, queue, buf);
+        let buf = match self.queues.get_mut(queue) {
+            Some(q) => q.release(buf),
+            None => Some(buf),
+        };
+        if let Some(b) = buf {
+            self.res.give(w, queue, b);
+        }
     }
 
     fn flush(&mut self, w: &mut Lend<'_>) {
@@ -240,6 +266,11 @@ impl Transport for TcpGroup {
     fn tick(&mut self, w: &mut Lend<'_>, stop: bool, gone: &mut Vec<QueueKey>) {
         for key in self.queues.keys() {
             if let Some(q) = self.queues.get_mut(key) {
+                // A closing socket is not polled: its zero-copy
+                // notifications are read here.
+                for b in q.reclaim() {
+                    self.res.give(w, key, b);
+                }
                 if q.tick(w, &mut self.res, stop) {
                     gone.push(key);
                 }

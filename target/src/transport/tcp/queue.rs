@@ -20,6 +20,7 @@ use nvme::{Command, Completion};
 use tracing::{debug, warn};
 
 use super::group::Res;
+use super::zerocopy::{self, ZeroCopy};
 use super::{MAX_CAPSULE_DATA, MAX_H2C_DATA};
 use crate::engine::admission::Pending;
 use crate::engine::data::SglKind;
@@ -106,6 +107,8 @@ pub struct TcpQueue {
     /// Since when it closes.
     closing: Option<Instant>,
     key: QueueKey,
+    /// Its zero-copy sends and the buffers they pin.
+    zc: ZeroCopy,
 }
 
 /// The rules a controller receives by before the ICReq.
@@ -132,6 +135,7 @@ impl TcpQueue {
         now: Instant,
     ) -> TcpQueue {
         TcpQueue {
+            zc: ZeroCopy::new(zerocopy::enable(stream.as_raw_fd())),
             stream,
             addrs: Addrs {
                 peer: Some(peer),
@@ -167,6 +171,36 @@ impl TcpQueue {
     /// Whether it is closing.
     pub fn closing(&self) -> bool {
         self.closing.is_some()
+    }
+
+    /// The core released `b`: given back (`Some`) unless the kernel may
+    /// still read it for a zero-copy send ([`zerocopy`]).
+    pub fn release(&mut self, b: Buf) -> Option<Buf> {
+        self.zc.release(b)
+    }
+
+    /// The buffers whose zero-copy sends the kernel finished with.
+    pub fn reclaim(&mut self) -> Vec<Buf> {
+        if !self.zc.outstanding() {
+            return Vec::new();
+        }
+        let before = self.zc.on;
+        let free = self.zc.drain(self.stream.as_raw_fd());
+        if before && !self.zc.on {
+            crate::telemetry::metrics::metrics()
+                .engine
+                .zero_copy
+                .with_label_values(&["copied"])
+                .inc();
+            debug!(peer = ?self.addrs.peer, "the kernel copies zero-copy sends here (a local peer?): sending as before");
+        }
+        free
+    }
+
+    /// Whether it sends read data zero-copy now.
+    #[cfg(test)]
+    pub(super) fn zero_copy_on(&self) -> bool {
+        self.zc.on
     }
 
     /// Whether writes wait to go out.
@@ -669,23 +703,41 @@ impl TcpQueue {
     /// whole are delivered (the core hears of each). Returns whether
     /// something was written, or the socket's error.
     fn send_queued(&mut self, w: &mut Lend<'_>, res: &mut Res) -> Result<bool, nix::errno::Errno> {
+        use nix::sys::socket::MsgFlags;
         let mut wrote = false;
         while !self.tx.is_empty() {
             let mut iov: Vec<IoSlice<'_>> = Vec::with_capacity(48);
+            // A large read's data goes alone in a zero-copy send: the
+            // kernel would pin every part of the call, headers too.
+            let mut zero_copy = None;
             let mut skip = self.tx_off;
-            for o in self.tx.iter().take(16) {
+            'outs: for o in self.tx.iter().take(16) {
                 // SAFETY: the data of a response's C2HData PDU: the request
                 // holds its pool buffer until the response was written.
                 let data = o
                     .data
                     .map(|(p, l)| unsafe { std::slice::from_raw_parts(p.0, l as usize) });
-                for part in [Some(&o.head[..]), data, o.dgst.as_ref().map(|d| &d[..])]
+                let zc = self.zc.on && o.data.is_some_and(|(_, l)| l >= zerocopy::MIN_LEN);
+                for (i, part) in [Some(&o.head[..]), data, o.dgst.as_ref().map(|d| &d[..])]
                     .into_iter()
-                    .flatten()
+                    .enumerate()
                 {
+                    let Some(part) = part else {
+                        continue;
+                    };
                     if skip >= part.len() {
                         skip -= part.len();
                         continue;
+                    }
+                    if zc && i == 1 {
+                        if !iov.is_empty() {
+                            break 'outs;
+                        }
+                        iov.push(IoSlice::new(&part[skip..]));
+                        zero_copy = o
+                            .data
+                            .map(|(p, _)| p.0 as usize - res.pool_mem.ptr() as usize);
+                        break 'outs;
                     }
                     iov.push(IoSlice::new(&part[skip..]));
                     skip = 0;
@@ -695,11 +747,15 @@ impl TcpQueue {
                 // Only the markers of responses to a closed connection.
                 break;
             }
+            let mut flags = MsgFlags::MSG_DONTWAIT | MsgFlags::MSG_NOSIGNAL;
+            if zero_copy.is_some() {
+                flags |= MsgFlags::from_bits_retain(libc::MSG_ZEROCOPY);
+            }
             let r = nix::sys::socket::sendmsg(
                 self.stream.as_raw_fd(),
                 &iov,
                 &[],
-                nix::sys::socket::MsgFlags::MSG_DONTWAIT | nix::sys::socket::MsgFlags::MSG_NOSIGNAL,
+                flags,
                 None::<&nix::sys::socket::SockaddrStorage>,
             );
             drop(iov);
@@ -707,6 +763,14 @@ impl TcpQueue {
                 Ok(mut k) => {
                     wrote = true;
                     self.blocked = false;
+                    if let Some(offset) = zero_copy {
+                        self.zc.sent(offset);
+                        crate::telemetry::metrics::metrics()
+                            .engine
+                            .zero_copy
+                            .with_label_values(&["sent"])
+                            .inc();
+                    }
                     // Whole outputs written: their responses are delivered.
                     while let Some(o) = self.tx.front() {
                         let left = o.len() - self.tx_off;
@@ -726,6 +790,9 @@ impl TcpQueue {
                     break;
                 }
                 Err(nix::errno::Errno::EINTR) => {}
+                // Socket memory for pinned pages ran out (optmem_max): the
+                // connection sends by copy from now on.
+                Err(nix::errno::Errno::ENOBUFS) if zero_copy.is_some() => self.zc.on = false,
                 Err(e) => return Err(e),
             }
         }
@@ -756,7 +823,29 @@ impl TcpQueue {
         if self.closing.is_some() {
             self.close(w, res);
         }
-        self.closing.is_some() && !self.core.as_ref().is_some_and(|c| c.busy())
+        let Some(since) = self.closing else {
+            return false;
+        };
+        if self.core.as_ref().is_some_and(|c| c.busy()) {
+            return false;
+        }
+        // The socket stays until the kernel gave back every buffer it sends
+        // from; then its held buffers go back to the pool (the group's
+        // reclaim) and the queue may go.
+        if !self.zc.outstanding() {
+            return true;
+        }
+        if w.now.saturating_duration_since(since) < zerocopy::GIVE_UP {
+            return false;
+        }
+        warn!(peer = ?self.addrs.peer, buffers = self.zc.held(),
+              "the kernel did not give back a closed connection's zero-copy buffers: they stay out of the pool");
+        crate::telemetry::metrics::metrics()
+            .engine
+            .zero_copy
+            .with_label_values(&["abandoned"])
+            .inc_by(self.zc.held() as u64);
+        true
     }
 
     /// The queue leaves its worker: it detaches from its controller.

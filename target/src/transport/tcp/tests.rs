@@ -416,6 +416,69 @@ fn a_host_connects_identifies_writes_by_r2t_and_in_capsule_and_reads_back() {
     }
 }
 
+/// A large read's data goes zero-copy from its pool buffer, which goes
+/// back to the pool once the kernel is done with it. On the loopback the
+/// kernel copies after all and says so: the connection then sends by copy.
+#[test]
+fn a_large_read_goes_zero_copy_and_its_buffer_comes_back() {
+    let mut r = Rig::new();
+    let (_, cntlid) = r.admin(0);
+    let q = r.io(0, cntlid);
+    assert_eq!(
+        r.group.transport.zero_copy(),
+        [true, true],
+        "SO_ZEROCOPY set"
+    );
+    let len = 64 * 1024;
+    let data = pattern(7, len as usize);
+    let w = r.rw(io::WRITE, 0, len);
+    r.capsule(q, &w, &[]);
+    let mut off = 0;
+    while off < len {
+        let b = r.next(q);
+        let Pdu::R2t(t) = r.parse(q, &b) else {
+            panic!("not an R2T")
+        };
+        let end = t.r2to + t.r2tl;
+        while off < end {
+            let n = (end - off).min(super::MAX_H2C_DATA);
+            let d = DataHeader {
+                cccid: w.cid(),
+                ttag: t.ttag,
+                datao: off,
+                datal: n,
+            };
+            r.h2c(
+                q,
+                &d,
+                &data[off as usize..(off + n) as usize],
+                off + n == end,
+            );
+            off += n;
+        }
+    }
+    assert!(r.cqe(q).status.is_success());
+    assert_eq!(r.read(q, 0, len), data);
+    // The kernel's notification came (it copied: the peer is local).
+    for _ in 0..100 {
+        r.pump();
+        if r.group.transport.zero_copy()[1..] == [false] {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    assert_eq!(r.group.transport.zero_copy(), [true, false]);
+    assert_eq!(
+        r.group.transport.buffers_in_use(),
+        0,
+        "the buffer came back"
+    );
+    // By copy now, the same data.
+    assert_eq!(r.read(q, 0, len), data);
+    r.pump();
+    assert_eq!(r.group.transport.buffers_in_use(), 0);
+}
+
 #[test]
 fn a_keyed_sgl_on_tcp_is_an_invalid_sgl_type() {
     let mut r = Rig::new();
