@@ -312,6 +312,20 @@ fn case(addr: SocketAddr, nqn: &str, name: &str) -> String {
             c.send(&b);
             c.outcome(WAIT)
         }
+        "bad-data-digest" => {
+            // A Connect whose in-capsule data fails its data digest.
+            if !c.init(digest::HEADER | digest::DATA) {
+                return "no_icresp".into();
+            }
+            let data = connect_data(nqn);
+            let mut b = c
+                .layout
+                .cmd(&connect_cmd(in_capsule()).raw, data.len() as u32);
+            b.extend_from_slice(&data);
+            b.extend_from_slice(&(tcp::crc(&data) ^ 1).to_le_bytes());
+            c.send(&b);
+            c.outcome(WAIT)
+        }
         "h2c-without-r2t" => {
             if !c.init(0) {
                 return "no_icresp".into();
@@ -386,6 +400,7 @@ const CASES: &[&str] = &[
     "oversized-plen",
     "truncated-capsule",
     "bad-header-digest",
+    "bad-data-digest",
     "h2c-without-r2t",
     "h2c-outside-r2t",
 ];

@@ -7,7 +7,8 @@
 #   2. what a well-behaved host never sends, from our initiator's tcp-probe (its own host,
 #      one connection per case): a PDU before the ICReq, a second ICReq, an ICReq of an
 #      unknown format, half an ICReq left hanging, an unknown PDU type, a wrong header
-#      length, a length beyond any limit, a truncated capsule, a bad header digest,
+#      length, a length beyond any limit, a truncated capsule, a bad header digest, a
+#      Connect whose in-capsule data fails its data digest,
 #      H2CData without an R2T and outside its R2T; and the good paths (digests, a Connect
 #      whose data comes by R2T);
 #   then the outcomes side by side: ours must equal nvmet's, or be what KNOWN says (the

@@ -53,6 +53,9 @@ statuses! {
     CID_CONFLICT = (0, 0x03, true);
     /// Data transfer error.
     DATA_TRANSFER_ERROR = (0, 0x04, false);
+    /// Transient transport error (the command may succeed if retried): on
+    /// NVMe/TCP, the host's data failed its data digest.
+    TRANSIENT_TRANSPORT_ERROR = (0, 0x22, false);
     /// Commands aborted due to power loss notification.
     POWER_LOSS = (0, 0x05, false);
     /// Internal error.

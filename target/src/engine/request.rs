@@ -217,6 +217,17 @@ impl Lifecycle {
         Step::Execute
     }
 
+    /// The host's data arrived damaged (an NVMe/TCP data digest error): the
+    /// command is answered without executing, and the queue goes on.
+    pub fn fetch_corrupt(&mut self) -> Step {
+        if self.stage != Stage::Fetching || !self.wr {
+            return Step::Wait;
+        }
+        self.wr = false;
+        self.stage = Stage::Executing;
+        self.finish_execution()
+    }
+
     /// `n` more backend operations were submitted for this request.
     pub fn backend_started(&mut self, n: u16) {
         if self.stage == Stage::Executing {
@@ -570,6 +581,27 @@ mod tests {
         );
         assert_eq!(l.release(), None, "released once");
         assert!(!l.in_use());
+    }
+
+    #[test]
+    fn damaged_host_data_is_answered_without_executing() {
+        let mut l = Lifecycle::new();
+        l.arrive(true, true, false);
+        l.buffer_granted();
+        assert_eq!(l.fetch_corrupt(), Step::Wait, "no data asked for yet");
+        l.fetch_posted();
+        assert_eq!(l.fetch_corrupt(), Step::Respond);
+        assert_eq!(l.executed(), Step::Respond, "answered as executed");
+        l.response_posted();
+        assert_eq!(l.response_done(true), Step::Release);
+        assert_eq!(l.release().map(|h| h.buffer), Some(true));
+        // Once its queue is going away it answers nothing.
+        let mut l = Lifecycle::new();
+        l.arrive(true, true, false);
+        l.buffer_granted();
+        l.fetch_posted();
+        assert_eq!(l.disconnect(), Step::Wait, "data on its way");
+        assert_eq!(l.fetch_corrupt(), Step::Release);
     }
 
     #[test]

@@ -78,6 +78,17 @@ impl QueueCore {
         checked
     }
 
+    /// Request `r` will not execute: its fused partner fails, and a second
+    /// still to come is aborted.
+    pub(super) fn unpair(&mut self, env: &mut Env<'_, '_>, r: usize) {
+        if let Some(p) = self.reqs[r].partner.take() {
+            self.fused_outcome(env, p as usize, Status::FUSED_FAILED);
+        }
+        if self.fused == Pending::First(r as u16) {
+            self.fused = Pending::FirstFailed;
+        }
+    }
+
     /// Decides the outcome of fused command `f` before its pair ran: it
     /// answers now if it waits, or when it executes.
     fn fused_outcome(&mut self, env: &mut Env<'_, '_>, f: usize, st: Status) {

@@ -465,6 +465,26 @@ impl QueueCore {
         self.step(env, r, s)
     }
 
+    /// Request `t`'s data came damaged (an NVMe/TCP data digest error): it
+    /// answers Transient Transport Error without executing (the host may
+    /// retry it), and a fused partner fails with it.
+    pub fn fetch_corrupt(&mut self, env: &mut Env<'_, '_>, t: Token) {
+        let r = t.slot as usize;
+        let Some(q) = self.reqs.get_mut(r) else {
+            return;
+        };
+        if !q.life.owns_work_completion(t.gen) {
+            return;
+        }
+        match q.life.fetch_corrupt() {
+            Step::Respond => {
+                self.unpair(env, r);
+                self.complete(env, r, Status::TRANSIENT_TRANSPORT_ERROR, 0)
+            }
+            s => self.step(env, r, s),
+        }
+    }
+
     /// Execution is over: answer with `status`.
     fn complete(&mut self, env: &mut Env<'_, '_>, r: usize, status: Status, result: u64) {
         self.reqs[r].status = status;

@@ -623,7 +623,13 @@ impl TcpQueue {
                 h.ok &= data_ok;
                 if last {
                     if let Some(h) = self.h2c[t].take() {
-                        self.call(w, res, &mut |c, env| c.fetched(env, h.req, h.ok));
+                        if h.ok {
+                            self.call(w, res, &mut |c, env| c.fetched(env, h.req, true));
+                        } else {
+                            debug!(peer = ?self.addrs.peer, cid = h.cid, "data digest error in H2CData");
+                            crate::telemetry::metrics::reject("tcp_data_digest");
+                            self.call(w, res, &mut |c, env| c.fetch_corrupt(env, h.req));
+                        }
                     }
                 }
                 Ok(true)

@@ -334,6 +334,18 @@ impl Rig {
         c
     }
 
+    /// A write of `len` bytes at `slba` whose data the target asks for:
+    /// the command and its R2T.
+    fn write_asked(&mut self, h: usize, slba: u32, len: u32) -> (Command, tcp::R2t) {
+        let w = self.rw(io::WRITE, slba, len);
+        self.capsule(h, &w, &[]);
+        let b = self.next(h);
+        let Pdu::R2t(t) = self.parse(h, &b) else {
+            panic!("not an R2T")
+        };
+        (w, t)
+    }
+
     /// Reads `len` bytes at `slba` on host `h`: the C2HData's data.
     fn read(&mut self, h: usize, slba: u32, len: u32) -> Vec<u8> {
         let c = self.rw(io::READ, slba, len);
@@ -383,12 +395,7 @@ fn a_host_connects_identifies_writes_by_r2t_and_in_capsule_and_reads_back() {
         let q = r.io(dg, cntlid);
         // A write of 8 KiB by R2T, the data in two H2CData PDUs.
         let data = pattern(dg, 8192);
-        let w = r.rw(io::WRITE, 16, 8192);
-        r.capsule(q, &w, &[]);
-        let b = r.next(q);
-        let Pdu::R2t(t) = r.parse(q, &b) else {
-            panic!("not an R2T")
-        };
+        let (w, t) = r.write_asked(q, 16, 8192);
         assert_eq!((t.cccid, t.r2to, t.r2tl), (w.cid(), 0, 8192));
         for (off, last) in [(0u32, false), (4096, true)] {
             let d = DataHeader {
@@ -479,6 +486,35 @@ fn a_large_read_goes_zero_copy_and_its_buffer_comes_back() {
     assert_eq!(r.group.transport.buffers_in_use(), 0);
 }
 
+/// Write data whose data digest is wrong is answered Transient Transport
+/// Error (the host may retry), nothing written; the connection goes on.
+#[test]
+fn write_data_failing_its_digest_is_a_transient_transport_error() {
+    let dg = digest::HEADER | digest::DATA;
+    let mut r = Rig::new();
+    let (_, cntlid) = r.admin(dg);
+    let q = r.io(dg, cntlid);
+    let data = pattern(3, 4096);
+    let (w, t) = r.write_asked(q, 8, 4096);
+    let d = DataHeader {
+        cccid: w.cid(),
+        ttag: t.ttag,
+        datao: 0,
+        datal: 4096,
+    };
+    let l = r.hosts[q].layout;
+    let mut pdu = l.data(true, &d, tcp::flags::DATA_LAST);
+    pdu.extend_from_slice(&data);
+    pdu.extend_from_slice(&(tcp::crc(&data) ^ 1).to_le_bytes());
+    r.send(q, &pdu);
+    let c = r.cqe(q);
+    assert_eq!(c.cid, w.cid());
+    assert_eq!(c.status, Status::TRANSIENT_TRANSPORT_ERROR, "{}", c.status);
+    assert!(!c.status.dnr, "the host may retry it");
+    assert_eq!(r.read(q, 8, 4096), vec![0xEE; 4096], "nothing written");
+    assert_eq!(r.group.transport.buffers_in_use(), 0);
+}
+
 #[test]
 fn a_keyed_sgl_on_tcp_is_an_invalid_sgl_type() {
     let mut r = Rig::new();
@@ -504,12 +540,7 @@ fn data_outside_its_r2t_ends_the_connection_with_a_termination_request() {
     let mut r = Rig::new();
     let (_, cntlid) = r.admin(0);
     let q = r.io(0, cntlid);
-    let w = r.rw(io::WRITE, 0, 8192);
-    r.capsule(q, &w, &[]);
-    let b = r.next(q);
-    let Pdu::R2t(t) = r.parse(q, &b) else {
-        panic!("not an R2T")
-    };
+    let (w, t) = r.write_asked(q, 0, 8192);
     // The second half first.
     let d = DataHeader {
         cccid: w.cid(),
