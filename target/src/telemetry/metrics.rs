@@ -91,8 +91,9 @@ pub struct EngineMetrics {
     pub offloaded_send_batches: prometheus::IntCounter,
     /// `zero_copy_sends_total{outcome}`: NVMe/TCP sends of a read's data
     /// from its pool buffer (`MSG_ZEROCOPY`): `sent`, `copied` (the kernel
-    /// copied after all), `abandoned` (a closed connection's buffers the
-    /// kernel never gave back, kept out of the pool).
+    /// copied after all), `refused` (no socket memory to pin pages),
+    /// `abandoned` (a closed connection's buffers the kernel never gave
+    /// back, kept out of the pool).
     pub zero_copy: IntCounterVec,
 }
 
@@ -323,7 +324,8 @@ impl Metrics {
                 zero_copy: counter(
                     "zero_copy_sends_total",
                     "NVMe/TCP sends of read data from its buffer (MSG_ZEROCOPY): sent, copied \
-                     (the kernel copied after all: the connection stops), abandoned (buffers a \
+                     (the kernel copied after all: the connection stops), refused (no socket memory \
+                     to pin pages: the connection stops), abandoned (buffers a \
                      closed connection's kernel never gave back, kept out of the pool)",
                     &["outcome"],
                 ),

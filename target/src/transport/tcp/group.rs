@@ -125,9 +125,7 @@ impl TcpGroup {
             return 0;
         };
         let mut n = 0;
-        for b in q.reclaim() {
-            self.res.give(w, key, b);
-        }
+        q.reclaim(w, &mut self.res);
         if q.readable || q.starved {
             n += q.read(w, &mut self.res);
         }
@@ -144,6 +142,16 @@ impl TcpGroup {
     /// Data buffers out of the pool.
     pub(super) fn buffers_in_use(&self) -> usize {
         self.res.pool.in_use()
+    }
+
+    /// Leaves the kernel's zero-copy notifications unread (`hold`), as
+    /// when they come late.
+    pub(super) fn hold_notifications(&mut self, hold: bool) {
+        for i in 0..self.queues.span() {
+            if let Some(q) = self.queues.key_at(i).and_then(|k| self.queues.get_mut(k)) {
+                q.hold_notifications = hold;
+            }
+        }
     }
 
     /// Whether each connection sends read data zero-copy now.
@@ -195,10 +203,14 @@ impl Transport for TcpGroup {
         n
     }
 
-    fn complete(&mut self, w: &mut Lend<'_>, ud: Ud, _res: i32) {
+    fn complete(&mut self, w: &mut Lend<'_>, ud: Ud, res: i32) {
         let Some(q) = self.queues.get_mut(ud.queue) else {
             return;
         };
+        // An error queue that is not read keeps the socket's polls firing.
+        if res > 0 && res & libc::POLLERR as i32 != 0 {
+            q.errors = true;
+        }
         match ud.kind {
             POLL_IN => {
                 q.poll_in = false;
@@ -220,13 +232,9 @@ impl Transport for TcpGroup {
     }
 
     fn give(&mut self, w: &mut Lend<'_>, queue: QueueKey, _pool: usize, buf: Buf) {
-        let buf = match self.queues.get_mut(queue) {
-            Some(q) => q.release(buf),
-            None => Some(buf),
-        };
-        if let Some(b) = buf {
-            self.res.give(w, queue, b);
-        }
+        // A grant the waiter no longer wanted: straight from the pool,
+        // never sent.
+        self.res.give(w, queue, buf);
     }
 
     fn flush(&mut self, w: &mut Lend<'_>) {
@@ -268,9 +276,7 @@ impl Transport for TcpGroup {
             if let Some(q) = self.queues.get_mut(key) {
                 // A closing socket is not polled: its zero-copy
                 // notifications are read here.
-                for b in q.reclaim() {
-                    self.res.give(w, key, b);
-                }
+                q.reclaim(w, &mut self.res);
                 if q.tick(w, &mut self.res, stop) {
                     gone.push(key);
                 }

@@ -109,6 +109,11 @@ pub struct TcpQueue {
     key: QueueKey,
     /// Its zero-copy sends and the buffers they pin.
     zc: ZeroCopy,
+    /// A poll reported an error (its error queue has something).
+    pub(super) errors: bool,
+    /// Tests: the kernel's notifications are left unread.
+    #[cfg(test)]
+    pub(super) hold_notifications: bool,
 }
 
 /// The rules a controller receives by before the ICReq.
@@ -136,6 +141,9 @@ impl TcpQueue {
     ) -> TcpQueue {
         TcpQueue {
             zc: ZeroCopy::new(zerocopy::enable(stream.as_raw_fd())),
+            errors: false,
+            #[cfg(test)]
+            hold_notifications: false,
             stream,
             addrs: Addrs {
                 peer: Some(peer),
@@ -173,19 +181,22 @@ impl TcpQueue {
         self.closing.is_some()
     }
 
-    /// The core released `b`: given back (`Some`) unless the kernel may
-    /// still read it for a zero-copy send ([`zerocopy`]).
-    pub fn release(&mut self, b: Buf) -> Option<Buf> {
-        self.zc.release(b)
-    }
-
-    /// The buffers whose zero-copy sends the kernel finished with.
-    pub fn reclaim(&mut self) -> Vec<Buf> {
-        if !self.zc.outstanding() {
-            return Vec::new();
+    /// Reads the kernel's zero-copy notifications and gives back to the
+    /// pool the buffers it finished with.
+    pub fn reclaim(&mut self, w: &mut Lend<'_>, res: &mut Res) {
+        #[cfg(test)]
+        if self.hold_notifications {
+            return;
+        }
+        if !self.zc.outstanding() && !std::mem::take(&mut self.errors) {
+            return;
         }
         let before = self.zc.on;
         let free = self.zc.drain(self.stream.as_raw_fd());
+        for b in free {
+            w.tally.buffer(b.class as usize, -1);
+            res.give(w, self.key, b);
+        }
         if before && !self.zc.on {
             crate::telemetry::metrics::metrics()
                 .engine
@@ -194,7 +205,6 @@ impl TcpQueue {
                 .inc();
             debug!(peer = ?self.addrs.peer, "the kernel copies zero-copy sends here (a local peer?): sending as before");
         }
-        free
     }
 
     /// Whether it sends read data zero-copy now.
@@ -307,8 +317,11 @@ impl TcpQueue {
                 });
             }
             Action::GiveBuffer(b) => {
-                w.tally.buffer(b.class as usize, -1);
-                res.give(w, self.key, b);
+                // Not while the kernel may still send from it.
+                if let Some(b) = self.zc.release(b) {
+                    w.tally.buffer(b.class as usize, -1);
+                    res.give(w, self.key, b);
+                }
             }
             Action::Probe => {
                 // The socket says whether the host is still there (TCP
@@ -798,7 +811,15 @@ impl TcpQueue {
                 Err(nix::errno::Errno::EINTR) => {}
                 // Socket memory for pinned pages ran out (optmem_max): the
                 // connection sends by copy from now on.
-                Err(nix::errno::Errno::ENOBUFS) if zero_copy.is_some() => self.zc.on = false,
+                Err(nix::errno::Errno::ENOBUFS) if zero_copy.is_some() => {
+                    debug!(peer = ?self.addrs.peer, "no socket memory to pin a zero-copy send (net.core.optmem_max): sending by copy");
+                    crate::telemetry::metrics::metrics()
+                        .engine
+                        .zero_copy
+                        .with_label_values(&["refused"])
+                        .inc();
+                    self.zc.on = false;
+                }
                 Err(e) => return Err(e),
             }
         }

@@ -149,6 +149,9 @@ impl ZeroCopy {
                 break;
             };
             let Ok(cmsgs) = msg.cmsgs() else {
+                // Truncated (cannot be, at this size): the notification is
+                // lost, and its buffers wait for the close's give-up.
+                tracing::warn!("a zero-copy notification did not fit its buffer");
                 break;
             };
             for c in cmsgs {
