@@ -21,6 +21,8 @@ mod arrive;
 mod execute;
 mod fused;
 mod io;
+#[cfg(test)]
+mod tests;
 mod timers;
 
 use std::collections::VecDeque;

@@ -477,6 +477,11 @@ impl Loopback {
         k
     }
 
+    /// The key the last [`Loopback::window`] returned.
+    pub fn last_window(&self) -> u32 {
+        self.next_key - 1
+    }
+
     /// The host memory of window `key`.
     pub fn window_data(&self, key: u32) -> &[u8] {
         self.group
@@ -678,6 +683,3 @@ impl Drop for Loopback {
         }
     }
 }
-
-#[cfg(test)]
-mod tests;

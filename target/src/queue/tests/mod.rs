@@ -1,6 +1,7 @@
-//! The command path end to end over the loopback: Connect to disconnect,
-//! data both ways, bad input, timers on the loopback's clock, queues deeper
-//! than the pool, disconnects with I/O in flight, fused pairs.
+//! The queue core's tests, driven through the loopback transport (the
+//! fake transport: the Inline executor, the loopback's clock): Connect to
+//! disconnect, data both ways, bad input, timers on the loopback's clock,
+//! queues deeper than the pool, disconnects with I/O in flight, fused pairs.
 
 use std::io::Write as _;
 use std::sync::Arc;
@@ -10,11 +11,11 @@ use nvme::fabrics::{cc, csts, prop, ConnectCommand, ConnectData, PropertyCommand
 use nvme::opcode::{admin, io};
 use nvme::{Command, Completion, Sgl, Status};
 
-use super::{no_data, Loopback, POOL};
 use crate::engine::pool::PoolShape;
 use crate::model::namespace::Namespace;
 use crate::model::subsystem::{Subsystem, SubsystemKind, Target};
 use crate::telemetry::namespace::IoOp;
+use crate::transport::loopback::{no_data, Loopback, POOL};
 
 const SUB: &str = "nqn.2026-11.org.example:loop";
 const HOST: &str = "nqn.2026-11.org.example:host";
@@ -248,7 +249,7 @@ fn connect_identify_and_data_both_ways_on_a_file() {
     assert_status(done, Status::SUCCESS);
     assert_eq!(got, a);
     assert!(
-        h.lb.invalidated(q).contains(&(h.lb.next_key - 1)),
+        h.lb.invalidated(q).contains(&h.lb.last_window()),
         "SEND_WITH_INVALIDATE of the read's key"
     );
     let (done, got) = h.read(q, 100, 8);
