@@ -406,6 +406,15 @@ pub fn reject(reason: &str) {
     metrics().rejections.with_label_values(&[reason]).inc();
 }
 
+/// Counts `n` NVMe/TCP zero-copy sends (or buffers) by `outcome`.
+pub fn zero_copy(outcome: &str, n: u64) {
+    metrics()
+        .engine
+        .zero_copy
+        .with_label_values(&[outcome])
+        .inc_by(n);
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -198,11 +198,7 @@ impl TcpQueue {
             res.give(w, self.key, b);
         }
         if before && !self.zc.on {
-            crate::telemetry::metrics::metrics()
-                .engine
-                .zero_copy
-                .with_label_values(&["copied"])
-                .inc();
+            crate::telemetry::metrics::zero_copy("copied", 1);
             debug!(peer = ?self.addrs.peer, "the kernel copies zero-copy sends here (a local peer?): sending as before");
         }
     }
@@ -784,11 +780,7 @@ impl TcpQueue {
                     self.blocked = false;
                     if let Some(offset) = zero_copy {
                         self.zc.sent(offset);
-                        crate::telemetry::metrics::metrics()
-                            .engine
-                            .zero_copy
-                            .with_label_values(&["sent"])
-                            .inc();
+                        crate::telemetry::metrics::zero_copy("sent", 1);
                     }
                     // Whole outputs written: their responses are delivered.
                     while let Some(o) = self.tx.front() {
@@ -813,11 +805,7 @@ impl TcpQueue {
                 // connection sends by copy from now on.
                 Err(nix::errno::Errno::ENOBUFS) if zero_copy.is_some() => {
                     debug!(peer = ?self.addrs.peer, "no socket memory to pin a zero-copy send (net.core.optmem_max): sending by copy");
-                    crate::telemetry::metrics::metrics()
-                        .engine
-                        .zero_copy
-                        .with_label_values(&["refused"])
-                        .inc();
+                    crate::telemetry::metrics::zero_copy("refused", 1);
                     self.zc.on = false;
                 }
                 Err(e) => return Err(e),
@@ -867,11 +855,7 @@ impl TcpQueue {
         }
         warn!(peer = ?self.addrs.peer, buffers = self.zc.held(),
               "the kernel did not give back a closed connection's zero-copy buffers: they stay out of the pool");
-        crate::telemetry::metrics::metrics()
-            .engine
-            .zero_copy
-            .with_label_values(&["abandoned"])
-            .inc_by(self.zc.held() as u64);
+        crate::telemetry::metrics::zero_copy("abandoned", self.zc.held() as u64);
         true
     }
 
