@@ -8,7 +8,9 @@ use std::process::ExitCode;
 use clap::{Args, Subcommand};
 use serde_json::Value;
 
-use crate::config::edit::{HostRef, NamespaceAdd, NamespaceRef, SubsystemAdd, SubsystemRef};
+use crate::config::edit::{
+    HostRef, NamespaceAdd, NamespaceHost, NamespaceRef, SubsystemAdd, SubsystemRef,
+};
 use crate::config::TargetConfig;
 use crate::daemon::control::ControlError;
 use crate::daemon::rpc::{self, CallError, Changed, ConfigText, ControllerRef};
@@ -82,6 +84,13 @@ pub enum NamespaceCmd {
         /// Its ANA group (default 1).
         #[arg(long, value_name = "GROUP")]
         ana_group: Option<u32>,
+        /// Show it only to this host (repeat for several; default: every
+        /// host of the subsystem).
+        #[arg(long = "host-nqn", value_name = "HOSTNQN")]
+        hosts: Vec<String>,
+        /// Show it to no host until one is attached.
+        #[arg(long, conflicts_with = "hosts")]
+        hidden: bool,
     },
     /// Remove a namespace; connected hosts see it go.
     Del {
@@ -91,6 +100,30 @@ pub enum NamespaceCmd {
         /// The nsid.
         #[arg(long)]
         nsid: u32,
+    },
+    /// Show a namespace to a host; the host finds it without reconnecting.
+    Attach {
+        /// The subsystem's NQN.
+        #[arg(long)]
+        subsystem: String,
+        /// The nsid.
+        #[arg(long)]
+        nsid: u32,
+        /// The host's NQN.
+        #[arg(long)]
+        host_nqn: String,
+    },
+    /// Hide a namespace from a host; the host sees it go at once.
+    Detach {
+        /// The subsystem's NQN.
+        #[arg(long)]
+        subsystem: String,
+        /// The nsid.
+        #[arg(long)]
+        nsid: u32,
+        /// The host's NQN.
+        #[arg(long)]
+        host_nqn: String,
     },
 }
 
@@ -231,6 +264,8 @@ impl Admin {
                         nsid,
                         read_only,
                         ana_group,
+                        hosts,
+                        hidden,
                     },
                 ..
             } => (
@@ -244,12 +279,45 @@ impl Admin {
                     null_size: null,
                     read_only,
                     ana_group,
+                    hosts: (hidden || !hosts.is_empty()).then_some(hosts),
                 }),
             ),
             Admin::Namespace {
                 cmd: NamespaceCmd::Del { subsystem, nsid },
                 ..
             } => ("namespace_del", v(NamespaceRef { subsystem, nsid })),
+            Admin::Namespace {
+                cmd:
+                    NamespaceCmd::Attach {
+                        subsystem,
+                        nsid,
+                        host_nqn,
+                    },
+                ..
+            } => (
+                "namespace_attach",
+                v(NamespaceHost {
+                    subsystem,
+                    nsid,
+                    host_nqn,
+                }),
+            ),
+            Admin::Namespace {
+                cmd:
+                    NamespaceCmd::Detach {
+                        subsystem,
+                        nsid,
+                        host_nqn,
+                    },
+                ..
+            } => (
+                "namespace_detach",
+                v(NamespaceHost {
+                    subsystem,
+                    nsid,
+                    host_nqn,
+                }),
+            ),
             Admin::Host {
                 cmd:
                     HostCmd::Add {
@@ -407,6 +475,8 @@ mod tests {
                 nsid: None,
                 read_only: true,
                 ana_group: Some(2),
+                hosts: vec![],
+                hidden: true,
             },
             conn: Conn::default(),
         }
@@ -415,6 +485,19 @@ mod tests {
         let back: NamespaceAdd = rpc::params(m, p).unwrap();
         assert_eq!(back.null_size.as_deref(), Some("1G"));
         assert!(back.read_only);
+        assert_eq!(back.hosts, Some(vec![]), "hidden: shown to no host");
+        let (m, p) = Admin::Namespace {
+            cmd: NamespaceCmd::Attach {
+                subsystem: "nqn.a".into(),
+                nsid: 2,
+                host_nqn: "nqn.h".into(),
+            },
+            conn: Conn::default(),
+        }
+        .request();
+        assert_eq!(m, "namespace_attach");
+        let back: NamespaceHost = rpc::params(m, p).unwrap();
+        assert_eq!((back.nsid, back.host_nqn.as_str()), (2, "nqn.h"));
         let (m, p) = Admin::Config {
             cmd: ConfigCmd::Show,
             conn: Conn::default(),

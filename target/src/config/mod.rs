@@ -201,6 +201,19 @@ pub struct NamespaceConfig {
     /// Where its reservations persist through a restart (`[target]
     /// state_dir`; `None`: they cannot).
     pub state_dir: Option<PathBuf>,
+    /// The hosts that see it (`hosts = [...]`; `None`: every host of the
+    /// subsystem).
+    pub hosts: Option<Vec<String>>,
+}
+
+impl NamespaceConfig {
+    /// Whether `other` is this namespace with only its hosts changed (a
+    /// change applied to the open namespace, not by opening it again).
+    pub fn same_but_hosts(&self, other: &NamespaceConfig) -> bool {
+        let mut o = other.clone();
+        o.hosts = self.hosts.clone();
+        *self == o
+    }
 }
 
 /// A subsystem.
@@ -272,7 +285,8 @@ impl TargetConfig {
     /// ceph-nvmeof allow them: removing the last host is how an
     /// administrator shuts a compromised one out).
     pub fn warnings(&self) -> Vec<ConfigWarning> {
-        self.subsystems
+        let mut v: Vec<ConfigWarning> = self
+            .subsystems
             .iter()
             .enumerate()
             .filter(|(_, s)| !s.allow_any_host && s.hosts.is_empty())
@@ -283,7 +297,26 @@ impl TargetConfig {
                     s.nqn
                 ),
             })
-            .collect()
+            .collect();
+        // A namespace shown to a host that may not connect: the host sees
+        // nothing until the subsystem lets it in (not an error, so that
+        // `host del` does not need a detach from every namespace first).
+        for (i, s) in self.subsystems.iter().enumerate() {
+            for (j, n) in s.namespaces.iter().enumerate() {
+                for h in n.hosts.iter().flatten() {
+                    if !s.allow_any_host && !s.hosts.contains(h) {
+                        v.push(ConfigWarning {
+                            field: format!("subsystem[{i}].namespace[{j}].hosts"),
+                            reason: format!(
+                                "host {h} may not connect to {}: it sees namespace {} only once it may",
+                                s.nqn, n.nsid
+                            ),
+                        });
+                    }
+                }
+            }
+        }
+        v
     }
 }
 

@@ -115,6 +115,7 @@ pub(super) struct RawNamespace {
     pub fencing: Option<bool>,
     pub ana_group: Option<u32>,
     pub reservations: Option<bool>,
+    pub hosts: Option<Vec<String>>,
 }
 
 /// A `[[host]]`: a host's DH-HMAC-CHAP settings, with nvmet's names.

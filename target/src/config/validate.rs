@@ -440,10 +440,24 @@ impl TargetConfig {
                 format!("{ana_group} is out of range 1..={}", nvme::ana::MAX_GROUPS),
             );
         }
+        if let Some(hosts) = &n.hosts {
+            let mut seen = HashSet::new();
+            for (h, host) in hosts.iter().enumerate() {
+                if let Err(r) = check_nqn(host) {
+                    cx.err(g(&format!("hosts[{h}]")), r);
+                } else if !seen.insert(host) {
+                    cx.err(
+                        g(&format!("hosts[{h}]")),
+                        format!("'{host}' is listed twice"),
+                    );
+                }
+            }
+        }
         if cx.errors.len() != errors {
             return None;
         }
         Some(NamespaceConfig {
+            hosts: n.hosts,
             ana_group,
             nsid,
             backend: backend?,

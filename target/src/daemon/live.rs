@@ -182,6 +182,8 @@ impl Daemon {
             "subsystem_del" => Edit::SubsystemDel(rpc::params(method, p)?),
             "namespace_add" => Edit::NamespaceAdd(rpc::params(method, p)?),
             "namespace_del" => Edit::NamespaceDel(rpc::params(method, p)?),
+            "namespace_attach" => Edit::NamespaceAttach(rpc::params(method, p)?),
+            "namespace_detach" => Edit::NamespaceDetach(rpc::params(method, p)?),
             "host_add" => Edit::HostAdd(rpc::params(method, p)?),
             "host_del" => Edit::HostDel(rpc::params(method, p)?),
             m => {

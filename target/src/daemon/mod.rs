@@ -492,13 +492,35 @@ impl Daemon {
                 sub.set_namespaces(v);
                 attach_namespaces(sub);
                 let changed = c.changed_nsids();
+                let now = sub.namespaces();
                 let mut raised = 0;
                 for ctrl in sub.controllers() {
-                    if ctrl.notify_ns_changed(&changed) {
+                    // A host is told of the namespaces it saw or sees.
+                    let seen = |n: &Arc<Namespace>| {
+                        changed.contains(&n.nsid) && n.visible_to(&ctrl.hostnqn)
+                    };
+                    let mut ids: Vec<u32> = old
+                        .iter()
+                        .chain(now.iter())
+                        .filter(|n| seen(n))
+                        .map(|n| n.nsid)
+                        .collect();
+                    ids.sort_unstable();
+                    ids.dedup();
+                    if !ids.is_empty() && ctrl.notify_ns_changed(&ids) {
                         raised += 1;
                     }
                 }
                 info!(subsys = %c.nqn, nsids = ?changed, controllers_notified = raised, "namespaces changed");
+            }
+            for (nsid, hosts) in &c.shown {
+                let told = sub.show_namespace(*nsid, hosts.clone());
+                let to = match hosts {
+                    None => "every host".to_string(),
+                    Some(h) => format!("{} host(s)", h.len()),
+                };
+                info!(subsys = %c.nqn, nsid, ?hosts, controllers_notified = ?told.unwrap_or_default(),
+                      "namespace shown to {to}");
             }
         }
         let mut subs: Vec<Arc<Subsystem>> = Vec::new();

@@ -3,7 +3,8 @@
 //!
 //! Namespaces are compared by their whole configuration: one whose backing
 //! path, block size or read-only flag changed is replaced (removed and added
-//! under the same nsid). Subsystems are matched by NQN. Serial and model
+//! under the same nsid); one whose hosts alone changed stays open and is
+//! shown to its new hosts. Subsystems are matched by NQN. Serial and model
 //! numbers, listeners and the metrics address cannot change while hosts are
 //! connected: such a reload is refused with the reason.
 
@@ -21,6 +22,9 @@ pub struct SubsystemChange {
     pub add: Vec<NamespaceConfig>,
     /// Namespace ids to remove (removed and replaced).
     pub remove: Vec<u32>,
+    /// Namespaces that stay open but are shown to other hosts now: nsid
+    /// and its new hosts (`None`: every host).
+    pub shown: Vec<(u32, Option<Vec<String>>)>,
 }
 
 impl SubsystemChange {
@@ -47,7 +51,10 @@ impl SubsystemChange {
     }
 
     fn is_empty(&self) -> bool {
-        self.access.is_none() && self.add.is_empty() && self.remove.is_empty()
+        self.access.is_none()
+            && self.add.is_empty()
+            && self.remove.is_empty()
+            && self.shown.is_empty()
     }
 }
 
@@ -94,13 +101,18 @@ impl Plan {
         let ns_added: usize = self.changed.iter().map(|c| c.add.len()).sum();
         let ns_removed: usize = self.changed.iter().map(|c| c.remove.len()).sum();
         let access = self.changed.iter().filter(|c| c.access.is_some()).count();
+        let shown: usize = self.changed.iter().map(|c| c.shown.len()).sum();
         format!(
-            "subsystems +{} -{}, namespaces +{} -{}, host access changed in {}{}{}{}",
+            "subsystems +{} -{}, namespaces +{} -{}, host access changed in {}{}{}{}{}",
             self.added.len(),
             self.removed.len(),
             ns_added,
             ns_removed,
             access,
+            match shown {
+                0 => String::new(),
+                n => format!(", {n} namespace(s) shown to other hosts"),
+            },
             if self.ana { ", ANA states changed" } else { "" },
             if self.hosts {
                 ", host keys changed"
@@ -202,10 +214,12 @@ pub fn plan(old: &TargetConfig, new: &TargetConfig) -> Result<Plan, NeedsRestart
             access: (access(o) != access(n)).then(|| access(n)),
             add: vec![],
             remove: vec![],
+            shown: vec![],
         };
         for ons in &o.namespaces {
             match n.namespaces.iter().find(|x| x.nsid == ons.nsid) {
                 Some(nns) if nns == ons => {}
+                Some(nns) if nns.same_but_hosts(ons) => c.shown.push((nns.nsid, nns.hosts.clone())),
                 Some(nns) => {
                     c.remove.push(ons.nsid);
                     c.add.push(nns.clone());
@@ -304,6 +318,35 @@ size = "1M"
         assert_eq!(
             p.summary(),
             "subsystems +0 -0, namespaces +2 -2, host access changed in 0"
+        );
+    }
+
+    #[test]
+    fn a_namespace_shown_to_other_hosts_stays_open() {
+        let h = "hosts = [\"nqn.2026-11.io.test:h1\"]\n";
+        let masked = BASE.replace("size = \"2M\"\n", &format!("size = \"2M\"\n{h}"));
+        let p = plan(&cfg(BASE), &cfg(&masked)).unwrap();
+        assert_eq!(p.changed.len(), 1, "{p:?}");
+        let c = &p.changed[0];
+        assert!(
+            c.add.is_empty() && c.remove.is_empty(),
+            "not reopened: {c:?}"
+        );
+        assert_eq!(
+            c.shown,
+            vec![(2, Some(vec!["nqn.2026-11.io.test:h1".to_string()]))]
+        );
+        assert!(p
+            .summary()
+            .ends_with(", 1 namespace(s) shown to other hosts"));
+        // Back to every host; and a change of the store with it reopens.
+        let p = plan(&cfg(&masked), &cfg(BASE)).unwrap();
+        assert_eq!(p.changed[0].shown, vec![(2, None)]);
+        let both = masked.replace("size = \"2M\"", "size = \"4M\"");
+        let p = plan(&cfg(BASE), &cfg(&both)).unwrap();
+        assert_eq!(
+            (p.changed[0].remove.clone(), p.changed[0].shown.len()),
+            (vec![2], 0)
         );
     }
 

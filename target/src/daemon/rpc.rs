@@ -56,6 +56,8 @@ pub const METHODS: &[&str] = &[
     "subsystem_del",
     "namespace_add",
     "namespace_del",
+    "namespace_attach",
+    "namespace_detach",
     "host_add",
     "host_del",
     "controller_disconnect",

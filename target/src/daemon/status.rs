@@ -109,6 +109,9 @@ pub struct NamespaceInfo {
     /// Its ANA group.
     #[serde(default)]
     pub ana_group: u32,
+    /// The hosts that see it (absent: every host of the subsystem).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hosts: Option<Vec<String>>,
     /// Its persistent reservation (absent when the namespace has none).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reservation: Option<ReservationInfo>,
@@ -372,6 +375,7 @@ impl Status {
                                 block_size: n.block_size,
                                 readonly: n.readonly,
                                 ana_group: n.ana_group,
+                                hosts: n.hosts().map(|h| h.to_vec()),
                                 reservation: reservation_info(n),
                                 ownership: ownership_info(n),
                             }
@@ -482,6 +486,15 @@ impl Status {
                     },
                     n.ana_group
                 );
+                match n.hosts.as_deref() {
+                    None => {}
+                    Some([]) => {
+                        let _ = writeln!(o, "    shown to no host");
+                    }
+                    Some(h) => {
+                        let _ = writeln!(o, "    shown to {}", h.join(", "));
+                    }
+                }
                 if let Some(w) = &n.ownership {
                     let _ = writeln!(
                         o,

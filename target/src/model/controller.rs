@@ -12,6 +12,7 @@ use nvme::fabrics::{cc, csts, prop};
 use nvme::log::ErrorLogEntry;
 use nvme::Status;
 
+use crate::model::namespace::Namespace;
 use crate::model::subsystem::Subsystem;
 use crate::worker::wake::Waker;
 
@@ -587,10 +588,31 @@ impl Controller {
         raised
     }
 
+    /// Namespace `nsid` as its host sees it: `None` when the subsystem has
+    /// none or does not show it to this host (the same to the host).
+    pub fn namespace(&self, nsid: u32) -> Option<Arc<Namespace>> {
+        self.subsys
+            .namespace(nsid)
+            .filter(|n| n.visible_to(&self.hostnqn))
+    }
+
+    /// The namespaces its host sees, ordered by nsid.
+    pub fn namespaces(&self) -> Vec<Arc<Namespace>> {
+        self.subsys
+            .namespaces()
+            .iter()
+            .filter(|n| n.visible_to(&self.hostnqn))
+            .cloned()
+            .collect()
+    }
+
     /// A reservation notice for its host: logs it and, when an event is
     /// raised, wakes the admin queue to complete a parked Asynchronous Event
-    /// Request.
+    /// Request. None for a namespace its host does not see.
     pub fn notify_reservation(&self, nsid: u32, kind: u8) {
+        if self.namespace(nsid).is_none() {
+            return;
+        }
         if self.state().resv_notice(nsid, kind) {
             crate::telemetry::metrics::metrics()
                 .async_events

@@ -49,6 +49,9 @@ pub struct Namespace {
     /// Its failed I/O, logged at most once per [`ERROR_LOG_EVERY`] (a
     /// failing store fails every I/O; the metrics count each).
     pub error_log: crate::engine::log_limit::Repeats,
+    /// The hosts that see it (`None`: every host of the subsystem); changed
+    /// live by attach and detach.
+    hosts: arc_swap::ArcSwapOption<Vec<String>>,
 }
 
 /// How often a namespace's failing I/O is logged, at most.
@@ -103,7 +106,28 @@ impl Namespace {
             gate: Default::default(),
             lane: Default::default(),
             error_log: crate::engine::log_limit::Repeats::new(ERROR_LOG_EVERY),
+            hosts: arc_swap::ArcSwapOption::empty(),
         }
+    }
+
+    /// Whether the host `hostnqn` sees it: to any other host it does not
+    /// exist (Identify leaves it out, commands to it fail as to a
+    /// namespace that does not exist).
+    pub fn visible_to(&self, hostnqn: &str) -> bool {
+        match &*self.hosts.load() {
+            None => true,
+            Some(v) => v.iter().any(|h| h == hostnqn),
+        }
+    }
+
+    /// The hosts that see it (`None`: every host).
+    pub fn hosts(&self) -> Option<Arc<Vec<String>>> {
+        self.hosts.load_full()
+    }
+
+    /// Shows it to `hosts` only (`None`: to every host), at once.
+    pub fn set_hosts(&self, hosts: Option<Vec<String>>) {
+        self.hosts.store(hosts.map(Arc::new));
     }
 
     /// Whether a failed flush may have lost data for good: a file served
@@ -213,6 +237,7 @@ impl Namespace {
         let (backend, size, bs) = crate::backend::open(cfg)?;
         let mut ns = Namespace::new(subnqn, cfg.nsid, backend, size, bs, cfg.readonly);
         ns.ana_group = cfg.ana_group;
+        ns.set_hosts(cfg.hosts.clone());
         if let Some(img) = ns.backend.rbd() {
             if !cfg.readonly {
                 img.own_through(&ns.gate)
@@ -263,6 +288,7 @@ mod tests {
             ana_group: 1,
             reservations: true,
             state_dir: None,
+            hosts: None,
         };
         let ns = Namespace::open("nqn.t", &cfg).unwrap();
         assert_eq!(ns.blocks(), 256);

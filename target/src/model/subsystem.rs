@@ -130,6 +130,27 @@ impl Subsystem {
         self.namespaces.store(Arc::new(namespaces));
     }
 
+    /// Shows namespace `nsid` to `hosts` only (`None`: every host), at
+    /// once: the controllers whose host gains or loses it are told (a
+    /// namespace-changed notice; the host then finds it, or no longer
+    /// finds it, in its active namespace list). Commands it took before
+    /// complete. Returns the ids of the controllers told, `None` when there
+    /// is no such namespace.
+    pub fn show_namespace(&self, nsid: u32, hosts: Option<Vec<String>>) -> Option<Vec<u16>> {
+        let ns = self.namespace(nsid)?;
+        let ctrls = self.controllers();
+        let before: Vec<bool> = ctrls.iter().map(|c| ns.visible_to(&c.hostnqn)).collect();
+        ns.set_hosts(hosts);
+        let mut told = Vec::new();
+        for (c, was) in ctrls.iter().zip(before) {
+            if was != ns.visible_to(&c.hostnqn) {
+                c.notify_ns_changed(&[nsid]);
+                told.push(c.cntlid);
+            }
+        }
+        Some(told)
+    }
+
     /// Creates a controller with the lowest free id. One whose host must
     /// authenticate (`auth_required`) takes none of the host's places until
     /// it did ([`Subsystem::prove`]).

@@ -72,7 +72,7 @@ impl QueueCore {
                 self.reqs[r].op = Op::new(IoPlan::Flush);
                 let ud = env.mem.backend_ud(self.token(r));
                 let mut n = 0;
-                for ns in ctrl.subsys.namespaces().iter() {
+                for ns in ctrl.namespaces().iter() {
                     // SAFETY: a flush uses no data buffer; the request holds
                     // the namespace until the flush completed.
                     let s = unsafe {

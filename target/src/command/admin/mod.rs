@@ -225,7 +225,7 @@ fn identify(ctrl: &Controller, cmd: &Command, out: &mut [u8]) -> AdminOutcome {
             if nsid == 0 || nsid > crate::MAX_NSID {
                 return done(Status::INVALID_NS);
             }
-            match s.namespace(nsid) {
+            match ctrl.namespace(nsid) {
                 Some(ns) => data(put(out, &ns.identify().encode())),
                 None => data(put(out, &[])), // inactive: all zeroes
             }
@@ -236,10 +236,10 @@ fn identify(ctrl: &Controller, cmd: &Command, out: &mut [u8]) -> AdminOutcome {
             }
             data(put(
                 out,
-                &identify::encode_ns_list(s.namespaces().iter().map(|n| n.nsid), nsid),
+                &identify::encode_ns_list(ctrl.namespaces().iter().map(|n| n.nsid), nsid),
             ))
         }
-        cns::NS_DESC_LIST => match s.namespace(nsid) {
+        cns::NS_DESC_LIST => match ctrl.namespace(nsid) {
             Some(ns) => data(put(
                 out,
                 &identify::encode_ns_descriptors(&ns.descriptors()),
@@ -250,7 +250,7 @@ fn identify(ctrl: &Controller, cmd: &Command, out: &mut [u8]) -> AdminOutcome {
         // (6.1 does not): nothing here is in use (no protection
         // information, no extended LBA formats, no reported limits), so
         // they are zeroes, as nvmet's.
-        cns::CS_NAMESPACE if csi(cmd) == nvme::opcode::CSI_NVM => match s.namespace(nsid) {
+        cns::CS_NAMESPACE if csi(cmd) == nvme::opcode::CSI_NVM => match ctrl.namespace(nsid) {
             Some(_) => data(put(out, &[])),
             None => done(Status::INVALID_NS),
         },
@@ -320,9 +320,7 @@ fn get_log_page(target: &Target, ctrl: &Controller, cmd: &Command, out: &mut [u8
                 ctrl.state().ana_event_masked = false;
             }
             let rgo = g.lsp & 1 != 0;
-            target
-                .ana
-                .log_page(ctrl.port(), &ctrl.subsys.namespaces(), rgo)
+            target.ana.log_page(ctrl.port(), &ctrl.namespaces(), rgo)
         }
         lid::RESV_NOTIFICATION if !disc => ctrl.state().take_resv_notice(g.rae).encode().to_vec(),
         _ => return done(Status::INVALID_LOG_PAGE),
@@ -452,7 +450,6 @@ fn resv_feature(ctrl: &Controller, cmd: &Command, f: u8, set: bool, now: Instant
     }
     if f == fid::RESV_MASK && set && nsid == 0xFFFF_FFFF {
         let nsids: Vec<u32> = ctrl
-            .subsys
             .namespaces()
             .iter()
             .filter(|n| n.resv.enabled())
@@ -461,7 +458,7 @@ fn resv_feature(ctrl: &Controller, cmd: &Command, f: u8, set: bool, now: Instant
         ctrl.state().resv_notices.set_mask(nsids, cdw11);
         return ok(0);
     }
-    let Some(ns) = ctrl.subsys.namespace(nsid) else {
+    let Some(ns) = ctrl.namespace(nsid) else {
         return done(Status::INVALID_NS);
     };
     if !ns.resv.enabled() {

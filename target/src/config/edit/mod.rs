@@ -73,6 +73,10 @@ pub struct NamespaceAdd {
     /// Its ANA group (default 1).
     #[serde(default)]
     pub ana_group: Option<u32>,
+    /// The hosts that see it (`None`: every host of the subsystem; empty:
+    /// none until one is attached).
+    #[serde(default)]
+    pub hosts: Option<Vec<String>>,
 }
 
 /// A namespace, by subsystem and nsid (`namespace del`).
@@ -83,6 +87,19 @@ pub struct NamespaceRef {
     pub subsystem: String,
     /// The nsid.
     pub nsid: u32,
+}
+
+/// A host a namespace is shown to or hidden from (`namespace
+/// attach`/`detach`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NamespaceHost {
+    /// The subsystem's NQN.
+    pub subsystem: String,
+    /// The nsid.
+    pub nsid: u32,
+    /// The host's NQN.
+    pub host_nqn: String,
 }
 
 /// A host of a subsystem (`host add`/`host del`); [`ANY_HOST`] is any host.
@@ -106,6 +123,10 @@ pub enum Edit {
     NamespaceAdd(NamespaceAdd),
     /// Remove a namespace.
     NamespaceDel(NamespaceRef),
+    /// Show a namespace to a host.
+    NamespaceAttach(NamespaceHost),
+    /// Hide a namespace from a host.
+    NamespaceDetach(NamespaceHost),
     /// Let a host connect to a subsystem.
     HostAdd(HostRef),
     /// Stop a host connecting to a subsystem.
@@ -220,6 +241,8 @@ pub fn apply(text: &str, edit: &Edit) -> Result<Edited, EditError> {
                 None,
             )
         }
+        Edit::NamespaceAttach(h) => (namespace_show(&mut doc, h, true)?, None),
+        Edit::NamespaceDetach(h) => (namespace_show(&mut doc, h, false)?, None),
         Edit::HostAdd(h) => (host_add(&mut doc, h)?, None),
         Edit::HostDel(h) => (host_del(&mut doc, h)?, None),
     };
@@ -369,10 +392,76 @@ fn namespace_add(doc: &mut DocumentMut, a: &NamespaceAdd) -> Result<u32, EditErr
     if let Some(g) = a.ana_group {
         t.insert("ana_group", value(i64::from(g)));
     }
+    if let Some(h) = &a.hosts {
+        t.insert("hosts", value(h.iter().collect::<Array>()));
+    }
     // Entries numbered by position keep their numbers behind a new one.
     pin_nsids(nss);
     nss.push(t);
     Ok(nsid)
+}
+
+/// Shows namespace `h.nsid` to host `h.host_nqn` (`attach`), or hides it.
+/// Only a namespace with a hosts list: one without is shown to every host
+/// of the subsystem, and which hosts those are is the subsystem's to say.
+fn namespace_show(
+    doc: &mut DocumentMut,
+    h: &NamespaceHost,
+    attach: bool,
+) -> Result<String, EditError> {
+    let sub = subsystem(doc, &h.subsystem)?;
+    let nss = namespaces(sub, &h.subsystem)?;
+    let i = nsids(nss)
+        .iter()
+        .position(|&n| n == h.nsid)
+        .ok_or_else(|| EditError::NoNamespace {
+            nqn: h.subsystem.clone(),
+            nsid: h.nsid,
+        })?;
+    let Some(t) = nss.get_mut(i) else {
+        return Err(EditError::NoNamespace {
+            nqn: h.subsystem.clone(),
+            nsid: h.nsid,
+        });
+    };
+    let Some(hosts) = t.get_mut("hosts") else {
+        return Err(EditError::Invalid(format!(
+            "namespace {} of '{}' is shown to every host of the subsystem (it has no hosts list): \
+             give it one first (hosts = [...] in the file, or namespace add --host-nqn)",
+            h.nsid, h.subsystem
+        )));
+    };
+    let hosts = hosts.as_array_mut().ok_or_else(|| {
+        EditError::Unreadable(format!(
+            "'hosts' of namespace {} of '{}' is not a list",
+            h.nsid, h.subsystem
+        ))
+    })?;
+    let at = hosts.iter().position(|v| v.as_str() == Some(&h.host_nqn));
+    match (attach, at) {
+        (true, Some(_)) => Err(EditError::Invalid(format!(
+            "namespace {} of '{}' is shown to host '{}' already",
+            h.nsid, h.subsystem, h.host_nqn
+        ))),
+        (true, None) => {
+            hosts.push(&h.host_nqn);
+            Ok(format!(
+                "namespace {} of {} shown to host {}",
+                h.nsid, h.subsystem, h.host_nqn
+            ))
+        }
+        (false, None) => Err(EditError::Invalid(format!(
+            "namespace {} of '{}' is not shown to host '{}'",
+            h.nsid, h.subsystem, h.host_nqn
+        ))),
+        (false, Some(i)) => {
+            hosts.remove(i);
+            Ok(format!(
+                "namespace {} of {} hidden from host {}",
+                h.nsid, h.subsystem, h.host_nqn
+            ))
+        }
+    }
 }
 
 /// The subsystem's `hosts` list, made if missing.
@@ -440,245 +529,4 @@ fn host_del(doc: &mut DocumentMut, h: &HostRef) -> Result<String, EditError> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::config::{BackendConfig, TargetConfig};
-
-    const FILE: &str = r#"# The lab's target.
-[[listener]]
-address = "10.0.2.15"   # eth0
-
-# First disk.
-[[subsystem]]
-nqn = "nqn.2026-11.io.example:a"
-hosts = ["nqn.2026-11.io.example:h1"]   # the database host
-
-[[subsystem.namespace]]
-path = "/dev/null"      # numbered 1 by position
-
-[[subsystem.namespace]]
-backend = "null"
-size = "1M"
-
-[[subsystem]]
-nqn = "nqn.2026-11.io.example:b"
-allow_any_host = true
-
-[[subsystem.namespace]]
-nsid = 7
-backend = "null"
-size = "1M"
-"#;
-
-    fn parsed(text: &str) -> TargetConfig {
-        TargetConfig::from_toml(text, "edited").unwrap_or_else(|e| panic!("{e}\n{text}"))
-    }
-
-    fn nsids_of(c: &TargetConfig, nqn: &str) -> Vec<u32> {
-        let s = c.subsystems.iter().find(|s| s.nqn == nqn).unwrap();
-        s.namespaces.iter().map(|n| n.nsid).collect()
-    }
-
-    const A: &str = "nqn.2026-11.io.example:a";
-    const B: &str = "nqn.2026-11.io.example:b";
-
-    fn ns_add(sub: &str) -> NamespaceAdd {
-        NamespaceAdd {
-            subsystem: sub.into(),
-            null_size: Some("2M".into()),
-            ..Default::default()
-        }
-    }
-
-    #[test]
-    fn a_namespace_lands_in_its_subsystem_and_comments_stay() {
-        let e = apply(FILE, &Edit::NamespaceAdd(ns_add(A))).unwrap();
-        assert_eq!(e.nsid, Some(3));
-        assert!(e.text.contains("# the database host"));
-        assert!(e.text.contains("# numbered 1 by position"));
-        assert!(e.text.starts_with("# The lab's target.\n"));
-        let c = parsed(&e.text);
-        // In the first subsystem, not the last table of the file.
-        assert_eq!(nsids_of(&c, A), vec![1, 2, 3]);
-        assert_eq!(nsids_of(&c, B), vec![7]);
-        let n = &c.subsystems[0].namespaces[2];
-        assert_eq!(n.backend, BackendConfig::Null { size: 2 << 20 });
-        // Everything else as it was.
-        let before = parsed(FILE);
-        assert_eq!(c.subsystems[1], before.subsystems[1]);
-        assert_eq!(c.listeners, before.listeners);
-    }
-
-    #[test]
-    fn nsids_chosen_given_taken_and_kept() {
-        let mut a = ns_add(B);
-        a.nsid = Some(7);
-        assert_eq!(
-            apply(FILE, &Edit::NamespaceAdd(a.clone())),
-            Err(EditError::NsidInUse {
-                nqn: B.into(),
-                nsid: 7
-            })
-        );
-        a.nsid = None;
-        let e = apply(FILE, &Edit::NamespaceAdd(a)).unwrap();
-        assert_eq!(e.nsid, Some(1));
-        assert_eq!(nsids_of(&parsed(&e.text), B), vec![7, 1]);
-        // Removing the first of two position-numbered entries leaves the
-        // second its number.
-        let d = Edit::NamespaceDel(NamespaceRef {
-            subsystem: A.into(),
-            nsid: 1,
-        });
-        let e = apply(FILE, &d).unwrap();
-        assert_eq!(nsids_of(&parsed(&e.text), A), vec![2]);
-        assert_eq!(
-            apply(&e.text, &d),
-            Err(EditError::NoNamespace {
-                nqn: A.into(),
-                nsid: 1
-            })
-        );
-    }
-
-    #[test]
-    fn the_last_namespace_and_the_last_subsystem_go() {
-        let e = apply(
-            FILE,
-            &Edit::NamespaceDel(NamespaceRef {
-                subsystem: B.into(),
-                nsid: 7,
-            }),
-        )
-        .unwrap();
-        assert!(nsids_of(&parsed(&e.text), B).is_empty());
-        let e = apply(&e.text, &Edit::SubsystemDel(SubsystemRef { nqn: B.into() })).unwrap();
-        assert_eq!(nsids_of(&parsed(&e.text), A), vec![1, 2]);
-        let e = apply(&e.text, &Edit::SubsystemDel(SubsystemRef { nqn: A.into() })).unwrap();
-        assert!(!e.text.contains("[[subsystem"), "{}", e.text);
-        // The last one: the validation refuses a file without any.
-        let err = TargetConfig::from_toml(&e.text, "edited")
-            .unwrap_err()
-            .to_string();
-        assert!(err.contains("at least one [[subsystem]]"), "{err}");
-        assert_eq!(
-            apply(&e.text, &Edit::SubsystemDel(SubsystemRef { nqn: A.into() })),
-            Err(EditError::NoSubsystem(A.into()))
-        );
-    }
-
-    #[test]
-    fn a_subsystem_added_to_a_file_without_any() {
-        let add = SubsystemAdd {
-            nqn: "nqn.2026-11.io.example:c".into(),
-            allow_any_host: false,
-            hosts: vec!["nqn.2026-11.io.example:h2".into()],
-            serial: Some("SN1".into()),
-            model: None,
-        };
-        let e = apply(
-            "[[listener]]\naddress = \"10.0.0.1\"\n",
-            &Edit::SubsystemAdd(add.clone()),
-        )
-        .unwrap();
-        let c = parsed(&e.text);
-        assert_eq!(c.subsystems[0].hosts, add.hosts);
-        assert_eq!(c.subsystems[0].serial.as_deref(), Some("SN1"));
-        let mut ns = ns_add("nqn.2026-11.io.example:c");
-        ns.path = Some("/dev/null".into());
-        ns.null_size = None;
-        ns.read_only = true;
-        ns.ana_group = Some(2);
-        let e = apply(&e.text, &Edit::NamespaceAdd(ns)).unwrap();
-        let c = parsed(&e.text);
-        let n = &c.subsystems[0].namespaces[0];
-        assert!(n.readonly);
-        assert_eq!(n.ana_group, 2);
-        assert_eq!(
-            apply(&e.text, &Edit::SubsystemAdd(add)),
-            Err(EditError::SubsystemExists(
-                "nqn.2026-11.io.example:c".into()
-            ))
-        );
-    }
-
-    #[test]
-    fn hosts_and_any_host() {
-        let h = |host: &str| HostRef {
-            subsystem: A.into(),
-            host_nqn: host.into(),
-        };
-        let e = apply(FILE, &Edit::HostAdd(h("nqn.2026-11.io.example:h2"))).unwrap();
-        assert!(e.text.contains("# the database host"));
-        let c = parsed(&e.text);
-        assert_eq!(c.subsystems[0].hosts.len(), 2);
-        assert!(matches!(
-            apply(&e.text, &Edit::HostAdd(h("nqn.2026-11.io.example:h2"))),
-            Err(EditError::HostExists { .. })
-        ));
-        let e = apply(&e.text, &Edit::HostDel(h("nqn.2026-11.io.example:h1"))).unwrap();
-        assert_eq!(
-            parsed(&e.text).subsystems[0].hosts,
-            vec!["nqn.2026-11.io.example:h2".to_string()]
-        );
-        assert!(matches!(
-            apply(&e.text, &Edit::HostDel(h("nqn.2026-11.io.example:h1"))),
-            Err(EditError::NoHost { .. })
-        ));
-        let e = apply(&e.text, &Edit::HostAdd(h(ANY_HOST))).unwrap();
-        assert!(parsed(&e.text).subsystems[0].allow_any_host);
-        let e = apply(&e.text, &Edit::HostDel(h(ANY_HOST))).unwrap();
-        assert!(!parsed(&e.text).subsystems[0].allow_any_host);
-        // The last listed host removed: valid, and warned of (no host may
-        // connect).
-        let e = apply(&e.text, &Edit::HostDel(h("nqn.2026-11.io.example:h2"))).unwrap();
-        let c = TargetConfig::from_toml(&e.text, "edited").expect("a subsystem no host may reach");
-        assert!(c.warnings()[0].reason.contains("no host may connect"));
-    }
-
-    #[test]
-    fn bad_requests_and_bad_files() {
-        let mut a = ns_add(A);
-        a.path = Some("/dev/null".into());
-        assert!(matches!(
-            apply(FILE, &Edit::NamespaceAdd(a)),
-            Err(EditError::Invalid(_))
-        ));
-        let mut a = ns_add(A);
-        a.null_size = None;
-        assert!(matches!(
-            apply(FILE, &Edit::NamespaceAdd(a)),
-            Err(EditError::Invalid(_))
-        ));
-        let mut a = ns_add(A);
-        a.null_size = None;
-        a.rbd_pool = Some("rbd".into());
-        assert!(matches!(
-            apply(FILE, &Edit::NamespaceAdd(a)),
-            Err(EditError::Invalid(_))
-        ));
-        assert_eq!(
-            apply(FILE, &Edit::NamespaceAdd(ns_add("nqn.x:none"))),
-            Err(EditError::NoSubsystem("nqn.x:none".into()))
-        );
-        assert!(matches!(
-            apply("subsystem = 3\n", &Edit::NamespaceAdd(ns_add(A))),
-            Err(EditError::Unreadable(_))
-        ));
-        assert!(matches!(
-            apply("[[subsystem]\n", &Edit::NamespaceAdd(ns_add(A))),
-            Err(EditError::Unreadable(_))
-        ));
-        // Every nsid taken.
-        let mut text = String::from(
-            "[[subsystem]]\nnqn = \"nqn.2026-11.io.example:a\"\nallow_any_host = true\n",
-        );
-        for i in 1..=MAX_NSID {
-            text.push_str(&format!("[[subsystem.namespace]]\nnsid = {i}\n"));
-        }
-        assert_eq!(
-            apply(&text, &Edit::NamespaceAdd(ns_add(A))),
-            Err(EditError::NoFreeNsid(A.into()))
-        );
-    }
-}
+mod tests;

@@ -1,0 +1,293 @@
+//! The edits against a file with comments, numbering and every kind of entry.
+
+use super::*;
+use crate::config::{BackendConfig, TargetConfig};
+
+const FILE: &str = r#"# The lab's target.
+[[listener]]
+address = "10.0.2.15"   # eth0
+
+# First disk.
+[[subsystem]]
+nqn = "nqn.2026-11.io.example:a"
+hosts = ["nqn.2026-11.io.example:h1"]   # the database host
+
+[[subsystem.namespace]]
+path = "/dev/null"      # numbered 1 by position
+
+[[subsystem.namespace]]
+backend = "null"
+size = "1M"
+
+[[subsystem]]
+nqn = "nqn.2026-11.io.example:b"
+allow_any_host = true
+
+[[subsystem.namespace]]
+nsid = 7
+backend = "null"
+size = "1M"
+"#;
+
+fn parsed(text: &str) -> TargetConfig {
+    TargetConfig::from_toml(text, "edited").unwrap_or_else(|e| panic!("{e}\n{text}"))
+}
+
+fn nsids_of(c: &TargetConfig, nqn: &str) -> Vec<u32> {
+    let s = c.subsystems.iter().find(|s| s.nqn == nqn).unwrap();
+    s.namespaces.iter().map(|n| n.nsid).collect()
+}
+
+const A: &str = "nqn.2026-11.io.example:a";
+const B: &str = "nqn.2026-11.io.example:b";
+
+fn ns_add(sub: &str) -> NamespaceAdd {
+    NamespaceAdd {
+        subsystem: sub.into(),
+        null_size: Some("2M".into()),
+        ..Default::default()
+    }
+}
+
+#[test]
+fn a_namespace_lands_in_its_subsystem_and_comments_stay() {
+    let e = apply(FILE, &Edit::NamespaceAdd(ns_add(A))).unwrap();
+    assert_eq!(e.nsid, Some(3));
+    assert!(e.text.contains("# the database host"));
+    assert!(e.text.contains("# numbered 1 by position"));
+    assert!(e.text.starts_with("# The lab's target.\n"));
+    let c = parsed(&e.text);
+    // In the first subsystem, not the last table of the file.
+    assert_eq!(nsids_of(&c, A), vec![1, 2, 3]);
+    assert_eq!(nsids_of(&c, B), vec![7]);
+    let n = &c.subsystems[0].namespaces[2];
+    assert_eq!(n.backend, BackendConfig::Null { size: 2 << 20 });
+    // Everything else as it was.
+    let before = parsed(FILE);
+    assert_eq!(c.subsystems[1], before.subsystems[1]);
+    assert_eq!(c.listeners, before.listeners);
+}
+
+#[test]
+fn nsids_chosen_given_taken_and_kept() {
+    let mut a = ns_add(B);
+    a.nsid = Some(7);
+    assert_eq!(
+        apply(FILE, &Edit::NamespaceAdd(a.clone())),
+        Err(EditError::NsidInUse {
+            nqn: B.into(),
+            nsid: 7
+        })
+    );
+    a.nsid = None;
+    let e = apply(FILE, &Edit::NamespaceAdd(a)).unwrap();
+    assert_eq!(e.nsid, Some(1));
+    assert_eq!(nsids_of(&parsed(&e.text), B), vec![7, 1]);
+    // Removing the first of two position-numbered entries leaves the
+    // second its number.
+    let d = Edit::NamespaceDel(NamespaceRef {
+        subsystem: A.into(),
+        nsid: 1,
+    });
+    let e = apply(FILE, &d).unwrap();
+    assert_eq!(nsids_of(&parsed(&e.text), A), vec![2]);
+    assert_eq!(
+        apply(&e.text, &d),
+        Err(EditError::NoNamespace {
+            nqn: A.into(),
+            nsid: 1
+        })
+    );
+}
+
+#[test]
+fn the_last_namespace_and_the_last_subsystem_go() {
+    let e = apply(
+        FILE,
+        &Edit::NamespaceDel(NamespaceRef {
+            subsystem: B.into(),
+            nsid: 7,
+        }),
+    )
+    .unwrap();
+    assert!(nsids_of(&parsed(&e.text), B).is_empty());
+    let e = apply(&e.text, &Edit::SubsystemDel(SubsystemRef { nqn: B.into() })).unwrap();
+    assert_eq!(nsids_of(&parsed(&e.text), A), vec![1, 2]);
+    let e = apply(&e.text, &Edit::SubsystemDel(SubsystemRef { nqn: A.into() })).unwrap();
+    assert!(!e.text.contains("[[subsystem"), "{}", e.text);
+    // The last one: the validation refuses a file without any.
+    let err = TargetConfig::from_toml(&e.text, "edited")
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("at least one [[subsystem]]"), "{err}");
+    assert_eq!(
+        apply(&e.text, &Edit::SubsystemDel(SubsystemRef { nqn: A.into() })),
+        Err(EditError::NoSubsystem(A.into()))
+    );
+}
+
+#[test]
+fn a_subsystem_added_to_a_file_without_any() {
+    let add = SubsystemAdd {
+        nqn: "nqn.2026-11.io.example:c".into(),
+        allow_any_host: false,
+        hosts: vec!["nqn.2026-11.io.example:h2".into()],
+        serial: Some("SN1".into()),
+        model: None,
+    };
+    let e = apply(
+        "[[listener]]\naddress = \"10.0.0.1\"\n",
+        &Edit::SubsystemAdd(add.clone()),
+    )
+    .unwrap();
+    let c = parsed(&e.text);
+    assert_eq!(c.subsystems[0].hosts, add.hosts);
+    assert_eq!(c.subsystems[0].serial.as_deref(), Some("SN1"));
+    let mut ns = ns_add("nqn.2026-11.io.example:c");
+    ns.path = Some("/dev/null".into());
+    ns.null_size = None;
+    ns.read_only = true;
+    ns.ana_group = Some(2);
+    let e = apply(&e.text, &Edit::NamespaceAdd(ns)).unwrap();
+    let c = parsed(&e.text);
+    let n = &c.subsystems[0].namespaces[0];
+    assert!(n.readonly);
+    assert_eq!(n.ana_group, 2);
+    assert_eq!(
+        apply(&e.text, &Edit::SubsystemAdd(add)),
+        Err(EditError::SubsystemExists(
+            "nqn.2026-11.io.example:c".into()
+        ))
+    );
+}
+
+#[test]
+fn namespaces_shown_to_hosts_attached_and_detached() {
+    let h1 = "nqn.2026-11.io.example:h1";
+    let h2 = "nqn.2026-11.io.example:h2";
+    let mut add = ns_add(A);
+    add.hosts = Some(vec![h1.into()]);
+    let e = apply(FILE, &Edit::NamespaceAdd(add)).unwrap();
+    let shown = |text: &str, nsid: u32| {
+        let c = parsed(text);
+        let s = c.subsystems.iter().find(|s| s.nqn == A).unwrap();
+        s.namespaces
+            .iter()
+            .find(|n| n.nsid == nsid)
+            .unwrap()
+            .hosts
+            .clone()
+    };
+    assert_eq!(shown(&e.text, 3), Some(vec![h1.to_string()]));
+    let at = |nsid: u32, host: &str| NamespaceHost {
+        subsystem: A.into(),
+        nsid,
+        host_nqn: host.into(),
+    };
+    let e = apply(&e.text, &Edit::NamespaceAttach(at(3, h2))).unwrap();
+    assert_eq!(e.summary, format!("namespace 3 of {A} shown to host {h2}"));
+    assert_eq!(
+        shown(&e.text, 3),
+        Some(vec![h1.to_string(), h2.to_string()])
+    );
+    assert!(e.text.contains("# the database host"), "comments stay");
+    let err = apply(&e.text, &Edit::NamespaceAttach(at(3, h2))).unwrap_err();
+    assert!(err.to_string().contains("already"), "{err}");
+    let e = apply(&e.text, &Edit::NamespaceDetach(at(3, h1))).unwrap();
+    let e = apply(&e.text, &Edit::NamespaceDetach(at(3, h2))).unwrap();
+    assert_eq!(shown(&e.text, 3), Some(vec![]), "an empty list: no host");
+    let err = apply(&e.text, &Edit::NamespaceDetach(at(3, h2))).unwrap_err();
+    assert!(err.to_string().contains("not shown"), "{err}");
+    // Without a list a namespace is every host's: neither changes it.
+    for edit in [
+        Edit::NamespaceAttach(at(1, h2)),
+        Edit::NamespaceDetach(at(1, h1)),
+    ] {
+        let err = apply(FILE, &edit).unwrap_err();
+        assert!(err.to_string().contains("every host"), "{err}");
+    }
+    assert_eq!(shown(FILE, 1), None);
+    assert!(matches!(
+        apply(FILE, &Edit::NamespaceAttach(at(9, h1))),
+        Err(EditError::NoNamespace { nsid: 9, .. })
+    ));
+}
+
+#[test]
+fn hosts_and_any_host() {
+    let h = |host: &str| HostRef {
+        subsystem: A.into(),
+        host_nqn: host.into(),
+    };
+    let e = apply(FILE, &Edit::HostAdd(h("nqn.2026-11.io.example:h2"))).unwrap();
+    assert!(e.text.contains("# the database host"));
+    let c = parsed(&e.text);
+    assert_eq!(c.subsystems[0].hosts.len(), 2);
+    assert!(matches!(
+        apply(&e.text, &Edit::HostAdd(h("nqn.2026-11.io.example:h2"))),
+        Err(EditError::HostExists { .. })
+    ));
+    let e = apply(&e.text, &Edit::HostDel(h("nqn.2026-11.io.example:h1"))).unwrap();
+    assert_eq!(
+        parsed(&e.text).subsystems[0].hosts,
+        vec!["nqn.2026-11.io.example:h2".to_string()]
+    );
+    assert!(matches!(
+        apply(&e.text, &Edit::HostDel(h("nqn.2026-11.io.example:h1"))),
+        Err(EditError::NoHost { .. })
+    ));
+    let e = apply(&e.text, &Edit::HostAdd(h(ANY_HOST))).unwrap();
+    assert!(parsed(&e.text).subsystems[0].allow_any_host);
+    let e = apply(&e.text, &Edit::HostDel(h(ANY_HOST))).unwrap();
+    assert!(!parsed(&e.text).subsystems[0].allow_any_host);
+    // The last listed host removed: valid, and warned of (no host may
+    // connect).
+    let e = apply(&e.text, &Edit::HostDel(h("nqn.2026-11.io.example:h2"))).unwrap();
+    let c = TargetConfig::from_toml(&e.text, "edited").expect("a subsystem no host may reach");
+    assert!(c.warnings()[0].reason.contains("no host may connect"));
+}
+
+#[test]
+fn bad_requests_and_bad_files() {
+    let mut a = ns_add(A);
+    a.path = Some("/dev/null".into());
+    assert!(matches!(
+        apply(FILE, &Edit::NamespaceAdd(a)),
+        Err(EditError::Invalid(_))
+    ));
+    let mut a = ns_add(A);
+    a.null_size = None;
+    assert!(matches!(
+        apply(FILE, &Edit::NamespaceAdd(a)),
+        Err(EditError::Invalid(_))
+    ));
+    let mut a = ns_add(A);
+    a.null_size = None;
+    a.rbd_pool = Some("rbd".into());
+    assert!(matches!(
+        apply(FILE, &Edit::NamespaceAdd(a)),
+        Err(EditError::Invalid(_))
+    ));
+    assert_eq!(
+        apply(FILE, &Edit::NamespaceAdd(ns_add("nqn.x:none"))),
+        Err(EditError::NoSubsystem("nqn.x:none".into()))
+    );
+    assert!(matches!(
+        apply("subsystem = 3\n", &Edit::NamespaceAdd(ns_add(A))),
+        Err(EditError::Unreadable(_))
+    ));
+    assert!(matches!(
+        apply("[[subsystem]\n", &Edit::NamespaceAdd(ns_add(A))),
+        Err(EditError::Unreadable(_))
+    ));
+    // Every nsid taken.
+    let mut text =
+        String::from("[[subsystem]]\nnqn = \"nqn.2026-11.io.example:a\"\nallow_any_host = true\n");
+    for i in 1..=MAX_NSID {
+        text.push_str(&format!("[[subsystem.namespace]]\nnsid = {i}\n"));
+    }
+    assert_eq!(
+        apply(&text, &Edit::NamespaceAdd(ns_add(A))),
+        Err(EditError::NoFreeNsid(A.into()))
+    );
+}
