@@ -15,7 +15,11 @@
 #      it, A reads it, B is told nothing) and `namespace detach` takes it away again; fio
 #      sees no error; the file keeps both changes (the list of namespace 3), `status`
 #      shows whom each namespace is shown to; the host's kernel log shows the rescans and
-#      no error.
+#      no error;
+#   4. per-host statistics: status shows each controller's reads, writes, bytes, latency
+#      and errors; with [metrics] per_host the scrape has series per host (what each did,
+#      the initiator's gone controllers included), and a third host beyond per_host_max
+#      counts in host="_other", the overflow counted.
 # Output: the differential table, then "TENANTS PASS" (last line) on success.
 set -euo pipefail
 IP=${LAB_IP:?LAB_IP not set (run this inside the lab guest)}
@@ -153,6 +157,11 @@ transport = "tcp"
 address = "$IP"
 port = $PORT
 
+# Per-host series: host A, host B, and one for whoever comes beyond.
+[metrics]
+per_host = true
+per_host_max = 3
+
 [[subsystem]]
 nqn = "$NQN"
 allow_any_host = true
@@ -247,6 +256,40 @@ assert ns == {1: [sys.argv[2]], 2: [sys.argv[3]], 3: []}, ns
 EOF
 grep -q '# the other tenant' "$CONF" || fail "the live changes lost the file's comments"
 info "the file keeps namespace 3's list (empty again) and its comments"
+
+step "per-host statistics: status per controller, Prometheus series per host (capped)"
+"$TARGET_BIN" status | grep -E '^ *(controller|queues)' | sed 's/^/    status: /'
+"$TARGET_BIN" status --json | python3 -c 'import json,sys
+st = json.load(sys.stdin)
+c = {x["host_nqn"]: x for s in st["subsystems"] for x in s["controllers"]}
+a, b = c[sys.argv[1]], c[sys.argv[2]]
+assert a["writes"] > 0 and a["write_latency_us"] > 0 and a["bytes_written"] == 4096 * a["writes"], a
+assert a["errors"] >= 1, a          # its Namespace Identification Descriptor list of nsid 2
+assert b["reads"] > 0 and b["writes"] == 0 and b["errors"] == 0, b' "$HOST_A" "$HOST_B" ||
+    fail "status does not show each controller's I/O, latency and errors"
+# A third host: beyond the cap, counted in host="_other".
+HOST_C=nqn.2026-11.io.nvmf-lab:tenant-c
+connect_as "$HOST_C" 6b1a0f3e-0000-4000-8000-00000000000c >/dev/null
+curl -sf http://127.0.0.1:9469/metrics >/tmp/metrics.txt || fail "no /metrics"
+grep -E '^nvmf_target_host_' /tmp/metrics.txt | sed 's/^/    /'
+series() { grep -E "^nvmf_target_$1\{" /tmp/metrics.txt | grep -F "host=\"$2\"" | grep -F "$3" | awk '{s += $2} END {print s + 0}'; }
+python3 - "$(series host_commands_total "$HOST_A" 'op="write"')" "$(series host_command_seconds_total "$HOST_A" 'op="write"')" \
+    "$(series host_errors_total "$HOST_A" '')" "$(series host_bytes_total "$HOST_B" 'op="read"')" \
+    "$(series host_commands_total "$HOST_B" 'op="write"')" <<'EOF' || fail "the per-host series are not what the hosts did"
+import sys
+aw, asec, aerr, bread, bw = map(float, sys.argv[1:])
+assert aw > 1000 and 0 < asec < aw, (aw, asec)
+assert aerr >= 9, aerr        # ns-descs, and the initiator's eight cases (gone controllers count)
+assert bread > 0 and bw == 0, (bread, bw)
+print("    host A: %d writes, mean %.0f us in the target, %d errors; host B: %d bytes read" % (aw, asec / aw * 1e6, aerr, bread))
+EOF
+grep -q 'host="_other"' /tmp/metrics.txt || fail "the host beyond the cap has no _other series"
+grep -q "host=\"$HOST_C\"" /tmp/metrics.txt && fail "a host beyond the cap got a series of its own"
+grep -qE '^nvmf_target_host_series_overflow_total 1$' /tmp/metrics.txt || fail "the overflow is not counted"
+if command -v promtool >/dev/null; then
+    promtool check metrics </tmp/metrics.txt 2>&1 | grep -i host_ && fail "promtool finds fault with the per-host series"
+fi
+info "host C beyond the cap: counted in host=\"_other\", overflow counted"
 
 settle
 nvme disconnect -n "$NQN" >/dev/null

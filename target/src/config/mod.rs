@@ -250,6 +250,9 @@ pub struct TargetConfig {
     pub poll_spin_us: u64,
     /// Where `/metrics` is served (`None`: disabled).
     pub metrics_addr: Option<SocketAddr>,
+    /// Per-host series (`[metrics] per_host`): at most this many
+    /// (`per_host_max`), `None`: none.
+    pub per_host_series: Option<usize>,
     /// The control socket `nvmf-target status` talks to (`None`: disabled).
     pub control_socket: Option<PathBuf>,
     /// Whether the target must not start without its control socket (true

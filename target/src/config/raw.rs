@@ -35,6 +35,8 @@ pub(super) struct RawConfig {
 pub(super) struct RawMetrics {
     pub enabled: Option<bool>,
     pub address: Option<String>,
+    pub per_host: Option<bool>,
+    pub per_host_max: Option<u32>,
 }
 
 #[derive(Deserialize)]

@@ -354,6 +354,24 @@ fn metrics_and_log_sections() {
         format!("[log]\nlevel = \"info,,=x=\"\n{GOOD}"),
         "t.toml: log.level: 'info,,=x=' is not a log filter",
     );
+    // Per-host series: off unless asked for, capped.
+    assert_eq!(
+        TargetConfig::from_toml(GOOD, "t.toml")
+            .unwrap()
+            .per_host_series,
+        None
+    );
+    let c =
+        TargetConfig::from_toml(&format!("[metrics]\nper_host = true\n{GOOD}"), "t.toml").unwrap();
+    assert_eq!(c.per_host_series, Some(256));
+    bad(
+        format!("[metrics]\nper_host = true\nper_host_max = 1\n{GOOD}"),
+        "metrics.per_host_max: 1 is out of range 2..=65536",
+    );
+    bad(
+        format!("[metrics]\nper_host_max = 8\n{GOOD}"),
+        "metrics.per_host_max: is only for per_host = true",
+    );
 }
 
 #[test]

@@ -165,6 +165,25 @@ impl TargetConfig {
                 EngineConfig::default()
             }
         };
+        let per_host_series = match raw.metrics.as_ref() {
+            Some(m) if m.per_host == Some(true) => {
+                let max = m
+                    .per_host_max
+                    .unwrap_or(crate::telemetry::host::DEFAULT_MAX_SERIES as u32);
+                if !(2..=65536).contains(&max) {
+                    cx.err(
+                        "metrics.per_host_max",
+                        format!("{max} is out of range 2..=65536"),
+                    );
+                }
+                Some(max as usize)
+            }
+            Some(m) if m.per_host_max.is_some() => {
+                cx.err("metrics.per_host_max", "is only for per_host = true");
+                None
+            }
+            _ => None,
+        };
         let metrics_addr = match raw.metrics {
             Some(RawMetrics {
                 enabled: Some(false),
@@ -233,6 +252,7 @@ impl TargetConfig {
             hosts,
             poll_spin_us,
             metrics_addr,
+            per_host_series,
             control_socket,
             control_required: true,
             log_level,

@@ -117,6 +117,18 @@ pub fn build_target(cfg: &TargetConfig) -> Result<Target, String> {
 }
 
 /// Logs what the configuration does that an administrator may not mean.
+/// Per-host series as `cfg` says, for controllers that connect from now on.
+fn per_host_series(cfg: &TargetConfig) {
+    let r = crate::telemetry::host::registry();
+    match cfg.per_host_series {
+        Some(max) => {
+            r.configure(true, max);
+            info!(max_series = max, "per-host metrics on ([metrics] per_host)");
+        }
+        None => r.configure(false, crate::telemetry::host::DEFAULT_MAX_SERIES),
+    }
+}
+
 fn log_warnings(cfg: &TargetConfig) {
     for w in cfg.warnings() {
         warn!(field = %w.field, "{}", w.reason);
@@ -161,6 +173,7 @@ impl Daemon {
         let started = Instant::now();
         check_memlock(config.engine.max_pinned_memory)?;
         let target = Arc::new(build_target(&config)?);
+        per_host_series(&config);
         let metrics_server = match config.metrics_addr {
             Some(a) => Some(crate::telemetry::http::start(a).map_err(|e| {
                 format!("metrics endpoint {a}: {e} (set [metrics] address, or enabled = false)")
@@ -568,6 +581,9 @@ impl Daemon {
         }
         if let Some(us) = plan.poll_spin_us {
             self.target.poll_spin_us.store(us, Ordering::Relaxed);
+        }
+        if plan.per_host {
+            per_host_series(&new);
         }
         log_warnings(&new);
         self.config = new;

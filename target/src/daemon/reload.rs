@@ -79,6 +79,9 @@ pub struct Plan {
     pub hosts: bool,
     /// Namespaces whose store changed size (found while applying the plan).
     pub resized: usize,
+    /// Per-host series turned on or off, or their cap changed (for
+    /// controllers that connect from now on).
+    pub per_host: bool,
 }
 
 impl Plan {
@@ -91,6 +94,7 @@ impl Plan {
             && self.log_level.is_none()
             && !self.ana
             && !self.hosts
+            && !self.per_host
     }
 
     /// A one-line summary for the log and the service status.
@@ -103,7 +107,7 @@ impl Plan {
         let access = self.changed.iter().filter(|c| c.access.is_some()).count();
         let shown: usize = self.changed.iter().map(|c| c.shown.len()).sum();
         format!(
-            "subsystems +{} -{}, namespaces +{} -{}, host access changed in {}{}{}{}{}",
+            "subsystems +{} -{}, namespaces +{} -{}, host access changed in {}{}{}{}{}{}",
             self.added.len(),
             self.removed.len(),
             ns_added,
@@ -116,6 +120,11 @@ impl Plan {
             if self.ana { ", ANA states changed" } else { "" },
             if self.hosts {
                 ", host keys changed"
+            } else {
+                ""
+            },
+            if self.per_host {
+                ", per-host series changed"
             } else {
                 ""
             },
@@ -251,6 +260,7 @@ pub fn plan(old: &TargetConfig, new: &TargetConfig) -> Result<Plan, NeedsRestart
         .map(|l| &l.ana)
         .ne(new.listeners.iter().map(|l| &l.ana));
     p.hosts = old.hosts != new.hosts;
+    p.per_host = old.per_host_series != new.per_host_series;
     Ok(p)
 }
 

@@ -267,6 +267,15 @@ pub struct ControllerInfo {
     pub bytes_read: u64,
     /// Bytes written by the host.
     pub bytes_written: u64,
+    /// The mean time of its reads in the target, microseconds.
+    #[serde(default)]
+    pub read_latency_us: u64,
+    /// The mean time of its writes in the target, microseconds.
+    #[serde(default)]
+    pub write_latency_us: u64,
+    /// Its commands answered with an error.
+    #[serde(default)]
+    pub errors: u64,
     /// The host honours Command Retry Delay (it enabled ACRE).
     #[serde(default)]
     pub retry_delay: bool,
@@ -324,6 +333,9 @@ fn controller(target: &Target, c: &Controller, now: Instant) -> ControllerInfo {
         writes: io.writes,
         bytes_read: io.units_read * 512,
         bytes_written: io.units_written * 512,
+        read_latency_us: io.read_latency().as_micros() as u64,
+        write_latency_us: io.write_latency().as_micros() as u64,
+        errors: io.errors,
         retry_delay: acre,
         authentication: {
             let last = c.auth.last();
@@ -590,13 +602,16 @@ fn ctrl_text(o: &mut String, c: &ControllerInfo) {
     }
     let _ = writeln!(
         o,
-        "    queues {} (admin + {} I/O), {ka}; reads {} ({}), writes {} ({})",
+        "    queues {} (admin + {} I/O), {ka}; reads {} ({}, {} us), writes {} ({}, {} us), errors {}",
         c.queues,
         c.io_queues.len(),
         c.reads,
         sizes::format(c.bytes_read),
+        c.read_latency_us,
         c.writes,
-        sizes::format(c.bytes_written)
+        sizes::format(c.bytes_written),
+        c.write_latency_us,
+        c.errors
     );
 }
 
@@ -656,7 +671,8 @@ mod tests {
         c.attach(crate::model::controller::QueueLink::new(1, w))
             .unwrap();
         for w in 0..3 {
-            c.count_io(w, false, 4096);
+            c.io()
+                .count_io(w, false, 4096, std::time::Duration::from_micros(50));
         }
         let st = Status::of(&t, Instant::now());
         assert_eq!(st.format, FORMAT);
@@ -677,6 +693,10 @@ mod tests {
         assert_eq!(c.host_address.as_deref(), Some("10.0.0.2:50000"));
         assert_eq!((c.queues, c.io_queues.clone()), (3, vec![1, 2]));
         assert_eq!((c.reads, c.bytes_read, c.keep_alive_ms), (3, 12288, 5000));
+        assert_eq!(
+            (c.read_latency_us, c.write_latency_us, c.errors),
+            (50, 0, 0)
+        );
         // The JSON round-trips, and its field names are the documented ones.
         let json = serde_json::to_string(&st).unwrap();
         assert_eq!(serde_json::from_str::<Status>(&json).unwrap(), st);

@@ -14,6 +14,7 @@ use nvme::Status;
 
 use crate::model::namespace::Namespace;
 use crate::model::subsystem::Subsystem;
+use crate::telemetry::host::{CtrlIo, IoTotals};
 use crate::worker::wake::Waker;
 
 /// NVMe version 1.3.0.
@@ -361,19 +362,6 @@ impl CtrlState {
     }
 }
 
-/// What a controller's host read and wrote.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct IoTotals {
-    /// Read commands.
-    pub reads: u64,
-    /// Write commands.
-    pub writes: u64,
-    /// 512-byte units read.
-    pub units_read: u64,
-    /// 512-byte units written.
-    pub units_written: u64,
-}
-
 /// A controller: one host association with a subsystem.
 #[derive(Debug)]
 pub struct Controller {
@@ -389,9 +377,9 @@ pub struct Controller {
     /// CSTS.RDY, mirrored so the I/O path reads it without taking the lock.
     ready: AtomicBool,
     links: Mutex<Vec<Arc<QueueLink>>>,
-    /// Read and write commands and their 512-byte units (SMART / Health),
-    /// per worker.
-    io: crate::engine::shard::Counts<4>,
+    /// Its host's I/O: commands, bytes, latency, errors (SMART / Health,
+    /// status, per-host series).
+    io: Arc<CtrlIo>,
     /// The host's and our transport address, from its admin queue.
     addrs: std::sync::OnceLock<(SocketAddr, SocketAddr)>,
     /// When the controller was created (Connect on the admin queue).
@@ -415,6 +403,13 @@ impl Controller {
         hostid: [u8; 16],
         kato_ms: u32,
     ) -> Controller {
+        // Discovery controllers do no I/O: no host series of their own.
+        let io = match subsys.kind {
+            crate::model::subsystem::SubsystemKind::Nvm => {
+                crate::telemetry::host::registry().controller(&subsys.nqn, &hostnqn)
+            }
+            crate::model::subsystem::SubsystemKind::Discovery => Arc::default(),
+        };
         Controller {
             cntlid,
             subsys,
@@ -423,7 +418,7 @@ impl Controller {
             state: Mutex::new(CtrlState::new(kato_ms, Instant::now())),
             ready: AtomicBool::new(false),
             links: Mutex::new(Vec::new()),
-            io: Default::default(),
+            io,
             addrs: std::sync::OnceLock::new(),
             created: Instant::now(),
             revoked: AtomicBool::new(false),
@@ -465,25 +460,17 @@ impl Controller {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// `st` as this controller's host may see it: without Command Retry
-    /// Worker `w` completed a read (`write` false) or write of `bytes`.
-    #[inline]
-    pub fn count_io(&self, w: usize, write: bool, bytes: u64) {
-        let i = write as usize;
-        self.io.add(w, i, 1);
-        self.io.add(w, 2 + i, bytes / 512);
+    /// Its host's I/O counts.
+    pub fn io(&self) -> &CtrlIo {
+        &self.io
     }
 
-    /// Reads, writes, 512-byte units read, units written.
+    /// What its host's I/O counted so far.
     pub fn io_totals(&self) -> IoTotals {
-        IoTotals {
-            reads: self.io.sum(0),
-            writes: self.io.sum(1),
-            units_read: self.io.sum(2),
-            units_written: self.io.sum(3),
-        }
+        self.io.totals()
     }
 
+    /// `st` as this controller's host may see it: without Command Retry
     /// Delay unless the host enabled it (ACRE).
     pub fn retry_delay(&self, st: nvme::Status) -> nvme::Status {
         if self.state().acre {

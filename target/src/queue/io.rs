@@ -308,7 +308,8 @@ impl QueueCore {
         let elapsed = env.now.saturating_duration_since(q.start);
         ns.metrics.record(env.worker, op, bytes, elapsed);
         if let (Some(ctrl), IoPlan::Read { .. } | IoPlan::Write { .. }) = (&self.ctrl, plan) {
-            ctrl.count_io(env.worker, plan.writes(), bytes);
+            ctrl.io()
+                .count_io(env.worker, plan.writes(), bytes, elapsed);
         }
         if let IoPlan::Read { len, .. } = plan {
             self.reqs[r].out_len = len;

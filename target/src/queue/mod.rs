@@ -513,6 +513,7 @@ impl QueueCore {
         if !status.is_success() {
             env.tally.failed_command(status);
             if let Some(c) = &self.ctrl {
+                c.io().count_error(env.worker);
                 c.state()
                     .log_error(self.qid(), cmd.cid(), status, cmd.nsid());
             }

@@ -157,6 +157,9 @@ impl Metrics {
         registry
             .register(Box::new(crate::telemetry::namespace::NsCollector::new()))
             .expect("metric names are unique constants");
+        registry
+            .register(Box::new(crate::telemetry::host::HostCollector::new()))
+            .expect("metric names are unique constants");
         // process_cpu_seconds_total, process_resident_memory_bytes,
         // process_open_fds, ... as every Prometheus client exports them.
         registry

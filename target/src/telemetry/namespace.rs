@@ -222,14 +222,16 @@ impl Default for NsCollector {
     }
 }
 
-fn label(name: &str, value: &str) -> proto::LabelPair {
+/// A label of a metric a collector makes.
+pub(super) fn label(name: &str, value: &str) -> proto::LabelPair {
     let mut l = proto::LabelPair::default();
     l.set_name(name.into());
     l.set_value(value.into());
     l
 }
 
-fn family(d: &Desc, t: MetricType, metrics: Vec<proto::Metric>) -> MetricFamily {
+/// A family of `d`'s metrics a collector makes.
+pub(super) fn family(d: &Desc, t: MetricType, metrics: Vec<proto::Metric>) -> MetricFamily {
     let mut f = MetricFamily::default();
     f.set_name(d.fq_name.clone());
     f.set_help(d.help.clone());
