@@ -12,6 +12,7 @@ pub mod log_limit;
 pub mod peer_rate;
 pub mod plan;
 pub mod pool;
+pub mod qos;
 pub mod request;
 pub mod shard;
 pub mod write_gate;

@@ -6,5 +6,6 @@ pub mod auth;
 pub mod controller;
 pub mod hostid;
 pub mod namespace;
+pub mod qos;
 pub mod subsystem;
 pub mod unproven;

@@ -1,0 +1,431 @@
+//! A worker's part of the QoS caps, sans-IO: a token bucket per
+//! [`Limit`] at the worker's share of its rates, the I/Os that wait for
+//! tokens (in their order), and the sharing.
+//!
+//! Each worker spends only its own bucket: no lock and no write another
+//! worker makes on the data path. Every [`PERIOD`] a worker publishes how
+//! many I/Os it asked of each limit and takes as its share its part of
+//! what all the workers asked (plus a little, [`FLOOR`], so that a worker
+//! whose host just started is not at zero): the shares add up to the whole
+//! cap whichever workers the host's queues land on, and follow the load
+//! within a few periods. A bucket holds at most [`BURST`] of its rate, and
+//! an I/O passes while its buckets are not empty (a large one may take a
+//! bucket below zero: the next ones wait longer), so a cap holds whatever
+//! the I/O size.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crate::model::qos::Limit;
+
+/// How often a worker publishes its demand and takes its share.
+pub const PERIOD: Duration = Duration::from_millis(20);
+/// What a bucket holds at most, as time at its rate.
+pub const BURST: Duration = Duration::from_millis(10);
+/// The demand every worker counts as having (I/Os per period), so that an
+/// idle worker keeps a small share.
+const FLOOR: f64 = 0.5;
+
+/// The number of [`PERIOD`]s from the process's first to `now`: the
+/// workers' common clock for their demand.
+fn period_of(now: Instant) -> u32 {
+    static START: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
+    let start = *START.get_or_init(|| now.checked_sub(PERIOD * 4).unwrap_or(now));
+    (now.saturating_duration_since(start).as_millis() / PERIOD.as_millis()) as u32
+}
+
+/// One limit's bucket in one worker.
+#[derive(Debug)]
+struct Bucket {
+    limit: Arc<Limit>,
+    /// I/Os, bytes, bytes read, bytes written.
+    tokens: [f64; 4],
+    last: Instant,
+    share: f64,
+    /// I/Os asked of it in this period.
+    asked: u64,
+}
+
+impl Bucket {
+    fn new(limit: Arc<Limit>, now: Instant, workers: usize) -> Bucket {
+        let share = 1.0 / workers.max(1) as f64;
+        let rates = limit.rates();
+        let mut b = Bucket {
+            limit,
+            tokens: [0.0; 4],
+            last: now,
+            share,
+            asked: 0,
+        };
+        // Starts full: the first I/Os of a host do not wait.
+        for i in 0..4 {
+            b.tokens[i] = b.depth(rates[i], i);
+        }
+        b
+    }
+
+    /// The most the bucket holds of rate `rate` (dimension `i`): BURST of
+    /// it at this worker's share, at least one I/O (or one byte).
+    fn depth(&self, rate: u64, _i: usize) -> f64 {
+        (rate as f64 * self.share * BURST.as_secs_f64()).max(1.0)
+    }
+
+    fn refill(&mut self, now: Instant) {
+        let dt = now.saturating_duration_since(self.last).as_secs_f64();
+        self.last = now;
+        let rates = self.limit.rates();
+        for (i, &rate) in rates.iter().enumerate() {
+            if rate == 0 {
+                continue;
+            }
+            let depth = self.depth(rate, i);
+            self.tokens[i] = (self.tokens[i] + rate as f64 * self.share * dt).min(depth);
+        }
+    }
+
+    /// The dimensions an I/O takes from: I/Os and bytes always, then bytes
+    /// read or bytes written.
+    fn dims(read: bool) -> [usize; 3] {
+        [0, 1, if read { 2 } else { 3 }]
+    }
+
+    fn may(&self, read: bool) -> bool {
+        let rates = self.limit.rates();
+        Self::dims(read)
+            .iter()
+            .all(|&i| rates[i] == 0 || self.tokens[i] > 0.0)
+    }
+
+    fn take(&mut self, read: bool, bytes: u64) {
+        let rates = self.limit.rates();
+        for i in Self::dims(read) {
+            if rates[i] != 0 {
+                self.tokens[i] -= if i == 0 { 1.0 } else { bytes as f64 };
+            }
+        }
+    }
+
+    /// How long until the bucket lets an I/O of this kind pass.
+    fn due(&self, read: bool) -> Duration {
+        let rates = self.limit.rates();
+        let mut wait: f64 = 0.0;
+        for i in Self::dims(read) {
+            if rates[i] != 0 && self.tokens[i] <= 0.0 {
+                let rate = (rates[i] as f64 * self.share).max(f64::MIN_POSITIVE);
+                wait = wait.max((-self.tokens[i] + 1e-9) / rate);
+            }
+        }
+        Duration::from_secs_f64(wait.min(1.0))
+    }
+}
+
+/// An I/O waiting for tokens.
+#[derive(Debug, Clone)]
+pub struct Waiter {
+    /// Who it is (the worker resumes it by this: its queue and request).
+    pub ud: u64,
+    /// The limits it takes from.
+    pub limits: Vec<Arc<Limit>>,
+    /// A read (else a write).
+    pub read: bool,
+    /// Its bytes.
+    pub bytes: u64,
+    /// Since when it waits.
+    pub since: Instant,
+}
+
+/// A worker's buckets and waiting I/Os.
+#[derive(Debug)]
+pub struct Throttle {
+    worker: usize,
+    workers: usize,
+    buckets: HashMap<u64, Bucket>,
+    waiting: VecDeque<Waiter>,
+    period_start: Option<Instant>,
+}
+
+impl Throttle {
+    /// Worker `worker`'s part, of `workers` sharing each limit.
+    pub fn new(worker: usize, workers: usize) -> Throttle {
+        Throttle {
+            worker,
+            workers: workers.max(1),
+            buckets: HashMap::new(),
+            waiting: VecDeque::new(),
+            period_start: None,
+        }
+    }
+
+    fn bucket(&mut self, l: &Arc<Limit>, now: Instant) -> &mut Bucket {
+        let workers = self.workers;
+        let b = self
+            .buckets
+            .entry(l.id)
+            .or_insert_with(|| Bucket::new(l.clone(), now, workers));
+        b.refill(now);
+        b
+    }
+
+    /// Whether an I/O (`read`, of `bytes`) under `limits` may go at `now`:
+    /// if so its tokens are taken. Nothing waiting on these limits is
+    /// passed by it.
+    pub fn admit(&mut self, now: Instant, limits: &[Arc<Limit>], read: bool, bytes: u64) -> bool {
+        self.rebalance(now);
+        let queued = self
+            .waiting
+            .iter()
+            .any(|w| w.limits.iter().any(|x| limits.iter().any(|l| l.id == x.id)));
+        let mut ok = !queued;
+        for l in limits {
+            let b = self.bucket(l, now);
+            b.asked += 1;
+            ok &= b.may(read);
+        }
+        if ok {
+            for l in limits {
+                self.bucket(l, now).take(read, bytes);
+            }
+        }
+        ok
+    }
+
+    /// Makes `w` wait for its tokens, behind those that wait already.
+    pub fn wait(&mut self, w: Waiter) {
+        self.waiting.push_back(w);
+    }
+
+    /// Whether I/Os wait.
+    pub fn is_waiting(&self) -> bool {
+        !self.waiting.is_empty()
+    }
+
+    /// The I/Os that may go now, in their order, their tokens taken (a
+    /// waiter behind one of its limits' blocked waiters stays).
+    pub fn ready(&mut self, now: Instant) -> Vec<Waiter> {
+        self.rebalance(now);
+        let mut go = Vec::new();
+        let mut blocked: Vec<u64> = Vec::new();
+        let mut stay = VecDeque::with_capacity(self.waiting.len());
+        while let Some(w) = self.waiting.pop_front() {
+            let behind = w.limits.iter().any(|l| blocked.contains(&l.id));
+            let ok = !behind
+                && w.limits.iter().all(|l| {
+                    let b = self.bucket(l, now);
+                    b.may(w.read)
+                });
+            if ok {
+                for l in &w.limits {
+                    self.bucket(l, now).take(w.read, w.bytes);
+                }
+                go.push(w);
+            } else {
+                blocked.extend(w.limits.iter().map(|l| l.id));
+                stay.push_back(w);
+            }
+        }
+        self.waiting = stay;
+        go
+    }
+
+    /// Takes `ud`'s waiter out (its queue went away).
+    pub fn cancel(&mut self, ud: u64) -> bool {
+        let before = self.waiting.len();
+        self.waiting.retain(|w| w.ud != ud);
+        before != self.waiting.len()
+    }
+
+    /// How long until the first waiting I/O may go (`None`: none waits).
+    pub fn next_due(&mut self, now: Instant) -> Option<Duration> {
+        let first = self.waiting.front()?.clone();
+        let mut due = Duration::ZERO;
+        for l in &first.limits {
+            let b = self.bucket(l, now);
+            due = due.max(b.due(first.read));
+        }
+        Some(due.max(Duration::from_micros(100)))
+    }
+
+    /// Every [`PERIOD`]: publishes what this worker asked of each limit and
+    /// takes its share of it; forgets the buckets of limits no longer used.
+    fn rebalance(&mut self, now: Instant) {
+        let start = *self.period_start.get_or_insert(now);
+        if now.saturating_duration_since(start) < PERIOD {
+            return;
+        }
+        self.period_start = Some(now);
+        let w = self.worker;
+        let period = period_of(now);
+        for b in self.buckets.values_mut() {
+            b.limit.publish_demand(w, period, b.asked);
+        }
+        let workers = self.workers as f64;
+        for b in self.buckets.values_mut() {
+            let sum = b.limit.demand(period);
+            b.share = (b.asked as f64 + FLOOR) / (sum as f64 + FLOOR * workers);
+            b.asked = 0;
+        }
+        // A limit nobody holds any more (its cap removed) goes.
+        let waiting: Vec<u64> = self
+            .waiting
+            .iter()
+            .flat_map(|x| x.limits.iter().map(|l| l.id))
+            .collect();
+        self.buckets
+            .retain(|id, b| Arc::strong_count(&b.limit) > 1 || waiting.contains(id));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::qos::{QosCaps, MB};
+
+    fn iops(n: u64) -> Arc<Limit> {
+        Limit::new(
+            QosCaps {
+                rw_iops: n,
+                ..Default::default()
+            },
+            "s",
+            1,
+            "",
+        )
+    }
+
+    /// Runs one worker for `secs` of fake time: a host keeps `depth` I/Os
+    /// queued; returns how many went.
+    fn drive(t: &mut Throttle, l: &Arc<Limit>, t0: Instant, secs: f64, read: bool, bytes: u64, depth: usize) -> u64 {
+        let mut done = 0;
+        let mut ud = 0;
+        let steps = (secs * 10_000.0) as u64;
+        let mut queued = 0;
+        for s in 0..steps {
+            let now = t0 + Duration::from_micros(100 * s);
+            for w in t.ready(now) {
+                let _ = w;
+                done += 1;
+                queued -= 1;
+            }
+            for _ in queued..depth {
+                if t.admit(now, std::slice::from_ref(l), read, bytes) {
+                    done += 1;
+                } else {
+                    ud += 1;
+                    t.wait(Waiter {
+                        ud,
+                        limits: vec![l.clone()],
+                        read,
+                        bytes,
+                        since: now,
+                    });
+                    queued += 1;
+                }
+            }
+        }
+        done
+    }
+
+    #[test]
+    fn a_cap_of_iops_holds_on_one_worker() {
+        let l = iops(2000);
+        let mut t = Throttle::new(0, 1);
+        let t0 = Instant::now();
+        let n = drive(&mut t, &l, t0, 10.0, true, 4096, 32);
+        // 2000/s for 10 s, plus the first burst.
+        assert!((19_900..=20_100).contains(&n), "{n}");
+    }
+
+    #[test]
+    fn a_cap_of_bytes_holds_whatever_the_io_size() {
+        for bytes in [4096u64, 128 << 10, 4 << 20] {
+            let l = Limit::new(
+                QosCaps {
+                    r_mbps: 10,
+                    ..Default::default()
+                },
+                "s",
+                1,
+                "",
+            );
+            let mut t = Throttle::new(0, 1);
+            let n = drive(&mut t, &l, Instant::now(), 10.0, true, bytes, 8);
+            let mb = (n * bytes) as f64 / MB as f64;
+            assert!((95.0..=106.0).contains(&mb), "{bytes}: {mb} MB in 10 s");
+            // A write is not capped by r_mbps.
+            let mut t = Throttle::new(0, 1);
+            assert!(drive(&mut t, &l, Instant::now(), 0.1, false, bytes, 8) > 1000);
+        }
+    }
+
+    #[test]
+    fn two_workers_share_one_cap_as_their_load_is() {
+        let l = iops(2000);
+        let (mut a, mut b) = (Throttle::new(0, 2), Throttle::new(1, 2));
+        let t0 = Instant::now();
+        // Both loaded: together the cap, whatever the split.
+        let mut done = [0u64; 2];
+        for s in 0..100_000u64 {
+            let now = t0 + Duration::from_micros(100 * s);
+            for (i, t) in [&mut a, &mut b].into_iter().enumerate() {
+                done[i] += t.ready(now).len() as u64;
+                // Worker 0's host asks three times as often.
+                let asks = if i == 0 { 3 } else { 1 };
+                for _ in 0..asks {
+                    if !t.is_waiting() {
+                        if t.admit(now, std::slice::from_ref(&l), true, 4096) {
+                            done[i] += 1;
+                        } else {
+                            t.wait(Waiter {
+                                ud: s,
+                                limits: vec![l.clone()],
+                                read: true,
+                                bytes: 4096,
+                                since: now,
+                            });
+                        }
+                    }
+                }
+            }
+        }
+        let total = done[0] + done[1];
+        assert!((19_000..=20_500).contains(&total), "{done:?}");
+        // Only worker 1 loaded: it gets (almost) the whole cap.
+        let mut c = Throttle::new(1, 2);
+        let n = drive(&mut c, &l, t0 + Duration::from_secs(20), 10.0, true, 4096, 32);
+        assert!(n >= 18_000, "{n}");
+    }
+
+    #[test]
+    fn waiters_keep_their_order_and_go_when_due() {
+        let l = iops(1000);
+        let mut t = Throttle::new(0, 1);
+        let t0 = Instant::now();
+        let mut passed = 0;
+        while t.admit(t0, std::slice::from_ref(&l), true, 512) {
+            passed += 1;
+        }
+        assert_eq!(passed, 10, "the burst: 10 ms at 1000/s");
+        for ud in 1..=3 {
+            t.wait(Waiter {
+                ud,
+                limits: vec![l.clone()],
+                read: true,
+                bytes: 512,
+                since: t0,
+            });
+        }
+        // A newcomer does not pass those that wait.
+        let later = t0 + Duration::from_micros(500);
+        assert!(!t.admit(later, std::slice::from_ref(&l), true, 512));
+        let due = t.next_due(t0).unwrap();
+        assert!(due > Duration::ZERO && due <= Duration::from_millis(2), "{due:?}");
+        // 1.5 I/Os' worth of tokens by then: two go (the second takes the
+        // bucket below zero), the third waits.
+        let go: Vec<u64> = t.ready(t0 + Duration::from_micros(1500)).iter().map(|w| w.ud).collect();
+        assert_eq!(go, vec![1, 2]);
+        assert!(t.cancel(3));
+        assert!(!t.is_waiting());
+        assert_eq!(t.next_due(t0), None);
+    }
+}
