@@ -204,14 +204,20 @@ pub struct NamespaceConfig {
     /// The hosts that see it (`hosts = [...]`; `None`: every host of the
     /// subsystem).
     pub hosts: Option<Vec<String>>,
+    /// Its QoS caps (`qos = { rw_iops = ... }`; all hosts together).
+    pub qos: crate::model::qos::QosCaps,
+    /// Each capped host's caps (`[[subsystem.namespace.host_qos]]`).
+    pub host_qos: Vec<crate::model::qos::HostCaps>,
 }
 
 impl NamespaceConfig {
-    /// Whether `other` is this namespace with only its hosts changed (a
-    /// change applied to the open namespace, not by opening it again).
-    pub fn same_but_hosts(&self, other: &NamespaceConfig) -> bool {
+    /// Whether `other` is this namespace with only what applies to the open
+    /// namespace changed (its hosts, its QoS caps): no need to open it again.
+    pub fn same_store(&self, other: &NamespaceConfig) -> bool {
         let mut o = other.clone();
         o.hosts = self.hosts.clone();
+        o.qos = self.qos;
+        o.host_qos = self.host_qos.clone();
         *self == o
     }
 }

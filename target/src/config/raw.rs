@@ -118,6 +118,23 @@ pub(super) struct RawNamespace {
     pub ana_group: Option<u32>,
     pub reservations: Option<bool>,
     pub hosts: Option<Vec<String>>,
+    pub qos: Option<crate::model::qos::QosCaps>,
+    pub host_qos: Option<Vec<RawHostQos>>,
+}
+
+/// A `[[subsystem.namespace.host_qos]]`: one host's caps on the namespace.
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawHostQos {
+    pub host: Option<String>,
+    #[serde(default)]
+    pub rw_iops: u64,
+    #[serde(default)]
+    pub rw_mbps: u64,
+    #[serde(default)]
+    pub r_mbps: u64,
+    #[serde(default)]
+    pub w_mbps: u64,
 }
 
 /// A `[[host]]`: a host's DH-HMAC-CHAP settings, with nvmet's names.

@@ -473,10 +473,42 @@ impl TargetConfig {
                 }
             }
         }
+        let qos = n.qos.unwrap_or_default();
+        let mut host_qos = Vec::new();
+        for (h, q) in n.host_qos.unwrap_or_default().into_iter().enumerate() {
+            let f = |k: &str| g(&format!("host_qos[{h}].{k}"));
+            let caps = crate::model::qos::QosCaps {
+                rw_iops: q.rw_iops,
+                rw_mbps: q.rw_mbps,
+                r_mbps: q.r_mbps,
+                w_mbps: q.w_mbps,
+            };
+            match q.host {
+                None => cx.err(f("host"), "is required (the host's NQN)"),
+                Some(host) => {
+                    if let Err(r) = check_nqn(&host) {
+                        cx.err(f("host"), r);
+                    } else if host_qos
+                        .iter()
+                        .any(|x: &crate::model::qos::HostCaps| x.host == host)
+                    {
+                        cx.err(f("host"), format!("'{host}' has caps twice"));
+                    } else if caps.is_none() {
+                        cx.err(
+                            f("host"),
+                            "caps nothing (set rw_iops, rw_mbps, r_mbps or w_mbps)",
+                        );
+                    }
+                    host_qos.push(crate::model::qos::HostCaps { host, caps });
+                }
+            }
+        }
         if cx.errors.len() != errors {
             return None;
         }
         Some(NamespaceConfig {
+            qos,
+            host_qos,
             hosts: n.hosts,
             ana_group,
             nsid,

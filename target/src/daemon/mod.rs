@@ -526,6 +526,12 @@ impl Daemon {
                 }
                 info!(subsys = %c.nqn, nsids = ?changed, controllers_notified = raised, "namespaces changed");
             }
+            for (nsid, caps, hosts) in &c.qos {
+                if let Some(ns) = sub.namespace(*nsid) {
+                    ns.set_qos(&sub.nqn, *caps, hosts);
+                    info!(subsys = %c.nqn, nsid, caps = %caps, hosts = hosts.len(), "QoS caps changed");
+                }
+            }
             for (nsid, hosts) in &c.shown {
                 let told = sub.show_namespace(*nsid, hosts.clone());
                 let to = match hosts {

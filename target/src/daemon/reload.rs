@@ -25,6 +25,13 @@ pub struct SubsystemChange {
     /// Namespaces that stay open but are shown to other hosts now: nsid
     /// and its new hosts (`None`: every host).
     pub shown: Vec<(u32, Option<Vec<String>>)>,
+    /// Namespaces that stay open with new QoS caps: nsid, its caps, its
+    /// hosts' caps.
+    pub qos: Vec<(
+        u32,
+        crate::model::qos::QosCaps,
+        Vec<crate::model::qos::HostCaps>,
+    )>,
 }
 
 impl SubsystemChange {
@@ -55,6 +62,7 @@ impl SubsystemChange {
             && self.add.is_empty()
             && self.remove.is_empty()
             && self.shown.is_empty()
+            && self.qos.is_empty()
     }
 }
 
@@ -106,8 +114,9 @@ impl Plan {
         let ns_removed: usize = self.changed.iter().map(|c| c.remove.len()).sum();
         let access = self.changed.iter().filter(|c| c.access.is_some()).count();
         let shown: usize = self.changed.iter().map(|c| c.shown.len()).sum();
+        let qos: usize = self.changed.iter().map(|c| c.qos.len()).sum();
         format!(
-            "subsystems +{} -{}, namespaces +{} -{}, host access changed in {}{}{}{}{}{}",
+            "subsystems +{} -{}, namespaces +{} -{}, host access changed in {}{}{}{}{}{}{}",
             self.added.len(),
             self.removed.len(),
             ns_added,
@@ -116,6 +125,10 @@ impl Plan {
             match shown {
                 0 => String::new(),
                 n => format!(", {n} namespace(s) shown to other hosts"),
+            },
+            match qos {
+                0 => String::new(),
+                n => format!(", QoS caps of {n} namespace(s) changed"),
             },
             if self.ana { ", ANA states changed" } else { "" },
             if self.hosts {
@@ -224,11 +237,19 @@ pub fn plan(old: &TargetConfig, new: &TargetConfig) -> Result<Plan, NeedsRestart
             add: vec![],
             remove: vec![],
             shown: vec![],
+            qos: vec![],
         };
         for ons in &o.namespaces {
             match n.namespaces.iter().find(|x| x.nsid == ons.nsid) {
                 Some(nns) if nns == ons => {}
-                Some(nns) if nns.same_but_hosts(ons) => c.shown.push((nns.nsid, nns.hosts.clone())),
+                Some(nns) if nns.same_store(ons) => {
+                    if nns.hosts != ons.hosts {
+                        c.shown.push((nns.nsid, nns.hosts.clone()));
+                    }
+                    if (nns.qos, &nns.host_qos) != (ons.qos, &ons.host_qos) {
+                        c.qos.push((nns.nsid, nns.qos, nns.host_qos.clone()));
+                    }
+                }
                 Some(nns) => {
                     c.remove.push(ons.nsid);
                     c.add.push(nns.clone());

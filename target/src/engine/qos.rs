@@ -23,6 +23,8 @@ use crate::model::qos::Limit;
 pub const PERIOD: Duration = Duration::from_millis(20);
 /// What a bucket holds at most, as time at its rate.
 pub const BURST: Duration = Duration::from_millis(10);
+/// The fewest I/Os a bucket holds.
+const MIN_BURST_IOS: f64 = 4.0;
 /// The demand every worker counts as having (I/Os per period), so that an
 /// idle worker keeps a small share.
 const FLOOR: f64 = 0.5;
@@ -59,16 +61,16 @@ impl Bucket {
             asked: 0,
         };
         // Starts full: the first I/Os of a host do not wait.
-        for i in 0..4 {
-            b.tokens[i] = b.depth(rates[i], i);
-        }
+        b.tokens = std::array::from_fn(|i| b.depth(rates[i], i));
         b
     }
 
     /// The most the bucket holds of rate `rate` (dimension `i`): BURST of
-    /// it at this worker's share, at least one I/O (or one byte).
-    fn depth(&self, rate: u64, _i: usize) -> f64 {
-        (rate as f64 * self.share * BURST.as_secs_f64()).max(1.0)
+    /// it at this worker's share, at least [`MIN_BURST_IOS`] I/Os (a worker
+    /// that wakes a little late for a low cap loses no I/O) or one byte.
+    fn depth(&self, rate: u64, i: usize) -> f64 {
+        let least = if i == 0 { MIN_BURST_IOS } else { 1.0 };
+        (rate as f64 * self.share * BURST.as_secs_f64()).max(least)
     }
 
     fn refill(&mut self, now: Instant) {
@@ -295,7 +297,15 @@ mod tests {
 
     /// Runs one worker for `secs` of fake time: a host keeps `depth` I/Os
     /// queued; returns how many went.
-    fn drive(t: &mut Throttle, l: &Arc<Limit>, t0: Instant, secs: f64, read: bool, bytes: u64, depth: usize) -> u64 {
+    fn drive(
+        t: &mut Throttle,
+        l: &Arc<Limit>,
+        t0: Instant,
+        secs: f64,
+        read: bool,
+        bytes: u64,
+        depth: usize,
+    ) -> u64 {
         let mut done = 0;
         let mut ud = 0;
         let steps = (secs * 10_000.0) as u64;
@@ -307,7 +317,8 @@ mod tests {
                 done += 1;
                 queued -= 1;
             }
-            for _ in queued..depth {
+            let room = depth - queued;
+            for _ in 0..room {
                 if t.admit(now, std::slice::from_ref(l), read, bytes) {
                     done += 1;
                 } else {
@@ -392,7 +403,15 @@ mod tests {
         assert!((19_000..=20_500).contains(&total), "{done:?}");
         // Only worker 1 loaded: it gets (almost) the whole cap.
         let mut c = Throttle::new(1, 2);
-        let n = drive(&mut c, &l, t0 + Duration::from_secs(20), 10.0, true, 4096, 32);
+        let n = drive(
+            &mut c,
+            &l,
+            t0 + Duration::from_secs(20),
+            10.0,
+            true,
+            4096,
+            32,
+        );
         assert!(n >= 18_000, "{n}");
     }
 
@@ -406,6 +425,7 @@ mod tests {
             passed += 1;
         }
         assert_eq!(passed, 10, "the burst: 10 ms at 1000/s");
+        assert_eq!(passed, 10, "(more than the least burst, 4 I/Os)");
         for ud in 1..=3 {
             t.wait(Waiter {
                 ud,
@@ -419,10 +439,17 @@ mod tests {
         let later = t0 + Duration::from_micros(500);
         assert!(!t.admit(later, std::slice::from_ref(&l), true, 512));
         let due = t.next_due(t0).unwrap();
-        assert!(due > Duration::ZERO && due <= Duration::from_millis(2), "{due:?}");
+        assert!(
+            due > Duration::ZERO && due <= Duration::from_millis(2),
+            "{due:?}"
+        );
         // 1.5 I/Os' worth of tokens by then: two go (the second takes the
         // bucket below zero), the third waits.
-        let go: Vec<u64> = t.ready(t0 + Duration::from_micros(1500)).iter().map(|w| w.ud).collect();
+        let go: Vec<u64> = t
+            .ready(t0 + Duration::from_micros(1500))
+            .iter()
+            .map(|w| w.ud)
+            .collect();
         assert_eq!(go, vec![1, 2]);
         assert!(t.cancel(3));
         assert!(!t.is_waiting());

@@ -52,6 +52,10 @@ pub struct Namespace {
     /// The hosts that see it (`None`: every host of the subsystem); changed
     /// live by attach and detach.
     hosts: arc_swap::ArcSwapOption<Vec<String>>,
+    /// Its QoS caps (changed live).
+    qos: arc_swap::ArcSwap<crate::model::qos::NsQos>,
+    /// Whether it has any cap (the data path's first look).
+    qos_on: std::sync::atomic::AtomicBool,
 }
 
 /// How often a namespace's failing I/O is logged, at most.
@@ -107,7 +111,31 @@ impl Namespace {
             lane: Default::default(),
             error_log: crate::engine::log_limit::Repeats::new(ERROR_LOG_EVERY),
             hosts: arc_swap::ArcSwapOption::empty(),
+            qos: Default::default(),
+            qos_on: Default::default(),
         }
+    }
+
+    /// Its QoS caps, if it has any.
+    #[inline]
+    pub fn qos(&self) -> Option<Arc<crate::model::qos::NsQos>> {
+        if !self.qos_on.load(Ordering::Relaxed) {
+            return None;
+        }
+        Some(self.qos.load_full())
+    }
+
+    /// Takes new QoS caps, at once (a cap that stays keeps its limit: the
+    /// workers' buckets go on).
+    pub fn set_qos(
+        &self,
+        subsystem: &str,
+        all: crate::model::qos::QosCaps,
+        hosts: &[crate::model::qos::HostCaps],
+    ) {
+        let q = self.qos.load().with(subsystem, self.nsid, all, hosts);
+        self.qos_on.store(!q.is_empty(), Ordering::Relaxed);
+        self.qos.store(Arc::new(q));
     }
 
     /// Whether the host `hostnqn` sees it: to any other host it does not
@@ -238,6 +266,7 @@ impl Namespace {
         let mut ns = Namespace::new(subnqn, cfg.nsid, backend, size, bs, cfg.readonly);
         ns.ana_group = cfg.ana_group;
         ns.set_hosts(cfg.hosts.clone());
+        ns.set_qos(subnqn, cfg.qos, &cfg.host_qos);
         if let Some(img) = ns.backend.rbd() {
             if !cfg.readonly {
                 img.own_through(&ns.gate)
@@ -289,6 +318,8 @@ mod tests {
             reservations: true,
             state_dir: None,
             hosts: None,
+            qos: Default::default(),
+            host_qos: vec![],
         };
         let ns = Namespace::open("nqn.t", &cfg).unwrap();
         assert_eq!(ns.blocks(), 256);

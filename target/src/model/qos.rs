@@ -174,9 +174,12 @@ impl NsQos {
 
     /// The limits an I/O of `host` takes tokens from (at most two).
     pub fn limits_for<'a>(&'a self, host: &'a str) -> impl Iterator<Item = &'a Arc<Limit>> + 'a {
-        self.all
-            .iter()
-            .chain(self.hosts.iter().filter(move |(h, _)| h == host).map(|(_, l)| l))
+        self.all.iter().chain(
+            self.hosts
+                .iter()
+                .filter(move |(h, _)| h == host)
+                .map(|(_, l)| l),
+        )
     }
 
     /// These caps, keeping the limits (and so the workers' buckets) of
@@ -199,7 +202,11 @@ impl NsQos {
             hosts: hosts
                 .iter()
                 .filter_map(|h| {
-                    let old = self.hosts.iter().find(|(x, _)| *x == h.host).map(|(_, l)| l);
+                    let old = self
+                        .hosts
+                        .iter()
+                        .find(|(x, _)| *x == h.host)
+                        .map(|(_, l)| l);
                     keep(old, h.caps, &h.host).map(|l| (h.host.clone(), l))
                 })
                 .collect(),
@@ -228,8 +235,20 @@ mod tests {
         let (all, a) = (q.all.clone().unwrap(), q.hosts[0].1.clone());
         assert_eq!(q.limits_for("a").count(), 2);
         assert_eq!(q.limits_for("b").count(), 1);
-        let q2 = q.with("s", 1, QosCaps { rw_mbps: 10, ..caps }, &[h("a", 50), h("b", 7)]);
-        assert_eq!(q2.all.as_ref().unwrap().id, all.id, "the same limit, new rates");
+        let q2 = q.with(
+            "s",
+            1,
+            QosCaps {
+                rw_mbps: 10,
+                ..caps
+            },
+            &[h("a", 50), h("b", 7)],
+        );
+        assert_eq!(
+            q2.all.as_ref().unwrap().id,
+            all.id,
+            "the same limit, new rates"
+        );
         assert_eq!(all.rates(), [2000, 10 << 20, 0, 0]);
         assert_eq!(q2.hosts[0].1.id, a.id);
         assert_eq!(a.caps().rw_iops, 50);

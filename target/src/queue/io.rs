@@ -25,6 +25,11 @@ impl QueueCore {
         if self.reqs[r].cmd.fuse() != nvme::command::fuse::NONE {
             return self.exec_fused(env, r);
         }
+        // Over its caps: it waits for tokens (as a backend operation in
+        // flight), then comes back here.
+        if self.qos_holds(env, r, super::qos::QosWait::Exec) {
+            return self.reqs[r].life.backend_started(1);
+        }
         let ud = env.mem.backend_ud(self.token(r));
         if let IoPlan::Compare { offset, len } = plan {
             // A read and a comparison, blocking: on the offload thread. The

@@ -21,6 +21,7 @@ mod arrive;
 mod execute;
 mod fused;
 mod io;
+mod qos;
 #[cfg(test)]
 mod tests;
 mod timers;
@@ -98,6 +99,8 @@ pub struct Env<'a, 'io> {
     pub worker: usize,
     /// The worker's tally.
     pub tally: &'a mut Tally,
+    /// The worker's QoS buckets and the I/Os waiting for them.
+    pub qos: &'a mut crate::engine::qos::Throttle,
 }
 
 /// Data sent to the host before a response.
@@ -196,6 +199,8 @@ struct Req {
     fused_status: Option<Status>,
     /// A fused command that executed and waits for its partner.
     waiting_partner: bool,
+    /// Where it is with its QoS caps.
+    qos: qos::QosWait,
 }
 
 impl Req {
@@ -222,6 +227,7 @@ impl Req {
             partner: None,
             fused_status: None,
             waiting_partner: false,
+            qos: Default::default(),
         }
     }
 }
@@ -406,6 +412,9 @@ impl QueueCore {
     fn step(&mut self, env: &mut Env<'_, '_>, r: usize, step: Step) {
         match step {
             Step::NeedBuffer => {
+                if self.qos_holds(env, r, qos::QosWait::Buffer) {
+                    return;
+                }
                 let len = self.reqs[r].plan.len();
                 self.actions.push_back(Action::NeedBuffer {
                     req: self.token(r),

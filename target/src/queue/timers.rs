@@ -123,6 +123,7 @@ impl QueueCore {
             let s = self.reqs[r].life.disconnect();
             self.step(env, r, s);
         }
+        self.qos_cancel(env);
     }
 
     /// A fatal transport error: the controller fails with it.

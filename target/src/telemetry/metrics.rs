@@ -25,6 +25,11 @@ pub struct Metrics {
     pub reservation_conflicts: IntCounterVec,
     /// `failed_commands_total{status}`.
     pub failed_commands: IntCounterVec,
+    /// `qos_throttled_total{subsystem,nsid,host}`: I/Os that waited for a
+    /// cap (host "" for the namespace's own).
+    pub qos_throttled: IntCounterVec,
+    /// `qos_throttled_seconds_total{subsystem,nsid,host}`: their waits.
+    pub qos_throttled_seconds: prometheus::CounterVec,
     /// `controllers{subsystem,transport}`.
     pub controllers: IntGaugeVec,
     /// `queues{subsystem,type,transport}`.
@@ -206,6 +211,22 @@ impl Metrics {
                 "failed_commands_total",
                 "Commands completed with an error status, by status",
                 &["status"],
+            ),
+            qos_throttled: counter(
+                "qos_throttled_total",
+                "I/Os that waited for a QoS cap of their namespace (host \"\") or of their host on it",
+                &["subsystem", "nsid", "host"],
+            ),
+            qos_throttled_seconds: reg(
+                &registry,
+                prometheus::CounterVec::new(
+                    Opts::new(
+                        name("qos_throttled_seconds_total"),
+                        "Time I/Os waited for a QoS cap",
+                    ),
+                    &["subsystem", "nsid", "host"],
+                )
+                .expect("valid metric"),
             ),
             controllers: gauge(
                 "controllers",
@@ -409,6 +430,17 @@ pub fn reject(reason: &str) {
     metrics().rejections.with_label_values(&[reason]).inc();
 }
 
+/// An I/O waited `waited` for the cap of `limit`.
+pub fn qos_throttled(limit: &crate::model::qos::Limit, waited: std::time::Duration) {
+    let m = metrics();
+    let nsid = limit.nsid.to_string();
+    let labels = [limit.subsystem.as_str(), nsid.as_str(), limit.host.as_str()];
+    m.qos_throttled.with_label_values(&labels).inc();
+    m.qos_throttled_seconds
+        .with_label_values(&labels)
+        .inc_by(waited.as_secs_f64());
+}
+
 /// Counts `n` NVMe/TCP zero-copy sends (or buffers) by `outcome`.
 pub fn zero_copy(outcome: &str, n: u64) {
     metrics()
@@ -442,7 +474,9 @@ mod tests {
         for f in m.registry.gather() {
             known.insert(f.name().to_string());
         }
-        let vecs: [&dyn Collector; 22] = [
+        let vecs: [&dyn Collector; 24] = [
+            &m.qos_throttled,
+            &m.qos_throttled_seconds,
             &m.backend_errors,
             &m.reservation_conflicts,
             &m.failed_commands,

@@ -192,6 +192,8 @@ pub struct Lend<'a> {
     pub waker: &'a Arc<Waker>,
     /// The worker is stopping (it takes no new connection).
     pub stopping: bool,
+    /// Its QoS buckets and the I/Os waiting for them.
+    pub qos: &'a mut crate::engine::qos::Throttle,
 }
 
 impl Lend<'_> {
@@ -211,6 +213,7 @@ impl Lend<'_> {
             max_keep_alive_ms: self.cfg.max_keep_alive_ms,
             worker: self.worker,
             tally: &mut *self.tally,
+            qos: &mut *self.qos,
         };
         f(core, &mut env)
     }
@@ -367,6 +370,7 @@ pub struct Group<T: Transport> {
     pub now: Instant,
     /// The worker is stopping: every queue disconnects, none is accepted.
     pub stopping: bool,
+    qos: crate::engine::qos::Throttle,
 }
 
 /// Borrows the group's parts as a [`Lend`] over `exec`.
@@ -382,6 +386,7 @@ macro_rules! lend {
             worker: $g.index,
             waker: &$g.waker,
             stopping: $g.stopping,
+            qos: &mut $g.qos,
         }
     };
 }
@@ -396,6 +401,7 @@ impl<T: Transport> Group<T> {
         target: Arc<Target>,
         cfg: EngineConfig,
     ) -> Group<T> {
+        let qos = crate::engine::qos::Throttle::new(index, cfg.workers);
         Group {
             transport,
             grants: Vec::new(),
@@ -407,6 +413,7 @@ impl<T: Transport> Group<T> {
             cfg,
             now: Instant::now(),
             stopping: false,
+            qos,
         }
     }
 
@@ -463,6 +470,28 @@ impl<T: Transport> Group<T> {
             }),
             _ => self.with(exec, |t, w| t.complete(w, ud, res)),
         }
+    }
+
+    /// The I/Os whose QoS tokens came go on. Returns how many.
+    pub fn qos_ready(&mut self, exec: &mut dyn Executor) -> usize {
+        if !self.qos.is_waiting() {
+            return 0;
+        }
+        let go = self.qos.ready(self.now);
+        for w in &go {
+            let ud = Ud::unpack(w.ud);
+            let waited = self.now.saturating_duration_since(w.since);
+            for l in &w.limits {
+                crate::telemetry::metrics::qos_throttled(l, waited);
+            }
+            self.deliver(exec, ud.queue, &mut |c, env| c.qos_resume(env, ud.req));
+        }
+        go.len()
+    }
+
+    /// How long until a waiting I/O's tokens come (`None`: none waits).
+    pub fn qos_due(&mut self) -> Option<Duration> {
+        self.qos.next_due(self.now)
     }
 
     /// Posts what the transport's queues batched.
@@ -620,6 +649,7 @@ impl<T: Transport> Worker<T> {
             for (ud, res) in mail.drain(..) {
                 self.complete(ud, res);
             }
+            work += self.group.qos_ready(uring!(self));
             self.group.stopping = self.shared.stop.load(Ordering::Acquire);
             work += self.group.with(uring!(self), |t, w| t.accept(w));
             self.group.flush(uring!(self));
@@ -669,7 +699,9 @@ impl<T: Transport> Worker<T> {
                     .poll_in(self.shared.waker.fd(), Ud::worker(ud::POLL_WAKE).pack())
                     .is_ok();
             }
-            if let Err(e) = self.ring.wait(IDLE_WAIT) {
+            // I/Os waiting for QoS tokens: awake when the first may go.
+            let wait = self.group.qos_due().map_or(IDLE_WAIT, |d| d.min(IDLE_WAIT));
+            if let Err(e) = self.ring.wait(wait) {
                 error!(worker = self.shared.index, error = %e, "io_uring wait");
                 std::thread::sleep(Duration::from_millis(10));
             }

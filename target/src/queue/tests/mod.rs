@@ -666,3 +666,4 @@ fn logs_features_and_reservations_over_the_loopback() {
 mod core;
 mod isolation;
 mod masking;
+mod qos;

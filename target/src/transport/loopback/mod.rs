@@ -574,6 +574,11 @@ impl Loopback {
         if n > 0 {
             return n;
         }
+        // I/Os whose QoS tokens came (on the loopback's clock).
+        let n = self.group.qos_ready(&mut self.exec);
+        if n > 0 {
+            return n;
+        }
         // One backend operation at a time, each completion handed to its
         // queue before the next runs (a write leaves its gate before a job
         // that closes the gate runs).
