@@ -8,15 +8,19 @@
 #      exist (nsid 2 of a subsystem with one): Identify Namespace, descriptors, the NVM
 #      set's Identify, a read, a write, a flush, a reservation report, the active
 #      namespace list;
-#   2. masking: host A sees namespace 1 only, host B namespace 2 only (their controllers'
-#      namespaces, `nvme list-ns`), each reads its own;
+#   2. masking: host A sees namespaces 1 and 4 only, host B 2 and 5 (their controllers'
+#      namespaces), each reads its own;
 #   3. live: while fio verifies on A's namespace 1, `nvmf-target namespace attach` shows
 #      namespace 3 to A (A's controller gets it without reconnecting, `nvme list` shows
 #      it, A reads it, B is told nothing) and `namespace detach` takes it away again; fio
 #      sees no error; the file keeps both changes (the list of namespace 3), `status`
 #      shows whom each namespace is shown to; the host's kernel log shows the rescans and
 #      no error;
-#   4. per-host statistics: status shows each controller's reads, writes, bytes, latency
+#   4. QoS: a cap of 2000 IOPS set live on A's namespace 4 holds within 10 % over 20 s
+#      while fio asks for more, and B's uncapped namespace 5 beside it keeps its speed; the
+#      waits are counted, the cap is in the file and in status; A's own cap of 500 IOPS on
+#      it holds too, and once removed A runs free again;
+#   5. per-host statistics: status shows each controller's reads, writes, bytes, latency
 #      and errors; with [metrics] per_host the scrape has series per host (what each did,
 #      the initiator's gone controllers included), and a third host beyond per_host_max
 #      counts in host="_other", the overflow counted.
@@ -71,11 +75,12 @@ connect_as() { # HOSTNQN HOSTID: connects and prints the new controller's name
     fail "no live controller for $1"
 }
 ctrl_nsids() { # CTRL: the nsids of the namespaces the controller has (its paths, or its disks)
-    local d out=
+    local d n out=
     for d in /sys/class/nvme/"$1"/nvme*; do
         [[ ${d##*/} =~ ^nvme[0-9]+(c[0-9]+)?n[0-9]+$ ]] || continue
-        [ -r "$d/nsid" ] || fail "no nsid attribute for ${d##*/} of $1"
-        out+="$(cat "$d/nsid") "
+        # (A namespace the kernel is removing may go while it is read.)
+        n=$(cat "$d/nsid" 2>/dev/null) || { [ -e "$d" ] && fail "no nsid attribute for ${d##*/} of $1"; continue; }
+        out+="$n "
     done
     tr ' ' '\n' <<<"$out" | grep . | sort -n | tr '\n' ' ' | sed 's/ $//'
 }
@@ -123,7 +128,8 @@ except Exception: print("-")' "$out")"
     o[resv-register]=$(raw --opcode 0x0d --in-capsule 16)
     o[resv-report]=$(raw --opcode 0x0e --cdw 10=1023 --window read:4096)
     out=$(nvme list-ns "$dev" 2>&1) || true
-    o[active-list]="$(answer list-ns "$dev") $(grep -o '0x[0-9a-f]*' <<<"$out" | tr '\n' ',' | sed 's/,$//')"
+    # (Whether nsid 2 is listed: ours lists the other namespace A sees too.)
+    o[active-list]="$(answer list-ns "$dev") $(grep -qw 0x2 <<<"$out" && echo "lists-2" || echo "without-2")"
     for c in "${!o[@]}"; do
         if [ "$who" = nvmet ]; then OUT_nvmet[$c]=${o[$c]}; else OUT_ours[$c]=${o[$c]}; fi
         info "$who  $c: ${o[$c]}"
@@ -149,7 +155,7 @@ nvme disconnect -n "$NQN" >/dev/null
 nvmet_unexport "$NQN"
 kmsg_mark   # the probes' errors are expected
 
-step "ours: namespace 1 shown to host A, 2 to host B, 3 to no host yet"
+step "ours: namespaces 1 and 4 shown to host A, 2 and 5 to host B, 3 to no host yet"
 cat >"$CONF" <<EOF
 # Three tenants' disks in one subsystem.
 [[listener]]
@@ -180,6 +186,18 @@ hosts = ["$HOST_B"]   # the other tenant
 nsid = 3
 path = "/var/tmp/tenant3.img"
 hosts = []
+
+[[subsystem.namespace]]
+nsid = 4
+backend = "null"
+size = "1G"
+hosts = ["$HOST_A"]
+
+[[subsystem.namespace]]
+nsid = 5
+backend = "null"
+size = "1G"
+hosts = ["$HOST_B"]
 EOF
 NO_COLOR=1 "$TARGET_BIN" --config "$CONF" >"$TLOG" 2>&1 &
 TPID=$!
@@ -204,10 +222,10 @@ for c in $(printf '%s\n' "${!OUT_nvmet[@]}" | sort); do
 done
 [ $bad = 0 ] || fail "a namespace shown to another host is not answered as one that does not exist"
 
-step "masking: host A sees namespace 1 only, host B namespace 2 only"
+step "masking: host A sees namespaces 1 and 4 only, host B 2 and 5"
 B=$(connect_as "$HOST_B" "$ID_B")
-wait_nsids "$A" "1" "host A"
-wait_nsids "$B" "2" "host B"
+wait_nsids "$A" "1 4" "host A"
+wait_nsids "$B" "2 5" "host B"
 info "host A: controller $A, namespaces $(ctrl_nsids "$A"); host B: controller $B, namespaces $(ctrl_nsids "$B")"
 NS1=$(ns_dev "$NQN" 1); NS2=$(ns_dev "$NQN" 2)
 head -c 18 "$NS1" | grep -q tenant-namespace-1 || fail "host A does not read its namespace"
@@ -216,7 +234,7 @@ head -c 18 "$NS2" | grep -q tenant-namespace-2 || fail "host B does not read its
 st = json.load(sys.stdin)
 s = [x for x in st["subsystems"] if x["nqn"] == sys.argv[1]][0]
 print(" ".join("%d:%s" % (n["nsid"], ",".join(n.get("hosts", ["*"])) or "-") for n in s["namespaces"]))' "$NQN")" \
-  = "1:$HOST_A 2:$HOST_B 3:-" ] || fail "status does not show whom each namespace is shown to"
+  = "1:$HOST_A 2:$HOST_B 3:- 4:$HOST_A 5:$HOST_B" ] || fail "status does not show whom each namespace is shown to"
 "$TARGET_BIN" status | grep -E '^ *(namespace|shown)' | sed 's/^/    status: /'
 kmsg_check "two hosts on one subsystem"
 
@@ -227,16 +245,16 @@ FIO=$!
 sleep 3
 kmsg_mark
 "$TARGET_BIN" namespace attach --subsystem "$NQN" --nsid 3 --host-nqn "$HOST_A" | sed 's/^/    live: /'
-wait_nsids "$A" "1 3" "after the attach"
+wait_nsids "$A" "1 3 4" "after the attach"
 nvme list >/tmp/list.txt
 NS3=$(ns_dev "$NQN" 3) || fail "no block device for namespace 3 after the attach"
 grep -q "^${NS3} " /tmp/list.txt || { cat /tmp/list.txt; fail "nvme list does not show $NS3"; }
 head -c 18 "$NS3" | grep -q tenant-namespace-3 || fail "host A does not read namespace 3 after the attach"
-[ "$(ctrl_nsids "$B")" = 2 ] || fail "host B got namespace 3 too"
+[ "$(ctrl_nsids "$B")" = "2 5" ] || fail "host B got namespace 3 too"
 info "attached: host A's controller has namespaces $(ctrl_nsids "$A") ($NS3 in nvme list); host B: $(ctrl_nsids "$B")"
 settle
 "$TARGET_BIN" namespace detach --subsystem "$NQN" --nsid 3 --host-nqn "$HOST_A" | sed 's/^/    live: /'
-wait_nsids "$A" "1" "after the detach"
+wait_nsids "$A" "1 4" "after the detach"
 for _ in $(seq 50); do [ -b "$NS3" ] || break; sleep 0.2; done
 [ -b "$NS3" ] && fail "$NS3 is still there after the detach"
 info "detached: host A's controller has namespaces $(ctrl_nsids "$A"); $NS3 gone"
@@ -252,10 +270,53 @@ python3 - "$CONF" "$HOST_A" "$HOST_B" <<'EOF' || fail "the file does not keep th
 import sys, tomllib
 c = tomllib.load(open(sys.argv[1], "rb"))
 ns = {n["nsid"]: n.get("hosts") for n in c["subsystem"][0]["namespace"]}
-assert ns == {1: [sys.argv[2]], 2: [sys.argv[3]], 3: []}, ns
+assert ns == {1: [sys.argv[2]], 2: [sys.argv[3]], 3: [], 4: [sys.argv[2]], 5: [sys.argv[3]]}, ns
 EOF
 grep -q '# the other tenant' "$CONF" || fail "the live changes lost the file's comments"
 info "the file keeps namespace 3's list (empty again) and its comments"
+
+step "QoS: namespace 4 capped at 2000 IOPS live while fio asks for more; B's namespace 5 keeps its speed"
+NS4=$(ns_dev "$NQN" 4); NS5=$(ns_dev "$NQN" 5)
+rr() { # DEV SECONDS OUT: 4k random reads at QD32, IOPS into OUT (JSON)
+    fio --name=q --filename="$1" --rw=randread --bs=4k --iodepth=32 --ioengine=libaio --direct=1 \
+        --time_based --runtime="$2" --output-format=json --output="$3" >/dev/null 2>&1
+}
+iops_of() { python3 -c 'import json,sys; print(int(json.load(open(sys.argv[1]))["jobs"][0]["read"]["iops"]))' "$1"; }
+both() { # SECONDS: A on namespace 4 and B on namespace 5 at once
+    rr "$NS4" "$1" /tmp/qa.json & local pa=$!
+    rr "$NS5" "$1" /tmp/qb.json || fail "fio on B's namespace 5"
+    wait $pa || fail "fio on A's namespace 4"
+    A_IOPS=$(iops_of /tmp/qa.json); B_IOPS=$(iops_of /tmp/qb.json)
+}
+both 8
+A_FREE=$A_IOPS B_FREE=$B_IOPS
+info "uncapped, side by side: A $A_FREE IOPS, B $B_FREE IOPS"
+[ "$A_FREE" -gt 2400 ] || fail "A reaches only $A_FREE IOPS uncapped: a cap of 2000 would test nothing"
+"$TARGET_BIN" namespace qos --subsystem "$NQN" --nsid 4 --rw-iops 2000 | sed 's/^/    live: /'
+both 20
+info "capped at 2000: A $A_IOPS IOPS over 20 s, B $B_IOPS IOPS"
+[ "$A_IOPS" -ge 1800 ] && [ "$A_IOPS" -le 2200 ] || fail "the cap of 2000 IOPS did not hold within 10 %: $A_IOPS"
+[ "$B_IOPS" -ge $((B_FREE * 9 / 10)) ] || fail "B's uncapped namespace slowed down: $B_IOPS IOPS against $B_FREE"
+curl -sf http://127.0.0.1:9469/metrics >/tmp/metrics.txt || fail "no /metrics"
+grep -E '^nvmf_target_qos_throttled' /tmp/metrics.txt | sed 's/^/    /'
+grep '^nvmf_target_qos_throttled_total{' /tmp/metrics.txt | grep -F 'nsid="4"' | grep -F 'host=""' |
+    awk '$2 >= 1 {ok = 1} END {exit !ok}' || fail "the waits for the cap are not counted"
+grep -q 'qos = { rw_iops = 2000 }' "$CONF" || fail "the cap is not in the file"
+"$TARGET_BIN" status | grep -F 'QoS (all hosts together): rw_iops 2000' >/dev/null || fail "status does not show the cap"
+# A host's own cap on the namespace, then none: A alone, 8 s each.
+"$TARGET_BIN" namespace qos --subsystem "$NQN" --nsid 4 --rw-iops 0 | sed 's/^/    live: /'
+"$TARGET_BIN" namespace qos --subsystem "$NQN" --nsid 4 --host-nqn "$HOST_A" --rw-iops 500 | sed 's/^/    live: /'
+rr "$NS4" 8 /tmp/qa.json || fail "fio on A's namespace 4"
+A_HOST=$(iops_of /tmp/qa.json)
+"$TARGET_BIN" status | grep -F "QoS of $HOST_A: rw_iops 500" >/dev/null || fail "status does not show the host's cap"
+"$TARGET_BIN" namespace qos --subsystem "$NQN" --nsid 4 --host-nqn "$HOST_A" --rw-iops 0 | sed 's/^/    live: /'
+rr "$NS4" 4 /tmp/qa.json || fail "fio on A's namespace 4"
+A_AGAIN=$(iops_of /tmp/qa.json)
+info "A's own cap of 500: $A_HOST IOPS; no cap again: $A_AGAIN IOPS"
+[ "$A_HOST" -ge 450 ] && [ "$A_HOST" -le 550 ] || fail "the host's cap of 500 IOPS did not hold within 10 %: $A_HOST"
+[ "$A_AGAIN" -gt 1000 ] || fail "A stayed capped after the cap was removed: $A_AGAIN"
+grep -q 'host_qos' "$CONF" && fail "the removed host cap is still in the file"
+kmsg_check "QoS caps (I/O waits, never fails)"
 
 step "per-host statistics: status per controller, Prometheus series per host (capped)"
 "$TARGET_BIN" status | grep -E '^ *(controller|queues)' | sed 's/^/    status: /'

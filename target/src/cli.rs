@@ -9,7 +9,7 @@ use clap::{Args, Subcommand};
 use serde_json::Value;
 
 use crate::config::edit::{
-    HostRef, NamespaceAdd, NamespaceHost, NamespaceRef, SubsystemAdd, SubsystemRef,
+    HostRef, NamespaceAdd, NamespaceHost, NamespaceQos, NamespaceRef, SubsystemAdd, SubsystemRef,
 };
 use crate::config::TargetConfig;
 use crate::daemon::control::ControlError;
@@ -112,6 +112,31 @@ pub enum NamespaceCmd {
         /// The host's NQN.
         #[arg(long)]
         host_nqn: String,
+    },
+    /// Cap a namespace's I/O (all hosts together), or one host's on it; 0
+    /// removes a cap, caps not given stay. I/O over a cap waits.
+    Qos {
+        /// The subsystem's NQN.
+        #[arg(long)]
+        subsystem: String,
+        /// The nsid.
+        #[arg(long)]
+        nsid: u32,
+        /// This host's caps on the namespace (default: the namespace's own).
+        #[arg(long)]
+        host_nqn: Option<String>,
+        /// Reads and writes per second.
+        #[arg(long, value_name = "N")]
+        rw_iops: Option<u64>,
+        /// MB (2^20 bytes) read and written per second.
+        #[arg(long, value_name = "N")]
+        rw_mbps: Option<u64>,
+        /// MB read per second.
+        #[arg(long, value_name = "N")]
+        r_mbps: Option<u64>,
+        /// MB written per second.
+        #[arg(long, value_name = "N")]
+        w_mbps: Option<u64>,
     },
     /// Hide a namespace from a host; the host sees it go at once.
     Detach {
@@ -300,6 +325,30 @@ impl Admin {
                     subsystem,
                     nsid,
                     host_nqn,
+                }),
+            ),
+            Admin::Namespace {
+                cmd:
+                    NamespaceCmd::Qos {
+                        subsystem,
+                        nsid,
+                        host_nqn,
+                        rw_iops,
+                        rw_mbps,
+                        r_mbps,
+                        w_mbps,
+                    },
+                ..
+            } => (
+                "namespace_qos",
+                v(NamespaceQos {
+                    subsystem,
+                    nsid,
+                    host_nqn,
+                    rw_iops,
+                    rw_mbps,
+                    r_mbps,
+                    w_mbps,
                 }),
             ),
             Admin::Namespace {

@@ -184,6 +184,7 @@ impl Daemon {
             "namespace_del" => Edit::NamespaceDel(rpc::params(method, p)?),
             "namespace_attach" => Edit::NamespaceAttach(rpc::params(method, p)?),
             "namespace_detach" => Edit::NamespaceDetach(rpc::params(method, p)?),
+            "namespace_qos" => Edit::NamespaceQos(rpc::params(method, p)?),
             "host_add" => Edit::HostAdd(rpc::params(method, p)?),
             "host_del" => Edit::HostDel(rpc::params(method, p)?),
             m => {

@@ -58,6 +58,7 @@ pub const METHODS: &[&str] = &[
     "namespace_del",
     "namespace_attach",
     "namespace_detach",
+    "namespace_qos",
     "host_add",
     "host_del",
     "controller_disconnect",

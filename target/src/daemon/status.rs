@@ -112,6 +112,12 @@ pub struct NamespaceInfo {
     /// The hosts that see it (absent: every host of the subsystem).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub hosts: Option<Vec<String>>,
+    /// Its QoS caps, all hosts together (absent: none).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub qos: Option<crate::model::qos::QosCaps>,
+    /// Each capped host's caps on it.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub host_qos: Vec<crate::model::qos::HostCaps>,
     /// Its persistent reservation (absent when the namespace has none).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reservation: Option<ReservationInfo>,
@@ -388,6 +394,19 @@ impl Status {
                                 readonly: n.readonly,
                                 ana_group: n.ana_group,
                                 hosts: n.hosts().map(|h| h.to_vec()),
+                                qos: n.qos().and_then(|q| q.all.as_ref().map(|l| l.caps())),
+                                host_qos: n
+                                    .qos()
+                                    .map(|q| {
+                                        q.hosts
+                                            .iter()
+                                            .map(|(h, l)| crate::model::qos::HostCaps {
+                                                host: h.clone(),
+                                                caps: l.caps(),
+                                            })
+                                            .collect()
+                                    })
+                                    .unwrap_or_default(),
                                 reservation: reservation_info(n),
                                 ownership: ownership_info(n),
                             }
@@ -506,6 +525,12 @@ impl Status {
                     Some(h) => {
                         let _ = writeln!(o, "    shown to {}", h.join(", "));
                     }
+                }
+                if let Some(q) = &n.qos {
+                    let _ = writeln!(o, "    QoS (all hosts together): {q}");
+                }
+                for h in &n.host_qos {
+                    let _ = writeln!(o, "    QoS of {}: {}", h.host, h.caps);
                 }
                 if let Some(w) = &n.ownership {
                     let _ = writeln!(

@@ -102,6 +102,44 @@ pub struct NamespaceHost {
     pub host_nqn: String,
 }
 
+/// QoS caps of a namespace, or of one host on it (`namespace qos`): the
+/// caps given replace those set (0: no cap), the others stay.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NamespaceQos {
+    /// The subsystem's NQN.
+    pub subsystem: String,
+    /// The nsid.
+    pub nsid: u32,
+    /// The host whose caps these are (none: the namespace's, all hosts
+    /// together).
+    #[serde(default)]
+    pub host_nqn: Option<String>,
+    /// Reads and writes per second.
+    #[serde(default)]
+    pub rw_iops: Option<u64>,
+    /// MB (2^20 bytes) read and written per second.
+    #[serde(default)]
+    pub rw_mbps: Option<u64>,
+    /// MB read per second.
+    #[serde(default)]
+    pub r_mbps: Option<u64>,
+    /// MB written per second.
+    #[serde(default)]
+    pub w_mbps: Option<u64>,
+}
+
+impl NamespaceQos {
+    fn given(&self) -> [(&'static str, Option<u64>); 4] {
+        [
+            ("rw_iops", self.rw_iops),
+            ("rw_mbps", self.rw_mbps),
+            ("r_mbps", self.r_mbps),
+            ("w_mbps", self.w_mbps),
+        ]
+    }
+}
+
 /// A host of a subsystem (`host add`/`host del`); [`ANY_HOST`] is any host.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -127,6 +165,8 @@ pub enum Edit {
     NamespaceAttach(NamespaceHost),
     /// Hide a namespace from a host.
     NamespaceDetach(NamespaceHost),
+    /// Set a namespace's QoS caps, or a host's on it.
+    NamespaceQos(NamespaceQos),
     /// Let a host connect to a subsystem.
     HostAdd(HostRef),
     /// Stop a host connecting to a subsystem.
@@ -243,6 +283,7 @@ pub fn apply(text: &str, edit: &Edit) -> Result<Edited, EditError> {
         }
         Edit::NamespaceAttach(h) => (namespace_show(&mut doc, h, true)?, None),
         Edit::NamespaceDetach(h) => (namespace_show(&mut doc, h, false)?, None),
+        Edit::NamespaceQos(q) => (namespace_qos(&mut doc, q)?, None),
         Edit::HostAdd(h) => (host_add(&mut doc, h)?, None),
         Edit::HostDel(h) => (host_del(&mut doc, h)?, None),
     };
@@ -401,6 +442,113 @@ fn namespace_add(doc: &mut DocumentMut, a: &NamespaceAdd) -> Result<u32, EditErr
     Ok(nsid)
 }
 
+/// The namespace entry `nsid` of subsystem `nqn`.
+fn namespace_entry<'d>(
+    doc: &'d mut DocumentMut,
+    nqn: &str,
+    nsid: u32,
+) -> Result<&'d mut Table, EditError> {
+    let sub = subsystem(doc, nqn)?;
+    let nss = namespaces(sub, nqn)?;
+    let missing = || EditError::NoNamespace {
+        nqn: nqn.into(),
+        nsid,
+    };
+    let i = nsids(nss)
+        .iter()
+        .position(|&n| n == nsid)
+        .ok_or_else(missing)?;
+    nss.get_mut(i).ok_or_else(missing)
+}
+
+/// Sets the caps `q` gives in a table of caps (0 removes one).
+fn set_caps(t: &mut dyn toml_edit::TableLike, q: &NamespaceQos) {
+    for (k, v) in q.given() {
+        match v {
+            Some(0) => {
+                t.remove(k);
+            }
+            Some(v) => {
+                t.insert(k, value(v as i64));
+            }
+            None => {}
+        }
+    }
+}
+
+fn caps_left(t: &dyn toml_edit::TableLike) -> bool {
+    ["rw_iops", "rw_mbps", "r_mbps", "w_mbps"]
+        .iter()
+        .any(|k| t.contains_key(k))
+}
+
+fn namespace_qos(doc: &mut DocumentMut, q: &NamespaceQos) -> Result<String, EditError> {
+    if q.given().iter().all(|(_, v)| v.is_none()) {
+        return Err(EditError::Invalid(
+            "no cap given (rw_iops, rw_mbps, r_mbps, w_mbps; 0 removes one)".into(),
+        ));
+    }
+    if q.given()
+        .iter()
+        .any(|(_, v)| v.is_some_and(|v| v > i64::MAX as u64))
+    {
+        return Err(EditError::Invalid("a cap is too large".into()));
+    }
+    let t = namespace_entry(doc, &q.subsystem, q.nsid)?;
+    let whose = match &q.host_nqn {
+        None => {
+            if !t.contains_key("qos") {
+                t.insert("qos", value(toml_edit::InlineTable::new()));
+            }
+            let caps = t["qos"].as_table_like_mut().ok_or_else(|| {
+                EditError::Unreadable(format!("'qos' of namespace {} is not a table", q.nsid))
+            })?;
+            set_caps(caps, q);
+            if !caps_left(caps) {
+                t.remove("qos");
+            }
+            "all hosts together".to_string()
+        }
+        Some(host) => {
+            if !t.contains_key("host_qos") {
+                t.insert("host_qos", Item::ArrayOfTables(ArrayOfTables::new()));
+            }
+            let list = t["host_qos"].as_array_of_tables_mut().ok_or_else(|| {
+                EditError::Unreadable(format!(
+                    "'host_qos' of namespace {} is not a list of [[subsystem.namespace.host_qos]] tables",
+                    q.nsid
+                ))
+            })?;
+            let at = list
+                .iter()
+                .position(|e| e.get("host").and_then(|v| v.as_str()) == Some(host));
+            let i = match at {
+                Some(i) => i,
+                None => {
+                    let mut e = Table::new();
+                    e.insert("host", value(host));
+                    list.push(e);
+                    list.len() - 1
+                }
+            };
+            if let Some(e) = list.get_mut(i) {
+                set_caps(e, q);
+                if !caps_left(e) {
+                    list.remove(i);
+                }
+            }
+            if list.is_empty() {
+                t.remove("host_qos");
+            }
+            format!("host {host}")
+        }
+    };
+    Ok(format!(
+        "QoS caps of namespace {} of {} ({whose}) set",
+        q.nsid, q.subsystem
+    ))
+}
+
 /// Shows namespace `h.nsid` to host `h.host_nqn` (`attach`), or hides it.
 /// Only a namespace with a hosts list: one without is shown to every host
 /// of the subsystem, and which hosts those are is the subsystem's to say.
@@ -409,21 +557,7 @@ fn namespace_show(
     h: &NamespaceHost,
     attach: bool,
 ) -> Result<String, EditError> {
-    let sub = subsystem(doc, &h.subsystem)?;
-    let nss = namespaces(sub, &h.subsystem)?;
-    let i = nsids(nss)
-        .iter()
-        .position(|&n| n == h.nsid)
-        .ok_or_else(|| EditError::NoNamespace {
-            nqn: h.subsystem.clone(),
-            nsid: h.nsid,
-        })?;
-    let Some(t) = nss.get_mut(i) else {
-        return Err(EditError::NoNamespace {
-            nqn: h.subsystem.clone(),
-            nsid: h.nsid,
-        });
-    };
+    let t = namespace_entry(doc, &h.subsystem, h.nsid)?;
     let Some(hosts) = t.get_mut("hosts") else {
         return Err(EditError::Invalid(format!(
             "namespace {} of '{}' is shown to every host of the subsystem (it has no hosts list): \

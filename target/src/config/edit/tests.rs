@@ -214,6 +214,49 @@ fn namespaces_shown_to_hosts_attached_and_detached() {
 }
 
 #[test]
+fn qos_caps_set_changed_and_removed() {
+    let q = |host: Option<&str>, iops: Option<u64>, mbps: Option<u64>| NamespaceQos {
+        subsystem: A.into(),
+        nsid: 2,
+        host_nqn: host.map(Into::into),
+        rw_iops: iops,
+        rw_mbps: mbps,
+        ..Default::default()
+    };
+    let caps = |text: &str| {
+        let c = parsed(text);
+        let n = c.subsystems[0].namespaces[1].clone();
+        (n.qos, n.host_qos)
+    };
+    let h1 = "nqn.2026-11.io.example:h1";
+    let e = apply(FILE, &Edit::NamespaceQos(q(None, Some(2000), None))).unwrap();
+    assert!(e.text.contains("qos = { rw_iops = 2000 }"), "{}", e.text);
+    let e = apply(&e.text, &Edit::NamespaceQos(q(None, None, Some(100)))).unwrap();
+    let e = apply(&e.text, &Edit::NamespaceQos(q(Some(h1), Some(50), None))).unwrap();
+    let (all, hosts) = caps(&e.text);
+    assert_eq!(
+        (all.rw_iops, all.rw_mbps),
+        (2000, 100),
+        "caps not given stay"
+    );
+    assert_eq!(hosts.len(), 1);
+    assert_eq!((hosts[0].host.as_str(), hosts[0].caps.rw_iops), (h1, 50));
+    assert!(
+        e.text.contains("[[subsystem.namespace.host_qos]]"),
+        "{}",
+        e.text
+    );
+    assert!(e.text.contains("# the database host"), "comments stay");
+    // 0 removes a cap; none left, the entry goes.
+    let e = apply(&e.text, &Edit::NamespaceQos(q(Some(h1), Some(0), None))).unwrap();
+    let e = apply(&e.text, &Edit::NamespaceQos(q(None, Some(0), Some(0)))).unwrap();
+    assert_eq!(caps(&e.text), (Default::default(), vec![]));
+    assert!(!e.text.contains("qos"), "{}", e.text);
+    let err = apply(FILE, &Edit::NamespaceQos(q(None, None, None))).unwrap_err();
+    assert!(err.to_string().contains("no cap given"), "{err}");
+}
+
+#[test]
 fn hosts_and_any_host() {
     let h = |host: &str| HostRef {
         subsystem: A.into(),
