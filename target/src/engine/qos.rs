@@ -27,7 +27,7 @@ pub const BURST: Duration = Duration::from_millis(10);
 const MIN_BURST_IOS: f64 = 4.0;
 /// The demand every worker counts as having (I/Os per period), so that an
 /// idle worker keeps a small share.
-const FLOOR: f64 = 0.5;
+const FLOOR: f64 = 0.1;
 
 /// The number of [`PERIOD`]s from the process's first to `now`: the
 /// workers' common clock for their demand.
