@@ -23,6 +23,8 @@ use crate::model::qos::Limit;
 pub const PERIOD: Duration = Duration::from_millis(20);
 /// What a bucket holds at most, as time at its rate.
 pub const BURST: Duration = Duration::from_millis(10);
+/// The least a worker waits for tokens before it looks again.
+const MIN_WAIT: Duration = Duration::from_micros(100);
 /// The fewest I/Os a bucket holds.
 const MIN_BURST_IOS: f64 = 4.0;
 /// The demand every worker counts as having (I/Os per period), so that an
@@ -144,6 +146,10 @@ pub struct Throttle {
     workers: usize,
     buckets: HashMap<u64, Bucket>,
     waiting: VecDeque<Waiter>,
+    /// How many waiters each limit has (by id).
+    waiting_on: HashMap<u64, usize>,
+    /// When a waiter may go next (`None`: look at the next pass).
+    next_check: Option<Instant>,
     period_start: Option<Instant>,
 }
 
@@ -155,6 +161,8 @@ impl Throttle {
             workers: workers.max(1),
             buckets: HashMap::new(),
             waiting: VecDeque::new(),
+            waiting_on: HashMap::new(),
+            next_check: None,
             period_start: None,
         }
     }
@@ -174,10 +182,7 @@ impl Throttle {
     /// passed by it.
     pub fn admit(&mut self, now: Instant, limits: &[Arc<Limit>], read: bool, bytes: u64) -> bool {
         self.rebalance(now);
-        let queued = self
-            .waiting
-            .iter()
-            .any(|w| w.limits.iter().any(|x| limits.iter().any(|l| l.id == x.id)));
+        let queued = limits.iter().any(|l| self.waiting_on.contains_key(&l.id));
         let mut ok = !queued;
         for l in limits {
             let b = self.bucket(l, now);
@@ -194,7 +199,22 @@ impl Throttle {
 
     /// Makes `w` wait for its tokens, behind those that wait already.
     pub fn wait(&mut self, w: Waiter) {
+        for l in &w.limits {
+            *self.waiting_on.entry(l.id).or_default() += 1;
+        }
+        self.next_check = None;
         self.waiting.push_back(w);
+    }
+
+    fn gone(&mut self, w: &Waiter) {
+        for l in &w.limits {
+            if let Some(n) = self.waiting_on.get_mut(&l.id) {
+                *n -= 1;
+                if *n == 0 {
+                    self.waiting_on.remove(&l.id);
+                }
+            }
+        }
     }
 
     /// Whether I/Os wait.
@@ -205,9 +225,14 @@ impl Throttle {
     /// The I/Os that may go now, in their order, their tokens taken (a
     /// waiter behind one of its limits' blocked waiters stays).
     pub fn ready(&mut self, now: Instant) -> Vec<Waiter> {
+        if self.waiting.is_empty() || self.next_check.is_some_and(|t| now < t) {
+            return Vec::new();
+        }
         self.rebalance(now);
         let mut go = Vec::new();
         let mut blocked: Vec<u64> = Vec::new();
+        // When the first blocked waiter of each limit may go.
+        let mut due: Option<Duration> = None;
         let mut stay = VecDeque::with_capacity(self.waiting.len());
         while let Some(w) = self.waiting.pop_front() {
             let behind = w.limits.iter().any(|l| blocked.contains(&l.id));
@@ -221,31 +246,49 @@ impl Throttle {
                     self.bucket(l, now).take(w.read, w.bytes);
                 }
                 go.push(w);
-            } else {
-                blocked.extend(w.limits.iter().map(|l| l.id));
-                stay.push_back(w);
+                continue;
             }
+            if !behind {
+                let d = w
+                    .limits
+                    .iter()
+                    .map(|l| self.bucket(l, now).due(w.read))
+                    .max()
+                    .unwrap_or_default();
+                due = Some(due.map_or(d, |x| x.min(d)));
+            }
+            blocked.extend(w.limits.iter().map(|l| l.id));
+            stay.push_back(w);
         }
         self.waiting = stay;
+        for w in &go {
+            self.gone(w);
+        }
+        self.next_check = due.map(|d| now + d.max(MIN_WAIT));
         go
     }
 
     /// Takes `ud`'s waiter out (its queue went away).
     pub fn cancel(&mut self, ud: u64) -> bool {
-        let before = self.waiting.len();
-        self.waiting.retain(|w| w.ud != ud);
-        before != self.waiting.len()
+        let Some(i) = self.waiting.iter().position(|w| w.ud == ud) else {
+            return false;
+        };
+        if let Some(w) = self.waiting.remove(i) {
+            self.gone(&w);
+        }
+        self.next_check = None;
+        true
     }
 
-    /// How long until the first waiting I/O may go (`None`: none waits).
+    /// How long until a waiting I/O may go (`None`: none waits).
     pub fn next_due(&mut self, now: Instant) -> Option<Duration> {
-        let first = self.waiting.front()?.clone();
-        let mut due = Duration::ZERO;
-        for l in &first.limits {
-            let b = self.bucket(l, now);
-            due = due.max(b.due(first.read));
+        if self.waiting.is_empty() {
+            return None;
         }
-        Some(due.max(Duration::from_micros(100)))
+        Some(match self.next_check {
+            Some(t) => t.saturating_duration_since(now),
+            None => Duration::ZERO,
+        })
     }
 
     /// Every [`PERIOD`]: publishes what this worker asked of each limit and
@@ -435,22 +478,23 @@ mod tests {
                 since: t0,
             });
         }
+        // Nothing yet; the worker is to look again shortly, not before.
+        assert!(t.ready(t0).is_empty());
+        assert_eq!(t.next_due(t0), Some(MIN_WAIT));
+        assert!(t.ready(t0 + Duration::from_micros(50)).is_empty());
         // A newcomer does not pass those that wait.
         let later = t0 + Duration::from_micros(500);
         assert!(!t.admit(later, std::slice::from_ref(&l), true, 512));
-        let due = t.next_due(t0).unwrap();
+        // 1.5 I/Os' worth of tokens by then: two go (the second takes the
+        // bucket below zero), the third waits half a millisecond more.
+        let at = t0 + Duration::from_micros(1500);
+        let go: Vec<u64> = t.ready(at).iter().map(|w| w.ud).collect();
+        assert_eq!(go, vec![1, 2]);
+        let due = t.next_due(at).unwrap();
         assert!(
-            due > Duration::ZERO && due <= Duration::from_millis(2),
+            due >= Duration::from_micros(400) && due <= Duration::from_micros(600),
             "{due:?}"
         );
-        // 1.5 I/Os' worth of tokens by then: two go (the second takes the
-        // bucket below zero), the third waits.
-        let go: Vec<u64> = t
-            .ready(t0 + Duration::from_micros(1500))
-            .iter()
-            .map(|w| w.ud)
-            .collect();
-        assert_eq!(go, vec![1, 2]);
         assert!(t.cancel(3));
         assert!(!t.is_waiting());
         assert_eq!(t.next_due(t0), None);
