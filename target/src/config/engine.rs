@@ -73,6 +73,8 @@ pub const SMALL_BUFFER: usize = 8 * 1024;
 pub const DEFAULT_SRQ_DEPTH: u32 = 512;
 /// Default small buffers per worker.
 pub const DEFAULT_SMALL_BUFFERS: u32 = 256;
+/// The most workers `[target] workers` may ask for.
+pub const MAX_WORKERS: usize = 256;
 /// Default large buffers per worker.
 pub const DEFAULT_LARGE_BUFFERS: u32 = 32;
 /// Default polling window under light load (µs).
@@ -176,7 +178,7 @@ impl RawEngine {
         let workers = ranged(
             "workers",
             self.workers.unwrap_or(d.workers) as u64,
-            1..=256,
+            1..=MAX_WORKERS as u64,
             "",
         ) as usize;
         let srq_depth = ranged(

@@ -16,7 +16,7 @@ mod validate;
 use ctx::Ctx;
 pub use engine::{
     affinity_cpus, EngineConfig, SendOffload, SrqMode, DEFAULT_MAX_CONTROLLERS_PER_HOST,
-    SMALL_BUFFER,
+    MAX_WORKERS, SMALL_BUFFER,
 };
 pub use host::HostConfig;
 pub(crate) use raw::SizeValue;

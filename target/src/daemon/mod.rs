@@ -610,7 +610,9 @@ impl Daemon {
                         let raised = sub
                             .controllers()
                             .iter()
-                            .filter(|c| c.notify_ns_changed(&[ns.nsid]))
+                            .filter(|c| {
+                                ns.visible_to(&c.hostnqn) && c.notify_ns_changed(&[ns.nsid])
+                            })
                             .count();
                         info!(subsys = %sub.nqn, nsid = ns.nsid, old_blocks = old, new_blocks = new,
                               controllers_notified = raised, "namespace resized");

@@ -137,6 +137,9 @@ pub struct Waiter {
     pub bytes: u64,
     /// Since when it waits.
     pub since: Instant,
+    /// The ids of the limits it waits for (those that refused it, or whose
+    /// earlier waiters it must not pass); set by [`Throttle::wait`].
+    pub blocked_on: Vec<u64>,
 }
 
 /// A worker's buckets and waiting I/Os.
@@ -146,8 +149,10 @@ pub struct Throttle {
     workers: usize,
     buckets: HashMap<u64, Bucket>,
     waiting: VecDeque<Waiter>,
-    /// How many waiters each limit has (by id).
+    /// How many waiters wait for each limit (by id).
     waiting_on: HashMap<u64, usize>,
+    /// The limits the last refused [`Throttle::admit`] waits for.
+    refused: Vec<u64>,
     /// When a waiter may go next (`None`: look at the next pass).
     next_check: Option<Instant>,
     period_start: Option<Instant>,
@@ -162,6 +167,7 @@ impl Throttle {
             buckets: HashMap::new(),
             waiting: VecDeque::new(),
             waiting_on: HashMap::new(),
+            refused: Vec::new(),
             next_check: None,
             period_start: None,
         }
@@ -182,36 +188,47 @@ impl Throttle {
     /// passed by it.
     pub fn admit(&mut self, now: Instant, limits: &[Arc<Limit>], read: bool, bytes: u64) -> bool {
         self.rebalance(now);
-        let queued = limits.iter().any(|l| self.waiting_on.contains_key(&l.id));
-        let mut ok = !queued;
+        // It waits for each limit that has waiters (they go first) or that
+        // has no tokens; none of these: it goes.
+        self.refused.clear();
         for l in limits {
+            let queued = self.waiting_on.contains_key(&l.id);
             let b = self.bucket(l, now);
             b.asked += 1;
-            ok &= b.may(read);
-        }
-        if ok {
-            for l in limits {
-                self.bucket(l, now).take(read, bytes);
+            if queued || !b.may(read) {
+                self.refused.push(l.id);
             }
         }
-        ok
+        if !self.refused.is_empty() {
+            return false;
+        }
+        for l in limits {
+            self.bucket(l, now).take(read, bytes);
+        }
+        true
     }
 
-    /// Makes `w` wait for its tokens, behind those that wait already.
-    pub fn wait(&mut self, w: Waiter) {
-        for l in &w.limits {
-            *self.waiting_on.entry(l.id).or_default() += 1;
+    /// Makes `w`, which [`Throttle::admit`] just refused, wait for its
+    /// tokens, behind those that wait already for the same limits.
+    pub fn wait(&mut self, mut w: Waiter) {
+        w.blocked_on = std::mem::take(&mut self.refused);
+        if w.blocked_on.is_empty() {
+            w.blocked_on = w.limits.iter().map(|l| l.id).collect();
         }
+        self.count(&w.blocked_on, true);
         self.next_check = None;
         self.waiting.push_back(w);
     }
 
-    fn gone(&mut self, w: &Waiter) {
-        for l in &w.limits {
-            if let Some(n) = self.waiting_on.get_mut(&l.id) {
-                *n -= 1;
+    fn count(&mut self, ids: &[u64], add: bool) {
+        for id in ids {
+            let n = self.waiting_on.entry(*id).or_default();
+            if add {
+                *n += 1;
+            } else {
+                *n = n.saturating_sub(1);
                 if *n == 0 {
-                    self.waiting_on.remove(&l.id);
+                    self.waiting_on.remove(id);
                 }
             }
         }
@@ -234,35 +251,43 @@ impl Throttle {
         // When the first blocked waiter of each limit may go.
         let mut due: Option<Duration> = None;
         let mut stay = VecDeque::with_capacity(self.waiting.len());
-        while let Some(w) = self.waiting.pop_front() {
-            let behind = w.limits.iter().any(|l| blocked.contains(&l.id));
-            let ok = !behind
-                && w.limits.iter().all(|l| {
-                    let b = self.bucket(l, now);
-                    b.may(w.read)
-                });
-            if ok {
+        while let Some(mut w) = self.waiting.pop_front() {
+            // What holds it now: a limit an earlier waiter waits for, or one
+            // without tokens. Only these hold back the waiters behind it.
+            let mut holds: Vec<u64> = Vec::new();
+            let mut d = Duration::ZERO;
+            for l in &w.limits {
+                if blocked.contains(&l.id) {
+                    holds.push(l.id);
+                    continue;
+                }
+                let b = self.bucket(l, now);
+                if !b.may(w.read) {
+                    holds.push(l.id);
+                    d = d.max(b.due(w.read));
+                }
+            }
+            let old = std::mem::take(&mut w.blocked_on);
+            self.count(&old, false);
+            if holds.is_empty() {
                 for l in &w.limits {
                     self.bucket(l, now).take(w.read, w.bytes);
                 }
                 go.push(w);
                 continue;
             }
-            if !behind {
-                let d = w
-                    .limits
-                    .iter()
-                    .map(|l| self.bucket(l, now).due(w.read))
-                    .max()
-                    .unwrap_or_default();
+            if d > Duration::ZERO {
                 due = Some(due.map_or(d, |x| x.min(d)));
             }
-            blocked.extend(w.limits.iter().map(|l| l.id));
+            blocked.extend(holds.iter().copied());
+            self.count(&holds, true);
+            w.blocked_on = holds;
             stay.push_back(w);
         }
         self.waiting = stay;
-        for w in &go {
-            self.gone(w);
+        if due.is_none() && !self.waiting.is_empty() {
+            // Held only behind others: look again soon.
+            due = Some(MIN_WAIT);
         }
         self.next_check = due.map(|d| now + d.max(MIN_WAIT));
         go
@@ -274,7 +299,7 @@ impl Throttle {
             return false;
         };
         if let Some(w) = self.waiting.remove(i) {
-            self.gone(&w);
+            self.count(&w.blocked_on, false);
         }
         self.next_check = None;
         true
@@ -304,20 +329,22 @@ impl Throttle {
         for b in self.buckets.values_mut() {
             b.limit.publish_demand(w, period, b.asked);
         }
-        let workers = self.workers as f64;
         for b in self.buckets.values_mut() {
-            let sum = b.limit.demand(period);
-            b.share = (b.asked as f64 + FLOOR) / (sum as f64 + FLOOR * workers);
+            // The floor counts for the workers that asked lately (this one
+            // among them), not for every worker there is.
+            let (sum, active) = b.limit.demand(period);
+            let n = active.clamp(1, self.workers) as f64;
+            b.share = (b.asked as f64 + FLOOR) / (sum as f64 + FLOOR * n);
             b.asked = 0;
         }
-        // A limit nobody holds any more (its cap removed) goes.
+        // A limit no namespace holds any more (its cap removed) goes.
         let waiting: Vec<u64> = self
             .waiting
             .iter()
             .flat_map(|x| x.limits.iter().map(|l| l.id))
             .collect();
         self.buckets
-            .retain(|id, b| Arc::strong_count(&b.limit) > 1 || waiting.contains(id));
+            .retain(|id, b| !b.limit.retired() || waiting.contains(id));
     }
 }
 
@@ -372,6 +399,7 @@ mod tests {
                         read,
                         bytes,
                         since: now,
+                        blocked_on: Vec::new(),
                     });
                     queued += 1;
                 }
@@ -436,6 +464,7 @@ mod tests {
                                 read: true,
                                 bytes: 4096,
                                 since: now,
+                                blocked_on: Vec::new(),
                             });
                         }
                     }
@@ -459,6 +488,47 @@ mod tests {
     }
 
     #[test]
+    fn one_hosts_own_cap_does_not_hold_back_another_host() {
+        let all = iops(100_000);
+        let a = iops(100);
+        let mut t = Throttle::new(0, 1);
+        let t0 = Instant::now();
+        let both = [all.clone(), a.clone()];
+        while t.admit(t0, &both, true, 512) {}
+        t.wait(Waiter {
+            ud: 1,
+            limits: both.to_vec(),
+            read: true,
+            bytes: 512,
+            since: t0,
+            blocked_on: Vec::new(),
+        });
+        // Host A waits for its own cap; host B, under the namespace's
+        // alone, goes.
+        assert!(t.admit(t0, std::slice::from_ref(&all), true, 512));
+        assert!(t.ready(t0).is_empty());
+        assert!(t.admit(t0, std::slice::from_ref(&all), true, 512));
+    }
+
+    #[test]
+    fn a_lone_busy_worker_of_many_gets_the_whole_cap() {
+        // 32 workers, one loaded: its share is not cut by the idle ones.
+        let l = Limit::new(
+            QosCaps {
+                rw_mbps: 100,
+                ..Default::default()
+            },
+            "s",
+            1,
+            "",
+        );
+        let mut t = Throttle::new(5, 32);
+        let n = drive(&mut t, &l, Instant::now(), 5.0, false, 1 << 20, 8);
+        let mb_s = n as f64 / 5.0;
+        assert!((90.0..=106.0).contains(&mb_s), "{mb_s} MB/s of 100");
+    }
+
+    #[test]
     fn waiters_keep_their_order_and_go_when_due() {
         let l = iops(1000);
         let mut t = Throttle::new(0, 1);
@@ -476,6 +546,7 @@ mod tests {
                 read: true,
                 bytes: 512,
                 since: t0,
+                blocked_on: Vec::new(),
             });
         }
         // Nothing yet; the worker is to look again shortly, not before.

@@ -250,6 +250,7 @@ impl Drop for Namespace {
     /// A namespace removed by a reload (or at exit) is flushed once its last
     /// command completed: the controller advertises a volatile write cache.
     fn drop(&mut self) {
+        self.qos.load().retire_all();
         if let Err(e) = self.flush() {
             tracing::warn!(nsid = self.nsid, error = %e, "flush of a closing namespace");
         }

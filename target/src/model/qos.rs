@@ -15,6 +15,9 @@ use crate::engine::shard::Padded;
 
 /// Bytes in a MB of a cap.
 pub const MB: u64 = 1 << 20;
+/// A slot of demand per worker, for as many workers as `[target] workers`
+/// allows (two workers on one slot would undercount, and over-share).
+const DEMAND_SLOTS: usize = crate::config::MAX_WORKERS;
 
 /// The caps of a namespace, or of a host on it (0: no cap).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -85,6 +88,8 @@ pub struct Limit {
     /// I/Os, bytes, bytes read, bytes written per second (0: none).
     rates: [AtomicU64; 4],
     demand: Box<[Padded<AtomicU64>]>,
+    /// No namespace holds it any more (the workers drop their buckets).
+    retired: std::sync::atomic::AtomicBool,
     /// For metrics and logs: the subsystem, the nsid and the host ("" for
     /// the namespace's own cap).
     pub subsystem: String,
@@ -101,9 +106,10 @@ impl Limit {
         let l = Limit {
             id: NEXT.fetch_add(1, Ordering::Relaxed),
             rates: Default::default(),
-            demand: (0..crate::engine::shard::count())
+            demand: (0..DEMAND_SLOTS)
                 .map(|_| Padded(AtomicU64::new(0)))
                 .collect(),
+            retired: Default::default(),
             subsystem: subsystem.into(),
             nsid,
             host: host.into(),
@@ -144,16 +150,25 @@ impl Limit {
             .store(v, Ordering::Relaxed);
     }
 
-    /// What the workers asked in the periods just before `period`, summed
-    /// (a worker that published nothing lately, its host gone or idle,
-    /// asks nothing).
-    pub fn demand(&self, period: u32) -> u64 {
+    /// What the workers asked in the periods just before `period`, summed,
+    /// and how many asked (a worker that published nothing lately, its
+    /// host gone or idle, asks nothing and is not counted).
+    pub fn demand(&self, period: u32) -> (u64, usize) {
         self.demand
             .iter()
             .map(|d| d.0.load(Ordering::Relaxed))
-            .filter(|v| (v >> 32) as u32 + 2 >= period)
-            .map(|v| v & u32::MAX as u64)
-            .sum()
+            .filter(|v| v >> 32 != 0 && (v >> 32) as u32 + 2 >= period)
+            .fold((0, 0), |(sum, n), v| (sum + (v & u32::MAX as u64), n + 1))
+    }
+
+    /// No namespace holds it any more.
+    pub fn retire(&self) {
+        self.retired.store(true, Ordering::Relaxed);
+    }
+
+    /// Whether it was retired.
+    pub fn retired(&self) -> bool {
+        self.retired.load(Ordering::Relaxed)
     }
 }
 
@@ -167,6 +182,13 @@ pub struct NsQos {
 }
 
 impl NsQos {
+    /// Retires every limit (its namespace goes).
+    pub fn retire_all(&self) {
+        for l in self.all.iter().chain(self.hosts.iter().map(|(_, l)| l)) {
+            l.retire();
+        }
+    }
+
     /// Whether anything is capped.
     pub fn is_empty(&self) -> bool {
         self.all.is_none() && self.hosts.is_empty()
@@ -185,6 +207,16 @@ impl NsQos {
     /// These caps, keeping the limits (and so the workers' buckets) of
     /// caps that stay.
     pub fn with(&self, subsystem: &str, nsid: u32, all: QosCaps, hosts: &[HostCaps]) -> NsQos {
+        // Limits not carried over are retired.
+        for l in self.all.iter().chain(self.hosts.iter().map(|(_, l)| l)) {
+            let stays = match &l.host[..] {
+                "" => !all.is_none(),
+                h => hosts.iter().any(|x| x.host == h && !x.caps.is_none()),
+            };
+            if !stays {
+                l.retire();
+            }
+        }
         let keep = |old: Option<&Arc<Limit>>, caps: QosCaps, host: &str| {
             if caps.is_none() {
                 return None;

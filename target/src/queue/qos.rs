@@ -60,6 +60,7 @@ impl QueueCore {
             read,
             bytes,
             since: env.now,
+            blocked_on: Vec::new(),
         });
         self.reqs[r].qos = how;
         true

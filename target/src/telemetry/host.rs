@@ -7,12 +7,13 @@
 //! With per-host series on, each controller connected since belongs to its
 //! (subsystem, host NQN) series, and a scrape sums the live controllers of
 //! each with what its gone ones counted (the series only grow). A host NQN
-//! is the peer's to choose: at most [`Registry`]'s cap of series exist,
-//! and controllers of further hosts count in one `host="_other"` series
-//! (`host_series_overflow_total` counts each such controller).
+//! is the peer's to choose: at most [`Registry`]'s cap of host series
+//! exist, and controllers of further hosts count in their subsystem's
+//! `host="_other"` series (one per subsystem, beyond the cap;
+//! `host_series_overflow_total` counts each such controller).
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, OnceLock, Weak};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use prometheus::core::{Collector, Desc};
@@ -85,16 +86,9 @@ impl IoTotals {
 #[derive(Debug, Default)]
 pub struct CtrlIo {
     counts: Counts<N>,
-    /// Its host's series, `None`: none (per-host series off when it
-    /// connected).
-    series: Option<SeriesRef>,
-}
-
-/// A series of a registry.
-#[derive(Debug)]
-struct SeriesRef {
-    index: usize,
-    registry: Weak<Mutex<Inner>>,
+    /// Its host's series (an index into its registry's), `None`: none
+    /// (per-host series off when it connected).
+    series: Option<usize>,
 }
 
 impl CtrlIo {
@@ -128,27 +122,11 @@ impl CtrlIo {
     }
 }
 
-impl Drop for CtrlIo {
-    /// A controller that goes leaves its counts to its host's series.
-    fn drop(&mut self) {
-        let Some(s) = &self.series else {
-            return;
-        };
-        if let Some(r) = s.registry.upgrade() {
-            let t = self.totals();
-            let mut g = r.lock().unwrap_or_else(|p| p.into_inner());
-            if let Some(gone) = g.gone.get_mut(s.index) {
-                gone.add(&t);
-            }
-        }
-    }
-}
-
 /// The per-host series: their keys, what gone controllers counted, the
 /// live controllers.
 #[derive(Debug, Default)]
 pub struct Registry {
-    inner: Arc<Mutex<Inner>>,
+    inner: Mutex<Inner>,
 }
 
 #[derive(Debug, Default)]
@@ -160,7 +138,10 @@ struct Inner {
     index: HashMap<Key, usize>,
     /// What each series' gone controllers counted.
     gone: Vec<IoTotals>,
-    live: Vec<Weak<CtrlIo>>,
+    /// The controllers with a series (a controller the registry alone
+    /// holds is gone: its counts move to `gone`, under the lock, so a
+    /// scrape never misses them).
+    live: Vec<Arc<CtrlIo>>,
     /// Controllers counted in [`OTHER`]'s series.
     overflow: u64,
 }
@@ -199,37 +180,46 @@ impl Registry {
         };
         let c = Arc::new(CtrlIo {
             counts: Counts::new(),
-            series: Some(SeriesRef {
-                index: series,
-                registry: Arc::downgrade(&self.inner),
-            }),
+            series: Some(series),
         });
-        g.live.retain(|w| w.strong_count() > 0);
-        g.live.push(Arc::downgrade(&c));
+        g.prune();
+        g.live.push(c.clone());
         c
     }
 
     /// Each series and its counts, and the controllers counted in
     /// [`OTHER`]'s.
     pub fn series(&self) -> (Vec<(Key, IoTotals)>, u64) {
-        let g = self.lock();
+        let mut g = self.lock();
+        g.prune();
         let mut sums = g.gone.clone();
-        let keys = g.keys.clone();
-        let overflow = g.overflow;
-        let live: Vec<Arc<CtrlIo>> = g.live.iter().filter_map(Weak::upgrade).collect();
-        // Unlocked before these go: the last of a controller's references
-        // may be one of them, and its drop takes the lock.
-        drop(g);
-        for c in &live {
-            if let Some(s) = &c.series {
-                sums[s.index].add(&c.totals());
+        for c in &g.live {
+            if let Some(s) = c.series {
+                sums[s].add(&c.totals());
             }
         }
-        (keys.into_iter().zip(sums).collect(), overflow)
+        (g.keys.iter().cloned().zip(sums).collect(), g.overflow)
     }
 }
 
 impl Inner {
+    /// Moves the counts of gone controllers (held by the registry alone)
+    /// to their series.
+    fn prune(&mut self) {
+        let mut i = 0;
+        while i < self.live.len() {
+            if Arc::strong_count(&self.live[i]) == 1 {
+                let c = self.live.swap_remove(i);
+                if let Some(s) = c.series {
+                    let t = c.totals();
+                    self.gone[s].add(&t);
+                }
+            } else {
+                i += 1;
+            }
+        }
+    }
+
     fn add(&mut self, key: Key) -> usize {
         let i = self.keys.len();
         self.index.insert(key.clone(), i);
