@@ -186,7 +186,7 @@ impl Throttle {
     /// Whether an I/O (`read`, of `bytes`) under `limits` may go at `now`:
     /// if so its tokens are taken. Nothing waiting on these limits is
     /// passed by it.
-    pub fn admit(&mut self, now: Instant, limits: &[Arc<Limit>], read: bool, bytes: u64) -> bool {
+    pub fn admit(&mut self, now: Instant, limits: &[&Arc<Limit>], read: bool, bytes: u64) -> bool {
         self.rebalance(now);
         // It waits for each limit that has waiters (they go first) or that
         // has no tokens; none of these: it goes.
@@ -389,7 +389,7 @@ mod tests {
             }
             let room = depth - queued;
             for _ in 0..room {
-                if t.admit(now, std::slice::from_ref(l), read, bytes) {
+                if t.admit(now, &[l], read, bytes) {
                     done += 1;
                 } else {
                     ud += 1;
@@ -455,7 +455,7 @@ mod tests {
                 let asks = if i == 0 { 3 } else { 1 };
                 for _ in 0..asks {
                     if !t.is_waiting() {
-                        if t.admit(now, std::slice::from_ref(&l), true, 4096) {
+                        if t.admit(now, &[&l], true, 4096) {
                             done[i] += 1;
                         } else {
                             t.wait(Waiter {
@@ -494,7 +494,7 @@ mod tests {
         let mut t = Throttle::new(0, 1);
         let t0 = Instant::now();
         let both = [all.clone(), a.clone()];
-        while t.admit(t0, &both, true, 512) {}
+        while t.admit(t0, &[&all, &a], true, 512) {}
         t.wait(Waiter {
             ud: 1,
             limits: both.to_vec(),
@@ -505,9 +505,9 @@ mod tests {
         });
         // Host A waits for its own cap; host B, under the namespace's
         // alone, goes.
-        assert!(t.admit(t0, std::slice::from_ref(&all), true, 512));
+        assert!(t.admit(t0, &[&all], true, 512));
         assert!(t.ready(t0).is_empty());
-        assert!(t.admit(t0, std::slice::from_ref(&all), true, 512));
+        assert!(t.admit(t0, &[&all], true, 512));
     }
 
     #[test]
@@ -534,7 +534,7 @@ mod tests {
         let mut t = Throttle::new(0, 1);
         let t0 = Instant::now();
         let mut passed = 0;
-        while t.admit(t0, std::slice::from_ref(&l), true, 512) {
+        while t.admit(t0, &[&l], true, 512) {
             passed += 1;
         }
         assert_eq!(passed, 10, "the burst: 10 ms at 1000/s");
@@ -555,7 +555,7 @@ mod tests {
         assert!(t.ready(t0 + Duration::from_micros(50)).is_empty());
         // A newcomer does not pass those that wait.
         let later = t0 + Duration::from_micros(500);
-        assert!(!t.admit(later, std::slice::from_ref(&l), true, 512));
+        assert!(!t.admit(later, &[&l], true, 512));
         // 1.5 I/Os' worth of tokens by then: two go (the second takes the
         // bucket below zero), the third waits half a millisecond more.
         let at = t0 + Duration::from_micros(1500);

@@ -50,10 +50,24 @@ impl QueueCore {
             IoPlan::WriteZeroes { .. } => (false, 0),
             _ => return false,
         };
-        let limits: Vec<Arc<Limit>> = caps.limits_for(&ctrl.hostnqn).cloned().collect();
-        if limits.is_empty() || env.qos.admit(env.now, &limits, read, bytes) {
+        // At most two (the namespace's, the host's): on the stack, copied
+        // only for an I/O that waits.
+        let mut it = caps.limits_for(&ctrl.hostnqn);
+        let Some(first) = it.next() else {
+            return false;
+        };
+        let mut held = [first; 2];
+        let n = match it.next() {
+            Some(second) => {
+                held[1] = second;
+                2
+            }
+            None => 1,
+        };
+        if env.qos.admit(env.now, &held[..n], read, bytes) {
             return false;
         }
+        let limits: Vec<Arc<Limit>> = held[..n].iter().map(|l| Arc::clone(l)).collect();
         env.qos.wait(Waiter {
             ud: env.mem.backend_ud(self.token(r)),
             limits,

@@ -8,21 +8,9 @@ use nvme::opcode::{admin, io};
 use nvme::opcode::{cns, lid};
 use nvme::Status;
 
-use super::{assert_status, same, target, Host, HOST};
-use crate::model::namespace::Namespace;
+use super::{assert_status, null_ns_at, same, target, Host, HOST};
 
 const OTHER: &str = "nqn.2026-11.org.example:other";
-
-fn null(nsid: u32) -> Namespace {
-    Namespace::new(
-        super::SUB,
-        nsid,
-        Box::new(crate::backend::null::Null),
-        1 << 20,
-        512,
-        false,
-    )
-}
 
 /// Identify (CNS `cns`, NSID `nsid`): its status and data.
 fn identify(h: &mut Host, aq: usize, cns: u32, nsid: u32) -> (Status, Vec<u8>) {
@@ -65,7 +53,7 @@ fn read_ns(h: &mut Host, q: usize, nsid: u32) -> Status {
 
 #[test]
 fn a_namespace_shown_to_another_host_does_not_exist_for_this_one() {
-    let t = target(vec![null(1), null(2), null(3)]);
+    let t = target(vec![null_ns_at(1), null_ns_at(2), null_ns_at(3)]);
     let sub = t.subsystems()[0].clone();
     let ns2 = sub.namespace(2).unwrap();
     ns2.set_hosts(Some(vec![OTHER.into()]));

@@ -81,6 +81,18 @@ fn null_ns() -> Namespace {
     )
 }
 
+/// A null namespace `nsid` of 1 MiB in 512-byte blocks.
+fn null_ns_at(nsid: u32) -> Namespace {
+    Namespace::new(
+        SUB,
+        nsid,
+        Box::new(crate::backend::null::Null),
+        1 << 20,
+        512,
+        false,
+    )
+}
+
 fn same(a: Status, b: Status) -> bool {
     (a.sct, a.sc) == (b.sct, b.sc)
 }

@@ -8,20 +8,8 @@ use std::time::Duration;
 use nvme::opcode::io;
 use nvme::Status;
 
-use super::{assert_status, target, Host, HOST};
-use crate::model::namespace::Namespace;
+use super::{assert_status, null_ns_at, target, Host, HOST};
 use crate::model::qos::{HostCaps, QosCaps};
-
-fn null(nsid: u32) -> Namespace {
-    Namespace::new(
-        super::SUB,
-        nsid,
-        Box::new(crate::backend::null::Null),
-        1 << 20,
-        512,
-        false,
-    )
-}
 
 fn iops(n: u64) -> QosCaps {
     QosCaps {
@@ -66,7 +54,7 @@ fn answered(h: &mut Host, q: usize, cids: &[u16]) -> usize {
 
 #[test]
 fn io_over_a_cap_waits_for_its_tokens_and_is_never_refused() {
-    let t = target(vec![null(1), null(2)]);
+    let t = target(vec![null_ns_at(1), null_ns_at(2)]);
     let sub = t.subsystems()[0].clone();
     // 100 I/Os per second: a bucket of four (the least burst), refilled
     // by the clock.
@@ -116,7 +104,7 @@ fn io_over_a_cap_waits_for_its_tokens_and_is_never_refused() {
 
 #[test]
 fn a_hosts_cap_is_its_own_and_a_queue_gone_releases_its_waiting_io() {
-    let t = target(vec![null(1)]);
+    let t = target(vec![null_ns_at(1)]);
     let sub = t.subsystems()[0].clone();
     let other = HostCaps {
         host: "nqn.2026-11.org.example:someone-else".into(),
