@@ -324,7 +324,8 @@ step "per-host statistics: status per controller, Prometheus series per host (ca
 st = json.load(sys.stdin)
 c = {x["host_nqn"]: x for s in st["subsystems"] for x in s["controllers"]}
 a, b = c[sys.argv[1]], c[sys.argv[2]]
-assert a["writes"] > 0 and a["write_latency_us"] > 0 and a["bytes_written"] == 4096 * a["writes"], a
+# fio writes 4 KiB; the host may send a larger write of its own now and then.
+assert a["writes"] > 0 and a["write_latency_us"] > 0 and a["bytes_written"] >= 4096 * a["writes"], a
 assert a["errors"] >= 1, a          # its Namespace Identification Descriptor list of nsid 2
 assert b["reads"] > 0 and b["writes"] == 0 and b["errors"] == 0, b' "$HOST_A" "$HOST_B" ||
     fail "status does not show each controller's I/O, latency and errors"
