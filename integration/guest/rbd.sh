@@ -31,6 +31,9 @@
 #      Write races through both gateways (caw-race): exactly one winner per round; a
 #      Preempt and Abort through A while host 6's writes are still in B's librbd
 #      (slowed by QoS) completes only once they drained: krbd reads the same after it
+#  11f. one QoS cap on the image through both gateways (both optimized, the host's
+#      multipath round-robin): 400 IOPS hold for the image with the reads split across A
+#      and B; with B idle, A takes the whole cap
 #  13. fenced failover (fence.sh): a write delayed on its way from A to the cluster never
 #      lands over newer data written through B once the host failed over (A stopped, or
 #      cut off from the host only); A rejoins; without fencing the delayed write lands
@@ -615,6 +618,70 @@ kill -TERM "${GWPID[B]}"; wait "${GWPID[B]}" 2>/dev/null || true; GWPID[B]=
 gw_conf B non-optimized
 gw_up B
 for _ in $(seq 150); do [ "$(cat "/sys/class/nvme/${DEV[h6]#/dev/}/state")" = live ] && break; sleep 0.2; done
+
+step "11f. one QoS cap for the image through both gateways: the host's reads split across A and B"
+# Both gateways optimized and the host's multipath round-robin: its I/O goes through both.
+# Each gateway takes its part of the cap from what the other asks (a RADOS object beside
+# the image, exchanged every 200 ms).
+gw_reads() { # NAME -> read commands its controllers completed
+    "$TARGET_BIN" status --json --socket "/tmp/gw-$1.sock" |
+        python3 -c 'import json,sys; s=json.load(sys.stdin); print(sum(c["reads"] for x in s["subsystems"] for c in x["controllers"]))'
+}
+rr() { # SECONDS OUT: 4k random reads at QD32 on the multipath head, IOPS into OUT (JSON)
+    fio --name=q --filename="/dev/$HEAD" --rw=randread --bs=4k --iodepth=32 --ioengine=libaio --direct=1 \
+        --time_based --ramp_time=2 --runtime="$1" --output-format=json --output="$2" >/dev/null 2>&1
+}
+iops_of() { python3 -c 'import json,sys; print(int(json.load(open(sys.argv[1]))["jobs"][0]["read"]["iops"]))' "$1"; }
+qos() { # GATEWAY IOPS
+    "$TARGET_BIN" namespace qos --socket "/tmp/gw-$1.sock" --subsystem "$NQN2" --nsid 1 --rw-iops "$2" >/dev/null ||
+        fail "namespace qos on gateway $1"
+}
+# The image reads ~800 4k IOPS at QD32 through both gateways in the lab: a cap well below.
+CAP=400
+within10() { [ $(($1 * 10)) -ge $((CAP * 9)) ] && [ $(($1 * 10)) -le $((CAP * 11)) ]; }
+shared() { "$TARGET_BIN" status --socket "/tmp/gw-$1.sock" | grep -oE "QoS shared by .*" || echo "not shared"; }
+kmsg_mark
+gw_conf B optimized
+kill -HUP "${GWPID[B]}"
+wait_state 15 4421 "live optimized"
+SUBSYS=
+for s in /sys/class/nvme-subsystem/nvme-subsys*; do
+    [ "$(cat "$s/subsysnqn")" = "$NQN2" ] && SUBSYS=$s
+done
+[ -n "$SUBSYS" ] || fail "no nvme-subsystem of $NQN2 on the host"
+echo round-robin >"$SUBSYS/iopolicy"
+rr 5 /tmp/q0.json || fail "fio, uncapped"
+FREE=$(iops_of /tmp/q0.json)
+info "uncapped through both gateways: $FREE IOPS"
+[ $((FREE * 10)) -gt $((CAP * 13)) ] || fail "the image reaches only $FREE IOPS uncapped: a cap of $CAP would test nothing"
+qos A "$CAP"; qos B "$CAP"
+RA=$(gw_reads A) RB=$(gw_reads B)
+rr 20 /tmp/q1.json || fail "fio, capped"
+CAPPED=$(iops_of /tmp/q1.json)
+DA=$(( $(gw_reads A) - RA )) DB=$(( $(gw_reads B) - RB ))
+info "capped at $CAP for the image: $CAPPED IOPS over 20 s; reads through A $DA, through B $DB"
+info "gateway A: $(shared A); gateway B: $(shared B)"
+within10 "$CAPPED" || fail "the cap of $CAP IOPS did not hold for the image within 10 %: $CAPPED"
+[ $((DA * 5)) -ge $((DA + DB)) ] && [ $((DB * 5)) -ge $((DA + DB)) ] ||
+    fail "the host's reads did not split across both gateways (A $DA, B $DB)"
+shared A | grep -q "by 2 gateways" || fail "gateway A does not show the cap shared by 2 gateways"
+if grep -hE "QoS exchange|sharing the QoS caps" /tmp/gw-A.log /tmp/gw-B.log; then
+    fail "a gateway could not share the cap with the other"
+fi
+# B non-optimized again (its cap stays: the live change is in its file): the host's I/O
+# goes through A alone, which takes (nearly) the whole cap.
+for g in A B; do grep -q rw_iops "/tmp/gw-$g.toml" || fail "gateway $g's cap is not in its file"; done
+sed -i 's/ana = { 1 = "optimized" }/ana = { 1 = "non-optimized" }/' /tmp/gw-B.toml
+kill -HUP "${GWPID[B]}"
+wait_state 15 4421 "live non-optimized"
+RA=$(gw_reads A)
+rr 10 /tmp/q2.json || fail "fio, capped, through A"
+ALONE=$(iops_of /tmp/q2.json)
+info "through A alone, B idle: $ALONE IOPS over 10 s (A: $(shared A); A took $(( $(gw_reads A) - RA )) reads)"
+within10 "$ALONE" || fail "A alone did not take the whole cap of $CAP IOPS: $ALONE"
+qos A 0; qos B 0
+echo numa >"$SUBSYS/iopolicy"
+E=$(mp_errors); [ -z "$E" ] || { echo "$E"; fail "I/O errors in the host's kernel log during the shared cap"; }
 
 . integration/guest/fence.sh
 

@@ -141,6 +141,11 @@ pub trait Storage: std::fmt::Debug + Send + Sync {
     fn rbd(&self) -> Option<&rbd::RbdImage> {
         None
     }
+
+    /// The namespace's QoS caps changed (or were set when it opened): a
+    /// store that other gateways serve too shares them with those
+    /// ([`rbd::qos`]), so that a cap holds for the store as a whole.
+    fn qos_changed(&self, _qos: &Arc<crate::model::qos::NsQos>) {}
 }
 
 /// A namespace's store.

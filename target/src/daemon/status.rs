@@ -118,6 +118,10 @@ pub struct NamespaceInfo {
     /// Each capped host's caps on it.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub host_qos: Vec<crate::model::qos::HostCaps>,
+    /// The gateways that share its cap now (an RBD image several serve),
+    /// and this one's part (absent: not shared).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub qos_shared: Option<QosShared>,
     /// Its persistent reservation (absent when the namespace has none).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reservation: Option<ReservationInfo>,
@@ -144,6 +148,15 @@ pub struct OwnershipInfo {
 }
 
 /// A namespace's reservation state.
+/// A cap shared by the gateways that serve one RBD image.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct QosShared {
+    /// The gateways that share it now, this one among them.
+    pub gateways: u32,
+    /// This gateway's part of it.
+    pub part_percent: f64,
+}
+
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ReservationInfo {
     /// Generation.
@@ -407,6 +420,15 @@ impl Status {
                                             .collect()
                                     })
                                     .unwrap_or_default(),
+                                qos_shared: n.qos().and_then(|q| {
+                                    q.all
+                                        .as_ref()
+                                        .filter(|l| l.gateways() > 1)
+                                        .map(|l| QosShared {
+                                            gateways: l.gateways(),
+                                            part_percent: (l.part() * 1000.0).round() / 10.0,
+                                        })
+                                }),
                                 reservation: reservation_info(n),
                                 ownership: ownership_info(n),
                             }
@@ -528,6 +550,13 @@ impl Status {
                 }
                 if let Some(q) = &n.qos {
                     let _ = writeln!(o, "    QoS (all hosts together): {q}");
+                }
+                if let Some(q) = &n.qos_shared {
+                    let _ = writeln!(
+                        o,
+                        "    QoS shared by {} gateways: this one's part {} %",
+                        q.gateways, q.part_percent
+                    );
                 }
                 for h in &n.host_qos {
                     let _ = writeln!(o, "    QoS of {}: {}", h.host, h.caps);

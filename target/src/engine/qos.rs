@@ -31,6 +31,17 @@ const MIN_BURST_IOS: f64 = 4.0;
 /// idle worker keeps a small share.
 const FLOOR: f64 = 0.1;
 
+/// What this gateway's workers ask of `limit` now, in I/Os per
+/// [`PERIOD`] (what came in during their last period and what waits).
+pub fn demand_now(limit: &Limit) -> u64 {
+    demand_at(limit, Instant::now())
+}
+
+/// [`demand_now`] at `now`.
+pub fn demand_at(limit: &Limit, now: Instant) -> u64 {
+    limit.demand(period_of(now)).0
+}
+
 /// The number of [`PERIOD`]s from the process's first to `now`: the
 /// workers' common clock for their demand.
 fn period_of(now: Instant) -> u32 {
@@ -67,24 +78,32 @@ impl Bucket {
         b
     }
 
+    /// This worker's part of the limit's rates: its share of this
+    /// gateway's, and this gateway's part of the cap (several gateways may
+    /// share it, [`Limit::part`]).
+    fn part(&self) -> f64 {
+        self.share * self.limit.part()
+    }
+
     /// The most the bucket holds of rate `rate` (dimension `i`): BURST of
-    /// it at this worker's share, at least [`MIN_BURST_IOS`] I/Os (a worker
+    /// it at this worker's part, at least [`MIN_BURST_IOS`] I/Os (a worker
     /// that wakes a little late for a low cap loses no I/O) or one byte.
     fn depth(&self, rate: u64, i: usize) -> f64 {
         let least = if i == 0 { MIN_BURST_IOS } else { 1.0 };
-        (rate as f64 * self.share * BURST.as_secs_f64()).max(least)
+        (rate as f64 * self.part() * BURST.as_secs_f64()).max(least)
     }
 
     fn refill(&mut self, now: Instant) {
         let dt = now.saturating_duration_since(self.last).as_secs_f64();
         self.last = now;
         let rates = self.limit.rates();
+        let part = self.part();
         for (i, &rate) in rates.iter().enumerate() {
             if rate == 0 {
                 continue;
             }
             let depth = self.depth(rate, i);
-            self.tokens[i] = (self.tokens[i] + rate as f64 * self.share * dt).min(depth);
+            self.tokens[i] = (self.tokens[i] + rate as f64 * part * dt).min(depth);
         }
     }
 
@@ -116,7 +135,7 @@ impl Bucket {
         let mut wait: f64 = 0.0;
         for i in Self::dims(read) {
             if rates[i] != 0 && self.tokens[i] <= 0.0 {
-                let rate = (rates[i] as f64 * self.share).max(f64::MIN_POSITIVE);
+                let rate = (rates[i] as f64 * self.part()).max(f64::MIN_POSITIVE);
                 wait = wait.max((-self.tokens[i] + 1e-9) / rate);
             }
         }
@@ -326,7 +345,16 @@ impl Throttle {
         self.period_start = Some(now);
         let w = self.worker;
         let period = period_of(now);
-        for b in self.buckets.values_mut() {
+        // What a worker asks is what came in this period and what still
+        // waits: under a cap, what comes in follows what goes out, so the
+        // I/Os that came alone would keep any split as it is; those that
+        // wait tell which worker holds back the most.
+        let mut waiting: HashMap<u64, u64> = HashMap::new();
+        for l in self.waiting.iter().flat_map(|x| x.limits.iter()) {
+            *waiting.entry(l.id).or_default() += 1;
+        }
+        for (id, b) in self.buckets.iter_mut() {
+            b.asked += waiting.get(id).copied().unwrap_or(0);
             b.limit.publish_demand(w, period, b.asked);
         }
         for b in self.buckets.values_mut() {
@@ -338,13 +366,8 @@ impl Throttle {
             b.asked = 0;
         }
         // A limit no namespace holds any more (its cap removed) goes.
-        let waiting: Vec<u64> = self
-            .waiting
-            .iter()
-            .flat_map(|x| x.limits.iter().map(|l| l.id))
-            .collect();
         self.buckets
-            .retain(|id, b| !b.limit.retired() || waiting.contains(id));
+            .retain(|id, b| !b.limit.retired() || waiting.contains_key(id));
     }
 }
 
@@ -508,6 +531,63 @@ mod tests {
         assert!(t.admit(t0, &[&all], true, 512));
         assert!(t.ready(t0).is_empty());
         assert!(t.admit(t0, &[&all], true, 512));
+    }
+
+    #[test]
+    fn a_gateways_part_scales_its_buckets() {
+        let l = iops(2000);
+        l.set_part(0.25, 4);
+        let mut t = Throttle::new(0, 1);
+        let n = drive(&mut t, &l, Instant::now(), 10.0, true, 4096, 32);
+        assert!((4_900..=5_100).contains(&n), "{n} of a quarter of 20,000");
+    }
+
+    #[test]
+    fn hosts_that_keep_their_queues_full_end_up_sharing_evenly() {
+        // Closed loop (an I/O comes in only as one goes, as a host at a
+        // fixed queue depth does): worker 0's host alone first takes the
+        // whole cap; once worker 1's host starts, the waiting I/Os move the
+        // shares to even, not the arrivals alone (which follow the shares).
+        let l = iops(2000);
+        let mut ts = [Throttle::new(0, 2), Throttle::new(1, 2)];
+        let mut queued = [0usize; 2];
+        let mut done = [0u64; 2];
+        let t0 = Instant::now();
+        let mut ud = 0;
+        for s in 0..60_000u64 {
+            let now = t0 + Duration::from_micros(100 * s);
+            if s == 40_000 {
+                done = [0, 0];
+            }
+            for (i, t) in ts.iter_mut().enumerate() {
+                if i == 1 && s < 10_000 {
+                    continue;
+                }
+                let went = t.ready(now).len();
+                queued[i] -= went;
+                done[i] += went as u64;
+                for _ in 0..(16 - queued[i]) {
+                    if t.admit(now, &[&l], true, 4096) {
+                        done[i] += 1;
+                    } else {
+                        ud += 1;
+                        t.wait(Waiter {
+                            ud,
+                            limits: vec![l.clone()],
+                            read: true,
+                            bytes: 4096,
+                            since: now,
+                            blocked_on: Vec::new(),
+                        });
+                        queued[i] += 1;
+                    }
+                }
+            }
+        }
+        let total = (done[0] + done[1]) as f64;
+        assert!((3_800.0..=4_200.0).contains(&total), "{done:?} in 2 s");
+        let a = done[0] as f64 / total;
+        assert!((0.4..=0.6).contains(&a), "{done:?}");
     }
 
     #[test]

@@ -133,9 +133,10 @@ impl Namespace {
         all: crate::model::qos::QosCaps,
         hosts: &[crate::model::qos::HostCaps],
     ) {
-        let q = self.qos.load().with(subsystem, self.nsid, all, hosts);
+        let q = Arc::new(self.qos.load().with(subsystem, self.nsid, all, hosts));
         self.qos_on.store(!q.is_empty(), Ordering::Relaxed);
-        self.qos.store(Arc::new(q));
+        self.qos.store(q.clone());
+        self.backend.qos_changed(&q);
     }
 
     /// Whether the host `hostnqn` sees it: to any other host it does not

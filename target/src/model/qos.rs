@@ -90,6 +90,12 @@ pub struct Limit {
     demand: Box<[Padded<AtomicU64>]>,
     /// No namespace holds it any more (the workers drop their buckets).
     retired: std::sync::atomic::AtomicBool,
+    /// This gateway's part of the rates (f64 bits; 1.0 unless gateways
+    /// serving the same RBD image share the cap).
+    part: AtomicU64,
+    /// How many gateways share the cap now, this one among them (0: not
+    /// shared).
+    gateways: std::sync::atomic::AtomicU32,
     /// For metrics and logs: the subsystem, the nsid and the host ("" for
     /// the namespace's own cap).
     pub subsystem: String,
@@ -110,6 +116,8 @@ impl Limit {
                 .map(|_| Padded(AtomicU64::new(0)))
                 .collect(),
             retired: Default::default(),
+            part: AtomicU64::new(1f64.to_bits()),
+            gateways: Default::default(),
             subsystem: subsystem.into(),
             nsid,
             host: host.into(),
@@ -159,6 +167,29 @@ impl Limit {
             .map(|d| d.0.load(Ordering::Relaxed))
             .filter(|v| v >> 32 != 0 && (v >> 32) as u32 + 2 >= period)
             .fold((0, 0), |(sum, n), v| (sum + (v & u32::MAX as u64), n + 1))
+    }
+
+    /// This gateway's part of the cap (1.0 unless shared with other
+    /// gateways): its workers' buckets fill at the rates times this.
+    pub fn part(&self) -> f64 {
+        f64::from_bits(self.part.load(Ordering::Relaxed))
+    }
+
+    /// How many gateways share the cap now, this one among them (0: it is
+    /// not shared).
+    pub fn gateways(&self) -> u32 {
+        self.gateways.load(Ordering::Relaxed)
+    }
+
+    /// Takes `part` of the cap (in (0, 1]), shared by `gateways` gateways.
+    pub fn set_part(&self, part: f64, gateways: u32) {
+        let part = if part.is_finite() {
+            part.clamp(1e-6, 1.0)
+        } else {
+            1.0
+        };
+        self.part.store(part.to_bits(), Ordering::Relaxed);
+        self.gateways.store(gateways, Ordering::Relaxed);
     }
 
     /// No namespace holds it any more.

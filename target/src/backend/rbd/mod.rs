@@ -12,6 +12,7 @@
 //! for nothing more and a flush is cheap.
 
 pub mod owner;
+pub mod qos;
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -106,6 +107,9 @@ pub struct RbdImage {
     id: String,
     fencing: bool,
     owner: OnceLock<owner::Ownership>,
+    /// Shares the namespace's QoS caps with the other gateways (while it
+    /// has caps).
+    sharer: Mutex<Option<qos::Sharer>>,
 }
 
 impl RbdImage {
@@ -176,6 +180,53 @@ impl RbdImage {
     /// Its ownership (None without fencing).
     pub fn ownership(&self) -> Option<&owner::Ownership> {
         self.owner.get()
+    }
+
+    /// Shares `caps` with the other gateways that serve the image, or stops
+    /// sharing when there are none. A failure to start leaves the caps to
+    /// this gateway alone (logged).
+    fn share_qos(&self, caps: &Arc<crate::model::qos::NsQos>) {
+        let mut sharer = self.sharer.lock().unwrap_or_else(|p| p.into_inner());
+        if caps.is_empty() {
+            *sharer = None;
+            return;
+        }
+        if let Some(s) = &*sharer {
+            s.update(caps.clone());
+            return;
+        }
+        let pool = self.image.pool();
+        let started = ceph::Object::open(
+            pool.cluster(),
+            pool.name(),
+            &format!("nvmf_qos.{}", self.id),
+        )
+        .map_err(|e| e.to_string())
+        .and_then(|object| {
+            // One entry per namespace on this connection.
+            let key = format!(
+                "{}#{:016x}",
+                self.conn.addr,
+                std::hash::BuildHasher::hash_one(
+                    &std::collections::hash_map::RandomState::new(),
+                    self.spec(),
+                )
+            );
+            qos::Sharer::start(
+                object,
+                key,
+                owner::gateway_name(),
+                self.spec(),
+                caps.clone(),
+            )
+            .map_err(|e| e.to_string())
+        });
+        match started {
+            Ok(s) => *sharer = Some(s),
+            Err(e) => {
+                tracing::warn!(image = %self.spec(), "sharing the QoS caps with the other gateways: {e}; they hold for this gateway alone")
+            }
+        }
     }
 }
 
@@ -288,6 +339,7 @@ pub fn open(cfg: &RbdConfig, group: u32) -> Result<(Backend, u64), BackendError>
         id,
         fencing: cfg.fencing,
         owner: OnceLock::new(),
+        sharer: Mutex::new(None),
     });
     Ok((backend, size))
 }
@@ -406,6 +458,10 @@ impl Storage for RbdImage {
         }
         gate.leave();
         r
+    }
+
+    fn qos_changed(&self, qos: &Arc<crate::model::qos::NsQos>) {
+        self.share_qos(qos);
     }
 
     fn rbd(&self) -> Option<&RbdImage> {

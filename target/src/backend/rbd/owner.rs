@@ -166,7 +166,8 @@ impl std::fmt::Debug for Ownership {
     }
 }
 
-fn gateway_name() -> String {
+/// This gateway's name for people: `host:pid`.
+pub(super) fn gateway_name() -> String {
     let host = nix::unistd::gethostname()
         .map(|h| h.to_string_lossy().into_owned())
         .unwrap_or_else(|_| "?".into());
