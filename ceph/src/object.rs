@@ -76,6 +76,20 @@ impl Object {
     /// The object's content (at most `max` bytes) and version; `None` when it
     /// does not exist. Blocks.
     pub fn read(&self, max: usize) -> Result<Option<(Vec<u8>, u64)>, Error> {
+        match self.read_head(max)? {
+            Some((data, _)) if data.len() > max => Err(Error::Call {
+                what: "read object",
+                target: self.spec(),
+                source: std::io::Error::other(format!("larger than {max} bytes")),
+            }),
+            r => Ok(r),
+        }
+    }
+
+    /// Like [`Object::read`], but an object larger than `max` bytes is not
+    /// an error: its first `max + 1` bytes come back (the caller sees it is
+    /// too large), with its version, so that it can be replaced. Blocks.
+    pub fn read_head(&self, max: usize) -> Result<Option<(Vec<u8>, u64)>, Error> {
         let lib = self.lib();
         let (Ok(read), Ok(version)) = (&lib.rados_read, &lib.rados_get_last_version) else {
             return Err(self.missing("read"));
@@ -97,13 +111,6 @@ impl Object {
             return Ok(None);
         }
         check(r, "read object", || self.spec())?;
-        if r as usize > max {
-            return Err(Error::Call {
-                what: "read object",
-                target: self.spec(),
-                source: std::io::Error::other(format!("larger than {max} bytes")),
-            });
-        }
         buf.truncate(r as usize);
         // SAFETY: live I/O context; the version is that of the read above,
         // as `op` keeps other operations off this context.

@@ -101,11 +101,19 @@ region_seen() { # NSID
     done
     echo "${out[*]}"
 }
+ana_of() { # PORT NSID -> the ANA state of the path through PORT to namespace NSID
+    local c p
+    c=$(ctrl_at "$1") || { echo gone; return 0; }
+    p=$(ls -d /sys/class/nvme/"$c"/nvme*c*n"$2" 2>/dev/null | head -1)
+    cat "$p/ana_state" 2>/dev/null || echo '?'
+}
 wait_a_serving() { # NSID [OLD_ADDRESS]: A reconnected to the cluster (a new address, when
-    # given) and its path is optimized again
+    # given) and its path is optimized again (and B, which served the group optimized while
+    # A was cut off, gave it back)
     local i
     for i in $(seq 150); do
         [[ $(ownership A "$1") =~ ^(owner|standby|none) ]] && [[ $(path_state 4420) =~ "live optimized" ]] &&
+            [[ $(ana_of 4421 "$1") == non-optimized ]] &&
             { [ -z "${2:-}" ] || [ "$(gw_addr A "$1")" != "$2" ]; } && return 0
         sleep 0.4
     done

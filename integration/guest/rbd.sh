@@ -32,8 +32,11 @@
 #      Preempt and Abort through A while host 6's writes are still in B's librbd
 #      (slowed by QoS) completes only once they drained: krbd reads the same after it
 #  11f. one QoS cap on the image through both gateways (both optimized, the host's
-#      multipath round-robin): 400 IOPS hold for the image with the reads split across A
+#      multipath round-robin): 300 IOPS hold for the image with the reads split across A
 #      and B; with B idle, A takes the whole cap
+#  11g. drain A under fio verify (nvmf-target drain): A non-optimized then inaccessible, B
+#      takes group 1 over (optimized), no fio error; ok-to-stop: no at A before, yes at A
+#      drained, no at B; undrain: A optimized, B non-optimized, I/O back through A
 #  13. fenced failover (fence.sh): a write delayed on its way from A to the cluster never
 #      lands over newer data written through B once the host failed over (A stopped, or
 #      cut off from the host only); A rejoins; without fencing the delayed write lands
@@ -460,6 +463,8 @@ step "9. failback: A restarts; the host reconnects and sends I/O to A again"
 kmsg_mark
 gw_up A
 wait_state 30 4420 "live optimized"
+# B served group 1 optimized while A was gone; it gives it back once it hears of A.
+wait_state 15 4421 "live non-optimized"
 info "paths: A $(path_state 4420), B $(path_state 4421)"
 A0=$(gw_writes A); B0=$(gw_writes B)
 fio_bg back 8M; fio_wait back
@@ -488,6 +493,7 @@ fio_bg inacc 4M; fio_wait inacc
 gw_conf A optimized
 kill -HUP "${GWPID[A]}"
 wait_state 15 4420 "live optimized"
+wait_state 15 4421 "live non-optimized"
 A3=$(gw_writes A)
 fio_bg opt 4M; fio_wait opt
 [ "$(gw_writes A)" -gt "$A3" ] || fail "I/O did not return to A once optimized again"
@@ -636,9 +642,12 @@ qos() { # GATEWAY IOPS
     "$TARGET_BIN" namespace qos --socket "/tmp/gw-$1.sock" --subsystem "$NQN2" --nsid 1 --rw-iops "$2" >/dev/null ||
         fail "namespace qos on gateway $1"
 }
-# The image reads ~800 4k IOPS at QD32 through both gateways in the lab: a cap well below.
-CAP=400
-within10() { [ $(($1 * 10)) -ge $((CAP * 9)) ] && [ $(($1 * 10)) -le $((CAP * 11)) ]; }
+# The image reads 500-900 4k IOPS at QD32 through both gateways in the lab: a cap well
+# below. Never more than 10 % over; under it, a host that splits its I/O evenly
+# (round-robin) gets twice the smaller of the gateways' parts, which jitter: 7-8 % under
+# the cap in the lab, so 15 % is allowed below.
+CAP=300
+within_cap() { [ $(($1 * 100)) -ge $((CAP * 85)) ] && [ $(($1 * 10)) -le $((CAP * 11)) ]; }
 shared() { "$TARGET_BIN" status --socket "/tmp/gw-$1.sock" | grep -oE "QoS shared by .*" || echo "not shared"; }
 kmsg_mark
 gw_conf B optimized
@@ -661,11 +670,11 @@ CAPPED=$(iops_of /tmp/q1.json)
 DA=$(( $(gw_reads A) - RA )) DB=$(( $(gw_reads B) - RB ))
 info "capped at $CAP for the image: $CAPPED IOPS over 20 s; reads through A $DA, through B $DB"
 info "gateway A: $(shared A); gateway B: $(shared B)"
-within10 "$CAPPED" || fail "the cap of $CAP IOPS did not hold for the image within 10 %: $CAPPED"
+within_cap "$CAPPED" || fail "the cap of $CAP IOPS did not hold for the image (85-110 %): $CAPPED"
 [ $((DA * 5)) -ge $((DA + DB)) ] && [ $((DB * 5)) -ge $((DA + DB)) ] ||
     fail "the host's reads did not split across both gateways (A $DA, B $DB)"
 shared A | grep -q "by 2 gateways" || fail "gateway A does not show the cap shared by 2 gateways"
-if grep -hE "QoS exchange|sharing the QoS caps" /tmp/gw-A.log /tmp/gw-B.log; then
+if grep -hE "record of the gateways that serve the image[(:]|record of the gateways could not" /tmp/gw-A.log /tmp/gw-B.log; then
     fail "a gateway could not share the cap with the other"
 fi
 # B non-optimized again (its cap stays: the live change is in its file): the host's I/O
@@ -678,10 +687,52 @@ RA=$(gw_reads A)
 rr 10 /tmp/q2.json || fail "fio, capped, through A"
 ALONE=$(iops_of /tmp/q2.json)
 info "through A alone, B idle: $ALONE IOPS over 10 s (A: $(shared A); A took $(( $(gw_reads A) - RA )) reads)"
-within10 "$ALONE" || fail "A alone did not take the whole cap of $CAP IOPS: $ALONE"
+within_cap "$ALONE" || fail "A alone did not take the whole cap of $CAP IOPS: $ALONE"
 qos A 0; qos B 0
 echo numa >"$SUBSYS/iopolicy"
 E=$(mp_errors); [ -z "$E" ] || { echo "$E"; fail "I/O errors in the host's kernel log during the shared cap"; }
+
+step "11g. drain gateway A under fio verify: B takes group 1 over; ok-to-stop; undrain"
+stop_check() { # GATEWAY -> the exit status of ok-to-stop there; its output in /tmp/ok-GATEWAY.txt
+    local rc=0
+    "$TARGET_BIN" ok-to-stop --socket "/tmp/gw-$1.sock" >"/tmp/ok-$1.txt" 2>&1 || rc=$?
+    echo "$rc"
+}
+said() { tr '\n' ' ' <"/tmp/ok-$1.txt" | sed 's/  */ /g'; }
+kmsg_mark
+wait_state 15 4420 "live optimized"; wait_state 15 4421 "live non-optimized"
+R=$(stop_check A); info "ok-to-stop at A before the drain: exit $R: $(said A)"
+[ "$R" = 3 ] || fail "ok-to-stop let A stop while B serves the group non-optimized only (exit $R)"
+A0=$(gw_writes A); B0=$(gw_writes B)
+fio_bg drain 32M
+sleep 2
+T0=$(date +%s%N)
+"$TARGET_BIN" drain --socket /tmp/gw-A.sock >/tmp/drain.txt 2>&1 || { cat /tmp/drain.txt; fail "nvmf-target drain at A"; }
+DRAIN_MS=$(( ($(date +%s%N) - T0) / 1000000 ))
+info "drain at A (${DRAIN_MS} ms): $(cat /tmp/drain.txt)"
+wait_state 15 4420 "live inaccessible"
+wait_state 15 4421 "live optimized"
+info "paths: A $(path_state 4420), B $(path_state 4421) (B took group 1 over)"
+R=$(stop_check A); info "ok-to-stop at A, drained: exit $R: $(said A)"
+[ "$R" = 0 ] || fail "ok-to-stop refused A although B serves the group optimized (exit $R)"
+R=$(stop_check B); info "ok-to-stop at B meanwhile: exit $R: $(said B)"
+[ "$R" = 3 ] || fail "ok-to-stop let B stop while A is drained (exit $R)"
+"$TARGET_BIN" status --socket /tmp/gw-A.sock | grep -E "ownership: owner" && fail "A still owns the image after the drain"
+A1=$(gw_writes A)
+sleep 2
+[ "$(gw_writes A)" = "$A1" ] || fail "gateway A took writes while drained"
+"$TARGET_BIN" undrain --socket /tmp/gw-A.sock | sed 's/^/    /'
+wait_state 15 4420 "live optimized"; wait_state 15 4421 "live non-optimized"
+fio_wait drain
+B1=$(gw_writes B)
+info "fio across the drain: error $FIO_ERR, ${FIO_VERIFIED_MIB} MiB verified (every block written), longest write ${FIO_MAX_S} s; writes through A $((A1 - A0)) before the drain, through B $((B1 - B0))"
+[ $((B1 - B0)) -gt 0 ] || fail "gateway B took no writes while A drained"
+DRAIN_ROW="drain: fio error $FIO_ERR, verified ${FIO_VERIFIED_MIB} MiB, longest write ${FIO_MAX_S} s, drain took ${DRAIN_MS} ms"
+A2=$(gw_writes A)
+fio_bg undrained 4M; fio_wait undrained
+[ "$(gw_writes A)" -gt "$A2" ] || fail "I/O did not return to A once undrained"
+grep -q "ANA group served optimized here" /tmp/gw-B.log || fail "B did not log taking group 1 over"
+E=$(mp_errors); [ -z "$E" ] || { echo "$E"; fail "I/O errors in the host's kernel log across the drain"; }
 
 . integration/guest/fence.sh
 
@@ -696,6 +747,7 @@ for g in A B; do
 done
 info "$FAILOVER_ROW"
 info "$RELOAD_ROW"
+info "$DRAIN_ROW"
 
 PASSED=1
 echo

@@ -13,7 +13,9 @@ use crate::config::edit::{
 };
 use crate::config::TargetConfig;
 use crate::daemon::control::ControlError;
-use crate::daemon::rpc::{self, CallError, Changed, ConfigText, ControllerRef};
+use crate::daemon::rpc::{
+    self, CallError, Changed, ConfigText, ControllerRef, DrainParams, StopCheck,
+};
 
 /// Where the daemon is and how to print its answers.
 #[derive(Args, Debug, Clone, Default)]
@@ -234,6 +236,31 @@ pub enum Admin {
         #[command(flatten)]
         conn: Conn,
     },
+    /// Drain this gateway before maintenance: its ANA groups go non-optimized,
+    /// then inaccessible (the hosts move to the other paths); returns once no
+    /// I/O arrives, none is in flight and its RBD images are handed over.
+    Drain {
+        /// Only the listeners at this address (ADDRESS:PORT); default: all.
+        #[arg(long, value_name = "ADDRESS:PORT")]
+        listener: Option<String>,
+        /// Give up after this long (seconds, default 60, at most 110); the
+        /// listeners stay drained.
+        #[arg(long, value_name = "SECONDS")]
+        timeout: Option<u64>,
+        #[command(flatten)]
+        conn: Conn,
+    },
+    /// End a drain: the configured ANA states again.
+    Undrain {
+        #[command(flatten)]
+        conn: Conn,
+    },
+    /// Whether stopping now leaves every connected host an optimized path to
+    /// each namespace it uses (exit 0), or not (exit 3, with the reasons).
+    OkToStop {
+        #[command(flatten)]
+        conn: Conn,
+    },
 }
 
 impl Admin {
@@ -244,7 +271,10 @@ impl Admin {
             | Admin::Namespace { conn, .. }
             | Admin::Host { conn, .. }
             | Admin::Controller { conn, .. }
-            | Admin::Config { conn, .. } => conn,
+            | Admin::Config { conn, .. }
+            | Admin::Drain { conn, .. }
+            | Admin::Undrain { conn }
+            | Admin::OkToStop { conn } => conn,
         }
     }
 
@@ -406,6 +436,17 @@ impl Admin {
                 cmd: ConfigCmd::Show,
                 ..
             } => ("config_show", Value::Null),
+            Admin::Drain {
+                listener, timeout, ..
+            } => (
+                "drain",
+                v(DrainParams {
+                    listener,
+                    timeout_s: timeout,
+                }),
+            ),
+            Admin::Undrain { .. } => ("undrain", Value::Null),
+            Admin::OkToStop { .. } => ("ok_to_stop", Value::Null),
         }
     }
 }
@@ -465,6 +506,7 @@ pub fn run(cmd: &Admin, config: &Path) -> ExitCode {
         }
     };
     match rpc::call(&path, method, params, rpc::CHANGE_TIMEOUT) {
+        Ok(v) if method == "ok_to_stop" => stop_check(&v, conn.json),
         Ok(v) if conn.json => {
             println!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
             ExitCode::SUCCESS
@@ -485,6 +527,28 @@ pub fn run(cmd: &Admin, config: &Path) -> ExitCode {
                 CallError::Control(_) => ExitCode::from(1),
             }
         }
+    }
+}
+
+/// Prints the answer of `ok_to_stop`: exit 0 when it is safe, 3 when not.
+fn stop_check(v: &Value, json: bool) -> ExitCode {
+    let Ok(c) = serde_json::from_value::<StopCheck>(v.clone()) else {
+        eprintln!("nvmf-target ok-to-stop: an answer it does not understand: {v}");
+        return ExitCode::from(1);
+    };
+    if json {
+        println!("{}", serde_json::to_string_pretty(v).unwrap_or_default());
+    } else if c.ok {
+        println!("ok to stop");
+    } else {
+        println!("not ok to stop:");
+        for r in &c.reasons {
+            println!("  {r}");
+        }
+    }
+    match c.ok {
+        true => ExitCode::SUCCESS,
+        false => ExitCode::from(3),
     }
 }
 
@@ -553,6 +617,21 @@ mod tests {
         }
         .request();
         assert_eq!((m, p), ("config_show", Value::Null));
+        let (m, p) = Admin::Drain {
+            listener: Some("10.0.0.1:4420".into()),
+            timeout: Some(30),
+            conn: Conn::default(),
+        }
+        .request();
+        assert_eq!(m, "drain");
+        let back: DrainParams = rpc::params(m, p).unwrap();
+        assert_eq!(back.listener.as_deref(), Some("10.0.0.1:4420"));
+        assert_eq!(back.timeout_s, Some(30));
+        let (m, p) = Admin::OkToStop {
+            conn: Conn::default(),
+        }
+        .request();
+        assert_eq!((m, p), ("ok_to_stop", Value::Null));
         let (m, p) = Admin::Controller {
             cmd: ControllerCmd::Disconnect {
                 subsystem: "nqn.a".into(),

@@ -457,7 +457,8 @@ fn main() -> ExitCode {
     };
     let mut healthy = true;
     loop {
-        match wait_event(&sfd, daemon.control_fd(), tick) {
+        let wait = daemon.maintenance_tick().map_or(tick, |t| t.min(tick));
+        match wait_event(&sfd, daemon.control_fd(), wait) {
             Event::Control => {
                 daemon.serve_control();
             }
@@ -495,6 +496,7 @@ fn main() -> ExitCode {
         }
         daemon.reap_retired();
         daemon.recover_fenced();
+        daemon.maintain();
         match daemon.check_alive() {
             Ok(()) => {
                 if watchdog {

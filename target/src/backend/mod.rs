@@ -144,8 +144,60 @@ pub trait Storage: std::fmt::Debug + Send + Sync {
 
     /// The namespace's QoS caps changed (or were set when it opened): a
     /// store that other gateways serve too shares them with those
-    /// ([`rbd::qos`]), so that a cap holds for the store as a whole.
+    /// ([`rbd::peers`]), so that a cap holds for the store as a whole.
     fn qos_changed(&self, _qos: &Arc<crate::model::qos::NsQos>) {}
+
+    /// How this gateway serves the namespace's ANA group now, for the
+    /// other gateways that serve the store.
+    fn publish_state(&self, _state: GatewayState) {}
+
+    /// The other gateways that serve the store, as last heard: `None` for a
+    /// store only this target serves (a file, a device), `Some(None)` while
+    /// they are not known yet (just opened, or the record cannot be read).
+    fn peers(&self) -> Option<Option<Vec<Peer>>> {
+        None
+    }
+
+    /// Whether this gateway is the store's writer among several (an RBD
+    /// image's owner).
+    fn owned(&self) -> bool {
+        false
+    }
+
+    /// Hands the store over to the next writer without fencing: no new
+    /// writes here, those in flight completed first (returns at once).
+    fn hand_over(&self) {}
+}
+
+/// How this gateway serves a namespace's ANA group, as it tells the other
+/// gateways of the store.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GatewayState {
+    /// Its best state at any listener.
+    pub state: nvme::ana::AnaState,
+    /// Configured non-optimized (not drained, not fenced): it would serve
+    /// the group optimized if no other gateway did.
+    pub candidate: bool,
+    /// It serves the group optimized in another's stead.
+    pub promoted: bool,
+}
+
+/// Another gateway that serves a store, as this one last heard of it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Peer {
+    /// Its name for people (`host:pid`).
+    pub gateway: String,
+    /// Its best state for the group.
+    pub state: nvme::ana::AnaState,
+    /// It wrote lately (alive).
+    pub fresh: bool,
+    /// See [`GatewayState::candidate`].
+    pub candidate: bool,
+    /// See [`GatewayState::promoted`].
+    pub promoted: bool,
+    /// It comes before this gateway in the order that breaks ties (who
+    /// takes a group over).
+    pub first: bool,
 }
 
 /// A namespace's store.

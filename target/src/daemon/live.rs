@@ -158,8 +158,17 @@ impl Daemon {
         };
         let mut changed = false;
         for job in jobs {
+            if job.method == "drain" {
+                match rpc::params(&job.method, job.params) {
+                    Ok(p) => self.drain_start(p, job.reply),
+                    Err(e) => {
+                        let _ = job.reply.send(Err(e));
+                    }
+                }
+                continue;
+            }
             let r = self.call(&job.method, job.params);
-            changed |= r.is_ok() && job.method != "config_show";
+            changed |= r.is_ok() && !matches!(&job.method[..], "config_show" | "ok_to_stop");
             let _ = job.reply.send(r);
         }
         changed
@@ -173,6 +182,8 @@ impl Daemon {
                     .map_err(RpcError::from)
                     .and_then(|t| to_value(&t))
             }
+            "undrain" => return to_value(&self.undrain()),
+            "ok_to_stop" => return to_value(&self.ok_to_stop()),
             "controller_disconnect" => {
                 let r = rpc::params::<ControllerRef>(method, p)?;
                 let res = self.disconnect_controller(&r);

@@ -9,7 +9,10 @@ use std::time::{Duration, Instant};
 use tracing::{error, info, warn};
 
 pub mod control;
+pub mod drain;
 pub mod live;
+pub mod maintenance;
+pub mod ok_to_stop;
 pub mod reload;
 pub mod rpc;
 pub mod status;
@@ -159,6 +162,8 @@ pub struct Daemon {
     log_reload: Option<LogReload>,
     /// When reopening a fenced namespace last failed with a warning.
     fence_warned: Option<Instant>,
+    /// A drain under way.
+    draining: Option<maintenance::Draining>,
 }
 
 impl Daemon {
@@ -227,6 +232,7 @@ impl Daemon {
             source,
             log_reload,
             fence_warned: None,
+            draining: None,
         })
     }
 

@@ -62,7 +62,34 @@ pub const METHODS: &[&str] = &[
     "host_add",
     "host_del",
     "controller_disconnect",
+    "drain",
+    "undrain",
+    "ok_to_stop",
 ];
+
+/// The parameters of `drain`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DrainParams {
+    /// The listener address to drain (every listener there, RDMA and
+    /// TCP); none: every listener.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub listener: Option<String>,
+    /// How long the drain may take (seconds; default 60).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout_s: Option<u64>,
+}
+
+/// The result of `ok_to_stop`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StopCheck {
+    /// Stopping now leaves every host an optimized path.
+    pub ok: bool,
+    /// Why not: one line per namespace.
+    pub reasons: Vec<String>,
+    /// Listeners drained (inaccessible) now.
+    pub drained: usize,
+}
 
 /// A controller, by subsystem and controller id (`controller_disconnect`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

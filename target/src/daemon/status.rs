@@ -147,7 +147,6 @@ pub struct OwnershipInfo {
     pub fenced_peer: u64,
 }
 
-/// A namespace's reservation state.
 /// A cap shared by the gateways that serve one RBD image.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct QosShared {
@@ -157,6 +156,7 @@ pub struct QosShared {
     pub part_percent: f64,
 }
 
+/// A namespace's reservation state.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ReservationInfo {
     /// Generation.

@@ -139,7 +139,9 @@ impl Bucket {
                 wait = wait.max((-self.tokens[i] + 1e-9) / rate);
             }
         }
-        Duration::from_secs_f64(wait.min(1.0))
+        // At most a period: the share (and a gateway's part) may grow
+        // meanwhile, and the waiters must not sleep through it.
+        Duration::from_secs_f64(wait.min(PERIOD.as_secs_f64()))
     }
 }
 

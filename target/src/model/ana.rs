@@ -25,6 +25,12 @@ pub struct Ana {
     /// Groups inaccessible at every listener whatever their configured
     /// state: the cluster fenced this gateway's connection for them.
     fenced: [AtomicBool; MAX_GROUPS as usize + 1],
+    /// Per listener, the best state a drain leaves its groups (a state's
+    /// code; 0: not drained): non-optimized, then inaccessible.
+    drained: Vec<AtomicU8>,
+    /// Groups configured non-optimized that this gateway serves optimized
+    /// while no other gateway of their images does (one that did drains).
+    promoted: [AtomicBool; MAX_GROUPS as usize + 1],
     change_count: AtomicU64,
 }
 
@@ -37,6 +43,8 @@ impl Ana {
                 .map(|_| std::array::from_fn(|_| AtomicU8::new(code)))
                 .collect(),
             fenced: std::array::from_fn(|_| AtomicBool::new(false)),
+            drained: (0..ports).map(|_| AtomicU8::new(0)).collect(),
+            promoted: std::array::from_fn(|_| AtomicBool::new(false)),
             change_count: AtomicU64::new(1),
         }
     }
@@ -59,22 +67,122 @@ impl Ana {
     }
 
     /// The state of `group` at listener `port` (optimized for a listener or
-    /// group out of range).
+    /// group out of range): the configured one, promoted, then capped by a
+    /// drain, then inaccessible while fenced.
     pub fn state(&self, port: usize, group: u32) -> AnaState {
+        let flag = |a: &[AtomicBool]| {
+            a.get(group as usize)
+                .is_some_and(|f| f.load(Ordering::Acquire))
+        };
+        let mut s = self.configured(port, group);
+        if s == AnaState::NonOptimized && flag(&self.promoted) {
+            s = AnaState::Optimized;
+        }
+        let cap = self
+            .drained
+            .get(port)
+            .and_then(|d| AnaState::from_code(d.load(Ordering::Acquire)));
+        match (s, cap) {
+            (AnaState::Optimized, Some(AnaState::NonOptimized)) => s = AnaState::NonOptimized,
+            (AnaState::Optimized | AnaState::NonOptimized, Some(AnaState::Inaccessible)) => {
+                s = AnaState::Inaccessible
+            }
+            _ => {}
+        }
+        match s {
+            AnaState::Optimized | AnaState::NonOptimized if flag(&self.fenced) => {
+                AnaState::Inaccessible
+            }
+            s => s,
+        }
+    }
+
+    /// The state the configuration gives `group` at `port`.
+    pub fn configured(&self, port: usize, group: u32) -> AnaState {
+        self.ports
+            .get(port)
+            .and_then(|s| s.get(group as usize))
+            .and_then(|a| AnaState::from_code(a.load(Ordering::Acquire)))
+            .unwrap_or(AnaState::Optimized)
+    }
+
+    /// The best state of `group` at any listener: what this gateway offers
+    /// the group's hosts (inaccessible without listeners).
+    pub fn best(&self, group: u32) -> AnaState {
+        (0..self.ports.len())
+            .map(|p| self.state(p, group))
+            .min_by_key(|s| rank(*s))
+            .unwrap_or(AnaState::Inaccessible)
+    }
+
+    /// Caps the groups at `ports` to `cap` (non-optimized or inaccessible;
+    /// `None`: no cap, the drain is over); returns the ports whose cap
+    /// changed, and counts the change.
+    pub fn drain(&self, ports: &[usize], cap: Option<AnaState>) -> Vec<usize> {
+        let code = cap.map_or(0, |s| s.code());
+        let changed: Vec<usize> = ports
+            .iter()
+            .copied()
+            .filter(|&p| {
+                self.drained
+                    .get(p)
+                    .is_some_and(|d| d.swap(code, Ordering::AcqRel) != code)
+            })
+            .collect();
+        if !changed.is_empty() {
+            self.bump();
+        }
+        changed
+    }
+
+    /// The ports a drain caps now, and to what.
+    pub fn drained(&self) -> Vec<(usize, AnaState)> {
+        self.drained
+            .iter()
+            .enumerate()
+            .filter_map(|(p, d)| AnaState::from_code(d.load(Ordering::Acquire)).map(|s| (p, s)))
+            .collect()
+    }
+
+    /// Whether this gateway would serve `group` optimized if no other
+    /// gateway did: configured non-optimized (and nowhere optimized) at a
+    /// listener not drained, and not fenced.
+    pub fn candidate(&self, group: u32) -> bool {
         let fenced = self
             .fenced
             .get(group as usize)
             .is_some_and(|f| f.load(Ordering::Acquire));
-        let configured = self
-            .ports
-            .get(port)
-            .and_then(|s| s.get(group as usize))
-            .and_then(|a| AnaState::from_code(a.load(Ordering::Acquire)))
-            .unwrap_or(AnaState::Optimized);
-        match configured {
-            AnaState::Optimized | AnaState::NonOptimized if fenced => AnaState::Inaccessible,
-            s => s,
+        let undrained = |p: usize| {
+            self.drained
+                .get(p)
+                .is_some_and(|d| d.load(Ordering::Acquire) == 0)
+        };
+        let conf = (0..self.ports.len()).map(|p| (p, self.configured(p, group)));
+        !fenced
+            && !conf.clone().any(|(_, s)| s == AnaState::Optimized)
+            && conf
+                .into_iter()
+                .any(|(p, s)| s == AnaState::NonOptimized && undrained(p))
+    }
+
+    /// Serves `group` optimized where it is configured non-optimized (or
+    /// not any more); true (and the change counted) when that changed.
+    pub fn promote(&self, group: u32, on: bool) -> bool {
+        let changed = self
+            .promoted
+            .get(group as usize)
+            .is_some_and(|p| p.swap(on, Ordering::AcqRel) != on);
+        if changed {
+            self.bump();
         }
+        changed
+    }
+
+    /// Whether `group` is promoted.
+    pub fn promoted(&self, group: u32) -> bool {
+        self.promoted
+            .get(group as usize)
+            .is_some_and(|p| p.load(Ordering::Acquire))
     }
 
     /// Takes the states of `listeners` (in port order); returns the ports
@@ -137,6 +245,17 @@ impl Ana {
     }
 }
 
+/// How good a path in a state is (lower is better).
+pub fn rank(s: AnaState) -> u8 {
+    match s {
+        AnaState::Optimized => 0,
+        AnaState::NonOptimized => 1,
+        AnaState::Change => 2,
+        AnaState::Inaccessible => 3,
+        AnaState::PersistentLoss => 4,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -183,6 +302,56 @@ mod tests {
         assert_eq!(a.state(1, 1), AnaState::Optimized);
         assert_eq!(a.state(7, 1), AnaState::Optimized, "unknown port");
         assert_eq!(a.state(0, 999), AnaState::Optimized, "unknown group");
+    }
+
+    #[test]
+    fn a_drain_caps_then_restores_and_a_promotion_lifts_non_optimized() {
+        let a = Ana::new(2);
+        a.update(&[
+            listener(&[(2, AnaState::NonOptimized), (3, AnaState::Inaccessible)]),
+            listener(&[]),
+        ]);
+        let c0 = a.change_count();
+        assert_eq!(a.drain(&[0], Some(AnaState::NonOptimized)), vec![0]);
+        assert_eq!(a.change_count(), c0 + 1);
+        assert_eq!(a.state(0, 1), AnaState::NonOptimized);
+        assert_eq!(a.state(0, 2), AnaState::NonOptimized);
+        assert_eq!(a.state(0, 3), AnaState::Inaccessible);
+        assert_eq!(a.state(1, 1), AnaState::Optimized, "port 1 not drained");
+        assert_eq!(a.best(1), AnaState::Optimized);
+        assert_eq!(a.drain(&[0, 1], Some(AnaState::Inaccessible)), vec![0, 1]);
+        assert_eq!(a.best(1), AnaState::Inaccessible);
+        assert_eq!(a.best(2), AnaState::Inaccessible);
+        assert_eq!(a.drained().len(), 2);
+        assert!(a.drain(&[0, 1], Some(AnaState::Inaccessible)).is_empty());
+        // A promotion does not lift a drain; undrained, it shows.
+        assert!(a.promote(2, true));
+        assert!(!a.promote(2, true));
+        assert_eq!(a.state(0, 2), AnaState::Inaccessible);
+        assert_eq!(a.drain(&[0, 1], None), vec![0, 1]);
+        assert_eq!(a.state(0, 2), AnaState::Optimized, "promoted");
+        assert_eq!(a.configured(0, 2), AnaState::NonOptimized);
+        assert_eq!(
+            a.state(0, 3),
+            AnaState::Inaccessible,
+            "only non-optimized is lifted"
+        );
+        assert!(a.promote(2, false));
+        assert_eq!(a.state(0, 2), AnaState::NonOptimized);
+        // Group 2 is configured non-optimized at port 0, optimized
+        // (unlisted) at port 1: not a candidate; group 3 neither.
+        assert!(!a.candidate(2) && !a.candidate(3));
+        let b = Ana::new(1);
+        b.update(&[listener(&[(2, AnaState::NonOptimized)])]);
+        assert!(b.candidate(2) && !b.candidate(1));
+        b.drain(&[0], Some(AnaState::NonOptimized));
+        assert!(!b.candidate(2), "drained");
+        b.drain(&[0], None);
+        b.set_fenced(&[2].into());
+        assert!(!b.candidate(2), "fenced");
+        // Fenced beats everything.
+        a.set_fenced(&[1].into());
+        assert_eq!(a.best(1), AnaState::Inaccessible);
     }
 
     #[test]

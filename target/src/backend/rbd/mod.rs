@@ -12,7 +12,7 @@
 //! for nothing more and a flush is cheap.
 
 pub mod owner;
-pub mod qos;
+pub mod peers;
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -107,9 +107,9 @@ pub struct RbdImage {
     id: String,
     fencing: bool,
     owner: OnceLock<owner::Ownership>,
-    /// Shares the namespace's QoS caps with the other gateways (while it
-    /// has caps).
-    sharer: Mutex<Option<qos::Sharer>>,
+    /// This gateway among those that serve the image (`None`: the record
+    /// could not be opened; logged).
+    presence: Option<peers::Presence>,
 }
 
 impl RbdImage {
@@ -180,53 +180,6 @@ impl RbdImage {
     /// Its ownership (None without fencing).
     pub fn ownership(&self) -> Option<&owner::Ownership> {
         self.owner.get()
-    }
-
-    /// Shares `caps` with the other gateways that serve the image, or stops
-    /// sharing when there are none. A failure to start leaves the caps to
-    /// this gateway alone (logged).
-    fn share_qos(&self, caps: &Arc<crate::model::qos::NsQos>) {
-        let mut sharer = self.sharer.lock().unwrap_or_else(|p| p.into_inner());
-        if caps.is_empty() {
-            *sharer = None;
-            return;
-        }
-        if let Some(s) = &*sharer {
-            s.update(caps.clone());
-            return;
-        }
-        let pool = self.image.pool();
-        let started = ceph::Object::open(
-            pool.cluster(),
-            pool.name(),
-            &format!("nvmf_qos.{}", self.id),
-        )
-        .map_err(|e| e.to_string())
-        .and_then(|object| {
-            // One entry per namespace on this connection.
-            let key = format!(
-                "{}#{:016x}",
-                self.conn.addr,
-                std::hash::BuildHasher::hash_one(
-                    &std::collections::hash_map::RandomState::new(),
-                    self.spec(),
-                )
-            );
-            qos::Sharer::start(
-                object,
-                key,
-                owner::gateway_name(),
-                self.spec(),
-                caps.clone(),
-            )
-            .map_err(|e| e.to_string())
-        });
-        match started {
-            Ok(s) => *sharer = Some(s),
-            Err(e) => {
-                tracing::warn!(image = %self.spec(), "sharing the QoS caps with the other gateways: {e}; they hold for this gateway alone")
-            }
-        }
     }
 }
 
@@ -332,6 +285,7 @@ pub fn open(cfg: &RbdConfig, group: u32) -> Result<(Backend, u64), BackendError>
     }
     let id = image.id().map_err(fail)?;
     let size = image.size().map_err(fail)?;
+    let presence = presence(&conn, &cfg.pool, &id, &spec);
     let backend: Backend = Box::new(RbdImage {
         image,
         conn,
@@ -339,9 +293,35 @@ pub fn open(cfg: &RbdConfig, group: u32) -> Result<(Backend, u64), BackendError>
         id,
         fencing: cfg.fencing,
         owner: OnceLock::new(),
-        sharer: Mutex::new(None),
+        presence,
     });
     Ok((backend, size))
+}
+
+/// Starts this gateway's presence among those that serve image `id` of
+/// `pool` (`spec`: for logs); `None`, logged, if the record cannot be
+/// opened (QoS caps then hold for this gateway alone, and the other
+/// gateways do not know it).
+fn presence(conn: &Conn, pool: &str, id: &str, spec: &str) -> Option<peers::Presence> {
+    let started = ceph::Object::open(&conn.cluster, pool, &format!("nvmf_gw.{id}"))
+        .map_err(|e| e.to_string())
+        .and_then(|object| {
+            // The connection's address (its nonce differs on every start)
+            // and a random number: one entry per namespace.
+            let key = format!(
+                "{}#{:016x}",
+                conn.addr,
+                std::hash::BuildHasher::hash_one(
+                    &std::collections::hash_map::RandomState::new(),
+                    spec
+                )
+            );
+            peers::Presence::start(object, key, owner::gateway_name(), spec.into())
+                .map_err(|e| e.to_string())
+        });
+    started
+        .map_err(|e| tracing::warn!(image = %spec, "the record of the gateways that serve the image: {e}"))
+        .ok()
 }
 
 /// The result to post for a librbd result `r` of an operation that moves
@@ -461,7 +441,31 @@ impl Storage for RbdImage {
     }
 
     fn qos_changed(&self, qos: &Arc<crate::model::qos::NsQos>) {
-        self.share_qos(qos);
+        if let Some(p) = &self.presence {
+            p.set_qos(qos.clone());
+        }
+    }
+
+    fn publish_state(&self, state: super::GatewayState) {
+        if let Some(p) = &self.presence {
+            p.set_state(state);
+        }
+    }
+
+    fn peers(&self) -> Option<Option<Vec<super::Peer>>> {
+        Some(self.presence.as_ref().and_then(|p| p.peers()))
+    }
+
+    fn owned(&self) -> bool {
+        self.owner
+            .get()
+            .is_some_and(|o| o.role() == owner::Role::Owner)
+    }
+
+    fn hand_over(&self) {
+        if let Some(o) = self.owner.get() {
+            o.hand_over();
+        }
     }
 
     fn rbd(&self) -> Option<&RbdImage> {

@@ -255,6 +255,14 @@ impl Ownership {
         &self.shared.counts
     }
 
+    /// Hands the image over if this gateway owns it (a drain): no new
+    /// writes, every write in flight completed, the record marked
+    /// released, so that the next writer takes it without fencing.
+    /// Returns at once; a write that arrives later asks for it again.
+    pub fn hand_over(&self) {
+        self.shared.want(|w| w.release = true);
+    }
+
     /// Stops the keeper, which hands the image over if this gateway owns
     /// it (at shutdown, once no write is in flight), and waits for it at
     /// most `timeout`: the next owner need not fence this one.

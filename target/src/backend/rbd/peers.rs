@@ -1,0 +1,839 @@
+//! The gateways that serve an RBD image, as each tells the others: that it
+//! is alive, how it serves the image's ANA group (so that a drained or
+//! dead gateway's group is taken over, and `ok-to-stop` knows the other
+//! paths), and what its hosts ask of each QoS cap (so that a cap holds for
+//! the image as a whole: docs/configuration.md, "QoS across gateways").
+//!
+//! Each gateway that serves the image writes its entry, every [`EXCHANGE`]
+//! while the namespace has caps and every [`IDLE_EXCHANGE`] otherwise,
+//! into a RADOS object of the image's pool, `nvmf_gw.<image id>`, and
+//! reads the others' (a JSON record, replaced whole by compare-and-swap on
+//! the object's version). An entry that has not changed for five of its
+//! writer's periods (1 s, or 5 s without caps) is stale: its gateway is
+//! stopped, dead or cut off from the cluster. Staleness is judged by each
+//! reader's own clock, from the entry's sequence number: the gateways'
+//! clocks need not agree. Entries unchanged for [`FORGET`] are removed.
+//!
+//! A gateway's part of a cap is its demand (I/Os per worker period,
+//! [`demand_now`]) over the sum of the live gateways' (plus a little,
+//! [`FLOOR`], so that an idle gateway whose host turns to it is not at
+//! zero): the parts add up to the cap and follow the hosts' I/O within an
+//! exchange or two.
+//!
+//! [`Roster`] is the exchange's logic (no I/O, tested below); [`Presence`]
+//! runs it on a thread of its own, never on a worker.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::{Duration, Instant};
+
+use nvme::ana::AnaState;
+use serde::{Deserialize, Serialize};
+
+use crate::backend::{GatewayState, Peer};
+use crate::engine::qos::demand_now;
+use crate::model::qos::NsQos;
+
+/// How often a gateway with caps writes its entry and takes its parts.
+pub const EXCHANGE: Duration = Duration::from_millis(200);
+/// How often a gateway without caps writes its entry.
+pub const IDLE_EXCHANGE: Duration = Duration::from_secs(1);
+/// How often the demand is sampled between exchanges (averaged).
+const SAMPLE: Duration = Duration::from_millis(50);
+/// An entry is stale once it has not changed for this many of its
+/// writer's periods.
+const STALE_PERIODS: u32 = 5;
+/// An entry unchanged for this long is removed from the record.
+const FORGET: Duration = Duration::from_secs(60);
+/// The demand every live gateway counts as having (I/Os per worker
+/// period), so that an idle one keeps a small part.
+const FLOOR: f64 = 0.5;
+/// The largest record read; a larger one is replaced.
+const MAX_RECORD: usize = 256 << 10;
+/// Conditional writes tried per exchange before the next.
+const TRIES: usize = 4;
+
+/// A gateway's entry in the record.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+struct Entry {
+    /// Its name for people (`host:pid`).
+    #[serde(default)]
+    gateway: String,
+    /// Grows with each of its exchanges: how the others see it is alive.
+    seq: u64,
+    /// How often it writes (ms).
+    #[serde(default = "idle_ms")]
+    every_ms: u64,
+    /// Its best ANA state for the image's group (a state's code).
+    #[serde(default)]
+    state: u8,
+    /// It would serve the group optimized if no other gateway did.
+    #[serde(default)]
+    candidate: bool,
+    /// It serves the group optimized in another's stead.
+    #[serde(default)]
+    promoted: bool,
+    /// What its workers ask of each cap, by the cap's host (`""`: the
+    /// namespace's cap, all hosts), in I/Os per worker period.
+    #[serde(default)]
+    demand: BTreeMap<String, f64>,
+}
+
+fn idle_ms() -> u64 {
+    IDLE_EXCHANGE.as_millis() as u64
+}
+
+/// The record: each gateway's entry, by a key unique to its namespace.
+#[derive(Debug, Default, Serialize, Deserialize)]
+struct Record {
+    gateways: BTreeMap<String, Entry>,
+}
+
+/// This gateway's part of one cap.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Part {
+    /// Its part of the cap, in (0, 1].
+    pub part: f64,
+    /// How many live gateways share the cap, this one among them (0: it
+    /// is not shared).
+    pub gateways: u32,
+}
+
+/// What one exchange gives.
+#[derive(Debug)]
+pub struct Exchanged {
+    /// The record to write back.
+    pub record: Vec<u8>,
+    /// This gateway's part of each cap.
+    pub parts: BTreeMap<String, Part>,
+    /// The other gateways.
+    pub peers: Vec<Peer>,
+    /// The record read could not be (too large, not ours): it is replaced.
+    pub replaced: bool,
+}
+
+/// One gateway's side of the exchange, sans-IO.
+#[derive(Debug)]
+pub struct Roster {
+    key: String,
+    gateway: String,
+    seq: u64,
+    /// The others' entries: the sequence number last seen and since when.
+    seen: HashMap<String, (u64, Instant)>,
+}
+
+impl Roster {
+    /// The side of the gateway whose entry is `key` (`gateway`: its name
+    /// for people).
+    pub fn new(key: &str, gateway: &str) -> Roster {
+        Roster {
+            key: key.into(),
+            gateway: gateway.into(),
+            seq: 0,
+            seen: HashMap::new(),
+        }
+    }
+
+    /// Reads `record` (the object's content; `None`: there is none yet) at
+    /// `now`, with this gateway's `state`, `demand` by cap and period
+    /// `every`.
+    pub fn exchange(
+        &mut self,
+        record: Option<&[u8]>,
+        state: GatewayState,
+        demand: &BTreeMap<String, f64>,
+        every: Duration,
+        now: Instant,
+    ) -> Exchanged {
+        let parsed = match record {
+            None => Some(Record::default()),
+            Some(r) if r.len() > MAX_RECORD => None,
+            Some(r) => serde_json::from_slice::<Record>(r).ok(),
+        };
+        let replaced = parsed.is_none();
+
+        let mut rec = parsed.unwrap_or_default();
+        rec.gateways.remove(&self.key);
+        // Note when each other entry last changed; forget the long dead.
+        self.seen.retain(|k, _| rec.gateways.contains_key(k));
+        for (k, e) in &rec.gateways {
+            let s = self.seen.entry(k.clone()).or_insert((e.seq, now));
+            if s.0 != e.seq {
+                *s = (e.seq, now);
+            }
+        }
+        let age = |k: &str| now.saturating_duration_since(self.seen[k].1);
+        rec.gateways.retain(|k, _| age(k) < FORGET);
+        let fresh = |k: &str, e: &Entry| {
+            let every = Duration::from_millis(e.every_ms.clamp(1, 60_000));
+            age(k) < (every * STALE_PERIODS).max(Duration::from_secs(1))
+        };
+        let parts = demand
+            .iter()
+            .map(|(cap, &own)| {
+                let own = own.max(0.0);
+                let (sum, n) = rec
+                    .gateways
+                    .iter()
+                    .filter(|(k, e)| fresh(k, e))
+                    .filter_map(|(_, e)| e.demand.get(cap))
+                    .fold((0.0, 0u32), |(s, n), d| (s + d.max(0.0), n + 1));
+                let part = match n {
+                    0 => 1.0,
+                    _ => (own + FLOOR) / (own + sum + FLOOR * (n + 1) as f64),
+                };
+                let gateways = if n == 0 { 0 } else { n + 1 };
+                (cap.clone(), Part { part, gateways })
+            })
+            .collect();
+        let peers = rec
+            .gateways
+            .iter()
+            .map(|(k, e)| Peer {
+                gateway: e.gateway.clone(),
+                state: AnaState::from_code(e.state).unwrap_or(AnaState::Inaccessible),
+                fresh: fresh(k, e),
+                candidate: e.candidate,
+                promoted: e.promoted,
+                first: k.as_str() < self.key.as_str(),
+            })
+            .collect();
+        self.seq += 1;
+        rec.gateways.insert(
+            self.key.clone(),
+            Entry {
+                gateway: self.gateway.clone(),
+                seq: self.seq,
+                every_ms: every.as_millis() as u64,
+                state: state.state.code(),
+                candidate: state.candidate,
+                promoted: state.promoted,
+                // A host's cap it is not asked for says nothing: left out,
+                // the record stays small.
+                demand: demand
+                    .iter()
+                    .filter(|(k, v)| k.is_empty() || **v > 0.0)
+                    .map(|(k, v)| (k.clone(), *v))
+                    .collect(),
+            },
+        );
+        Exchanged {
+            record: serialize(&rec),
+            parts,
+            peers,
+            replaced,
+        }
+    }
+
+    /// `record` without this gateway's entry (it stops serving the image).
+    pub fn leave(&self, record: &[u8]) -> Option<Vec<u8>> {
+        let mut rec: Record = serde_json::from_slice(record).ok()?;
+        rec.gateways.remove(&self.key)?;
+        Some(serialize(&rec))
+    }
+}
+
+fn serialize(rec: &Record) -> Vec<u8> {
+    serde_json::to_vec(rec).unwrap_or_default()
+}
+
+/// What the thread and the namespace share.
+#[derive(Debug, Default)]
+struct Shared {
+    inner: Mutex<Inner>,
+    wake: Condvar,
+}
+
+#[derive(Debug)]
+struct Inner {
+    /// Stop: the namespace goes.
+    stop: bool,
+    /// Its caps now.
+    qos: Option<Arc<NsQos>>,
+    /// This gateway's state for the image's group, as the daemon says.
+    state: GatewayState,
+    /// The other gateways, as last heard (`None`: not yet settled).
+    peers: Option<Vec<Peer>>,
+}
+
+impl Default for Inner {
+    fn default() -> Inner {
+        Inner {
+            stop: false,
+            qos: None,
+            // Until the daemon says otherwise: nothing to rely on.
+            state: GatewayState {
+                state: AnaState::Inaccessible,
+                candidate: false,
+                promoted: false,
+            },
+            peers: None,
+        }
+    }
+}
+
+/// This gateway among those that serve an image: a thread that runs the
+/// exchange while the namespace is open. Dropping it stops the thread,
+/// which takes this gateway's entry out of the record.
+#[derive(Debug)]
+pub struct Presence {
+    shared: Arc<Shared>,
+}
+
+impl Presence {
+    /// Starts exchanging through `object` as `key` (`gateway`: the
+    /// gateway's name for people; `image`: for logs).
+    pub fn start(
+        object: Arc<ceph::Object>,
+        key: String,
+        gateway: String,
+        image: String,
+    ) -> std::io::Result<Presence> {
+        let shared = Arc::new(Shared::default());
+        let s = shared.clone();
+        std::thread::Builder::new()
+            .name("rbd-peers".into())
+            .spawn(move || run(&s, &object, Roster::new(&key, &gateway), &image))?;
+        Ok(Presence { shared })
+    }
+
+    /// The caps changed (limits that stay keep their parts).
+    pub fn set_qos(&self, qos: Arc<NsQos>) {
+        self.shared.lock().qos = (!qos.is_empty()).then_some(qos);
+        self.shared.wake.notify_all();
+    }
+
+    /// This gateway's state for the image's group.
+    pub fn set_state(&self, state: GatewayState) {
+        self.shared.lock().state = state;
+    }
+
+    /// The other gateways as last heard (`None`: not settled yet, until
+    /// every live one had time to write once).
+    pub fn peers(&self) -> Option<Vec<Peer>> {
+        self.shared.lock().peers.clone()
+    }
+}
+
+impl Drop for Presence {
+    fn drop(&mut self) {
+        self.shared.lock().stop = true;
+        self.shared.wake.notify_all();
+    }
+}
+
+impl Shared {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
+        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+fn run(shared: &Shared, object: &ceph::Object, mut roster: Roster, image: &str) {
+    let started = Instant::now();
+    let mut sums: BTreeMap<String, f64> = BTreeMap::new();
+    let mut samples = 0u32;
+    let mut next = Instant::now();
+    let mut failing: Option<Instant> = None;
+    let mut alive_last = 0usize;
+    loop {
+        let (qos, state) = {
+            let g = shared.lock();
+            let wait = match g.qos {
+                Some(_) => SAMPLE,
+                None => next.saturating_duration_since(Instant::now()),
+            };
+            let (g, _) = shared
+                .wake
+                .wait_timeout_while(g, wait, |i| !i.stop)
+                .unwrap_or_else(|p| p.into_inner());
+            if g.stop {
+                break;
+            }
+            (g.qos.clone(), g.state)
+        };
+        let limits: Vec<(&str, &Arc<crate::model::qos::Limit>)> = qos
+            .iter()
+            .flat_map(|q| {
+                q.all
+                    .iter()
+                    .map(|l| ("", l))
+                    .chain(q.hosts.iter().map(|(h, l)| (h.as_str(), l)))
+            })
+            .collect();
+        sums.retain(|k, _| limits.iter().any(|(h, _)| h == k));
+        if !limits.is_empty() {
+            for (h, l) in &limits {
+                *sums.entry(h.to_string()).or_default() += demand_now(l) as f64;
+            }
+            samples += 1;
+        }
+        let now = Instant::now();
+        if now < next {
+            continue;
+        }
+        let every = if limits.is_empty() {
+            IDLE_EXCHANGE
+        } else {
+            EXCHANGE
+        };
+        next = now + every;
+        let demand: BTreeMap<String, f64> = sums
+            .iter()
+            .map(|(k, v)| (k.clone(), v / samples.max(1) as f64))
+            .collect();
+        sums.clear();
+        samples = 0;
+        match exchange(object, &mut roster, state, &demand, every) {
+            Ok(x) => {
+                if let Some(t) = failing.take() {
+                    tracing::info!(
+                        image,
+                        "the record of the gateways that serve the image works again after {:.1} s",
+                        t.elapsed().as_secs_f64()
+                    );
+                }
+                if x.replaced {
+                    tracing::warn!(image, object = %object.spec(), "the record of the gateways could not be read (too large or not ours): replaced");
+                }
+                for (h, l) in &limits {
+                    if let Some(p) = x.parts.get(*h) {
+                        l.set_part(p.part, p.gateways);
+                    }
+                }
+                alive_last = x.peers.iter().filter(|p| p.fresh).count();
+                // Settled once every live gateway had time to write once.
+                let settled = started.elapsed() >= IDLE_EXCHANGE * STALE_PERIODS / 2;
+                shared.lock().peers = settled.then_some(x.peers);
+            }
+            Err(e) => {
+                let since = *failing.get_or_insert_with(|| {
+                    tracing::warn!(image, "the record of the gateways that serve the image ({}): {e}; QoS parts fall back to an equal share", object.spec());
+                    Instant::now()
+                });
+                // The others see this gateway stale after a second and take
+                // its part: from then on it takes an equal share of those
+                // it last saw (the image may get that much over its cap
+                // while the record cannot be reached and its I/O can).
+                if since.elapsed() >= Duration::from_secs(1) {
+                    let equal = 1.0 / (alive_last + 1) as f64;
+                    for (_, l) in &limits {
+                        l.set_part(l.part().min(equal), l.gateways());
+                    }
+                }
+                shared.lock().peers = None;
+            }
+        }
+    }
+    for _ in 0..TRIES {
+        let Ok(Some((data, version))) = object.read_head(MAX_RECORD) else {
+            break;
+        };
+        let Some(out) = roster.leave(&data) else {
+            break;
+        };
+        match object.write(&out, Some(version)) {
+            Err(ceph::WriteError::Changed) => continue,
+            _ => break,
+        }
+    }
+}
+
+/// One exchange through the object.
+fn exchange(
+    object: &ceph::Object,
+    roster: &mut Roster,
+    state: GatewayState,
+    demand: &BTreeMap<String, f64>,
+    every: Duration,
+) -> Result<Exchanged, ceph::Error> {
+    for _ in 0..TRIES {
+        let cur = object.read_head(MAX_RECORD)?;
+        let x = roster.exchange(
+            cur.as_ref().map(|(d, _)| &d[..]),
+            state,
+            demand,
+            every,
+            Instant::now(),
+        );
+        match object.write(&x.record, cur.map(|(_, v)| v)) {
+            Ok(_) => return Ok(x),
+            Err(ceph::WriteError::Changed) => continue,
+            Err(ceph::WriteError::Failed(e)) => return Err(e),
+        }
+    }
+    Err(ceph::Error::Library(
+        "the record kept changing under this gateway's writes".into(),
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn d(pairs: &[(&str, f64)]) -> BTreeMap<String, f64> {
+        pairs.iter().map(|(k, v)| (k.to_string(), *v)).collect()
+    }
+
+    const OPTIMIZED: GatewayState = GatewayState {
+        state: AnaState::Optimized,
+        candidate: false,
+        promoted: false,
+    };
+
+    /// An exchange with caps (every [`EXCHANGE`]), optimized.
+    fn ex(
+        g: &mut Roster,
+        rec: Option<&[u8]>,
+        dm: &BTreeMap<String, f64>,
+        now: Instant,
+    ) -> Exchanged {
+        g.exchange(rec, OPTIMIZED, dm, EXCHANGE, now)
+    }
+
+    /// When an entry written every [`EXCHANGE`] is stale.
+    const STALE: Duration = Duration::from_secs(1);
+
+    /// Runs an exchange of each gateway in turn on one record at `now`;
+    /// returns each one's parts.
+    fn round(
+        gws: &mut [Roster],
+        demand: &[BTreeMap<String, f64>],
+        rec: &mut Option<Vec<u8>>,
+        now: Instant,
+    ) -> Vec<BTreeMap<String, Part>> {
+        gws.iter_mut()
+            .zip(demand)
+            .map(|(g, dm)| {
+                let x = ex(g, rec.as_deref(), dm, now);
+                assert!(!x.replaced);
+                *rec = Some(x.record);
+                x.parts
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_lone_gateway_has_the_whole_cap() {
+        let mut g = [Roster::new("a", "gw-a")];
+        let mut rec = None;
+        let p = round(&mut g, &[d(&[("", 10.0)])], &mut rec, Instant::now());
+        assert_eq!(
+            p[0][""],
+            Part {
+                part: 1.0,
+                gateways: 0
+            }
+        );
+    }
+
+    #[test]
+    fn gateways_share_a_cap_as_their_hosts_ask() {
+        let mut g = [Roster::new("a", "gw-a"), Roster::new("b", "gw-b")];
+        let mut rec = None;
+        let t0 = Instant::now();
+        let dm = [d(&[("", 30.0), ("h1", 5.0)]), d(&[("", 10.0)])];
+        round(&mut g, &dm, &mut rec, t0);
+        let p = round(&mut g, &dm, &mut rec, t0 + EXCHANGE);
+        let (a, b) = (p[0][""], p[1][""]);
+        assert_eq!((a.gateways, b.gateways), (2, 2));
+        assert!((a.part + b.part - 1.0).abs() < 1e-9, "{a:?} {b:?}");
+        assert!((a.part - 30.5 / 41.0).abs() < 1e-9, "{a:?}");
+        // A host's cap that only A has is A's alone.
+        assert_eq!(
+            p[0]["h1"],
+            Part {
+                part: 1.0,
+                gateways: 0
+            }
+        );
+        // An idle gateway keeps a little, the busy one nearly all (each
+        // sees the other's change at its next exchange).
+        let dm = [d(&[("", 60.0)]), d(&[("", 0.0)])];
+        round(&mut g, &dm, &mut rec, t0 + EXCHANGE * 2);
+        let p = round(&mut g, &dm, &mut rec, t0 + EXCHANGE * 3);
+        assert!(p[0][""].part > 0.98 && p[1][""].part < 0.01, "{p:?}");
+    }
+
+    #[test]
+    fn a_gateway_that_stops_exchanging_loses_its_part_once_stale() {
+        let mut g = [Roster::new("a", "gw-a"), Roster::new("b", "gw-b")];
+        let mut rec = None;
+        let t0 = Instant::now();
+        let dm = [d(&[("", 20.0)]), d(&[("", 20.0)])];
+        round(&mut g, &dm, &mut rec, t0);
+        let p = round(&mut g, &dm, &mut rec, t0 + EXCHANGE);
+        assert!((p[0][""].part - 0.5).abs() < 1e-9);
+        // B stops (killed): A alone goes on.
+        let (a, _) = g.split_at_mut(1);
+        let mut at = |t: Duration| {
+            let x = ex(&mut a[0], rec.as_deref(), &dm[0], t0 + t);
+            let text = String::from_utf8_lossy(&x.record).into_owned();
+            rec = Some(x.record);
+            (x.parts[""], text)
+        };
+        // A sees B's last entry at its next exchange; from then on B
+        // counts for STALE.
+        let seen = EXCHANGE * 2;
+        assert!((at(seen).0.part - 0.5).abs() < 1e-9);
+        let later = seen + STALE - Duration::from_millis(1);
+        assert!((at(later).0.part - 0.5).abs() < 1e-9, "B still counts");
+        let (p, text) = at(seen + STALE);
+        assert_eq!(
+            p,
+            Part {
+                part: 1.0,
+                gateways: 0
+            }
+        );
+        // Long dead, its entry goes from the record.
+        assert!(text.contains("gw-b"));
+        assert!(!at(seen + FORGET).1.contains("gw-b"));
+    }
+
+    #[test]
+    fn a_gateway_seen_anew_counts_at_once_and_one_that_leaves_goes() {
+        let mut g = [Roster::new("a", "gw-a"), Roster::new("b", "gw-b")];
+        let mut rec = None;
+        let t0 = Instant::now();
+        let dm = [d(&[("", 20.0)]), d(&[("", 20.0)])];
+        // B wrote first; A's first look counts it.
+        let p = round(&mut g, &dm, &mut rec, t0);
+        assert_eq!(p[0][""].gateways, 0, "A wrote first, B not there yet");
+        assert_eq!(p[1][""].gateways, 2);
+        let out = g[1].leave(rec.as_ref().unwrap()).unwrap();
+        let x = ex(&mut g[0], Some(&out), &dm[0], t0 + EXCHANGE);
+        assert!(x.peers.is_empty());
+        assert_eq!(
+            x.parts[""],
+            Part {
+                part: 1.0,
+                gateways: 0
+            }
+        );
+    }
+
+    #[test]
+    fn a_gateway_whose_host_turns_to_it_gets_its_part_within_a_second() {
+        // Two gateways (a worker each, a limit each: two processes) share a
+        // cap of 2,000 IOPS through the record; each host keeps 16 I/Os
+        // queued (closed loop). A's host runs alone for 2 s, then B's
+        // starts: within a second B has close to half.
+        use crate::engine::qos::{demand_at, Throttle, Waiter};
+        use crate::model::qos::{Limit, QosCaps};
+        let caps = QosCaps {
+            rw_iops: 2000,
+            ..Default::default()
+        };
+        let limits = [Limit::new(caps, "s", 1, ""), Limit::new(caps, "s", 1, "")];
+        let mut ts = [Throttle::new(0, 1), Throttle::new(0, 1)];
+        let mut gws = [Roster::new("a", "gw-a"), Roster::new("b", "gw-b")];
+        let (mut rec, mut queued, mut done) = (None, [0usize; 2], [0u64; 2]);
+        let mut sums = [0.0f64; 2];
+        let t0 = Instant::now();
+        let mut ud = 0;
+        for s in 0..40_000u64 {
+            let now = t0 + Duration::from_micros(100 * s);
+            if s == 30_000 {
+                done = [0, 0];
+            }
+            for i in 0..2 {
+                if i == 1 && s < 20_000 {
+                    continue;
+                }
+                let t = &mut ts[i];
+                let went = t.ready(now).len();
+                queued[i] -= went;
+                done[i] += went as u64;
+                for _ in 0..(16 - queued[i]) {
+                    if t.admit(now, &[&limits[i]], true, 4096) {
+                        done[i] += 1;
+                    } else {
+                        ud += 1;
+                        t.wait(Waiter {
+                            ud,
+                            limits: vec![limits[i].clone()],
+                            read: true,
+                            bytes: 4096,
+                            since: now,
+                            blocked_on: Vec::new(),
+                        });
+                        queued[i] += 1;
+                    }
+                }
+            }
+            // The sharers: a sample every SAMPLE, an exchange every EXCHANGE.
+            if s % (SAMPLE.as_micros() as u64 / 100) == 0 {
+                for i in 0..2 {
+                    sums[i] += demand_at(&limits[i], now) as f64;
+                }
+            }
+            if s % (EXCHANGE.as_micros() as u64 / 100) == 0 {
+                let n = (EXCHANGE.as_micros() / SAMPLE.as_micros()) as f64;
+                let dm: Vec<_> = sums.iter().map(|v| d(&[("", v / n)])).collect();
+                for (i, p) in round(&mut gws, &dm, &mut rec, now).iter().enumerate() {
+                    limits[i].set_part(p[""].part, p[""].gateways);
+                }
+                sums = [0.0; 2];
+            }
+        }
+        let total = (done[0] + done[1]) as f64;
+        assert!((1_800.0..=2_200.0).contains(&total), "{done:?} in 1 s");
+        assert!(done[1] as f64 / total >= 0.4, "{done:?}");
+    }
+
+    #[test]
+    fn a_host_that_splits_its_io_evenly_gets_the_cap() {
+        // A host's multipath round-robin sends every other I/O to each
+        // gateway (32 outstanding in all): it gets twice the smaller part,
+        // so the parts must stay even. Cap 400 IOPS, as in the lab.
+        use crate::engine::qos::{demand_at, Throttle, Waiter};
+        use crate::model::qos::{Limit, QosCaps};
+        let caps = QosCaps {
+            rw_iops: 400,
+            ..Default::default()
+        };
+        let limits = [Limit::new(caps, "s", 1, ""), Limit::new(caps, "s", 1, "")];
+        let mut ts = [Throttle::new(0, 1), Throttle::new(0, 1)];
+        let mut gws = [Roster::new("a", "gw-a"), Roster::new("b", "gw-b")];
+        let (mut rec, mut queued, mut done) = (None, [0usize; 2], [0u64; 2]);
+        let mut sums = [0.0f64; 2];
+        let (mut next, mut outstanding, mut ud) = (0usize, 0usize, 0u64);
+        let t0 = Instant::now();
+        for s in 0..200_000u64 {
+            let now = t0 + Duration::from_micros(100 * s);
+            if s == 50_000 {
+                done = [0, 0];
+            }
+            for i in 0..2 {
+                let went = ts[i].ready(now).len();
+                queued[i] -= went;
+                outstanding -= went;
+                done[i] += went as u64;
+            }
+            while outstanding < 32 {
+                let i = next;
+                next = 1 - next;
+                if ts[i].admit(now, &[&limits[i]], true, 4096) {
+                    done[i] += 1;
+                    continue;
+                }
+                ud += 1;
+                ts[i].wait(Waiter {
+                    ud,
+                    limits: vec![limits[i].clone()],
+                    read: true,
+                    bytes: 4096,
+                    since: now,
+                    blocked_on: Vec::new(),
+                });
+                queued[i] += 1;
+                outstanding += 1;
+            }
+            if s % (SAMPLE.as_micros() as u64 / 100) == 0 {
+                for i in 0..2 {
+                    sums[i] += demand_at(&limits[i], now) as f64;
+                }
+            }
+            if s % (EXCHANGE.as_micros() as u64 / 100) == 0 {
+                let n = (EXCHANGE.as_micros() / SAMPLE.as_micros()) as f64;
+                let dm: Vec<_> = sums.iter().map(|v| d(&[("", v / n)])).collect();
+                for (i, p) in round(&mut gws, &dm, &mut rec, now).iter().enumerate() {
+                    limits[i].set_part(p[""].part, p[""].gateways);
+                }
+                sums = [0.0; 2];
+            }
+        }
+        let iops = (done[0] + done[1]) as f64 / 15.0;
+        assert!(
+            (380.0..=410.0).contains(&iops),
+            "{done:?}: {iops} IOPS of 400"
+        );
+    }
+
+    #[test]
+    fn a_record_that_cannot_be_read_is_replaced() {
+        let mut b = Roster::new("a", "gw-a");
+        let x = ex(&mut b, Some(b"{not json"), &d(&[("", 1.0)]), Instant::now());
+        assert!(x.replaced);
+        assert_eq!(x.parts[""].part, 1.0);
+        let rec: Record = serde_json::from_slice(&x.record).unwrap();
+        assert_eq!(rec.gateways["a"].seq, 1);
+        assert!(b.leave(b"[]").is_none());
+        // Too large (whatever it holds): replaced too.
+        let big = format!(
+            "{{\"gateways\":{{}},\"pad\":\"{}\"}}",
+            "x".repeat(MAX_RECORD)
+        );
+        let x = ex(
+            &mut b,
+            Some(big.as_bytes()),
+            &d(&[("", 1.0)]),
+            Instant::now(),
+        );
+        assert!(x.replaced);
+        assert!(x.record.len() < 1000);
+    }
+
+    #[test]
+    fn each_gateway_sees_the_others_states_and_who_is_alive() {
+        let mut a = Roster::new("a", "gw-a");
+        let mut b = Roster::new("b", "gw-b");
+        let t0 = Instant::now();
+        let none = BTreeMap::new();
+        let standby = GatewayState {
+            state: AnaState::NonOptimized,
+            candidate: true,
+            promoted: false,
+        };
+        let x = a.exchange(None, OPTIMIZED, &none, IDLE_EXCHANGE, t0);
+        let y = b.exchange(Some(&x.record), standby, &none, IDLE_EXCHANGE, t0);
+        assert_eq!(
+            y.peers,
+            vec![Peer {
+                gateway: "gw-a".into(),
+                state: AnaState::Optimized,
+                fresh: true,
+                candidate: false,
+                promoted: false,
+                first: true,
+            }]
+        );
+        assert!(y.parts.is_empty(), "no caps, no parts");
+        let x = a.exchange(Some(&y.record), OPTIMIZED, &none, IDLE_EXCHANGE, t0);
+        assert_eq!(x.peers.len(), 1);
+        assert!(x.peers[0].candidate && !x.peers[0].first);
+        assert_eq!(x.peers[0].state, AnaState::NonOptimized);
+        // A written every second is stale after five (by B's clock, from
+        // when B saw it change).
+        let t = |s: u64| t0 + Duration::from_secs(s);
+        let y = b.exchange(Some(&x.record), standby, &none, IDLE_EXCHANGE, t(1));
+        assert!(y.peers[0].fresh);
+        let y = b.exchange(
+            Some(&y.record),
+            standby,
+            &none,
+            IDLE_EXCHANGE,
+            t(5) + Duration::from_millis(999),
+        );
+        assert!(y.peers[0].fresh);
+        let y = b.exchange(Some(&y.record), standby, &none, IDLE_EXCHANGE, t(6));
+        assert!(!y.peers[0].fresh);
+    }
+
+    #[test]
+    fn host_caps_nobody_asks_for_stay_out_of_the_record() {
+        let mut a = Roster::new("a", "gw-a");
+        let x = ex(
+            &mut a,
+            None,
+            &d(&[("", 0.0), ("nqn.h1", 0.0), ("nqn.h2", 3.0)]),
+            Instant::now(),
+        );
+        let text = String::from_utf8_lossy(&x.record);
+        assert!(
+            text.contains("nqn.h2") && !text.contains("nqn.h1"),
+            "{text}"
+        );
+        assert_eq!(x.parts.len(), 3);
+    }
+}

@@ -1,0 +1,394 @@
+//! Maintenance on the daemon's thread: every pass of its loop tells the
+//! other gateways of each RBD image how this one serves the image's ANA
+//! group, takes over a group configured non-optimized here while no other
+//! gateway serves it optimized (and gives it back when one does again),
+//! and moves a drain on ([`super::drain`]). `nvmf-target drain`,
+//! `undrain` and `ok-to-stop` come here from the control socket.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use nvme::ana::AnaState;
+use serde_json::Value;
+use tracing::{info, warn};
+
+use super::drain::{Drain, Seen, Step};
+use super::ok_to_stop::{reasons, NsPaths};
+use super::rpc::{self, Changed, DrainParams, RpcError, StopCheck};
+use super::Daemon;
+use crate::backend::{GatewayState, Peer};
+use crate::model::namespace::Namespace;
+use crate::model::subsystem::{Subsystem, SubsystemKind};
+
+/// How often the loop runs while a drain is on.
+pub const DRAIN_TICK: Duration = Duration::from_millis(100);
+
+/// The longest a drain may be given (below the client's wait).
+const MAX_TIMEOUT_S: u64 = 110;
+
+/// Where a control request's answer goes.
+pub type Reply = std::sync::mpsc::Sender<Result<Value, RpcError>>;
+
+/// A drain under way and who waits for it.
+#[derive(Debug)]
+pub struct Draining {
+    drain: Drain,
+    reply: Option<Reply>,
+}
+
+/// Whether a gateway that would serve a group optimized if no other did
+/// (a candidate, `promoted` now) does so, given the other gateways of one
+/// of the group's images: not while a live gateway serves it optimized as
+/// configured, or promoted and before this one in the order; not while a
+/// live candidate before this one could take it instead.
+pub fn takes_over(promoted: bool, peers: &[Peer]) -> bool {
+    let live = || peers.iter().filter(|p| p.fresh);
+    if live().any(|p| p.state == AnaState::Optimized && (!p.promoted || p.first)) {
+        return false;
+    }
+    promoted || !live().any(|p| p.candidate && p.first)
+}
+
+impl Daemon {
+    /// The longest the main loop may wait before [`Daemon::maintain`].
+    pub fn maintenance_tick(&self) -> Option<Duration> {
+        self.draining.as_ref().map(|_| DRAIN_TICK)
+    }
+
+    /// One pass: publish, take over or give back, move a drain on.
+    pub fn maintain(&mut self) {
+        let nss = self.nvm_namespaces();
+        let ana = &self.target.ana;
+        for (_, ns) in &nss {
+            let g = ns.ana_group;
+            ns.backend.publish_state(GatewayState {
+                state: ana.best(g),
+                candidate: ana.candidate(g),
+                promoted: ana.promoted(g),
+            });
+        }
+        let mut groups: BTreeMap<u32, Vec<&Arc<Namespace>>> = BTreeMap::new();
+        for (_, ns) in &nss {
+            groups.entry(ns.ana_group).or_default().push(ns);
+        }
+        for (g, members) in groups {
+            let now = ana.promoted(g);
+            let want = ana.candidate(g)
+                && members.iter().all(|ns| match ns.backend.peers() {
+                    Some(Some(peers)) => takes_over(now, &peers),
+                    // Not known now (the record cannot be read): as it is.
+                    Some(None) => now,
+                    None => false,
+                });
+            if ana.promote(g, want) {
+                let n = self.notify_ana(None);
+                match want {
+                    true => info!(group = g, controllers_notified = n, "ANA group served optimized here: no other gateway of its images serves it optimized"),
+                    false => info!(group = g, controllers_notified = n, "ANA group back to non-optimized here: another gateway serves it optimized"),
+                }
+            }
+        }
+        self.drain_tick();
+    }
+
+    /// The namespaces of the NVM subsystems.
+    fn nvm_namespaces(&self) -> Vec<(Arc<Subsystem>, Arc<Namespace>)> {
+        self.target
+            .subsystems()
+            .iter()
+            .filter(|s| s.kind == SubsystemKind::Nvm)
+            .flat_map(|s| {
+                s.namespaces()
+                    .iter()
+                    .map(|n| (s.clone(), n.clone()))
+                    .collect::<Vec<_>>()
+            })
+            .collect()
+    }
+
+    /// Tells the hosts connected at `ports` (all: `None`) that ANA states
+    /// changed; how many controllers were told.
+    fn notify_ana(&self, ports: Option<&[usize]>) -> usize {
+        self.target
+            .all_controllers()
+            .iter()
+            .filter(|c| c.subsys.kind == SubsystemKind::Nvm)
+            .filter(|c| ports.is_none_or(|p| p.contains(&c.port())))
+            .filter(|c| c.notify_ana_changed())
+            .count()
+    }
+
+    /// Starts draining the listeners at `p.listener` (all without one);
+    /// the answer goes to `reply` once drained.
+    pub fn drain_start(&mut self, p: DrainParams, reply: Reply) {
+        let refuse = |m: String| {
+            let _ = reply.send(Err(RpcError::new(rpc::REFUSED, m)));
+        };
+        if self.draining.is_some() {
+            return refuse("a drain is already under way (nvmf-target undrain cancels it)".into());
+        }
+        if p.timeout_s.is_some_and(|t| t == 0 || t > MAX_TIMEOUT_S) {
+            return refuse(format!(
+                "a drain's timeout is 1 to {MAX_TIMEOUT_S} s (the client waits {} s at most)",
+                rpc::CHANGE_TIMEOUT.as_secs()
+            ));
+        }
+        let ports: Vec<usize> = match &p.listener {
+            None => (0..self.config.listeners.len()).collect(),
+            Some(a) => {
+                let Ok(addr) = a.parse::<std::net::SocketAddr>() else {
+                    return refuse(format!("'{a}' is not a listener address (ADDRESS:PORT, as nvmf-target status shows)"));
+                };
+                let ports: Vec<usize> = (0..self.config.listeners.len())
+                    .filter(|&i| self.config.listeners[i].addr == addr)
+                    .collect();
+                if ports.is_empty() {
+                    return refuse(format!("no listener at {addr}"));
+                }
+                ports
+            }
+        };
+        let changed = self.target.ana.drain(&ports, Some(AnaState::NonOptimized));
+        let n = self.notify_ana(Some(&changed));
+        let timeout = p
+            .timeout_s
+            .map_or(super::drain::DEFAULT_TIMEOUT, Duration::from_secs);
+        info!(listeners = ?self.listener_addrs(&ports), controllers_notified = n, timeout_s = timeout.as_secs(), "draining: ANA groups non-optimized");
+        self.draining = Some(Draining {
+            drain: Drain::new(ports, Instant::now(), timeout),
+            reply: Some(reply),
+        });
+    }
+
+    fn listener_addrs(&self, ports: &[usize]) -> Vec<String> {
+        ports
+            .iter()
+            .filter_map(|&p| self.config.listeners.get(p))
+            .map(|l| format!("{} ({:?})", l.addr, l.transport).to_lowercase())
+            .collect()
+    }
+
+    /// What a drain sees now.
+    fn drain_seen(&self, ports: &[usize]) -> Seen {
+        let completed = self
+            .target
+            .all_controllers()
+            .iter()
+            .filter(|c| c.subsys.kind == SubsystemKind::Nvm && ports.contains(&c.port()))
+            .map(|c| {
+                let t = c.io().totals();
+                t.reads + t.writes + t.errors
+            })
+            .sum();
+        let all = ports.len() == self.config.listeners.len();
+        let in_flight = all.then(|| self.target.io_in_flight.sum(Ordering::SeqCst).max(0) as u64);
+        let owned = self.owned_drained().len();
+        Seen {
+            completed,
+            in_flight,
+            owned,
+        }
+    }
+
+    /// The namespaces whose store this gateway writes although their group
+    /// is inaccessible at every listener (drained).
+    fn owned_drained(&self) -> Vec<Arc<Namespace>> {
+        self.nvm_namespaces()
+            .into_iter()
+            .map(|(_, ns)| ns)
+            .filter(|ns| {
+                self.target.ana.best(ns.ana_group) == AnaState::Inaccessible && ns.backend.owned()
+            })
+            .collect()
+    }
+
+    fn drain_tick(&mut self) {
+        let Some(d) = &self.draining else {
+            return;
+        };
+        let ports = d.drain.ports.clone();
+        let seen = self.drain_seen(&ports);
+        let Some(d) = self.draining.as_mut() else {
+            return;
+        };
+        match d.drain.poll(Instant::now(), seen) {
+            Step::Wait => {}
+            Step::Inaccessible => {
+                let changed = self.target.ana.drain(&ports, Some(AnaState::Inaccessible));
+                let n = self.notify_ana(Some(&changed));
+                info!(
+                    controllers_notified = n,
+                    "draining: ANA groups inaccessible; waiting for the I/O to stop"
+                );
+            }
+            Step::HandOver => {
+                let nss = self.owned_drained();
+                info!(
+                    images = nss.len(),
+                    "draining: I/O stopped; handing the RBD images over"
+                );
+                for ns in nss {
+                    ns.backend.hand_over();
+                }
+            }
+            Step::Done(t) => {
+                let summary = format!(
+                    "drained {} in {:.1} s: ANA groups inaccessible there, no I/O in flight, no RBD image owned (nvmf-target undrain restores the configured states)",
+                    self.listener_addrs(&ports).join(", "),
+                    t.as_secs_f64()
+                );
+                info!("{summary}");
+                self.drain_answer(Ok(summary));
+            }
+            Step::TimedOut(what) => {
+                let m = format!("not drained in time: still {what}; the listeners stay drained (nvmf-target undrain restores them)");
+                warn!("{m}");
+                self.drain_answer(Err(m));
+            }
+        }
+    }
+
+    fn drain_answer(&mut self, r: Result<String, String>) {
+        let Some(d) = self.draining.take() else {
+            return;
+        };
+        let Some(reply) = d.reply else {
+            return;
+        };
+        let _ = reply.send(match r {
+            Ok(summary) => serde_json::to_value(Changed {
+                summary,
+                nsid: None,
+                applied: None,
+                saved: None,
+            })
+            .map_err(|e| RpcError::new(rpc::REFUSED, e.to_string())),
+            Err(m) => Err(RpcError::new(rpc::REFUSED, m)),
+        });
+    }
+
+    /// Ends a drain (one under way is cancelled): the configured ANA
+    /// states again.
+    pub fn undrain(&mut self) -> Changed {
+        if self.draining.is_some() {
+            self.drain_answer(Err("cancelled by nvmf-target undrain".into()));
+        }
+        let ports: Vec<usize> = self.target.ana.drained().iter().map(|(p, _)| *p).collect();
+        let changed = self.target.ana.drain(&ports, None);
+        let n = self.notify_ana(Some(&changed));
+        let summary = match changed.is_empty() {
+            true => "nothing was drained".to_string(),
+            false => format!(
+                "undrained {}: configured ANA states restored",
+                self.listener_addrs(&changed).join(", ")
+            ),
+        };
+        info!(controllers_notified = n, "{summary}");
+        Changed {
+            summary,
+            nsid: None,
+            applied: None,
+            saved: None,
+        }
+    }
+
+    /// Whether stopping now leaves every host an optimized path.
+    pub fn ok_to_stop(&self) -> StopCheck {
+        let paths: Vec<NsPaths> = self
+            .nvm_namespaces()
+            .into_iter()
+            .map(|(sub, ns)| NsPaths {
+                subsystem: sub.nqn.clone(),
+                nsid: ns.nsid,
+                store: ns.backend.describe(),
+                controllers: sub
+                    .controllers()
+                    .iter()
+                    .filter(|c| c.namespace(ns.nsid).is_some())
+                    .count(),
+                others: ns.backend.peers(),
+            })
+            .collect();
+        let reasons = reasons(&paths);
+        StopCheck {
+            ok: reasons.is_empty(),
+            drained: self
+                .target
+                .ana
+                .drained()
+                .iter()
+                .filter(|(_, s)| *s == AnaState::Inaccessible)
+                .count(),
+            reasons,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn peer(state: AnaState, fresh: bool, candidate: bool, promoted: bool, first: bool) -> Peer {
+        Peer {
+            gateway: "gw".into(),
+            state,
+            fresh,
+            candidate,
+            promoted,
+            first,
+        }
+    }
+
+    #[test]
+    fn a_candidate_takes_a_group_over_only_while_nobody_serves_it_optimized() {
+        use AnaState::*;
+        // The optimized gateway is alive: no.
+        assert!(!takes_over(
+            false,
+            &[peer(Optimized, true, false, false, true)]
+        ));
+        assert!(!takes_over(
+            true,
+            &[peer(Optimized, true, false, false, false)]
+        ));
+        // It drained (inaccessible) or died (not heard from): yes.
+        assert!(takes_over(
+            false,
+            &[peer(Inaccessible, true, false, false, true)]
+        ));
+        assert!(takes_over(
+            false,
+            &[peer(Optimized, false, false, false, true)]
+        ));
+        assert!(takes_over(false, &[]));
+        // Another candidate before this one takes it; one after does not.
+        let drained = peer(Inaccessible, true, false, false, true);
+        assert!(!takes_over(
+            false,
+            &[drained.clone(), peer(NonOptimized, true, true, false, true)]
+        ));
+        assert!(takes_over(
+            false,
+            &[
+                drained.clone(),
+                peer(NonOptimized, true, true, false, false)
+            ]
+        ));
+        // Two took it at once: the later one gives it back.
+        assert!(!takes_over(
+            true,
+            &[peer(Optimized, true, true, true, true)]
+        ));
+        assert!(takes_over(
+            true,
+            &[peer(Optimized, true, true, true, false)]
+        ));
+        // A dead candidate before this one does not hold it back.
+        assert!(takes_over(
+            false,
+            &[drained, peer(NonOptimized, false, true, false, true)]
+        ));
+    }
+}
