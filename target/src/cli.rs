@@ -243,7 +243,7 @@ pub enum Admin {
         /// Only the listeners at this address (ADDRESS:PORT); default: all.
         #[arg(long, value_name = "ADDRESS:PORT")]
         listener: Option<String>,
-        /// Give up after this long (seconds, default 60, at most 110); the
+        /// Give up after this long (seconds, default 60, 5 to 110); the
         /// listeners stay drained.
         #[arg(long, value_name = "SECONDS")]
         timeout: Option<u64>,

@@ -324,6 +324,25 @@ fn serve(
                             rpc::UNAVAILABLE,
                             "this daemon takes no changes on its control socket",
                         )),
+                        ("drain", Some(o)) => {
+                            // A drain answers once drained: its client waits
+                            // on a thread of its own, so that status,
+                            // ok-to-stop and undrain answer meanwhile.
+                            let o = o.clone();
+                            let spawned = std::thread::Builder::new()
+                                .name("control-drain".into())
+                                .spawn(move || {
+                                    let _ = s.set_write_timeout(Some(rpc::CHANGE_TIMEOUT));
+                                    let answer = rpc::response(r.id, o.ask(r.method, r.params));
+                                    let _ = s
+                                        .write_all(answer.as_bytes())
+                                        .and_then(|_| s.write_all(b"\n"));
+                                });
+                            if let Err(e) = spawned {
+                                warn!(error = %e, "control socket: a thread for a drain");
+                            }
+                            continue;
+                        }
                         (_, Some(o)) => {
                             // A change may take a while (opening a store).
                             let _ = s.set_write_timeout(Some(rpc::CHANGE_TIMEOUT));

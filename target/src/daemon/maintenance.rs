@@ -27,6 +27,8 @@ pub const DRAIN_TICK: Duration = Duration::from_millis(100);
 
 /// The longest a drain may be given (below the client's wait).
 const MAX_TIMEOUT_S: u64 = 110;
+/// The shortest: the non-optimized hold and a quiet second, and some.
+const MIN_TIMEOUT_S: u64 = 5;
 
 /// Where a control request's answer goes.
 pub type Reply = std::sync::mpsc::Sender<Result<Value, RpcError>>;
@@ -48,7 +50,18 @@ pub fn takes_over(promoted: bool, peers: &[Peer]) -> bool {
     if live().any(|p| p.state == AnaState::Optimized && (!p.promoted || p.first)) {
         return false;
     }
-    promoted || !live().any(|p| p.candidate && p.first)
+    if promoted {
+        return true;
+    }
+    // Only in the stead of a gateway it knows that served the group
+    // (optimized as configured, not a candidate) and no longer does:
+    // drained, fenced, stopped, dead. One it never heard of (not in the
+    // record: an older version, or one that cannot write it) may serve it
+    // still.
+    peers
+        .iter()
+        .any(|p| !(p.candidate || p.fresh && p.state == AnaState::Optimized))
+        && !live().any(|p| p.candidate && p.first)
 }
 
 impl Daemon {
@@ -73,14 +86,19 @@ impl Daemon {
         for (_, ns) in &nss {
             groups.entry(ns.ana_group).or_default().push(ns);
         }
-        for (g, members) in groups {
+        for g in 1..=nvme::ana::MAX_GROUPS {
+            let members = groups.get(&g).map_or(&[][..], |m| &m[..]);
             let now = ana.promoted(g);
+            if !now && members.is_empty() {
+                continue;
+            }
+            // Unknown peers (just opened, the record unreadable for a
+            // while): not taken over.
             let want = ana.candidate(g)
+                && !members.is_empty()
                 && members.iter().all(|ns| match ns.backend.peers() {
                     Some(Some(peers)) => takes_over(now, &peers),
-                    // Not known now (the record cannot be read): as it is.
-                    Some(None) => now,
-                    None => false,
+                    _ => false,
                 });
             if ana.promote(g, want) {
                 let n = self.notify_ana(None);
@@ -129,9 +147,12 @@ impl Daemon {
         if self.draining.is_some() {
             return refuse("a drain is already under way (nvmf-target undrain cancels it)".into());
         }
-        if p.timeout_s.is_some_and(|t| t == 0 || t > MAX_TIMEOUT_S) {
+        if p.timeout_s
+            .is_some_and(|t| !(MIN_TIMEOUT_S..=MAX_TIMEOUT_S).contains(&t))
+        {
             return refuse(format!(
-                "a drain's timeout is 1 to {MAX_TIMEOUT_S} s (the client waits {} s at most)",
+                "a drain's timeout is {MIN_TIMEOUT_S} to {MAX_TIMEOUT_S} s (the groups are non-optimized for {} s first; the client waits {} s at most)",
+                super::drain::HOLD_NON_OPTIMIZED.as_secs(),
                 rpc::CHANGE_TIMEOUT.as_secs()
             ));
         }
@@ -234,8 +255,13 @@ impl Daemon {
                 }
             }
             Step::Done(t) => {
+                let io = match ports.len() == self.config.listeners.len() {
+                    true => "no I/O in flight",
+                    // In flight is counted for the whole target only.
+                    false => "no command completed there for a second",
+                };
                 let summary = format!(
-                    "drained {} in {:.1} s: ANA groups inaccessible there, no I/O in flight, no RBD image owned (nvmf-target undrain restores the configured states)",
+                    "drained {} in {:.1} s: ANA groups inaccessible there, {io}, no RBD image of a drained group owned (nvmf-target undrain restores the configured states)",
                     self.listener_addrs(&ports).join(", "),
                     t.as_secs_f64()
                 );
@@ -267,6 +293,13 @@ impl Daemon {
             .map_err(|e| RpcError::new(rpc::REFUSED, e.to_string())),
             Err(m) => Err(RpcError::new(rpc::REFUSED, m)),
         });
+    }
+
+    /// The daemon stops: a drain under way is answered so.
+    pub fn drain_stopped(&mut self) {
+        if self.draining.is_some() {
+            self.drain_answer(Err("the daemon is stopping".into()));
+        }
     }
 
     /// Ends a drain (one under way is cancelled): the configured ANA
@@ -362,7 +395,11 @@ mod tests {
             false,
             &[peer(Optimized, false, false, false, true)]
         ));
-        assert!(takes_over(false, &[]));
+        assert!(!takes_over(false, &[]), "nobody known served it");
+        assert!(
+            takes_over(true, &[]),
+            "kept once taken (the dead one forgotten)"
+        );
         // Another candidate before this one takes it; one after does not.
         let drained = peer(Inaccessible, true, false, false, true);
         assert!(!takes_over(
@@ -389,6 +426,11 @@ mod tests {
         assert!(takes_over(
             false,
             &[drained, peer(NonOptimized, false, true, false, true)]
+        ));
+        // Only other candidates known: none of them served it.
+        assert!(!takes_over(
+            false,
+            &[peer(NonOptimized, true, true, false, false)]
         ));
     }
 }

@@ -637,6 +637,8 @@ impl Daemon {
     /// (new I/O is held unanswered, for the host to resend after it
     /// reconnects), flush the backends, then disconnect every host.
     pub fn shutdown(mut self) -> Result<(), String> {
+        // A drain's client must not hold the control thread up.
+        self.drain_stopped();
         let t = &self.target;
         t.stopping.store(true, Ordering::SeqCst);
         drop(self.control.take());

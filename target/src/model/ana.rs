@@ -120,13 +120,17 @@ impl Ana {
     /// changed, and counts the change.
     pub fn drain(&self, ports: &[usize], cap: Option<AnaState>) -> Vec<usize> {
         let code = cap.map_or(0, |s| s.code());
+        let inaccessible = AnaState::Inaccessible.code();
         let changed: Vec<usize> = ports
             .iter()
             .copied()
             .filter(|&p| {
-                self.drained
-                    .get(p)
-                    .is_some_and(|d| d.swap(code, Ordering::AcqRel) != code)
+                self.drained.get(p).is_some_and(|d| {
+                    // A drain again does not let I/O back in.
+                    let old = d.load(Ordering::Acquire);
+                    let keep = old == inaccessible && cap == Some(AnaState::NonOptimized);
+                    !keep && d.swap(code, Ordering::AcqRel) != code
+                })
             })
             .collect();
         if !changed.is_empty() {
@@ -324,6 +328,11 @@ mod tests {
         assert_eq!(a.best(2), AnaState::Inaccessible);
         assert_eq!(a.drained().len(), 2);
         assert!(a.drain(&[0, 1], Some(AnaState::Inaccessible)).is_empty());
+        assert!(
+            a.drain(&[0], Some(AnaState::NonOptimized)).is_empty(),
+            "never relaxed"
+        );
+        assert_eq!(a.best(1), AnaState::Inaccessible);
         // A promotion does not lift a drain; undrained, it shows.
         assert!(a.promote(2, true));
         assert!(!a.promote(2, true));

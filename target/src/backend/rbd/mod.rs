@@ -306,16 +306,17 @@ fn presence(conn: &Conn, pool: &str, id: &str, spec: &str) -> Option<peers::Pres
     let started = ceph::Object::open(&conn.cluster, pool, &format!("nvmf_gw.{id}"))
         .map_err(|e| e.to_string())
         .and_then(|object| {
-            // The connection's address (its nonce differs on every start)
-            // and a random number: one entry per namespace.
-            let key = format!(
-                "{}#{:016x}",
-                conn.addr,
+            // This process's id (random: it differs on every start) and the
+            // entry's: one entry per namespace.
+            static GATEWAY: OnceLock<String> = OnceLock::new();
+            let rand = || {
                 std::hash::BuildHasher::hash_one(
                     &std::collections::hash_map::RandomState::new(),
-                    spec
+                    (spec, std::process::id()),
                 )
-            );
+            };
+            let gateway = GATEWAY.get_or_init(|| format!("{:016x}", rand()));
+            let key = format!("{gateway}#{:016x}", rand());
             peers::Presence::start(object, key, owner::gateway_name(), spec.into())
                 .map_err(|e| e.to_string())
         });
@@ -457,9 +458,7 @@ impl Storage for RbdImage {
     }
 
     fn owned(&self) -> bool {
-        self.owner
-            .get()
-            .is_some_and(|o| o.role() == owner::Role::Owner)
+        self.owner.get().is_some_and(|o| o.holds())
     }
 
     fn hand_over(&self) {

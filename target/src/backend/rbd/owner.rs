@@ -255,6 +255,12 @@ impl Ownership {
         &self.shared.counts
     }
 
+    /// Whether the record names this gateway the owner (until a hand-over
+    /// has written it released, even once its writes stopped).
+    pub fn holds(&self) -> bool {
+        self.shared.holding.load(Ordering::Acquire)
+    }
+
     /// Hands the image over if this gateway owns it (a drain): no new
     /// writes, every write in flight completed, the record marked
     /// released, so that the next writer takes it without fencing.

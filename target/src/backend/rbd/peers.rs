@@ -118,13 +118,16 @@ pub struct Roster {
     key: String,
     gateway: String,
     seq: u64,
-    /// The others' entries: the sequence number last seen and since when.
-    seen: HashMap<String, (u64, Instant)>,
+    /// The others' entries: the sequence number last seen, since when,
+    /// and whether it moved since first seen (an entry seen once may be a
+    /// dead gateway's: it counts once it moves).
+    seen: HashMap<String, (u64, Instant, bool)>,
 }
 
 impl Roster {
     /// The side of the gateway whose entry is `key` (`gateway`: its name
-    /// for people).
+    /// for people). A key is `<gateway id>#<entry>`: the entries of one
+    /// gateway (process) share the id, which orders the gateways.
     pub fn new(key: &str, gateway: &str) -> Roster {
         Roster {
             key: key.into(),
@@ -157,17 +160,19 @@ impl Roster {
         // Note when each other entry last changed; forget the long dead.
         self.seen.retain(|k, _| rec.gateways.contains_key(k));
         for (k, e) in &rec.gateways {
-            let s = self.seen.entry(k.clone()).or_insert((e.seq, now));
+            let s = self.seen.entry(k.clone()).or_insert((e.seq, now, false));
             if s.0 != e.seq {
-                *s = (e.seq, now);
+                *s = (e.seq, now, true);
             }
         }
         let age = |k: &str| now.saturating_duration_since(self.seen[k].1);
         rec.gateways.retain(|k, _| age(k) < FORGET);
         let fresh = |k: &str, e: &Entry| {
             let every = Duration::from_millis(e.every_ms.clamp(1, 60_000));
-            age(k) < (every * STALE_PERIODS).max(Duration::from_secs(1))
+            self.seen[k].2 && age(k) < (every * STALE_PERIODS).max(Duration::from_secs(1))
         };
+        let gw = |k: &str| k.split('#').next().unwrap_or_default().to_string();
+        let me = gw(&self.key);
         let parts = demand
             .iter()
             .map(|(cap, &own)| {
@@ -189,13 +194,15 @@ impl Roster {
         let peers = rec
             .gateways
             .iter()
+            // This gateway's other namespaces on the image are no other path.
+            .filter(|(k, _)| gw(k) != me)
             .map(|(k, e)| Peer {
                 gateway: e.gateway.clone(),
                 state: AnaState::from_code(e.state).unwrap_or(AnaState::Inaccessible),
                 fresh: fresh(k, e),
                 candidate: e.candidate,
                 promoted: e.promoted,
-                first: k.as_str() < self.key.as_str(),
+                first: gw(k) < me,
             })
             .collect();
         self.seq += 1;
@@ -254,6 +261,9 @@ struct Inner {
     state: GatewayState,
     /// The other gateways, as last heard (`None`: not yet settled).
     peers: Option<Vec<Peer>>,
+    /// Moves with each change of the caps or the state: the thread
+    /// exchanges at once.
+    changes: u64,
 }
 
 impl Default for Inner {
@@ -268,6 +278,7 @@ impl Default for Inner {
                 promoted: false,
             },
             peers: None,
+            changes: 0,
         }
     }
 }
@@ -299,13 +310,21 @@ impl Presence {
 
     /// The caps changed (limits that stay keep their parts).
     pub fn set_qos(&self, qos: Arc<NsQos>) {
-        self.shared.lock().qos = (!qos.is_empty()).then_some(qos);
+        let mut i = self.shared.lock();
+        i.qos = (!qos.is_empty()).then_some(qos);
+        i.changes += 1;
         self.shared.wake.notify_all();
     }
 
-    /// This gateway's state for the image's group.
+    /// This gateway's state for the image's group (the others hear of a
+    /// change at once).
     pub fn set_state(&self, state: GatewayState) {
-        self.shared.lock().state = state;
+        let mut i = self.shared.lock();
+        if i.state != state {
+            i.state = state;
+            i.changes += 1;
+            self.shared.wake.notify_all();
+        }
     }
 
     /// The other gateways as last heard (`None`: not settled yet, until
@@ -335,6 +354,7 @@ fn run(shared: &Shared, object: &ceph::Object, mut roster: Roster, image: &str) 
     let mut next = Instant::now();
     let mut failing: Option<Instant> = None;
     let mut alive_last = 0usize;
+    let mut changes = 0u64;
     loop {
         let (qos, state) = {
             let g = shared.lock();
@@ -344,10 +364,14 @@ fn run(shared: &Shared, object: &ceph::Object, mut roster: Roster, image: &str) 
             };
             let (g, _) = shared
                 .wake
-                .wait_timeout_while(g, wait, |i| !i.stop)
+                .wait_timeout_while(g, wait, |i| !i.stop && i.changes == changes)
                 .unwrap_or_else(|p| p.into_inner());
             if g.stop {
                 break;
+            }
+            if g.changes != changes {
+                changes = g.changes;
+                next = Instant::now();
             }
             (g.qos.clone(), g.state)
         };
@@ -401,8 +425,9 @@ fn run(shared: &Shared, object: &ceph::Object, mut roster: Roster, image: &str) 
                     }
                 }
                 alive_last = x.peers.iter().filter(|p| p.fresh).count();
-                // Settled once every live gateway had time to write once.
-                let settled = started.elapsed() >= IDLE_EXCHANGE * STALE_PERIODS / 2;
+                // Settled once every live gateway had time to write twice
+                // (an entry counts once it moved).
+                let settled = started.elapsed() >= IDLE_EXCHANGE * 3;
                 shared.lock().peers = settled.then_some(x.peers);
             }
             Err(e) => {
@@ -420,7 +445,10 @@ fn run(shared: &Shared, object: &ceph::Object, mut roster: Roster, image: &str) 
                         l.set_part(l.part().min(equal), l.gateways());
                     }
                 }
-                shared.lock().peers = None;
+                // Not heard for a while: who serves the image is not known.
+                if since.elapsed() >= IDLE_EXCHANGE * STALE_PERIODS {
+                    shared.lock().peers = None;
+                }
             }
         }
     }
@@ -532,8 +560,11 @@ mod tests {
         let mut rec = None;
         let t0 = Instant::now();
         let dm = [d(&[("", 30.0), ("h1", 5.0)]), d(&[("", 10.0)])];
+        // An entry counts once it moved: from the third round on.
         round(&mut g, &dm, &mut rec, t0);
         let p = round(&mut g, &dm, &mut rec, t0 + EXCHANGE);
+        assert_eq!((p[0][""].gateways, p[1][""].gateways), (0, 2));
+        let p = round(&mut g, &dm, &mut rec, t0 + EXCHANGE * 2);
         let (a, b) = (p[0][""], p[1][""]);
         assert_eq!((a.gateways, b.gateways), (2, 2));
         assert!((a.part + b.part - 1.0).abs() < 1e-9, "{a:?} {b:?}");
@@ -549,8 +580,8 @@ mod tests {
         // An idle gateway keeps a little, the busy one nearly all (each
         // sees the other's change at its next exchange).
         let dm = [d(&[("", 60.0)]), d(&[("", 0.0)])];
-        round(&mut g, &dm, &mut rec, t0 + EXCHANGE * 2);
-        let p = round(&mut g, &dm, &mut rec, t0 + EXCHANGE * 3);
+        round(&mut g, &dm, &mut rec, t0 + EXCHANGE * 3);
+        let p = round(&mut g, &dm, &mut rec, t0 + EXCHANGE * 4);
         assert!(p[0][""].part > 0.98 && p[1][""].part < 0.01, "{p:?}");
     }
 
@@ -561,7 +592,8 @@ mod tests {
         let t0 = Instant::now();
         let dm = [d(&[("", 20.0)]), d(&[("", 20.0)])];
         round(&mut g, &dm, &mut rec, t0);
-        let p = round(&mut g, &dm, &mut rec, t0 + EXCHANGE);
+        round(&mut g, &dm, &mut rec, t0 + EXCHANGE);
+        let p = round(&mut g, &dm, &mut rec, t0 + EXCHANGE * 2);
         assert!((p[0][""].part - 0.5).abs() < 1e-9);
         // B stops (killed): A alone goes on.
         let (a, _) = g.split_at_mut(1);
@@ -573,7 +605,7 @@ mod tests {
         };
         // A sees B's last entry at its next exchange; from then on B
         // counts for STALE.
-        let seen = EXCHANGE * 2;
+        let seen = EXCHANGE * 3;
         assert!((at(seen).0.part - 0.5).abs() < 1e-9);
         let later = seen + STALE - Duration::from_millis(1);
         assert!((at(later).0.part - 0.5).abs() < 1e-9, "B still counts");
@@ -591,17 +623,19 @@ mod tests {
     }
 
     #[test]
-    fn a_gateway_seen_anew_counts_at_once_and_one_that_leaves_goes() {
+    fn a_gateway_seen_once_counts_once_it_moves_and_one_that_leaves_goes() {
         let mut g = [Roster::new("a", "gw-a"), Roster::new("b", "gw-b")];
         let mut rec = None;
         let t0 = Instant::now();
         let dm = [d(&[("", 20.0)]), d(&[("", 20.0)])];
-        // B wrote first; A's first look counts it.
+        // Seen once, an entry may be a dead gateway's: not counted yet.
         let p = round(&mut g, &dm, &mut rec, t0);
         assert_eq!(p[0][""].gateways, 0, "A wrote first, B not there yet");
-        assert_eq!(p[1][""].gateways, 2);
+        assert_eq!(p[1][""].gateways, 0, "A seen once");
+        let p = round(&mut g, &dm, &mut rec, t0 + EXCHANGE);
+        assert_eq!(p[1][""].gateways, 2, "A moved");
         let out = g[1].leave(rec.as_ref().unwrap()).unwrap();
-        let x = ex(&mut g[0], Some(&out), &dm[0], t0 + EXCHANGE);
+        let x = ex(&mut g[0], Some(&out), &dm[0], t0 + EXCHANGE * 2);
         assert!(x.peers.is_empty());
         assert_eq!(
             x.parts[""],
@@ -792,15 +826,24 @@ mod tests {
             vec![Peer {
                 gateway: "gw-a".into(),
                 state: AnaState::Optimized,
-                fresh: true,
+                fresh: false,
                 candidate: false,
                 promoted: false,
                 first: true,
-            }]
+            }],
+            "seen once: maybe a dead gateway's entry"
         );
         assert!(y.parts.is_empty(), "no caps, no parts");
         let x = a.exchange(Some(&y.record), OPTIMIZED, &none, IDLE_EXCHANGE, t0);
         assert_eq!(x.peers.len(), 1);
+        // The same gateway's other entries (another namespace of the image)
+        // are no peers.
+        let mut a2 = Roster::new("a#2", "gw-a");
+        let mut a1 = Roster::new("a#1", "gw-a");
+        let z = a1.exchange(Some(&x.record), OPTIMIZED, &none, IDLE_EXCHANGE, t0);
+        let z = a2.exchange(Some(&z.record), OPTIMIZED, &none, IDLE_EXCHANGE, t0);
+        assert_eq!(z.peers.len(), 1, "b only: a and a#1 are this gateway's");
+        assert_eq!(z.peers[0].gateway, "gw-b");
         assert!(x.peers[0].candidate && !x.peers[0].first);
         assert_eq!(x.peers[0].state, AnaState::NonOptimized);
         // A written every second is stale after five (by B's clock, from
