@@ -646,70 +646,120 @@ mod tests {
         );
     }
 
+    /// Two gateways (a worker and a limit each: two processes) sharing a
+    /// cap through one record, in fake time (steps of 100 µs): the
+    /// workers' buckets, the sharers' samples and exchanges.
+    struct Pair {
+        limits: [Arc<crate::model::qos::Limit>; 2],
+        ts: [crate::engine::qos::Throttle; 2],
+        gws: [Roster; 2],
+        rec: Option<Vec<u8>>,
+        sums: [f64; 2],
+        /// I/Os waiting at each gateway, and done there.
+        queued: [usize; 2],
+        done: [u64; 2],
+        ud: u64,
+        t0: Instant,
+    }
+
+    impl Pair {
+        fn new(iops: u64) -> Pair {
+            use crate::engine::qos::Throttle;
+            use crate::model::qos::{Limit, QosCaps};
+            let caps = QosCaps {
+                rw_iops: iops,
+                ..Default::default()
+            };
+            Pair {
+                limits: [Limit::new(caps, "s", 1, ""), Limit::new(caps, "s", 1, "")],
+                ts: [Throttle::new(0, 1), Throttle::new(0, 1)],
+                gws: [Roster::new("a", "gw-a"), Roster::new("b", "gw-b")],
+                rec: None,
+                sums: [0.0; 2],
+                queued: [0; 2],
+                done: [0; 2],
+                ud: 0,
+                t0: Instant::now(),
+            }
+        }
+
+        fn at(&self, step: u64) -> Instant {
+            self.t0 + Duration::from_micros(100 * step)
+        }
+
+        /// The waiting I/Os of gateway `i` that go at `step`.
+        fn ready(&mut self, i: usize, step: u64) -> usize {
+            let went = self.ts[i].ready(self.at(step)).len();
+            self.queued[i] -= went;
+            self.done[i] += went as u64;
+            went
+        }
+
+        /// An I/O to gateway `i` at `step`: it goes, or waits (true).
+        fn submit(&mut self, i: usize, step: u64) -> bool {
+            let now = self.at(step);
+            if self.ts[i].admit(now, &[&self.limits[i]], true, 4096) {
+                self.done[i] += 1;
+                return false;
+            }
+            self.ud += 1;
+            self.ts[i].wait(crate::engine::qos::Waiter {
+                ud: self.ud,
+                limits: vec![self.limits[i].clone()],
+                read: true,
+                bytes: 4096,
+                since: now,
+                blocked_on: Vec::new(),
+            });
+            self.queued[i] += 1;
+            true
+        }
+
+        /// The sharers at `step`: a sample every SAMPLE, an exchange every
+        /// EXCHANGE.
+        fn share(&mut self, step: u64) {
+            let now = self.at(step);
+            if step.is_multiple_of(SAMPLE.as_micros() as u64 / 100) {
+                for i in 0..2 {
+                    self.sums[i] += crate::engine::qos::demand_at(&self.limits[i], now) as f64;
+                }
+            }
+            if step.is_multiple_of(EXCHANGE.as_micros() as u64 / 100) {
+                let n = (EXCHANGE.as_micros() / SAMPLE.as_micros()) as f64;
+                let dm: Vec<_> = self.sums.iter().map(|v| d(&[("", v / n)])).collect();
+                for (i, p) in round(&mut self.gws, &dm, &mut self.rec, now)
+                    .iter()
+                    .enumerate()
+                {
+                    self.limits[i].set_part(p[""].part, p[""].gateways);
+                }
+                self.sums = [0.0; 2];
+            }
+        }
+    }
+
     #[test]
     fn a_gateway_whose_host_turns_to_it_gets_its_part_within_a_second() {
-        // Two gateways (a worker each, a limit each: two processes) share a
-        // cap of 2,000 IOPS through the record; each host keeps 16 I/Os
-        // queued (closed loop). A's host runs alone for 2 s, then B's
+        // A cap of 2,000 IOPS; each host keeps 16 I/Os queued at its
+        // gateway (closed loop). A's host runs alone for 2 s, then B's
         // starts: within a second B has close to half.
-        use crate::engine::qos::{demand_at, Throttle, Waiter};
-        use crate::model::qos::{Limit, QosCaps};
-        let caps = QosCaps {
-            rw_iops: 2000,
-            ..Default::default()
-        };
-        let limits = [Limit::new(caps, "s", 1, ""), Limit::new(caps, "s", 1, "")];
-        let mut ts = [Throttle::new(0, 1), Throttle::new(0, 1)];
-        let mut gws = [Roster::new("a", "gw-a"), Roster::new("b", "gw-b")];
-        let (mut rec, mut queued, mut done) = (None, [0usize; 2], [0u64; 2]);
-        let mut sums = [0.0f64; 2];
-        let t0 = Instant::now();
-        let mut ud = 0;
+        let mut p = Pair::new(2000);
         for s in 0..40_000u64 {
-            let now = t0 + Duration::from_micros(100 * s);
             if s == 30_000 {
-                done = [0, 0];
+                p.done = [0, 0];
             }
             for i in 0..2 {
                 if i == 1 && s < 20_000 {
                     continue;
                 }
-                let t = &mut ts[i];
-                let went = t.ready(now).len();
-                queued[i] -= went;
-                done[i] += went as u64;
-                for _ in 0..(16 - queued[i]) {
-                    if t.admit(now, &[&limits[i]], true, 4096) {
-                        done[i] += 1;
-                    } else {
-                        ud += 1;
-                        t.wait(Waiter {
-                            ud,
-                            limits: vec![limits[i].clone()],
-                            read: true,
-                            bytes: 4096,
-                            since: now,
-                            blocked_on: Vec::new(),
-                        });
-                        queued[i] += 1;
-                    }
+                p.ready(i, s);
+                for _ in 0..(16 - p.queued[i]) {
+                    p.submit(i, s);
                 }
             }
-            // The sharers: a sample every SAMPLE, an exchange every EXCHANGE.
-            if s % (SAMPLE.as_micros() as u64 / 100) == 0 {
-                for i in 0..2 {
-                    sums[i] += demand_at(&limits[i], now) as f64;
-                }
-            }
-            if s % (EXCHANGE.as_micros() as u64 / 100) == 0 {
-                let n = (EXCHANGE.as_micros() / SAMPLE.as_micros()) as f64;
-                let dm: Vec<_> = sums.iter().map(|v| d(&[("", v / n)])).collect();
-                for (i, p) in round(&mut gws, &dm, &mut rec, now).iter().enumerate() {
-                    limits[i].set_part(p[""].part, p[""].gateways);
-                }
-                sums = [0.0; 2];
-            }
+            p.share(s);
         }
+        let done = p.done;
         let total = (done[0] + done[1]) as f64;
         assert!((1_800.0..=2_200.0).contains(&total), "{done:?} in 1 s");
         assert!(done[1] as f64 / total >= 0.4, "{done:?}");
@@ -720,63 +770,24 @@ mod tests {
         // A host's multipath round-robin sends every other I/O to each
         // gateway (32 outstanding in all): it gets twice the smaller part,
         // so the parts must stay even. Cap 400 IOPS, as in the lab.
-        use crate::engine::qos::{demand_at, Throttle, Waiter};
-        use crate::model::qos::{Limit, QosCaps};
-        let caps = QosCaps {
-            rw_iops: 400,
-            ..Default::default()
-        };
-        let limits = [Limit::new(caps, "s", 1, ""), Limit::new(caps, "s", 1, "")];
-        let mut ts = [Throttle::new(0, 1), Throttle::new(0, 1)];
-        let mut gws = [Roster::new("a", "gw-a"), Roster::new("b", "gw-b")];
-        let (mut rec, mut queued, mut done) = (None, [0usize; 2], [0u64; 2]);
-        let mut sums = [0.0f64; 2];
-        let (mut next, mut outstanding, mut ud) = (0usize, 0usize, 0u64);
-        let t0 = Instant::now();
+        let mut p = Pair::new(400);
+        let (mut next, mut outstanding) = (0usize, 0usize);
         for s in 0..200_000u64 {
-            let now = t0 + Duration::from_micros(100 * s);
             if s == 50_000 {
-                done = [0, 0];
+                p.done = [0, 0];
             }
             for i in 0..2 {
-                let went = ts[i].ready(now).len();
-                queued[i] -= went;
-                outstanding -= went;
-                done[i] += went as u64;
+                outstanding -= p.ready(i, s);
             }
             while outstanding < 32 {
-                let i = next;
+                if p.submit(next, s) {
+                    outstanding += 1;
+                }
                 next = 1 - next;
-                if ts[i].admit(now, &[&limits[i]], true, 4096) {
-                    done[i] += 1;
-                    continue;
-                }
-                ud += 1;
-                ts[i].wait(Waiter {
-                    ud,
-                    limits: vec![limits[i].clone()],
-                    read: true,
-                    bytes: 4096,
-                    since: now,
-                    blocked_on: Vec::new(),
-                });
-                queued[i] += 1;
-                outstanding += 1;
             }
-            if s % (SAMPLE.as_micros() as u64 / 100) == 0 {
-                for i in 0..2 {
-                    sums[i] += demand_at(&limits[i], now) as f64;
-                }
-            }
-            if s % (EXCHANGE.as_micros() as u64 / 100) == 0 {
-                let n = (EXCHANGE.as_micros() / SAMPLE.as_micros()) as f64;
-                let dm: Vec<_> = sums.iter().map(|v| d(&[("", v / n)])).collect();
-                for (i, p) in round(&mut gws, &dm, &mut rec, now).iter().enumerate() {
-                    limits[i].set_part(p[""].part, p[""].gateways);
-                }
-                sums = [0.0; 2];
-            }
+            p.share(s);
         }
+        let done = p.done;
         let iops = (done[0] + done[1]) as f64 / 15.0;
         assert!(
             (380.0..=410.0).contains(&iops),
