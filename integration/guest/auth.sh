@@ -291,15 +291,22 @@ phase() {
     kmsg_check "$WHO: re-authentication"
     settle
     if [ "$WHO" = ours ]; then
-        # The key changes under the live association: the host loses its controller at
-        # once (and is disconnected here, before its reconnect delay of 10 s ends, so it
-        # never retries the old key).
-        keys "hmac(sha256)" ffdhe2048 "$K256B" ""
+        # The key changes under the live association, live (`host key set`, the key on
+        # stdin): the host loses its controller at once (and is disconnected here, before
+        # its reconnect delay of 10 s ends, so it never retries the old key).
+        echo "$K256B" | "$TARGET_BIN" host key set --socket "$DIR/control.sock" --host-nqn "$HOST" \
+            --dhchap-key - >/tmp/keyset.txt 2>&1 || { cat /tmp/keyset.txt; fail "ours: host key set"; }
+        info "ours: host key set: $(head -n 1 /tmp/keyset.txt)"
         for _ in $(seq 50); do [ "$(cat "/sys/class/nvme/$CTRL/state")" = live ] || break; sleep 0.1; done
         local st; st=$(cat "/sys/class/nvme/$CTRL/state")
         [ "$st" != live ] || fail "ours: the host's controller stayed live after its key changed"
         grep -q "must authenticate again" "$TLOG" || fail "ours: no log line for the controller the key change ended"
         info "ours: the key change ended the live association (host controller: $st)"
+        grep -qF "$K256B" "$CONF" || fail "ours: the new key is not in the configuration file"
+        "$TARGET_BIN" config show --socket "$DIR/control.sock" >/tmp/show.txt || fail "ours: config show"
+        "$TARGET_BIN" status --json --socket "$DIR/control.sock" >>/tmp/show.txt || fail "ours: status"
+        if grep -q "DHHC-1" /tmp/keyset.txt /tmp/show.txt "$TLOG"; then fail "ours: a key is shown (set's answer, config show, status or the log)"; fi
+        info "ours: the new key is in the file; config show says dhchap_key = $(grep -m1 -o 'dhchap_key = .*' /tmp/show.txt)"
         kmsg_mark   # the host's error recovery is expected here
     fi
     nvme disconnect -n "$SUB" >/dev/null

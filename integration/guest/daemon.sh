@@ -30,7 +30,9 @@
 #      (4b also: each line reaches the journal at its level; `journalctl -p err` shows the refusal)
 #   5. `systemctl stop` while fio and an acknowledged-writes logger run: fio sees errors
 #      but no verify failure; after a restart every acknowledged block reads back; the
-#      journal shows a clean shutdown. `systemctl restart` under fio: no error at all
+#      journal shows a clean shutdown. `systemctl restart` under fio: no error at all;
+#      5d: `dpkg -i` of a newer package under fio with verify: the upgrade restarts the
+#      daemon, no I/O error, no verify failure, the longest pause printed
 #   6. kernel target configured via configfs, saved as nvmetcli JSON (nvmetcli if
 #      installed, else integration/guest/nvmet-save.py), imported with
 #      `nvmf-target import-nvmetcli`, served by our target: same data
@@ -222,6 +224,8 @@ info "install + enable --now returned after $(( ($(date +%s%N) - t) / 1000000 ))
 VERIFY=$(systemd-analyze verify /lib/systemd/system/nvmf-target.service 2>&1) || { echo "$VERIFY" | sed 's/^/    verify: /'; fail "systemd-analyze verify failed on the unit"; }
 [ -n "$VERIFY" ] && echo "$VERIFY" | sed 's/^/    verify: /'
 grep -q 'nvmf-target' <<<"$VERIFY" && fail "systemd-analyze verify complains about the unit (above)"
+VERIFY=$(systemd-analyze verify nvmf-target@lab.service 2>&1) || { echo "$VERIFY" | sed 's/^/    verify: /'; fail "systemd-analyze verify failed on the template unit"; }
+grep -q 'nvmf-target' <<<"$VERIFY" && { echo "$VERIFY" | sed 's/^/    verify: /'; fail "systemd-analyze verify complains about the template unit"; }
 [ "$(systemctl is-active nvmf-target)" = active ] || fail "unit not active after the README's install (shipped config)"
 [ "$(dpkg-query -W -f '${Status}' nvmf-target)" = "install ok installed" ] || fail "the package is not installed"
 dpkg-query -W -f '    package: ${Package} ${Version}, ${Installed-Size} KiB\n' nvmf-target
@@ -506,6 +510,16 @@ grep -q 'path = "/dev/ram2"' "$CONF" || fail "the live change is not in $CONF"
 "$BIN" config show >/tmp/config-show.txt || fail "nvmf-target config show failed"
 grep -q 'path = "/dev/ram2"' /tmp/config-show.txt || fail "config show does not show the live namespace"
 info "$CONF keeps its comments and the change; config show: $(grep -c . /tmp/config-show.txt) lines"
+# ANA state per listener, live: the host's path follows (ANA change event), the file keeps it.
+ana_path() { cat /sys/class/nvme/"$CTRL"/nvme*c*n1/ana_state 2>/dev/null | head -n 1; }
+live listener ana --listener "$IP:$PORT" --group 1 --state non-optimized
+wait_for 15 "the host's path non-optimized" bash -c "[ \"\$(cat /sys/class/nvme/$CTRL/nvme*c*n1/ana_state 2>/dev/null | head -n 1)\" = non-optimized ]"
+grep -q 'ana = { 1 = "non-optimized" }' "$CONF" || fail "the listener's ANA state is not in $CONF: $(grep -n ana "$CONF")"
+live listener ana --group 1 --state optimized
+wait_for 15 "the host's path optimized again" bash -c "[ \"\$(cat /sys/class/nvme/$CTRL/nvme*c*n1/ana_state 2>/dev/null | head -n 1)\" = optimized ]"
+info "listener ana: group 1 non-optimized then optimized at $IP:$PORT; the host's path followed ($(ana_path)), the file holds it"
+refused "no listener at 10.9.9.9:4420" listener ana --listener 10.9.9.9:4420 --group 1 --state optimized
+refused "is not an ANA state" listener ana --group 1 --state fastest
 refused "/nonexistent/disk" namespace add --subsystem "$NQN" --path /nonexistent/disk
 refused "has a namespace 2 already" namespace add --subsystem "$NQN" --nsid 2 --null 1M
 refused "no subsystem 'nqn.2026-11.io.nvmf-lab:nope'" host add --subsystem nqn.2026-11.io.nvmf-lab:nope --host-nqn "$HOSTNQN"
@@ -543,19 +557,45 @@ admin_reconnected() { [ "$(metric "$ADMIN_CONNECTS")" -gt "$A0" ] && host_live; 
 wait_for 30 "the host to reconnect after controller disconnect" admin_reconnected
 info "controller $C1 disconnected; the host reconnected (controller $(cat /sys/class/nvme/$CTRL/cntlid))"
 refused "has no controller 999" controller disconnect --subsystem "$NQN" --cntlid 999
-# A subsystem added and removed, in discovery.
+# A subsystem added and removed, in discovery. The host keeps a persistent discovery
+# controller: the target tells it the log changed (Discovery Log Page Change event),
+# and nvme-cli's udev rule (70-nvmf-autoconnect.rules: NVME_AEN=0x70f002) runs
+# `nvme connect-all` through it, which connects the new subsystem with no command here.
+nvme discover -t rdma -a "$IP" -s "$PORT" --persistent >/dev/null 2>&1 || fail "nvme discover --persistent"
+DCTRL=
+for c in /sys/class/nvme/nvme*; do
+    [ "$(cat "$c/subsysnqn" 2>/dev/null)" = nqn.2014-08.org.nvmexpress.discovery ] && DCTRL=${c##*/}
+done
+[ -n "$DCTRL" ] || fail "no persistent discovery controller on the host"
+udevadm monitor --kernel --property --subsystem-match=nvme >/tmp/uevents.txt 2>&1 &
+UDEVMON=$!
+sleep 1
 live subsystem add --subsystem "$NQN_ADDED" --allow-any-host
 live namespace add --subsystem "$NQN_ADDED" --null 64M
+wait_for 30 "the host connected $NQN_ADDED by itself (discovery log change event, udev, connect-all)" ctrl_of "$NQN_ADDED"
+kill "$UDEVMON" 2>/dev/null; wait "$UDEVMON" 2>/dev/null || true
+grep -q "NVME_AEN=0x70f002" /tmp/uevents.txt || fail "the host's kernel sent no discovery log change uevent: $(grep NVME_ /tmp/uevents.txt | sort -u | tr '\n' ' ')"
+info "persistent discovery controller $DCTRL: the host got the discovery log change event (uevent NVME_AEN=0x70f002) and connected $NQN_ADDED by itself (/dev/$(ctrl_of "$NQN_ADDED"))"
+journal | grep "discovery log changed" | tail -n 1 | sed 's/^/    journal: /'
 nvme discover -t rdma -a "$IP" -s "$PORT" >/tmp/discover.txt 2>&1 || fail "discover after subsystem add"
 grep -q "subnqn: *$NQN_ADDED" /tmp/discover.txt || fail "a subsystem added live is not in discovery"
-connect "$NQN_ADDED"
 [ "$(metric "nvmf_target_controllers{subsystem=\"$NQN_ADDED\",transport=\"rdma\"}")" = 1 ] || fail "no controller series for the subsystem added live"
 live subsystem del --subsystem "$NQN_ADDED"
 nvme discover -t rdma -a "$IP" -s "$PORT" >/tmp/discover.txt 2>&1 || fail "discover after subsystem del"
 grep -q "subnqn: *$NQN_ADDED" /tmp/discover.txt && fail "a subsystem removed live is still in discovery"
 wait_for 30 "the removed subsystem's series gone from /metrics" bash -c "! curl -sf $METRICS | grep -qF '$NQN_ADDED'"
 nvme disconnect -n "$NQN_ADDED" >/dev/null 2>&1 || true
+nvme disconnect -d "$DCTRL" >/dev/null 2>&1 || true
 info "subsystem added live entered discovery (a host connected), and left it and /metrics when removed"
+# A referral (a peer gateway's discovery service) in the file, reloaded: listed in the log.
+printf '[[referral]]\ntransport = "tcp"\naddress = "10.0.2.16"\nport = 8009\n' >>"$CONF"
+systemctl reload nvmf-target || fail "systemctl reload with a referral"
+nvme discover -t rdma -a "$IP" -s "$PORT" >/tmp/discover.txt 2>&1 || fail "discover with a referral"
+grep -B8 -A4 "traddr: *10.0.2.16" /tmp/discover.txt | grep -qi "referral" \
+    || { cat /tmp/discover.txt; fail "the discovery log does not list the referral"; }
+info "the discovery log lists the referral: $(grep -B8 -A4 "traddr: *10.0.2.16" /tmp/discover.txt | grep -E "subtype|trtype|trsvcid" | tr -s ' ' | tr '\n' ' ')"
+sed -i '/^\[\[referral\]\]$/,$d' "$CONF"
+systemctl reload nvmf-target || fail "systemctl reload without the referral"
 journal | grep "live change" | sed 's/^/    journal: /'
 [ "$(metric 'nvmf_target_control_changes_total{method="namespace_add",result="ok"}')" -ge 2 ] || fail "live changes not counted"
 [ "$(metric 'nvmf_target_control_changes_total{method="namespace_add",result="refused"}')" -ge 3 ] || fail "refused live changes not counted"
@@ -686,6 +726,41 @@ grep -E '^ *write: IOPS=|err=' /tmp/fio-restart.log | sed 's/^ */    fio: /'
 [ $fio_rc = 0 ] && ! grep -qE 'err= *[1-9]' /tmp/fio-restart.log \
     || { cat /tmp/fio-restart.log; fail "fio saw errors across systemctl restart"; }
 info "fio ran through the restart without an error or a verify failure"
+
+step "test 5d: dpkg -i of a newer package under fio with verify: no error, the longest pause printed"
+UPGRADE=$(ls build/debian/upgrade/nvmf-target_*_amd64.deb 2>/dev/null | head -n 1)
+[ -n "$UPGRADE" ] || fail "no upgrade package in build/debian/upgrade (run-daemon-tests builds it)"
+OLDV=$(dpkg-query -W -f '${Version}' nvmf-target); OLDPID=$(systemctl show -p MainPID --value nvmf-target)
+kmsg_mark
+fio --name=upgrade --filename="$NS1" --direct=1 --ioengine=libaio --rw=randwrite --bs=4k --iodepth=16 \
+    --size=32M --time_based --runtime=25 --verify=crc32c --verify_backlog=256 --verify_fatal=1 \
+    --verify_dump=0 --verify_state_save=0 --output-format=json --output=/tmp/fio-upgrade.json &
+FIO_PID=$!
+sleep 6
+t=$(date +%s%N); SINCE=$(date +%s)
+dpkg -i "$UPGRADE" >/tmp/dpkg-upgrade.log 2>&1 || { cat /tmp/dpkg-upgrade.log; fail "dpkg -i of the newer package failed"; }
+info "dpkg -i $(basename "$UPGRADE") took $(( ($(date +%s%N) - t) / 1000000 )) ms:"
+grep "^nvmf-target:" /tmp/dpkg-upgrade.log | sed 's/^/    /'
+fio_rc=0; wait $FIO_PID || fio_rc=$?
+read -r U_ERR U_WIOPS U_MAXW U_MAXR < <(python3 -c 'import json,sys
+j=json.load(open(sys.argv[1]))["jobs"][0]
+print(j["error"], int(j["write"]["iops"]), "%.2f" % (j["write"]["lat_ns"]["max"] / 1e9), "%.2f" % (j["read"]["lat_ns"]["max"] / 1e9))' \
+    /tmp/fio-upgrade.json) || fail "fio gave no result across the upgrade (exit $fio_rc)"
+NEWV=$(dpkg-query -W -f '${Version}' nvmf-target); NEWPID=$(systemctl show -p MainPID --value nvmf-target)
+info "upgrade $OLDV -> $NEWV under fio: exit $fio_rc, error $U_ERR, write IOPS $U_WIOPS; longest pause: write ${U_MAXW} s, read ${U_MAXR} s (goal < 3 s)"
+# Where the pause went: the daemon's stop and start, the host's reconnect.
+{ journalctl -o short-precise -u nvmf-target --since "@$SINCE" |
+      grep -E "shutting down|in-flight I/O|stopped cleanly|Stopping|Starting|started namespaces_ms|nvmf-target ready|Started"
+  journalctl -o short-precise -k --since "@$SINCE" | grep -E "nvme|NVMe"; } | sort -k3,3 | sed 's/^/    /' 
+UPGRADE_ROW="single target, dpkg -i $OLDV -> $NEWV: fio error $U_ERR (exit $fio_rc), verify failures 0, longest write ${U_MAXW} s"
+[ "$fio_rc" = 0 ] && [ "$U_ERR" = 0 ] || fail "fio saw errors or verify failures across the upgrade"
+[ "$NEWV" != "$OLDV" ] || fail "the package version did not change ($OLDV)"
+[ "$NEWPID" != "$OLDPID" ] && [ "$(systemctl is-active nvmf-target)" = active ] \
+    || fail "the upgrade did not restart the daemon (pid $OLDPID -> $NEWPID, $(systemctl is-active nvmf-target))"
+grep -q "restarting nvmf-target.service" /tmp/dpkg-upgrade.log || fail "the upgrade did not say it restarted the daemon"
+# Held I/O is resent after the reconnect: the host's log shows the reconnect, no I/O error.
+E=$(kmsg_window | grep -E 'I/O Error|I/O error|Buffer I/O|blk_update_request|critical' || true)
+[ -z "$E" ] || { echo "$E"; fail "I/O errors in the host's kernel log across the upgrade"; }
 settle; nvme disconnect -n "$NQN" >/dev/null
 systemctl stop nvmf-target
 
@@ -758,6 +833,7 @@ dpkg --purge nvmf-target >/tmp/dpkg-purge.log 2>&1 || { cat /tmp/dpkg-purge.log;
 dpkg-query -W nvmf-target >/dev/null 2>&1 && [ "$(dpkg-query -W -f '${Status}' nvmf-target)" != "unknown ok not-installed" ] \
     && fail "dpkg still knows the package: $(dpkg-query -W -f '${Status}' nvmf-target)"
 info "dpkg --purge: configuration and state gone"
+info "$UPGRADE_ROW"
 
 PASSED=1
 echo

@@ -40,6 +40,9 @@
 #  13. fenced failover (fence.sh): a write delayed on its way from A to the cluster never
 #      lands over newer data written through B once the host failed over (A stopped, or
 #      cut off from the host only); A rejoins; without fencing the delayed write lands
+#  14. upgrades under fio verify (upgrade.sh): SIGTERM drains each gateway first; the
+#      gateways as systemd units of the package; drain A, ok-to-stop, dpkg -i (B, the only
+#      path then, is left running), undrain; one dpkg -i restarts A then B, each drained
 # The host's kernel log must show no I/O error, reset or timeout (kmsg.sh).
 # Environment: TARGET_BIN (build/release/nvmf-target), RBD_PART=gateways (part 2 only),
 #   CAW_ROUNDS, FENCE_ROUNDS, FENCE_DELAY_S (fence.sh).
@@ -78,6 +81,7 @@ cleanup() {
     [ -n "$TPID" ] && kill -KILL "$TPID" 2>/dev/null
     nvme disconnect -n "${NQN2:-none}" >/dev/null 2>&1
     for p in "${GWPID[@]}"; do [ -n "$p" ] && kill -KILL "$p" 2>/dev/null; done
+    systemctl kill -s KILL 'nvmf-target@*' 2>/dev/null
     if [ $PASSED = 0 ]; then
         for g in A B; do [ -f "/tmp/gw-$g.log" ] && { echo "--- gateway $g (last 15 lines)"; tail -n 15 "/tmp/gw-$g.log"; }; done
         # The whole logs, for the host to read (the guest's /tmp goes with the VM).
@@ -605,15 +609,15 @@ done
 sleep 1
 PENDING=0
 for i in $(seq 0 $((PA_N - 1))); do [ -s "/tmp/pa-st-$i" ] || PENDING=$((PENDING + 1)); done
-T0=$(date +%s%N)
+PA_T0=$(date +%s%N)
 expect "host 5 preempts and aborts host 6 through A" "$(acq h5 0x55 1 2 0x66)" 000
-T1=$(date +%s%N)
+PA_T1=$(date +%s%N)
 S1=$(dd if="$MAPPED" bs="$BS" skip=$PA_LBA count=$PA_N iflag=direct status=none | md5sum)
 wait "${PA_PIDS[@]}"
 sleep 6
 S2=$(dd if="$MAPPED" bs="$BS" skip=$PA_LBA count=$PA_N iflag=direct status=none | md5sum)
 rbd unmap "$MAPPED"
-info "$PENDING of host 6's $PA_N writes unanswered when host 5 sent the Preempt and Abort, which took $(( (T1 - T0) / 1000000 )) ms; their statuses: $(cat /tmp/pa-st-* | sort | uniq -c | tr '\n' ' ')"
+info "$PENDING of host 6's $PA_N writes unanswered when host 5 sent the Preempt and Abort, which took $(( (PA_T1 - PA_T0) / 1000000 )) ms; their statuses: $(cat /tmp/pa-st-* | sort | uniq -c | tr '\n' ' ')"
 [ "$PENDING" -gt 0 ] || fail "no write of host 6 was in flight at the Preempt and Abort (is B's QoS in effect?)"
 [ "$S1" = "$S2" ] || fail "a write of host 6 landed after the Preempt and Abort completed"
 info "no write of host 6 landed after the Preempt and Abort completed (read through krbd)"
@@ -706,9 +710,9 @@ R=$(stop_check A); info "ok-to-stop at A before the drain: exit $R: $(said A)"
 A0=$(gw_writes A); B0=$(gw_writes B)
 fio_bg drain 32M
 sleep 2
-T0=$(date +%s%N)
+DRAIN_T0=$(date +%s%N)
 "$TARGET_BIN" drain --socket /tmp/gw-A.sock >/tmp/drain.txt 2>&1 || { cat /tmp/drain.txt; fail "nvmf-target drain at A"; }
-DRAIN_MS=$(( ($(date +%s%N) - T0) / 1000000 ))
+DRAIN_MS=$(( ($(date +%s%N) - DRAIN_T0) / 1000000 ))
 info "drain at A (${DRAIN_MS} ms): $(cat /tmp/drain.txt)"
 wait_state 15 4420 "live inaccessible"
 wait_state 15 4421 "live optimized"
@@ -735,19 +739,22 @@ grep -q "ANA group served optimized here" /tmp/gw-B.log || fail "B did not log t
 E=$(mp_errors); [ -z "$E" ] || { echo "$E"; fail "I/O errors in the host's kernel log across the drain"; }
 
 . integration/guest/fence.sh
+. integration/guest/upgrade.sh
 
-step "12. disconnect; stop both gateways"
+step "15. disconnect; stop both gateways (systemctl stop)"
 settle
 nvme disconnect -n "$NQN2" >/dev/null
 for g in A B; do
     t=$SECONDS
-    kill -TERM "${GWPID[$g]}"; rc=0; wait "${GWPID[$g]}" || rc=$?; GWPID[$g]=
-    [ $rc = 0 ] || { tail -20 "/tmp/gw-$g.log"; fail "gateway $g exited with status $rc"; }
-    info "gateway $g stopped in $((SECONDS - t)) s$(grep -o "connections still closing at exit.*" "/tmp/gw-$g.log" | sed 's/^/; /')"
+    systemctl stop "$(unit_of $g)"
+    [ "$(systemctl show -p Result --value "$(unit_of $g)")" = success ] ||
+        upgrade_fail "gateway $g stopped with $(systemctl show -p Result --value "$(unit_of $g)") (exit status $(systemctl show -p ExecMainStatus --value "$(unit_of $g)"))"
+    info "gateway $g stopped in $((SECONDS - t)) s$(unit_log $g | grep -o "connections still closing at exit.*" | sed 's/^/; /')"
 done
 info "$FAILOVER_ROW"
 info "$RELOAD_ROW"
 info "$DRAIN_ROW"
+for row in "${UPGRADE_ROWS[@]}"; do info "upgrade: $row"; done
 
 PASSED=1
 echo

@@ -62,3 +62,14 @@ run_suite() {
     esac
     exit "$rc"
 }
+
+# lab_packages ROOT: the Debian package of the release build (build/debian) and two newer
+# versions of it, VERSION+lab1 and VERSION+lab2 (build/debian/upgrade, upgrade2), that
+# upgrade tests install over it.
+lab_packages() {
+    local v
+    v=$(sed -n 's/^version = "\(.*\)"$/\1/p' "$1/Cargo.toml" | head -n 1)
+    SKIP_BUILD=1 "$1/packaging/build-deb" >/dev/null || return 1
+    SKIP_BUILD=1 DEB_VERSION="$v+lab1" DEB_OUT=build/debian/upgrade "$1/packaging/build-deb" >/dev/null || return 1
+    SKIP_BUILD=1 DEB_VERSION="$v+lab2" DEB_OUT=build/debian/upgrade2 "$1/packaging/build-deb" >/dev/null
+}

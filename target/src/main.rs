@@ -490,13 +490,22 @@ fn main() -> ExitCode {
             }
             Event::Signal(sig) => {
                 info!(signal = %sig, "shutting down");
-                break;
+                if daemon.stop_requested() {
+                    break;
+                }
+                notify(&[
+                    NotifyState::Stopping,
+                    NotifyState::Status("stopping: draining first (nvmf-target undrain or a second signal stops at once)"),
+                ]);
             }
             Event::Tick => {}
         }
         daemon.reap_retired();
         daemon.recover_fenced();
         daemon.maintain();
+        if daemon.stop_due() {
+            break;
+        }
         match daemon.check_alive() {
             Ok(()) => {
                 if watchdog {

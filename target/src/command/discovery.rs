@@ -34,8 +34,9 @@ pub fn entry(portid: u16, addr: SocketAddr, tcp: bool, nqn: &str) -> DiscoveryEn
     }
 }
 
-/// The whole discovery log page as `hostnqn` sees it.
-pub fn log_page(target: &Target, hostnqn: &str) -> Vec<u8> {
+/// The entries `hostnqn` sees: each subsystem it may connect to at each
+/// listener, then the referrals (port ids after the listeners').
+fn entries(target: &Target, hostnqn: &str) -> Vec<DiscoveryEntry> {
     let mut entries = Vec::new();
     for (i, l) in target.listeners.iter().enumerate() {
         for s in target
@@ -46,7 +47,32 @@ pub fn log_page(target: &Target, hostnqn: &str) -> Vec<u8> {
             entries.push(entry(i as u16 + 1, l.addr, l.tcp, &s.nqn));
         }
     }
-    encode_log(target.genctr(), &entries)
+    let first = target.listeners.len() as u16 + 1;
+    for (i, r) in target.discovery.referrals().iter().enumerate() {
+        let mut e = entry(first + i as u16, r.addr, r.tcp, nvme::DISCOVERY_NQN);
+        e.subtype = subtype::REFERRAL;
+        entries.push(e);
+    }
+    entries
+}
+
+/// What the entries say, in a number: a change of any changes it.
+fn digest_of(entries: &[DiscoveryEntry]) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    encode_log(0, entries).hash(&mut h);
+    h.finish()
+}
+
+/// The digest of the log `hostnqn` would read now.
+pub fn digest(target: &Target, hostnqn: &str) -> u64 {
+    digest_of(&entries(target, hostnqn))
+}
+
+/// The whole discovery log page as `hostnqn` sees it, and its digest.
+pub fn log_page(target: &Target, hostnqn: &str) -> (Vec<u8>, u64) {
+    let e = entries(target, hostnqn);
+    (encode_log(target.discovery.genctr(), &e), digest_of(&e))
 }
 
 #[cfg(test)]
@@ -74,15 +100,107 @@ mod tests {
             vec!["10.0.2.15:4420".parse().unwrap()],
             0,
         );
-        let p = log_page(&t, "nqn.h:other");
+        let (p, _) = log_page(&t, "nqn.h:other");
         let h = DiscoveryHeader::parse(&p).unwrap();
         assert_eq!(h.numrec, 1);
         let e = DiscoveryEntry::parse(&p[1024..]).unwrap();
         assert_eq!(e.subnqn, "nqn.s:open");
         assert_eq!(e.traddr, "10.0.2.15");
         assert_eq!(e.trsvcid, "4420");
-        let p = log_page(&t, "nqn.h:ok");
+        let (p, _) = log_page(&t, "nqn.h:ok");
         assert_eq!(DiscoveryHeader::parse(&p).unwrap().numrec, 2);
         assert_eq!(p.len(), 3 * 1024);
+    }
+
+    fn target() -> (Target, Arc<Subsystem>) {
+        let s = Arc::new(Subsystem::new(
+            "nqn.s:a".into(),
+            SubsystemKind::Nvm,
+            false,
+            vec!["nqn.h:a".into()],
+            None,
+            "m".into(),
+            vec![],
+        ));
+        let t = Target::new(vec![s.clone()], vec!["10.0.2.15:4420".parse().unwrap()], 0);
+        (t, s)
+    }
+
+    #[test]
+    fn referrals_follow_the_subsystems_for_every_host() {
+        let (t, _) = target();
+        let tcp = crate::model::subsystem::Port {
+            addr: "10.0.2.16:8009".parse().unwrap(),
+            tcp: true,
+        };
+        let g0 = t.discovery.genctr();
+        assert!(t.discovery.set_referrals(vec![tcp]));
+        assert!(!t.discovery.set_referrals(vec![tcp]), "unchanged");
+        assert_eq!(t.discovery.genctr(), g0 + 1);
+        for host in ["nqn.h:a", "nqn.h:stranger"] {
+            let (p, _) = log_page(&t, host);
+            let n = DiscoveryHeader::parse(&p).unwrap().numrec as usize;
+            let last = DiscoveryEntry::parse(&p[1024 * n..]).unwrap();
+            assert_eq!(last.subtype, subtype::REFERRAL);
+            assert_eq!(last.subnqn, nvme::DISCOVERY_NQN);
+            assert_eq!(last.trtype, trtype::TCP);
+            assert_eq!(
+                (last.traddr.as_str(), last.trsvcid.as_str()),
+                ("10.0.2.16", "8009")
+            );
+            assert_eq!(last.portid, 2, "after the listeners' port ids");
+            assert_eq!(n, if host == "nqn.h:a" { 2 } else { 1 });
+        }
+    }
+
+    #[test]
+    fn a_persistent_discovery_controller_is_told_once_what_it_read_changed() {
+        use nvme::identify::oaes;
+        let (t, s) = target();
+        let d = t
+            .discovery
+            .subsystem
+            .add_controller("nqn.h:a", [1; 16], 30_000, 16, false)
+            .unwrap();
+        let read = |t: &Target| {
+            let (_, digest) = log_page(t, "nqn.h:a");
+            let mut st = d.state();
+            st.disc_seen = Some(digest);
+            st.disc_event_masked = false;
+        };
+        // Never read the log: nothing to tell.
+        assert_eq!(t.notify_discovery(), 0);
+        read(&t);
+        d.state().aen_config = oaes::DISC_CHANGE;
+        // Nothing it sees changed (another host's access, the counter).
+        t.discovery.bump_genctr();
+        assert_eq!(t.notify_discovery(), 0);
+        // Its subsystem is gone from its view: one notice, then none until
+        // it reads the log again.
+        s.set_access(crate::model::subsystem::HostAccess {
+            allow_any_host: false,
+            hosts: vec![],
+        });
+        assert_eq!(t.notify_discovery(), 1);
+        assert_eq!(t.notify_discovery(), 0);
+        let ev = d.state().events.pop_front().unwrap();
+        assert_eq!(
+            ev, 0x0070_f002,
+            "notice, discovery log changed, log page 0x70"
+        );
+        read(&t);
+        assert_eq!(t.notify_discovery(), 0);
+        t.discovery.set_referrals(vec!["10.0.2.16:4420"
+            .parse::<std::net::SocketAddr>()
+            .unwrap()
+            .into()]);
+        assert_eq!(t.notify_discovery(), 1);
+        // A host that did not enable the notice is not told.
+        d.state().events.clear();
+        read(&t);
+        d.state().aen_config = 0;
+        t.discovery.set_referrals(vec![]);
+        assert_eq!(t.notify_discovery(), 0);
+        assert!(d.state().events.is_empty());
     }
 }

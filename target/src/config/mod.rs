@@ -122,6 +122,16 @@ pub struct ListenerConfig {
     pub ana: BTreeMap<u32, AnaState>,
 }
 
+/// Another discovery service the discovery log refers hosts to
+/// (`[[referral]]`: a peer gateway's).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ReferralConfig {
+    /// Its address and port.
+    pub addr: SocketAddr,
+    /// Its transport.
+    pub transport: Transport,
+}
+
 /// The transport a listener serves.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub enum Transport {
@@ -251,6 +261,8 @@ pub struct TargetConfig {
     pub subsystems: Vec<SubsystemConfig>,
     /// Hosts with authentication settings (`[[host]]`).
     pub hosts: Vec<HostConfig>,
+    /// Other discovery services the discovery log lists (`[[referral]]`).
+    pub referrals: Vec<ReferralConfig>,
     /// Microseconds a worker busy-polls after its last activity before
     /// it sleeps on its completion channel.
     pub poll_spin_us: u64,
@@ -271,6 +283,9 @@ pub struct TargetConfig {
     pub engine: EngineConfig,
     /// The daemon's state directory (reservations that persist), if any.
     pub state_dir: Option<PathBuf>,
+    /// On SIGTERM, a gateway whose hosts another gateway would serve drains
+    /// first, for at most this long (`None`: it stops at once).
+    pub drain_on_stop: Option<std::time::Duration>,
 }
 
 /// Something a valid configuration does that an administrator may not mean.
@@ -333,6 +348,12 @@ impl TargetConfig {
 pub const DEFAULT_METRICS_ADDR: &str = "127.0.0.1:9469";
 /// Default log filter.
 pub const DEFAULT_LOG_LEVEL: &str = "info";
+/// Default of `[target] drain_on_stop_s`.
+pub const DEFAULT_DRAIN_ON_STOP_S: u64 = 30;
+/// The bounds of a drain's timeout (seconds): the groups' non-optimized
+/// hold and a quiet second at least; below the control client's wait.
+pub const DRAIN_TIMEOUT_S: std::ops::RangeInclusive<u64> = 5..=110;
+
 /// Default state directory (systemd's `StateDirectory=nvmf-target`).
 pub const DEFAULT_STATE_DIR: &str = "/var/lib/nvmf-target";
 

@@ -12,6 +12,7 @@ const SECTIONS: &[&str] = &[
     "listener",
     "subsystem",
     "host",
+    "referral",
     "target",
     "metrics",
     "control",
@@ -24,6 +25,7 @@ pub(super) struct RawConfig {
     pub listener: Vec<(usize, RawListener)>,
     pub subsystem: Vec<(usize, RawSubsystem)>,
     pub host: Vec<(usize, RawHost)>,
+    pub referral: Vec<(usize, RawReferral)>,
     pub target: Option<RawTarget>,
     pub metrics: Option<RawMetrics>,
     pub control: Option<RawControl>,
@@ -71,6 +73,7 @@ pub(super) struct RawTarget {
     pub max_unauthenticated_controllers_per_peer: Option<u32>,
     pub max_unauthenticated_controllers: Option<u32>,
     pub state_dir: Option<String>,
+    pub drain_on_stop_s: Option<u64>,
 }
 
 #[derive(Deserialize)]
@@ -81,6 +84,15 @@ pub(super) struct RawListener {
     pub port: Option<u16>,
     /// ANA group id -> state name.
     pub ana: Option<std::collections::BTreeMap<String, String>>,
+}
+
+/// A `[[referral]]`: another discovery service the log lists.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawReferral {
+    pub transport: Option<String>,
+    pub address: Option<String>,
+    pub port: Option<u16>,
 }
 
 #[derive(Deserialize)]
@@ -230,6 +242,7 @@ pub(super) fn read(cx: &mut Ctx, c: config::Config) -> RawConfig {
                 }
             }
             "host" => raw.host = entries(cx, s, v),
+            "referral" => raw.referral = entries(cx, s, v),
             "target" => raw.target = table(cx, s, v),
             "metrics" => raw.metrics = table(cx, s, v),
             "control" => raw.control = table(cx, s, v),

@@ -324,6 +324,27 @@ fn control_socket() {
 }
 
 #[test]
+fn drain_on_stop() {
+    let c = TargetConfig::from_toml(GOOD, "t.toml").unwrap();
+    assert_eq!(
+        c.drain_on_stop,
+        Some(std::time::Duration::from_secs(
+            super::DEFAULT_DRAIN_ON_STOP_S
+        ))
+    );
+    let with = |s: &str| format!("[target]\ndrain_on_stop_s = {s}\n{GOOD}");
+    let c = TargetConfig::from_toml(&with("0"), "t.toml").unwrap();
+    assert_eq!(c.drain_on_stop, None, "0: stop at once");
+    let c = TargetConfig::from_toml(&with("45"), "t.toml").unwrap();
+    assert_eq!(c.drain_on_stop, Some(std::time::Duration::from_secs(45)));
+    bad(
+        &with("3"),
+        "target.drain_on_stop_s: 3 is not 0 (stop at once) or 5 to 110 seconds",
+    );
+    bad(&with("111"), "target.drain_on_stop_s: 111 is not 0");
+}
+
+#[test]
 fn metrics_and_log_sections() {
     let c = TargetConfig::from_toml(GOOD, "t.toml").unwrap();
     assert_eq!(c.metrics_addr, Some("127.0.0.1:9469".parse().unwrap()));

@@ -10,8 +10,8 @@ use nvme::ana::AnaState;
 use super::raw::{RawConfig, RawControl, RawMetrics, RawNamespace, RawSubsystem, SizeValue};
 use super::{
     check_nqn, default_poll_spin_us, engine, BackendConfig, ConfigError, EngineConfig,
-    ListenerConfig, NamespaceConfig, RbdConfig, SubsystemConfig, TargetConfig, Transport,
-    DEFAULT_CONTROL_SOCKET, DEFAULT_LOG_LEVEL, DEFAULT_METRICS_ADDR, DEFAULT_MODEL,
+    ListenerConfig, NamespaceConfig, RbdConfig, ReferralConfig, SubsystemConfig, TargetConfig,
+    Transport, DEFAULT_CONTROL_SOCKET, DEFAULT_LOG_LEVEL, DEFAULT_METRICS_ADDR, DEFAULT_MODEL,
 };
 use nvme::fabrics::{CNTLID_MAX, CNTLID_MIN};
 
@@ -31,41 +31,15 @@ impl TargetConfig {
         let mut seen_addrs = HashSet::new();
         for (i, l) in &raw.listener {
             let f = |n: &str| format!("listener[{i}].{n}");
-            let t = l.transport.as_deref().unwrap_or("rdma");
-            let transport = match t {
-                "rdma" => Transport::Rdma,
-                "tcp" => Transport::Tcp,
-                _ => {
-                    cx.err(
-                        f("transport"),
-                        format!("'{t}' is not supported (\"rdma\" or \"tcp\")"),
-                    );
-                    Transport::Rdma
-                }
-            };
-            let ip = match l.address.as_deref() {
-                None => {
-                    cx.err(f("address"), "is required");
-                    None
-                }
-                Some(a) => match a.parse::<IpAddr>() {
-                    Ok(ip) => Some(ip),
-                    Err(_) => {
-                        cx.err(
-                            f("address"),
-                            format!("'{a}' is not an IPv4 or IPv6 address"),
-                        );
-                        None
-                    }
-                },
-            };
-            let port = l.port.unwrap_or(nvme::DEFAULT_PORT);
-            if port == 0 {
-                cx.err(f("port"), "must be 1..=65535");
+            let Some((transport, addr)) = endpoint(
+                cx,
+                &format!("listener[{i}]"),
+                l.transport.as_deref(),
+                l.address.as_deref(),
+                l.port,
+            ) else {
                 continue;
-            }
-            let Some(ip) = ip else { continue };
-            let addr = SocketAddr::new(ip, port);
+            };
             if !seen_addrs.insert((transport, addr)) {
                 cx.err(
                     f("address"),
@@ -100,6 +74,32 @@ impl TargetConfig {
                 ana,
             });
         }
+        let mut referrals = Vec::new();
+        for (i, r) in &raw.referral {
+            let Some((transport, addr)) = endpoint(
+                cx,
+                &format!("referral[{i}]"),
+                r.transport.as_deref(),
+                r.address.as_deref(),
+                r.port,
+            ) else {
+                continue;
+            };
+            let f = format!("referral[{i}].address");
+            if seen_addrs.contains(&(transport, addr)) {
+                cx.err(f, format!("{addr} is this target's own {} listener: a referral names another discovery service", transport.name()));
+            } else if referrals
+                .iter()
+                .any(|x: &ReferralConfig| x.addr == addr && x.transport == transport)
+            {
+                cx.err(
+                    f,
+                    format!("{addr} is listed twice for {}", transport.name()),
+                );
+            } else {
+                referrals.push(ReferralConfig { addr, transport });
+            }
+        }
         if raw.subsystem.is_empty() && cx.errors.iter().all(|e| !e.names("subsystem")) {
             cx.err("subsystem", "at least one [[subsystem]] is required");
         }
@@ -130,6 +130,23 @@ impl TargetConfig {
         for n in subsystems.iter_mut().flat_map(|s| s.namespaces.iter_mut()) {
             n.state_dir = state_dir.clone();
         }
+        let drain_on_stop = match raw.target.as_ref().and_then(|t| t.drain_on_stop_s) {
+            Some(0) => None,
+            Some(s) if !super::DRAIN_TIMEOUT_S.contains(&s) => {
+                cx.err(
+                    "target.drain_on_stop_s",
+                    format!(
+                        "{s} is not 0 (stop at once) or {} to {} seconds",
+                        super::DRAIN_TIMEOUT_S.start(),
+                        super::DRAIN_TIMEOUT_S.end()
+                    ),
+                );
+                None
+            }
+            s => Some(std::time::Duration::from_secs(
+                s.unwrap_or(super::DEFAULT_DRAIN_ON_STOP_S),
+            )),
+        };
         let poll_spin_us = raw
             .target
             .as_ref()
@@ -250,6 +267,7 @@ impl TargetConfig {
             listeners,
             subsystems,
             hosts,
+            referrals,
             poll_spin_us,
             metrics_addr,
             per_host_series,
@@ -258,6 +276,7 @@ impl TargetConfig {
             log_level,
             engine,
             state_dir,
+            drain_on_stop,
         })
     }
 
@@ -593,4 +612,51 @@ fn check_backing_path(p: &Path) -> Result<(), String> {
         ));
     }
     Ok(())
+}
+
+/// A listener's or a referral's transport and address (`entry`: its field
+/// prefix, `listener[0]`); `None` when they are wrong (the errors are in
+/// `cx`).
+fn endpoint(
+    cx: &mut Ctx,
+    entry: &str,
+    transport: Option<&str>,
+    address: Option<&str>,
+    port: Option<u16>,
+) -> Option<(Transport, SocketAddr)> {
+    let f = |n: &str| format!("{entry}.{n}");
+    let t = transport.unwrap_or("rdma");
+    let transport = match t {
+        "rdma" => Transport::Rdma,
+        "tcp" => Transport::Tcp,
+        _ => {
+            cx.err(
+                f("transport"),
+                format!("'{t}' is not supported (\"rdma\" or \"tcp\")"),
+            );
+            Transport::Rdma
+        }
+    };
+    let ip = match address {
+        None => {
+            cx.err(f("address"), "is required");
+            None
+        }
+        Some(a) => match a.parse::<IpAddr>() {
+            Ok(ip) => Some(ip),
+            Err(_) => {
+                cx.err(
+                    f("address"),
+                    format!("'{a}' is not an IPv4 or IPv6 address"),
+                );
+                None
+            }
+        },
+    };
+    let port = port.unwrap_or(nvme::DEFAULT_PORT);
+    if port == 0 {
+        cx.err(f("port"), "must be 1..=65535");
+        return None;
+    }
+    Some((transport, SocketAddr::new(ip?, port)))
 }

@@ -183,7 +183,13 @@ impl Daemon {
                     .and_then(|t| to_value(&t))
             }
             "undrain" => return to_value(&self.undrain()),
-            "ok_to_stop" => return to_value(&self.ok_to_stop()),
+            "ok_to_stop" => {
+                let p = match p {
+                    Value::Null => rpc::StopParams::default(),
+                    p => rpc::params(method, p)?,
+                };
+                return to_value(&self.ok_to_stop(&p));
+            }
             "controller_disconnect" => {
                 let r = rpc::params::<ControllerRef>(method, p)?;
                 let res = self.disconnect_controller(&r);
@@ -198,6 +204,9 @@ impl Daemon {
             "namespace_qos" => Edit::NamespaceQos(rpc::params(method, p)?),
             "host_add" => Edit::HostAdd(rpc::params(method, p)?),
             "host_del" => Edit::HostDel(rpc::params(method, p)?),
+            "host_key_set" => Edit::HostKeySet(rpc::params(method, p)?),
+            "host_key_del" => Edit::HostKeyDel(rpc::params(method, p)?),
+            "listener_ana" => Edit::ListenerAna(rpc::params(method, p)?),
             m => {
                 return Err(RpcError::new(
                     rpc::METHOD_NOT_FOUND,
@@ -237,9 +246,12 @@ impl Daemon {
     /// The running configuration, as its file's text.
     pub fn config_text(&self) -> Result<ConfigText, LiveError> {
         let s = self.source.as_ref().ok_or(LiveError::NoFile)?;
+        // Host keys stay in the file (root's only); never in an answer.
+        let toml = edit::without_secrets(&s.text)
+            .ok_or_else(|| LiveError::Read(format!("{} does not parse", s.path.display())))?;
         Ok(ConfigText {
             path: s.path.display().to_string(),
-            toml: s.text.clone(),
+            toml,
         })
     }
 

@@ -15,20 +15,16 @@ use serde_json::Value;
 use tracing::{info, warn};
 
 use super::drain::{Drain, Seen, Step};
-use super::ok_to_stop::{reasons, NsPaths};
-use super::rpc::{self, Changed, DrainParams, RpcError, StopCheck};
+use super::ok_to_stop::{drain_helps, verdict, NsPaths};
+use super::rpc::{self, Changed, DrainParams, RpcError, StopCheck, StopParams};
 use super::Daemon;
 use crate::backend::{GatewayState, Peer};
+use crate::config::TargetConfig;
 use crate::model::namespace::Namespace;
 use crate::model::subsystem::{Subsystem, SubsystemKind};
 
 /// How often the loop runs while a drain is on.
 pub const DRAIN_TICK: Duration = Duration::from_millis(100);
-
-/// The longest a drain may be given (below the client's wait).
-const MAX_TIMEOUT_S: u64 = 110;
-/// The shortest: the non-optimized hold and a quiet second, and some.
-const MIN_TIMEOUT_S: u64 = 5;
 
 /// Where a control request's answer goes.
 pub type Reply = std::sync::mpsc::Sender<Result<Value, RpcError>>;
@@ -62,6 +58,32 @@ pub fn takes_over(promoted: bool, peers: &[Peer]) -> bool {
         .iter()
         .any(|p| !(p.candidate || p.fresh && p.state == AnaState::Optimized))
         && !live().any(|p| p.candidate && p.first)
+}
+
+/// The file that says a listener was drained by the operator, in the
+/// state directory (per listener: gateways that share the directory keep
+/// apart).
+fn drained_file(config: &TargetConfig, port: usize) -> Option<std::path::PathBuf> {
+    let l = config.listeners.get(port)?;
+    let name = format!("drained-{:?}-{}", l.transport, l.addr).to_lowercase();
+    Some(config.state_dir.as_ref()?.join(name))
+}
+
+/// At start, before the listeners: those the operator drained and did not
+/// undrain start inaccessible.
+pub fn restore_drained(config: &TargetConfig, ana: &crate::model::ana::Ana) {
+    let ports: Vec<usize> = (0..config.listeners.len())
+        .filter(|&p| drained_file(config, p).is_some_and(|f| f.exists()))
+        .collect();
+    if ports.is_empty() {
+        return;
+    }
+    ana.drain(&ports, Some(AnaState::Inaccessible));
+    let addrs: Vec<String> = ports
+        .iter()
+        .map(|&p| config.listeners[p].addr.to_string())
+        .collect();
+    warn!(listeners = ?addrs, "started drained, as the operator left these listeners: ANA groups inaccessible there (nvmf-target undrain restores the configured states)");
 }
 
 impl Daemon {
@@ -147,11 +169,12 @@ impl Daemon {
         if self.draining.is_some() {
             return refuse("a drain is already under way (nvmf-target undrain cancels it)".into());
         }
-        if p.timeout_s
-            .is_some_and(|t| !(MIN_TIMEOUT_S..=MAX_TIMEOUT_S).contains(&t))
-        {
+        let bounds = crate::config::DRAIN_TIMEOUT_S;
+        if p.timeout_s.is_some_and(|t| !bounds.contains(&t)) {
             return refuse(format!(
-                "a drain's timeout is {MIN_TIMEOUT_S} to {MAX_TIMEOUT_S} s (the groups are non-optimized for {} s first; the client waits {} s at most)",
+                "a drain's timeout is {} to {} s (the groups are non-optimized for {} s first; the client waits {} s at most)",
+                bounds.start(),
+                bounds.end(),
                 super::drain::HOLD_NON_OPTIMIZED.as_secs(),
                 rpc::CHANGE_TIMEOUT.as_secs()
             ));
@@ -171,16 +194,92 @@ impl Daemon {
                 ports
             }
         };
-        let changed = self.target.ana.drain(&ports, Some(AnaState::NonOptimized));
-        let n = self.notify_ana(Some(&changed));
         let timeout = p
             .timeout_s
             .map_or(super::drain::DEFAULT_TIMEOUT, Duration::from_secs);
+        // The operator's drain holds through a restart (an upgrade, a
+        // reboot) until undrained.
+        self.remember_drained(&ports, true);
+        self.begin_drain(ports, timeout, Some(reply));
+    }
+
+    fn begin_drain(&mut self, ports: Vec<usize>, timeout: Duration, reply: Option<Reply>) {
+        let changed = self.target.ana.drain(&ports, Some(AnaState::NonOptimized));
+        let n = self.notify_ana(Some(&changed));
         info!(listeners = ?self.listener_addrs(&ports), controllers_notified = n, timeout_s = timeout.as_secs(), "draining: ANA groups non-optimized");
         self.draining = Some(Draining {
             drain: Drain::new(ports, Instant::now(), timeout),
-            reply: Some(reply),
+            reply,
         });
+    }
+
+    /// Records (or forgets) that `ports` are drained; a failure is logged
+    /// (the drain holds until a restart).
+    fn remember_drained(&self, ports: &[usize], drained: bool) {
+        for &p in ports {
+            let Some(f) = drained_file(&self.config, p) else {
+                continue;
+            };
+            let r = match drained {
+                true => std::fs::create_dir_all(f.parent().unwrap_or(&f)).and_then(|_| {
+                    std::fs::write(
+                        &f,
+                        "drained by nvmf-target drain; nvmf-target undrain ends it\n",
+                    )
+                }),
+                false => match std::fs::remove_file(&f) {
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+                    r => r,
+                },
+            };
+            if let Err(e) = r {
+                warn!(file = %f.display(), error = %e, drained, "cannot record the drain: a restart does not keep it");
+            }
+        }
+    }
+
+    /// SIGTERM or SIGINT: whether the daemon may stop now. A gateway
+    /// whose hosts another gateway would serve drains first (at most
+    /// `[target] drain_on_stop_s`); a second signal stops it at once.
+    pub fn stop_requested(&mut self) -> bool {
+        if self.stop_after_drain {
+            warn!("stopping without waiting for the drain (a second signal)");
+            self.drain_stopped();
+            return true;
+        }
+        let Some(timeout) = self.config.drain_on_stop else {
+            return true;
+        };
+        if self.draining.is_some() {
+            info!("stopping once the drain under way ends");
+            self.stop_after_drain = true;
+            return false;
+        }
+        let all: Vec<usize> = (0..self.config.listeners.len()).collect();
+        let drained = self.target.ana.drained();
+        let undrained: Vec<usize> = all
+            .into_iter()
+            .filter(|p| {
+                !drained
+                    .iter()
+                    .any(|(d, s)| d == p && *s == AnaState::Inaccessible)
+            })
+            .collect();
+        if undrained.is_empty() || !drain_helps(&self.ns_paths()) {
+            return true;
+        }
+        info!(
+            timeout_s = timeout.as_secs(),
+            "stopping: draining first (another gateway serves the hosts meanwhile)"
+        );
+        self.stop_after_drain = true;
+        self.begin_drain(undrained, timeout, None);
+        false
+    }
+
+    /// Whether a stop waited for a drain that has ended.
+    pub fn stop_due(&self) -> bool {
+        self.stop_after_drain && self.draining.is_none()
     }
 
     fn listener_addrs(&self, ports: &[usize]) -> Vec<String> {
@@ -309,6 +408,7 @@ impl Daemon {
             self.drain_answer(Err("cancelled by nvmf-target undrain".into()));
         }
         let ports: Vec<usize> = self.target.ana.drained().iter().map(|(p, _)| *p).collect();
+        self.remember_drained(&(0..self.config.listeners.len()).collect::<Vec<_>>(), false);
         let changed = self.target.ana.drain(&ports, None);
         let n = self.notify_ana(Some(&changed));
         let summary = match changed.is_empty() {
@@ -327,10 +427,27 @@ impl Daemon {
         }
     }
 
-    /// Whether stopping now leaves every host an optimized path.
-    pub fn ok_to_stop(&self) -> StopCheck {
-        let paths: Vec<NsPaths> = self
-            .nvm_namespaces()
+    /// Whether stopping (now, or once drained) leaves every host an
+    /// optimized path.
+    pub fn ok_to_stop(&self, p: &StopParams) -> StopCheck {
+        let v = verdict(&self.ns_paths(), p.after_drain);
+        StopCheck {
+            ok: v.reasons.is_empty(),
+            alone: Some(v.alone),
+            drained: self
+                .target
+                .ana
+                .drained()
+                .iter()
+                .filter(|(_, s)| *s == AnaState::Inaccessible)
+                .count(),
+            reasons: v.reasons,
+        }
+    }
+
+    /// Each namespace's paths, as this target sees them.
+    fn ns_paths(&self) -> Vec<NsPaths> {
+        self.nvm_namespaces()
             .into_iter()
             .map(|(sub, ns)| NsPaths {
                 subsystem: sub.nqn.clone(),
@@ -343,19 +460,7 @@ impl Daemon {
                     .count(),
                 others: ns.backend.peers(),
             })
-            .collect();
-        let reasons = reasons(&paths);
-        StopCheck {
-            ok: reasons.is_empty(),
-            drained: self
-                .target
-                .ana
-                .drained()
-                .iter()
-                .filter(|(_, s)| *s == AnaState::Inaccessible)
-                .count(),
-            reasons,
-        }
+            .collect()
     }
 }
 

@@ -109,6 +109,7 @@ pub fn build_target(cfg: &TargetConfig) -> Result<Target, String> {
         cfg.poll_spin_us,
     );
     t.ana.update(&cfg.listeners);
+    t.discovery.set_referrals(referrals(cfg));
     t.credentials.set(&cfg.hosts);
     t.max_controllers_per_host
         .store(cfg.engine.max_controllers_per_host, Ordering::Relaxed);
@@ -117,6 +118,17 @@ pub fn build_target(cfg: &TargetConfig) -> Result<Target, String> {
         cfg.engine.max_unauthenticated_controllers,
     );
     Ok(t)
+}
+
+/// The referrals of `cfg`, as the discovery service lists them.
+fn referrals(cfg: &TargetConfig) -> Vec<crate::model::subsystem::Port> {
+    cfg.referrals
+        .iter()
+        .map(|r| crate::model::subsystem::Port {
+            addr: r.addr,
+            tcp: r.transport == crate::config::Transport::Tcp,
+        })
+        .collect()
 }
 
 /// Logs what the configuration does that an administrator may not mean.
@@ -164,6 +176,8 @@ pub struct Daemon {
     fence_warned: Option<Instant>,
     /// A drain under way.
     draining: Option<maintenance::Draining>,
+    /// A signal asked to stop once the drain under way ends.
+    stop_after_drain: bool,
 }
 
 impl Daemon {
@@ -178,6 +192,8 @@ impl Daemon {
         let started = Instant::now();
         check_memlock(config.engine.max_pinned_memory)?;
         let target = Arc::new(build_target(&config)?);
+        maintenance::restore_drained(&config, &target.ana);
+        let built = started.elapsed();
         per_host_series(&config);
         let metrics_server = match config.metrics_addr {
             Some(a) => Some(crate::telemetry::http::start(a).map_err(|e| {
@@ -187,6 +203,7 @@ impl Daemon {
         };
         let engine =
             Engine::start(target.clone(), config.engine.clone()).map_err(|e| e.to_string())?;
+        let engine_up = started.elapsed();
         let mut listeners = Vec::new();
         for l in &config.listeners {
             let s = engine.shared();
@@ -200,6 +217,14 @@ impl Daemon {
             };
             listeners.push(started.map_err(|e| e.to_string())?);
         }
+        // An upgrade's pause is the hosts' reconnect delay times the tries
+        // a restart needs: how long each part of the start took.
+        info!(
+            namespaces_ms = built.as_millis() as u64,
+            engine_ms = (engine_up - built).as_millis() as u64,
+            listeners_ms = (started.elapsed() - engine_up).as_millis() as u64,
+            "started"
+        );
         let (inbox, outbox) = match control::mailbox() {
             Ok((i, o)) => (Some(i), Some(o)),
             Err(e) => {
@@ -233,6 +258,7 @@ impl Daemon {
             log_reload,
             fence_warned: None,
             draining: None,
+            stop_after_drain: false,
         })
     }
 
@@ -593,6 +619,19 @@ impl Daemon {
         }
         if let Some(us) = plan.poll_spin_us {
             self.target.poll_spin_us.store(us, Ordering::Relaxed);
+        }
+        if self.target.discovery.set_referrals(referrals(&new)) {
+            info!(
+                referrals = new.referrals.len(),
+                "discovery referrals changed"
+            );
+        }
+        let told = self.target.notify_discovery();
+        if told > 0 {
+            info!(
+                controllers_notified = told,
+                "discovery log changed: its persistent discovery controllers are told"
+            );
         }
         if plan.per_host {
             per_host_series(&new);

@@ -24,10 +24,25 @@ pub struct NsPaths {
     pub others: Option<Option<Vec<Peer>>>,
 }
 
-/// Why stopping now is not safe: one line per namespace that would lose
-/// its last optimized path (none: it is safe).
-pub fn reasons(paths: &[NsPaths]) -> Vec<String> {
-    paths
+/// Why stopping would not be safe, and whether anything else could make it so.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Verdict {
+    /// One line per namespace that would lose its last optimized path
+    /// (none: it is safe).
+    pub reasons: Vec<String>,
+    /// Each of those namespaces is served by this target alone (a file, a
+    /// device, an RBD image no other gateway serves): no drain or wait
+    /// helps, a restart pauses their I/O (the hosts hold it, within their
+    /// ctrl-loss-tmo).
+    pub alone: bool,
+}
+
+/// Whether stopping leaves every host an optimized path: now, or once
+/// this target drained (`after_drain`: a live gateway configured
+/// non-optimized takes a drained group over, so it counts as well).
+pub fn verdict(paths: &[NsPaths], after_drain: bool) -> Verdict {
+    let mut alone = true;
+    let reasons: Vec<String> = paths
         .iter()
         .filter(|p| p.controllers > 0)
         .filter_map(|p| {
@@ -39,15 +54,21 @@ pub fn reasons(paths: &[NsPaths]) -> Vec<String> {
             );
             let others = match &p.others {
                 None => return Some(format!("{what}: served by this target alone; {hosts}")),
-                Some(None) => return Some(format!("{what}: the other gateways that serve it are not known yet (just opened, or their record in the cluster cannot be read); {hosts}")),
+                Some(None) => {
+                    alone = false;
+                    return Some(format!("{what}: the other gateways that serve it are not known yet (just opened, or their record in the cluster cannot be read); {hosts}"));
+                }
                 Some(Some(o)) => o,
             };
-            if others
-                .iter()
-                .any(|o| o.fresh && o.state == AnaState::Optimized)
-            {
+            let serves = |o: &Peer| {
+                o.fresh
+                    && (o.state == AnaState::Optimized
+                        || after_drain && o.candidate && o.state != AnaState::Inaccessible)
+            };
+            if others.iter().any(serves) {
                 return None;
             }
+            alone = false;
             let seen: Vec<String> = others
                 .iter()
                 .map(|o| match o.fresh {
@@ -55,15 +76,37 @@ pub fn reasons(paths: &[NsPaths]) -> Vec<String> {
                     false => format!("{} not heard from", o.gateway),
                 })
                 .collect();
+            let would = match after_drain {
+                true => " or would take it over",
+                false => "",
+            };
             Some(match seen.is_empty() {
                 true => format!("{what}: no other gateway serves it; {hosts}"),
                 false => format!(
-                    "{what}: no other gateway serves it optimized ({}); {hosts}",
+                    "{what}: no other gateway serves it optimized{would} ({}); {hosts}",
                     seen.join(", ")
                 ),
             })
         })
-        .collect()
+        .collect();
+    Verdict {
+        alone: alone && !reasons.is_empty(),
+        reasons,
+    }
+}
+
+/// Whether a drain would move some host's I/O to another gateway: a
+/// namespace with controllers here has a live gateway beside this one that
+/// serves it optimized or would take it over.
+pub fn drain_helps(paths: &[NsPaths]) -> bool {
+    let with_peers: Vec<NsPaths> = paths
+        .iter()
+        .filter(|p| p.controllers > 0 && matches!(p.others, Some(Some(_))))
+        .cloned()
+        .collect();
+    with_peers
+        .iter()
+        .any(|p| verdict(std::slice::from_ref(p), true).reasons.is_empty())
 }
 
 /// A state as configuration files name it.
@@ -103,6 +146,10 @@ mod tests {
         }
     }
 
+    fn reasons(paths: &[NsPaths]) -> Vec<String> {
+        verdict(paths, false).reasons
+    }
+
     #[test]
     fn safe_only_where_another_gateway_serves_optimized_or_nobody_is_connected() {
         assert!(reasons(&[]).is_empty());
@@ -132,5 +179,48 @@ mod tests {
             reasons(&[ns(1, Some(vec![]))]),
             ["nqn.s nsid 1 (rbd:rbd/img): no other gateway serves it; 1 controller connected here"]
         );
+    }
+
+    #[test]
+    fn after_a_drain_a_live_candidate_counts_and_alone_says_nothing_would_help() {
+        let mut candidate = peer("b:1", AnaState::NonOptimized, true);
+        candidate.candidate = true;
+        let paired = ns(1, Some(vec![candidate.clone()]));
+        assert!(!verdict(std::slice::from_ref(&paired), false)
+            .reasons
+            .is_empty());
+        assert_eq!(
+            verdict(std::slice::from_ref(&paired), true),
+            Verdict::default()
+        );
+        assert!(drain_helps(std::slice::from_ref(&paired)));
+        // A drained or silent candidate takes nothing over.
+        let mut drained = candidate.clone();
+        drained.state = AnaState::Inaccessible;
+        let mut dead = candidate;
+        dead.fresh = false;
+        for o in [drained, dead] {
+            let p = ns(1, Some(vec![o]));
+            let v = verdict(std::slice::from_ref(&p), true);
+            assert!(v.reasons[0].contains("or would take it over"), "{v:?}");
+            assert!(!v.alone);
+            assert!(!drain_helps(&[p]));
+        }
+        // Served here alone: nothing helps; with a paired one beside it,
+        // the drain still helps that one.
+        let single = ns(3, None);
+        let v = verdict(std::slice::from_ref(&single), true);
+        assert!(v.alone && v.reasons.len() == 1);
+        assert!(!drain_helps(std::slice::from_ref(&single)));
+        let both = [single, paired];
+        assert!(drain_helps(&both));
+        assert!(verdict(&both, true).alone);
+        // No host here: nothing to say, nothing to drain.
+        let idle = ns(0, Some(vec![]));
+        assert_eq!(
+            verdict(std::slice::from_ref(&idle), false),
+            Verdict::default()
+        );
+        assert!(!drain_helps(&[idle]));
     }
 }

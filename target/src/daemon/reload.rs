@@ -90,6 +90,8 @@ pub struct Plan {
     /// Per-host series turned on or off, or their cap changed (for
     /// controllers that connect from now on).
     pub per_host: bool,
+    /// The discovery referrals changed.
+    pub referrals: bool,
 }
 
 impl Plan {
@@ -103,6 +105,7 @@ impl Plan {
             && !self.ana
             && !self.hosts
             && !self.per_host
+            && !self.referrals
     }
 
     /// A one-line summary for the log and the service status.
@@ -116,7 +119,7 @@ impl Plan {
         let shown: usize = self.changed.iter().map(|c| c.shown.len()).sum();
         let qos: usize = self.changed.iter().map(|c| c.qos.len()).sum();
         format!(
-            "subsystems +{} -{}, namespaces +{} -{}, host access changed in {}{}{}{}{}{}{}",
+            "subsystems +{} -{}, namespaces +{} -{}, host access changed in {}{}{}{}{}{}{}{}",
             self.added.len(),
             self.removed.len(),
             ns_added,
@@ -138,6 +141,11 @@ impl Plan {
             },
             if self.per_host {
                 ", per-host series changed"
+            } else {
+                ""
+            },
+            if self.referrals {
+                ", referrals changed"
             } else {
                 ""
             },
@@ -282,6 +290,7 @@ pub fn plan(old: &TargetConfig, new: &TargetConfig) -> Result<Plan, NeedsRestart
         .ne(new.listeners.iter().map(|l| &l.ana));
     p.hosts = old.hosts != new.hosts;
     p.per_host = old.per_host_series != new.per_host_series;
+    p.referrals = old.referrals != new.referrals;
     Ok(p)
 }
 

@@ -61,6 +61,9 @@ pub const METHODS: &[&str] = &[
     "namespace_qos",
     "host_add",
     "host_del",
+    "host_key_set",
+    "host_key_del",
+    "listener_ana",
     "controller_disconnect",
     "drain",
     "undrain",
@@ -80,13 +83,29 @@ pub struct DrainParams {
     pub timeout_s: Option<u64>,
 }
 
+/// The parameters of `ok_to_stop` (none: stopping now).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StopParams {
+    /// Stopping once drained (as SIGTERM does on a gateway with peers): a
+    /// live gateway that would take a drained group over counts as a path.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub after_drain: bool,
+}
+
 /// The result of `ok_to_stop`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct StopCheck {
-    /// Stopping now leaves every host an optimized path.
+    /// Stopping leaves every host an optimized path.
     pub ok: bool,
     /// Why not: one line per namespace.
     pub reasons: Vec<String>,
+    /// Those namespaces are served by this target alone: no drain or wait
+    /// makes stopping safe (a restart pauses their I/O, which the hosts
+    /// hold within their ctrl-loss-tmo). `None`: a daemon older than
+    /// this field, which cannot tell (nor stop after a drain).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub alone: Option<bool>,
     /// Listeners drained (inaccessible) now.
     pub drained: usize,
 }

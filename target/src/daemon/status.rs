@@ -440,6 +440,7 @@ impl Status {
             .collect();
         let mut discovery_controllers: Vec<_> = target
             .discovery
+            .subsystem
             .controllers()
             .iter()
             .map(|c| controller(target, c, now))

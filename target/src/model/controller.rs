@@ -97,6 +97,11 @@ pub struct CtrlState {
     pub ns_event_masked: bool,
     /// An ANA change notice is outstanding (until the ANA log is read).
     pub ana_event_masked: bool,
+    /// A discovery log change notice is outstanding (until the log is read).
+    pub disc_event_masked: bool,
+    /// What the host last read of the discovery log (a digest of its
+    /// entries); `None`: never read it.
+    pub disc_seen: Option<u64>,
     /// Reservation notices and their masks.
     pub resv_notices: crate::reservation::notices::NoticeLog,
     /// A reservation log notice is outstanding (until the log is read).
@@ -142,6 +147,8 @@ impl CtrlState {
             changed_ns: Vec::new(),
             ns_event_masked: false,
             ana_event_masked: false,
+            disc_event_masked: false,
+            disc_seen: None,
             resv_notices: Default::default(),
             resv_event_masked: false,
             acre: false,
@@ -280,6 +287,23 @@ impl CtrlState {
             aen::TYPE_NOTICE,
             aen::INFO_NS_CHANGED,
             lid::CHANGED_NS,
+        ));
+        true
+    }
+
+    /// Raises a Discovery Log Page Change notice when the host enabled it
+    /// (Asynchronous Event Configuration bit 31) and none is outstanding.
+    /// Returns whether an event was queued.
+    pub fn disc_changed(&mut self) -> bool {
+        if self.aen_config & nvme::identify::oaes::DISC_CHANGE == 0 || self.disc_event_masked {
+            return false;
+        }
+        self.disc_event_masked = true;
+        use nvme::log::aen;
+        self.events.push_back(aen::result(
+            aen::TYPE_NOTICE,
+            aen::INFO_DISC_CHANGE,
+            nvme::opcode::lid::DISCOVERY,
         ));
         true
     }
@@ -555,6 +579,20 @@ impl Controller {
             crate::telemetry::metrics::metrics()
                 .async_events
                 .with_label_values(&[&self.subsys.nqn, "ns_changed"])
+                .inc();
+            self.wake_admin();
+        }
+        raised
+    }
+
+    /// The discovery log its host would read changed: raises the notice and
+    /// wakes the admin queue to complete a parked Asynchronous Event Request.
+    pub fn notify_disc_changed(&self) -> bool {
+        let raised = self.state().disc_changed();
+        if raised {
+            crate::telemetry::metrics::metrics()
+                .async_events
+                .with_label_values(&[&self.subsys.nqn, "discovery_change"])
                 .inc();
             self.wake_admin();
         }

@@ -4,6 +4,7 @@
 pub mod ana;
 pub mod auth;
 pub mod controller;
+pub mod discovery;
 pub mod hostid;
 pub mod namespace;
 pub mod qos;

@@ -299,14 +299,12 @@ pub struct Target {
     subsystems: ArcSwap<Vec<Arc<Subsystem>>>,
     /// Subsystems removed by a reload whose controllers may still be connected.
     retired: Mutex<Vec<Arc<Subsystem>>>,
-    /// The discovery subsystem.
-    pub discovery: Arc<Subsystem>,
+    /// The discovery service: its subsystem, generation counter, referrals.
+    pub discovery: crate::model::discovery::DiscoveryService,
     /// Listener addresses (port ids are index + 1).
     pub listeners: Vec<Port>,
     /// ANA group states by listener.
     pub ana: crate::model::ana::Ana,
-    /// Discovery log generation counter.
-    genctr: AtomicU64,
     /// Busy-poll window of the workers (µs), read when a worker starts.
     pub poll_spin_us: AtomicU64,
     /// Queue threads running.
@@ -356,22 +354,12 @@ impl Target {
         listeners: Vec<Port>,
         poll_spin_us: u64,
     ) -> Target {
-        let discovery = Arc::new(Subsystem::new(
-            nvme::DISCOVERY_NQN.to_string(),
-            SubsystemKind::Discovery,
-            true,
-            vec![],
-            None,
-            "nvmf-target discovery".into(),
-            vec![],
-        ));
         Target {
             subsystems: ArcSwap::from_pointee(subsystems),
             retired: Mutex::new(Vec::new()),
-            discovery,
+            discovery: Default::default(),
             ana: crate::model::ana::Ana::new(listeners.len()),
             listeners,
-            genctr: AtomicU64::new(1),
             poll_spin_us: AtomicU64::new(poll_spin_us),
             live_queues: Default::default(),
             io_in_flight: Default::default(),
@@ -461,7 +449,7 @@ impl Target {
                     .cloned(),
             );
         self.prune_retired();
-        self.bump_genctr();
+        self.discovery.bump_genctr();
     }
 
     /// Forgets removed subsystems whose last controller is gone.
@@ -472,20 +460,26 @@ impl Target {
             .retain(|s| !s.controllers().is_empty());
     }
 
-    /// The discovery log generation counter.
-    pub fn genctr(&self) -> u64 {
-        self.genctr.load(Ordering::Acquire)
-    }
-
-    /// Marks the discovery log changed.
-    pub fn bump_genctr(&self) {
-        self.genctr.fetch_add(1, Ordering::AcqRel);
+    /// Tells each discovery controller whose host would read another log
+    /// now than it last read (a subsystem, its hosts, a listener or a
+    /// referral changed): how many were told.
+    pub fn notify_discovery(&self) -> usize {
+        self.discovery
+            .subsystem
+            .controllers()
+            .iter()
+            .filter(|c| {
+                let now = crate::command::discovery::digest(self, &c.hostnqn);
+                let seen = c.state().disc_seen;
+                seen.is_some_and(|s| s != now) && c.notify_disc_changed()
+            })
+            .count()
     }
 
     /// The subsystem named `nqn` (the discovery NQN included).
     pub fn subsystem(&self, nqn: &str) -> Option<Arc<Subsystem>> {
         if nqn == nvme::DISCOVERY_NQN {
-            return Some(self.discovery.clone());
+            return Some(self.discovery.subsystem.clone());
         }
         self.subsystems
             .load()
@@ -504,7 +498,7 @@ impl Target {
                 .iter()
                 .cloned(),
         );
-        v.push(self.discovery.clone());
+        v.push(self.discovery.subsystem.clone());
         v
     }
 

@@ -130,7 +130,7 @@ pub fn identify_controller(ctrl: &Controller) -> IdentifyController {
         cntlid: ctrl.cntlid,
         ver: VERSION,
         oaes: if disc {
-            0
+            oaes::DISC_CHANGE
         } else {
             oaes::NS_ATTR | oaes::ANA_CHANGE
         },
@@ -290,7 +290,18 @@ fn get_log_page(target: &Target, ctrl: &Controller, cmd: &Command, out: &mut [u8
     }
     let disc = ctrl.subsys.kind == SubsystemKind::Discovery;
     let page: Vec<u8> = match g.lid {
-        lid::DISCOVERY if disc => crate::command::discovery::log_page(target, &ctrl.hostnqn),
+        lid::DISCOVERY if disc => {
+            let (page, digest) = crate::command::discovery::log_page(target, &ctrl.hostnqn);
+            let mut st = ctrl.state();
+            // Reading it (without Retain Asynchronous Event) re-arms the
+            // change notice; what was read is what later changes are
+            // measured against.
+            if !g.rae {
+                st.disc_event_masked = false;
+            }
+            st.disc_seen = Some(digest);
+            page
+        }
         lid::ERROR => {
             let st = ctrl.state();
             let mut v = vec![0u8; ERROR_LOG_ENTRIES * nvme::log::ERROR_ENTRY_SIZE];

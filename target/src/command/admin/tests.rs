@@ -35,6 +35,7 @@ fn setup() -> (Target, Arc<Controller>, Arc<Controller>) {
     let c = s.add_controller("nqn.h", [3; 16], 5000, 16, false).unwrap();
     let d = t
         .discovery
+        .subsystem
         .add_controller("nqn.h", [3; 16], 0, 16, false)
         .unwrap();
     for x in [&c, &d] {

@@ -12,6 +12,11 @@
 use serde::{Deserialize, Serialize};
 use toml_edit::{value, Array, ArrayOfTables, DocumentMut, Item, Table};
 
+mod hosts;
+mod listener;
+
+pub use hosts::{without_secrets, HIDDEN};
+
 /// The highest nsid the target serves (as the validation's limit).
 const MAX_NSID: u32 = 1024;
 /// The wildcard host of `host add`/`host del`: any host (`allow_any_host`).
@@ -150,6 +155,60 @@ pub struct HostRef {
     pub host_nqn: String,
 }
 
+/// `host add`: a host of a subsystem, with its DH-HMAC-CHAP keys if given
+/// (they go to its `[[host]]` entry, made if there is none).
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HostAdd {
+    /// The subsystem's NQN.
+    pub subsystem: String,
+    /// The host's NQN, or `*`.
+    pub host_nqn: String,
+    /// The secret the host proves it holds (`DHHC-1:...`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dhchap_key: Option<String>,
+    /// The secret this target proves it holds, when the host asks.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dhchap_ctrl_key: Option<String>,
+}
+
+/// `host key set`: a host's DH-HMAC-CHAP keys; those given replace those
+/// set, the other stays.
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HostKey {
+    /// The host's NQN.
+    pub host_nqn: String,
+    /// The secret the host proves it holds (`DHHC-1:...`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dhchap_key: Option<String>,
+    /// The secret this target proves it holds, when the host asks.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dhchap_ctrl_key: Option<String>,
+}
+
+/// A host by NQN (`host key del`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HostNqn {
+    /// The host's NQN.
+    pub host_nqn: String,
+}
+
+/// `listener ana`: the state of an ANA group at the listeners of an address
+/// (all listeners without one).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ListenerAna {
+    /// `ADDRESS:PORT` (every transport there); none: every listener.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub listener: Option<String>,
+    /// The ANA group.
+    pub group: u32,
+    /// `optimized`, `non-optimized`, `inaccessible`.
+    pub state: String,
+}
+
 /// A change to the configuration.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Edit {
@@ -167,10 +226,16 @@ pub enum Edit {
     NamespaceDetach(NamespaceHost),
     /// Set a namespace's QoS caps, or a host's on it.
     NamespaceQos(NamespaceQos),
-    /// Let a host connect to a subsystem.
-    HostAdd(HostRef),
+    /// Let a host connect to a subsystem (with its keys).
+    HostAdd(HostAdd),
     /// Stop a host connecting to a subsystem.
     HostDel(HostRef),
+    /// Set a host's keys.
+    HostKeySet(HostKey),
+    /// Remove a host's keys.
+    HostKeyDel(HostNqn),
+    /// Set an ANA group's state at listeners.
+    ListenerAna(ListenerAna),
 }
 
 /// The edited text and what changed.
@@ -234,6 +299,22 @@ pub enum EditError {
         /// The host.
         host: String,
     },
+    /// The host's key is read from a file of its own.
+    #[error("the {field} of host '{host}' is read from {path} ({field}_file): write the new key there and reload (systemctl reload nvmf-target)")]
+    KeyInFile {
+        /// The host.
+        host: String,
+        /// `dhchap_key` or `dhchap_ctrl_key`.
+        field: &'static str,
+        /// The file.
+        path: String,
+    },
+    /// The host has no key to remove.
+    #[error("host '{0}' has no key in the configuration")]
+    NoKey(String),
+    /// No listener at the address.
+    #[error("no listener at {0}")]
+    NoListener(String),
 }
 
 /// Makes `edit` in the configuration `text`.
@@ -284,8 +365,11 @@ pub fn apply(text: &str, edit: &Edit) -> Result<Edited, EditError> {
         Edit::NamespaceAttach(h) => (namespace_show(&mut doc, h, true)?, None),
         Edit::NamespaceDetach(h) => (namespace_show(&mut doc, h, false)?, None),
         Edit::NamespaceQos(q) => (namespace_qos(&mut doc, q)?, None),
-        Edit::HostAdd(h) => (host_add(&mut doc, h)?, None),
-        Edit::HostDel(h) => (host_del(&mut doc, h)?, None),
+        Edit::HostAdd(h) => (hosts::host_add(&mut doc, h)?, None),
+        Edit::HostDel(h) => (hosts::host_del(&mut doc, h)?, None),
+        Edit::HostKeySet(k) => (hosts::key_set(&mut doc, k)?, None),
+        Edit::HostKeyDel(h) => (hosts::key_del(&mut doc, &h.host_nqn)?, None),
+        Edit::ListenerAna(a) => (listener::ana(&mut doc, a)?, None),
     };
     Ok(Edited {
         text: doc.to_string(),
@@ -599,67 +683,42 @@ fn namespace_show(
 }
 
 /// The subsystem's `hosts` list, made if missing.
-fn hosts_of<'t>(sub: &'t mut Table, nqn: &str) -> Result<&'t mut Array, EditError> {
-    if !sub.contains_key("hosts") {
-        sub.insert("hosts", value(Array::new()));
+/// Keys are never printed: a host's NQN and which keys are given.
+fn redacted_keys(
+    f: &mut std::fmt::Formatter<'_>,
+    name: &str,
+    fields: &[(&str, &str)],
+    keys: [&Option<String>; 2],
+) -> std::fmt::Result {
+    let mut d = f.debug_struct(name);
+    for (k, v) in fields {
+        d.field(k, v);
     }
-    sub["hosts"]
-        .as_array_mut()
-        .ok_or_else(|| EditError::Unreadable(format!("'hosts' of '{nqn}' is not a list")))
+    d.field("dhchap_key", &keys[0].as_ref().map(|_| "(secret)"))
+        .field("dhchap_ctrl_key", &keys[1].as_ref().map(|_| "(secret)"))
+        .finish()
 }
 
-fn allow_any(sub: &Table) -> bool {
-    sub.get("allow_any_host")
-        .and_then(|v| v.as_bool())
-        .unwrap_or(false)
+impl std::fmt::Debug for HostAdd {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        redacted_keys(
+            f,
+            "HostAdd",
+            &[("subsystem", &self.subsystem), ("host_nqn", &self.host_nqn)],
+            [&self.dhchap_key, &self.dhchap_ctrl_key],
+        )
+    }
 }
 
-fn host_add(doc: &mut DocumentMut, h: &HostRef) -> Result<String, EditError> {
-    let sub = subsystem(doc, &h.subsystem)?;
-    let exists = EditError::HostExists {
-        nqn: h.subsystem.clone(),
-        host: h.host_nqn.clone(),
-    };
-    if h.host_nqn == ANY_HOST {
-        if allow_any(sub) {
-            return Err(exists);
-        }
-        sub.insert("allow_any_host", value(true));
-        return Ok(format!("any host may connect to {}", h.subsystem));
+impl std::fmt::Debug for HostKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        redacted_keys(
+            f,
+            "HostKey",
+            &[("host_nqn", &self.host_nqn)],
+            [&self.dhchap_key, &self.dhchap_ctrl_key],
+        )
     }
-    let hosts = hosts_of(sub, &h.subsystem)?;
-    if hosts.iter().any(|v| v.as_str() == Some(&h.host_nqn)) {
-        return Err(exists);
-    }
-    hosts.push(&h.host_nqn);
-    Ok(format!(
-        "host {} may connect to {}",
-        h.host_nqn, h.subsystem
-    ))
-}
-
-fn host_del(doc: &mut DocumentMut, h: &HostRef) -> Result<String, EditError> {
-    let sub = subsystem(doc, &h.subsystem)?;
-    let missing = EditError::NoHost {
-        nqn: h.subsystem.clone(),
-        host: h.host_nqn.clone(),
-    };
-    if h.host_nqn == ANY_HOST {
-        if !allow_any(sub) {
-            return Err(missing);
-        }
-        sub.insert("allow_any_host", value(false));
-        return Ok(format!("only listed hosts may connect to {}", h.subsystem));
-    }
-    let hosts = hosts_of(sub, &h.subsystem)?;
-    let Some(i) = hosts.iter().position(|v| v.as_str() == Some(&h.host_nqn)) else {
-        return Err(missing);
-    };
-    hosts.remove(i);
-    Ok(format!(
-        "host {} may no longer connect to {}",
-        h.host_nqn, h.subsystem
-    ))
 }
 
 #[cfg(test)]

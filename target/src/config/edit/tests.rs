@@ -262,12 +262,18 @@ fn hosts_and_any_host() {
         subsystem: A.into(),
         host_nqn: host.into(),
     };
-    let e = apply(FILE, &Edit::HostAdd(h("nqn.2026-11.io.example:h2"))).unwrap();
+    let add = |host: &str| HostAdd {
+        subsystem: A.into(),
+        host_nqn: host.into(),
+        dhchap_key: None,
+        dhchap_ctrl_key: None,
+    };
+    let e = apply(FILE, &Edit::HostAdd(add("nqn.2026-11.io.example:h2"))).unwrap();
     assert!(e.text.contains("# the database host"));
     let c = parsed(&e.text);
     assert_eq!(c.subsystems[0].hosts.len(), 2);
     assert!(matches!(
-        apply(&e.text, &Edit::HostAdd(h("nqn.2026-11.io.example:h2"))),
+        apply(&e.text, &Edit::HostAdd(add("nqn.2026-11.io.example:h2"))),
         Err(EditError::HostExists { .. })
     ));
     let e = apply(&e.text, &Edit::HostDel(h("nqn.2026-11.io.example:h1"))).unwrap();
@@ -279,7 +285,7 @@ fn hosts_and_any_host() {
         apply(&e.text, &Edit::HostDel(h("nqn.2026-11.io.example:h1"))),
         Err(EditError::NoHost { .. })
     ));
-    let e = apply(&e.text, &Edit::HostAdd(h(ANY_HOST))).unwrap();
+    let e = apply(&e.text, &Edit::HostAdd(add(ANY_HOST))).unwrap();
     assert!(parsed(&e.text).subsystems[0].allow_any_host);
     let e = apply(&e.text, &Edit::HostDel(h(ANY_HOST))).unwrap();
     assert!(!parsed(&e.text).subsystems[0].allow_any_host);
@@ -333,4 +339,153 @@ fn bad_requests_and_bad_files() {
         apply(&text, &Edit::NamespaceAdd(ns_add(A))),
         Err(EditError::NoFreeNsid(A.into()))
     );
+}
+
+const KEY1: &str = "DHHC-1:00:ICEiIyQlJicoKSorLC0uLzAxMjM0NTY3ODk6Ozw9Pj/jBqb2:";
+const KEY2: &str = "DHHC-1:00:AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh+KfiaR:";
+const H3: &str = "nqn.2026-11.io.example:h3";
+
+fn key(k: Option<&str>, ctrl: Option<&str>) -> HostKey {
+    HostKey {
+        host_nqn: H3.into(),
+        dhchap_key: k.map(Into::into),
+        dhchap_ctrl_key: ctrl.map(Into::into),
+    }
+}
+
+fn host_cfg(c: &TargetConfig) -> &crate::config::HostConfig {
+    c.hosts
+        .iter()
+        .find(|h| h.nqn == H3)
+        .expect("the [[host]] entry")
+}
+
+#[test]
+fn host_keys_added_rotated_and_removed_and_never_said() {
+    // host add with a key: the subsystem lists it, a [[host]] entry holds it.
+    let e = apply(
+        FILE,
+        &Edit::HostAdd(HostAdd {
+            subsystem: A.into(),
+            host_nqn: H3.into(),
+            dhchap_key: Some(KEY1.into()),
+            dhchap_ctrl_key: None,
+        }),
+    )
+    .unwrap();
+    assert!(!e.summary.contains("DHHC"), "{}", e.summary);
+    assert!(e.summary.ends_with("(its key set)"), "{}", e.summary);
+    let c = parsed(&e.text);
+    assert!(c.subsystems[0].hosts.contains(&H3.to_string()));
+    let first = host_cfg(&c).dhchap_key.clone().expect("a key");
+    // Rotation: the key replaced, a controller key added, the key kept.
+    let e = apply(&e.text, &Edit::HostKeySet(key(Some(KEY2), None))).unwrap();
+    assert!(!e.summary.contains("DHHC"), "{}", e.summary);
+    let c = parsed(&e.text);
+    assert_ne!(host_cfg(&c).dhchap_key.as_ref(), Some(&first));
+    let e = apply(&e.text, &Edit::HostKeySet(key(None, Some(KEY1)))).unwrap();
+    let c = parsed(&e.text);
+    assert!(host_cfg(&c).dhchap_key.is_some() && host_cfg(&c).dhchap_ctrl_key.is_some());
+    assert_eq!(e.text.matches("[[host]]").count(), 1);
+    // Shown: every key hidden, the rest as written.
+    let shown = without_secrets(&e.text).unwrap();
+    assert!(!shown.contains("DHHC"), "{shown}");
+    assert_eq!(shown.matches(HIDDEN).count(), 2);
+    assert!(shown.contains("# the database host"));
+    // Debug output of a request names no key either.
+    assert!(!format!("{:?}", key(Some(KEY1), Some(KEY2))).contains("DHHC"));
+    // Removed: the entry goes with its last key; removing again says so.
+    let e = apply(
+        &e.text,
+        &Edit::HostKeyDel(HostNqn {
+            host_nqn: H3.into(),
+        }),
+    )
+    .unwrap();
+    assert!(!e.text.contains("[[host]]"), "{}", e.text);
+    assert!(parsed(&e.text).hosts.is_empty());
+    assert_eq!(
+        apply(
+            &e.text,
+            &Edit::HostKeyDel(HostNqn {
+                host_nqn: H3.into()
+            })
+        ),
+        Err(EditError::NoKey(H3.into()))
+    );
+    // Nothing to set; a key for '*'; a key kept in a file of its own.
+    assert!(matches!(
+        apply(FILE, &Edit::HostKeySet(key(None, None))),
+        Err(EditError::Invalid(_))
+    ));
+    let any = HostAdd {
+        subsystem: A.into(),
+        host_nqn: ANY_HOST.into(),
+        dhchap_key: Some(KEY1.into()),
+        dhchap_ctrl_key: None,
+    };
+    assert!(matches!(
+        apply(FILE, &Edit::HostAdd(any)),
+        Err(EditError::Invalid(_))
+    ));
+    let filed = format!("{FILE}\n[[host]]\nnqn = \"{H3}\"\ndhchap_key_file = \"/etc/k\"\n");
+    let e = apply(&filed, &Edit::HostKeySet(key(Some(KEY2), None))).unwrap_err();
+    assert!(matches!(e, EditError::KeyInFile { .. }));
+    assert!(e.to_string().contains("/etc/k"), "{e}");
+    // A controller key beside a key kept in a file is fine.
+    apply(&filed, &Edit::HostKeySet(key(None, Some(KEY2)))).unwrap();
+}
+
+#[test]
+fn listener_ana_states_set_per_address_or_everywhere() {
+    let two = format!(
+        "{FILE}\n[[listener]]\ntransport = \"tcp\"\naddress = \"10.0.2.15\"\n[[listener]]\naddress = \"10.0.2.16\"\nport = 4421\nana = {{ 1 = \"optimized\" }}\n"
+    );
+    let at = |l: Option<&str>, g: u32, s: &str| {
+        Edit::ListenerAna(ListenerAna {
+            listener: l.map(Into::into),
+            group: g,
+            state: s.into(),
+        })
+    };
+    let e = apply(&two, &at(Some("10.0.2.15:4420"), 2, "inaccessible")).unwrap();
+    assert!(
+        e.summary.contains("2 listener(s) of 10.0.2.15:4420"),
+        "{}",
+        e.summary
+    );
+    assert!(e.text.contains("# eth0"));
+    assert!(
+        e.text.contains("ana = { 2 = \"inaccessible\" }"),
+        "{}",
+        e.text
+    );
+    let c = parsed(&e.text);
+    use nvme::ana::AnaState;
+    let st = |c: &TargetConfig, i: usize, g: u32| c.listeners[i].ana.get(&g).copied();
+    assert_eq!(st(&c, 0, 2), Some(AnaState::Inaccessible));
+    assert_eq!(st(&c, 1, 2), Some(AnaState::Inaccessible));
+    assert_eq!(st(&c, 2, 2), None);
+    let e = apply(&e.text, &at(None, 1, "non-optimized")).unwrap();
+    let c = parsed(&e.text);
+    assert!((0..3).all(|i| st(&c, i, 1) == Some(AnaState::NonOptimized)));
+    assert_eq!(
+        st(&c, 0, 2),
+        Some(AnaState::Inaccessible),
+        "other groups stay"
+    );
+    assert_eq!(
+        apply(&two, &at(Some("10.0.2.99:4420"), 1, "optimized")),
+        Err(EditError::NoListener("10.0.2.99:4420".into()))
+    );
+    for bad in [
+        at(None, 1, "fast"),
+        at(None, 0, "optimized"),
+        at(Some("here"), 1, "optimized"),
+    ] {
+        assert!(
+            matches!(apply(&two, &bad), Err(EditError::Invalid(_))),
+            "{bad:?}"
+        );
+    }
 }

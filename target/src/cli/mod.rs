@@ -9,7 +9,8 @@ use clap::{Args, Subcommand};
 use serde_json::Value;
 
 use crate::config::edit::{
-    HostRef, NamespaceAdd, NamespaceHost, NamespaceQos, NamespaceRef, SubsystemAdd, SubsystemRef,
+    HostAdd, HostKey, HostNqn, HostRef, ListenerAna, NamespaceAdd, NamespaceHost, NamespaceQos,
+    NamespaceRef, SubsystemAdd, SubsystemRef,
 };
 use crate::config::TargetConfig;
 use crate::daemon::control::ControlError;
@@ -157,7 +158,7 @@ pub enum NamespaceCmd {
 /// `nvmf-target host ...`
 #[derive(Subcommand, Debug, Clone)]
 pub enum HostCmd {
-    /// Let a host connect to a subsystem ('*': any host).
+    /// Let a host connect to a subsystem ('*': any host), with its keys if given.
     Add {
         /// The subsystem's NQN.
         #[arg(long)]
@@ -165,6 +166,8 @@ pub enum HostCmd {
         /// The host's NQN, or '*'.
         #[arg(long)]
         host_nqn: String,
+        #[command(flatten)]
+        keys: Keys,
     },
     /// Stop a host connecting to a subsystem; it is disconnected at once ('*': only listed hosts).
     Del {
@@ -174,6 +177,60 @@ pub enum HostCmd {
         /// The host's NQN, or '*'.
         #[arg(long)]
         host_nqn: String,
+    },
+    /// A host's DH-HMAC-CHAP keys: set (rotate), del. They apply at once: the
+    /// host's controllers must authenticate again.
+    Key {
+        #[command(subcommand)]
+        cmd: KeyCmd,
+    },
+}
+
+/// A host's DH-HMAC-CHAP keys on the command line.
+#[derive(Args, Debug, Clone, Default)]
+pub struct Keys {
+    /// The secret the host must prove it holds (DHHC-1:...; '-': read a line from stdin, kept out of the process list).
+    #[arg(long, value_name = "KEY")]
+    pub dhchap_key: Option<String>,
+    /// The secret this target proves it holds when the host asks (bidirectional; '-': from stdin, after --dhchap-key's).
+    #[arg(long, value_name = "KEY")]
+    pub dhchap_ctrl_key: Option<String>,
+}
+
+/// `nvmf-target host key ...`
+#[derive(Subcommand, Debug, Clone)]
+pub enum KeyCmd {
+    /// Set a host's key or controller key (the one not given stays).
+    Set {
+        /// The host's NQN.
+        #[arg(long)]
+        host_nqn: String,
+        #[command(flatten)]
+        keys: Keys,
+    },
+    /// Remove a host's keys: it connects without authenticating.
+    Del {
+        /// The host's NQN.
+        #[arg(long)]
+        host_nqn: String,
+    },
+}
+
+/// `nvmf-target listener ...`
+#[derive(Subcommand, Debug, Clone)]
+pub enum ListenerCmd {
+    /// Set the ANA state of a group at the listeners of an address (default:
+    /// every listener); the hosts connected there are told at once.
+    Ana {
+        /// ADDRESS:PORT (every transport there); default: every listener.
+        #[arg(long, value_name = "ADDRESS:PORT")]
+        listener: Option<String>,
+        /// The ANA group.
+        #[arg(long)]
+        group: u32,
+        /// optimized, non-optimized or inaccessible.
+        #[arg(long)]
+        state: String,
     },
 }
 
@@ -222,6 +279,13 @@ pub enum Admin {
         #[command(flatten)]
         conn: Conn,
     },
+    /// Listeners: ANA states (live; kept in the configuration file).
+    Listener {
+        #[command(subcommand)]
+        cmd: ListenerCmd,
+        #[command(flatten)]
+        conn: Conn,
+    },
     /// Controllers: disconnect.
     Controller {
         #[command(subcommand)]
@@ -256,8 +320,15 @@ pub enum Admin {
         conn: Conn,
     },
     /// Whether stopping now leaves every connected host an optimized path to
-    /// each namespace it uses (exit 0), or not (exit 3, with the reasons).
+    /// each namespace it uses (exit 0), or not (exit 3, with the reasons;
+    /// exit 4: those namespaces are served by this target alone, so no
+    /// drain or wait would help).
     OkToStop {
+        /// Stopping once drained (as `systemctl stop` does where other
+        /// gateways serve the hosts): a live gateway that would take a
+        /// drained group over counts as a path.
+        #[arg(long)]
+        after_drain: bool,
         #[command(flatten)]
         conn: Conn,
     },
@@ -270,11 +341,12 @@ impl Admin {
             Admin::Subsystem { conn, .. }
             | Admin::Namespace { conn, .. }
             | Admin::Host { conn, .. }
+            | Admin::Listener { conn, .. }
             | Admin::Controller { conn, .. }
             | Admin::Config { conn, .. }
             | Admin::Drain { conn, .. }
             | Admin::Undrain { conn }
-            | Admin::OkToStop { conn } => conn,
+            | Admin::OkToStop { conn, .. } => conn,
         }
     }
 
@@ -402,13 +474,53 @@ impl Admin {
                     HostCmd::Add {
                         subsystem,
                         host_nqn,
+                        keys,
                     },
                 ..
             } => (
                 "host_add",
-                v(HostRef {
+                v(HostAdd {
                     subsystem,
                     host_nqn,
+                    dhchap_key: keys.dhchap_key,
+                    dhchap_ctrl_key: keys.dhchap_ctrl_key,
+                }),
+            ),
+            Admin::Host {
+                cmd:
+                    HostCmd::Key {
+                        cmd: KeyCmd::Set { host_nqn, keys },
+                    },
+                ..
+            } => (
+                "host_key_set",
+                v(HostKey {
+                    host_nqn,
+                    dhchap_key: keys.dhchap_key,
+                    dhchap_ctrl_key: keys.dhchap_ctrl_key,
+                }),
+            ),
+            Admin::Host {
+                cmd:
+                    HostCmd::Key {
+                        cmd: KeyCmd::Del { host_nqn },
+                    },
+                ..
+            } => ("host_key_del", v(HostNqn { host_nqn })),
+            Admin::Listener {
+                cmd:
+                    ListenerCmd::Ana {
+                        listener,
+                        group,
+                        state,
+                    },
+                ..
+            } => (
+                "listener_ana",
+                v(ListenerAna {
+                    listener,
+                    group,
+                    state,
                 }),
             ),
             Admin::Host {
@@ -446,7 +558,13 @@ impl Admin {
                 }),
             ),
             Admin::Undrain { .. } => ("undrain", Value::Null),
-            Admin::OkToStop { .. } => ("ok_to_stop", Value::Null),
+            Admin::OkToStop { after_drain, .. } => (
+                "ok_to_stop",
+                match after_drain {
+                    true => v(rpc::StopParams { after_drain }),
+                    false => Value::Null,
+                },
+            ),
         }
     }
 }
@@ -477,6 +595,38 @@ pub fn socket_path(config: &Path, socket: Option<&Path>, cmd: &str) -> Result<Pa
     }
 }
 
+/// The keys given as `-`, read from stdin, a line each (the key first, then
+/// the controller key): a secret on the command line is in the process list.
+fn keys_from_stdin(mut cmd: Admin) -> Result<Admin, String> {
+    let keys = match &mut cmd {
+        Admin::Host {
+            cmd:
+                HostCmd::Add { keys, .. }
+                | HostCmd::Key {
+                    cmd: KeyCmd::Set { keys, .. },
+                },
+            ..
+        } => keys,
+        _ => return Ok(cmd),
+    };
+    for k in [&mut keys.dhchap_key, &mut keys.dhchap_ctrl_key] {
+        if k.as_deref() == Some("-") {
+            let mut line = String::new();
+            std::io::stdin()
+                .read_line(&mut line)
+                .map_err(|e| format!("reading a key from stdin: {e}"))?;
+            let line = line.trim();
+            if line.is_empty() {
+                return Err(
+                    "no key on stdin (one line each: the key, then the controller key)".into(),
+                );
+            }
+            *k = Some(line.to_string());
+        }
+    }
+    Ok(cmd)
+}
+
 /// A failed call, for stderr, with a hint where one helps.
 pub fn explain(cmd: &str, e: &CallError) -> String {
     let hint = match e {
@@ -496,6 +646,13 @@ pub fn explain(cmd: &str, e: &CallError) -> String {
 /// reached, 2 if it refused.
 pub fn run(cmd: &Admin, config: &Path) -> ExitCode {
     let conn = cmd.conn();
+    let cmd = match keys_from_stdin(cmd.clone()) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("nvmf-target: {e}");
+            return ExitCode::from(2);
+        }
+    };
     let (method, params) = cmd.request();
     let name = method.replace('_', " ");
     let path = match socket_path(config, conn.socket.as_deref(), &name) {
@@ -505,8 +662,9 @@ pub fn run(cmd: &Admin, config: &Path) -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    let after_drain = !params.is_null();
     match rpc::call(&path, method, params, rpc::CHANGE_TIMEOUT) {
-        Ok(v) if method == "ok_to_stop" => stop_check(&v, conn.json),
+        Ok(v) if method == "ok_to_stop" => stop_check(&v, conn.json, after_drain),
         Ok(v) if conn.json => {
             println!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
             ExitCode::SUCCESS
@@ -530,8 +688,10 @@ pub fn run(cmd: &Admin, config: &Path) -> ExitCode {
     }
 }
 
-/// Prints the answer of `ok_to_stop`: exit 0 when it is safe, 3 when not.
-fn stop_check(v: &Value, json: bool) -> ExitCode {
+/// Prints the answer of `ok_to_stop`: exit 0 when it is safe, 3 when not,
+/// 4 when not and nothing but this target could serve those namespaces, 5
+/// when the daemon is too old to answer `--after-drain`.
+fn stop_check(v: &Value, json: bool, after_drain: bool) -> ExitCode {
     let Ok(c) = serde_json::from_value::<StopCheck>(v.clone()) else {
         eprintln!("nvmf-target ok-to-stop: an answer it does not understand: {v}");
         return ExitCode::from(1);
@@ -546,9 +706,14 @@ fn stop_check(v: &Value, json: bool) -> ExitCode {
             println!("  {r}");
         }
     }
-    match c.ok {
-        true => ExitCode::SUCCESS,
-        false => ExitCode::from(3),
+    match (c.ok, c.alone) {
+        (_, None) if after_drain => {
+            eprintln!("nvmf-target ok-to-stop: the daemon runs an older version, which neither answers --after-drain nor drains when it stops");
+            ExitCode::from(5)
+        }
+        (true, _) => ExitCode::SUCCESS,
+        (false, Some(true)) => ExitCode::from(4),
+        (false, _) => ExitCode::from(3),
     }
 }
 
@@ -573,123 +738,4 @@ fn text(v: &Value) -> String {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn commands_become_requests() {
-        let (m, p) = Admin::Namespace {
-            cmd: NamespaceCmd::Add {
-                subsystem: "nqn.a".into(),
-                path: None,
-                rbd_pool: None,
-                rbd_image: None,
-                null: Some("1G".into()),
-                nsid: None,
-                read_only: true,
-                ana_group: Some(2),
-                hosts: vec![],
-                hidden: true,
-            },
-            conn: Conn::default(),
-        }
-        .request();
-        assert_eq!(m, "namespace_add");
-        let back: NamespaceAdd = rpc::params(m, p).unwrap();
-        assert_eq!(back.null_size.as_deref(), Some("1G"));
-        assert!(back.read_only);
-        assert_eq!(back.hosts, Some(vec![]), "hidden: shown to no host");
-        let (m, p) = Admin::Namespace {
-            cmd: NamespaceCmd::Attach {
-                subsystem: "nqn.a".into(),
-                nsid: 2,
-                host_nqn: "nqn.h".into(),
-            },
-            conn: Conn::default(),
-        }
-        .request();
-        assert_eq!(m, "namespace_attach");
-        let back: NamespaceHost = rpc::params(m, p).unwrap();
-        assert_eq!((back.nsid, back.host_nqn.as_str()), (2, "nqn.h"));
-        let (m, p) = Admin::Config {
-            cmd: ConfigCmd::Show,
-            conn: Conn::default(),
-        }
-        .request();
-        assert_eq!((m, p), ("config_show", Value::Null));
-        let (m, p) = Admin::Drain {
-            listener: Some("10.0.0.1:4420".into()),
-            timeout: Some(30),
-            conn: Conn::default(),
-        }
-        .request();
-        assert_eq!(m, "drain");
-        let back: DrainParams = rpc::params(m, p).unwrap();
-        assert_eq!(back.listener.as_deref(), Some("10.0.0.1:4420"));
-        assert_eq!(back.timeout_s, Some(30));
-        let (m, p) = Admin::OkToStop {
-            conn: Conn::default(),
-        }
-        .request();
-        assert_eq!((m, p), ("ok_to_stop", Value::Null));
-        let (m, p) = Admin::Controller {
-            cmd: ControllerCmd::Disconnect {
-                subsystem: "nqn.a".into(),
-                cntlid: 3,
-            },
-            conn: Conn::default(),
-        }
-        .request();
-        assert_eq!(m, "controller_disconnect");
-        assert_eq!(p["cntlid"], 3);
-        // Every method the CLI asks is one the daemon knows.
-        for a in [
-            Admin::Subsystem {
-                cmd: SubsystemCmd::Del {
-                    subsystem: "x".into(),
-                },
-                conn: Conn::default(),
-            },
-            Admin::Host {
-                cmd: HostCmd::Add {
-                    subsystem: "x".into(),
-                    host_nqn: "*".into(),
-                },
-                conn: Conn::default(),
-            },
-            Admin::Host {
-                cmd: HostCmd::Del {
-                    subsystem: "x".into(),
-                    host_nqn: "*".into(),
-                },
-                conn: Conn::default(),
-            },
-            Admin::Namespace {
-                cmd: NamespaceCmd::Del {
-                    subsystem: "x".into(),
-                    nsid: 1,
-                },
-                conn: Conn::default(),
-            },
-        ] {
-            assert!(rpc::METHODS.contains(&a.request().0));
-        }
-    }
-
-    #[test]
-    fn answers_read_well() {
-        let c = Changed {
-            summary: "namespace 2 added to nqn.a".into(),
-            nsid: Some(2),
-            applied: Some("subsystems +0 -0, namespaces +1 -0".into()),
-            saved: Some("/etc/x.toml".into()),
-        };
-        let t = text(&serde_json::to_value(&c).unwrap());
-        assert_eq!(
-            t,
-            "namespace 2 added to nqn.a\n  applied: subsystems +0 -0, namespaces +1 -0\n  saved to /etc/x.toml\n"
-        );
-        let t = text(&serde_json::json!({"path": "/etc/x.toml", "toml": "[log]\n"}));
-        assert_eq!(t, "# /etc/x.toml (as running)\n[log]\n");
-    }
-}
+mod tests;
