@@ -21,7 +21,7 @@ fuzz_target!(|b: &[u8]| {
     };
     let t = common::target();
     let subsys = if flags & 2 != 0 {
-        t.discovery.clone()
+        t.discovery.subsystem.clone()
     } else {
         t.subsystem(common::OPEN).unwrap()
     };
