@@ -306,7 +306,7 @@ phase() {
         "$TARGET_BIN" config show --socket "$DIR/control.sock" >/tmp/show.txt || fail "ours: config show"
         "$TARGET_BIN" status --json --socket "$DIR/control.sock" >>/tmp/show.txt || fail "ours: status"
         if grep -q "DHHC-1" /tmp/keyset.txt /tmp/show.txt "$TLOG"; then fail "ours: a key is shown (set's answer, config show, status or the log)"; fi
-        info "ours: the new key is in the file; config show says dhchap_key = $(grep -m1 -o 'dhchap_key = .*' /tmp/show.txt)"
+        info "ours: the new key is in the file; config show: $(grep -m1 -o 'dhchap_key = .*' /tmp/show.txt)"
         kmsg_mark   # the host's error recovery is expected here
     fi
     nvme disconnect -n "$SUB" >/dev/null

@@ -462,6 +462,9 @@ fn main() -> ExitCode {
             Event::Control => {
                 daemon.serve_control();
             }
+            Event::Signal(Signal::SIGHUP) if daemon.is_stopping() => {
+                warn!("reload ignored: the daemon is stopping");
+            }
             Event::Signal(Signal::SIGHUP) => {
                 let mut st = vec![NotifyState::Reloading];
                 if let Ok(m) = NotifyState::monotonic_usec_now() {
@@ -493,7 +496,14 @@ fn main() -> ExitCode {
                 if daemon.stop_requested() {
                     break;
                 }
+                // The unit's stop timeout, extended by the drain's bound
+                // and the shutdown after it (flush, disconnect, close).
+                let extend = daemon
+                    .stop_drain_bound()
+                    .map_or(0, |d| (d + STOP_AFTER_DRAIN).as_micros())
+                    .min(u32::MAX as u128) as u32;
                 notify(&[
+                    NotifyState::ExtendTimeoutUsec(extend),
                     NotifyState::Stopping,
                     NotifyState::Status("stopping: draining first (nvmf-target undrain or a second signal stops at once)"),
                 ]);
@@ -546,6 +556,10 @@ fn main() -> ExitCode {
     };
     leave(code)
 }
+
+/// The longest a stop takes after its drain: in-flight I/O, flush,
+/// disconnect, cluster connections closing.
+const STOP_AFTER_DRAIN: Duration = Duration::from_secs(40);
 
 /// How long exit waits for cluster connections that other threads are
 /// still closing (a connection the cluster fenced may take a while).

@@ -120,7 +120,13 @@ impl Staged {
             nix::errno::Errno::EPERM => Ok(()),
             e => Err(e),
         })?;
-        f.set_permissions(std::fs::Permissions::from_mode(meta.mode() & 0o7777))?;
+        // A file that holds a host key (validated: every key is a
+        // DHHC-1 secret) is its owner's only, whatever mode it had.
+        let mut mode = meta.mode() & 0o7777;
+        if text.contains("DHHC-1:") {
+            mode &= 0o700;
+        }
+        f.set_permissions(std::fs::Permissions::from_mode(mode))?;
         f.sync_all()?;
         Ok(staged)
     }
@@ -370,6 +376,12 @@ mod tests {
             .file_type()
             .is_symlink());
         assert_eq!(std::fs::read_dir(&d).unwrap().count(), 2);
+        // A key written into it: its owner's only.
+        Staged::write(&link, "k = \"DHHC-1:00:x:\"\n")
+            .unwrap()
+            .commit()
+            .unwrap();
+        assert_eq!(std::fs::metadata(&f).unwrap().mode() & 0o777, 0o600);
         std::fs::remove_dir_all(&d).unwrap();
     }
 }

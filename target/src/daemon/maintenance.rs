@@ -26,6 +26,18 @@ use crate::model::subsystem::{Subsystem, SubsystemKind};
 /// How often the loop runs while a drain is on.
 pub const DRAIN_TICK: Duration = Duration::from_millis(100);
 
+/// Where a stop stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Stopping {
+    /// No signal yet.
+    #[default]
+    No,
+    /// A signal came during a drain: the stop waits for it to end.
+    Asked,
+    /// The stop's own drain runs (or none was needed).
+    Draining,
+}
+
 /// Where a control request's answer goes.
 pub type Reply = std::sync::mpsc::Sender<Result<Value, RpcError>>;
 
@@ -166,8 +178,8 @@ impl Daemon {
         let refuse = |m: String| {
             let _ = reply.send(Err(RpcError::new(rpc::REFUSED, m)));
         };
-        if self.draining.is_some() {
-            return refuse("a drain is already under way (nvmf-target undrain cancels it)".into());
+        if self.draining.is_some() || self.stopping != Stopping::No {
+            return refuse("a drain is already under way, or the daemon is stopping (nvmf-target undrain cancels a drain; during a stop it stops the daemon at once)".into());
         }
         let bounds = crate::config::DRAIN_TIMEOUT_S;
         if p.timeout_s.is_some_and(|t| !bounds.contains(&t)) {
@@ -240,25 +252,37 @@ impl Daemon {
 
     /// SIGTERM or SIGINT: whether the daemon may stop now. A gateway
     /// whose hosts another gateway would serve drains first (at most
-    /// `[target] drain_on_stop_s`); a second signal stops it at once.
+    /// `[target] drain_on_stop_s`), after a drain under way if there is
+    /// one; a second signal stops it at once.
     pub fn stop_requested(&mut self) -> bool {
-        if self.stop_after_drain {
+        if self.stopping != Stopping::No {
             warn!("stopping without waiting for the drain (a second signal)");
             self.drain_stopped();
             return true;
         }
+        self.stopping = Stopping::Asked;
+        if self.draining.is_some() {
+            info!("stopping once the drain under way ends");
+            return false;
+        }
+        self.stop_due()
+    }
+
+    /// Whether a stop may go on now: once the drain under way ended, the
+    /// listeners it left undrained drain too (when that helps a host).
+    pub fn stop_due(&mut self) -> bool {
+        match self.stopping {
+            Stopping::No => return false,
+            _ if self.draining.is_some() => return false,
+            Stopping::Draining => return true,
+            Stopping::Asked => {}
+        }
+        self.stopping = Stopping::Draining;
         let Some(timeout) = self.config.drain_on_stop else {
             return true;
         };
-        if self.draining.is_some() {
-            info!("stopping once the drain under way ends");
-            self.stop_after_drain = true;
-            return false;
-        }
-        let all: Vec<usize> = (0..self.config.listeners.len()).collect();
         let drained = self.target.ana.drained();
-        let undrained: Vec<usize> = all
-            .into_iter()
+        let undrained: Vec<usize> = (0..self.config.listeners.len())
             .filter(|p| {
                 !drained
                     .iter()
@@ -272,14 +296,18 @@ impl Daemon {
             timeout_s = timeout.as_secs(),
             "stopping: draining first (another gateway serves the hosts meanwhile)"
         );
-        self.stop_after_drain = true;
         self.begin_drain(undrained, timeout, None);
         false
     }
 
-    /// Whether a stop waited for a drain that has ended.
-    pub fn stop_due(&self) -> bool {
-        self.stop_after_drain && self.draining.is_none()
+    /// A signal asked the daemon to stop (it may be draining first).
+    pub fn is_stopping(&self) -> bool {
+        self.stopping != Stopping::No
+    }
+
+    /// How much longer than usual a stop may take: its drain's bound.
+    pub fn stop_drain_bound(&self) -> Option<Duration> {
+        self.config.drain_on_stop
     }
 
     fn listener_addrs(&self, ports: &[usize]) -> Vec<String> {
@@ -407,6 +435,22 @@ impl Daemon {
         if self.draining.is_some() {
             self.drain_answer(Err("cancelled by nvmf-target undrain".into()));
         }
+        if self.stopping != Stopping::No {
+            // Stopping: the drain ends, the daemon stops now; the hosts are
+            // not sent back to a path about to go, the operator's drain
+            // stays recorded.
+            self.draining = None;
+            self.stopping = Stopping::Draining;
+            let summary =
+                "the daemon is stopping: its drain is ended and it stops now (the listeners stay drained until it is gone)".to_string();
+            info!("{summary}");
+            return Changed {
+                summary,
+                nsid: None,
+                applied: None,
+                saved: None,
+            };
+        }
         let ports: Vec<usize> = self.target.ana.drained().iter().map(|(p, _)| *p).collect();
         self.remember_drained(&(0..self.config.listeners.len()).collect::<Vec<_>>(), false);
         let changed = self.target.ana.drain(&ports, None);
@@ -430,7 +474,12 @@ impl Daemon {
     /// Whether stopping (now, or once drained) leaves every host an
     /// optimized path.
     pub fn ok_to_stop(&self, p: &StopParams) -> StopCheck {
-        let v = verdict(&self.ns_paths(), p.after_drain);
+        // A stop that does not drain first leaves the hosts without a path
+        // until a candidate notices: it counts only when the stop drains.
+        let v = verdict(
+            &self.ns_paths(),
+            p.after_drain && self.config.drain_on_stop.is_some(),
+        );
         StopCheck {
             ok: v.reasons.is_empty(),
             alone: Some(v.alone),

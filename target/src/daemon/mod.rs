@@ -176,8 +176,8 @@ pub struct Daemon {
     fence_warned: Option<Instant>,
     /// A drain under way.
     draining: Option<maintenance::Draining>,
-    /// A signal asked to stop once the drain under way ends.
-    stop_after_drain: bool,
+    /// Where a stop stands (it may drain first).
+    stopping: maintenance::Stopping,
 }
 
 impl Daemon {
@@ -258,7 +258,7 @@ impl Daemon {
             log_reload,
             fence_warned: None,
             draining: None,
-            stop_after_drain: false,
+            stopping: Default::default(),
         })
     }
 

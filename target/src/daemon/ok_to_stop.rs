@@ -68,6 +68,11 @@ pub fn verdict(paths: &[NsPaths], after_drain: bool) -> Verdict {
             if others.iter().any(serves) {
                 return None;
             }
+            // No other gateway in the record (none ever, or the dead ones
+            // forgotten): as alone as a file.
+            if others.is_empty() {
+                return Some(format!("{what}: no other gateway serves it; {hosts}"));
+            }
             alone = false;
             let seen: Vec<String> = others
                 .iter()
@@ -178,6 +183,10 @@ mod tests {
         assert_eq!(
             reasons(&[ns(1, Some(vec![]))]),
             ["nqn.s nsid 1 (rbd:rbd/img): no other gateway serves it; 1 controller connected here"]
+        );
+        assert!(
+            verdict(&[ns(1, Some(vec![]))], true).alone,
+            "an image no other gateway serves: alone"
         );
     }
 

@@ -190,20 +190,38 @@ pub(super) fn key_del(doc: &mut DocumentMut, host: &str) -> Result<String, EditE
 /// What a host key is shown as.
 pub const HIDDEN: &str = "(secret: not shown)";
 
-/// The configuration's text with the hosts' keys hidden (`config show`):
-/// the rest as written. A text that does not parse is not shown at all.
+/// The configuration's text with every key hidden (`config show`): the
+/// values of `dhchap_key` and `dhchap_ctrl_key` wherever they are (tables,
+/// inline tables) and any string that looks like a secret (`DHHC-1:`); the
+/// rest as written. A text that does not parse is not shown at all.
 pub fn without_secrets(text: &str) -> Option<String> {
-    let mut doc: DocumentMut = text.parse().ok()?;
-    if let Some(hosts) = doc.get_mut("host").and_then(|h| h.as_array_of_tables_mut()) {
-        for t in hosts.iter_mut() {
-            for (field, _, _) in KEYS {
-                if let Some(v) = t.get_mut(field).and_then(|i| i.as_value_mut()) {
+    use toml_edit::visit_mut::{self, VisitMut};
+    use toml_edit::{Formatted, KeyMut, Value};
+
+    struct Hide;
+    impl VisitMut for Hide {
+        fn visit_table_like_kv_mut(&mut self, key: KeyMut<'_>, node: &mut Item) {
+            if KEYS.iter().any(|(field, _, _)| key.get() == *field) {
+                if let Some(v) = node.as_value_mut() {
                     let decor = v.decor().clone();
-                    *v = HIDDEN.into();
+                    *v = Value::from(HIDDEN);
                     *v.decor_mut() = decor;
+                    return;
                 }
+            }
+            visit_mut::visit_table_like_kv_mut(self, key, node);
+        }
+
+        fn visit_string_mut(&mut self, node: &mut Formatted<String>) {
+            if node.value().trim_start().starts_with("DHHC-1:") {
+                let decor = node.decor().clone();
+                *node = Formatted::new(HIDDEN.to_string());
+                *node.decor_mut() = decor;
             }
         }
     }
+
+    let mut doc: DocumentMut = text.parse().ok()?;
+    Hide.visit_document_mut(&mut doc);
     Some(doc.to_string())
 }

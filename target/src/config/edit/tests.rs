@@ -392,6 +392,12 @@ fn host_keys_added_rotated_and_removed_and_never_said() {
     assert!(!shown.contains("DHHC"), "{shown}");
     assert_eq!(shown.matches(HIDDEN).count(), 2);
     assert!(shown.contains("# the database host"));
+    // Inline tables, and a secret under another name, are hidden too.
+    let inline =
+        format!("host = [{{ nqn = \"{H3}\", dhchap_key = \"{KEY1}\" }}]\n[x]\nnote = \"{KEY2}\"\n");
+    let shown = without_secrets(&inline).unwrap();
+    assert!(!shown.contains("DHHC"), "{shown}");
+    assert_eq!(shown.matches(HIDDEN).count(), 2);
     // Debug output of a request names no key either.
     assert!(!format!("{:?}", key(Some(KEY1), Some(KEY2))).contains("DHHC"));
     // Removed: the entry goes with its last key; removing again says so.
