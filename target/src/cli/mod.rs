@@ -187,7 +187,7 @@ pub enum HostCmd {
 }
 
 /// A host's DH-HMAC-CHAP keys on the command line.
-#[derive(Args, Debug, Clone, Default)]
+#[derive(Args, Clone, Default)]
 pub struct Keys {
     /// The secret the host must prove it holds (DHHC-1:...; '-': read a line from stdin, kept out of the process list).
     #[arg(long, value_name = "KEY")]
@@ -195,6 +195,17 @@ pub struct Keys {
     /// The secret this target proves it holds when the host asks (bidirectional; '-': from stdin, after --dhchap-key's).
     #[arg(long, value_name = "KEY")]
     pub dhchap_ctrl_key: Option<String>,
+}
+
+/// Which keys are given; never the keys.
+impl std::fmt::Debug for Keys {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let given = |k: &Option<String>| k.as_ref().map(|_| "(secret)");
+        f.debug_struct("Keys")
+            .field("dhchap_key", &given(&self.dhchap_key))
+            .field("dhchap_ctrl_key", &given(&self.dhchap_ctrl_key))
+            .finish()
+    }
 }
 
 /// `nvmf-target host key ...`

@@ -57,22 +57,24 @@ fn entries(target: &Target, hostnqn: &str) -> Vec<DiscoveryEntry> {
 }
 
 /// What the entries say, in a number: a change of any changes it.
-fn digest_of(entries: &[DiscoveryEntry]) -> u64 {
+/// Everything of the page but its generation counter (its first 8 bytes).
+fn digest_of(page: &[u8]) -> u64 {
     use std::hash::{Hash, Hasher};
     let mut h = std::collections::hash_map::DefaultHasher::new();
-    encode_log(0, entries).hash(&mut h);
+    page.get(8..).hash(&mut h);
     h.finish()
 }
 
 /// The digest of the log `hostnqn` would read now.
 pub fn digest(target: &Target, hostnqn: &str) -> u64 {
-    digest_of(&entries(target, hostnqn))
+    log_page(target, hostnqn).1
 }
 
 /// The whole discovery log page as `hostnqn` sees it, and its digest.
 pub fn log_page(target: &Target, hostnqn: &str) -> (Vec<u8>, u64) {
-    let e = entries(target, hostnqn);
-    (encode_log(target.discovery.genctr(), &e), digest_of(&e))
+    let page = encode_log(target.discovery.genctr(), &entries(target, hostnqn));
+    let digest = digest_of(&page);
+    (page, digest)
 }
 
 #[cfg(test)]

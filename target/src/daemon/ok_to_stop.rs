@@ -104,13 +104,9 @@ pub fn verdict(paths: &[NsPaths], after_drain: bool) -> Verdict {
 /// namespace with controllers here has a live gateway beside this one that
 /// serves it optimized or would take it over.
 pub fn drain_helps(paths: &[NsPaths]) -> bool {
-    let with_peers: Vec<NsPaths> = paths
+    paths
         .iter()
         .filter(|p| p.controllers > 0 && matches!(p.others, Some(Some(_))))
-        .cloned()
-        .collect();
-    with_peers
-        .iter()
         .any(|p| verdict(std::slice::from_ref(p), true).reasons.is_empty())
 }
 

@@ -469,9 +469,12 @@ impl Target {
             .controllers()
             .iter()
             .filter(|c| {
-                let now = crate::command::discovery::digest(self, &c.hostnqn);
-                let seen = c.state().disc_seen;
-                seen.is_some_and(|s| s != now) && c.notify_disc_changed()
+                // Only hosts that read the log are measured against it.
+                let Some(seen) = c.state().disc_seen else {
+                    return false;
+                };
+                seen != crate::command::discovery::digest(self, &c.hostnqn)
+                    && c.notify_disc_changed()
             })
             .count()
     }
