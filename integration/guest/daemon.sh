@@ -14,7 +14,7 @@
 #   4. `systemctl reload`: an added file and an added block device (a disk not named
 #      when the unit started) appear on the connected host (same controller, no
 #      reconnect, namespace-changed AEN); `nvmf-target status --json` lists the host's
-#      NQN under its subsystem; a reload the daemon cannot apply (changed listener)
+#      NQN under its subsystem; a reload the daemon cannot apply (metrics address)
 #      and a broken file are refused, the old config serves; a reload that takes the
 #      host's access away (host list, removed subsystem) disconnects its controller and
 #      refuses it until access is restored;
@@ -26,7 +26,8 @@
 #      a removed host is disconnected and refused; a disconnected controller reconnects;
 #      a subsystem enters and leaves discovery; the file keeps its comments and every
 #      change through a restart; bad changes (missing path, nsid taken, file edited by
-#      hand) exit 2 with the reason and change nothing
+#      hand) exit 2 with the reason and change nothing; a TCP listener added live takes a
+#      second path of the host and, removed under fio verify, drains it first (no error)
 #      (4b also: each line reaches the journal at its level; `journalctl -p err` shows the refusal)
 #   5. `systemctl stop` while fio and an acknowledged-writes logger run: fio sees errors
 #      but no verify failure; after a restart every acknowledged block reads back; the
@@ -396,7 +397,7 @@ print("    status --json: host %s is controller %d of %s from %s, %d I/O queues,
     host, c["cntlid"], nqn, c["host_address"], len(c["io_queues"]), c["reads"], c["writes"]))
 EOF
 
-step "test 4b: a reload the daemon cannot apply (changed listener) is refused; the old config keeps serving"
+step "test 4b: a reload the daemon cannot apply (changed metrics address) is refused; the old config keeps serving"
 refused_before=$(metric 'nvmf_target_config_reloads_total{result="refused"}')
 write_conf "[[subsystem.namespace]]
 nsid = 2
@@ -404,11 +405,11 @@ path = \"$NS2_FILE\"
 [[subsystem.namespace]]
 nsid = 3
 path = \"/dev/ram2\""
-sed -i "s/^port = $PORT\$/port = 4421/" "$CONF"
+sed -i 's/^address = "127.0.0.1:9469"$/address = "127.0.0.1:9470"/' "$CONF"
 systemctl reload nvmf-target || fail "systemctl reload failed"
 wait_for 20 "'reload refused' in the journal" bash -c "journalctl -u nvmf-target -b -o cat | grep -q 'reload refused'"
 journal | grep 'reload refused' | tail -n 1 | sed 's/^/    journal: /'
-journal | grep 'reload refused' | tail -n 1 | grep -q 'listeners cannot change' || fail "refusal does not name the listener"
+journal | grep 'reload refused' | tail -n 1 | grep -q 'metrics.address cannot change' || fail "refusal does not name the metrics address"
 sleep 1
 [ "$(metric 'nvmf_target_config_reloads_total{result="refused"}')" -gt "$refused_before" ] || fail "refused reload not counted"
 dd if="$NS1" of=/dev/null bs=4k count=256 iflag=direct status=none || fail "namespace 1 unreadable after a refused reload"
@@ -596,6 +597,61 @@ grep -B8 -A4 "traddr: *10.0.2.16" /tmp/discover.txt | grep -qi "referral" \
 info "the discovery log lists the referral: $(grep -B8 -A4 "traddr: *10.0.2.16" /tmp/discover.txt | grep -E "subtype|trtype|trsvcid" | tr -s ' ' | tr '\n' ' ')"
 sed -i '/^\[\[referral\]\]$/,$d' "$CONF"
 systemctl reload nvmf-target || fail "systemctl reload without the referral"
+# Listeners live: a TCP listener added beside the RDMA one; the host connects a second
+# path through it (nvme-tcp, same host, one multipath namespace); removed under fio
+# verify, it drains first (its path non-optimized, then inaccessible: the host's I/O
+# moves to the RDMA path), then its controller is disconnected. No I/O error.
+kmsg_mark   # the host del and controller disconnect above reconnect by design
+modprobe nvme-tcp
+live listener add --transport tcp --address "$IP" --port "$PORT"
+grep -A3 '^transport = "tcp"' "$CONF" | grep -q "port = $PORT" || fail "the TCP listener is not in $CONF"
+nvme discover -t tcp -a "$IP" -s "$PORT" >/tmp/discover-tcp.txt 2>&1 || { cat /tmp/discover-tcp.txt; fail "discover through the listener added live"; }
+grep -B6 "subnqn: *$NQN\$" /tmp/discover-tcp.txt | grep -q "trtype: *tcp" || { cat /tmp/discover-tcp.txt; fail "the discovery log lists no TCP entry for $NQN"; }
+nvme connect -t tcp -a "$IP" -s "$PORT" -n "$NQN" --ctrl-loss-tmo=5 --reconnect-delay=1 >/dev/null || fail "nvme connect -t tcp"
+tcp_ctrl() { local c; for c in /sys/class/nvme/nvme*; do
+    [ "$(cat "$c/subsysnqn" 2>/dev/null)" = "$NQN" ] && [ "$(cat "$c/transport")" = tcp ] && [ "$(cat "$c/state")" = live ] && { echo "${c##*/}"; return 0; }
+done; return 1; }
+wait_for 30 "a live TCP controller of $NQN" tcp_ctrl
+TCTRL=$(tcp_ctrl)
+[ "$(ls -d /sys/class/nvme/"$TCTRL"/nvme*c*n1 2>/dev/null | wc -l)" = 1 ] || fail "the TCP path is not a path of the multipath namespace"
+info "TCP listener added live: /dev/$TCTRL is a second path of $NS1"
+# A listener that cannot bind is refused and changes nothing.
+refused "10.9.9.9:4420 (tcp)" listener add --transport tcp --address 10.9.9.9
+refused "no listener at 10.9.9.9:4420 (rdma)" listener del --address 10.9.9.9
+fio --name=ldel --filename="$NS1" --direct=1 --ioengine=libaio --rw=randwrite --bs=4k --iodepth=8 \
+    --size=32M --time_based --runtime=14 --verify=crc32c --verify_fatal=1 --verify_backlog=64 \
+    --output=/tmp/fio-ldel.log &
+FIO_LDEL=$!
+sleep 3
+T_DEL=$(date +%s%N)
+live listener del --transport tcp --address "$IP" --port "$PORT" >/tmp/ldel.txt
+cat /tmp/ldel.txt
+info "listener del answered after $(( ($(date +%s%N) - T_DEL) / 1000000 )) ms"
+grep -q "drained first" /tmp/ldel.txt || fail "listener del did not drain its controller first"
+wait "$FIO_LDEL" || { cat /tmp/fio-ldel.log; fail "fio failed while the TCP listener was removed"; }
+grep -qE 'err= *0' /tmp/fio-ldel.log || { cat /tmp/fio-ldel.log; fail "fio reported errors across listener del"; }
+grep -E '^ *write: IOPS=' /tmp/fio-ldel.log | sed 's/^ */    fio: /'
+grep -q '^transport = "tcp"' "$CONF" && fail "the removed listener is still in $CONF"
+journal | grep "listener removed" | tail -n 1 | sed 's/^/    journal: /'
+journal | grep "listener removed" | tail -n 1 | grep -q "$HOSTNQN" || fail "the journal does not name the controller the removal disconnected"
+wait_for 20 "the TCP path gone on the host" bash -c "! [ \"\$(cat /sys/class/nvme/$TCTRL/state 2>/dev/null)\" = live ]"
+nvme disconnect -d "$TCTRL" >/dev/null 2>&1 || true
+host_live || fail "the RDMA path did not survive the TCP listener's removal"
+nvme discover -t rdma -a "$IP" -s "$PORT" >/tmp/discover.txt 2>&1 || fail "discover after listener del"
+grep -q "trtype: *tcp" /tmp/discover.txt && fail "the discovery log still lists the removed TCP listener"
+# An RDMA listener on another port, added and removed with no host on it: at once.
+live listener add --address "$IP" --port 4421
+nvme discover -t rdma -a "$IP" -s 4421 >/tmp/discover.txt 2>&1 || fail "discover through an RDMA listener added live"
+grep -q "trsvcid: *4421" /tmp/discover.txt || fail "the discovery log does not list port 4421"
+live listener del --address "$IP" --port 4421
+nvme discover -t rdma -a "$IP" -s 4421 >/dev/null 2>&1 && fail "the removed RDMA listener still answers"
+info "listener add|del: TCP removed under fio (error 0, drained first), RDMA on port 4421 added and removed"
+# Only the removed TCP path's own reconnects may fail; nothing else in the kernel log.
+if kmsg_errors | grep -v "$TCTRL" | grep -q .; then
+    kmsg_errors | grep -v "$TCTRL" | head -n 20 | sed 's/^/    kernel: /'
+    fail "the host's kernel log shows errors other than the removed path's reconnects"
+fi
+kmsg_mark
 journal | grep "live change" | sed 's/^/    journal: /'
 [ "$(metric 'nvmf_target_control_changes_total{method="namespace_add",result="ok"}')" -ge 2 ] || fail "live changes not counted"
 [ "$(metric 'nvmf_target_control_changes_total{method="namespace_add",result="refused"}')" -ge 3 ] || fail "refused live changes not counted"

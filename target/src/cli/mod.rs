@@ -9,8 +9,8 @@ use clap::{Args, Subcommand};
 use serde_json::Value;
 
 use crate::config::edit::{
-    HostAdd, HostKey, HostNqn, HostRef, ListenerAna, NamespaceAdd, NamespaceHost, NamespaceQos,
-    NamespaceRef, SubsystemAdd, SubsystemRef,
+    HostAdd, HostKey, HostNqn, HostRef, ListenerAna, ListenerRef, NamespaceAdd, NamespaceHost,
+    NamespaceQos, NamespaceRef, SubsystemAdd, SubsystemRef,
 };
 use crate::config::TargetConfig;
 use crate::daemon::control::ControlError;
@@ -243,6 +243,37 @@ pub enum ListenerCmd {
         #[arg(long)]
         state: String,
     },
+    /// Start listening at an address (RDMA or TCP); hosts may connect there
+    /// at once, and the discovery log lists it.
+    Add(ListenerArgs),
+    /// Stop listening at an address: the hosts connected there are drained
+    /// first (their ANA groups go non-optimized, then inaccessible, so that
+    /// their multipath moves to other paths), then disconnected.
+    Del(ListenerArgs),
+}
+
+/// A listener's transport and address.
+#[derive(Args, Debug, Clone)]
+pub struct ListenerArgs {
+    /// rdma or tcp.
+    #[arg(long, default_value = "rdma")]
+    transport: String,
+    /// The IP address (IPv4 or IPv6).
+    #[arg(long)]
+    address: String,
+    /// The port.
+    #[arg(long, default_value_t = nvme::DEFAULT_PORT)]
+    port: u16,
+}
+
+impl From<ListenerArgs> for ListenerRef {
+    fn from(a: ListenerArgs) -> ListenerRef {
+        ListenerRef {
+            transport: Some(a.transport),
+            address: a.address,
+            port: Some(a.port),
+        }
+    }
 }
 
 /// `nvmf-target controller ...`
@@ -290,7 +321,8 @@ pub enum Admin {
         #[command(flatten)]
         conn: Conn,
     },
-    /// Listeners: ANA states (live; kept in the configuration file).
+    /// Listeners: add, remove, ANA states (live; kept in the configuration
+    /// file).
     Listener {
         #[command(subcommand)]
         cmd: ListenerCmd,
@@ -534,6 +566,14 @@ impl Admin {
                     state,
                 }),
             ),
+            Admin::Listener {
+                cmd: ListenerCmd::Add(a),
+                ..
+            } => ("listener_add", v(ListenerRef::from(a))),
+            Admin::Listener {
+                cmd: ListenerCmd::Del(a),
+                ..
+            } => ("listener_del", v(ListenerRef::from(a))),
             Admin::Host {
                 cmd:
                     HostCmd::Del {

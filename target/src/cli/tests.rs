@@ -119,6 +119,22 @@ fn commands_become_requests() {
             },
             conn: Conn::default(),
         },
+        Admin::Listener {
+            cmd: ListenerCmd::Del(ListenerArgs {
+                transport: "tcp".into(),
+                address: "::1".into(),
+                port: 4420,
+            }),
+            conn: Conn::default(),
+        },
+        Admin::Listener {
+            cmd: ListenerCmd::Add(ListenerArgs {
+                transport: "tcp".into(),
+                address: "::1".into(),
+                port: 4420,
+            }),
+            conn: Conn::default(),
+        },
         Admin::Host {
             cmd: HostCmd::Del {
                 subsystem: "x".into(),

@@ -38,7 +38,7 @@ pub fn entry(portid: u16, addr: SocketAddr, tcp: bool, nqn: &str) -> DiscoveryEn
 /// listener, then the referrals (port ids after the listeners').
 fn entries(target: &Target, hostnqn: &str) -> Vec<DiscoveryEntry> {
     let mut entries = Vec::new();
-    for (i, l) in target.listeners.iter().enumerate() {
+    for (i, l) in target.listeners.live() {
         for s in target
             .subsystems()
             .iter()
@@ -47,7 +47,7 @@ fn entries(target: &Target, hostnqn: &str) -> Vec<DiscoveryEntry> {
             entries.push(entry(i as u16 + 1, l.addr, l.tcp, &s.nqn));
         }
     }
-    let first = target.listeners.len() as u16 + 1;
+    let first = target.listeners.span() as u16 + 1;
     for (i, r) in target.discovery.referrals().iter().enumerate() {
         let mut e = entry(first + i as u16, r.addr, r.tcp, nvme::DISCOVERY_NQN);
         e.subtype = subtype::REFERRAL;

@@ -263,6 +263,8 @@ pub struct TargetConfig {
     pub hosts: Vec<HostConfig>,
     /// Other discovery services the discovery log lists (`[[referral]]`).
     pub referrals: Vec<ReferralConfig>,
+    /// Advertise the discovery service by mDNS (`[discovery] mdns`).
+    pub mdns: bool,
     /// Microseconds a worker busy-polls after its last activity before
     /// it sleeps on its completion channel.
     pub poll_spin_us: u64,

@@ -13,6 +13,7 @@ const SECTIONS: &[&str] = &[
     "subsystem",
     "host",
     "referral",
+    "discovery",
     "target",
     "metrics",
     "control",
@@ -26,6 +27,7 @@ pub(super) struct RawConfig {
     pub subsystem: Vec<(usize, RawSubsystem)>,
     pub host: Vec<(usize, RawHost)>,
     pub referral: Vec<(usize, RawReferral)>,
+    pub discovery: Option<RawDiscovery>,
     pub target: Option<RawTarget>,
     pub metrics: Option<RawMetrics>,
     pub control: Option<RawControl>,
@@ -39,6 +41,12 @@ pub(super) struct RawMetrics {
     pub address: Option<String>,
     pub per_host: Option<bool>,
     pub per_host_max: Option<u32>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawDiscovery {
+    pub mdns: Option<bool>,
 }
 
 #[derive(Deserialize)]
@@ -243,6 +251,7 @@ pub(super) fn read(cx: &mut Ctx, c: config::Config) -> RawConfig {
             }
             "host" => raw.host = entries(cx, s, v),
             "referral" => raw.referral = entries(cx, s, v),
+            "discovery" => raw.discovery = table(cx, s, v),
             "target" => raw.target = table(cx, s, v),
             "metrics" => raw.metrics = table(cx, s, v),
             "control" => raw.control = table(cx, s, v),

@@ -27,6 +27,15 @@ impl TargetConfig {
         if raw.listener.is_empty() && cx.errors.iter().all(|e| !e.names("listener")) {
             cx.err("listener", "at least one [[listener]] is required");
         }
+        if raw.listener.len() > crate::model::port::MAX_PORTS {
+            cx.err(
+                "listener",
+                format!(
+                    "at most {} [[listener]] entries",
+                    crate::model::port::MAX_PORTS
+                ),
+            );
+        }
         let mut listeners = Vec::new();
         let mut seen_addrs = HashSet::new();
         for (i, l) in &raw.listener {
@@ -263,11 +272,13 @@ impl TargetConfig {
                 ),
             );
         }
+        let mdns = raw.discovery.and_then(|d| d.mdns).unwrap_or(false);
         ctx.finish(TargetConfig {
             listeners,
             subsystems,
             hosts,
             referrals,
+            mdns,
             poll_spin_us,
             metrics_addr,
             per_host_series,

@@ -324,7 +324,7 @@ fn serve(
                             rpc::UNAVAILABLE,
                             "this daemon takes no changes on its control socket",
                         )),
-                        ("drain", Some(o)) => {
+                        ("drain" | "listener_del", Some(o)) => {
                             // A drain answers once drained: its client waits
                             // on a thread of its own, so that status,
                             // ok-to-stop and undrain answer meanwhile.

@@ -164,18 +164,26 @@ impl Daemon {
         };
         let mut changed = false;
         for job in jobs {
-            if job.method == "drain" {
-                match rpc::params(&job.method, job.params) {
-                    Ok(p) => self.drain_start(p, job.reply),
-                    Err(e) => {
-                        let _ = job.reply.send(Err(e));
-                    }
+            // Answered once drained.
+            let started = match &job.method[..] {
+                "drain" => rpc::params(&job.method, job.params)
+                    .map(|p| self.drain_start(p, job.reply.clone())),
+                "listener_del" => rpc::params(&job.method, job.params)
+                    .map(|p| self.listener_del_start(p, job.reply.clone())),
+                _ => {
+                    let r = self.call(&job.method, job.params);
+                    changed |=
+                        r.is_ok() && !matches!(&job.method[..], "config_show" | "ok_to_stop");
+                    let _ = job.reply.send(r);
+                    continue;
                 }
-                continue;
+            };
+            if let Err(e) = started {
+                let _ = job.reply.send(Err(e));
             }
-            let r = self.call(&job.method, job.params);
-            changed |= r.is_ok() && !matches!(&job.method[..], "config_show" | "ok_to_stop");
-            let _ = job.reply.send(r);
+            // A removal made at once (no host connected there) shows at
+            // once.
+            changed = true;
         }
         changed
     }
@@ -213,6 +221,7 @@ impl Daemon {
             "host_key_set" => Edit::HostKeySet(rpc::params(method, p)?),
             "host_key_del" => Edit::HostKeyDel(rpc::params(method, p)?),
             "listener_ana" => Edit::ListenerAna(rpc::params(method, p)?),
+            "listener_add" => Edit::ListenerAdd(rpc::params(method, p)?),
             m => {
                 return Err(RpcError::new(
                     rpc::METHOD_NOT_FOUND,
@@ -224,7 +233,11 @@ impl Daemon {
         self.counted(method, res)
     }
 
-    fn counted(&self, method: &str, r: Result<Changed, LiveError>) -> Result<Value, RpcError> {
+    pub(super) fn counted(
+        &self,
+        method: &str,
+        r: Result<Changed, LiveError>,
+    ) -> Result<Value, RpcError> {
         let m = crate::telemetry::metrics::metrics();
         match &r {
             Ok(c) => {
@@ -261,8 +274,9 @@ impl Daemon {
         })
     }
 
-    /// Makes `edit`: the file's new text validated, applied, then saved.
-    pub fn change(&mut self, edit: &Edit) -> Result<Changed, LiveError> {
+    /// `edit` made to the file's text, and the configuration it says
+    /// (validated; nothing applied).
+    fn edited(&self, edit: &Edit) -> Result<(Source, edit::Edited, TargetConfig), LiveError> {
         let src = self.source.clone().ok_or(LiveError::NoFile)?;
         let on_disk =
             TargetConfig::read_file(&src.path).map_err(|e| LiveError::Read(e.to_string()))?;
@@ -273,6 +287,23 @@ impl Daemon {
         let cfg = TargetConfig::from_file_text(&edited.text, &src.path, None).map_err(|e| {
             LiveError::Refused(format!("the changed configuration is refused: {e}"))
         })?;
+        Ok((src, edited, cfg))
+    }
+
+    /// The slot of the listener `edit` (a removal) would remove.
+    pub(super) fn removed_slot(&self, edit: &Edit) -> Result<usize, LiveError> {
+        let (_, _, cfg) = self.edited(edit)?;
+        let plan = super::reload::plan(&self.config, &cfg)
+            .map_err(|e| LiveError::Refused(e.to_string()))?;
+        plan.listeners_removed
+            .first()
+            .and_then(|l| self.slot(l))
+            .ok_or_else(|| LiveError::Refused("the listener is not running".into()))
+    }
+
+    /// Makes `edit`: the file's new text validated, applied, then saved.
+    pub fn change(&mut self, edit: &Edit) -> Result<Changed, LiveError> {
+        let (src, edited, cfg) = self.edited(edit)?;
         let not_saved = |e: std::io::Error| LiveError::NotSaved {
             path: src.path.clone(),
             reason: e.to_string(),

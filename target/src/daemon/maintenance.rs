@@ -19,7 +19,7 @@ use super::ok_to_stop::{drain_helps, verdict, NsPaths};
 use super::rpc::{self, Changed, DrainParams, RpcError, StopCheck, StopParams};
 use super::Daemon;
 use crate::backend::{GatewayState, Peer};
-use crate::config::TargetConfig;
+use crate::config::{ListenerConfig, TargetConfig};
 use crate::model::namespace::Namespace;
 use crate::model::subsystem::{Subsystem, SubsystemKind};
 
@@ -46,6 +46,9 @@ pub type Reply = std::sync::mpsc::Sender<Result<Value, RpcError>>;
 pub struct Draining {
     drain: Drain,
     reply: Option<Reply>,
+    /// A listener's removal, made once its controllers are drained
+    /// (`nvmf-target listener del`).
+    then: Option<crate::config::edit::Edit>,
 }
 
 /// Whether a gateway that would serve a group optimized if no other did
@@ -75,8 +78,7 @@ pub fn takes_over(promoted: bool, peers: &[Peer]) -> bool {
 /// The file that says a listener was drained by the operator, in the
 /// state directory (per listener: gateways that share the directory keep
 /// apart).
-fn drained_file(config: &TargetConfig, port: usize) -> Option<std::path::PathBuf> {
-    let l = config.listeners.get(port)?;
+fn drained_file(config: &TargetConfig, l: &ListenerConfig) -> Option<std::path::PathBuf> {
     let name = format!("drained-{:?}-{}", l.transport, l.addr).to_lowercase();
     Some(config.state_dir.as_ref()?.join(name))
 }
@@ -85,7 +87,7 @@ fn drained_file(config: &TargetConfig, port: usize) -> Option<std::path::PathBuf
 /// undrain start inaccessible.
 pub fn restore_drained(config: &TargetConfig, ana: &crate::model::ana::Ana) {
     let ports: Vec<usize> = (0..config.listeners.len())
-        .filter(|&p| drained_file(config, p).is_some_and(|f| f.exists()))
+        .filter(|&p| drained_file(config, &config.listeners[p]).is_some_and(|f| f.exists()))
         .collect();
     if ports.is_empty() {
         return;
@@ -192,13 +194,17 @@ impl Daemon {
             ));
         }
         let ports: Vec<usize> = match &p.listener {
-            None => (0..self.config.listeners.len()).collect(),
+            None => self.slots(),
             Some(a) => {
                 let Ok(addr) = a.parse::<std::net::SocketAddr>() else {
                     return refuse(format!("'{a}' is not a listener address (ADDRESS:PORT, as nvmf-target status shows)"));
                 };
-                let ports: Vec<usize> = (0..self.config.listeners.len())
-                    .filter(|&i| self.config.listeners[i].addr == addr)
+                let ports: Vec<usize> = self
+                    .config
+                    .listeners
+                    .iter()
+                    .filter(|l| l.addr == addr)
+                    .filter_map(|l| self.slot(l))
                     .collect();
                 if ports.is_empty() {
                     return refuse(format!("no listener at {addr}"));
@@ -215,6 +221,38 @@ impl Daemon {
         self.begin_drain(ports, timeout, Some(reply));
     }
 
+    /// Removes a listener (`nvmf-target listener del`): with hosts
+    /// connected through it, once they are drained (at most the default
+    /// drain time; then it goes anyway); the answer goes to `reply`.
+    pub fn listener_del_start(&mut self, l: crate::config::edit::ListenerRef, reply: Reply) {
+        let edit = crate::config::edit::Edit::ListenerDel(l);
+        let slot = match self.removed_slot(&edit) {
+            Ok(s) => s,
+            Err(e) => {
+                let _ = reply.send(self.counted("listener_del", Err(e)));
+                return;
+            }
+        };
+        let connected =
+            self.target.all_controllers().iter().any(|c| {
+                c.subsys.kind == SubsystemKind::Nvm && c.port() == slot && !c.is_revoked()
+            });
+        if !connected {
+            let r = self.change(&edit);
+            let _ = reply.send(self.counted("listener_del", r));
+            return;
+        }
+        if self.draining.is_some() || self.stopping != Stopping::No {
+            let m = "a drain is under way, or the daemon is stopping: the listener stays (remove it once the drain ends)";
+            let _ = reply.send(Err(RpcError::new(rpc::REFUSED, m)));
+            return;
+        }
+        self.begin_drain(vec![slot], super::drain::DEFAULT_TIMEOUT, Some(reply));
+        if let Some(d) = &mut self.draining {
+            d.then = Some(edit);
+        }
+    }
+
     fn begin_drain(&mut self, ports: Vec<usize>, timeout: Duration, reply: Option<Reply>) {
         let changed = self.target.ana.drain(&ports, Some(AnaState::NonOptimized));
         let n = self.notify_ana(Some(&changed));
@@ -222,6 +260,7 @@ impl Daemon {
         self.draining = Some(Draining {
             drain: Drain::new(ports, Instant::now(), timeout),
             reply,
+            then: None,
         });
     }
 
@@ -229,7 +268,10 @@ impl Daemon {
     /// (the drain holds until a restart).
     fn remember_drained(&self, ports: &[usize], drained: bool) {
         for &p in ports {
-            let Some(f) = drained_file(&self.config, p) else {
+            let Some(f) = self
+                .listener_at(p)
+                .and_then(|l| drained_file(&self.config, l))
+            else {
                 continue;
             };
             let r = match drained {
@@ -247,6 +289,13 @@ impl Daemon {
             if let Err(e) = r {
                 warn!(file = %f.display(), error = %e, drained, "cannot record the drain: a restart does not keep it");
             }
+        }
+    }
+
+    /// A listener removed: its operator's drain is forgotten.
+    pub(super) fn forget_drained(&self, l: &ListenerConfig) {
+        if let Some(f) = drained_file(&self.config, l) {
+            let _ = std::fs::remove_file(f);
         }
     }
 
@@ -282,7 +331,9 @@ impl Daemon {
             return true;
         };
         let drained = self.target.ana.drained();
-        let undrained: Vec<usize> = (0..self.config.listeners.len())
+        let undrained: Vec<usize> = self
+            .slots()
+            .into_iter()
             .filter(|p| {
                 !drained
                     .iter()
@@ -313,7 +364,7 @@ impl Daemon {
     fn listener_addrs(&self, ports: &[usize]) -> Vec<String> {
         ports
             .iter()
-            .filter_map(|&p| self.config.listeners.get(p))
+            .filter_map(|&p| self.listener_at(p))
             .map(|l| format!("{} ({:?})", l.addr, l.transport).to_lowercase())
             .collect()
     }
@@ -393,23 +444,47 @@ impl Daemon {
                     t.as_secs_f64()
                 );
                 info!("{summary}");
-                self.drain_answer(Ok(summary));
+                self.drain_answer(Ok(summary), true);
             }
             Step::TimedOut(what) => {
                 let m = format!("not drained in time: still {what}; the listeners stay drained (nvmf-target undrain restores them)");
                 warn!("{m}");
-                self.drain_answer(Err(m));
+                self.drain_answer(Err(m), true);
             }
         }
     }
 
-    fn drain_answer(&mut self, r: Result<String, String>) {
+    /// Answers the drain's client: `r`, what it came to; `ended`: it
+    /// ran its course (else it was cancelled). A listener removal waiting
+    /// for it is made (drained or not in time) or given up (cancelled).
+    fn drain_answer(&mut self, r: Result<String, String>, ended: bool) {
         let Some(d) = self.draining.take() else {
             return;
         };
         let Some(reply) = d.reply else {
             return;
         };
+        if let Some(edit) = d.then {
+            let drained = match &r {
+                Ok(_) => "drained first".to_string(),
+                Err(m) => m.clone(),
+            };
+            let answer = match ended {
+                true => {
+                    let r = self.change(&edit).map(|mut c| {
+                        c.summary = format!("{} ({drained})", c.summary);
+                        c
+                    });
+                    self.counted("listener_del", r)
+                }
+                false => Err(RpcError::new(
+                    rpc::REFUSED,
+                    format!("the listener stays: {drained}"),
+                )),
+            };
+            let _ = reply.send(answer);
+            return;
+        }
         let _ = reply.send(match r {
             Ok(summary) => serde_json::to_value(Changed {
                 summary,
@@ -425,7 +500,7 @@ impl Daemon {
     /// The daemon stops: a drain under way is answered so.
     pub fn drain_stopped(&mut self) {
         if self.draining.is_some() {
-            self.drain_answer(Err("the daemon is stopping".into()));
+            self.drain_answer(Err("the daemon is stopping".into()), false);
         }
     }
 
@@ -433,7 +508,7 @@ impl Daemon {
     /// states again.
     pub fn undrain(&mut self) -> Changed {
         if self.draining.is_some() {
-            self.drain_answer(Err("cancelled by nvmf-target undrain".into()));
+            self.drain_answer(Err("cancelled by nvmf-target undrain".into()), false);
         }
         if self.stopping != Stopping::No {
             // Stopping: the drain ends, the daemon stops now; the hosts are
@@ -452,7 +527,7 @@ impl Daemon {
             };
         }
         let ports: Vec<usize> = self.target.ana.drained().iter().map(|(p, _)| *p).collect();
-        self.remember_drained(&(0..self.config.listeners.len()).collect::<Vec<_>>(), false);
+        self.remember_drained(&self.slots(), false);
         let changed = self.target.ana.drain(&ports, None);
         let n = self.notify_ana(Some(&changed));
         let summary = match changed.is_empty() {

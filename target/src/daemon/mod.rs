@@ -8,8 +8,10 @@ use std::time::{Duration, Instant};
 
 use tracing::{error, info, warn};
 
+pub mod advertise;
 pub mod control;
 pub mod drain;
+pub mod listeners;
 pub mod live;
 pub mod maintenance;
 pub mod ok_to_stop;
@@ -99,16 +101,11 @@ pub fn build_target(cfg: &TargetConfig) -> Result<Target, String> {
         .collect::<Result<Vec<_>, _>>()?;
     let t = Target::with_ports(
         subsystems,
-        cfg.listeners
-            .iter()
-            .map(|l| crate::model::subsystem::Port {
-                addr: l.addr,
-                tcp: l.transport == crate::config::Transport::Tcp,
-            })
-            .collect(),
+        cfg.listeners.iter().map(listeners::port).collect(),
         cfg.poll_spin_us,
     );
-    t.ana.update(&cfg.listeners);
+    t.ana
+        .update(&cfg.listeners.iter().enumerate().collect::<Vec<_>>());
     t.discovery.set_referrals(referrals(cfg));
     t.credentials.set(&cfg.hosts);
     t.max_controllers_per_host
@@ -129,6 +126,21 @@ fn referrals(cfg: &TargetConfig) -> Vec<crate::model::subsystem::Port> {
             tcp: r.transport == crate::config::Transport::Tcp,
         })
         .collect()
+}
+
+/// Starts advertising the discovery service at `target`'s listeners (a
+/// failure is logged: hosts still find the target by its address).
+fn advertise(target: &Target) -> Option<advertise::Advertiser> {
+    match advertise::Advertiser::start() {
+        Ok(mut a) => {
+            a.sync(&target.listeners.live());
+            Some(a)
+        }
+        Err(e) => {
+            warn!(error = %e, "[discovery] mdns: not advertised");
+            None
+        }
+    }
 }
 
 /// Logs what the configuration does that an administrator may not mean.
@@ -156,7 +168,8 @@ pub struct Daemon {
     pub target: Arc<Target>,
     /// The configuration in effect.
     pub config: TargetConfig,
-    listeners: Vec<Listener>,
+    /// The listeners running, with their slots.
+    listeners: Vec<(usize, Listener)>,
     engine: Option<Engine>,
     /// Namespaces a reload removed, kept until no request holds them: the
     /// last reference (whose drop flushes the backend) is dropped here, on the
@@ -178,6 +191,8 @@ pub struct Daemon {
     draining: Option<maintenance::Draining>,
     /// Where a stop stands (it may drain first).
     stopping: maintenance::Stopping,
+    /// The mDNS advertisement of the discovery service (`[discovery] mdns`).
+    advertiser: Option<advertise::Advertiser>,
 }
 
 impl Daemon {
@@ -205,17 +220,8 @@ impl Daemon {
             Engine::start(target.clone(), config.engine.clone()).map_err(|e| e.to_string())?;
         let engine_up = started.elapsed();
         let mut listeners = Vec::new();
-        for l in &config.listeners {
-            let s = engine.shared();
-            let started = match l.transport {
-                crate::config::Transport::Rdma => {
-                    crate::transport::rdma::listen(s.rdma.clone(), target.clone(), l.addr)
-                }
-                crate::config::Transport::Tcp => {
-                    crate::transport::tcp::listener::listen(s.tcp.clone(), target.clone(), l.addr)
-                }
-            };
-            listeners.push(started.map_err(|e| e.to_string())?);
+        for (slot, l) in config.listeners.iter().enumerate() {
+            listeners.push((slot, listeners::listen(&engine, &target, l)?));
         }
         // An upgrade's pause is the hosts' reconnect delay times the tries
         // a restart needs: how long each part of the start took.
@@ -244,6 +250,7 @@ impl Daemon {
             None => None,
         };
         log_warnings(&config);
+        let advertiser = config.mdns.then(|| advertise(&target)).flatten();
         Ok(Daemon {
             target,
             config,
@@ -258,6 +265,7 @@ impl Daemon {
             log_reload,
             fence_warned: None,
             draining: None,
+            advertiser,
             stopping: Default::default(),
         })
     }
@@ -393,7 +401,7 @@ impl Daemon {
     /// The liveness check behind the watchdog: every listener, queue and the
     /// metrics thread went round its loop recently.
     pub fn check_alive(&self) -> Result<(), String> {
-        for l in &self.listeners {
+        for (_, l) in &self.listeners {
             if !l.alive(STALL_MS) {
                 return Err(format!("listener {} is not running", l.addr));
             }
@@ -455,6 +463,14 @@ impl Daemon {
             }
             opened.push(v);
         }
+        if result.is_ok() {
+            if let (Some(level), Some(f)) = (&plan.log_level, &self.log_reload) {
+                result = f(level).map_err(|e| format!("log.level: {e}"));
+            }
+        }
+        if result.is_ok() {
+            result = self.start_listeners(&plan.listeners_added);
+        }
         if let Err(e) = result {
             // Drop the series of namespaces that never served (a replaced
             // nsid shares its series with the namespace still serving).
@@ -467,11 +483,6 @@ impl Daemon {
                 }
             }
             return Err(e);
-        }
-        if let Some(level) = &plan.log_level {
-            if let Some(f) = &self.log_reload {
-                f(level).map_err(|e| format!("log.level: {e}"))?;
-            }
         }
         // Commit. Keys first: access widened below never lets a Connect in
         // under the old keys.
@@ -601,8 +612,14 @@ impl Daemon {
             }
         }
         plan.resized = self.refresh_sizes();
+        self.stop_listeners(&plan.listeners_removed);
         if plan.ana {
-            let ports = self.target.ana.update(&new.listeners);
+            let slots: Vec<(usize, &crate::config::ListenerConfig)> = new
+                .listeners
+                .iter()
+                .filter_map(|l| Some((self.slot(l)?, l)))
+                .collect();
+            let ports = self.target.ana.update(&slots);
             let mut raised = 0;
             for ctrl in self.target.all_controllers() {
                 if ctrl.subsys.kind == SubsystemKind::Nvm
@@ -612,8 +629,7 @@ impl Daemon {
                     raised += 1;
                 }
             }
-            for &p in &ports {
-                let l = &new.listeners[p];
+            for (_, l) in slots.iter().filter(|(s, _)| ports.contains(s)) {
                 info!(listener = %l.addr, ana = ?l.ana, controllers_notified = raised, "ANA states changed");
             }
         }
@@ -635,6 +651,16 @@ impl Daemon {
         }
         if plan.per_host {
             per_host_series(&new);
+        }
+        match (plan.mdns, self.advertiser.take()) {
+            (Some(false), Some(a)) => a.stop(),
+            (Some(true), None) => self.advertiser = advertise(&self.target),
+            (_, mut a) => {
+                if let Some(a) = &mut a {
+                    a.sync(&self.target.listeners.live());
+                }
+                self.advertiser = a;
+            }
         }
         log_warnings(&new);
         self.config = new;
@@ -678,10 +704,14 @@ impl Daemon {
     pub fn shutdown(mut self) -> Result<(), String> {
         // A drain's client must not hold the control thread up.
         self.drain_stopped();
+        // Hosts browsing for discovery services are told first.
+        if let Some(a) = self.advertiser.take() {
+            a.stop();
+        }
         let t = &self.target;
         t.stopping.store(true, Ordering::SeqCst);
         drop(self.control.take());
-        for l in self.listeners {
+        for (_, l) in self.listeners {
             l.stop();
         }
         let start = Instant::now();

@@ -4,11 +4,13 @@
 //! Namespaces are compared by their whole configuration: one whose backing
 //! path, block size or read-only flag changed is replaced (removed and added
 //! under the same nsid); one whose hosts alone changed stays open and is
-//! shown to its new hosts. Subsystems are matched by NQN. Serial and model
-//! numbers, listeners and the metrics address cannot change while hosts are
-//! connected: such a reload is refused with the reason.
+//! shown to its new hosts. Subsystems are matched by NQN; listeners by
+//! transport and address (one added starts, one removed stops and its
+//! controllers go). Serial and model numbers and the metrics address cannot
+//! change while hosts are connected: such a reload is refused with the
+//! reason.
 
-use crate::config::{NamespaceConfig, SubsystemConfig, TargetConfig};
+use crate::config::{ListenerConfig, NamespaceConfig, SubsystemConfig, TargetConfig};
 use crate::model::subsystem::HostAccess;
 
 /// Changes to one subsystem that stays.
@@ -92,6 +94,12 @@ pub struct Plan {
     pub per_host: bool,
     /// The discovery referrals changed.
     pub referrals: bool,
+    /// Listeners to start.
+    pub listeners_added: Vec<ListenerConfig>,
+    /// Listeners to stop (their controllers are disconnected).
+    pub listeners_removed: Vec<ListenerConfig>,
+    /// mDNS advertisement turned on or off.
+    pub mdns: Option<bool>,
 }
 
 impl Plan {
@@ -106,6 +114,9 @@ impl Plan {
             && !self.hosts
             && !self.per_host
             && !self.referrals
+            && self.listeners_added.is_empty()
+            && self.listeners_removed.is_empty()
+            && self.mdns.is_none()
     }
 
     /// A one-line summary for the log and the service status.
@@ -119,7 +130,7 @@ impl Plan {
         let shown: usize = self.changed.iter().map(|c| c.shown.len()).sum();
         let qos: usize = self.changed.iter().map(|c| c.qos.len()).sum();
         format!(
-            "subsystems +{} -{}, namespaces +{} -{}, host access changed in {}{}{}{}{}{}{}{}",
+            "subsystems +{} -{}, namespaces +{} -{}, host access changed in {}{}{}{}{}{}{}{}{}{}",
             self.added.len(),
             self.removed.len(),
             ns_added,
@@ -132,6 +143,10 @@ impl Plan {
             match qos {
                 0 => String::new(),
                 n => format!(", QoS caps of {n} namespace(s) changed"),
+            },
+            match (self.listeners_added.len(), self.listeners_removed.len()) {
+                (0, 0) => String::new(),
+                (a, r) => format!(", listeners +{a} -{r}"),
             },
             if self.ana { ", ANA states changed" } else { "" },
             if self.hosts {
@@ -148,6 +163,11 @@ impl Plan {
                 ", referrals changed"
             } else {
                 ""
+            },
+            match self.mdns {
+                Some(true) => ", mDNS on",
+                Some(false) => ", mDNS off",
+                None => "",
             },
             match self.resized {
                 0 => String::new(),
@@ -174,28 +194,15 @@ fn access(s: &SubsystemConfig) -> HostAccess {
     }
 }
 
-/// The listeners, as they are compared and said: an address (RDMA), or an
-/// address and `/tcp`.
-fn addrs(c: &TargetConfig) -> String {
-    let v: Vec<String> = c
-        .listeners
+/// The same listener (transport and address) in `c`.
+fn same_listener<'c>(c: &'c TargetConfig, l: &ListenerConfig) -> Option<&'c ListenerConfig> {
+    c.listeners
         .iter()
-        .map(|l| match l.transport {
-            crate::config::Transport::Rdma => l.addr.to_string(),
-            t => format!("{}/{}", l.addr, t.name()),
-        })
-        .collect();
-    format!("[{}]", v.join(", "))
+        .find(|x| x.transport == l.transport && x.addr == l.addr)
 }
 
 /// Computes the changes from `old` to `new`.
 pub fn plan(old: &TargetConfig, new: &TargetConfig) -> Result<Plan, NeedsRestart> {
-    if addrs(old) != addrs(new) {
-        return Err(NeedsRestart {
-            what: "listeners",
-            detail: format!("{} -> {}", addrs(old), addrs(new)),
-        });
-    }
     if old.control_socket != new.control_socket {
         return Err(NeedsRestart {
             what: "control.socket",
@@ -283,14 +290,26 @@ pub fn plan(old: &TargetConfig, new: &TargetConfig) -> Result<Plan, NeedsRestart
     }
     p.poll_spin_us = (old.poll_spin_us != new.poll_spin_us).then_some(new.poll_spin_us);
     p.log_level = (old.log_level != new.log_level).then(|| new.log_level.clone());
+    p.listeners_added = new
+        .listeners
+        .iter()
+        .filter(|l| same_listener(old, l).is_none())
+        .cloned()
+        .collect();
+    p.listeners_removed = old
+        .listeners
+        .iter()
+        .filter(|l| same_listener(new, l).is_none())
+        .cloned()
+        .collect();
     p.ana = old
         .listeners
         .iter()
-        .map(|l| &l.ana)
-        .ne(new.listeners.iter().map(|l| &l.ana));
+        .any(|l| same_listener(new, l).is_some_and(|n| n.ana != l.ana));
     p.hosts = old.hosts != new.hosts;
     p.per_host = old.per_host_series != new.per_host_series;
     p.referrals = old.referrals != new.referrals;
+    p.mdns = (old.mdns != new.mdns).then_some(new.mdns);
     Ok(p)
 }
 
@@ -450,9 +469,6 @@ size = "1M"
 
     #[test]
     fn settings_that_need_a_restart_are_refused() {
-        let e = plan(&cfg(BASE), &cfg(&BASE.replace("10.0.2.15", "10.0.2.16"))).unwrap_err();
-        assert_eq!(e.what, "listeners");
-        assert!(e.to_string().starts_with("listeners cannot change while the target runs (restart to apply): [10.0.2.15:4420] -> [10.0.2.16:4420]"), "{e}");
         let e = plan(
             &cfg(BASE),
             &cfg(&format!("[metrics]\naddress = \"127.0.0.1:1\"\n{BASE}")),
@@ -476,6 +492,37 @@ size = "1M"
         assert!(
             e.to_string().contains("subsystem nqn.2026-11.io.test:a"),
             "{e}"
+        );
+    }
+
+    #[test]
+    fn listeners_come_and_go_by_transport_and_address() {
+        let moved = BASE.replace("10.0.2.15", "10.0.2.16");
+        let p = plan(&cfg(BASE), &cfg(&moved)).unwrap();
+        assert_eq!(p.listeners_added.len(), 1);
+        assert_eq!(p.listeners_added[0].addr.to_string(), "10.0.2.16:4420");
+        assert_eq!(p.listeners_removed[0].addr.to_string(), "10.0.2.15:4420");
+        assert!(!p.ana);
+        assert!(p.summary().contains("listeners +1 -1"), "{}", p.summary());
+        // TCP beside it: added; the RDMA one stays, its ANA states compared.
+        let both = BASE.replacen(
+            "[[listener]]\naddress = \"10.0.2.15\"\n",
+            "[[listener]]\naddress = \"10.0.2.15\"\nana = { 1 = \"non-optimized\" }\n[[listener]]\ntransport = \"tcp\"\naddress = \"10.0.2.15\"\n",
+            1,
+        );
+        let p = plan(&cfg(BASE), &cfg(&both)).unwrap();
+        assert_eq!(p.listeners_added.len(), 1);
+        assert_eq!(
+            p.listeners_added[0].transport,
+            crate::config::Transport::Tcp
+        );
+        assert!(p.listeners_removed.is_empty());
+        assert!(p.ana);
+        let p = plan(&cfg(&both), &cfg(BASE)).unwrap();
+        assert_eq!(p.listeners_removed.len(), 1);
+        assert_eq!(
+            p.listeners_removed[0].transport,
+            crate::config::Transport::Tcp
         );
     }
 

@@ -64,6 +64,8 @@ pub const METHODS: &[&str] = &[
     "host_key_set",
     "host_key_del",
     "listener_ana",
+    "listener_add",
+    "listener_del",
     "controller_disconnect",
     "drain",
     "undrain",

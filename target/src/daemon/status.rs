@@ -455,8 +455,8 @@ impl Status {
             },
             listeners: target
                 .listeners
-                .iter()
-                .enumerate()
+                .live()
+                .into_iter()
                 .map(|(port, p)| ListenerInfo {
                     transport: if p.tcp { "tcp" } else { "rdma" }.into(),
                     address: p.addr.ip().to_string(),

@@ -7,13 +7,14 @@
 //! multipath sends I/O to the optimized path and fails over to the others.
 
 use std::collections::BTreeSet;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use nvme::ana::{AnaGroup, AnaState, MAX_GROUPS};
 
 use crate::config::ListenerConfig;
 use crate::model::namespace::Namespace;
+use crate::model::port::MAX_PORTS;
 
 /// The states of the groups at one listener (index: group id; 0 unused).
 type States = [AtomicU8; MAX_GROUPS as usize + 1];
@@ -21,7 +22,12 @@ type States = [AtomicU8; MAX_GROUPS as usize + 1];
 /// ANA states by listener (port id - 1) and group.
 #[derive(Debug)]
 pub struct Ana {
+    /// By listener slot (every slot a target may have).
     ports: Vec<States>,
+    /// Slots taken so far (the others were never used).
+    span: AtomicUsize,
+    /// Slots whose listener was removed: inaccessible.
+    closed: Vec<AtomicBool>,
     /// Groups inaccessible at every listener whatever their configured
     /// state: the cluster fenced this gateway's connection for them.
     fenced: [AtomicBool; MAX_GROUPS as usize + 1],
@@ -39,11 +45,13 @@ impl Ana {
     pub fn new(ports: usize) -> Ana {
         let code = AnaState::Optimized.code();
         Ana {
-            ports: (0..ports)
+            ports: (0..MAX_PORTS)
                 .map(|_| std::array::from_fn(|_| AtomicU8::new(code)))
                 .collect(),
+            span: AtomicUsize::new(ports.min(MAX_PORTS)),
+            closed: (0..MAX_PORTS).map(|_| AtomicBool::new(false)).collect(),
             fenced: std::array::from_fn(|_| AtomicBool::new(false)),
-            drained: (0..ports).map(|_| AtomicU8::new(0)).collect(),
+            drained: (0..MAX_PORTS).map(|_| AtomicU8::new(0)).collect(),
             promoted: std::array::from_fn(|_| AtomicBool::new(false)),
             change_count: AtomicU64::new(1),
         }
@@ -66,10 +74,46 @@ impl Ana {
         any
     }
 
+    /// A listener added in `slot` (a new one, or one removed before): its
+    /// configured states, not drained.
+    pub fn open(&self, slot: usize, l: &ListenerConfig) {
+        if slot >= MAX_PORTS {
+            return;
+        }
+        self.update(&[(slot, l)]);
+        self.drained[slot].store(0, Ordering::Release);
+        self.closed[slot].store(false, Ordering::Release);
+        self.span.fetch_max(slot + 1, Ordering::AcqRel);
+        self.bump();
+    }
+
+    /// The listener in `slot` is removed: its groups are inaccessible
+    /// there.
+    pub fn close(&self, slot: usize) {
+        if let (Some(c), Some(d)) = (self.closed.get(slot), self.drained.get(slot)) {
+            c.store(true, Ordering::Release);
+            d.store(0, Ordering::Release);
+            self.bump();
+        }
+    }
+
+    /// The slots of the listeners (removed ones left out).
+    fn open_slots(&self) -> impl Iterator<Item = usize> + Clone + '_ {
+        (0..self.span.load(Ordering::Acquire)).filter(|&p| !self.closed[p].load(Ordering::Acquire))
+    }
+
     /// The state of `group` at listener `port` (optimized for a listener or
     /// group out of range): the configured one, promoted, then capped by a
-    /// drain, then inaccessible while fenced.
+    /// drain, then inaccessible while fenced; inaccessible at a listener
+    /// removed.
     pub fn state(&self, port: usize, group: u32) -> AnaState {
+        if self
+            .closed
+            .get(port)
+            .is_some_and(|c| c.load(Ordering::Acquire))
+        {
+            return AnaState::Inaccessible;
+        }
         let flag = |a: &[AtomicBool]| {
             a.get(group as usize)
                 .is_some_and(|f| f.load(Ordering::Acquire))
@@ -109,7 +153,7 @@ impl Ana {
     /// The best state of `group` at any listener: what this gateway offers
     /// the group's hosts (inaccessible without listeners).
     pub fn best(&self, group: u32) -> AnaState {
-        (0..self.ports.len())
+        self.open_slots()
             .map(|p| self.state(p, group))
             .min_by_key(|s| rank(*s))
             .unwrap_or(AnaState::Inaccessible)
@@ -161,7 +205,7 @@ impl Ana {
                 .get(p)
                 .is_some_and(|d| d.load(Ordering::Acquire) == 0)
         };
-        let conf = (0..self.ports.len()).map(|p| (p, self.configured(p, group)));
+        let conf = self.open_slots().map(|p| (p, self.configured(p, group)));
         !fenced
             && !conf.clone().any(|(_, s)| s == AnaState::Optimized)
             && conf
@@ -189,11 +233,14 @@ impl Ana {
             .is_some_and(|p| p.load(Ordering::Acquire))
     }
 
-    /// Takes the states of `listeners` (in port order); returns the ports
-    /// where a state changed, and counts the change.
-    pub fn update(&self, listeners: &[ListenerConfig]) -> Vec<usize> {
+    /// Takes the states of `listeners` (each with its slot); returns the
+    /// slots where a state changed, and counts the change.
+    pub fn update(&self, listeners: &[(usize, &ListenerConfig)]) -> Vec<usize> {
         let mut changed = Vec::new();
-        for (port, (states, l)) in self.ports.iter().zip(listeners).enumerate() {
+        for &(port, l) in listeners {
+            let Some(states) = self.ports.get(port) else {
+                continue;
+            };
             let mut any = false;
             for (g, a) in states.iter().enumerate().skip(1) {
                 let code = l.ana_state(g as u32).code();
@@ -272,6 +319,32 @@ mod tests {
         }
     }
 
+    fn slots(l: &[ListenerConfig]) -> Vec<(usize, &ListenerConfig)> {
+        l.iter().enumerate().collect()
+    }
+
+    #[test]
+    fn a_listener_added_has_its_states_and_a_removed_one_none() {
+        let a = Ana::new(1);
+        let c0 = a.change_count();
+        a.drain(&[0], Some(AnaState::Inaccessible));
+        assert_eq!(a.best(1), AnaState::Inaccessible);
+        a.open(1, &listener(&[(1, AnaState::NonOptimized)]));
+        assert!(a.change_count() > c0);
+        assert_eq!(a.state(1, 1), AnaState::NonOptimized);
+        assert_eq!(a.best(1), AnaState::NonOptimized, "the new listener's");
+        assert!(!a.candidate(1), "drained where optimized");
+        a.close(1);
+        assert_eq!(a.state(1, 1), AnaState::Inaccessible, "removed");
+        assert_eq!(a.best(1), AnaState::Inaccessible);
+        // Back in its slot, drained no more.
+        a.drain(&[1], Some(AnaState::Inaccessible));
+        a.open(1, &listener(&[]));
+        assert_eq!(a.state(1, 1), AnaState::Optimized);
+        a.close(0);
+        assert!(a.drained().is_empty(), "a removed listener's drain ends");
+    }
+
     fn ns(nsid: u32, group: u32) -> Arc<Namespace> {
         let mut n = Namespace::new(
             "nqn.t",
@@ -294,15 +367,15 @@ mod tests {
             listener(&[(2, AnaState::NonOptimized)]),
             listener(&[(1, AnaState::Inaccessible)]),
         ];
-        assert_eq!(a.update(&l), vec![0, 1]);
+        assert_eq!(a.update(&slots(&l)), vec![0, 1]);
         assert_eq!(a.change_count(), c0 + 1);
         assert_eq!(a.state(0, 1), AnaState::Optimized, "not listed: optimized");
         assert_eq!(a.state(0, 2), AnaState::NonOptimized);
         assert_eq!(a.state(1, 1), AnaState::Inaccessible);
-        assert_eq!(a.update(&l), Vec::<usize>::new(), "nothing changed");
+        assert_eq!(a.update(&slots(&l)), Vec::<usize>::new(), "nothing changed");
         assert_eq!(a.change_count(), c0 + 1);
         let l2 = [l[0].clone(), listener(&[])];
-        assert_eq!(a.update(&l2), vec![1], "only the port that changed");
+        assert_eq!(a.update(&slots(&l2)), vec![1], "only the port that changed");
         assert_eq!(a.state(1, 1), AnaState::Optimized);
         assert_eq!(a.state(7, 1), AnaState::Optimized, "unknown port");
         assert_eq!(a.state(0, 999), AnaState::Optimized, "unknown group");
@@ -311,10 +384,10 @@ mod tests {
     #[test]
     fn a_drain_caps_then_restores_and_a_promotion_lifts_non_optimized() {
         let a = Ana::new(2);
-        a.update(&[
+        a.update(&slots(&[
             listener(&[(2, AnaState::NonOptimized), (3, AnaState::Inaccessible)]),
             listener(&[]),
-        ]);
+        ]));
         let c0 = a.change_count();
         assert_eq!(a.drain(&[0], Some(AnaState::NonOptimized)), vec![0]);
         assert_eq!(a.change_count(), c0 + 1);
@@ -351,7 +424,7 @@ mod tests {
         // (unlisted) at port 1: not a candidate; group 3 neither.
         assert!(!a.candidate(2) && !a.candidate(3));
         let b = Ana::new(1);
-        b.update(&[listener(&[(2, AnaState::NonOptimized)])]);
+        b.update(&slots(&[listener(&[(2, AnaState::NonOptimized)])]));
         assert!(b.candidate(2) && !b.candidate(1));
         b.drain(&[0], Some(AnaState::NonOptimized));
         assert!(!b.candidate(2), "drained");
@@ -366,7 +439,7 @@ mod tests {
     #[test]
     fn log_page_lists_groups_of_namespaces() {
         let a = Ana::new(1);
-        a.update(&[listener(&[(3, AnaState::Inaccessible)])]);
+        a.update(&slots(&[listener(&[(3, AnaState::Inaccessible)])]));
         let nss = [ns(1, 3), ns(2, 1), ns(4, 3)];
         let (count, groups) = nvme::ana::parse_log(&a.log_page(0, &nss, false)).unwrap();
         assert_eq!(count, a.change_count());

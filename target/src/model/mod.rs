@@ -7,6 +7,7 @@ pub mod controller;
 pub mod discovery;
 pub mod hostid;
 pub mod namespace;
+pub mod port;
 pub mod qos;
 pub mod subsystem;
 pub mod unproven;

@@ -276,21 +276,7 @@ impl Subsystem {
     }
 }
 
-/// A listener as the target sees it: its address and its transport.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Port {
-    /// The address it listens on.
-    pub addr: SocketAddr,
-    /// NVMe/TCP (else RDMA).
-    pub tcp: bool,
-}
-
-impl From<SocketAddr> for Port {
-    /// An RDMA listener on `addr`.
-    fn from(addr: SocketAddr) -> Port {
-        Port { addr, tcp: false }
-    }
-}
+pub use crate::model::port::Port;
 
 /// The whole target: subsystems, the discovery subsystem, listeners, counters.
 #[derive(Debug)]
@@ -301,8 +287,8 @@ pub struct Target {
     retired: Mutex<Vec<Arc<Subsystem>>>,
     /// The discovery service: its subsystem, generation counter, referrals.
     pub discovery: crate::model::discovery::DiscoveryService,
-    /// Listener addresses (port ids are index + 1).
-    pub listeners: Vec<Port>,
+    /// The listeners (port ids are slot + 1).
+    pub listeners: crate::model::port::Ports,
     /// ANA group states by listener.
     pub ana: crate::model::ana::Ana,
     /// Busy-poll window of the workers (µs), read when a worker starts.
@@ -359,7 +345,7 @@ impl Target {
             retired: Mutex::new(Vec::new()),
             discovery: Default::default(),
             ana: crate::model::ana::Ana::new(listeners.len()),
-            listeners,
+            listeners: crate::model::port::Ports::new(listeners),
             poll_spin_us: AtomicU64::new(poll_spin_us),
             live_queues: Default::default(),
             io_in_flight: Default::default(),
@@ -378,22 +364,6 @@ impl Target {
                 crate::command::auth::PEER_PER_SECOND,
             ),
         }
-    }
-
-    /// The listener (port id - 1) of a local address a host connected to
-    /// over TCP (`tcp`) or RDMA: the listener of that transport bound to
-    /// it, else one bound to the wildcard address on its port (0 if none
-    /// matches).
-    pub fn port_of(&self, local: SocketAddr, tcp: bool) -> usize {
-        let l = &self.listeners;
-        l.iter()
-            .position(|p| p.tcp == tcp && p.addr == local)
-            .or_else(|| {
-                l.iter().position(|p| {
-                    p.tcp == tcp && p.addr.port() == local.port() && p.addr.ip().is_unspecified()
-                })
-            })
-            .unwrap_or(0)
     }
 
     /// Serializes the admin Connects' host identifier checks and their
@@ -593,25 +563,6 @@ mod tests {
                 .cntlid,
             101
         );
-    }
-
-    #[test]
-    fn port_of_local_address() {
-        let t = Target::new(
-            vec![],
-            vec![
-                "10.0.0.1:4420".parse().unwrap(),
-                "0.0.0.0:4421".parse().unwrap(),
-            ],
-            0,
-        );
-        assert_eq!(t.port_of("10.0.0.1:4420".parse().unwrap(), false), 0);
-        assert_eq!(
-            t.port_of("10.0.0.9:4421".parse().unwrap(), false),
-            1,
-            "wildcard"
-        );
-        assert_eq!(t.port_of("10.0.0.1:9999".parse().unwrap(), false), 0);
     }
 
     #[test]

@@ -131,7 +131,12 @@ impl QueueCore {
                     if let (Some(h), Some(l)) = (peer, self.addrs.local) {
                         ctrl.set_addrs(h, l);
                         let tcp = self.params.sgl.fabric() == "tcp";
-                        ctrl.set_port(env.target.port_of(l, tcp));
+                        match env.target.listeners.port_of(l, tcp) {
+                            Some(p) => ctrl.set_port(p),
+                            // Its listener was removed since the queue
+                            // came: the controller goes with it.
+                            None => ctrl.revoke(),
+                        }
                     }
                     info!(cntlid = ctrl.cntlid, host = %d.hostnqn, subsys = %d.subsysnqn,
                           ?peer, kato_ms = ctrl.state().kato_ms, "controller connected");

@@ -298,7 +298,7 @@ fn ana_identify_log_and_event() {
         oaes::ANA_CHANGE,
     );
     assert_eq!(status(run(&t, &c, &aec, 0).0), Status::SUCCESS);
-    assert_eq!(t.ana.update(std::slice::from_ref(&l)), vec![0]);
+    assert_eq!(t.ana.update(&[(0, &l)]), vec![0]);
     assert!(c.notify_ana_changed());
     assert!(!c.notify_ana_changed(), "masked until the log is read");
     assert_eq!(
@@ -313,7 +313,7 @@ fn ana_identify_log_and_event() {
     assert!(!c.notify_ana_changed(), "read with RAE: still masked");
     run(&t, &c, &glp(0, false), 4096);
     l.ana.clear();
-    t.ana.update(std::slice::from_ref(&l));
+    t.ana.update(&[(0, &l)]);
     assert!(
         c.notify_ana_changed(),
         "read: the next change raises a notice"

@@ -1,8 +1,94 @@
-//! Listeners: the ANA state of a group at some of them (`listener ana`).
+//! Listeners: added and removed (`listener add|del`), the ANA state of a
+//! group at some of them (`listener ana`).
 
-use toml_edit::{value, DocumentMut, InlineTable};
+use std::net::{IpAddr, SocketAddr};
 
-use super::{EditError, ListenerAna};
+use toml_edit::{value, ArrayOfTables, DocumentMut, InlineTable, Item, Table};
+
+use super::{EditError, ListenerAna, ListenerRef};
+
+/// The address a `[[listener]]` table says (none if it does not parse).
+fn table_addr(t: &Table) -> Option<SocketAddr> {
+    let ip = t
+        .get("address")
+        .and_then(|v| v.as_str())
+        .and_then(|a| a.parse::<IpAddr>().ok())?;
+    let port = t
+        .get("port")
+        .and_then(|v| v.as_integer())
+        .and_then(|p| u16::try_from(p).ok())
+        .unwrap_or(nvme::DEFAULT_PORT);
+    Some(SocketAddr::new(ip, port))
+}
+
+/// The transport a `[[listener]]` table says.
+fn table_transport(t: &Table) -> &str {
+    t.get("transport")
+        .and_then(|v| v.as_str())
+        .unwrap_or("rdma")
+}
+
+/// The transport and address `l` names.
+fn wanted(l: &ListenerRef) -> Result<(&str, SocketAddr), EditError> {
+    let t = l.transport.as_deref().unwrap_or("rdma");
+    if !matches!(t, "rdma" | "tcp") {
+        return Err(EditError::Invalid(format!(
+            "'{t}' is not a transport (rdma or tcp)"
+        )));
+    }
+    let ip: IpAddr = l.address.parse().map_err(|_| {
+        EditError::Invalid(format!("'{}' is not an IPv4 or IPv6 address", l.address))
+    })?;
+    let port = l.port.unwrap_or(nvme::DEFAULT_PORT);
+    if port == 0 {
+        return Err(EditError::Invalid("a port is 1..=65535".into()));
+    }
+    Ok((t, SocketAddr::new(ip, port)))
+}
+
+fn listeners(doc: &mut DocumentMut) -> Result<&mut ArrayOfTables, EditError> {
+    if !doc.contains_key("listener") {
+        doc.insert("listener", Item::ArrayOfTables(ArrayOfTables::new()));
+    }
+    doc["listener"].as_array_of_tables_mut().ok_or_else(|| {
+        EditError::Unreadable("'listener' is not a list of [[listener]] tables".into())
+    })
+}
+
+pub(super) fn add(doc: &mut DocumentMut, l: &ListenerRef) -> Result<String, EditError> {
+    let (transport, addr) = wanted(l)?;
+    let all = listeners(doc)?;
+    if all
+        .iter()
+        .any(|t| table_transport(t) == transport && table_addr(t) == Some(addr))
+    {
+        return Err(EditError::Invalid(format!(
+            "a {transport} listener at {addr} is there already"
+        )));
+    }
+    let mut t = Table::new();
+    t.insert("transport", value(transport));
+    t.insert("address", value(addr.ip().to_string()));
+    t.insert("port", value(i64::from(addr.port())));
+    all.push(t);
+    Ok(format!("{transport} listener {addr} added"))
+}
+
+pub(super) fn del(doc: &mut DocumentMut, l: &ListenerRef) -> Result<String, EditError> {
+    let (transport, addr) = wanted(l)?;
+    let all = listeners(doc)?;
+    let i = all
+        .iter()
+        .position(|t| table_transport(t) == transport && table_addr(t) == Some(addr))
+        .ok_or_else(|| EditError::NoListener(format!("{addr} ({transport})")))?;
+    if all.len() == 1 {
+        return Err(EditError::Invalid(
+            "the last listener cannot be removed (a target needs one)".into(),
+        ));
+    }
+    all.remove(i);
+    Ok(format!("{transport} listener {addr} removed"))
+}
 
 pub(super) fn ana(doc: &mut DocumentMut, a: &ListenerAna) -> Result<String, EditError> {
     if nvme::ana::AnaState::from_name(&a.state).is_none() {
@@ -31,16 +117,7 @@ pub(super) fn ana(doc: &mut DocumentMut, a: &ListenerAna) -> Result<String, Edit
         .ok_or_else(|| EditError::Unreadable("no [[listener]] tables".into()))?;
     let mut n = 0;
     for t in listeners.iter_mut() {
-        let ip = t
-            .get("address")
-            .and_then(|v| v.as_str())
-            .and_then(|a| a.parse::<std::net::IpAddr>().ok());
-        let port = t
-            .get("port")
-            .and_then(|v| v.as_integer())
-            .and_then(|p| u16::try_from(p).ok())
-            .unwrap_or(nvme::DEFAULT_PORT);
-        let here = ip.map(|ip| std::net::SocketAddr::new(ip, port));
+        let here = table_addr(t);
         if want.is_some_and(|w| here != Some(w)) {
             continue;
         }

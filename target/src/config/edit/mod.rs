@@ -209,6 +209,20 @@ pub struct ListenerAna {
     pub state: String,
 }
 
+/// A listener (`listener add|del`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ListenerRef {
+    /// `rdma` or `tcp` (default `rdma`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub transport: Option<String>,
+    /// The IP address.
+    pub address: String,
+    /// The port (default 4420).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub port: Option<u16>,
+}
+
 /// A change to the configuration.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Edit {
@@ -236,6 +250,10 @@ pub enum Edit {
     HostKeyDel(HostNqn),
     /// Set an ANA group's state at listeners.
     ListenerAna(ListenerAna),
+    /// Add a listener.
+    ListenerAdd(ListenerRef),
+    /// Remove a listener.
+    ListenerDel(ListenerRef),
 }
 
 /// The edited text and what changed.
@@ -370,6 +388,8 @@ pub fn apply(text: &str, edit: &Edit) -> Result<Edited, EditError> {
         Edit::HostKeySet(k) => (hosts::key_set(&mut doc, k)?, None),
         Edit::HostKeyDel(h) => (hosts::key_del(&mut doc, &h.host_nqn)?, None),
         Edit::ListenerAna(a) => (listener::ana(&mut doc, a)?, None),
+        Edit::ListenerAdd(l) => (listener::add(&mut doc, l)?, None),
+        Edit::ListenerDel(l) => (listener::del(&mut doc, l)?, None),
     };
     Ok(Edited {
         text: doc.to_string(),

@@ -495,3 +495,65 @@ fn listener_ana_states_set_per_address_or_everywhere() {
         );
     }
 }
+
+#[test]
+fn listeners_added_and_removed_by_transport_and_address() {
+    let l = |t: Option<&str>, a: &str, p: Option<u16>| ListenerRef {
+        transport: t.map(Into::into),
+        address: a.into(),
+        port: p,
+    };
+    let e = apply(FILE, &Edit::ListenerAdd(l(Some("tcp"), "10.0.2.15", None))).unwrap();
+    assert_eq!(e.summary, "tcp listener 10.0.2.15:4420 added");
+    assert!(e.text.contains("# eth0"), "comments stay");
+    let c = parsed(&e.text);
+    assert_eq!(c.listeners.len(), 2);
+    assert_eq!(c.listeners[1].transport, crate::config::Transport::Tcp);
+    assert_eq!(c.listeners[1].addr.to_string(), "10.0.2.15:4420");
+    let e = apply(&e.text, &Edit::ListenerAdd(l(None, "fd00::1", Some(4421)))).unwrap();
+    let c = parsed(&e.text);
+    assert_eq!(c.listeners[2].addr.to_string(), "[fd00::1]:4421");
+    // Twice: refused; the same address on the other transport: fine.
+    assert!(matches!(
+        apply(
+            &e.text,
+            &Edit::ListenerAdd(l(Some("rdma"), "10.0.2.15", Some(4420)))
+        ),
+        Err(EditError::Invalid(_))
+    ));
+    // Removed by transport and address: the RDMA one stays.
+    let d = apply(
+        &e.text,
+        &Edit::ListenerDel(l(Some("tcp"), "10.0.2.15", None)),
+    )
+    .unwrap();
+    assert_eq!(d.summary, "tcp listener 10.0.2.15:4420 removed");
+    let c = parsed(&d.text);
+    assert_eq!(c.listeners.len(), 2);
+    assert_eq!(c.listeners[0].transport, crate::config::Transport::Rdma);
+    assert_eq!(
+        apply(
+            &d.text,
+            &Edit::ListenerDel(l(Some("tcp"), "10.0.2.15", None))
+        ),
+        Err(EditError::NoListener("10.0.2.15:4420 (tcp)".into()))
+    );
+    // Never the last one; bad names refused.
+    assert!(matches!(
+        apply(FILE, &Edit::ListenerDel(l(None, "10.0.2.15", None))),
+        Err(EditError::Invalid(_))
+    ));
+    for bad in [
+        l(Some("fc"), "10.0.2.15", None),
+        l(None, "host.example", None),
+        l(None, "10.0.2.15", Some(0)),
+    ] {
+        assert!(
+            matches!(
+                apply(FILE, &Edit::ListenerAdd(bad.clone())),
+                Err(EditError::Invalid(_))
+            ),
+            "{bad:?}"
+        );
+    }
+}
