@@ -27,7 +27,8 @@
 #      a subsystem enters and leaves discovery; the file keeps its comments and every
 #      change through a restart; bad changes (missing path, nsid taken, file edited by
 #      hand) exit 2 with the reason and change nothing; a TCP listener added live takes a
-#      second path of the host and, removed under fio verify, drains it first (no error)
+#      second path of the host and, removed under fio verify, drains it first (no error);
+#      with [discovery] mdns, avahi-browse finds each listener's discovery service
 #      (4b also: each line reaches the journal at its level; `journalctl -p err` shows the refusal)
 #   5. `systemctl stop` while fio and an acknowledged-writes logger run: fio sees errors
 #      but no verify failure; after a restart every acknowledged block reads back; the
@@ -602,8 +603,22 @@ systemctl reload nvmf-target || fail "systemctl reload without the referral"
 # verify, it drains first (its path non-optimized, then inaccessible: the host's I/O
 # moves to the RDMA path), then its controller is disconnected. No I/O error.
 kmsg_mark   # the host del and controller disconnect above reconnect by design
+# mDNS (TP 8009), turned on by a reload: avahi-browse finds a discovery service per
+# listener (RDMA: _nvme-disc._udp, p=roce; TCP: _nvme-disc._tcp, p=tcp) at its address,
+# and loses one when its listener goes.
+systemctl start avahi-daemon || fail "avahi-daemon did not start"
+printf '[discovery]\nmdns = true\n' >>"$CONF"
+systemctl reload nvmf-target || fail "systemctl reload with [discovery] mdns = true"
+mdns_has() { # TYPE P: avahi-browse resolves our discovery service of that type
+    avahi-browse -rpt "$1" 2>/dev/null | grep '^=' | grep -F ";$IP;$PORT;" | grep -qF "\"p=$2\""
+}
+wait_for 30 "avahi-browse finds the RDMA discovery service (_nvme-disc._udp, p=roce)" mdns_has _nvme-disc._udp roce
+avahi-browse -rpt _nvme-disc._udp 2>/dev/null | grep '^=' | head -n 2 | sed 's/^/    avahi-browse: /'
+mdns_has _nvme-disc._tcp tcp && fail "a TCP discovery service is advertised with no TCP listener"
 modprobe nvme-tcp
 live listener add --transport tcp --address "$IP" --port "$PORT"
+wait_for 30 "avahi-browse finds the TCP discovery service (_nvme-disc._tcp, p=tcp)" mdns_has _nvme-disc._tcp tcp
+avahi-browse -rpt _nvme-disc._tcp 2>/dev/null | grep '^=' | head -n 2 | sed 's/^/    avahi-browse: /'
 grep -A3 '^transport = "tcp"' "$CONF" | grep -q "port = $PORT" || fail "the TCP listener is not in $CONF"
 nvme discover -t tcp -a "$IP" -s "$PORT" >/tmp/discover-tcp.txt 2>&1 || { cat /tmp/discover-tcp.txt; fail "discover through the listener added live"; }
 grep -B6 "subnqn: *$NQN\$" /tmp/discover-tcp.txt | grep -q "trtype: *tcp" || { cat /tmp/discover-tcp.txt; fail "the discovery log lists no TCP entry for $NQN"; }
@@ -639,6 +654,9 @@ nvme disconnect -d "$TCTRL" >/dev/null 2>&1 || true
 host_live || fail "the RDMA path did not survive the TCP listener's removal"
 nvme discover -t rdma -a "$IP" -s "$PORT" >/tmp/discover.txt 2>&1 || fail "discover after listener del"
 grep -q "trtype: *tcp" /tmp/discover.txt && fail "the discovery log still lists the removed TCP listener"
+wait_for 20 "the TCP discovery service withdrawn from mDNS" bash -c "! avahi-browse -rpt _nvme-disc._tcp 2>/dev/null | grep '^=' | grep -qF ';$IP;$PORT;'"
+mdns_has _nvme-disc._udp roce || fail "the RDMA discovery service went with the TCP listener"
+info "mDNS: avahi-browse found _nvme-disc._udp (p=roce) and, while the TCP listener lived, _nvme-disc._tcp (p=tcp) at $IP:$PORT"
 # An RDMA listener on another port, added and removed with no host on it: at once.
 live listener add --address "$IP" --port 4421
 nvme discover -t rdma -a "$IP" -s 4421 >/tmp/discover.txt 2>&1 || fail "discover through an RDMA listener added live"
@@ -652,6 +670,7 @@ if kmsg_errors | grep -v "$TCTRL" | grep -q .; then
     fail "the host's kernel log shows errors other than the removed path's reconnects"
 fi
 kmsg_mark
+systemctl stop avahi-daemon
 journal | grep "live change" | sed 's/^/    journal: /'
 [ "$(metric 'nvmf_target_control_changes_total{method="namespace_add",result="ok"}')" -ge 2 ] || fail "live changes not counted"
 [ "$(metric 'nvmf_target_control_changes_total{method="namespace_add",result="refused"}')" -ge 3 ] || fail "refused live changes not counted"
