@@ -610,7 +610,8 @@ systemctl start avahi-daemon || fail "avahi-daemon did not start"
 printf '[discovery]\nmdns = true\n' >>"$CONF"
 systemctl reload nvmf-target || fail "systemctl reload with [discovery] mdns = true"
 mdns_has() { # TYPE P: avahi-browse resolves our discovery service of that type
-    avahi-browse -rpt "$1" 2>/dev/null | grep '^=' | grep -F ";$IP;$PORT;" | grep -qF "\"p=$2\""
+    # grep -c reads to the end: no early exit that pipefail would count against it.
+    avahi-browse -rpt "$1" 2>/dev/null | grep '^=' | grep -F ";$IP;$PORT;" | grep -cF "\"p=$2\"" >/dev/null
 }
 wait_for 30 "avahi-browse finds the RDMA discovery service (_nvme-disc._udp, p=roce)" mdns_has _nvme-disc._udp roce
 avahi-browse -rpt _nvme-disc._udp 2>/dev/null | grep '^=' | head -n 2 | sed 's/^/    avahi-browse: /'
@@ -654,7 +655,10 @@ nvme disconnect -d "$TCTRL" >/dev/null 2>&1 || true
 host_live || fail "the RDMA path did not survive the TCP listener's removal"
 nvme discover -t rdma -a "$IP" -s "$PORT" >/tmp/discover.txt 2>&1 || fail "discover after listener del"
 grep -q "trtype: *tcp" /tmp/discover.txt && fail "the discovery log still lists the removed TCP listener"
-wait_for 20 "the TCP discovery service withdrawn from mDNS" bash -c "! avahi-browse -rpt _nvme-disc._tcp 2>/dev/null | grep '^=' | grep -qF ';$IP;$PORT;'"
+mdns_gone() { # the TCP service no longer resolves, while avahi answers (the RDMA one does)
+    mdns_has _nvme-disc._udp roce && ! mdns_has _nvme-disc._tcp tcp
+}
+wait_for 20 "the TCP discovery service withdrawn from mDNS" mdns_gone
 mdns_has _nvme-disc._udp roce || fail "the RDMA discovery service went with the TCP listener"
 info "mDNS: avahi-browse found _nvme-disc._udp (p=roce) and, while the TCP listener lived, _nvme-disc._tcp (p=tcp) at $IP:$PORT"
 # An RDMA listener on another port, added and removed with no host on it: at once.
@@ -665,8 +669,8 @@ live listener del --address "$IP" --port 4421
 nvme discover -t rdma -a "$IP" -s 4421 >/dev/null 2>&1 && fail "the removed RDMA listener still answers"
 info "listener add|del: TCP removed under fio (error 0, drained first), RDMA on port 4421 added and removed"
 # Only the removed TCP path's own reconnects may fail; nothing else in the kernel log.
-if kmsg_errors | grep -v "$TCTRL" | grep -q .; then
-    kmsg_errors | grep -v "$TCTRL" | head -n 20 | sed 's/^/    kernel: /'
+if kmsg_errors | grep -vw "$TCTRL" | grep -c . >/dev/null; then
+    kmsg_errors | grep -vw "$TCTRL" | head -n 20 | sed 's/^/    kernel: /'
     fail "the host's kernel log shows errors other than the removed path's reconnects"
 fi
 kmsg_mark

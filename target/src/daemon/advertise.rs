@@ -102,18 +102,32 @@ impl Advertiser {
     }
 
     /// Advertises `live` (the listeners and their slots) and withdraws
-    /// what is no longer among them.
-    pub fn sync(&mut self, live: &[(usize, Port)]) {
+    /// what is no longer among them; returns the withdrawals' answers.
+    pub fn sync(
+        &mut self,
+        live: &[(usize, Port)],
+    ) -> Vec<mdns_sd::Receiver<mdns_sd::UnregisterStatus>> {
         let gone: Vec<usize> = self
             .published
             .iter()
             .filter(|(s, (p, _))| !live.contains(&(**s, *p)))
             .map(|(s, _)| *s)
             .collect();
+        let mut withdrawn = Vec::new();
         for s in gone {
-            if let Some((p, name)) = self.published.remove(&s) {
-                let _ = self.mdns.unregister(&name);
-                info!(listener = %p.addr, instance = %name, "mDNS: discovery service withdrawn");
+            let Some((p, name)) = self.published.get(&s).cloned() else {
+                continue;
+            };
+            match self.mdns.unregister(&name) {
+                Ok(r) => {
+                    withdrawn.push(r);
+                    self.published.remove(&s);
+                    info!(listener = %p.addr, instance = %name, "mDNS: discovery service withdrawn");
+                }
+                // Kept: tried again at the next change.
+                Err(e) => {
+                    warn!(listener = %p.addr, instance = %name, error = %e, "mDNS: not withdrawn yet")
+                }
             }
         }
         for &(slot, p) in live {
@@ -147,7 +161,7 @@ impl Advertiser {
             });
             match registered {
                 Ok(name) => {
-                    info!(listener = %p.addr, instance = %name, "mDNS: discovery service advertised");
+                    info!(listener = %p.addr, instance = %name, "mDNS: advertising the discovery service");
                     self.published.insert(slot, (p, name));
                 }
                 Err(e) => {
@@ -155,12 +169,19 @@ impl Advertiser {
                 }
             }
         }
+        withdrawn
     }
 
     /// Withdraws everything (hosts are told the services are gone) and
     /// stops the responder.
     pub fn stop(mut self) {
-        self.sync(&[]);
+        // The responder says goodbye twice, 120 ms apart: both go out
+        // before it stops (a host that missed them keeps the records for
+        // their TTL).
+        for r in self.sync(&[]) {
+            let _ = r.recv_timeout(std::time::Duration::from_millis(500));
+        }
+        std::thread::sleep(std::time::Duration::from_millis(150));
         if let Ok(done) = self.mdns.shutdown() {
             let _ = done.recv_timeout(std::time::Duration::from_secs(1));
         }

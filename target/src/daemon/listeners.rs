@@ -4,10 +4,12 @@
 //! `nvmf-target listener del` drains the listener's controllers first (see
 //! [`super::maintenance`]).
 
+use nvme::ana::AnaState;
 use tracing::info;
 
 use super::Daemon;
 use crate::config::{ListenerConfig, Transport};
+use crate::model::ana::rank;
 use crate::model::subsystem::{Port, Target};
 use crate::transport::engine::Engine;
 use crate::transport::listener::Listener;
@@ -60,12 +62,28 @@ impl Daemon {
     }
 
     /// Starts the listeners `added` (a reload's): each takes a slot with
-    /// its ANA states, then listens. On an error the ones started stop
-    /// again and their slots empty.
+    /// its ANA states, then listens. A gateway drained at every listener
+    /// it has stays so: a new listener takes the drain's cap (hosts must
+    /// not come back through it). On an error the ones started stop again,
+    /// their slots empty and any controller they took goes.
     pub(super) fn start_listeners(&mut self, added: &[ListenerConfig]) -> Result<(), String> {
         let Some(engine) = &self.engine else {
             return Err("the engine is stopped".into());
         };
+        let drained = self.target.ana.drained();
+        let live = self.target.listeners.live();
+        // The weakest cap, if every listener has one.
+        let cap = live
+            .iter()
+            .map(|(s, _)| drained.iter().find(|(d, _)| d == s).map(|(_, c)| *c))
+            .try_fold(None, |weakest: Option<AnaState>, c| {
+                let c = c?;
+                Some(Some(match weakest {
+                    Some(w) if rank(w) < rank(c) => w,
+                    _ => c,
+                }))
+            })
+            .flatten();
         let mut started: Vec<(usize, Listener)> = Vec::new();
         let mut failed = None;
         for l in added {
@@ -73,7 +91,7 @@ impl Daemon {
                 self.target
                     .all_controllers()
                     .iter()
-                    .any(|c| c.port() == slot)
+                    .any(|c| c.listener() == Some(slot))
             };
             let slot = match self.target.listeners.add(port(l), in_use) {
                 Ok(s) => s,
@@ -83,11 +101,13 @@ impl Daemon {
                 }
             };
             self.target.ana.open(slot, l);
+            if cap.is_some() {
+                self.target.ana.drain(&[slot], cap);
+            }
             match listen(engine, &self.target, l) {
                 Ok(x) => started.push((slot, x)),
                 Err(e) => {
-                    self.target.listeners.remove(slot);
-                    self.target.ana.close(slot);
+                    self.retire(slot);
                     failed = Some(e);
                     break;
                 }
@@ -96,16 +116,36 @@ impl Daemon {
         if let Some(e) = failed {
             for (slot, x) in started {
                 x.stop();
-                self.target.listeners.remove(slot);
-                self.target.ana.close(slot);
+                self.retire(slot);
             }
             return Err(e);
         }
         for (slot, x) in started {
-            info!(listener = %x.addr, port_id = slot + 1, "listener added");
+            info!(listener = %x.addr, port_id = slot + 1, drained = ?cap, "listener added");
             self.listeners.push((slot, x));
         }
         Ok(())
+    }
+
+    /// Empties `slot` (its groups inaccessible there) and disconnects the
+    /// controllers connected through it; returns them, for the log.
+    fn retire(&self, slot: usize) -> Vec<String> {
+        // First: a Connect that records its listener after this finds it
+        // gone (see [`crate::model::port::Ports::assign`]).
+        self.target.listeners.remove(slot);
+        self.target.ana.close(slot);
+        self.target
+            .all_controllers()
+            .into_iter()
+            .filter(|c| c.listener() == Some(slot) && !c.is_revoked())
+            .map(|c| {
+                c.revoke();
+                format!(
+                    "{} (controller {} of {})",
+                    c.hostnqn, c.cntlid, c.subsys.nqn
+                )
+            })
+            .collect()
     }
 
     /// Stops the listeners `removed`: no new connection, their slots empty
@@ -119,21 +159,7 @@ impl Daemon {
             if let Some(i) = self.listeners.iter().position(|(s, _)| *s == slot) {
                 self.listeners.swap_remove(i).1.stop();
             }
-            self.target.listeners.remove(slot);
-            self.target.ana.close(slot);
-            let gone: Vec<String> = self
-                .target
-                .all_controllers()
-                .into_iter()
-                .filter(|c| c.port() == slot && !c.is_revoked())
-                .map(|c| {
-                    c.revoke();
-                    format!(
-                        "{} (controller {} of {})",
-                        c.hostnqn, c.cntlid, c.subsys.nqn
-                    )
-                })
-                .collect();
+            let gone = self.retire(slot);
             info!(listener = %l.addr, transport = l.transport.name(), port_id = slot + 1,
                   disconnected = ?gone, "listener removed; its controllers are disconnected");
         }

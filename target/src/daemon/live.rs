@@ -221,6 +221,14 @@ impl Daemon {
             "host_key_set" => Edit::HostKeySet(rpc::params(method, p)?),
             "host_key_del" => Edit::HostKeyDel(rpc::params(method, p)?),
             "listener_ana" => Edit::ListenerAna(rpc::params(method, p)?),
+            "listener_add" if self.draining_or_stopping() => {
+                return self.counted(
+                    method,
+                    Err(LiveError::Refused(
+                        "a drain is under way, or the daemon is stopping: add the listener once it ends".into(),
+                    )),
+                )
+            }
             "listener_add" => Edit::ListenerAdd(rpc::params(method, p)?),
             m => {
                 return Err(RpcError::new(

@@ -48,7 +48,7 @@ pub struct Draining {
     reply: Option<Reply>,
     /// A listener's removal, made once its controllers are drained
     /// (`nvmf-target listener del`).
-    then: Option<crate::config::edit::Edit>,
+    then: Option<(crate::config::edit::Edit, usize)>,
 }
 
 /// Whether a gateway that would serve a group optimized if no other did
@@ -233,10 +233,9 @@ impl Daemon {
                 return;
             }
         };
-        let connected =
-            self.target.all_controllers().iter().any(|c| {
-                c.subsys.kind == SubsystemKind::Nvm && c.port() == slot && !c.is_revoked()
-            });
+        let connected = self.target.all_controllers().iter().any(|c| {
+            c.subsys.kind == SubsystemKind::Nvm && c.listener() == Some(slot) && !c.is_revoked()
+        });
         if !connected {
             let r = self.change(&edit);
             let _ = reply.send(self.counted("listener_del", r));
@@ -249,7 +248,7 @@ impl Daemon {
         }
         self.begin_drain(vec![slot], super::drain::DEFAULT_TIMEOUT, Some(reply));
         if let Some(d) = &mut self.draining {
-            d.then = Some(edit);
+            d.then = Some((edit, slot));
         }
     }
 
@@ -310,6 +309,10 @@ impl Daemon {
             return true;
         }
         self.stopping = Stopping::Asked;
+        if self.draining.as_ref().is_some_and(|d| d.then.is_some()) {
+            // A listener's removal waits no longer: the stop drains all.
+            self.drain_answer(Err("the daemon is stopping".into()), false);
+        }
         if self.draining.is_some() {
             info!("stopping once the drain under way ends");
             return false;
@@ -349,6 +352,11 @@ impl Daemon {
         );
         self.begin_drain(undrained, timeout, None);
         false
+    }
+
+    /// A drain is under way, or a stop.
+    pub(super) fn draining_or_stopping(&self) -> bool {
+        self.draining.is_some() || self.stopping != Stopping::No
     }
 
     /// A signal asked the daemon to stop (it may be draining first).
@@ -447,7 +455,10 @@ impl Daemon {
                 self.drain_answer(Ok(summary), true);
             }
             Step::TimedOut(what) => {
-                let m = format!("not drained in time: still {what}; the listeners stay drained (nvmf-target undrain restores them)");
+                let m = match self.draining.as_ref().is_some_and(|d| d.then.is_some()) {
+                    true => format!("not drained in time: still {what}"),
+                    false => format!("not drained in time: still {what}; the listeners stay drained (nvmf-target undrain restores them)"),
+                };
                 warn!("{m}");
                 self.drain_answer(Err(m), true);
             }
@@ -464,25 +475,38 @@ impl Daemon {
         let Some(reply) = d.reply else {
             return;
         };
-        if let Some(edit) = d.then {
+        if let Some((edit, slot)) = d.then {
             let drained = match &r {
                 Ok(_) => "drained first".to_string(),
-                Err(m) => m.clone(),
+                Err(m) => format!("removed anyway, {m}"),
             };
             let answer = match ended {
-                true => {
-                    let r = self.change(&edit).map(|mut c| {
+                // The same listener still (a reload may have removed it,
+                // or put another in its place, meanwhile).
+                true => match self.removed_slot(&edit) {
+                    Ok(s) if s == slot => self.change(&edit).map(|mut c| {
                         c.summary = format!("{} ({drained})", c.summary);
                         c
-                    });
-                    self.counted("listener_del", r)
-                }
-                false => Err(RpcError::new(
-                    rpc::REFUSED,
-                    format!("the listener stays: {drained}"),
-                )),
+                    }),
+                    Ok(_) => Err(super::live::LiveError::Refused(
+                        "the listener was replaced meanwhile (a reload)".into(),
+                    )),
+                    Err(e) => Err(e),
+                },
+                false => Err(super::live::LiveError::Refused(match r {
+                    Err(m) => m,
+                    Ok(m) => m,
+                })),
             };
-            let _ = reply.send(answer);
+            let answer = answer.map_err(|e| {
+                // It stays: its hosts may come back through it.
+                let lifted = self.target.ana.drain(&[slot], None);
+                self.notify_ana(Some(&lifted));
+                super::live::LiveError::Refused(format!(
+                    "the listener stays, with its ANA states restored: {e}"
+                ))
+            });
+            let _ = reply.send(self.counted("listener_del", answer));
             return;
         }
         let _ = reply.send(match r {

@@ -464,12 +464,15 @@ impl Daemon {
             opened.push(v);
         }
         if result.is_ok() {
-            if let (Some(level), Some(f)) = (&plan.log_level, &self.log_reload) {
-                result = f(level).map_err(|e| format!("log.level: {e}"));
-            }
+            result = self.start_listeners(&plan.listeners_added);
         }
         if result.is_ok() {
-            result = self.start_listeners(&plan.listeners_added);
+            if let (Some(level), Some(f)) = (&plan.log_level, &self.log_reload) {
+                result = f(level).map_err(|e| format!("log.level: {e}"));
+                if result.is_err() {
+                    self.stop_listeners(&plan.listeners_added);
+                }
+            }
         }
         if let Err(e) = result {
             // Drop the series of namespaces that never served (a replaced

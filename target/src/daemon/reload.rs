@@ -302,6 +302,28 @@ pub fn plan(old: &TargetConfig, new: &TargetConfig) -> Result<Plan, NeedsRestart
         .filter(|l| same_listener(new, l).is_none())
         .cloned()
         .collect();
+    // The new one is bound before the old one goes: on one port, a
+    // wildcard address and another cannot swap in one reload.
+    let overlap = |a: &ListenerConfig, b: &ListenerConfig| {
+        a.transport == b.transport
+            && a.addr.port() == b.addr.port()
+            && (a.addr.ip().is_unspecified() || b.addr.ip().is_unspecified())
+    };
+    for a in &p.listeners_added {
+        if let Some(r) = p.listeners_removed.iter().find(|r| overlap(a, r)) {
+            return Err(NeedsRestart {
+                what: "a listener's address on the same port",
+                detail: format!(
+                    "{} -> {} ({}): remove {} first (nvmf-target listener del), then add {}",
+                    r.addr,
+                    a.addr,
+                    a.transport.name(),
+                    r.addr,
+                    a.addr
+                ),
+            });
+        }
+    }
     p.ana = old
         .listeners
         .iter()
@@ -524,6 +546,9 @@ size = "1M"
             p.listeners_removed[0].transport,
             crate::config::Transport::Tcp
         );
+        // The wildcard and an address on one port: in two steps.
+        let e = plan(&cfg(BASE), &cfg(&BASE.replace("10.0.2.15", "0.0.0.0"))).unwrap_err();
+        assert!(e.to_string().contains("remove 10.0.2.15:4420 first"), "{e}");
     }
 
     #[test]

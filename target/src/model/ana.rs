@@ -169,12 +169,19 @@ impl Ana {
             .iter()
             .copied()
             .filter(|&p| {
-                self.drained.get(p).is_some_and(|d| {
-                    // A drain again does not let I/O back in.
-                    let old = d.load(Ordering::Acquire);
-                    let keep = old == inaccessible && cap == Some(AnaState::NonOptimized);
-                    !keep && d.swap(code, Ordering::AcqRel) != code
-                })
+                // A removed listener is not drained (its groups are
+                // inaccessible there anyway).
+                let closed = self
+                    .closed
+                    .get(p)
+                    .is_some_and(|c| c.load(Ordering::Acquire));
+                !closed
+                    && self.drained.get(p).is_some_and(|d| {
+                        // A drain again does not let I/O back in.
+                        let old = d.load(Ordering::Acquire);
+                        let keep = old == inaccessible && cap == Some(AnaState::NonOptimized);
+                        !keep && d.swap(code, Ordering::AcqRel) != code
+                    })
             })
             .collect();
         if !changed.is_empty() {
@@ -337,8 +344,11 @@ mod tests {
         a.close(1);
         assert_eq!(a.state(1, 1), AnaState::Inaccessible, "removed");
         assert_eq!(a.best(1), AnaState::Inaccessible);
+        assert!(
+            a.drain(&[1], Some(AnaState::Inaccessible)).is_empty(),
+            "a removed listener is not drained"
+        );
         // Back in its slot, drained no more.
-        a.drain(&[1], Some(AnaState::Inaccessible));
         a.open(1, &listener(&[]));
         assert_eq!(a.state(1, 1), AnaState::Optimized);
         a.close(0);

@@ -462,9 +462,15 @@ impl Controller {
         let _ = self.port.set(port);
     }
 
-    /// The listener its host connected through (port id - 1).
+    /// The listener its host connected through (port id - 1; the first
+    /// listener's when its transport did not say).
     pub fn port(&self) -> usize {
         self.port.get().copied().unwrap_or(0)
+    }
+
+    /// The listener its host connected through, once recorded.
+    pub fn listener(&self) -> Option<usize> {
+        self.port.get().copied()
     }
 
     /// The host's address and the local address it connected to.

@@ -127,6 +127,21 @@ impl Ports {
         }
     }
 
+    /// Gives `set` the slot of the listener a host connected to at `local`
+    /// (as [`Ports::port_of`]), serialized with removals: a removal either
+    /// comes first (false: the listener is gone, its controller must go) or
+    /// sees what `set` recorded. True when `set` ran.
+    pub fn assign(&self, local: SocketAddr, tcp: bool, set: impl FnOnce(usize)) -> bool {
+        let _edit = self.edit.lock().unwrap_or_else(|p| p.into_inner());
+        match self.port_of(local, tcp) {
+            Some(p) => {
+                set(p);
+                true
+            }
+            None => false,
+        }
+    }
+
     /// The slot of the listener a host connected to at `local` over TCP
     /// (`tcp`) or RDMA: the live listener of that transport bound to it,
     /// else one bound to the wildcard address on its port; `None` when

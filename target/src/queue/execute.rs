@@ -131,11 +131,10 @@ impl QueueCore {
                     if let (Some(h), Some(l)) = (peer, self.addrs.local) {
                         ctrl.set_addrs(h, l);
                         let tcp = self.params.sgl.fabric() == "tcp";
-                        match env.target.listeners.port_of(l, tcp) {
-                            Some(p) => ctrl.set_port(p),
+                        if !env.target.listeners.assign(l, tcp, |p| ctrl.set_port(p)) {
                             // Its listener was removed since the queue
                             // came: the controller goes with it.
-                            None => ctrl.revoke(),
+                            ctrl.revoke();
                         }
                     }
                     info!(cntlid = ctrl.cntlid, host = %d.hostnqn, subsys = %d.subsysnqn,
