@@ -29,6 +29,32 @@ pub enum SecretError {
     Crc,
 }
 
+/// The key of a secret's representation, `base64(key || CRC-32(key))` (the
+/// CRC little-endian), as DH-HMAC-CHAP secrets and NVMe/TCP TLS PSKs
+/// (`NVMeTLSkey-1`) write it; the key must be one of `lengths` bytes.
+pub fn key_from_base64(b64: &str, lengths: &[usize]) -> Result<Zeroizing<Vec<u8>>, SecretError> {
+    let raw = Zeroizing::new(STANDARD.decode(b64).map_err(|_| SecretError::Base64)?);
+    if raw.len() < 4 {
+        return Err(SecretError::Length(0));
+    }
+    let n = raw.len() - 4;
+    if !lengths.contains(&n) {
+        return Err(SecretError::Length(n));
+    }
+    let crc = u32::from_le_bytes([raw[n], raw[n + 1], raw[n + 2], raw[n + 3]]);
+    if crc32fast::hash(&raw[..n]) != crc {
+        return Err(SecretError::Crc);
+    }
+    Ok(Zeroizing::new(raw[..n].to_vec()))
+}
+
+/// `base64(key || CRC-32(key))`, as [`key_from_base64`] reads it.
+pub fn key_to_base64(key: &[u8]) -> Zeroizing<String> {
+    let mut raw = Zeroizing::new(key.to_vec());
+    raw.extend_from_slice(&crc32fast::hash(key).to_le_bytes());
+    Zeroizing::new(STANDARD.encode(raw.as_slice()))
+}
+
 /// A DH-HMAC-CHAP secret: the key and how it is transformed before use.
 /// Its bytes are zeroed when it is dropped and never printed.
 #[derive(Clone)]
@@ -77,21 +103,9 @@ impl Secret {
                 return Err(SecretError::Transform(shown));
             }
         };
-        let raw = Zeroizing::new(STANDARD.decode(b64).map_err(|_| SecretError::Base64)?);
-        if raw.len() < 4 {
-            return Err(SecretError::Length(0));
-        }
-        let n = raw.len() - 4;
-        if !matches!(n, 32 | 48 | 64) {
-            return Err(SecretError::Length(n));
-        }
-        let crc = u32::from_le_bytes([raw[n], raw[n + 1], raw[n + 2], raw[n + 3]]);
-        if crc32fast::hash(&raw[..n]) != crc {
-            return Err(SecretError::Crc);
-        }
         Ok(Secret {
             transform,
-            key: Zeroizing::new(raw[..n].to_vec()),
+            key: key_from_base64(b64, &[32, 48, 64])?,
         })
     }
 
@@ -115,12 +129,10 @@ impl Secret {
 
     /// The `DHHC-1:` representation (it carries the key: handle it as one).
     pub fn to_dhhc(&self) -> Zeroizing<String> {
-        let mut raw = Zeroizing::new(self.key.to_vec());
-        raw.extend_from_slice(&crc32fast::hash(&self.key).to_le_bytes());
         let t = self.transform.map_or(0, |h| h as u8);
         Zeroizing::new(format!(
             "DHHC-1:{t:02}:{}:",
-            STANDARD.encode(raw.as_slice())
+            key_to_base64(&self.key).as_str()
         ))
     }
 
