@@ -17,6 +17,7 @@
 pub mod group;
 pub mod listener;
 pub mod queue;
+pub mod tls;
 pub mod zerocopy;
 
 use std::net::SocketAddr;
