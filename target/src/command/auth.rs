@@ -338,6 +338,7 @@ mod tests {
                 dhchap_ctrl_key: None,
                 dhchap_hash: HashId::Sha384,
                 dhchap_dhgroup: GroupId::Null,
+                tls_key: None,
             },
             HostConfig {
                 nqn: PLAIN.into(),
@@ -345,6 +346,7 @@ mod tests {
                 dhchap_ctrl_key: None,
                 dhchap_hash: HashId::Sha256,
                 dhchap_dhgroup: GroupId::Null,
+                tls_key: None,
             },
         ]);
         t
@@ -473,6 +475,7 @@ mod tests {
                 dhchap_ctrl_key: None,
                 dhchap_hash: HashId::Sha384,
                 dhchap_dhgroup: GroupId::Null,
+                tls_key: None,
             },
             HostConfig {
                 nqn: PLAIN.into(),
@@ -480,6 +483,7 @@ mod tests {
                 dhchap_ctrl_key: None,
                 dhchap_hash: HashId::Sha256,
                 dhchap_dhgroup: GroupId::Null,
+                tls_key: None,
             },
         ]
     }

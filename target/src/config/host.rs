@@ -1,7 +1,9 @@
 //! `[[host]]`: per-host DH-HMAC-CHAP settings, with the names of nvmet's
-//! configfs (`dhchap_key`, `dhchap_ctrl_key`, `dhchap_hash`, `dhchap_dhgroup`);
-//! the keys may be in files of their own (`dhchap_key_file`,
-//! `dhchap_ctrl_key_file`), so that the configuration holds no secret.
+//! configfs (`dhchap_key`, `dhchap_ctrl_key`, `dhchap_hash`, `dhchap_dhgroup`),
+//! and the host's NVMe/TCP TLS PSK (`tls_key`, `NVMeTLSkey-1:...` as `nvme
+//! gen-tls-key` writes it); the keys may be in files of their own
+//! (`dhchap_key_file`, `dhchap_ctrl_key_file`, `tls_key_file`), so that the
+//! configuration holds no secret.
 
 use std::collections::HashSet;
 
@@ -27,6 +29,8 @@ pub struct HostConfig {
     pub dhchap_hash: HashId,
     /// The Diffie-Hellman group the host must accept.
     pub dhchap_dhgroup: GroupId,
+    /// The host's configured TLS PSK (NVMe/TCP listeners with `secure`).
+    pub tls_key: Option<tlspsk::ConfiguredPsk>,
 }
 
 /// nvmet's default hash.
@@ -34,9 +38,23 @@ pub const DEFAULT_HASH: HashId = HashId::Sha256;
 /// nvmet's default group.
 pub const DEFAULT_GROUP: GroupId = GroupId::Null;
 
-/// A secret given in the file (`field`) or in a file of its own
-/// (`field_file`, read now: a reload reads it again), not both.
+/// A DH-HMAC-CHAP secret given in the file (`field`) or in a file of its
+/// own (`field_file`).
 fn secret(cx: &mut Ctx, field: String, v: Option<String>, file: Option<String>) -> Option<Secret> {
+    key(cx, field, v, file, |t| {
+        Secret::parse(t).map_err(|e| e.to_string())
+    })
+}
+
+/// A key given in the file (`field`) or in a file of its own (`field_file`,
+/// read now: a reload reads it again), not both, read by `parse`.
+fn key<K>(
+    cx: &mut Ctx,
+    field: String,
+    v: Option<String>,
+    file: Option<String>,
+    parse: impl Fn(&str) -> Result<K, String>,
+) -> Option<K> {
     let text = match (v, file) {
         (Some(_), Some(_)) => {
             let name = field.rsplit('.').next().unwrap_or(&field).to_string();
@@ -56,11 +74,11 @@ fn secret(cx: &mut Ctx, field: String, v: Option<String>, file: Option<String>) 
         },
         (None, None) => return None,
     };
-    match Secret::parse(&text) {
+    match parse(&text) {
         Ok(s) => Some(s),
         Err(e) => {
             // The error says what is wrong without quoting the secret.
-            cx.err(field, e.to_string());
+            cx.err(field, e);
             None
         }
     }
@@ -84,14 +102,14 @@ pub(super) fn validate(cx: &mut Ctx, raw: Vec<(usize, RawHost)>) -> Vec<HostConf
             cx.err(f("nqn"), format!("'{nqn}' has another [[host]] entry"));
             continue;
         }
-        let key = secret(cx, f("dhchap_key"), h.dhchap_key, h.dhchap_key_file);
+        let dhchap_key = secret(cx, f("dhchap_key"), h.dhchap_key, h.dhchap_key_file);
         let ctrl_key = secret(
             cx,
             f("dhchap_ctrl_key"),
             h.dhchap_ctrl_key,
             h.dhchap_ctrl_key_file,
         );
-        if ctrl_key.is_some() && key.is_none() {
+        if ctrl_key.is_some() && dhchap_key.is_none() {
             cx.err(
                 f("dhchap_ctrl_key"),
                 "needs dhchap_key: the target proves its key only to a host that proved its own",
@@ -117,12 +135,16 @@ pub(super) fn validate(cx: &mut Ctx, raw: Vec<(usize, RawHost)>) -> Vec<HostConf
                 DEFAULT_GROUP
             }),
         };
+        let tls_key = key(cx, f("tls_key"), h.tls_key, h.tls_key_file, |t| {
+            tlspsk::ConfiguredPsk::parse(t).map_err(|e| e.to_string())
+        });
         out.push(HostConfig {
             nqn,
-            dhchap_key: key,
+            dhchap_key,
             dhchap_ctrl_key: ctrl_key,
             dhchap_hash: hash,
             dhchap_dhgroup: group,
+            tls_key,
         });
     }
     out
@@ -168,6 +190,34 @@ allow_any_host = true
         );
         // The configuration's debug form never shows a key.
         assert!(!format!("{c:?}").contains(&k[10..30]));
+    }
+
+    #[test]
+    fn tls_psks_in_the_file_or_their_own_never_shown() {
+        const K: &str = "NVMeTLSkey-1:01:VRLbtnN9AQb2WXW3c9+wEf/DRLz0QuLdbYvEhwtdWwNf9LrZ:";
+        let dir = std::env::temp_dir().join(format!("nvmf-tls-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let f = dir.join("psk");
+        std::fs::write(&f, format!("{K}\n")).unwrap();
+        let t = format!(
+            "{BASE}[[host]]\nnqn = \"nqn.h:a\"\ntls_key = \"{K}\"\n[[host]]\nnqn = \"nqn.h:b\"\ntls_key_file = \"{}\"\n",
+            f.display()
+        );
+        let c = TargetConfig::from_toml(&t, "t").unwrap();
+        let want = tlspsk::ConfiguredPsk::parse(K).unwrap();
+        assert_eq!(c.hosts[0].tls_key.as_ref(), Some(&want));
+        assert_eq!(c.hosts[1].tls_key.as_ref(), Some(&want));
+        assert!(!format!("{c:?}").contains("VRLb"));
+        let shown = crate::config::edit::without_secrets(&t).unwrap();
+        assert!(!shown.contains("VRLb"), "{shown}");
+        let bad = t.replace("VRLbtnN9", "VRLbtnN8");
+        let e = TargetConfig::from_toml(&bad, "t").unwrap_err().to_string();
+        assert!(
+            e.contains("host[0].tls_key: the key's CRC-32 does not match"),
+            "{e}"
+        );
+        assert!(!e.contains("VRLb"), "{e}");
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]

@@ -168,6 +168,8 @@ pub(super) struct RawHost {
     pub dhchap_ctrl_key_file: Option<String>,
     pub dhchap_hash: Option<String>,
     pub dhchap_dhgroup: Option<String>,
+    pub tls_key: Option<String>,
+    pub tls_key_file: Option<String>,
 }
 
 #[derive(Deserialize)]

@@ -123,7 +123,7 @@ impl Staged {
         // A file that holds a host key (validated: every key is a
         // DHHC-1 secret) is its owner's only, whatever mode it had.
         let mut mode = meta.mode() & 0o7777;
-        if text.contains("DHHC-1:") {
+        if text.contains("DHHC-1:") || text.contains("NVMeTLSkey-") {
             mode &= 0o700;
         }
         f.set_permissions(std::fs::Permissions::from_mode(mode))?;

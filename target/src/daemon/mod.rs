@@ -108,6 +108,7 @@ pub fn build_target(cfg: &TargetConfig) -> Result<Target, String> {
         .update(&cfg.listeners.iter().enumerate().collect::<Vec<_>>());
     t.discovery.set_referrals(referrals(cfg));
     t.credentials.set(&cfg.hosts);
+    t.tls_keys.set(&cfg.hosts);
     t.max_controllers_per_host
         .store(cfg.engine.max_controllers_per_host, Ordering::Relaxed);
     t.unproven.set_caps(
@@ -490,6 +491,10 @@ impl Daemon {
         // Commit. Keys first: access widened below never lets a Connect in
         // under the old keys.
         if plan.hosts {
+            let tls = self.target.tls_keys.set(&new.hosts);
+            if !tls.is_empty() {
+                info!(changed = ?tls, "host TLS PSKs changed: they apply to the next handshake");
+            }
             let (hosts, gone) = self.target.set_credentials(&new.hosts);
             for c in &gone {
                 info!(cntlid = c.cntlid, host = %c.hostnqn, subsys = %c.subsys.nqn,

@@ -134,6 +134,7 @@ mod tests {
                 dhchap_ctrl_key: None,
                 dhchap_hash: dhchap::HashId::Sha256,
                 dhchap_dhgroup: dhchap::GroupId::Null,
+                tls_key: None,
             }]);
         }
         t

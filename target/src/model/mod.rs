@@ -10,4 +10,5 @@ pub mod namespace;
 pub mod port;
 pub mod qos;
 pub mod subsystem;
+pub mod tls_keys;
 pub mod unproven;

@@ -311,6 +311,8 @@ pub struct Target {
     pub refusal_log: crate::engine::log_limit::PeerLogLimit,
     /// The hosts' authentication keys (`[[host]]`, replaced on reload).
     pub credentials: crate::model::auth::Credentials,
+    /// The hosts' TLS PSKs (`[[host]] tls_key`, replaced on reload).
+    pub tls_keys: crate::model::tls_keys::TlsKeys,
     /// Controllers of keyed hosts not authenticated yet, capped apart.
     pub unproven: Arc<crate::model::unproven::Unproven>,
     /// Held while an admin Connect checks and takes its host identifier's
@@ -356,6 +358,7 @@ impl Target {
             ),
             refusal_log: Default::default(),
             credentials: Default::default(),
+            tls_keys: Default::default(),
             unproven: Default::default(),
             binding: Mutex::new(()),
             auth_lane: Default::default(),

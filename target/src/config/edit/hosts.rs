@@ -187,13 +187,19 @@ pub(super) fn key_del(doc: &mut DocumentMut, host: &str) -> Result<String, EditE
     ))
 }
 
+/// Whether a string is a key (a DH-HMAC-CHAP secret, a TLS PSK).
+pub fn looks_secret(s: &str) -> bool {
+    let s = s.trim_start();
+    s.starts_with("DHHC-1:") || s.starts_with("NVMeTLSkey-")
+}
+
 /// What a host key is shown as.
 pub const HIDDEN: &str = "(secret: not shown)";
 
 /// The configuration's text with every key hidden (`config show`): the
-/// values of `dhchap_key` and `dhchap_ctrl_key` wherever they are (tables,
-/// inline tables) and any string that looks like a secret (`DHHC-1:`); the
-/// rest as written. A text that does not parse is not shown at all.
+/// values of `dhchap_key`, `dhchap_ctrl_key` and `tls_key` wherever they
+/// are (tables, inline tables) and any string that looks like a secret
+/// (`DHHC-1:`, `NVMeTLSkey-`); the rest as written. A text that does not parse is not shown at all.
 pub fn without_secrets(text: &str) -> Option<String> {
     use toml_edit::visit_mut::{self, VisitMut};
     use toml_edit::{Formatted, KeyMut, Value};
@@ -201,7 +207,7 @@ pub fn without_secrets(text: &str) -> Option<String> {
     struct Hide;
     impl VisitMut for Hide {
         fn visit_table_like_kv_mut(&mut self, key: KeyMut<'_>, node: &mut Item) {
-            if KEYS.iter().any(|(field, _, _)| key.get() == *field) {
+            if KEYS.iter().any(|(field, _, _)| key.get() == *field) || key.get() == "tls_key" {
                 if let Some(v) = node.as_value_mut() {
                     let decor = v.decor().clone();
                     *v = Value::from(HIDDEN);
@@ -213,7 +219,7 @@ pub fn without_secrets(text: &str) -> Option<String> {
         }
 
         fn visit_string_mut(&mut self, node: &mut Formatted<String>) {
-            if node.value().trim_start().starts_with("DHHC-1:") {
+            if looks_secret(node.value()) {
                 let decor = node.decor().clone();
                 *node = Formatted::new(HIDDEN.to_string());
                 *node.decor_mut() = decor;

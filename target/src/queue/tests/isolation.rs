@@ -193,6 +193,7 @@ fn keyed_target() -> Arc<Target> {
         dhchap_ctrl_key: None,
         dhchap_hash: dhchap::HashId::Sha256,
         dhchap_dhgroup: dhchap::GroupId::Ffdhe2048,
+        tls_key: None,
     }]);
     t
 }

@@ -294,4 +294,3 @@ impl Write for Exact {
         self.0.flush()
     }
 }
-

@@ -4,6 +4,7 @@
 
 pub mod handshake;
 pub mod keys;
+pub mod ktls;
 
 #[cfg(test)]
 mod tests;
