@@ -73,6 +73,7 @@ pub fn connect(
     cm_qid: u16,
     cm_sqsize: u16,
     peer: Option<IpAddr>,
+    secured: Option<&tlspsk::Identity>,
     cmd: &Command,
     data: &[u8],
 ) -> Result<(Arc<Controller>, ConnectData), ConnectError> {
@@ -94,6 +95,17 @@ pub fn connect(
             Status::CONNECT_INVALID_PARAM,
             iattr_data(CONNECT_DATA_HOSTNQN_OFFSET),
         ));
+    }
+    // Over TLS, the host is who its PSK says, to the subsystem it says:
+    // a host holding one host's key does not connect as another, nor to
+    // another subsystem.
+    if let Some(id) = secured {
+        if id.hostnqn != d.hostnqn || id.subnqn != d.subsysnqn {
+            return Err(refuse(
+                Status::CONNECT_INVALID_HOST,
+                iattr_data(CONNECT_DATA_HOSTNQN_OFFSET),
+            ));
+        }
     }
     let subsys = target.subsystem(&d.subsysnqn).ok_or_else(|| {
         refuse(
@@ -324,58 +336,85 @@ mod tests {
     }
 
     #[test]
+    fn over_tls_a_host_connects_only_as_its_psk_identity_says() {
+        let t = target();
+        let id = |host: &str, sub: &str| {
+            tlspsk::Identity::parse(format!("NVMe0R01 {host} {sub}").as_bytes()).unwrap()
+        };
+        let (c, d) = conn(0, 31, 5000, "nqn.t:open", "nqn.host:a", 0xFFFF);
+        let mine = id("nqn.host:a", "nqn.t:open");
+        assert!(connect(&t, 0, sq(&c), None, Some(&mine), &c, &d).is_ok());
+        let host_mismatch = refuse(Status::CONNECT_INVALID_HOST, (1 << 16) | 512);
+        for other in [
+            id("nqn.host:b", "nqn.t:open"),
+            id("nqn.host:a", "nqn.t:other"),
+        ] {
+            assert_eq!(
+                connect(&t, 0, sq(&c), None, Some(&other), &c, &d).unwrap_err(),
+                host_mismatch,
+                "{other}"
+            );
+        }
+    }
+
+    #[test]
     fn admin_then_io() {
         let t = target();
         let (c, d) = conn(0, 31, 5000, "nqn.t:open", "nqn.host:a", 0xFFFF);
-        let (ctrl, _) = connect(&t, 0, sq(&c), None, &c, &d).unwrap();
+        let (ctrl, _) = connect(&t, 0, sq(&c), None, None, &c, &d).unwrap();
         assert_eq!(ctrl.cntlid, 1);
         assert_eq!(ctrl.state().kato_ms, 5000);
         // I/O queue before enable
         let (c, d) = conn(1, 127, 0, "nqn.t:open", "nqn.host:a", 1);
         assert_eq!(
-            connect(&t, 1, sq(&c), None, &c, &d).unwrap_err().status,
+            connect(&t, 1, sq(&c), None, None, &c, &d)
+                .unwrap_err()
+                .status,
             Status::CMD_SEQ_ERROR
         );
         enable(&ctrl);
         assert!(ctrl.is_ready());
-        let (io_ctrl, _) = connect(&t, 1, sq(&c), None, &c, &d).unwrap();
+        let (io_ctrl, _) = connect(&t, 1, sq(&c), None, None, &c, &d).unwrap();
         assert!(Arc::ptr_eq(&io_ctrl, &ctrl));
         // wrong host for the controller
         let (c, d) = conn(1, 127, 0, "nqn.t:open", "nqn.host:b", 1);
         assert_eq!(
-            connect(&t, 1, sq(&c), None, &c, &d).unwrap_err(),
+            connect(&t, 1, sq(&c), None, None, &c, &d).unwrap_err(),
             refuse(Status::CONNECT_INVALID_PARAM, (1 << 16) | 512)
         );
         // unknown controller
         let (c, d) = conn(1, 127, 0, "nqn.t:open", "nqn.host:a", 9);
         assert_eq!(
-            connect(&t, 1, sq(&c), None, &c, &d).unwrap_err(),
+            connect(&t, 1, sq(&c), None, None, &c, &d).unwrap_err(),
             refuse(Status::CONNECT_INVALID_PARAM, (1 << 16) | 16)
         );
         // sqsize too big, qid mismatch
         let (c, d) = conn(1, 128, 0, "nqn.t:open", "nqn.host:a", 1);
         assert_eq!(
-            connect(&t, 1, sq(&c), None, &c, &d).unwrap_err(),
+            connect(&t, 1, sq(&c), None, None, &c, &d).unwrap_err(),
             refuse(Status::CONNECT_INVALID_PARAM, 44)
         );
         let (c, d) = conn(2, 127, 0, "nqn.t:open", "nqn.host:a", 1);
         assert_eq!(
-            connect(&t, 1, sq(&c), None, &c, &d).unwrap_err(),
+            connect(&t, 1, sq(&c), None, None, &c, &d).unwrap_err(),
             refuse(Status::CONNECT_INVALID_PARAM, 42)
         );
         // SQSIZE other than the CM's HSQSIZE
         let (c, d) = conn(1, 127, 0, "nqn.t:open", "nqn.host:a", 1);
         assert_eq!(
-            connect(&t, 1, 63, None, &c, &d).unwrap_err(),
+            connect(&t, 1, 63, None, None, &c, &d).unwrap_err(),
             refuse(Status::CONNECT_INVALID_PARAM, 44)
         );
         let (c, d) = conn(0, 31, 0, "nqn.t:open", "nqn.host:a", 0xFFFF);
-        assert_eq!(connect(&t, 0, 15, None, &c, &d).unwrap_err().result, 44);
+        assert_eq!(
+            connect(&t, 0, 15, None, None, &c, &d).unwrap_err().result,
+            44
+        );
         // another host identifier than the admin queue's
         let (c, mut d) = conn(1, 127, 0, "nqn.t:open", "nqn.host:a", 1);
         d[0] ^= 0xFF;
         assert_eq!(
-            connect(&t, 1, sq(&c), None, &c, &d).unwrap_err(),
+            connect(&t, 1, sq(&c), None, None, &c, &d).unwrap_err(),
             refuse(Status::CONNECT_INVALID_PARAM, 1 << 16)
         );
     }
@@ -384,13 +423,13 @@ mod tests {
     fn an_io_queue_joins_only_from_the_admin_queues_address() {
         let t = target();
         let (c, d) = conn(0, 31, 5000, "nqn.t:open", "nqn.host:a", 0xFFFF);
-        let (ctrl, _) = connect(&t, 0, sq(&c), None, &c, &d).unwrap();
+        let (ctrl, _) = connect(&t, 0, sq(&c), None, None, &c, &d).unwrap();
         let host: std::net::SocketAddr = "10.0.0.1:5000".parse().unwrap();
         ctrl.set_addrs(host, "10.0.0.9:4420".parse().unwrap());
         enable(&ctrl);
         let (c, d) = conn(1, 127, 0, "nqn.t:open", "nqn.host:a", ctrl.cntlid);
         let other = Some("10.0.0.2".parse().unwrap());
-        let e = connect(&t, 1, sq(&c), other, &c, &d).unwrap_err();
+        let e = connect(&t, 1, sq(&c), other, None, &c, &d).unwrap_err();
         assert_eq!(
             e,
             ConnectError {
@@ -400,7 +439,7 @@ mod tests {
         );
         assert_eq!(e.reason(), "other_peer");
         // Another port of the same address is the same host.
-        let (io, _) = connect(&t, 1, sq(&c), Some(host.ip()), &c, &d).unwrap();
+        let (io, _) = connect(&t, 1, sq(&c), Some(host.ip()), None, &c, &d).unwrap();
         assert!(Arc::ptr_eq(&io, &ctrl));
     }
 
@@ -438,42 +477,49 @@ mod tests {
         let t = target();
         t.max_controllers_per_host.store(2, Ordering::Relaxed);
         let (c, d) = conn(0, 31, 0, "nqn.t:open", "nqn.host:a", 0xFFFF);
-        let a1 = connect(&t, 0, sq(&c), None, &c, &d).unwrap().0;
-        let _a2 = connect(&t, 0, sq(&c), None, &c, &d).unwrap();
-        let e = connect(&t, 0, sq(&c), None, &c, &d).unwrap_err();
+        let a1 = connect(&t, 0, sq(&c), None, None, &c, &d).unwrap().0;
+        let _a2 = connect(&t, 0, sq(&c), None, None, &c, &d).unwrap();
+        let e = connect(&t, 0, sq(&c), None, None, &c, &d).unwrap_err();
         assert_eq!(e.status, Status::CONNECT_CTRL_BUSY);
         assert_eq!(e.reason(), "controller_busy");
         // Another host is not held up by it; a freed place is taken again.
         let (c2, d2) = conn(0, 31, 0, "nqn.t:open", "nqn.host:b", 0xFFFF);
-        assert!(connect(&t, 0, sq(&c2), None, &c2, &d2).is_ok());
+        assert!(connect(&t, 0, sq(&c2), None, None, &c2, &d2).is_ok());
         a1.subsys.remove_controller(a1.cntlid);
-        assert!(connect(&t, 0, sq(&c), None, &c, &d).is_ok());
+        assert!(connect(&t, 0, sq(&c), None, None, &c, &d).is_ok());
     }
 
     #[test]
     fn refusals() {
         let t = target();
         let (c, d) = conn(0, 31, 0, "nqn.t:nope", "nqn.host:a", 0xFFFF);
-        let e = connect(&t, 0, sq(&c), None, &c, &d).unwrap_err();
+        let e = connect(&t, 0, sq(&c), None, None, &c, &d).unwrap_err();
         assert_eq!(e.status.code(), 0x182);
         assert_eq!(e.result, (1 << 16) | 256);
         let (c, d) = conn(0, 31, 0, "nqn.t:closed", "nqn.host:a", 0xFFFF);
-        let e = connect(&t, 0, sq(&c), None, &c, &d).unwrap_err();
+        let e = connect(&t, 0, sq(&c), None, None, &c, &d).unwrap_err();
         assert_eq!(e.status.code(), 0x184);
         assert_eq!(e.result, (1 << 16) | 512);
         let (c, d) = conn(0, 31, 0, "nqn.t:closed", "nqn.host:ok", 0xFFFF);
-        assert!(connect(&t, 0, sq(&c), None, &c, &d).is_ok());
+        assert!(connect(&t, 0, sq(&c), None, None, &c, &d).is_ok());
         let (c, d) = conn(0, 32, 0, "nqn.t:open", "nqn.host:a", 0xFFFF);
-        assert_eq!(connect(&t, 0, sq(&c), None, &c, &d).unwrap_err().result, 44);
+        assert_eq!(
+            connect(&t, 0, sq(&c), None, None, &c, &d)
+                .unwrap_err()
+                .result,
+            44
+        );
         let (mut c, d) = conn(0, 31, 0, "nqn.t:open", "nqn.host:a", 0xFFFF);
         c.raw[40] = 1;
         assert_eq!(
-            connect(&t, 0, sq(&c), None, &c, &d).unwrap_err().status,
+            connect(&t, 0, sq(&c), None, None, &c, &d)
+                .unwrap_err()
+                .status,
             Status::CONNECT_FORMAT
         );
         let (c, d) = conn(0, 31, 0, "nqn.t:open", "nqn.host:a", 0xFFFF);
         assert_eq!(
-            connect(&t, 0, sq(&c), None, &c, &d[..512])
+            connect(&t, 0, sq(&c), None, None, &c, &d[..512])
                 .unwrap_err()
                 .status,
             Status::SGL_INVALID_DATA
@@ -481,7 +527,7 @@ mod tests {
         // No host NQN at all, even where any host is allowed.
         let (c, d) = conn(0, 31, 0, "nqn.t:open", "", 0xFFFF);
         assert_eq!(
-            connect(&t, 0, sq(&c), None, &c, &d).unwrap_err(),
+            connect(&t, 0, sq(&c), None, None, &c, &d).unwrap_err(),
             refuse(Status::CONNECT_INVALID_PARAM, (1 << 16) | 512)
         );
     }
@@ -490,9 +536,14 @@ mod tests {
     fn discovery_defaults() {
         let t = target();
         let (c, d) = conn(0, 31, 0, nvme::DISCOVERY_NQN, "nqn.host:any", 0xFFFF);
-        let (ctrl, _) = connect(&t, 0, sq(&c), None, &c, &d).unwrap();
+        let (ctrl, _) = connect(&t, 0, sq(&c), None, None, &c, &d).unwrap();
         assert_eq!(ctrl.state().kato_ms, DISCOVERY_KATO_MS);
         let (c, d) = conn(1, 31, 0, nvme::DISCOVERY_NQN, "nqn.host:any", ctrl.cntlid);
-        assert_eq!(connect(&t, 1, sq(&c), None, &c, &d).unwrap_err().result, 42);
+        assert_eq!(
+            connect(&t, 1, sq(&c), None, None, &c, &d)
+                .unwrap_err()
+                .result,
+            42
+        );
     }
 }

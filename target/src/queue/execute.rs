@@ -109,7 +109,16 @@ impl QueueCore {
         let data = unsafe { self.data_mut(env, r) }.to_vec();
         let peer = self.addrs.peer;
         let (qid, sq) = (self.qid(), self.params.sq_size - 1);
-        match fabrics::connect(env.target, qid, sq, peer.map(|p| p.ip()), &cmd, &data) {
+        let secured = self.addrs.tls.as_deref();
+        match fabrics::connect(
+            env.target,
+            qid,
+            sq,
+            peer.map(|p| p.ip()),
+            secured,
+            &cmd,
+            &data,
+        ) {
             Ok((ctrl, d)) => {
                 if let Err(st) = ctrl.attach(self.link.clone()) {
                     warn!(

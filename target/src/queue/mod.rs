@@ -233,12 +233,14 @@ impl Req {
 }
 
 /// Where the host's connection is, as far as the core knows.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct Addrs {
     /// The host's address.
     pub peer: Option<SocketAddr>,
     /// Ours.
     pub local: Option<SocketAddr>,
+    /// The TLS PSK identity the host proved, on a secure channel.
+    pub tls: Option<Arc<tlspsk::Identity>>,
 }
 
 /// One queue and its requests.

@@ -440,6 +440,7 @@ impl Loopback {
         let addrs = Addrs {
             peer: Some("192.0.2.1:4420".parse().expect("an address")),
             local: Some("192.0.2.2:4420".parse().expect("an address")),
+            tls: None,
         };
         let link = QueueLink::new(qid, self.waker.clone());
         let core = QueueCore::new(params, addrs, link, None, self.group.now);

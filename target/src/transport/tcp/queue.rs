@@ -148,6 +148,7 @@ impl TcpQueue {
             addrs: Addrs {
                 peer: Some(peer),
                 local: Some(local),
+                tls: None,
             },
             accepted: now,
             phase: Phase::Init,
@@ -687,7 +688,7 @@ impl TcpQueue {
         let link = QueueLink::new(qid, w.waker.clone());
         self.core = Some(QueueCore::new(
             params,
-            self.addrs,
+            self.addrs.clone(),
             link,
             self.pending.take(),
             self.accepted,

@@ -174,6 +174,7 @@ impl Queue {
         let addrs = Addrs {
             peer: id.peer_addr(),
             local: id.local_addr(),
+            tls: None,
         };
         Ok(Queue {
             cm_key: id.key(),
