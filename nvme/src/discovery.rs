@@ -69,6 +69,24 @@ impl DiscoveryHeader {
     }
 }
 
+/// Transport requirements (TREQ) bits 1:0: secure channel.
+pub mod treq {
+    /// A secure channel is required.
+    pub const SECURE_CHANNEL_REQUIRED: u8 = 1;
+    /// A secure channel is not required (TLS or plain).
+    pub const SECURE_CHANNEL_NOT_REQUIRED: u8 = 2;
+}
+
+/// NVMe/TCP security types (TSAS byte 0 of a TCP entry).
+pub mod sectype {
+    /// No security.
+    pub const NONE: u8 = 0;
+    /// TLS 1.2.
+    pub const TLS12: u8 = 1;
+    /// TLS 1.3.
+    pub const TLS13: u8 = 2;
+}
+
 /// One discovery log entry (RDMA transport specific address subtype included).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DiscoveryEntry {
@@ -94,7 +112,8 @@ pub struct DiscoveryEntry {
     pub subnqn: String,
     /// Transport address.
     pub traddr: String,
-    /// RDMA QP service type (1 = reliable connected).
+    /// RDMA QP service type (1 = reliable connected); for NVMe/TCP, TSAS
+    /// byte 0 is the security type ([`sectype`]).
     pub rdma_qptype: u8,
     /// RDMA provider type (1 = none).
     pub rdma_prtype: u8,

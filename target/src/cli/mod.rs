@@ -245,7 +245,14 @@ pub enum ListenerCmd {
     },
     /// Start listening at an address (RDMA or TCP); hosts may connect there
     /// at once, and the discovery log lists it.
-    Add(ListenerArgs),
+    Add {
+        #[command(flatten)]
+        listener: ListenerArgs,
+        /// NVMe/TCP over TLS: none, optional (TLS or plain, as the host
+        /// begins) or required.
+        #[arg(long)]
+        secure: Option<String>,
+    },
     /// Stop listening at an address: the hosts connected there are drained
     /// first (their ANA groups go non-optimized, then inaccessible, so that
     /// their multipath moves to other paths), then disconnected.
@@ -272,6 +279,7 @@ impl From<ListenerArgs> for ListenerRef {
             transport: Some(a.transport),
             address: a.address,
             port: Some(a.port),
+            secure: None,
         }
     }
 }
@@ -567,9 +575,15 @@ impl Admin {
                 }),
             ),
             Admin::Listener {
-                cmd: ListenerCmd::Add(a),
+                cmd: ListenerCmd::Add { listener, secure },
                 ..
-            } => ("listener_add", v(ListenerRef::from(a))),
+            } => (
+                "listener_add",
+                v(ListenerRef {
+                    secure,
+                    ..ListenerRef::from(listener)
+                }),
+            ),
             Admin::Listener {
                 cmd: ListenerCmd::Del(a),
                 ..

@@ -128,11 +128,14 @@ fn commands_become_requests() {
             conn: Conn::default(),
         },
         Admin::Listener {
-            cmd: ListenerCmd::Add(ListenerArgs {
-                transport: "tcp".into(),
-                address: "::1".into(),
-                port: 4420,
-            }),
+            cmd: ListenerCmd::Add {
+                listener: ListenerArgs {
+                    transport: "tcp".into(),
+                    address: "::1".into(),
+                    port: 4420,
+                },
+                secure: Some("required".into()),
+            },
             conn: Conn::default(),
         },
         Admin::Host {

@@ -1,16 +1,23 @@
 //! The discovery subsystem's log page: one entry per (listener, subsystem) the
 //! asking host may see.
 
-use std::net::SocketAddr;
+use nvme::discovery::{adrfam, encode_log, sectype, subtype, treq, trtype, DiscoveryEntry};
 
-use nvme::discovery::{adrfam, encode_log, subtype, trtype, DiscoveryEntry};
-
+use crate::model::port::{Port, Secure};
 use crate::model::subsystem::Target;
 
-/// Builds the entry for one subsystem on one listener (NVMe/TCP's when
-/// `tcp`: no RDMA fields, security type none).
-pub fn entry(portid: u16, addr: SocketAddr, tcp: bool, nqn: &str) -> DiscoveryEntry {
+/// Builds the entry for one subsystem on one listener (NVMe/TCP's: no RDMA
+/// fields; its security type TLS 1.3 and its requirement when it speaks
+/// TLS, as nvmet says them).
+pub fn entry(portid: u16, port: Port, nqn: &str) -> DiscoveryEntry {
+    let (addr, tcp) = (port.addr, port.tcp);
     let rdma = u8::from(!tcp);
+    let (treq, sectype) = match port.secure {
+        _ if !tcp => (0, 0),
+        Secure::None => (0, 0),
+        Secure::Required => (treq::SECURE_CHANNEL_REQUIRED, sectype::TLS13),
+        Secure::Optional => (treq::SECURE_CHANNEL_NOT_REQUIRED, sectype::TLS13),
+    };
     DiscoveryEntry {
         trtype: if tcp { trtype::TCP } else { trtype::RDMA },
         adrfam: if addr.is_ipv4() {
@@ -19,7 +26,7 @@ pub fn entry(portid: u16, addr: SocketAddr, tcp: bool, nqn: &str) -> DiscoveryEn
             adrfam::IPV6
         },
         subtype: subtype::NVME,
-        treq: 0,
+        treq,
         portid,
         cntlid: 0xFFFF,
         asqsz: crate::ADMIN_QUEUE_SIZE,
@@ -27,7 +34,7 @@ pub fn entry(portid: u16, addr: SocketAddr, tcp: bool, nqn: &str) -> DiscoveryEn
         trsvcid: addr.port().to_string(),
         subnqn: nqn.to_string(),
         traddr: addr.ip().to_string(),
-        rdma_qptype: rdma,
+        rdma_qptype: if tcp { sectype } else { rdma },
         rdma_prtype: rdma,
         rdma_cms: rdma,
         rdma_pkey: 0,
@@ -44,12 +51,12 @@ fn entries(target: &Target, hostnqn: &str) -> Vec<DiscoveryEntry> {
             .iter()
             .filter(|s| s.host_allowed(hostnqn))
         {
-            entries.push(entry(i as u16 + 1, l.addr, l.tcp, &s.nqn));
+            entries.push(entry(i as u16 + 1, l, &s.nqn));
         }
     }
     let first = target.listeners.span() as u16 + 1;
     for (i, r) in target.discovery.referrals().iter().enumerate() {
-        let mut e = entry(first + i as u16, r.addr, r.tcp, nvme::DISCOVERY_NQN);
+        let mut e = entry(first + i as u16, *r, nvme::DISCOVERY_NQN);
         e.subtype = subtype::REFERRAL;
         entries.push(e);
     }
@@ -114,6 +121,26 @@ mod tests {
         assert_eq!(p.len(), 3 * 1024);
     }
 
+    #[test]
+    fn a_tls_listener_says_what_it_requires() {
+        use crate::model::port::Secure;
+        let port = |tcp, secure| Port {
+            addr: "10.0.2.15:4420".parse().unwrap(),
+            tcp,
+            secure,
+        };
+        let e = entry(1, port(true, Secure::Required), "nqn.s");
+        assert_eq!((e.treq, e.rdma_qptype), (1, 2), "required, TLS 1.3");
+        let e = entry(1, port(true, Secure::Optional), "nqn.s");
+        assert_eq!((e.treq, e.rdma_qptype), (2, 2), "not required, TLS 1.3");
+        let e = entry(1, port(true, Secure::None), "nqn.s");
+        assert_eq!((e.treq, e.rdma_qptype), (0, 0));
+        let e = entry(1, port(false, Secure::None), "nqn.s");
+        assert_eq!((e.treq, e.rdma_qptype, e.rdma_cms), (0, 1, 1), "RDMA");
+        let b = e.encode();
+        assert_eq!((b[3], b[768]), (0, 1));
+    }
+
     fn target() -> (Target, Arc<Subsystem>) {
         let s = Arc::new(Subsystem::new(
             "nqn.s:a".into(),
@@ -134,6 +161,7 @@ mod tests {
         let tcp = crate::model::subsystem::Port {
             addr: "10.0.2.16:8009".parse().unwrap(),
             tcp: true,
+            secure: Default::default(),
         };
         let g0 = t.discovery.genctr();
         assert!(t.discovery.set_referrals(vec![tcp]));

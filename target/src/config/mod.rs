@@ -120,6 +120,8 @@ pub struct ListenerConfig {
     /// The state of each ANA group at this listener (groups not listed:
     /// optimized).
     pub ana: BTreeMap<u32, AnaState>,
+    /// TLS (NVMe/TCP listeners: `secure`).
+    pub secure: crate::model::port::Secure,
 }
 
 /// Another discovery service the discovery log refers hosts to
@@ -519,6 +521,7 @@ impl TargetConfig {
                     address: Some(address),
                     port: port.or(Some(0)),
                     ana: None,
+                    secure: None,
                 },
             )],
             subsystem: vec![(

@@ -92,6 +92,7 @@ pub(super) struct RawListener {
     pub port: Option<u16>,
     /// ANA group id -> state name.
     pub ana: Option<std::collections::BTreeMap<String, String>>,
+    pub secure: Option<String>,
 }
 
 /// A `[[referral]]`: another discovery service the log lists.

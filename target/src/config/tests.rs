@@ -510,3 +510,25 @@ fn errors_as_json_name_file_field_and_reason() {
     let e = TargetConfig::from_toml("[[x", "t.toml").unwrap_err();
     assert_eq!(e.to_json()[0]["field"], serde_json::Value::Null);
 }
+
+#[test]
+fn tls_listeners() {
+    let c = TargetConfig::from_toml(
+        "[[listener]]\ntransport = \"tcp\"\naddress = \"10.0.0.1\"\nsecure = \"required\"\n\
+         [[listener]]\ntransport = \"tcp\"\naddress = \"10.0.0.1\"\nport = 4421\n\
+         [[subsystem]]\nnqn = \"nqn.2026-11.io.example:s\"\nallow_any_host = true\n",
+        "t",
+    )
+    .unwrap();
+    use crate::model::port::Secure;
+    assert_eq!(c.listeners[0].secure, Secure::Required);
+    assert_eq!(c.listeners[1].secure, Secure::None);
+    bad(
+        "[[listener]]\naddress = \"10.0.0.1\"\nsecure = \"required\"\n",
+        "listener[0].secure: TLS is for NVMe/TCP listeners",
+    );
+    bad(
+        "[[listener]]\ntransport = \"tcp\"\naddress = \"10.0.0.1\"\nsecure = \"tls\"\n",
+        "listener[0].secure: 'tls' is not one of none, optional, required",
+    );
+}

@@ -7,6 +7,8 @@ use std::path::{Path, PathBuf};
 
 use nvme::ana::AnaState;
 
+use crate::model::port::Secure;
+
 use super::raw::{RawConfig, RawControl, RawMetrics, RawNamespace, RawSubsystem, SizeValue};
 use super::{
     check_nqn, default_poll_spin_us, engine, BackendConfig, ConfigError, EngineConfig,
@@ -77,10 +79,31 @@ impl TargetConfig {
                     ),
                 }
             }
+            let secure = match l.secure.as_deref() {
+                None => Secure::None,
+                Some(s) => match Secure::from_name(s) {
+                    Some(_) if transport != Transport::Tcp => {
+                        cx.err(
+                            f("secure"),
+                            "TLS is for NVMe/TCP listeners (transport = \"tcp\")",
+                        );
+                        Secure::None
+                    }
+                    Some(x) => x,
+                    None => {
+                        cx.err(
+                            f("secure"),
+                            format!("'{s}' is not one of none, optional, required"),
+                        );
+                        Secure::None
+                    }
+                },
+            };
             listeners.push(ListenerConfig {
                 addr,
                 transport,
                 ana,
+                secure,
             });
         }
         let mut referrals = Vec::new();

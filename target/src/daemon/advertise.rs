@@ -196,6 +196,7 @@ mod tests {
         Port {
             addr: a.parse().unwrap(),
             tcp,
+            secure: Default::default(),
         }
     }
 

@@ -19,6 +19,7 @@ pub fn port(l: &ListenerConfig) -> Port {
     Port {
         addr: l.addr,
         tcp: l.transport == Transport::Tcp,
+        secure: l.secure,
     }
 }
 
@@ -34,7 +35,7 @@ pub(super) fn listen(
             .map_err(|e| format!("listener {} (rdma): {e}", l.addr)),
         // Its errors name the address.
         Transport::Tcp => {
-            crate::transport::tcp::listener::listen(s.tcp.clone(), target.clone(), l.addr)
+            crate::transport::tcp::listener::listen(s.tcp.clone(), target.clone(), l.addr, l.secure)
                 .map_err(|e| e.to_string())
         }
     }

@@ -125,6 +125,7 @@ fn referrals(cfg: &TargetConfig) -> Vec<crate::model::subsystem::Port> {
         .map(|r| crate::model::subsystem::Port {
             addr: r.addr,
             tcp: r.transport == crate::config::Transport::Tcp,
+            secure: Default::default(),
         })
         .collect()
 }

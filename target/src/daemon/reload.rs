@@ -302,6 +302,20 @@ pub fn plan(old: &TargetConfig, new: &TargetConfig) -> Result<Plan, NeedsRestart
         .filter(|l| same_listener(new, l).is_none())
         .cloned()
         .collect();
+    for l in &old.listeners {
+        if let Some(n) = same_listener(new, l).filter(|n| n.secure != l.secure) {
+            return Err(NeedsRestart {
+                what: "a listener's secure setting",
+                detail: format!(
+                    "{} ({}): {} -> {}: remove the listener, then add it back (nvmf-target listener del, listener add --secure)",
+                    l.addr,
+                    l.transport.name(),
+                    l.secure.name(),
+                    n.secure.name()
+                ),
+            });
+        }
+    }
     // The new one is bound before the old one goes: on one port, a
     // wildcard address and another cannot swap in one reload.
     let overlap = |a: &ListenerConfig, b: &ListenerConfig| {

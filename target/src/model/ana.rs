@@ -323,6 +323,7 @@ mod tests {
             addr: "10.0.0.1:4420".parse().unwrap(),
             transport: Default::default(),
             ana: ana.iter().copied().collect(),
+            secure: Default::default(),
         }
     }
 

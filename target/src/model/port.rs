@@ -13,19 +13,56 @@ use arc_swap::ArcSwap;
 /// Listener slots a target has at most (port ids 1 to this).
 pub const MAX_PORTS: usize = 64;
 
-/// A listener as the target sees it: its address and its transport.
+/// Whether an NVMe/TCP listener speaks TLS (`[[listener]] secure`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum Secure {
+    /// Plain NVMe/TCP only (and RDMA).
+    #[default]
+    None,
+    /// TLS or plain, as each host begins.
+    Optional,
+    /// TLS only.
+    Required,
+}
+
+impl Secure {
+    /// Its name in the configuration.
+    pub fn name(self) -> &'static str {
+        match self {
+            Secure::None => "none",
+            Secure::Optional => "optional",
+            Secure::Required => "required",
+        }
+    }
+
+    /// The setting a configuration names.
+    pub fn from_name(s: &str) -> Option<Secure> {
+        [Secure::None, Secure::Optional, Secure::Required]
+            .into_iter()
+            .find(|x| x.name() == s)
+    }
+}
+
+/// A listener as the target sees it: its address, its transport and
+/// whether it speaks TLS.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Port {
     /// The address it listens on.
     pub addr: SocketAddr,
     /// NVMe/TCP (else RDMA).
     pub tcp: bool,
+    /// TLS (NVMe/TCP only).
+    pub secure: Secure,
 }
 
 impl From<SocketAddr> for Port {
     /// An RDMA listener on `addr`.
     fn from(addr: SocketAddr) -> Port {
-        Port { addr, tcp: false }
+        Port {
+            addr,
+            tcp: false,
+            secure: Secure::None,
+        }
     }
 }
 

@@ -286,6 +286,7 @@ fn ana_identify_log_and_event() {
         addr: "10.0.0.1:4420".parse().unwrap(),
         transport: Default::default(),
         ana: [(1, AnaState::Inaccessible)].into_iter().collect(),
+        secure: Default::default(),
     };
     assert!(
         !c.notify_ana_changed(),

@@ -70,6 +70,14 @@ pub(super) fn add(doc: &mut DocumentMut, l: &ListenerRef) -> Result<String, Edit
     t.insert("transport", value(transport));
     t.insert("address", value(addr.ip().to_string()));
     t.insert("port", value(i64::from(addr.port())));
+    if let Some(s) = &l.secure {
+        if crate::model::port::Secure::from_name(s).is_none() {
+            return Err(EditError::Invalid(format!(
+                "'{s}' is not one of none, optional, required"
+            )));
+        }
+        t.insert("secure", value(s.as_str()));
+    }
     all.push(t);
     Ok(format!("{transport} listener {addr} added"))
 }

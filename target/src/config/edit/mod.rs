@@ -221,6 +221,9 @@ pub struct ListenerRef {
     /// The port (default 4420).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub port: Option<u16>,
+    /// TLS (`none`, `optional`, `required`; NVMe/TCP; `listener add`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub secure: Option<String>,
 }
 
 /// A change to the configuration.

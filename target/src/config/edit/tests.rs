@@ -502,6 +502,7 @@ fn listeners_added_and_removed_by_transport_and_address() {
         transport: t.map(Into::into),
         address: a.into(),
         port: p,
+        secure: None,
     };
     let e = apply(FILE, &Edit::ListenerAdd(l(Some("tcp"), "10.0.2.15", None))).unwrap();
     assert_eq!(e.summary, "tcp listener 10.0.2.15:4420 added");

@@ -184,7 +184,7 @@ impl Transport for TcpGroup {
                 warn!(peer = %c.peer, "the worker's queue table is full; closing");
                 continue;
             };
-            let mut q = TcpQueue::new(c.stream, c.peer, c.local, c.pending, key, w.now);
+            let mut q = TcpQueue::new(c.stream, c.peer, c.local, c.pending, c.tls, key, w.now);
             Self::arm_queue(w, key, &mut q);
             self.queues.insert(key, q);
             queue_added(w);

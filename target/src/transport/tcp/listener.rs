@@ -1,6 +1,7 @@
 //! NVMe/TCP listeners: one thread per listening address. A connection is
 //! counted among its peer's unconnected queues (refused, closed at once,
-//! beyond the caps) and handed to a worker in turn, which reads its ICReq.
+//! beyond the caps) and handed to a worker in turn, which reads its ICReq;
+//! at a listener that speaks TLS, after its handshake ([`super::tls`]).
 
 use std::net::{SocketAddr, TcpListener};
 use std::os::fd::AsFd;
@@ -11,7 +12,10 @@ use std::time::{Duration, Instant};
 use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 use tracing::{info, warn};
 
+use super::tls::accept::{spawn, Secured};
+use super::tls::handshake::Acceptor;
 use super::{NewSocket, TcpShared};
+use crate::model::port::Secure;
 use crate::model::subsystem::Target;
 use crate::transport::listener::{Beat, Listener};
 use crate::transport::TransportError;
@@ -26,14 +30,28 @@ pub fn listen(
     shared: Arc<TcpShared>,
     target: Arc<Target>,
     addr: SocketAddr,
+    secure: Secure,
 ) -> Result<Listener, TransportError> {
     let os = |context: String| move |source| TransportError::Os { context, source };
+    let tls = match secure {
+        Secure::None => None,
+        _ => {
+            let t = target.clone();
+            let acceptor = Acceptor::new(Box::new(move |id| t.tls_keys.resolve(id)))
+                .map_err(|e| std::io::Error::other(e.to_string()))
+                .map_err(os(format!("{addr} (tcp): TLS")))?;
+            Some(Arc::new(Secured {
+                acceptor: Arc::new(acceptor),
+                secure,
+            }))
+        }
+    };
     let l = TcpListener::bind(addr).map_err(os(format!("binding {addr} (tcp)")))?;
     l.set_nonblocking(true)
         .map_err(os(format!("{addr}: non-blocking")))?;
-    info!(%addr, "listening (tcp)");
+    info!(%addr, secure = secure.name(), "listening (tcp)");
     Listener::spawn(addr, format!("nvmf-tcp-{}", addr.port()), move |beat| {
-        listener_loop(shared, target, l, addr, beat)
+        listener_loop(shared, target, l, addr, tls, beat)
     })
     .map_err(os("spawning the listener thread".into()))
 }
@@ -43,6 +61,7 @@ fn listener_loop(
     target: Arc<Target>,
     l: TcpListener,
     addr: SocketAddr,
+    tls: Option<Arc<Secured>>,
     beat: Beat,
 ) {
     loop {
@@ -66,7 +85,7 @@ fn listener_loop(
         }
         loop {
             match l.accept() {
-                Ok((stream, peer)) => handle(&shared, &target, stream, peer, addr),
+                Ok((stream, peer)) => handle(&shared, &target, tls.as_ref(), stream, peer, addr),
                 Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
                 Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
                 Err(e) => {
@@ -80,8 +99,9 @@ fn listener_loop(
 }
 
 fn handle(
-    shared: &TcpShared,
+    shared: &Arc<TcpShared>,
     target: &Target,
+    tls: Option<&Arc<Secured>>,
     stream: std::net::TcpStream,
     peer: SocketAddr,
     addr: SocketAddr,
@@ -104,6 +124,30 @@ fn handle(
         }
     };
     let local = stream.local_addr().unwrap_or(addr);
+    let Some(tls) = tls else {
+        return give(shared, stream, peer, local, pending, None);
+    };
+    // The handshake's thread hands the socket on (it stays counted among
+    // the peer's unconnected queues meanwhile).
+    let sh = shared.clone();
+    let r = spawn(tls, stream, peer, move |stream, id| {
+        give(&sh, stream, peer, local, pending, id)
+    });
+    if let Err(e) = r {
+        crate::telemetry::metrics::reject(e.reason());
+        warn!(%peer, error = %e, "TLS: connection refused");
+    }
+}
+
+/// Hands a connection to a worker (non-blocking, tuned).
+fn give(
+    shared: &TcpShared,
+    stream: std::net::TcpStream,
+    peer: SocketAddr,
+    local: SocketAddr,
+    pending: crate::engine::admission::Pending,
+    tls: Option<Arc<tlspsk::Identity>>,
+) {
     if let Err(e) = stream
         .set_nonblocking(true)
         .and_then(|_| super::tune(&stream).map_err(std::io::Error::from))
@@ -117,6 +161,7 @@ fn handle(
             peer,
             local,
             pending,
+            tls,
         }),
         None => warn!(%peer, "no worker takes NVMe/TCP connections"),
     }

@@ -75,6 +75,8 @@ pub struct NewSocket {
     pub local: SocketAddr,
     /// Its place among the queues not yet connected.
     pub pending: Pending,
+    /// The TLS identity its host proved (the socket is under kTLS).
+    pub tls: Option<Arc<tlspsk::Identity>>,
 }
 
 /// Where a listener leaves NVMe/TCP connections for one worker.

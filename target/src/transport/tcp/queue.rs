@@ -136,11 +136,13 @@ impl TcpQueue {
         peer: SocketAddr,
         local: SocketAddr,
         pending: Pending,
+        tls: Option<std::sync::Arc<tlspsk::Identity>>,
         key: QueueKey,
         now: Instant,
     ) -> TcpQueue {
         TcpQueue {
-            zc: ZeroCopy::new(zerocopy::enable(stream.as_raw_fd())),
+            // The kernel's TLS layer seals what it sends: no zero copy.
+            zc: ZeroCopy::new(tls.is_none() && zerocopy::enable(stream.as_raw_fd())),
             errors: false,
             #[cfg(test)]
             hold_notifications: false,
@@ -148,7 +150,7 @@ impl TcpQueue {
             addrs: Addrs {
                 peer: Some(peer),
                 local: Some(local),
-                tls: None,
+                tls,
             },
             accepted: now,
             phase: Phase::Init,

@@ -122,6 +122,7 @@ impl Rig {
             stream: s,
             peer,
             pending: self.admission.admit(peer.ip()).unwrap(),
+            tls: None,
         });
         self.group.with(&mut self.exec, |t, w| t.accept(w));
         self.hosts.push(Host {

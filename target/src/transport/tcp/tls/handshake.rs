@@ -15,7 +15,7 @@ use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::os::raw::{c_int, c_uchar};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use foreign_types::ForeignTypeRef;
 use openssl::error::ErrorStack;
@@ -138,24 +138,23 @@ impl Acceptor {
         })
     }
 
-    /// Runs the server side of the handshake on `stream` (blocking, at
-    /// most `deadline` per read or write). Nothing is left in OpenSSL's
-    /// buffers: the connection goes on with the keys returned, from
-    /// sequence number 0 both ways.
+    /// Runs the server side of the handshake on `stream` (blocking; all of
+    /// it within `deadline`, however the peer trickles its bytes). Nothing
+    /// is left in OpenSSL's buffers: the connection goes on with the keys
+    /// returned, from sequence number 0 both ways.
     pub fn accept(
         &self,
         stream: &TcpStream,
         deadline: Duration,
     ) -> Result<Session, HandshakeFailed> {
-        stream.set_read_timeout(Some(deadline))?;
-        stream.set_write_timeout(Some(deadline))?;
+        let until = Instant::now() + deadline;
         let found = Arc::new(Mutex::new(Found::default()));
         let mut ssl = Ssl::new(&self.ctx)?;
         ssl.set_ex_data(self.found, found.clone());
         // OpenSSL owns a duplicate of the socket; dropping it closes only
         // the duplicate and sends nothing (no close_notify without a
         // shutdown).
-        let io = Exact(stream.try_clone()?);
+        let io = Exact(stream.try_clone()?, until);
         let r = ssl.accept(io);
         let f = std::mem::take(&mut *found.lock().unwrap_or_else(|p| p.into_inner()));
         let tls = match r {
@@ -277,17 +276,31 @@ unsafe extern "C" fn find_session(
 }
 
 /// A socket OpenSSL reads exactly what it asks for from (no read-ahead
-/// past the handshake's last record).
-struct Exact(TcpStream);
+/// past the handshake's last record), each read and write within what is
+/// left until the deadline.
+struct Exact(TcpStream, Instant);
+
+impl Exact {
+    fn left(&self) -> std::io::Result<Duration> {
+        match self.1.checked_duration_since(Instant::now()) {
+            Some(d) if !d.is_zero() => Ok(d),
+            _ => Err(std::io::ErrorKind::TimedOut.into()),
+        }
+    }
+}
 
 impl Read for Exact {
     fn read(&mut self, b: &mut [u8]) -> std::io::Result<usize> {
+        let left = self.left()?;
+        self.0.set_read_timeout(Some(left))?;
         self.0.read(b)
     }
 }
 
 impl Write for Exact {
     fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+        let left = self.left()?;
+        self.0.set_write_timeout(Some(left))?;
         self.0.write(b)
     }
     fn flush(&mut self) -> std::io::Result<()> {

@@ -2,6 +2,7 @@
 //! ([`handshake`], OpenSSL, off the workers) and the record keys it gives
 //! ([`keys`]), with which the kernel's TLS layer carries the connection on.
 
+pub mod accept;
 pub mod handshake;
 pub mod keys;
 pub mod ktls;

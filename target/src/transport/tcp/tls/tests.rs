@@ -5,6 +5,7 @@
 
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
+use std::sync::Arc;
 use std::time::Duration;
 
 use aes_gcm::aead::{Aead, KeyInit, Payload};
@@ -166,4 +167,96 @@ fn a_silent_peer_meets_the_deadline() {
         .unwrap_err();
     assert!(matches!(e, HandshakeFailed::Io(_)), "{e}");
     assert!(t.elapsed() < Duration::from_secs(3));
+}
+
+/// A TLS listener on a free loopback port, its workers' one inbox, and the
+/// target whose PSKs it takes.
+fn tls_listener(
+    secure: crate::model::port::Secure,
+) -> (
+    crate::transport::listener::Listener,
+    std::net::SocketAddr,
+    Arc<crate::transport::tcp::Inbox>,
+) {
+    let addr = TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap();
+    let waker = crate::worker::wake::Waker::new().unwrap();
+    let inbox = crate::transport::tcp::Inbox::new(waker);
+    let shared = crate::transport::tcp::TcpShared::new(
+        crate::engine::admission::Admission::new(8, 64),
+        vec![inbox.clone()],
+    );
+    let t = Arc::new(crate::model::subsystem::Target::new(vec![], vec![], 0));
+    let host = [crate::config::HostConfig {
+        nqn: HOST.into(),
+        dhchap_key: None,
+        dhchap_ctrl_key: None,
+        dhchap_hash: dhchap::HashId::Sha256,
+        dhchap_dhgroup: dhchap::GroupId::Null,
+        tls_key: Some(ConfiguredPsk::new(Some(PskHash::Sha256), &KEY).unwrap()),
+    }];
+    t.tls_keys.set(&host);
+    let l = crate::transport::tcp::listener::listen(shared, t, addr, secure).unwrap();
+    (l, addr, inbox)
+}
+
+fn wait_for<T>(mut f: impl FnMut() -> Option<T>) -> Option<T> {
+    for _ in 0..100 {
+        if let Some(x) = f() {
+            return Some(x);
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    None
+}
+
+/// What a plain host sends first: an ICReq's common header.
+const ICREQ_HEAD: [u8; 8] = [0x00, 0x00, 0x80, 0x00, 0x80, 0x00, 0x00, 0x00];
+
+#[test]
+fn a_required_listener_closes_on_plain_nvme_tcp_an_optional_one_serves_it() {
+    use crate::model::port::Secure;
+    let (l, addr, inbox) = tls_listener(Secure::Required);
+    let mut plain = TcpStream::connect(addr).unwrap();
+    plain.write_all(&ICREQ_HEAD).unwrap();
+    plain
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .unwrap();
+    let mut b = [0u8; 1];
+    assert!(
+        matches!(plain.read(&mut b), Ok(0) | Err(_)),
+        "closed with nothing sent"
+    );
+    assert!(inbox.take().is_empty(), "no worker got it");
+    l.stop();
+    let (l, addr, inbox) = tls_listener(Secure::Optional);
+    let mut plain = TcpStream::connect(addr).unwrap();
+    plain.write_all(&ICREQ_HEAD).unwrap();
+    let got = wait_for(|| inbox.take().pop()).expect("a worker gets the plain host");
+    assert!(got.tls.is_none());
+    l.stop();
+}
+
+#[test]
+fn a_host_with_its_psk_reaches_a_worker_under_ktls_with_its_identity() {
+    use crate::model::port::Secure;
+    let ktls = std::fs::read_to_string("/proc/sys/net/ipv4/tcp_available_ulp")
+        .is_ok_and(|u| u.split_whitespace().any(|x| x == "tls"));
+    let (l, addr, inbox) = tls_listener(Secure::Required);
+    let psk = ConfiguredPsk::new(Some(PskHash::Sha256), &KEY).unwrap();
+    let (id, key) = psk.host_psk(HOST, SUB, 0, Derivation::Compat).unwrap();
+    let c = client(addr, id.to_string(), key.to_vec());
+    assert!(c.is_ok(), "the handshake: {:?}", c.err());
+    let got = wait_for(|| inbox.take().pop());
+    match ktls {
+        // Without the kernel's TLS layer the connection cannot go on.
+        false => assert!(got.is_none()),
+        true => {
+            let s = got.expect("a worker gets the TLS host");
+            assert_eq!(s.tls.as_deref(), Some(&id));
+        }
+    }
+    l.stop();
 }
