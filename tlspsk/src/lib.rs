@@ -338,7 +338,10 @@ pub const MAX_IDENTITY: usize = 8 + 1 + 223 + 1 + 223 + 1 + 64;
 impl Identity {
     /// Reads an identity (bytes from a peer: bounded, ASCII only).
     pub fn parse(b: &[u8]) -> Result<Identity, PskError> {
-        if b.len() > MAX_IDENTITY || !b.is_ascii() {
+        // Printable ASCII and the spaces between the fields: nothing that
+        // would forge a log line when the identity is logged.
+        let printable = |c: &u8| *c == b' ' || (0x21..=0x7e).contains(c);
+        if b.len() > MAX_IDENTITY || !b.iter().all(printable) {
             return Err(PskError::Identity);
         }
         let s = std::str::from_utf8(b).map_err(|_| PskError::Identity)?;

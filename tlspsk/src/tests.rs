@@ -172,6 +172,8 @@ fn identities_from_a_peer_are_bounded_and_exact() {
         format!("NVMe0R01 {} s", "h".repeat(224)),
         format!("NVMe0R01 h s{}", " ".repeat(600)),
         "NVMe0R01 h\u{e9} s".to_string(),
+        "NVMe0R01 h\n s".to_string(),
+        "NVMe0R01 h\x1b[2J s".to_string(),
     ] {
         assert_eq!(
             Identity::parse(bad.as_bytes()),

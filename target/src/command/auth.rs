@@ -339,6 +339,7 @@ mod tests {
                 dhchap_hash: HashId::Sha384,
                 dhchap_dhgroup: GroupId::Null,
                 tls_key: None,
+                tls_derivation: tlspsk::Derivation::Compat,
             },
             HostConfig {
                 nqn: PLAIN.into(),
@@ -347,6 +348,7 @@ mod tests {
                 dhchap_hash: HashId::Sha256,
                 dhchap_dhgroup: GroupId::Null,
                 tls_key: None,
+                tls_derivation: tlspsk::Derivation::Compat,
             },
         ]);
         t
@@ -476,6 +478,7 @@ mod tests {
                 dhchap_hash: HashId::Sha384,
                 dhchap_dhgroup: GroupId::Null,
                 tls_key: None,
+                tls_derivation: tlspsk::Derivation::Compat,
             },
             HostConfig {
                 nqn: PLAIN.into(),
@@ -484,6 +487,7 @@ mod tests {
                 dhchap_hash: HashId::Sha256,
                 dhchap_dhgroup: GroupId::Null,
                 tls_key: None,
+                tls_derivation: tlspsk::Derivation::Compat,
             },
         ]
     }

@@ -119,6 +119,21 @@ pub fn connect(
             iattr_data(CONNECT_DATA_HOSTNQN_OFFSET),
         ));
     }
+    // A host with a TLS PSK reaches NVM subsystems over TLS only, on any
+    // listener: its NQN, in clear, proves nothing (discovery stays open, as
+    // with DH-HMAC-CHAP keys).
+    if secured.is_none()
+        && subsys.kind != SubsystemKind::Discovery
+        && target.tls_keys.has(&d.hostnqn)
+    {
+        return Err(ConnectError {
+            why: Some("tls_required"),
+            ..refuse(
+                Status::CONNECT_INVALID_HOST,
+                iattr_data(CONNECT_DATA_HOSTNQN_OFFSET),
+            )
+        });
+    }
     if c.qid == 0 {
         if c.sqsize == 0 || c.sqsize >= crate::ADMIN_QUEUE_SIZE || c.sqsize != cm_sqsize {
             return Err(refuse(Status::CONNECT_INVALID_PARAM, SQE_SQSIZE_OFFSET));
@@ -156,6 +171,7 @@ pub fn connect(
                 Status::CONNECT_INVALID_PARAM => refuse(s, iattr_data(CONNECT_DATA_SUBNQN_OFFSET)),
                 s => refuse(s, 0),
             })?;
+        ctrl.set_tls(secured);
         if required {
             admit_unproven(target, peer, &ctrl)?;
         }
@@ -173,6 +189,14 @@ pub fn connect(
     if ctrl.hostnqn != d.hostnqn {
         return Err(refuse(
             Status::CONNECT_INVALID_PARAM,
+            iattr_data(CONNECT_DATA_HOSTNQN_OFFSET),
+        ));
+    }
+    // Every queue of the association as secure as its admin queue, under
+    // the same identity.
+    if ctrl.tls() != secured {
+        return Err(refuse(
+            Status::CONNECT_INVALID_HOST,
             iattr_data(CONNECT_DATA_HOSTNQN_OFFSET),
         ));
     }
@@ -355,6 +379,36 @@ mod tests {
                 "{other}"
             );
         }
+        // Its I/O queues: under the same identity only, never plain.
+        let (ctrl, _) = connect(&t, 0, sq(&c), None, Some(&mine), &c, &d).unwrap();
+        enable(&ctrl);
+        let (c1, d1) = conn(1, 127, 0, "nqn.t:open", "nqn.host:a", ctrl.cntlid);
+        assert_eq!(
+            connect(&t, 1, sq(&c1), None, None, &c1, &d1).unwrap_err(),
+            host_mismatch,
+            "a plain I/O queue of a TLS association"
+        );
+        assert!(connect(&t, 1, sq(&c1), None, Some(&mine), &c1, &d1).is_ok());
+        // A host with a PSK: TLS only (discovery stays open).
+        t.tls_keys.set(&[crate::config::HostConfig {
+            nqn: "nqn.host:a".into(),
+            dhchap_key: None,
+            dhchap_ctrl_key: None,
+            dhchap_hash: dhchap::HashId::Sha256,
+            dhchap_dhgroup: dhchap::GroupId::Null,
+            tls_key: Some(
+                tlspsk::ConfiguredPsk::new(Some(tlspsk::PskHash::Sha256), &[1; 32]).unwrap(),
+            ),
+            tls_derivation: tlspsk::Derivation::Compat,
+        }]);
+        assert_eq!(
+            connect(&t, 0, sq(&c), None, None, &c, &d)
+                .unwrap_err()
+                .status,
+            Status::CONNECT_INVALID_HOST
+        );
+        let (c2, d2) = conn(0, 31, 0, nvme::DISCOVERY_NQN, "nqn.host:a", 0xFFFF);
+        assert!(connect(&t, 0, sq(&c2), None, None, &c2, &d2).is_ok());
     }
 
     #[test]

@@ -31,6 +31,11 @@ pub struct HostConfig {
     pub dhchap_dhgroup: GroupId,
     /// The host's configured TLS PSK (NVMe/TCP listeners with `secure`).
     pub tls_key: Option<tlspsk::ConfiguredPsk>,
+    /// How its host derives TLS PSKs from it (`tls_derivation`: `compat`,
+    /// libnvme 1.15 and earlier, nvme-cli 2.13; `rfc`, the specification's,
+    /// SPDK and libnvme 1.16 on). A version 1 identity of a transformed PSK
+    /// says which by its digest; otherwise this one is taken.
+    pub tls_derivation: tlspsk::Derivation,
 }
 
 /// nvmet's default hash.
@@ -138,6 +143,16 @@ pub(super) fn validate(cx: &mut Ctx, raw: Vec<(usize, RawHost)>) -> Vec<HostConf
         let tls_key = key(cx, f("tls_key"), h.tls_key, h.tls_key_file, |t| {
             tlspsk::ConfiguredPsk::parse(t).map_err(|e| e.to_string())
         });
+        let tls_derivation = match h.tls_derivation.as_deref() {
+            None => tlspsk::Derivation::Compat,
+            Some(n) => tlspsk::Derivation::from_name(n).unwrap_or_else(|| {
+                cx.err(
+                    f("tls_derivation"),
+                    format!("'{n}' is not one of compat, rfc"),
+                );
+                tlspsk::Derivation::Compat
+            }),
+        };
         out.push(HostConfig {
             nqn,
             dhchap_key,
@@ -145,6 +160,7 @@ pub(super) fn validate(cx: &mut Ctx, raw: Vec<(usize, RawHost)>) -> Vec<HostConf
             dhchap_hash: hash,
             dhchap_dhgroup: group,
             tls_key,
+            tls_derivation,
         });
     }
     out

@@ -171,6 +171,7 @@ pub(super) struct RawHost {
     pub dhchap_dhgroup: Option<String>,
     pub tls_key: Option<String>,
     pub tls_key_file: Option<String>,
+    pub tls_derivation: Option<String>,
 }
 
 #[derive(Deserialize)]

@@ -492,10 +492,6 @@ impl Daemon {
         // Commit. Keys first: access widened below never lets a Connect in
         // under the old keys.
         if plan.hosts {
-            let tls = self.target.tls_keys.set(&new.hosts);
-            if !tls.is_empty() {
-                info!(changed = ?tls, "host TLS PSKs changed: they apply to the next handshake");
-            }
             let (hosts, gone) = self.target.set_credentials(&new.hosts);
             for c in &gone {
                 info!(cntlid = c.cntlid, host = %c.hostnqn, subsys = %c.subsys.nqn,

@@ -414,6 +414,8 @@ pub struct Controller {
     /// The listener (port id - 1) its host connected through: the ANA
     /// states it reports are that listener's.
     port: std::sync::OnceLock<usize>,
+    /// The TLS identity its admin queue's host proved (recorded once).
+    tls: std::sync::OnceLock<Option<tlspsk::Identity>>,
     /// Whether its queues must authenticate, and how the admin queue did.
     pub auth: crate::model::auth::CtrlAuth,
 }
@@ -447,6 +449,7 @@ impl Controller {
             created: Instant::now(),
             revoked: AtomicBool::new(false),
             port: std::sync::OnceLock::new(),
+            tls: std::sync::OnceLock::new(),
             auth: Default::default(),
         }
     }
@@ -466,6 +469,16 @@ impl Controller {
     /// listener's when its transport did not say).
     pub fn port(&self) -> usize {
         self.port.get().copied().unwrap_or(0)
+    }
+
+    /// Records the TLS identity of its admin queue (none: plain).
+    pub fn set_tls(&self, id: Option<&tlspsk::Identity>) {
+        let _ = self.tls.set(id.cloned());
+    }
+
+    /// The TLS identity of its admin queue (none: plain).
+    pub fn tls(&self) -> Option<&tlspsk::Identity> {
+        self.tls.get().and_then(|t| t.as_ref())
     }
 
     /// The listener its host connected through, once recorded.

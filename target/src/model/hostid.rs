@@ -135,6 +135,7 @@ mod tests {
                 dhchap_hash: dhchap::HashId::Sha256,
                 dhchap_dhgroup: dhchap::GroupId::Null,
                 tls_key: None,
+                tls_derivation: tlspsk::Derivation::Compat,
             }]);
         }
         t

@@ -386,7 +386,12 @@ impl Target {
         hosts: &[crate::config::HostConfig],
     ) -> (Vec<String>, Vec<Arc<Controller>>) {
         let _connects = self.binding_lock();
-        let changed = self.credentials.set(hosts);
+        // A TLS PSK added, replaced or removed counts as a key change: the
+        // host's controllers connected under the old one go.
+        let mut changed = self.credentials.set(hosts);
+        changed.extend(self.tls_keys.set(hosts));
+        changed.sort();
+        changed.dedup();
         let mut gone = Vec::new();
         if changed.is_empty() {
             return (changed, gone);

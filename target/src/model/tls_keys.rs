@@ -11,14 +11,9 @@ use zeroize::Zeroizing;
 
 use crate::config::HostConfig;
 
-/// The derivations tried, in order. A version 1 identity's digest picks
-/// the one its host used; for version 0 the first is taken: libnvme 1.15
-/// and earlier (nvme-cli 2.13, as Debian 13 ships it) computed it so.
-pub const DERIVATIONS: [Derivation; 2] = [Derivation::Compat, Derivation::Rfc];
-
-/// Host NQN -> its configured PSK.
+/// Host NQN -> its configured PSK and the derivation its host uses.
 #[derive(Default)]
-pub struct TlsKeys(ArcSwap<HashMap<String, ConfiguredPsk>>);
+pub struct TlsKeys(ArcSwap<HashMap<String, (ConfiguredPsk, Derivation)>>);
 
 impl std::fmt::Debug for TlsKeys {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -30,9 +25,9 @@ impl TlsKeys {
     /// Takes the PSKs of `hosts`; returns the host NQNs whose PSK was
     /// added, removed or replaced.
     pub fn set(&self, hosts: &[HostConfig]) -> Vec<String> {
-        let m: HashMap<String, ConfiguredPsk> = hosts
+        let m: HashMap<String, (ConfiguredPsk, Derivation)> = hosts
             .iter()
-            .filter_map(|h| Some((h.nqn.clone(), h.tls_key.clone()?)))
+            .filter_map(|h| Some((h.nqn.clone(), (h.tls_key.clone()?, h.tls_derivation))))
             .collect();
         let old = self.0.swap(Arc::new(m));
         let new = self.0.load();
@@ -47,11 +42,22 @@ impl TlsKeys {
     }
 
     /// The TLS PSK for the identity a host offered: its host must have a
-    /// PSK here.
+    /// PSK here. A version 1 identity's digest picks the derivation (the
+    /// host's configured one first); otherwise the configured one.
     pub fn resolve(&self, id: &Identity) -> Result<Zeroizing<Vec<u8>>, PskError> {
         let keys = self.0.load();
-        let psk = keys.get(&id.hostnqn).ok_or(PskError::Digest)?;
-        psk.server_psk(id, &DERIVATIONS).map(|(k, _)| k)
+        let (psk, d) = keys.get(&id.hostnqn).ok_or(PskError::Digest)?;
+        let order = match d {
+            Derivation::Compat => [Derivation::Compat, Derivation::Rfc],
+            Derivation::Rfc => [Derivation::Rfc, Derivation::Compat],
+        };
+        psk.server_psk(id, &order).map(|(k, _)| k)
+    }
+
+    /// Whether `hostnqn` has a PSK: it connects to NVM subsystems over TLS
+    /// only.
+    pub fn has(&self, hostnqn: &str) -> bool {
+        self.0.load().contains_key(hostnqn)
     }
 
     /// Whether any host has a PSK.
@@ -72,6 +78,7 @@ mod tests {
             dhchap_hash: dhchap::HashId::Sha256,
             dhchap_dhgroup: dhchap::GroupId::Null,
             tls_key: key.map(|k| ConfiguredPsk::parse(k).unwrap()),
+            tls_derivation: Derivation::Compat,
         }
     }
 
@@ -100,5 +107,13 @@ mod tests {
         assert!(t.resolve(&other).is_err(), "a host without a PSK");
         assert_eq!(t.set(&[]), vec!["nqn.h:a"]);
         assert!(t.resolve(&id).is_err());
+        // A host that derives as the specification says (SPDK), version 0.
+        let mut h = host("nqn.h:a", Some(K));
+        h.tls_derivation = Derivation::Rfc;
+        assert_eq!(t.set(&[h]), vec!["nqn.h:a"]);
+        let (id, key) = psk
+            .host_psk("nqn.h:a", "nqn.s", 0, Derivation::Rfc)
+            .unwrap();
+        assert_eq!(t.resolve(&id).unwrap(), key);
     }
 }

@@ -194,6 +194,7 @@ fn keyed_target() -> Arc<Target> {
         dhchap_hash: dhchap::HashId::Sha256,
         dhchap_dhgroup: dhchap::GroupId::Ffdhe2048,
         tls_key: None,
+        tls_derivation: tlspsk::Derivation::Compat,
     }]);
     t
 }

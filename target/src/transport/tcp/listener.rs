@@ -135,7 +135,9 @@ fn handle(
     });
     if let Err(e) = r {
         crate::telemetry::metrics::reject(e.reason());
-        warn!(%peer, error = %e, "TLS: connection refused");
+        if shared.admission.should_log(peer.ip(), Instant::now()) {
+            warn!(%peer, error = %e, "TLS: connection refused (said once a minute per peer)");
+        }
     }
 }
 
@@ -148,8 +150,11 @@ fn give(
     pending: crate::engine::admission::Pending,
     tls: Option<Arc<tlspsk::Identity>>,
 ) {
+    // The handshake's deadlines go with it.
     if let Err(e) = stream
-        .set_nonblocking(true)
+        .set_read_timeout(None)
+        .and_then(|_| stream.set_write_timeout(None))
+        .and_then(|_| stream.set_nonblocking(true))
         .and_then(|_| super::tune(&stream).map_err(std::io::Error::from))
     {
         warn!(%peer, error = %e, "setting up an accepted connection");

@@ -104,7 +104,13 @@ struct Shared {
 impl Acceptor {
     /// A server that takes the PSKs `resolve` gives.
     pub fn new(resolve: Box<Resolve>) -> Result<Acceptor, ErrorStack> {
-        let found = Ssl::new_ex_index::<Arc<Mutex<Found>>>()?;
+        let found = match FOUND_INDEX.get() {
+            Some(i) => *i,
+            None => {
+                let i = Ssl::new_ex_index::<Arc<Mutex<Found>>>()?;
+                *FOUND_INDEX.get_or_init(|| i)
+            }
+        };
         let shared_idx = match SHARED_INDEX.get() {
             Some(i) => *i,
             None => {
@@ -189,8 +195,11 @@ impl Acceptor {
                 )))
             }
         };
+        // Without a certificate only a PSK finishes a handshake; said
+        // again here, not assumed.
         let identity = f
             .identity
+            .filter(|_| ssl_ref.session_reused())
             .ok_or_else(|| HandshakeFailed::Tls("no PSK was used".into()))?;
         let keys = |s: &Option<Zeroizing<Vec<u8>>>| {
             s.as_ref()
@@ -205,6 +214,9 @@ impl Acceptor {
         })
     }
 }
+
+/// The index of a handshake's [`Found`] (one per process).
+static FOUND_INDEX: std::sync::OnceLock<Index<Ssl, Arc<Mutex<Found>>>> = std::sync::OnceLock::new();
 
 /// The index of the context's [`Shared`] (one per process: contexts are
 /// made with the same index).
@@ -224,7 +236,7 @@ unsafe extern "C" fn find_session(
     // a place for the session; nothing here keeps them.
     unsafe {
         *sess = std::ptr::null_mut();
-        let ssl_ref = SslRef::from_ptr_mut(ssl);
+        let ssl_ref = SslRef::from_ptr(ssl);
         let (Some(idx), true) = (SHARED_INDEX.get(), !identity.is_null()) else {
             return 1;
         };

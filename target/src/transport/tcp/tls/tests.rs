@@ -196,6 +196,7 @@ fn tls_listener(
         dhchap_hash: dhchap::HashId::Sha256,
         dhchap_dhgroup: dhchap::GroupId::Null,
         tls_key: Some(ConfiguredPsk::new(Some(PskHash::Sha256), &KEY).unwrap()),
+        tls_derivation: tlspsk::Derivation::Compat,
     }];
     t.tls_keys.set(&host);
     let l = crate::transport::tcp::listener::listen(shared, t, addr, secure).unwrap();
