@@ -1,0 +1,227 @@
+#!/bin/bash
+# tls.sh: NVMe/TCP over TLS 1.3 with a pre-shared key, against the kernel's target
+# (nvmet-tcp, tsas tls1.3) in the same boot. Runs INSIDE the current-host lab guest
+# (Debian 13, Linux 7.x, nvme-cli 2.13, tlshd from ktls-utils: the host's TLS handshake,
+# and nvmet's), cwd /lab = project root (integration/run-tls-tests).
+#   1. a PSK from nvme-cli (gen-tls-key --insert: the retained/TLS PSK under the identity
+#      NVMe0R01 <host> <subsystem> in the .nvme keyring, as the host looks it up)
+#   2. each target alone on $IP:$PORT, TLS required: the discovery log says TLS 1.3
+#      (sectype) and required (treq); the host connects with --tls and runs fio with
+#      crc32c verify; a host without TLS is refused
+#   3. ours only: a listener where TLS is optional serves a host without a PSK in plain and
+#      the host with one over TLS only (a host with a PSK is who its key says, on any
+#      listener); a target holding another key refuses the host (its binder fails)
+# Output ends with the table and "TLS PASS".
+set -euo pipefail
+IP=${LAB_IP:?LAB_IP not set (run this inside the lab guest)}
+PORT=4420
+TARGET_BIN=${TARGET_BIN:-build/release/nvmf-target}
+P=nqn.2026-11.io.nvmf-lab
+SUB=$P:tls
+HOST=nqn.2014-08.org.nvmexpress:uuid:c0000000-0000-4000-8000-00000000c0c0
+HID=c0000000-0000-4000-8000-00000000c0c0
+PLAIN=nqn.2014-08.org.nvmexpress:uuid:d0000000-0000-4000-8000-00000000d0d0
+PLAIN_ID=d0000000-0000-4000-8000-00000000d0d0
+DIR=/var/tmp/tls
+DISK=$DIR/disk.img
+CONF=$DIR/target.toml
+TLOG=/tmp/tls-target.log
+TPID=
+. integration/guest/common.sh
+. integration/guest/kmsg.sh
+NVMET_TRTYPE=tcp
+. integration/guest/nvmet.sh
+declare -A ROW
+
+cleanup() {
+    local rc=$?
+    set +eE; trap - ERR
+    nvme disconnect -n "$SUB" >/dev/null 2>&1
+    [ -n "$TPID" ] && kill "$TPID" 2>/dev/null
+    nvmet_unexport "$SUB" 2>/dev/null
+    if [ $rc != 0 ]; then
+        echo "--- our target's log (last 40 lines)"; tail -n 40 "$TLOG" 2>/dev/null
+        echo "--- tlshd (last 30 lines)"; journalctl -u tlshd -b --no-pager -o cat 2>/dev/null | tail -n 30
+        echo "--- dmesg (nvme/tls, last 30 lines)"; dmesg | grep -iE 'nvme|tls' | tail -n 30
+        echo "TLS FAILED (exit $rc)"
+    fi
+    exit $rc
+}
+trap cleanup EXIT
+
+connect_tls() { # connect with TLS (the PSK from the keyring); returns its status
+    timeout 60 nvme connect -t tcp -a "$IP" -s "$PORT" -n "$SUB" --hostnqn="$HOST" \
+        --hostid="$HID" --tls --ctrl-loss-tmo=2 --reconnect-delay=1 >/tmp/connect.out 2>&1
+}
+connect_plain() { # [HOSTNQN HOSTID]: without TLS (default: the host with the PSK)
+    timeout 60 nvme connect -t tcp -a "$IP" -s "$PORT" -n "$SUB" --hostnqn="${1:-$HOST}" \
+        --hostid="${2:-$HID}" --ctrl-loss-tmo=2 --reconnect-delay=1 >/tmp/connect.out 2>&1
+}
+disconnect() { nvme disconnect -n "$SUB" >/dev/null 2>&1 || true; sleep 0.5; }
+tls_of() { # the controller's TLS key serial (none: not TLS)
+    cat "/sys/class/nvme/$CTRL/tls_key" 2>/dev/null || echo none
+}
+wait_port() { # WHO: the target takes TCP connections on IP:PORT
+    for _ in $(seq 40); do
+        bash -c "exec 3<>/dev/tcp/$IP/$PORT" 2>/dev/null && return 0
+        sleep 0.5
+    done
+    fail "$1 does not listen on $IP:$PORT"
+}
+discover_says() { # WHO: what the discovery log's entry for SUB says of TLS (over TLS:
+    # the discovery controller of a TLS-required port takes nothing else)
+    nvme discover -t tcp -a "$IP" -s "$PORT" --hostnqn="$HOST" --hostid="$HID" --tls \
+        >/tmp/disc.txt 2>&1 || info "$1: nvme discover --tls: $(tail -n 1 /tmp/disc.txt)"
+    # The entry of SUB alone (entries are separated by "=====Discovery Log Entry").
+    local e treq sec
+    e=$(awk -v s="$SUB" '/^=====Discovery Log Entry/ { if (hit) exit; buf = "" }
+        { buf = buf $0 "\n" } $0 ~ "subnqn: *" s "$" { hit = 1 } END { if (hit) printf "%s", buf }' /tmp/disc.txt)
+    treq=$(grep -oE 'treq: *[a-z]+( [a-z]+)?' <<<"$e" | head -n 1 | sed 's/treq: *//') || true
+    sec=$(grep -oE 'sectype: *[a-z0-9]+' <<<"$e" | head -n 1 | sed 's/sectype: *//') || true
+    ROW[$1-disc]="treq ${treq:-?}, sectype ${sec:-?}"
+}
+run_fio() { # WHO
+    fio --name=tls --filename="$NS" --direct=1 --ioengine=libaio --rw=randwrite --bs=4k \
+        --iodepth=16 --size=32M --time_based --runtime=6 --verify=crc32c --verify_fatal=1 \
+        --output=/tmp/fio-tls.log || { cat /tmp/fio-tls.log; fail "$1: fio failed over TLS"; }
+    grep -qE 'err= *0' /tmp/fio-tls.log || { cat /tmp/fio-tls.log; fail "$1: fio errors over TLS"; }
+    ROW[$1-fio]=$(grep -oE 'IOPS=[0-9.k]+' /tmp/fio-tls.log | head -n 1)
+}
+case_tls() { # WHO: the host connects with TLS, fio verify, then a plain host is refused
+    if connect_tls; then
+        live_ctrl "$SUB"
+        case $(tls_of) in none | 0 | "") fail "$1: the controller is not under TLS (tls_key $(tls_of))" ;; esac
+        ROW[$1-tls]="connected (tls_key $(tls_of))"
+        run_fio "$1"
+        disconnect
+    else
+        ROW[$1-tls]="refused: $(tail -n 1 /tmp/connect.out)"
+        fail "$1: the host with its PSK was refused: $(cat /tmp/connect.out)"
+    fi
+    if connect_plain; then
+        ROW[$1-plain]="connected"
+        disconnect
+        fail "$1: a host without TLS connected where TLS is required"
+    fi
+    ROW[$1-plain]="refused"
+}
+start_ours() { # TOML of the listener's extra lines, the host's PSK
+    cat >"$CONF" <<EOF
+[[listener]]
+transport = "tcp"
+address = "$IP"
+port = $PORT
+$1
+
+[[subsystem]]
+nqn = "$SUB"
+allow_any_host = true
+[[subsystem.namespace]]
+path = "$DISK"
+
+[[host]]
+nqn = "$HOST"
+tls_key = "$2"
+
+[control]
+enabled = false
+[metrics]
+enabled = false
+EOF
+    RUST_LOG=info NO_COLOR=1 "$TARGET_BIN" --config "$CONF" >"$TLOG" 2>&1 &
+    TPID=$!
+    wait_port "our target"
+}
+stop_ours() { kill "$TPID"; wait "$TPID" 2>/dev/null || true; TPID=; }
+
+step "setup: tlshd, a PSK (nvme gen-tls-key --insert), a 128 MiB file"
+# tlshd links the .nvme keyring into its session when it starts: the keyring exists once
+# nvme-keyring is loaded (with nvme-tcp), so tlshd starts after it.
+modprobe -a tls nvme-tcp nvmet nvmet-tcp
+systemctl restart tlshd || fail "tlshd did not start"
+mkdir -p "$DIR"
+truncate -s 128M "$DISK"
+KEY=$(nvme gen-tls-key --hostnqn="$HOST" --subsysnqn="$SUB" --insert 2>/tmp/genkey.err | grep -o 'NVMeTLSkey-1:0[12]:[^ ]*:' | head -n 1)
+[ -n "$KEY" ] || fail "nvme gen-tls-key: $(cat /tmp/genkey.err)"
+OTHER=$(nvme gen-tls-key 2>/dev/null | grep -o 'NVMeTLSkey-1:0[12]:[^ ]*:' | head -n 1)
+# The same key for the discovery controller (a TLS-required port's discovery too).
+nvme check-tls-key --keydata="$KEY" --hostnqn="$HOST" --subsysnqn=nqn.2014-08.org.nvmexpress.discovery \
+    --insert >/dev/null 2>&1 || info "check-tls-key --insert for discovery failed"
+grep -q "NVMe0R01 $HOST $SUB" /proc/keys || info "the keyring: $(grep -i nvme /proc/keys | head -n 3)"
+info "PSK ${KEY:0:16}... inserted for NVMe0R01 $HOST $SUB"
+kmsg_mark
+
+step "nvmet-tcp, tsas tls1.3 (TLS required)"
+# As nvmet_export, with the port's tsas set before the port is enabled (linked).
+modprobe -a nvmet nvmet-tcp
+mountpoint -q /sys/kernel/config || mount -t configfs none /sys/kernel/config
+mkdir "$NVMET_CFG/subsystems/$SUB"
+echo 1 >"$NVMET_CFG/subsystems/$SUB/attr_allow_any_host"
+mkdir "$NVMET_CFG/subsystems/$SUB/namespaces/1"
+echo -n "$DISK" >"$NVMET_CFG/subsystems/$SUB/namespaces/1/device_path"
+echo 1 >"$NVMET_CFG/subsystems/$SUB/namespaces/1/enable"
+mkdir "$NVMET_CFG/ports/1"
+echo tcp >"$NVMET_CFG/ports/1/addr_trtype"; echo ipv4 >"$NVMET_CFG/ports/1/addr_adrfam"
+echo "$IP" >"$NVMET_CFG/ports/1/addr_traddr"; echo "$PORT" >"$NVMET_CFG/ports/1/addr_trsvcid"
+echo tls1.3 >"$NVMET_CFG/ports/1/addr_tsas" || fail "nvmet: addr_tsas tls1.3 refused"
+ln -s "$NVMET_CFG/subsystems/$SUB" "$NVMET_CFG/ports/1/subsystems/$SUB"
+info "nvmet port: treq $(cat "$NVMET_CFG/ports/1/addr_treq"), tsas $(cat "$NVMET_CFG/ports/1/addr_tsas")"
+wait_port "nvmet"
+discover_says nvmet
+case_tls nvmet
+nvmet_unexport "$SUB"
+sleep 1
+
+step "ours, secure = required"
+start_ours 'secure = "required"' "$KEY"
+discover_says ours
+case_tls ours
+stop_ours
+
+step "ours, secure = optional: a host without a PSK in plain, the host with one over TLS only"
+start_ours 'secure = "optional"' "$KEY"
+connect_plain "$PLAIN" "$PLAIN_ID" || fail "optional: a host without a PSK was refused: $(cat /tmp/connect.out)"
+live_ctrl "$SUB"
+case $(tls_of) in none | 0 | "") ;; *) fail "optional: the plain host's controller has a TLS key" ;; esac
+disconnect
+if connect_plain; then
+    disconnect
+    fail "optional: the host with a PSK connected without TLS"
+fi
+grep -q "tls_required" "$TLOG" || info "our log says of the plain attempt: $(grep -i 'refused' "$TLOG" | tail -n 1)"
+connect_tls || fail "optional: the TLS host was refused: $(cat /tmp/connect.out)"
+live_ctrl "$SUB"
+ROW[ours-optional]="plain (no PSK), TLS (tls_key $(tls_of)); PSK host plain: refused"
+disconnect
+stop_ours
+
+step "ours, another key: the host is refused"
+start_ours 'secure = "required"' "$OTHER"
+if connect_tls; then
+    disconnect
+    fail "a target with another key took the host"
+fi
+ROW[ours-wrongkey]="refused"
+grep -qiE "handshake|no PSK" "$TLOG" || info "our log: $(grep -i tls "$TLOG" | tail -n 2)"
+stop_ours
+# What the refusals make the host say (a plain host closed by a TLS-required port before
+# its ICResp; the host with a PSK refused without TLS, Connect Invalid Host 0x4184; the
+# handshakes refused for another key); nothing else.
+expected='failed to receive icresp, error -104|failed to connect queue: 0 ret=16772|TLS handshake|tls'
+if kmsg_errors | grep -vE "$expected" | grep -c . >/dev/null; then
+    kmsg_errors | grep -vE "$expected" | head -n 20 | sed 's/^/    kernel: /'
+    fail "the host's kernel log shows errors beyond the refused handshakes"
+fi
+
+step "the table"
+printf '    %-22s %-40s %s\n' case nvmet-tcp ours
+for c in disc tls plain fio; do
+    printf '    %-22s %-40s %s\n' "$c" "${ROW[nvmet-$c]:-}" "${ROW[ours-$c]:-}"
+done
+printf '    %-22s %-40s %s\n' "optional port" "(n/a)" "${ROW[ours-optional]}"
+printf '    %-22s %-40s %s\n' "another key" "(one keyring)" "${ROW[ours-wrongkey]}"
+# Both say TLS 1.3, required (nvmet also says SQ flow control may be disabled).
+for w in nvmet ours; do
+    [ "${ROW[$w-disc]}" = "treq required, sectype tls13" ] || fail "$w's discovery log says ${ROW[$w-disc]}, not TLS 1.3 required"
+done
+echo "TLS PASS"
