@@ -48,15 +48,7 @@ impl Credentials {
             })
             .collect();
         let old = self.0.swap(Arc::new(m));
-        let new = self.0.load();
-        let mut changed: Vec<String> = old
-            .iter()
-            .filter(|(n, p)| new.get(*n) != Some(*p))
-            .map(|(n, _)| n.clone())
-            .chain(new.keys().filter(|n| !old.contains_key(*n)).cloned())
-            .collect();
-        changed.sort();
-        changed
+        changed_hosts(&old, &self.0.load())
     }
 
     /// The host's requirements now (`None`: it has no key).
@@ -70,6 +62,22 @@ impl Credentials {
     pub fn has_key(&self, hostnqn: &str) -> bool {
         self.0.load().contains_key(hostnqn)
     }
+}
+
+/// The hosts whose entry was added, removed or replaced from `old` to
+/// `new`, sorted.
+pub fn changed_hosts<V: PartialEq>(
+    old: &HashMap<String, V>,
+    new: &HashMap<String, V>,
+) -> Vec<String> {
+    let mut changed: Vec<String> = old
+        .iter()
+        .filter(|(n, p)| new.get(*n) != Some(*p))
+        .map(|(n, _)| n.clone())
+        .chain(new.keys().filter(|n| !old.contains_key(*n)).cloned())
+        .collect();
+    changed.sort();
+    changed
 }
 
 /// A controller's authentication: whether its queues must authenticate

@@ -30,15 +30,7 @@ impl TlsKeys {
             .filter_map(|h| Some((h.nqn.clone(), (h.tls_key.clone()?, h.tls_derivation))))
             .collect();
         let old = self.0.swap(Arc::new(m));
-        let new = self.0.load();
-        let mut changed: Vec<String> = old
-            .iter()
-            .filter(|(n, p)| new.get(*n) != Some(*p))
-            .map(|(n, _)| n.clone())
-            .chain(new.keys().filter(|n| !old.contains_key(*n)).cloned())
-            .collect();
-        changed.sort();
-        changed
+        crate::model::auth::changed_hosts(&old, &self.0.load())
     }
 
     /// The TLS PSK for the identity a host offered: its host must have a

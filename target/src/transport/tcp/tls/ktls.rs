@@ -7,6 +7,7 @@
 
 use std::os::fd::{AsRawFd, BorrowedFd};
 
+use libc::{tls12_crypto_info_aes_gcm_128, tls12_crypto_info_aes_gcm_256};
 use tlspsk::PskHash;
 use zeroize::Zeroize;
 
@@ -63,38 +64,27 @@ fn set_keys(
         },
     };
     let (salt, iv) = k.iv.split_at(4);
-    let seq = k.seq.to_be_bytes();
-    let r = match hash {
-        PskHash::Sha256 => {
-            let mut c = libc::tls12_crypto_info_aes_gcm_128 {
+    // The two suites' structures differ only in the key's length.
+    macro_rules! give {
+        ($t:ident) => {{
+            let mut c = $t {
                 info,
                 iv: iv.try_into().unwrap_or_default(),
                 key: k.key.as_slice().try_into().unwrap_or_default(),
                 salt: salt.try_into().unwrap_or_default(),
-                rec_seq: seq,
+                rec_seq: k.seq.to_be_bytes(),
             };
             let r = setsockopt(fd, dir, &c);
             c.key.zeroize();
             c.iv.zeroize();
             c.salt.zeroize();
             r
-        }
-        PskHash::Sha384 => {
-            let mut c = libc::tls12_crypto_info_aes_gcm_256 {
-                info,
-                iv: iv.try_into().unwrap_or_default(),
-                key: k.key.as_slice().try_into().unwrap_or_default(),
-                salt: salt.try_into().unwrap_or_default(),
-                rec_seq: seq,
-            };
-            let r = setsockopt(fd, dir, &c);
-            c.key.zeroize();
-            c.iv.zeroize();
-            c.salt.zeroize();
-            r
-        }
-    };
-    r
+        }};
+    }
+    match hash {
+        PskHash::Sha256 => give!(tls12_crypto_info_aes_gcm_128),
+        PskHash::Sha384 => give!(tls12_crypto_info_aes_gcm_256),
+    }
 }
 
 fn setsockopt<T>(fd: BorrowedFd<'_>, dir: libc::c_int, v: &T) -> std::io::Result<()> {
