@@ -1,6 +1,7 @@
 # nvmet.sh: sourced by guest scripts that run the kernel target and ours side by side
 # (fs.sh, hostile.sh, tcp.sh). Needs IP, PORT and fail() from the sourcing script;
-# NVMET_TRTYPE (rdma, or tcp) is the transport of the port and of discovery.
+# NVMET_TRTYPE (rdma, or tcp) is the transport of the port and of discovery; NVMET_TSAS
+# (tls1.3), when set, the port's security (set before the port is enabled).
 #   nvmet_export NQN PATH...   the kernel target (configfs) exports PATHs as nsid 1..n
 #                              of NQN, open to any host, on IP:PORT (port 1)
 #   nvmet_unexport NQN         tears that down
@@ -25,6 +26,9 @@ nvmet_export() {
     mkdir "$NVMET_CFG/ports/1"
     echo "$NVMET_TRTYPE" >"$NVMET_CFG/ports/1/addr_trtype"; echo ipv4 >"$NVMET_CFG/ports/1/addr_adrfam"
     echo "$IP" >"$NVMET_CFG/ports/1/addr_traddr"; echo "$PORT" >"$NVMET_CFG/ports/1/addr_trsvcid"
+    if [ -n "${NVMET_TSAS:-}" ]; then
+        echo "$NVMET_TSAS" >"$NVMET_CFG/ports/1/addr_tsas" || fail "nvmet: addr_tsas $NVMET_TSAS refused"
+    fi
     ln -s "$NVMET_CFG/subsystems/$nqn" "$NVMET_CFG/ports/1/subsystems/$nqn"
 }
 nvmet_unexport() {

@@ -152,19 +152,7 @@ info "PSK ${KEY:0:16}... inserted for NVMe0R01 $HOST $SUB"
 kmsg_mark
 
 step "nvmet-tcp, tsas tls1.3 (TLS required)"
-# As nvmet_export, with the port's tsas set before the port is enabled (linked).
-modprobe -a nvmet nvmet-tcp
-mountpoint -q /sys/kernel/config || mount -t configfs none /sys/kernel/config
-mkdir "$NVMET_CFG/subsystems/$SUB"
-echo 1 >"$NVMET_CFG/subsystems/$SUB/attr_allow_any_host"
-mkdir "$NVMET_CFG/subsystems/$SUB/namespaces/1"
-echo -n "$DISK" >"$NVMET_CFG/subsystems/$SUB/namespaces/1/device_path"
-echo 1 >"$NVMET_CFG/subsystems/$SUB/namespaces/1/enable"
-mkdir "$NVMET_CFG/ports/1"
-echo tcp >"$NVMET_CFG/ports/1/addr_trtype"; echo ipv4 >"$NVMET_CFG/ports/1/addr_adrfam"
-echo "$IP" >"$NVMET_CFG/ports/1/addr_traddr"; echo "$PORT" >"$NVMET_CFG/ports/1/addr_trsvcid"
-echo tls1.3 >"$NVMET_CFG/ports/1/addr_tsas" || fail "nvmet: addr_tsas tls1.3 refused"
-ln -s "$NVMET_CFG/subsystems/$SUB" "$NVMET_CFG/ports/1/subsystems/$SUB"
+NVMET_TSAS=tls1.3 nvmet_export "$SUB" "$DISK"
 info "nvmet port: treq $(cat "$NVMET_CFG/ports/1/addr_treq"), tsas $(cat "$NVMET_CFG/ports/1/addr_tsas")"
 wait_port "nvmet"
 discover_says nvmet
