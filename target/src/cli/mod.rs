@@ -178,8 +178,9 @@ pub enum HostCmd {
         #[arg(long)]
         host_nqn: String,
     },
-    /// A host's DH-HMAC-CHAP keys: set (rotate), del. They apply at once: the
-    /// host's controllers must authenticate again.
+    /// A host's DH-HMAC-CHAP keys and TLS PSK: set (rotate), del. They apply
+    /// at once: the host's controllers must authenticate again (a new PSK
+    /// disconnects them).
     Key {
         #[command(subcommand)]
         cmd: KeyCmd,
@@ -195,6 +196,9 @@ pub struct Keys {
     /// The secret this target proves it holds when the host asks (bidirectional; '-': from stdin, after --dhchap-key's).
     #[arg(long, value_name = "KEY")]
     pub dhchap_ctrl_key: Option<String>,
+    /// The host's TLS pre-shared key for NVMe/TCP (NVMeTLSkey-1:..., as `nvme gen-tls-key` prints it; '-': from stdin, after the DH-HMAC-CHAP keys').
+    #[arg(long, value_name = "KEY")]
+    pub tls_key: Option<String>,
 }
 
 /// Which keys are given; never the keys.
@@ -204,6 +208,7 @@ impl std::fmt::Debug for Keys {
         f.debug_struct("Keys")
             .field("dhchap_key", &given(&self.dhchap_key))
             .field("dhchap_ctrl_key", &given(&self.dhchap_ctrl_key))
+            .field("tls_key", &given(&self.tls_key))
             .finish()
     }
 }
@@ -535,6 +540,7 @@ impl Admin {
                     host_nqn,
                     dhchap_key: keys.dhchap_key,
                     dhchap_ctrl_key: keys.dhchap_ctrl_key,
+                    tls_key: keys.tls_key,
                 }),
             ),
             Admin::Host {
@@ -549,6 +555,7 @@ impl Admin {
                     host_nqn,
                     dhchap_key: keys.dhchap_key,
                     dhchap_ctrl_key: keys.dhchap_ctrl_key,
+                    tls_key: keys.tls_key,
                 }),
             ),
             Admin::Host {
@@ -660,8 +667,9 @@ pub fn socket_path(config: &Path, socket: Option<&Path>, cmd: &str) -> Result<Pa
     }
 }
 
-/// The keys given as `-`, read from stdin, a line each (the key first, then
-/// the controller key): a secret on the command line is in the process list.
+/// The keys given as `-`, read from stdin, a line each (the key, the
+/// controller key, the TLS PSK): a secret on the command line is in the
+/// process list.
 fn keys_from_stdin(mut cmd: Admin) -> Result<Admin, String> {
     let keys = match &mut cmd {
         Admin::Host {
@@ -674,7 +682,11 @@ fn keys_from_stdin(mut cmd: Admin) -> Result<Admin, String> {
         } => keys,
         _ => return Ok(cmd),
     };
-    for k in [&mut keys.dhchap_key, &mut keys.dhchap_ctrl_key] {
+    for k in [
+        &mut keys.dhchap_key,
+        &mut keys.dhchap_ctrl_key,
+        &mut keys.tls_key,
+    ] {
         if k.as_deref() == Some("-") {
             let mut line = String::new();
             std::io::stdin()
@@ -683,7 +695,7 @@ fn keys_from_stdin(mut cmd: Admin) -> Result<Admin, String> {
             let line = line.trim();
             if line.is_empty() {
                 return Err(
-                    "no key on stdin (one line each: the key, then the controller key)".into(),
+                    "no key on stdin (one line each, in order: the key, the controller key, the TLS PSK)".into(),
                 );
             }
             *k = Some(line.to_string());

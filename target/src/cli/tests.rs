@@ -98,6 +98,7 @@ fn commands_become_requests() {
                     keys: Keys {
                         dhchap_key: Some("k".into()),
                         dhchap_ctrl_key: None,
+                        tls_key: None,
                     },
                 },
             },

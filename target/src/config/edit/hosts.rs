@@ -1,5 +1,6 @@
 //! Hosts: who may connect to a subsystem (`host add`/`del`), and the
-//! DH-HMAC-CHAP keys of their `[[host]]` entries (`host key set`/`del`).
+//! DH-HMAC-CHAP keys and TLS PSKs of their `[[host]]` entries (`host key
+//! set`/`del`).
 //! Keys never appear in a summary or an error.
 
 use toml_edit::{value, Array, ArrayOfTables, DocumentMut, Item, Table};
@@ -22,28 +23,40 @@ fn allow_any(sub: &Table) -> bool {
 }
 
 pub(super) fn host_add(doc: &mut DocumentMut, h: &HostAdd) -> Result<String, EditError> {
-    if h.dhchap_key.is_some() || h.dhchap_ctrl_key.is_some() {
+    let k = HostKey {
+        host_nqn: h.host_nqn.clone(),
+        dhchap_key: h.dhchap_key.clone(),
+        dhchap_ctrl_key: h.dhchap_ctrl_key.clone(),
+        tls_key: h.tls_key.clone(),
+    };
+    let given = names(&k);
+    if !given.is_empty() {
         if h.host_nqn == ANY_HOST {
             return Err(EditError::Invalid(
                 "keys belong to one host, not to '*'".into(),
             ));
         }
-        key_set(
-            doc,
-            &HostKey {
-                host_nqn: h.host_nqn.clone(),
-                dhchap_key: h.dhchap_key.clone(),
-                dhchap_ctrl_key: h.dhchap_ctrl_key.clone(),
-            },
-        )?;
+        key_set(doc, &k)?;
     }
-    let keyed = match (&h.dhchap_key, &h.dhchap_ctrl_key) {
-        (None, None) => "",
-        (Some(_), None) => " (its key set)",
-        (None, Some(_)) => " (its controller key set)",
-        (Some(_), Some(_)) => " (its keys set)",
+    let keyed = match given.as_slice() {
+        [] => String::new(),
+        [one] => format!(" (its {one} set)"),
+        many => format!(" (its {} set)", many.join(" and ")),
     };
     allow(doc, &h.subsystem, &h.host_nqn).map(|s| format!("{s}{keyed}"))
+}
+
+/// The names of the keys given.
+fn names(k: &HostKey) -> Vec<&'static str> {
+    KEYS.iter()
+        .zip(given(k))
+        .filter(|(_, key)| key.is_some())
+        .map(|((_, _, name), _)| *name)
+        .collect()
+}
+
+fn given(k: &HostKey) -> [&Option<String>; 3] {
+    [&k.dhchap_key, &k.dhchap_ctrl_key, &k.tls_key]
 }
 
 fn allow(doc: &mut DocumentMut, subsys: &str, host: &str) -> Result<String, EditError> {
@@ -115,16 +128,18 @@ fn position(hosts: &ArrayOfTables, nqn: &str) -> Option<usize> {
 }
 
 /// The fields of a key: in the file, and in a file of its own.
-const KEYS: [(&str, &str, &str); 2] = [
+const KEYS: [(&str, &str, &str); 3] = [
     ("dhchap_key", "dhchap_key_file", "key"),
     ("dhchap_ctrl_key", "dhchap_ctrl_key_file", "controller key"),
+    ("tls_key", "tls_key_file", "TLS PSK"),
 ];
 
 pub(super) fn key_set(doc: &mut DocumentMut, k: &HostKey) -> Result<String, EditError> {
-    let given = [&k.dhchap_key, &k.dhchap_ctrl_key];
+    let given = given(k);
     if given.iter().all(|g| g.is_none()) {
         return Err(EditError::Invalid(
-            "give a key (--dhchap-key) or a controller key (--dhchap-ctrl-key)".into(),
+            "give a key (--dhchap-key), a controller key (--dhchap-ctrl-key) or a TLS PSK (--tls-key)"
+                .into(),
         ));
     }
     let hosts = host_entries(doc)?;
@@ -153,8 +168,13 @@ pub(super) fn key_set(doc: &mut DocumentMut, k: &HostKey) -> Result<String, Edit
         t.insert(field, value(key.as_str()));
         set.push(*name);
     }
+    let then = if k.tls_key.is_some() {
+        "its controllers are disconnected and connect again with the new one"
+    } else {
+        "controllers that authenticated with the old one must authenticate again"
+    };
     Ok(format!(
-        "host {}: {} set (controllers that authenticated with the old one must authenticate again)",
+        "host {}: {} set ({then})",
         k.host_nqn,
         set.join(" and ")
     ))
@@ -173,9 +193,10 @@ pub(super) fn key_del(doc: &mut DocumentMut, host: &str) -> Result<String, EditE
     if !removed {
         return Err(EditError::NoKey(host.into()));
     }
-    // Hash and group settings alone mean nothing without a key.
+    // Hash, group and derivation settings alone mean nothing without a key.
     t.remove("dhchap_hash");
     t.remove("dhchap_dhgroup");
+    t.remove("tls_derivation");
     if t.iter().all(|(k, _)| k == "nqn") {
         hosts.remove(i);
     }
@@ -183,7 +204,7 @@ pub(super) fn key_del(doc: &mut DocumentMut, host: &str) -> Result<String, EditE
         doc.remove("host");
     }
     Ok(format!(
-        "host {host}: keys removed (it connects without authenticating)"
+        "host {host}: keys removed (it connects without authenticating or TLS)"
     ))
 }
 
@@ -207,7 +228,7 @@ pub fn without_secrets(text: &str) -> Option<String> {
     struct Hide;
     impl VisitMut for Hide {
         fn visit_table_like_kv_mut(&mut self, key: KeyMut<'_>, node: &mut Item) {
-            if KEYS.iter().any(|(field, _, _)| key.get() == *field) || key.get() == "tls_key" {
+            if KEYS.iter().any(|(field, _, _)| key.get() == *field) {
                 if let Some(v) = node.as_value_mut() {
                     let decor = v.decor().clone();
                     *v = Value::from(HIDDEN);

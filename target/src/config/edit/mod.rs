@@ -155,7 +155,7 @@ pub struct HostRef {
     pub host_nqn: String,
 }
 
-/// `host add`: a host of a subsystem, with its DH-HMAC-CHAP keys if given
+/// `host add`: a host of a subsystem, with its DH-HMAC-CHAP keys and TLS PSK if given
 /// (they go to its `[[host]]` entry, made if there is none).
 #[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -170,10 +170,13 @@ pub struct HostAdd {
     /// The secret this target proves it holds, when the host asks.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub dhchap_ctrl_key: Option<String>,
+    /// The host's TLS pre-shared key (`NVMeTLSkey-1:...`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tls_key: Option<String>,
 }
 
-/// `host key set`: a host's DH-HMAC-CHAP keys; those given replace those
-/// set, the other stays.
+/// `host key set`: a host's DH-HMAC-CHAP keys and TLS PSK; those given
+/// replace those set, the others stay.
 #[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct HostKey {
@@ -185,6 +188,9 @@ pub struct HostKey {
     /// The secret this target proves it holds, when the host asks.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub dhchap_ctrl_key: Option<String>,
+    /// The host's TLS pre-shared key (`NVMeTLSkey-1:...`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tls_key: Option<String>,
 }
 
 /// A host by NQN (`host key del`).
@@ -325,7 +331,7 @@ pub enum EditError {
     KeyInFile {
         /// The host.
         host: String,
-        /// `dhchap_key` or `dhchap_ctrl_key`.
+        /// `dhchap_key`, `dhchap_ctrl_key` or `tls_key`.
         field: &'static str,
         /// The file.
         path: String,
@@ -711,7 +717,7 @@ fn redacted_keys(
     f: &mut std::fmt::Formatter<'_>,
     name: &str,
     fields: &[(&str, &str)],
-    keys: [&Option<String>; 2],
+    keys: [&Option<String>; 3],
 ) -> std::fmt::Result {
     let mut d = f.debug_struct(name);
     for (k, v) in fields {
@@ -719,6 +725,7 @@ fn redacted_keys(
     }
     d.field("dhchap_key", &keys[0].as_ref().map(|_| "(secret)"))
         .field("dhchap_ctrl_key", &keys[1].as_ref().map(|_| "(secret)"))
+        .field("tls_key", &keys[2].as_ref().map(|_| "(secret)"))
         .finish()
 }
 
@@ -728,7 +735,7 @@ impl std::fmt::Debug for HostAdd {
             f,
             "HostAdd",
             &[("subsystem", &self.subsystem), ("host_nqn", &self.host_nqn)],
-            [&self.dhchap_key, &self.dhchap_ctrl_key],
+            [&self.dhchap_key, &self.dhchap_ctrl_key, &self.tls_key],
         )
     }
 }
@@ -739,7 +746,7 @@ impl std::fmt::Debug for HostKey {
             f,
             "HostKey",
             &[("host_nqn", &self.host_nqn)],
-            [&self.dhchap_key, &self.dhchap_ctrl_key],
+            [&self.dhchap_key, &self.dhchap_ctrl_key, &self.tls_key],
         )
     }
 }

@@ -267,6 +267,7 @@ fn hosts_and_any_host() {
         host_nqn: host.into(),
         dhchap_key: None,
         dhchap_ctrl_key: None,
+        tls_key: None,
     };
     let e = apply(FILE, &Edit::HostAdd(add("nqn.2026-11.io.example:h2"))).unwrap();
     assert!(e.text.contains("# the database host"));
@@ -350,6 +351,7 @@ fn key(k: Option<&str>, ctrl: Option<&str>) -> HostKey {
         host_nqn: H3.into(),
         dhchap_key: k.map(Into::into),
         dhchap_ctrl_key: ctrl.map(Into::into),
+        tls_key: None,
     }
 }
 
@@ -370,6 +372,7 @@ fn host_keys_added_rotated_and_removed_and_never_said() {
             host_nqn: H3.into(),
             dhchap_key: Some(KEY1.into()),
             dhchap_ctrl_key: None,
+            tls_key: None,
         }),
     )
     .unwrap();
@@ -429,6 +432,7 @@ fn host_keys_added_rotated_and_removed_and_never_said() {
         host_nqn: ANY_HOST.into(),
         dhchap_key: Some(KEY1.into()),
         dhchap_ctrl_key: None,
+        tls_key: None,
     };
     assert!(matches!(
         apply(FILE, &Edit::HostAdd(any)),
@@ -440,6 +444,66 @@ fn host_keys_added_rotated_and_removed_and_never_said() {
     assert!(e.to_string().contains("/etc/k"), "{e}");
     // A controller key beside a key kept in a file is fine.
     apply(&filed, &Edit::HostKeySet(key(None, Some(KEY2)))).unwrap();
+}
+
+const PSK: &str = "NVMeTLSkey-1:01:VRLbtnN9AQb2WXW3c9+wEf/DRLz0QuLdbYvEhwtdWwNf9LrZ:";
+
+#[test]
+fn tls_psk_added_beside_dhchap_keys_and_removed_with_them() {
+    let e = apply(
+        FILE,
+        &Edit::HostAdd(HostAdd {
+            subsystem: A.into(),
+            host_nqn: H3.into(),
+            dhchap_key: Some(KEY1.into()),
+            dhchap_ctrl_key: None,
+            tls_key: Some(PSK.into()),
+        }),
+    )
+    .unwrap();
+    assert!(
+        e.summary.ends_with("(its key and TLS PSK set)"),
+        "{}",
+        e.summary
+    );
+    let c = parsed(&e.text);
+    assert!(host_cfg(&c).tls_key.is_some() && host_cfg(&c).dhchap_key.is_some());
+    // Rotated alone: the DH-HMAC-CHAP key stays; the summary says what follows.
+    let with_derivation = format!("{}tls_derivation = \"rfc\"\n", e.text);
+    let set = HostKey {
+        host_nqn: H3.into(),
+        dhchap_key: None,
+        dhchap_ctrl_key: None,
+        tls_key: Some(PSK.into()),
+    };
+    let e = apply(&with_derivation, &Edit::HostKeySet(set.clone())).unwrap();
+    assert!(e.summary.contains("TLS PSK set"), "{}", e.summary);
+    assert!(e.summary.contains("disconnected"), "{}", e.summary);
+    assert!(!format!("{set:?}").contains("NVMeTLSkey"));
+    let shown = without_secrets(&e.text).unwrap();
+    assert!(
+        !shown.contains("NVMeTLSkey") && !shown.contains("DHHC"),
+        "{shown}"
+    );
+    assert_eq!(shown.matches(HIDDEN).count(), 2);
+    // A PSK kept in a file of its own is changed there.
+    let filed = format!("{FILE}\n[[host]]\nnqn = \"{H3}\"\ntls_key_file = \"/etc/psk\"\n");
+    assert!(matches!(
+        apply(&filed, &Edit::HostKeySet(set)),
+        Err(EditError::KeyInFile {
+            field: "tls_key",
+            ..
+        })
+    ));
+    // Removed with the other keys, the derivation with it.
+    let e = apply(
+        &e.text,
+        &Edit::HostKeyDel(HostNqn {
+            host_nqn: H3.into(),
+        }),
+    )
+    .unwrap();
+    assert!(!e.text.contains("[[host]]"), "{}", e.text);
 }
 
 #[test]
