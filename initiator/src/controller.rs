@@ -57,6 +57,8 @@ pub struct ConnectOptions {
     pub spin: Duration,
     /// DH-HMAC-CHAP secrets, when the host authenticates.
     pub dhchap: Option<crate::auth::HostKeys>,
+    /// NVMe/TCP: the TLS PSK every queue's handshake uses (none: plain TCP).
+    pub tls: Option<crate::transport::tls::HostPsk>,
 }
 
 impl ConnectOptions {
@@ -78,7 +80,20 @@ impl ConnectOptions {
             timeout: Duration::from_secs(10),
             spin: Duration::ZERO,
             dhchap: None,
+            tls: None,
         }
+    }
+
+    /// The TLS PSK a queue offers, if TLS is asked for.
+    fn tls_offer(&self) -> Result<Option<crate::transport::tls::Offer>> {
+        if self.tls.is_some() && self.transport != Kind::Tcp {
+            return Err(Error::Invalid("TLS is for NVMe/TCP only".into()));
+        }
+        self.tls
+            .as_ref()
+            .map(|p| p.offer(&self.host.nqn, &self.subnqn))
+            .transpose()
+            .map_err(Error::Invalid)
     }
 }
 
@@ -246,6 +261,7 @@ impl Controller {
         qc.windows = opts.windows;
         qc.digests = opts.digests;
         qc.timeout = opts.timeout;
+        qc.tls = opts.tls_offer()?;
         let q = Queue::connect(opts.transport, opts.addr, qc)?;
         let mut admin = Admin {
             q,
@@ -453,6 +469,7 @@ impl Controller {
         qc.digests = self.opts.digests;
         qc.timeout = self.opts.timeout;
         qc.spin = self.opts.spin;
+        qc.tls = self.opts.tls_offer()?;
         let mut q = Queue::connect(self.opts.transport, self.opts.addr, qc)?;
         let data = ConnectData {
             hostid: self.opts.host.id,

@@ -74,6 +74,18 @@ struct Conn {
     /// (bidirectional authentication), as nvme-cli.
     #[arg(short = 'C', long, requires = "dhchap_secret")]
     dhchap_ctrl_secret: Option<String>,
+    /// NVMe/TCP: TLS 1.3 with this pre-shared key (NVMeTLSkey-1:..., as
+    /// `nvme gen-tls-key` prints it; '-': a line from stdin).
+    #[arg(long, value_name = "KEY")]
+    tls_key: Option<String>,
+    /// The PSK identity's version: 0 (NVMe0R0x HOST SUBSYSTEM) or 1 (with
+    /// the PSK's digest).
+    #[arg(long, default_value_t = 1, requires = "tls_key", value_parser = clap::value_parser!(u8).range(0..=1))]
+    tls_identity: u8,
+    /// How the TLS PSK is derived: compat (libnvme 1.15 and older, nvme-cli
+    /// 2.13) or rfc (RFC 8446 labels, SPDK, libnvme 1.16).
+    #[arg(long, default_value = "compat", requires = "tls_key")]
+    tls_derivation: String,
 }
 
 #[derive(Args, Clone)]
@@ -368,6 +380,31 @@ fn options(conn: &Conn, nqn: &str) -> Result<ConnectOptions> {
                 .as_deref()
                 .map(|c| secret(c, "--dhchap-ctrl-secret"))
                 .transpose()?,
+        });
+    }
+    if let Some(k) = &conn.tls_key {
+        let k = match k.as_str() {
+            "-" => {
+                let mut line = String::new();
+                std::io::stdin()
+                    .read_line(&mut line)
+                    .map_err(|e| Error::Invalid(format!("--tls-key from stdin: {e}")))?;
+                line.trim().to_string()
+            }
+            k => k.to_string(),
+        };
+        let key = tlspsk::ConfiguredPsk::parse(&k)
+            .map_err(|e| Error::Invalid(format!("--tls-key: {e}")))?;
+        let derivation = tlspsk::Derivation::from_name(&conn.tls_derivation).ok_or_else(|| {
+            Error::Invalid(format!(
+                "--tls-derivation {:?}: compat or rfc",
+                conn.tls_derivation
+            ))
+        })?;
+        o.tls = Some(nvmf_initiator::transport::tls::HostPsk {
+            key: std::sync::Arc::new(key),
+            version: conn.tls_identity,
+            derivation,
         });
     }
     Ok(o)

@@ -5,6 +5,7 @@
 
 pub mod rdma;
 pub mod tcp;
+pub mod tls;
 
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
@@ -84,6 +85,8 @@ pub struct QueueConfig {
     pub cm_private: Option<Vec<u8>>,
     /// NVMe/TCP: header and data digests (CRC32C) asked for in the ICReq.
     pub digests: bool,
+    /// NVMe/TCP: TLS 1.3 with this PSK before the ICReq.
+    pub tls: Option<tls::Offer>,
 }
 
 impl QueueConfig {
@@ -101,6 +104,7 @@ impl QueueConfig {
             spin: Duration::ZERO,
             cm_private: None,
             digests: false,
+            tls: None,
         }
     }
 }

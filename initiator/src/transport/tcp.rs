@@ -20,6 +20,7 @@ use nvme::sgl::Sgl;
 use nvme::tcp::{self, digest, flags, DataHeader, IcReq, Layout, Pdu, Rules};
 use nvme::Status;
 
+use super::tls::{self, Stream};
 use super::{raw_outcome, Common, Done, HostQueue, QueueConfig, RawOutcome, RawRequest, Xfer};
 use crate::error::{Error, Result};
 use crate::slots::Next;
@@ -30,7 +31,7 @@ const ADMIN_CAPSULE_DATA: usize = 8192;
 
 /// One connected NVMe/TCP queue.
 pub struct TcpQueue {
-    s: TcpStream,
+    s: Stream,
     rules: Rules,
     layout: Layout,
     maxh2cdata: u32,
@@ -108,6 +109,12 @@ impl TcpQueue {
         .map_err(|e| conn_err(format!("TCP connect: {e}")))?;
         s.set_nodelay(true)
             .map_err(|e| conn_err(format!("TCP_NODELAY: {e}")))?;
+        let s = match &cfg.tls {
+            None => Stream::Plain(s),
+            Some(offer) => Stream::Tls(Box::new(
+                tls::handshake(s, offer, cfg.timeout).map_err(conn_err)?,
+            )),
+        };
         let dg = if cfg.digests {
             digest::HEADER | digest::DATA
         } else {
@@ -162,7 +169,8 @@ impl TcpQueue {
                     after: q.c.cfg.timeout,
                 });
             }
-            q.s.set_read_timeout(Some(left))
+            q.s.tcp()
+                .set_read_timeout(Some(left))
                 .map_err(|e| conn_err(e.to_string()))?;
             let mut b = [0u8; tcp::IC_SIZE];
             match q.s.read(&mut b) {
@@ -182,7 +190,8 @@ impl TcpQueue {
         }
         q.maxh2cdata = resp.maxh2cdata;
         q.layout = q.rules.agree(resp.digest, resp.cpda);
-        q.s.set_nonblocking(true)
+        q.s.tcp()
+            .set_nonblocking(true)
             .map_err(|e| conn_err(e.to_string()))?;
         Ok(q)
     }
@@ -496,7 +505,7 @@ impl HostQueue for TcpQueue {
             if !self.tx.is_empty() {
                 f |= PollFlags::POLLOUT;
             }
-            if let Err(e) = pollfd_wait(&self.s, f, left) {
+            if let Err(e) = pollfd_wait(self.s.tcp(), f, left) {
                 return Err(self.c.fail(format!("poll: {e}")));
             }
         }
@@ -559,14 +568,14 @@ impl HostQueue for TcpQueue {
             if left.is_zero() {
                 return false;
             }
-            if pollfd_wait(&self.s, PollFlags::POLLIN, left).is_err() {
+            if pollfd_wait(self.s.tcp(), PollFlags::POLLIN, left).is_err() {
                 return true;
             }
         }
     }
 
     fn disconnect(&self) {
-        let _ = self.s.shutdown(std::net::Shutdown::Both);
+        let _ = self.s.tcp().shutdown(std::net::Shutdown::Both);
     }
 }
 
@@ -581,7 +590,7 @@ mod tests {
 
     /// A target written here: reads whole PDUs as a controller does.
     struct Target {
-        s: TcpStream,
+        s: Stream,
         rx: Vec<u8>,
         rules: Rules,
     }
@@ -603,10 +612,48 @@ mod tests {
 
     /// A queue connected to a target thread running `serve`.
     fn pair(serve: impl FnOnce(&mut Target) + Send + 'static) -> TcpQueue {
+        connected(None, serve).unwrap()
+    }
+
+    const PSK: [u8; 32] = [9; 32];
+    const IDENTITY: &str = "NVMe0R01 nqn.2026-11.io.test:h nqn.2026-11.io.test:s";
+
+    /// A TLS server taking [`IDENTITY`] with [`PSK`] (OpenSSL's PSK
+    /// callback: SHA-256).
+    fn tls_server(s: TcpStream) -> Option<Stream> {
+        use openssl::ssl::{Ssl, SslContextBuilder, SslMethod, SslVersion};
+        let mut b = SslContextBuilder::new(SslMethod::tls_server()).unwrap();
+        b.set_min_proto_version(Some(SslVersion::TLS1_3)).unwrap();
+        b.set_num_tickets(0).unwrap();
+        b.set_psk_server_callback(|_, id, out| {
+            if id != Some(IDENTITY.as_bytes()) {
+                return Ok(0);
+            }
+            out[..PSK.len()].copy_from_slice(&PSK);
+            Ok(PSK.len())
+        });
+        let ssl = Ssl::new(&b.build()).unwrap();
+        ssl.accept(s).ok().map(|t| Stream::Tls(Box::new(t)))
+    }
+
+    /// A queue connected (over TLS with `offer`) to a target thread
+    /// running `serve`.
+    fn connected(
+        offer: Option<tls::Offer>,
+        serve: impl FnOnce(&mut Target) + Send + 'static,
+    ) -> Result<TcpQueue> {
         let l = TcpListener::bind("127.0.0.1:0").unwrap();
         let addr = l.local_addr().unwrap();
+        let secure = offer.is_some();
         std::thread::spawn(move || {
             let (s, _) = l.accept().unwrap();
+            let s = match secure {
+                false => Stream::Plain(s),
+                true => match tls_server(s) {
+                    Some(s) => s,
+                    None => return,
+                },
+            };
             let mut t = Target {
                 s,
                 rx: Vec::new(),
@@ -634,7 +681,10 @@ mod tests {
             let mut b = [0u8; 64];
             while t.s.read(&mut b).is_ok_and(|n| n > 0) {}
         });
-        TcpQueue::connect(addr, QueueConfig::new(1, 4, 16384)).unwrap()
+        let mut cfg = QueueConfig::new(1, 4, 65536);
+        cfg.tls = offer;
+        cfg.timeout = Duration::from_secs(5);
+        TcpQueue::connect(addr, cfg)
     }
 
     fn rw(opc: u8) -> Command {
@@ -750,7 +800,7 @@ mod tests {
             let cid = Command::parse(sqe).unwrap().cid();
             let rsp = Layout::default().rsp(&Completion::new(cid, Status::INVALID_FIELD));
             t.s.write_all(&rsp).unwrap();
-            t.s.shutdown(std::net::Shutdown::Both).unwrap();
+            t.s.tcp().shutdown(std::net::Shutdown::Both).unwrap();
         });
         let tag = q.alloc().unwrap();
         q.submit(tag, rw(io::FLUSH), Xfer::None).unwrap();
@@ -761,5 +811,55 @@ mod tests {
         assert_eq!(done[0].cqe.status, Status::INVALID_FIELD);
         assert!(q.poll(&mut done, Duration::ZERO).is_err());
         assert!(q.failure().unwrap().contains("closed"));
+    }
+
+    fn offer(key: [u8; 32]) -> tls::Offer {
+        tls::Offer {
+            identity: IDENTITY.into(),
+            psk: zeroize::Zeroizing::new(key.to_vec()),
+            hash: tlspsk::PskHash::Sha256,
+        }
+    }
+
+    #[test]
+    fn over_tls_pdus_larger_than_a_record_arrive_whole_and_a_wrong_key_is_refused() {
+        let mut q = connected(Some(offer(PSK)), |t| {
+            let (b, _) = t.next();
+            let Some((Pdu::Cmd { sqe, .. }, _)) = tcp::parse(&b, &t.rules).unwrap() else {
+                panic!("not a capsule")
+            };
+            let cmd = Command::parse(sqe).unwrap();
+            // 60000 bytes of data: four TLS records at least.
+            let hdr = DataHeader {
+                cccid: cmd.cid(),
+                ttag: 0,
+                datao: 0,
+                datal: 60000,
+            };
+            let mut pdu =
+                Layout::default().data(false, &hdr, flags::DATA_LAST | flags::DATA_SUCCESS);
+            pdu.extend((0..60000u32).map(|i| i as u8));
+            t.s.write_all(&pdu).unwrap();
+        })
+        .unwrap();
+        assert!(q.s.is_tls());
+        let tag = q.alloc().unwrap();
+        q.submit(tag, rw(io::READ), Xfer::FromTarget(60000))
+            .unwrap();
+        let mut done = Vec::new();
+        while done.is_empty() {
+            q.poll(&mut done, Duration::from_secs(5)).unwrap();
+        }
+        assert_eq!(done[0].cqe.status, Status::SUCCESS);
+        assert!(q.buffer(tag)[..60000]
+            .iter()
+            .enumerate()
+            .all(|(i, &b)| b == i as u8));
+        // Another key: the server's binder check fails, the queue never
+        // gets to its ICReq.
+        let e = connected(Some(offer([8; 32])), |_| {})
+            .err()
+            .expect("refused");
+        assert!(e.to_string().contains("TLS handshake"), "{e}");
     }
 }
