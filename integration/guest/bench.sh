@@ -28,6 +28,10 @@
 # reactor polls without pause: "cpu_us" and "target_cpu_us" count it whole.
 # BENCH_TRANSPORT=tcp: every target over NVMe/TCP (nvmet-tcp, our TCP listener, SPDK's TCP
 # transport; the kernel's nvme-tcp host) instead of RDMA.
+# BENCH_TLS=1 (with BENCH_TRANSPORT=tcp, in the current-host image: integration/bench picks
+# it): nvmet and ours each twice, in plain TCP and with TLS 1.3 required (targets nvmet-tls,
+# ours-tls; a PSK from nvme gen-tls-key, the host connects with --tls, kTLS on both sides);
+# a last table shows TLS against plain for each. SPDK stays out (its TLS is userspace).
 # With DEV=rbd, fio's own rbd engine runs the patterns on the image as one more "target"
 # (fio-rbd: librbd in fio, no fabric): the ceiling a gateway can reach. FIO_RBD=0: not.
 set -uo pipefail
@@ -45,7 +49,17 @@ DEV=${DEV:-ram}
 OURS_NS=
 TR=${BENCH_TRANSPORT:-rdma}
 case $TR in rdma|tcp) ;; *) echo "BENCH_TRANSPORT must be rdma or tcp"; exit 2 ;; esac
-echo "transport: $TR"
+TLS=${BENCH_TLS:-0}
+echo "transport: $TR$([ "$TLS" = 1 ] && echo ", plain and TLS 1.3")"
+if [ "$TLS" = 1 ]; then
+  [ "$TR" = tcp ] || { echo "BENCH_TLS=1 is for BENCH_TRANSPORT=tcp"; exit 2; }
+  # tlshd links the .nvme keyring when it starts: after nvme-tcp made it.
+  modprobe -a tls nvme-tcp && systemctl restart tlshd || { echo "BENCH_TLS: no tls module or tlshd (the current-host image has them)"; exit 1; }
+  [ -s /etc/nvme/hostnqn ] || nvme gen-hostnqn >/etc/nvme/hostnqn
+  HOSTNQN=$(cat /etc/nvme/hostnqn)
+  TLSKEY=$(nvme gen-tls-key --hostnqn="$HOSTNQN" --subsysnqn=$NQN --insert 2>/dev/null | grep -o 'NVMeTLSkey-1:0[12]:[^ ]*:' | head -n 1)
+  [ -n "$TLSKEY" ] || { echo "BENCH_TLS: nvme gen-tls-key --insert failed"; exit 1; }
+fi
 modprobe -a rdma_rxe ib_uverbs rdma_ucm nvme-rdma nvmet nvmet-rdma nvme-tcp nvmet-tcp
 case $DEV in
   ram) modprobe brd rd_nr=1 rd_size=262144; BDEV=/dev/ram0 ;;
@@ -146,10 +160,11 @@ print(f"BENCH round={rnd} target={tgt} pattern={name} iops={iops:.0f} p50_us={p5
 PY
   done | tee -a /tmp/bench.txt
 }
-kernel_up() {
+kernel_up() { # [TSAS]
   mkdir $C/subsystems/$NQN; echo 1 >$C/subsystems/$NQN/attr_allow_any_host
   mkdir $C/subsystems/$NQN/namespaces/1; echo -n $BDEV >$C/subsystems/$NQN/namespaces/1/device_path; echo 1 >$C/subsystems/$NQN/namespaces/1/enable
   mkdir $C/ports/1; echo "$TR" >$C/ports/1/addr_trtype; echo ipv4 >$C/ports/1/addr_adrfam; echo "$IP" >$C/ports/1/addr_traddr; echo 4420 >$C/ports/1/addr_trsvcid
+  [ -z "${1:-}" ] || echo "$1" >$C/ports/1/addr_tsas
   ln -s $C/subsystems/$NQN $C/ports/1/subsystems/$NQN
 }
 kernel_down() {
@@ -158,14 +173,15 @@ kernel_down() {
 }
 # One phase: one target (nvmet, or a variant of ours) serving, alone, for the patterns in $3.
 phase() { # round variant patterns
-  local v=$2 args=() envs=() label=ours bin=$TARGET_BIN
+  local v=$2 args=() envs=() label=ours bin=$TARGET_BIN tls=()
   local form=(--listen "$IP:4420" --nqn $NQN --namespace "${OURS_NS:-$BDEV}")
   # (Builds older than the TCP transport have no --transport: RDMA needs none.)
   [ "$TR" = rdma ] || form+=(--transport "$TR")
   if [ "$v" = spdk ]; then spdk_phase "$1" "$3"; return; fi
   if [ "$v" = fio-rbd ]; then PATTERNS=$3 runfio "$1" fio-rbd; return; fi
-  if [ "$v" = nvmet ]; then
-    kernel_up; nvme connect -t "$TR" -a "$IP" -s 4420 -n $NQN >/dev/null && PATTERNS=$3 runfio "$1" nvmet
+  if [ "$v" = nvmet ] || [ "$v" = nvmet-tls ]; then
+    [ "$v" = nvmet ] || tls=(--tls)
+    kernel_up "${tls:+tls1.3}"; nvme connect -t "$TR" -a "$IP" -s 4420 -n $NQN "${tls[@]}" >/dev/null && PATTERNS=$3 runfio "$1" "$v"
     nvme disconnect -n $NQN >/dev/null; kernel_down; return
   fi
   case $v in
@@ -181,6 +197,12 @@ phase() { # round variant patterns
              printf '[[subsystem]]\nnqn = "%s"\nallow_any_host = true\n' $NQN
              printf '[[subsystem.namespace]]\npath = "%s"\n' "${OURS_NS:-$BDEV}"; } >/tmp/bench-target.toml
            form=(--config /tmp/bench-target.toml) ;;
+    tls) label=ours-tls; tls=(--tls)
+         { printf '[[listener]]\ntransport = "tcp"\naddress = "%s"\nport = 4420\nsecure = "required"\n' "$IP"
+           printf '[[subsystem]]\nnqn = "%s"\nallow_any_host = true\n' $NQN
+           printf '[[subsystem.namespace]]\npath = "%s"\n' "${OURS_NS:-$BDEV}"
+           printf '[[host]]\nnqn = "%s"\ntls_key = "%s"\n' "$HOSTNQN" "$TLSKEY"; } >/tmp/bench-target.toml
+         form=(--config /tmp/bench-target.toml) ;;
     ceph:*) envs=("CEPH_ARGS=${v//,/ }"); envs[0]=${envs[0]/ceph:/}
             label=ours-$(tr -dc 'a-z0-9_=,' <<<"${v#ceph:}" | tr '=,' '-+' | cut -c1-40) ;;
   esac
@@ -188,7 +210,7 @@ phase() { # round variant patterns
   TP=$!; TPID=$TP
   # It listens once its namespaces are open (an RBD image takes seconds in a busy guest).
   local i; for i in $(seq 30); do
-    sleep 1; nvme connect -t "$TR" -a "$IP" -s 4420 -n $NQN >/dev/null 2>&1 && break
+    sleep 1; nvme connect -t "$TR" -a "$IP" -s 4420 -n $NQN "${tls[@]}" >/dev/null 2>&1 && break
     kill -0 $TP 2>/dev/null || break
   done
   [ -n "$(devof)" ] && PATTERNS=$3 runfio "$1" "$label"; nvme disconnect -n $NQN >/dev/null
@@ -204,8 +226,10 @@ for b in ${OURS_BINS:-}; do
 done
 for ca in ${OURS_CEPH_ARGS:-}; do variants+=("ceph:$ca"); done
 for c in ${OURS_CONFIGS:-}; do variants+=("cfg:$c"); done
+[ "$TLS" = 1 ] && variants+=(nvmet-tls tls)
 [ "$DEV" = rbd ] && [ "${FIO_RBD:-1}" != 0 ] && variants+=(fio-rbd)
 if [ "$DEV" = rbd ]; then echo "SPDK: not with DEV=rbd (no rbd bdev in the build this bench expects)"
+elif [ "$TLS" = 1 ]; then echo "SPDK: not with BENCH_TLS=1"
 elif spdk_ready; then variants+=(spdk); fi
 for r in $(seq "$ROUNDS"); do
   # Even rounds run the targets in reverse order, so neither always goes first.
@@ -273,6 +297,16 @@ for p in pats:
         if (p, t) not in rows: continue
         g, f, tp, c = (med(p, t, k) for k in ('cpu_us', 'fio_cpu_us', 'target_cpu_us', 'ceph_cpu_us'))
         print(f"| {p} | {t} | {g:.0f} | {f:.0f} | {tp:.0f} | {c:.0f} | {g - f - tp - c:.0f} |")
+# TLS against plain TCP, each target against itself (BENCH_TLS=1).
+if any(t == 'nvmet-tls' for (_, t) in rows):
+    print()
+    print("| pattern | nvmet IOPS plain / TLS | nvmet TLS/plain | ours IOPS plain / TLS | ours TLS/plain | ours-tls/nvmet-tls | guest CPU us/IO TLS nvmet / ours |")
+    print("|---|---|---|---|---|---|---|")
+    for p in pats:
+        kp, kt, op, ot = (med(p, t, 'iops') for t in ('nvmet', 'nvmet-tls', 'ours', 'ours-tls'))
+        r = lambda a, b: f"{a / b:.2f}" if b else "-"
+        print(f"| {p} | {kp:.0f} / {kt:.0f} | {r(kt, kp)} | {op:.0f} / {ot:.0f} | {r(ot, op)} | {r(ot, kt)} | "
+              f"{med(p, 'nvmet-tls', 'cpu_us'):.0f} / {med(p, 'ours-tls', 'cpu_us'):.0f} |")
 n = len(next(iter(rows.values()), []))
 print(f"(medians of {n} rounds, {__import__('os').environ.get('RT', '10')} s each; paired: median of the per-round ratios)")
 PY

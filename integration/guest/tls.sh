@@ -8,14 +8,24 @@
 #   2. each target alone on $IP:$PORT, TLS required: the discovery log says TLS 1.3
 #      (sectype) and required (treq); the host connects with --tls and runs fio with
 #      crc32c verify; a host without TLS is refused
-#   3. ours only: a listener where TLS is optional serves a host without a PSK in plain and
+#      and the host holding a wrong key for its identity (outside .nvme, given to nvme
+#      connect by serial) is refused
+#   3. our initiator's tls-probe against each (TLS required): the right PSK connects; a
+#      wrong key, an identity of a host without a key and a non-NVMe identity are refused;
+#      a plain ICReq, a record larger than TLS allows and a record no key sealed end the
+#      connection; a stalled ClientHello is closed; a flood of stalled handshakes from one
+#      address is capped (ours: per peer address)
+#   4. ours only: a listener where TLS is optional serves a host without a PSK in plain and
 #      the host with one over TLS only (a host with a PSK is who its key says, on any
-#      listener); a target holding another key refuses the host (its binder fails)
+#      listener); a target holding another key refuses the host (its binder fails); the
+#      PSK changed live (`host key set --tls-key`) disconnects the host, the old key is
+#      refused, the restored one connects
 # Output ends with the table and "TLS PASS".
 set -euo pipefail
 IP=${LAB_IP:?LAB_IP not set (run this inside the lab guest)}
 PORT=4420
 TARGET_BIN=${TARGET_BIN:-build/release/nvmf-target}
+PROBE_BIN=${PROBE_BIN:-build/release/examples/tls-probe}
 P=nqn.2026-11.io.nvmf-lab
 SUB=$P:tls
 HOST=nqn.2014-08.org.nvmexpress:uuid:c0000000-0000-4000-8000-00000000c0c0
@@ -56,6 +66,11 @@ connect_tls() { # connect with TLS (the PSK from the keyring); returns its statu
 connect_plain() { # [HOSTNQN HOSTID]: without TLS (default: the host with the PSK)
     timeout 60 nvme connect -t tcp -a "$IP" -s "$PORT" -n "$SUB" --hostnqn="${1:-$HOST}" \
         --hostid="${2:-$HID}" --ctrl-loss-tmo=2 --reconnect-delay=1 >/tmp/connect.out 2>&1
+}
+connect_wrong() { # with TLS and the wrong key WRONG (a key serial: no keyring lookup)
+    timeout 60 nvme connect -t tcp -a "$IP" -s "$PORT" -n "$SUB" --hostnqn="$HOST" \
+        --hostid="$HID" --tls --tls-key="$WRONG" --ctrl-loss-tmo=2 --reconnect-delay=1 \
+        >/tmp/connect.out 2>&1
 }
 disconnect() { nvme disconnect -n "$SUB" >/dev/null 2>&1 || true; sleep 0.5; }
 tls_of() { # the controller's TLS key serial (none: not TLS)
@@ -104,6 +119,12 @@ case_tls() { # WHO: the host connects with TLS, fio verify, then a plain host is
         fail "$1: a host without TLS connected where TLS is required"
     fi
     ROW[$1-plain]="refused"
+    if connect_wrong; then
+        ROW[$1-wrong]="connected"
+        disconnect
+        fail "$1: the host with a wrong key connected"
+    fi
+    ROW[$1-wrong]="refused"
 }
 start_ours() { # TOML of the listener's extra lines, the host's PSK
     cat >"$CONF" <<EOF
@@ -124,7 +145,7 @@ nqn = "$HOST"
 tls_key = "$2"
 
 [control]
-enabled = false
+socket = "$DIR/control.sock"
 [metrics]
 enabled = false
 EOF
@@ -133,6 +154,19 @@ EOF
     wait_port "our target"
 }
 stop_ours() { kill "$TPID"; wait "$TPID" 2>/dev/null || true; TPID=; }
+PROBE_CASES="psk wrong-key unknown-host foreign-identity plain-icreq oversized-record bad-record stall flood"
+run_probe() { # WHO: tls-probe's cases, their outcomes in ROW[WHO-p-CASE]
+    timeout 300 "$PROBE_BIN" "$IP" "$PORT" "$SUB" "$HOST" "$KEY" 0 compat >/tmp/probe.txt 2>&1 \
+        || { cat /tmp/probe.txt; fail "$1: tls-probe failed"; }
+    local c o
+    for c in $PROBE_CASES; do
+        o=$(awk -v c="$c" '$1 == "CASE" && $2 == c { print $3 }' /tmp/probe.txt)
+        [ -n "$o" ] || { cat /tmp/probe.txt; fail "$1: tls-probe printed no outcome for $c"; }
+        ROW[$1-p-$c]=$o
+    done
+    info "$1: tls-probe: $(awk '$1 == "CASE" { printf "%s=%s ", $2, $3 }' /tmp/probe.txt)"
+    grep -E '^CASE (psk|wrong-key|unknown-host) ' /tmp/probe.txt | cut -c1-200 | sed 's/^/    /'
+}
 
 step "setup: tlshd, a PSK (nvme gen-tls-key --insert), a 128 MiB file"
 # tlshd links the .nvme keyring into its session when it starts: the keyring exists once
@@ -148,6 +182,10 @@ OTHER=$(nvme gen-tls-key 2>/dev/null | grep -o 'NVMeTLSkey-1:0[12]:[^ ]*:' | hea
 nvme check-tls-key --keydata="$KEY" --hostnqn="$HOST" --subsysnqn=nqn.2014-08.org.nvmexpress.discovery \
     --insert >/dev/null 2>&1 || info "check-tls-key --insert for discovery failed"
 grep -q "NVMe0R01 $HOST $SUB" /proc/keys || info "the keyring: $(grep -i nvme /proc/keys | head -n 3)"
+# A wrong key for the same identity in this script's session keyring (the targets look in
+# .nvme), readable by tlshd by its serial (tlshd's session keyring is not ours: user read).
+WRONG=$(head -c 32 /dev/urandom | keyctl padd psk "NVMe0R01 $HOST $SUB" @s) || fail "keyctl padd psk"
+keyctl setperm "$WRONG" 0x3f030000 || fail "keyctl setperm"
 info "PSK ${KEY:0:16}... inserted for NVMe0R01 $HOST $SUB"
 kmsg_mark
 
@@ -157,6 +195,7 @@ info "nvmet port: treq $(cat "$NVMET_CFG/ports/1/addr_treq"), tsas $(cat "$NVMET
 wait_port "nvmet"
 discover_says nvmet
 case_tls nvmet
+run_probe nvmet
 nvmet_unexport "$SUB"
 sleep 1
 
@@ -164,6 +203,7 @@ step "ours, secure = required"
 start_ours 'secure = "required"' "$KEY"
 discover_says ours
 case_tls ours
+run_probe ours
 stop_ours
 
 step "ours, secure = optional: a host without a PSK in plain, the host with one over TLS only"
@@ -194,20 +234,69 @@ grep -qiE "handshake|no PSK" "$TLOG" || info "our log: $(grep -i tls "$TLOG" | t
 stop_ours
 # What the refusals make the host say (a plain host closed by a TLS-required port before
 # its ICResp; the host with a PSK refused without TLS, Connect Invalid Host 0x4184; the
-# handshakes refused for another key); nothing else.
-expected='failed to receive icresp, error -104|failed to connect queue: 0 ret=16772|TLS handshake|tls'
+# handshakes refused for another key; nvmet's own lines for the probe's flood of stalled
+# handshakes, beyond what the kernel's handshake upcall takes at once); nothing else.
+expected='failed to receive icresp, error -104|failed to connect queue: 0 ret=16772|TLS handshake|tls|nvmet_tcp: failed to (start TLS|allocate queue)'
 if kmsg_errors | grep -vE "$expected" | grep -c . >/dev/null; then
     kmsg_errors | grep -vE "$expected" | head -n 20 | sed 's/^/    kernel: /'
     fail "the host's kernel log shows errors beyond the refused handshakes"
 fi
 
+step "ours: the PSK changed live (host key set --tls-key): the host is disconnected"
+start_ours 'secure = "required"' "$KEY"
+connect_tls || fail "live: the host was refused: $(cat /tmp/connect.out)"
+live_ctrl "$SUB"
+echo "$OTHER" | "$TARGET_BIN" host key set --socket "$DIR/control.sock" --host-nqn "$HOST" \
+    --tls-key - >/tmp/keyset.txt 2>&1 || { cat /tmp/keyset.txt; fail "live: host key set"; }
+info "host key set: $(head -n 1 /tmp/keyset.txt)"
+for _ in $(seq 50); do [ "$(cat "/sys/class/nvme/$CTRL/state" 2>/dev/null)" = live ] || break; sleep 0.1; done
+st=$(cat "/sys/class/nvme/$CTRL/state" 2>/dev/null || echo gone)
+[ "$st" = live ] && fail "live: the host's controller is still live after its PSK changed"
+disconnect
+if connect_tls; then
+    disconnect
+    fail "live: the host connected with the PSK the target no longer holds"
+fi
+grep -qF "$OTHER" "$CONF" || fail "live: the new PSK is not in the configuration file"
+"$TARGET_BIN" config show --socket "$DIR/control.sock" >/tmp/show.txt || fail "live: config show"
+"$TARGET_BIN" status --json --socket "$DIR/control.sock" >>/tmp/show.txt || fail "live: status"
+if grep -q "NVMeTLSkey" /tmp/keyset.txt /tmp/show.txt "$TLOG"; then fail "live: a PSK is shown (set's answer, config show, status or the log)"; fi
+echo "$KEY" | "$TARGET_BIN" host key set --socket "$DIR/control.sock" --host-nqn "$HOST" \
+    --tls-key - >/tmp/keyset.txt 2>&1 || { cat /tmp/keyset.txt; fail "live: host key set (back)"; }
+connect_tls || fail "live: the host was refused with its PSK restored: $(cat /tmp/connect.out)"
+live_ctrl "$SUB"
+ROW[ours-live]="disconnected ($st); old key refused; restored: connected"
+disconnect
+stop_ours
+# The host's error recovery after its controller was ended is expected here.
+kmsg_mark
+
 step "the table"
-printf '    %-22s %-40s %s\n' case nvmet-tcp ours
-for c in disc tls plain fio; do
-    printf '    %-22s %-40s %s\n' "$c" "${ROW[nvmet-$c]:-}" "${ROW[ours-$c]:-}"
+printf '    %-26s %-40s %s\n' case nvmet-tcp ours
+for c in disc tls plain wrong fio; do
+    printf '    %-26s %-40s %s\n' "$c" "${ROW[nvmet-$c]:-}" "${ROW[ours-$c]:-}"
 done
-printf '    %-22s %-40s %s\n' "optional port" "(n/a)" "${ROW[ours-optional]}"
-printf '    %-22s %-40s %s\n' "another key" "(one keyring)" "${ROW[ours-wrongkey]}"
+printf '    %-26s %-40s %s\n' "optional port" "(n/a)" "${ROW[ours-optional]}"
+printf '    %-26s %-40s %s\n' "target: another key" "(one keyring)" "${ROW[ours-wrongkey]}"
+printf '    %-26s %-40s %s\n' "PSK changed live" "(n/a)" "${ROW[ours-live]}"
+for c in $PROBE_CASES; do
+    printf '    %-26s %-40s %s\n' "probe: $c" "${ROW[nvmet-p-$c]}" "${ROW[ours-p-$c]}"
+done
+# What ours must answer; nvmet's is the yardstick shown beside it.
+want() { # CASE PATTERN
+    [[ "${ROW[ours-p-$1]}" =~ ^($2)$ ]] || fail "ours: tls-probe $1: ${ROW[ours-p-$1]}, expected $2"
+}
+want psk connected
+want wrong-key refused
+want unknown-host refused
+want foreign-identity refused
+want plain-icreq closed
+want oversized-record closed
+want bad-record closed
+want stall 'closed:(9|10|11|12)s'
+want flood 'closed:24/40'
+[ "${ROW[nvmet-p-psk]}" = connected ] || fail "nvmet: tls-probe's PSK did not connect (${ROW[nvmet-p-psk]}): the probe's derivation differs from the host's"
+[ "${ROW[nvmet-p-wrong-key]}" = refused ] || fail "nvmet took the probe's wrong key (${ROW[nvmet-p-wrong-key]})"
 # Both say TLS 1.3, required (nvmet also says SQ flow control may be disabled).
 for w in nvmet ours; do
     [ "${ROW[$w-disc]}" = "treq required, sectype tls13" ] || fail "$w's discovery log says ${ROW[$w-disc]}, not TLS 1.3 required"
