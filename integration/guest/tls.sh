@@ -59,9 +59,9 @@ cleanup() {
 }
 trap cleanup EXIT
 
-connect_tls() { # connect with TLS (the PSK from the keyring); returns its status
+connect_tls() { # [ARGS]: connect with TLS (the PSK from the keyring); returns its status
     timeout 60 nvme connect -t tcp -a "$IP" -s "$PORT" -n "$SUB" --hostnqn="$HOST" \
-        --hostid="$HID" --tls --ctrl-loss-tmo=2 --reconnect-delay=1 >/tmp/connect.out 2>&1
+        --hostid="$HID" --tls --ctrl-loss-tmo=2 --reconnect-delay=1 "$@" >/tmp/connect.out 2>&1
 }
 connect_plain() { # [HOSTNQN HOSTID]: without TLS (default: the host with the PSK)
     timeout 60 nvme connect -t tcp -a "$IP" -s "$PORT" -n "$SUB" --hostnqn="${1:-$HOST}" \
@@ -126,7 +126,7 @@ case_tls() { # WHO: the host connects with TLS, fio verify, then a plain host is
     fi
     ROW[$1-wrong]="refused"
 }
-start_ours() { # TOML of the listener's extra lines, the host's PSK
+start_ours() { # TOML of the listener's extra lines, the host's PSK[, its other lines]
     cat >"$CONF" <<EOF
 [[listener]]
 transport = "tcp"
@@ -143,6 +143,7 @@ path = "$DISK"
 [[host]]
 nqn = "$HOST"
 tls_key = "$2"
+${3:-}
 
 [control]
 socket = "$DIR/control.sock"
@@ -242,6 +243,32 @@ if kmsg_errors | grep -vE "$expected" | grep -c . >/dev/null; then
     fail "the host's kernel log shows errors beyond the refused handshakes"
 fi
 
+step "ours: TLS and DH-HMAC-CHAP together: the host authenticates inside the TLS session"
+DK=$(nvme gen-dhchap-key -m 1 -n "$HOST" 2>/dev/null | grep -o 'DHHC-1:[^ ]*' | head -n 1)
+[ -n "$DK" ] || fail "nvme gen-dhchap-key"
+start_ours 'secure = "required"' "$KEY" "dhchap_key = \"$DK\""
+if connect_tls; then
+    disconnect
+    fail "tls+auth: the host connected over TLS without its DH-HMAC-CHAP key"
+fi
+connect_tls --dhchap-secret="$DK" || fail "tls+auth: the host was refused: $(cat /tmp/connect.out)"
+live_ctrl "$SUB"
+"$TARGET_BIN" status --json --socket "$DIR/control.sock" >/tmp/status.json || fail "tls+auth: status"
+python3 - "$SUB" /tmp/status.json <<'PY' || fail "tls+auth: status does not show the controller authenticated"
+import json, sys
+s = json.load(open(sys.argv[2]))
+def walk(o):
+    if isinstance(o, dict):
+        if isinstance(o.get("authentication"), dict) and o["authentication"].get("authenticated"):
+            return True
+        return any(walk(v) for v in o.values())
+    return isinstance(o, list) and any(walk(v) for v in o)
+sys.exit(0 if walk(s) else 1)
+PY
+ROW[ours-tlsauth]="without its key: refused; with it: connected (tls_key $(tls_of), authenticated)"
+disconnect
+stop_ours
+
 step "ours: the PSK changed live (host key set --tls-key): the host is disconnected"
 start_ours 'secure = "required"' "$KEY"
 connect_tls || fail "live: the host was refused: $(cat /tmp/connect.out)"
@@ -279,6 +306,7 @@ done
 printf '    %-26s %-40s %s\n' "optional port" "(n/a)" "${ROW[ours-optional]}"
 printf '    %-26s %-40s %s\n' "target: another key" "(one keyring)" "${ROW[ours-wrongkey]}"
 printf '    %-26s %-40s %s\n' "PSK changed live" "(n/a)" "${ROW[ours-live]}"
+printf '    %-26s %-40s %s\n' "TLS + DH-HMAC-CHAP" "(not run)" "${ROW[ours-tlsauth]}"
 for c in $PROBE_CASES; do
     printf '    %-26s %-40s %s\n' "probe: $c" "${ROW[nvmet-p-$c]}" "${ROW[ours-p-$c]}"
 done
