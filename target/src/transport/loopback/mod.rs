@@ -63,6 +63,17 @@ pub struct LoopQueue {
     closed: bool,
 }
 
+/// Who a host is, for [`Loopback::connect`].
+#[derive(Debug, Clone)]
+pub struct HostSide {
+    /// The subsystem it connects to.
+    pub subnqn: String,
+    /// Its NQN.
+    pub hostnqn: String,
+    /// Its host identifier.
+    pub hostid: [u8; 16],
+}
+
 /// `cmd` without data, as Linux sends one: a keyed SGL of length 0 (a
 /// zeroed descriptor is a data block, which the target refuses).
 pub fn no_data(mut cmd: Command) -> Command {
@@ -604,6 +615,76 @@ impl Loopback {
         let lq = self.queue_mut(q)?;
         let i = lq.cqes.iter().position(|c| c.cid == cid)?;
         lq.cqes.remove(i)
+    }
+
+    /// Connects a controller as a well-behaved host does (Connect data in
+    /// the capsule, CC.EN, then `io_queues` I/O queues of `sq_size`
+    /// entries). Returns the admin queue and the I/O queues, or the status
+    /// that refused a step.
+    pub fn connect(
+        &mut self,
+        host: &HostSide,
+        io_queues: u16,
+        sq_size: u16,
+    ) -> Result<(usize, Vec<usize>), nvme::Status> {
+        use nvme::fabrics::{cc, prop, ConnectCommand, ConnectData, PropertyCommand};
+        let step =
+            |lb: &mut Loopback, q: usize, cmd: Command, data: &[u8]| match lb.exec(q, &cmd, data) {
+                Some(c) if c.status.is_success() => Ok(c),
+                Some(c) => Err(c.status),
+                None => Err(nvme::Status::INTERNAL),
+            };
+        let connect = |qid: u16, sq: u16, cntlid: u16| {
+            let mut c = ConnectCommand {
+                recfmt: 0,
+                qid,
+                sqsize: sq - 1,
+                cattr: 0,
+                kato: 0,
+            }
+            .to_command(0xC000 | qid);
+            c.set_sgl(&nvme::Sgl::InCapsule {
+                offset: 0,
+                len: nvme::fabrics::CONNECT_DATA_SIZE as u32,
+            });
+            let data = ConnectData {
+                hostid: host.hostid,
+                cntlid,
+                subsysnqn: host.subnqn.clone(),
+                hostnqn: host.hostnqn.clone(),
+            }
+            .encode();
+            (c, data)
+        };
+        let aq = self.accept(0, 32);
+        let (c, d) = connect(0, 32, 0xFFFF);
+        let cntlid = step(self, aq, c, &d)?.result as u16;
+        let en = PropertyCommand {
+            eight_bytes: false,
+            offset: prop::CC,
+            value: (cc::EN | 6 << cc::IOSQES_SHIFT | 4 << cc::IOCQES_SHIFT) as u64,
+        }
+        .to_command(0xC100, true);
+        step(self, aq, no_data(en), &[])?;
+        let mut qs = Vec::new();
+        for qid in 1..=io_queues {
+            let q = self.accept(qid, sq_size);
+            let (c, d) = connect(qid, sq_size, cntlid);
+            step(self, q, c, &d)?;
+            qs.push(q);
+        }
+        Ok((aq, qs))
+    }
+
+    /// Takes every completion queue `q`'s host received; returns how many
+    /// and how many did not succeed (nothing is allocated).
+    pub fn drain_cqes(&mut self, q: usize) -> (usize, usize) {
+        self.queue_mut(q).map_or((0, 0), |lq| {
+            let failed = lq.cqes.iter().filter(|c| !c.status.is_success()).count();
+            let n = lq.cqes.len();
+            lq.cqes.clear();
+            (n, failed)
+        })
     }
 
     /// Sends `cmd` and runs until its completion came (or the target is idle).
