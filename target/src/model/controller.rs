@@ -640,6 +640,15 @@ impl Controller {
             .filter(|n| n.visible_to(&self.hostnqn))
     }
 
+    /// As [`Controller::namespace`], through a queue's cache (the I/O path).
+    pub fn namespace_cached(
+        &self,
+        nsid: u32,
+        cache: &mut crate::model::subsystem::NsCache,
+    ) -> Option<Arc<Namespace>> {
+        self.subsys.namespace_for(nsid, &self.hostnqn, cache)
+    }
+
     /// The namespaces its host sees, ordered by nsid.
     pub fn namespaces(&self) -> Vec<Arc<Namespace>> {
         self.subsys

@@ -154,7 +154,11 @@ impl Namespace {
         self.hosts.load_full()
     }
 
-    /// Shows it to `hosts` only (`None`: to every host), at once.
+    /// Shows it to `hosts` only (`None`: to every host), at once. Once the
+    /// namespace is in a subsystem, through [`Subsystem::show_namespace`]
+    /// (which tells the queues that remember it).
+    ///
+    /// [`Subsystem::show_namespace`]: crate::model::subsystem::Subsystem::show_namespace
     pub fn set_hosts(&self, hosts: Option<Vec<String>>) {
         self.hosts.store(hosts.map(Arc::new));
     }

@@ -36,12 +36,24 @@ pub struct Subsystem {
     pub model: String,
     /// Namespaces, ordered by nsid (replaced on reload).
     namespaces: ArcSwap<Vec<Arc<Namespace>>>,
+    /// Changes when the namespaces or a namespace's hosts change: what a
+    /// queue remembers of a namespace ([`NsCache`]) is good while it holds.
+    ns_epoch: AtomicU64,
     controllers: Mutex<BTreeMap<u16, Arc<Controller>>>,
     /// The controller ids given out (lowest free first).
     cntlids: (u16, u16),
     /// Removed by a reload: no new controller (set before its controllers
     /// are revoked, read under the controllers' lock).
     removed: AtomicBool,
+}
+
+/// A queue's memory of the last namespace it found (see
+/// [`Subsystem::namespace_for`]).
+#[derive(Debug, Default)]
+pub struct NsCache {
+    nsid: u32,
+    epoch: u64,
+    ns: std::sync::Weak<Namespace>,
 }
 
 /// Which hosts may connect to a subsystem.
@@ -78,6 +90,7 @@ impl Subsystem {
             serial,
             model,
             namespaces: ArcSwap::from_pointee(namespaces),
+            ns_epoch: AtomicU64::new(0),
             controllers: Mutex::new(BTreeMap::new()),
             cntlids: (CNTLID_MIN, CNTLID_MAX),
             removed: AtomicBool::new(false),
@@ -128,6 +141,33 @@ impl Subsystem {
     pub fn set_namespaces(&self, mut namespaces: Vec<Arc<Namespace>>) {
         namespaces.sort_by_key(|n| n.nsid);
         self.namespaces.store(Arc::new(namespaces));
+        self.ns_epoch.fetch_add(1, Ordering::Release);
+    }
+
+    /// The namespace `nsid` if `hostnqn` sees it, through `cache` (the
+    /// namespace the queue's last command named): while neither the
+    /// namespaces nor that namespace's hosts changed, two atomic loads
+    /// instead of the table's and the host list's. The cache holds no
+    /// namespace alive: a removed one closes when its last command ends.
+    pub fn namespace_for(
+        &self,
+        nsid: u32,
+        hostnqn: &str,
+        cache: &mut NsCache,
+    ) -> Option<Arc<Namespace>> {
+        let epoch = self.ns_epoch.load(Ordering::Acquire);
+        if cache.nsid == nsid && cache.epoch == epoch {
+            if let Some(ns) = cache.ns.upgrade() {
+                return Some(ns);
+            }
+        }
+        let ns = self.namespace(nsid).filter(|n| n.visible_to(hostnqn))?;
+        *cache = NsCache {
+            nsid,
+            epoch,
+            ns: Arc::downgrade(&ns),
+        };
+        Some(ns)
     }
 
     /// Shows namespace `nsid` to `hosts` only (`None`: every host), at
@@ -141,6 +181,7 @@ impl Subsystem {
         let ctrls = self.controllers();
         let before: Vec<bool> = ctrls.iter().map(|c| ns.visible_to(&c.hostnqn)).collect();
         ns.set_hosts(hosts);
+        self.ns_epoch.fetch_add(1, Ordering::Release);
         let mut told = Vec::new();
         for (c, was) in ctrls.iter().zip(before) {
             if was != ns.visible_to(&c.hostnqn) {
@@ -506,6 +547,53 @@ mod tests {
             "m".into(),
             vec![],
         ))
+    }
+
+    #[test]
+    fn a_queues_namespace_cache_follows_changes_and_keeps_nothing_alive() {
+        let s = sub(true);
+        let ns = |nsid| {
+            Arc::new(Namespace::new(
+                &s.nqn,
+                nsid,
+                Box::new(crate::backend::null::Null),
+                1 << 20,
+                512,
+                false,
+            ))
+        };
+        let (a, b) = (ns(1), ns(2));
+        s.set_namespaces(vec![a.clone(), b.clone()]);
+        let mut cache = NsCache::default();
+        let got = s.namespace_for(1, "nqn.h1", &mut cache).unwrap();
+        assert!(Arc::ptr_eq(&got, &a));
+        assert!(Arc::ptr_eq(
+            &s.namespace_for(1, "nqn.h1", &mut cache).unwrap(),
+            &a
+        ));
+        assert!(Arc::ptr_eq(
+            &s.namespace_for(2, "nqn.h1", &mut cache).unwrap(),
+            &b
+        ));
+        // Hidden from the host: gone at once for a queue that remembered it.
+        s.show_namespace(2, Some(vec!["nqn.h2".into()])).unwrap();
+        assert!(s.namespace_for(2, "nqn.h1", &mut cache).is_none());
+        assert!(s.namespace_for(2, "nqn.h2", &mut cache).is_some());
+        // Replaced: the new one, not the one remembered.
+        let a2 = ns(1);
+        s.namespace_for(1, "nqn.h1", &mut cache).unwrap();
+        s.set_namespaces(vec![a2.clone(), b.clone()]);
+        assert!(Arc::ptr_eq(
+            &s.namespace_for(1, "nqn.h1", &mut cache).unwrap(),
+            &a2
+        ));
+        // Removed: the cache does not keep it (its backend closes).
+        let weak = Arc::downgrade(&a2);
+        s.namespace_for(1, "nqn.h1", &mut cache).unwrap();
+        s.set_namespaces(vec![b.clone()]);
+        drop((a, a2, got));
+        assert!(weak.upgrade().is_none(), "a removed namespace stays alive");
+        assert!(s.namespace_for(1, "nqn.h1", &mut cache).is_none());
     }
 
     #[test]

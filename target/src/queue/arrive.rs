@@ -209,7 +209,7 @@ impl QueueCore {
         if !ctrl.is_ready() {
             return Err(Status::CMD_SEQ_ERROR);
         }
-        let ns = ctrl.namespace(cmd.nsid());
+        let ns = ctrl.namespace_cached(cmd.nsid(), &mut self.ns_cache);
         if let Some(n) = &ns {
             // The namespace's ANA group at the listener this host came
             // through: inaccessible there, the host is to take another path.

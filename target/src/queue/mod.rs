@@ -271,6 +271,8 @@ pub struct QueueCore {
     /// The first command of a fused pair, waiting for the second.
     fused: fused::Pending,
     actions: VecDeque<Action>,
+    /// The namespace its last I/O command named.
+    ns_cache: crate::model::subsystem::NsCache,
 }
 
 impl QueueCore {
@@ -311,6 +313,7 @@ impl QueueCore {
             end_after_send: None,
             fused: Default::default(),
             actions: VecDeque::with_capacity(16),
+            ns_cache: Default::default(),
         }
     }
 
