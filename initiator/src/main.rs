@@ -577,6 +577,11 @@ fn check_range(slba: u64, len: u64, bs: u32, nsze: u64) -> Result<()> {
 }
 
 fn write_cmd(io: &Io) -> Result<()> {
+    if io.data == "-" && io.sub.conn.tls_key.as_deref() == Some("-") {
+        return Err(Error::Invalid(
+            "--tls-key - and data from stdin: give one of them as a file".into(),
+        ));
+    }
     let (mut input, size): (Box<dyn std::io::Read>, Option<u64>) = if io.data == "-" {
         (Box::new(std::io::stdin().lock()), None)
     } else {

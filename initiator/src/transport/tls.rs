@@ -132,10 +132,15 @@ pub fn handshake(
         .map_err(|e| format!("TLS: {e}"))?;
     let tls = ssl.connect(s).map_err(|e| match e {
         HandshakeError::SetupFailure(e) => setup(e),
-        HandshakeError::Failure(m) | HandshakeError::WouldBlock(m) => {
-            format!("TLS handshake refused or failed: {}", m.error())
-        }
+        // A read that timed out.
+        HandshakeError::WouldBlock(_) => "TLS handshake timed out".to_string(),
+        HandshakeError::Failure(m) => format!("TLS handshake refused or failed: {}", m.error()),
     })?;
+    // Nothing is verified but the PSK: a server that ignored it (and
+    // showed a certificate instead) proved nothing.
+    if !tls.ssl().session_reused() || tls.ssl().peer_certificate().is_some() {
+        return Err("TLS: the target did not take the PSK".into());
+    }
     let tcp = tls.get_ref();
     tcp.set_read_timeout(None)
         .and_then(|_| tcp.set_write_timeout(None))

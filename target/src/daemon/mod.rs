@@ -291,22 +291,24 @@ impl Daemon {
             crate::telemetry::metrics::metrics().forget_subsystem(&s.nqn);
             false
         });
-        self.retired.retain(|ns| {
-            if Arc::strong_count(ns) > 1 {
-                return true;
-            }
-            if let Some(img) = ns.backend.rbd() {
-                if img.fenced() {
-                    // Closing an image (and shutting down a connection) the
-                    // cluster blocklisted may wait on it: not on this thread.
-                    let ns = ns.clone();
-                    let _ = std::thread::Builder::new()
-                        .name("rbd-close".into())
-                        .spawn(move || drop(ns));
+        // `try_unwrap` decides against a queue's cache upgrading its Weak at
+        // the same moment: either the namespace is ours alone, or it stays.
+        for ns in std::mem::take(&mut self.retired) {
+            let ns = match Arc::try_unwrap(ns) {
+                Ok(ns) => ns,
+                Err(held) => {
+                    self.retired.push(held);
+                    continue;
                 }
+            };
+            if ns.backend.rbd().is_some_and(|img| img.fenced()) {
+                // Closing an image (and shutting down a connection) the
+                // cluster blocklisted may wait on it: not on this thread.
+                let _ = std::thread::Builder::new()
+                    .name("rbd-close".into())
+                    .spawn(move || drop(ns));
             }
-            false
-        });
+        }
     }
 
     /// Reopens, on a new cluster connection, the RBD namespaces whose

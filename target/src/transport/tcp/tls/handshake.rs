@@ -71,6 +71,8 @@ pub enum HandshakeFailed {
 /// What one handshake found out, kept with its `Ssl` while it runs.
 #[derive(Default)]
 struct Found {
+    /// The hash of the host's first PSK binder (its length says it).
+    binder: Option<PskHash>,
     identity: Option<Identity>,
     refused: Option<String>,
     secrets: Secrets,
@@ -131,6 +133,24 @@ impl Acceptor {
                     .secrets
                     .take_line(line);
             }
+        });
+        // The hash the host's binder was made with must be its identity's
+        // (TP 8011: the PSK's hash is the suite's). tlshd 1.0 (GnuTLS) makes
+        // a SHA-384 PSK's binder with SHA-256 and offers no suite but
+        // TLS_CHACHA20_POLY1305_SHA256 to go with it, which nvmet (tlshd on
+        // its side too) takes: said plainly here rather than as a bad
+        // extension.
+        b.set_client_hello_callback(move |ssl, _alert| {
+            let hash = binder_hash(ssl);
+            tracing::debug!(
+                binder = ?hash,
+                suites = ?ssl.client_hello_ciphers().map(|c| c.to_vec()),
+                "TLS: ClientHello"
+            );
+            if let Some(f) = ssl.ex_data(found) {
+                f.lock().unwrap_or_else(|p| p.into_inner()).binder = hash;
+            }
+            Ok(openssl::ssl::ClientHelloResponse::SUCCESS)
         });
         b.set_ex_data(shared_idx, Shared { resolve, found });
         // SAFETY: the context is live; the callback only reads what the
@@ -262,6 +282,13 @@ unsafe extern "C" fn find_session(
                 return 1;
             }
         };
+        if f.binder.is_some_and(|h| h != id.hash) {
+            f.refused = Some(format!(
+                "{id}: the host's binder is not made with its identity's hash ({}), TP 8011's suites cannot carry it",
+                id.hash.cipher_suite()
+            ));
+            return 1;
+        }
         let suite: [c_uchar; 2] = match id.hash {
             PskHash::Sha256 => [0x13, 0x01],
             PskHash::Sha384 => [0x13, 0x02],
@@ -285,6 +312,44 @@ unsafe extern "C" fn find_session(
         *sess = s;
         1
     }
+}
+
+/// The hash of the first binder of the ClientHello's `pre_shared_key`
+/// extension, by its length (None: no such extension, or not 32 or 48).
+fn binder_hash(ssl: &mut SslRef) -> Option<PskHash> {
+    let mut p: *const c_uchar = std::ptr::null();
+    let mut len = 0usize;
+    // SAFETY: called from the client hello callback, with a live SSL; the
+    // extension's bytes stay valid during the callback and are only read
+    // here.
+    let ext = unsafe {
+        if openssl_sys::SSL_client_hello_get0_ext(ssl.as_ptr(), PRE_SHARED_KEY, &mut p, &mut len)
+            != 1
+            || p.is_null()
+        {
+            return None;
+        }
+        std::slice::from_raw_parts(p, len)
+    };
+    match first_binder_len(ext)? {
+        32 => Some(PskHash::Sha256),
+        48 => Some(PskHash::Sha384),
+        _ => None,
+    }
+}
+
+/// The `pre_shared_key` extension's type (RFC 8446 4.2).
+const PRE_SHARED_KEY: std::os::raw::c_uint = 41;
+
+/// The length of the first binder in a ClientHello's `pre_shared_key`
+/// extension body (RFC 8446 4.2.11: identities, then binders).
+pub(super) fn first_binder_len(ext: &[u8]) -> Option<usize> {
+    let u16_at = |i: usize| Some(u16::from_be_bytes([*ext.get(i)?, *ext.get(i + 1)?]) as usize);
+    let ids = u16_at(0)?;
+    let binders = 2 + ids;
+    let total = u16_at(binders)?;
+    let first = *ext.get(binders + 2)? as usize;
+    (total > first && ext.len() >= binders + 2 + total).then_some(first)
 }
 
 /// A socket OpenSSL reads exactly what it asks for from (no read-ahead

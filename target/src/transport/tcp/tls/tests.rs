@@ -261,3 +261,16 @@ fn a_host_with_its_psk_reaches_a_worker_under_ktls_with_its_identity() {
     }
     l.stop();
 }
+
+#[test]
+fn the_first_binders_length_is_read_within_the_extension() {
+    // identities: one of 3 bytes + 4 bytes of age; binders: 32 bytes.
+    let mut ext = vec![0, 9, 0, 3, b'a', b'b', b'c', 0, 0, 0, 0];
+    ext.extend([0, 33, 32]);
+    ext.extend([7u8; 32]);
+    assert_eq!(first_binder_len(&ext), Some(32));
+    // Truncated binders, an identities length past the end, nothing.
+    assert_eq!(first_binder_len(&ext[..ext.len() - 1]), None);
+    assert_eq!(first_binder_len(&[0xFF, 0xFF, 0]), None);
+    assert_eq!(first_binder_len(&[]), None);
+}
