@@ -9,16 +9,11 @@
 //! runs the target until it is idle and takes the completions. The
 //! throughput is reported per I/O.
 
-use std::sync::Arc;
-
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use nvme::opcode::io;
 use nvme::{Command, Sgl};
-use nvmf_target::backend::null::Null;
 use nvmf_target::engine::pool::PoolShape;
-use nvmf_target::model::namespace::Namespace;
-use nvmf_target::model::subsystem::{Subsystem, SubsystemKind, Target};
-use nvmf_target::transport::loopback::{HostSide, Loopback};
+use nvmf_target::transport::loopback::Loopback;
 
 const SUB: &str = "nqn.2026-11.io.bench:core";
 const BLOCK: u32 = 4096;
@@ -40,39 +35,11 @@ struct Rig {
 }
 
 fn rig() -> Rig {
-    let ns = Arc::new(Namespace::new(
-        SUB,
-        1,
-        Box::new(Null),
-        1 << 30,
-        BLOCK,
-        false,
-    ));
-    let sub = Subsystem::new(
-        SUB.into(),
-        SubsystemKind::Nvm,
-        true,
-        vec![],
-        None,
-        "bench".into(),
-        vec![ns],
-    );
-    let t = Target::new(
-        vec![Arc::new(sub)],
-        vec!["192.0.2.2:4420".parse().unwrap()],
-        0,
-    );
-    let mut lb = Loopback::new(Arc::new(t), SHAPE).expect("a loopback");
-    let host = HostSide {
-        subnqn: SUB.into(),
-        hostnqn: "nqn.2026-11.io.bench:host".into(),
-        hostid: [3; 16],
-    };
-    let (_, qs) = lb.connect(&host, 1, 64).expect("a connected controller");
+    let (mut lb, q) = Loopback::null_io_queue(SUB, SHAPE, 64);
     let window = lb.window(vec![0; 64 * 1024]);
     Rig {
         lb,
-        q: qs[0],
+        q,
         window,
         data: vec![0xA5; 4096],
     }

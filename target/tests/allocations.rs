@@ -6,15 +6,11 @@
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::Arc;
 
 use nvme::opcode::io;
 use nvme::{Command, Sgl};
-use nvmf_target::backend::null::Null;
 use nvmf_target::engine::pool::PoolShape;
-use nvmf_target::model::namespace::Namespace;
-use nvmf_target::model::subsystem::{Subsystem, SubsystemKind, Target};
-use nvmf_target::transport::loopback::{HostSide, Loopback};
+use nvmf_target::transport::loopback::Loopback;
 
 struct Counting;
 
@@ -69,36 +65,15 @@ static A: Counting = Counting;
 const SUB: &str = "nqn.2026-11.io.test:alloc";
 
 fn loopback() -> (Loopback, usize, u32) {
-    let ns = Arc::new(Namespace::new(SUB, 1, Box::new(Null), 1 << 30, 4096, false));
-    let sub = Subsystem::new(
-        SUB.into(),
-        SubsystemKind::Nvm,
-        true,
-        vec![],
-        None,
-        "alloc".into(),
-        vec![ns],
-    );
-    let t = Target::new(
-        vec![Arc::new(sub)],
-        vec!["192.0.2.2:4420".parse().unwrap()],
-        0,
-    );
     let shape = PoolShape {
         small_size: 8192,
         small_count: 64,
         large_size: 128 * 1024,
         large_count: 32,
     };
-    let mut lb = Loopback::new(Arc::new(t), shape).expect("a loopback");
-    let host = HostSide {
-        subnqn: SUB.into(),
-        hostnqn: "nqn.2026-11.io.test:host".into(),
-        hostid: [4; 16],
-    };
-    let (_, qs) = lb.connect(&host, 1, 64).expect("connected");
+    let (mut lb, q) = Loopback::null_io_queue(SUB, shape, 64);
     let w = lb.window(vec![0; 64 * 1024]);
-    (lb, qs[0], w)
+    (lb, q, w)
 }
 
 fn command(opc: u8, cid: u16, len: u32, sgl: Sgl) -> Command {

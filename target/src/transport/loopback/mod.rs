@@ -676,6 +676,44 @@ impl Loopback {
         Ok((aq, qs))
     }
 
+    /// A loopback in front of one open subsystem `subnqn` with one null
+    /// namespace (nsid 1, 1 GiB of 4 KiB blocks), a data pool of `shape`
+    /// and a controller connected with one I/O queue of `sq_size` entries
+    /// (for benchmarks and steady-state tests). Returns it and the I/O queue.
+    pub fn null_io_queue(subnqn: &str, shape: PoolShape, sq_size: u16) -> (Loopback, usize) {
+        use crate::model::namespace::Namespace;
+        use crate::model::subsystem::{Subsystem, SubsystemKind};
+        let ns = Namespace::new(
+            subnqn,
+            1,
+            Box::new(crate::backend::null::Null),
+            1 << 30,
+            4096,
+            false,
+        );
+        let sub = Subsystem::new(
+            subnqn.into(),
+            SubsystemKind::Nvm,
+            true,
+            vec![],
+            None,
+            "loopback".into(),
+            vec![Arc::new(ns)],
+        );
+        let local = "192.0.2.2:4420".parse().expect("an address");
+        let t = Target::new(vec![Arc::new(sub)], vec![local], 0);
+        let mut lb = Loopback::new(Arc::new(t), shape).expect("a loopback (io_uring)");
+        let host = HostSide {
+            subnqn: subnqn.into(),
+            hostnqn: format!("{subnqn}:host"),
+            hostid: [3; 16],
+        };
+        let (_, qs) = lb
+            .connect(&host, 1, sq_size)
+            .expect("a connected controller");
+        (lb, qs[0])
+    }
+
     /// Takes every completion queue `q`'s host received; returns how many
     /// and how many did not succeed (nothing is allocated).
     pub fn drain_cqes(&mut self, q: usize) -> (usize, usize) {
