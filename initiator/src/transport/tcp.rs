@@ -610,6 +610,27 @@ mod tests {
         }
     }
 
+    impl Target {
+        /// Answers the next capsule, a read, with `n` bytes of `byte(i)` in
+        /// one C2HData PDU that ends it (the SUCCESS flag: no response).
+        fn answer_read(&mut self, n: u32, byte: impl Fn(u32) -> u8) {
+            let (b, _) = self.next();
+            let Some((Pdu::Cmd { sqe, .. }, _)) = tcp::parse(&b, &self.rules).unwrap() else {
+                panic!("not a capsule")
+            };
+            let hdr = DataHeader {
+                cccid: Command::parse(sqe).unwrap().cid(),
+                ttag: 0,
+                datao: 0,
+                datal: n,
+            };
+            let mut pdu =
+                Layout::default().data(false, &hdr, flags::DATA_LAST | flags::DATA_SUCCESS);
+            pdu.extend((0..n).map(byte));
+            self.s.write_all(&pdu).unwrap();
+        }
+    }
+
     /// A queue connected to a target thread running `serve`.
     fn pair(serve: impl FnOnce(&mut Target) + Send + 'static) -> TcpQueue {
         connected(None, serve).unwrap()
@@ -750,21 +771,7 @@ mod tests {
     fn a_read_ended_by_its_data_and_data_beyond_a_read_fails_the_queue() {
         let mut q = pair(|t| {
             for n in [8192u32, 8193] {
-                let (b, _) = t.next();
-                let Some((Pdu::Cmd { sqe, .. }, _)) = tcp::parse(&b, &t.rules).unwrap() else {
-                    panic!("not a capsule")
-                };
-                let cmd = Command::parse(sqe).unwrap();
-                let hdr = DataHeader {
-                    cccid: cmd.cid(),
-                    ttag: 0,
-                    datao: 0,
-                    datal: n,
-                };
-                let mut pdu =
-                    Layout::default().data(false, &hdr, flags::DATA_LAST | flags::DATA_SUCCESS);
-                pdu.extend(std::iter::repeat_n(0xA5, n as usize));
-                t.s.write_all(&pdu).unwrap();
+                t.answer_read(n, |_| 0xA5);
             }
         });
         let mut done = Vec::new();
@@ -824,22 +831,8 @@ mod tests {
     #[test]
     fn over_tls_pdus_larger_than_a_record_arrive_whole_and_a_wrong_key_is_refused() {
         let mut q = connected(Some(offer(PSK)), |t| {
-            let (b, _) = t.next();
-            let Some((Pdu::Cmd { sqe, .. }, _)) = tcp::parse(&b, &t.rules).unwrap() else {
-                panic!("not a capsule")
-            };
-            let cmd = Command::parse(sqe).unwrap();
             // 60000 bytes of data: four TLS records at least.
-            let hdr = DataHeader {
-                cccid: cmd.cid(),
-                ttag: 0,
-                datao: 0,
-                datal: 60000,
-            };
-            let mut pdu =
-                Layout::default().data(false, &hdr, flags::DATA_LAST | flags::DATA_SUCCESS);
-            pdu.extend((0..60000u32).map(|i| i as u8));
-            t.s.write_all(&pdu).unwrap();
+            t.answer_read(60000, |i| i as u8);
         })
         .unwrap();
         assert!(q.s.is_tls());

@@ -146,8 +146,9 @@ impl Subsystem {
 
     /// The namespace `nsid` if `hostnqn` sees it, through `cache` (the
     /// namespace the queue's last command named): while neither the
-    /// namespaces nor that namespace's hosts changed, two atomic loads
-    /// instead of the table's and the host list's. The cache holds no
+    /// namespaces nor that namespace's hosts changed, the epoch's load and
+    /// the `Weak`'s upgrade instead of two `ArcSwap` loads and a search.
+    /// The cache holds no
     /// namespace alive: a removed one closes when its last command ends.
     pub fn namespace_for(
         &self,
