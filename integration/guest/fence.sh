@@ -194,14 +194,18 @@ ghost_round() {
             [[ $seen == *P1* ]] || fail "nsid $n without fencing: the delayed write did not land ($seen): this round shows nothing"
         fi
     done
-    # The host saw no write error (P1 was retried through B, P2 written through B). Reads
-    # may fail: A, stopped and then slow to reach the cluster, is not sure of its copies of
-    # the reservation states and answers Namespace Not Ready (sc 0x82, retryable) until it
-    # reads them again; udev's partition scans of the paths that come and go give up on it
-    # after the host's retries ("async page read").
-    E=$(mp_errors | grep -vE "I/O Cmd\(0x2\) .*\(sct 0x0 / sc 0x82\)|critical target error, .* op 0x0:\(READ\)|Buffer I/O error on dev nvme[0-9]+n[0-9]+, logical block [0-9]+, async page read" || true)
+    # The host saw no I/O error at all: P1 was retried through B, P2 written through B, and
+    # A, cut off and then slow to reach the cluster, is not sure of its copies of the
+    # reservation states until it reads them again: it sends every command to another path
+    # (ANA Inaccessible, a path error the host does not count as a retry) and reports the
+    # group inaccessible meanwhile, so that no read waits on it until the host gives up.
+    E=$(mp_errors)
     [ -z "$E" ] || { echo "$E"; fail "I/O errors in the host's kernel log in the round"; }
-    info "reads A answered Namespace Not Ready meanwhile (udev's): $(mp_errors | grep -c "sc 0x82" || true)"
+    info "commands A sent to another path so far (ANA Inaccessible): $(ana_refused A)"
+}
+ana_refused() { # NAME -> the gateway's count of commands answered ANA Inaccessible
+    curl -sf "http://127.0.0.1:${GWMETRICS[$1]}/metrics" |
+        awk '/^nvmf_target_failed_commands_total\{status="ANA_INACCESSIBLE"\}/ { v += $2 } END { print v + 0 }'
 }
 # freeze_a 1|0: A's RDMA threads (workers, posters, listener) stop or run again; its
 # cluster threads (librados, ownership) run on: cut off from the host, not from Ceph.
@@ -247,7 +251,7 @@ step "13b. the same with A cut off from the host only (its RDMA threads frozen),
 ghost_round 1 freeze fenced
 step "13c. the same without fencing (nsid 3, fencing = false): the delayed write lands"
 ghost_round 3 stop ghost
-grep -hE "fencing it|took the image over|was fenced|reopened on a new" /tmp/gw-A.log /tmp/gw-B.log | sed 's/^/    /' | tail -n 12
+grep -hE "fencing it|took the image over|was fenced|reopened on a new|inaccessible here changed|lost the watch|current again" /tmp/gw-A.log /tmp/gw-B.log | sed "s/^/    /" | tail -n 24
 # What a Prometheus scrape of each gateway says about it.
 fencing_events() { # NAME IMAGE EVENT -> the counter's value (0 when absent)
     curl -sf "http://127.0.0.1:${GWMETRICS[$1]}/metrics" | grep '^nvmf_target_fencing_events_total{' |

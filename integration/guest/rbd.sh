@@ -515,14 +515,14 @@ TR=tcp PORT=${GWPORT[B]} connect h6 6 reconnect_delay=1
 settle
 BS=$((1 << $(nvme id-ns "${DEV[h5]}" -n 1 -o json | python3 -c 'import json,sys; d=json.load(sys.stdin); print(d["lbafs"][d["flbas"] & 15]["ds"])')))
 head -c "$BS" /dev/urandom >/tmp/block
-# io through a gateway that is not sure of the state (Namespace Not Ready, 082), or while
-# the host reconnects its controller, is tried again, as a host does after the retry
-# delay: the answer that counts is the next one.
+# io through a gateway that is not sure of the state (ANA Inaccessible, 302, a path error:
+# a passthrough command is not sent elsewhere), or while the host reconnects its
+# controller, is tried again, as a host does: the answer that counts is the next one.
 io_settled() { # CTRL OP
     local r
     for _ in $(seq 60); do
         r=$(io "$1" "$2")
-        case $r in 082 | host:*) sleep 0.5 ;; *) break ;; esac
+        case $r in 302 | host:*) sleep 0.5 ;; *) break ;; esac
     done
     echo "$r"
 }

@@ -311,12 +311,16 @@ impl Daemon {
         }
     }
 
-    /// Reopens, on a new cluster connection, the RBD namespaces whose
-    /// connection another gateway fenced (blocklisted) when it took their
-    /// images over; until then their ANA groups are inaccessible here, so
-    /// hosts use the other gateways. Called every tick.
+    /// Withholds the ANA groups this gateway cannot serve now, and reopens,
+    /// on a new cluster connection, the RBD namespaces whose connection
+    /// another gateway fenced (blocklisted) when it took their images over.
+    /// A group is inaccessible here while a namespace of it is fenced, or
+    /// not sure its copy of the shared reservation state is current: hosts
+    /// use the other gateways, and come back at the ANA change that follows.
+    /// Called every tick.
     pub fn recover_fenced(&mut self) {
         let mut groups = std::collections::BTreeSet::new();
+        let mut unsure = std::collections::BTreeSet::new();
         let mut fenced = Vec::new();
         for sub in self.target.subsystems().iter() {
             for ns in sub.namespaces().iter() {
@@ -326,16 +330,21 @@ impl Daemon {
                         fenced.push((sub.clone(), ns.clone(), img.spec()));
                     }
                 }
+                if !ns.resv.sure() {
+                    unsure.insert(ns.ana_group);
+                }
             }
         }
-        if self.target.ana.set_fenced(&groups) {
+        let fenced_groups = groups.clone();
+        groups.extend(&unsure);
+        if self.target.ana.set_withheld(&groups) {
             let mut raised = 0;
             for ctrl in self.target.all_controllers() {
                 if ctrl.subsys.kind == SubsystemKind::Nvm && ctrl.notify_ana_changed() {
                     raised += 1;
                 }
             }
-            info!(fenced_groups = ?groups, controllers_notified = raised, "ANA groups inaccessible while fenced changed");
+            info!(fenced_groups = ?fenced_groups, unsure_groups = ?unsure, controllers_notified = raised, "ANA groups inaccessible here changed (fenced, or unsure of their reservation state)");
         }
         for (sub, old, spec) in fenced {
             let Some(cfg) = self

@@ -29,8 +29,10 @@ pub struct Ana {
     /// Slots whose listener was removed: inaccessible.
     closed: Vec<AtomicBool>,
     /// Groups inaccessible at every listener whatever their configured
-    /// state: the cluster fenced this gateway's connection for them.
-    fenced: [AtomicBool; MAX_GROUPS as usize + 1],
+    /// state: this gateway cannot serve them now (the cluster fenced its
+    /// connection for them, or it is not sure its copy of a namespace's
+    /// shared reservation state is current).
+    withheld: [AtomicBool; MAX_GROUPS as usize + 1],
     /// Per listener, the best state a drain leaves its groups (a state's
     /// code; 0: not drained): non-optimized, then inaccessible.
     drained: Vec<AtomicU8>,
@@ -50,7 +52,7 @@ impl Ana {
                 .collect(),
             span: AtomicUsize::new(ports.min(MAX_PORTS)),
             closed: (0..MAX_PORTS).map(|_| AtomicBool::new(false)).collect(),
-            fenced: std::array::from_fn(|_| AtomicBool::new(false)),
+            withheld: std::array::from_fn(|_| AtomicBool::new(false)),
             drained: (0..MAX_PORTS).map(|_| AtomicU8::new(0)).collect(),
             promoted: std::array::from_fn(|_| AtomicBool::new(false)),
             change_count: AtomicU64::new(1),
@@ -58,11 +60,11 @@ impl Ana {
     }
 
     /// Makes `groups` (and only them) inaccessible everywhere while this
-    /// gateway is fenced for them; true (and the change counted) when that
+    /// gateway cannot serve them; true (and the change counted) when that
     /// changed anything.
-    pub fn set_fenced(&self, groups: &BTreeSet<u32>) -> bool {
+    pub fn set_withheld(&self, groups: &BTreeSet<u32>) -> bool {
         let mut any = false;
-        for (g, f) in self.fenced.iter().enumerate().skip(1) {
+        for (g, f) in self.withheld.iter().enumerate().skip(1) {
             let now = groups.contains(&(g as u32));
             if f.swap(now, Ordering::AcqRel) != now {
                 any = true;
@@ -104,7 +106,7 @@ impl Ana {
 
     /// The state of `group` at listener `port` (optimized for a listener or
     /// group out of range): the configured one, promoted, then capped by a
-    /// drain, then inaccessible while fenced; inaccessible at a listener
+    /// drain, then inaccessible while withheld; inaccessible at a listener
     /// removed.
     pub fn state(&self, port: usize, group: u32) -> AnaState {
         if self
@@ -134,7 +136,7 @@ impl Ana {
             _ => {}
         }
         match s {
-            AnaState::Optimized | AnaState::NonOptimized if flag(&self.fenced) => {
+            AnaState::Optimized | AnaState::NonOptimized if flag(&self.withheld) => {
                 AnaState::Inaccessible
             }
             s => s,
@@ -201,10 +203,10 @@ impl Ana {
 
     /// Whether this gateway would serve `group` optimized if no other
     /// gateway did: configured non-optimized (and nowhere optimized) at a
-    /// listener not drained, and not fenced.
+    /// listener not drained, and not withheld.
     pub fn candidate(&self, group: u32) -> bool {
-        let fenced = self
-            .fenced
+        let withheld = self
+            .withheld
             .get(group as usize)
             .is_some_and(|f| f.load(Ordering::Acquire));
         let undrained = |p: usize| {
@@ -213,7 +215,7 @@ impl Ana {
                 .is_some_and(|d| d.load(Ordering::Acquire) == 0)
         };
         let conf = self.open_slots().map(|p| (p, self.configured(p, group)));
-        !fenced
+        !withheld
             && !conf.clone().any(|(_, s)| s == AnaState::Optimized)
             && conf
                 .into_iter()
@@ -440,10 +442,10 @@ mod tests {
         b.drain(&[0], Some(AnaState::NonOptimized));
         assert!(!b.candidate(2), "drained");
         b.drain(&[0], None);
-        b.set_fenced(&[2].into());
-        assert!(!b.candidate(2), "fenced");
-        // Fenced beats everything.
-        a.set_fenced(&[1].into());
+        b.set_withheld(&[2].into());
+        assert!(!b.candidate(2), "withheld");
+        // Withheld beats everything.
+        a.set_withheld(&[1].into());
         assert_eq!(a.best(1), AnaState::Inaccessible);
     }
 

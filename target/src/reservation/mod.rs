@@ -36,6 +36,18 @@ pub fn not_sure() -> Status {
     Status::NS_NOT_READY.with_crd(1)
 }
 
+/// The status of an I/O command while a gateway is not sure its copy of a
+/// shared state is current. Being unsure is this gateway's own condition,
+/// so the status is a path error: a multipath host sends the command
+/// through another gateway at once, without counting a retry (Namespace
+/// Not Ready would keep it here, a Command Retry Delay per try, until the
+/// host's retries ran out), and reads the ANA log, which shows the group
+/// inaccessible here from the daemon's next tick until the gateway is sure
+/// again. A host without multipath retries after the Command Retry Delay.
+pub fn unsure_path() -> Status {
+    Status::ANA_INACCESSIBLE.with_crd(1)
+}
+
 /// The reservation state of one namespace, shared by every controller (and
 /// queue) that reaches it.
 #[derive(Debug)]
@@ -164,10 +176,10 @@ impl NsReservations {
     }
 
     /// Checks a command of `access` by `host` against the reservation.
-    /// A gateway unsure of a shared state serves nothing: the host retries.
+    /// A gateway unsure of a shared state serves no I/O: see [`unsure_path`].
     pub fn check(&self, host: &HostId, access: Access) -> Result<(), Status> {
         if !self.sure() {
-            return Err(not_sure());
+            return Err(unsure_path());
         }
         if !self.held.load(Ordering::Acquire) || self.lock().allows(host, access) {
             Ok(())

@@ -8,7 +8,8 @@ use nvme::Status;
 
 use super::{assert_status, file_ns, pattern, same, target, Host, TempDir};
 
-/// A namespace of an inaccessible ANA group (this gateway fenced for it)
+/// A namespace of an inaccessible ANA group (this gateway fenced for it, or unsure of its
+/// reservation state)
 /// answers its I/O with ANA Inaccessible, and serves again once the group
 /// is accessible.
 #[test]
@@ -20,12 +21,12 @@ fn an_inaccessible_ana_group_refuses_io_with_the_path_status() {
     let mut h = Host::new(t.clone());
     let (_, cntlid) = h.admin(5000);
     let q = h.io_queue(1, 32, cntlid);
-    assert!(t.ana.set_fenced(&[2].into()));
+    assert!(t.ana.set_withheld(&[2].into()));
     let (done, _) = h.read(q, 0, 8);
     let c = done.expect("an answer");
     assert!(same(c.status, Status::ANA_INACCESSIBLE), "{}", c.status);
     assert_eq!(h.lb.buffers_in_use(), 0, "refused before any buffer");
-    assert!(t.ana.set_fenced(&Default::default()));
+    assert!(t.ana.set_withheld(&Default::default()));
     assert_status(h.write(q, 0, pattern(4, 4096)), Status::SUCCESS);
 }
 
