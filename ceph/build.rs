@@ -29,7 +29,7 @@ fn main() {
             "rados_(read|get_last_version|create_write_op|release_write_op|write_op_(assert_version|create|write_full|operate)|watch3|watch_check|unwatch2|watch_flush|notify2|notify_ack|buffer_free)",
         )
         .allowlist_function(
-            "rbd_(open|close|get_size|get_id|flush|read|compare_and_write|config_image_list|config_image_list_cleanup|aio_(create_completion|get_return_value|release|read|write|flush|discard|write_zeroes))",
+            "rbd_(open|close|get_size|get_stripe_unit|get_id|flush|read|compare_and_write|config_image_list|config_image_list_cleanup|aio_(create_completion|get_return_value|release|read|write|flush|discard|write_zeroes))",
         )
         .dynamic_library_name("LibRbd")
         .size_t_is_usize(true)

@@ -255,6 +255,10 @@ pub struct LibRbd {
         unsafe extern "C" fn(image: rbd_image_t, size: *mut u64) -> ::std::os::raw::c_int,
         ::libloading::Error,
     >,
+    pub rbd_get_stripe_unit: Result<
+        unsafe extern "C" fn(image: rbd_image_t, stripe_unit: *mut u64) -> ::std::os::raw::c_int,
+        ::libloading::Error,
+    >,
     pub rbd_get_id: Result<
         unsafe extern "C" fn(
             image: rbd_image_t,
@@ -408,6 +412,7 @@ impl LibRbd {
         let rbd_open = __library.get(b"rbd_open\0").map(|sym| *sym);
         let rbd_close = __library.get(b"rbd_close\0").map(|sym| *sym);
         let rbd_get_size = __library.get(b"rbd_get_size\0").map(|sym| *sym);
+        let rbd_get_stripe_unit = __library.get(b"rbd_get_stripe_unit\0").map(|sym| *sym);
         let rbd_get_id = __library.get(b"rbd_get_id\0").map(|sym| *sym);
         let rbd_read = __library.get(b"rbd_read\0").map(|sym| *sym);
         let rbd_compare_and_write = __library.get(b"rbd_compare_and_write\0").map(|sym| *sym);
@@ -461,6 +466,7 @@ impl LibRbd {
             rbd_open,
             rbd_close,
             rbd_get_size,
+            rbd_get_stripe_unit,
             rbd_get_id,
             rbd_read,
             rbd_compare_and_write,
@@ -807,6 +813,16 @@ impl LibRbd {
             .rbd_get_size
             .as_ref()
             .expect("Expected function, got error."))(image, size)
+    }
+    pub unsafe fn rbd_get_stripe_unit(
+        &self,
+        image: rbd_image_t,
+        stripe_unit: *mut u64,
+    ) -> ::std::os::raw::c_int {
+        (self
+            .rbd_get_stripe_unit
+            .as_ref()
+            .expect("Expected function, got error."))(image, stripe_unit)
     }
     pub unsafe fn rbd_get_id(
         &self,

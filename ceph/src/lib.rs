@@ -130,6 +130,7 @@ pub fn library() -> Result<&'static ffi::LibRbd, Error> {
             rbd_open,
             rbd_close,
             rbd_get_size,
+            rbd_get_stripe_unit,
             rbd_get_id,
             rbd_flush,
             rbd_config_image_list,
@@ -490,6 +491,29 @@ impl Drop for Pool {
 /// thread.
 pub type Done = Box<dyn FnOnce(isize) + Send>;
 
+/// An asynchronous call librbd refused: its completion, not run.
+pub struct Refused {
+    /// The negative errno.
+    pub errno: i32,
+    /// The completion the call was given.
+    pub done: Done,
+}
+
+impl Refused {
+    /// Runs the completion with the error, as librbd would have.
+    pub fn complete(self) {
+        (self.done)(self.errno as isize)
+    }
+}
+
+impl std::fmt::Debug for Refused {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Refused")
+            .field("errno", &self.errno)
+            .finish()
+    }
+}
+
 /// An open RBD image; it keeps its pool open.
 pub struct Image {
     raw: ffi::rbd_image_t,
@@ -499,7 +523,7 @@ pub struct Image {
 }
 
 // SAFETY: librbd image handles are thread-safe: its I/O calls may come from
-// several threads at once (they queue to librbd's own work queue).
+// several threads at once (librbd locks its image context).
 unsafe impl Send for Image {}
 // SAFETY: as above.
 unsafe impl Sync for Image {}
@@ -544,6 +568,16 @@ impl Image {
         let r = unsafe { self.lib.rbd_get_size(self.raw, &mut size) };
         check(r, "read the size of", || self.spec())?;
         Ok(size)
+    }
+
+    /// The stripe unit in bytes: each unit of the image lies in one object
+    /// (the object size, unless the image has fancy striping).
+    pub fn stripe_unit(&self) -> Result<u64, Error> {
+        let mut unit = 0u64;
+        // SAFETY: live image; valid out pointer.
+        let r = unsafe { self.lib.rbd_get_stripe_unit(self.raw, &mut unit) };
+        check(r, "read the stripe unit of", || self.spec())?;
+        Ok(unit)
     }
 
     /// The image's id (stable across renames).
@@ -639,13 +673,13 @@ impl Image {
     }
 
     /// Creates a completion that runs `done`, and submits it with `start`.
-    /// If the submission fails, `done` is dropped without running and the
-    /// negative errno is returned.
+    /// If the submission fails, `done` comes back, not run, with the
+    /// negative errno.
     fn submit(
         &self,
         done: Done,
         start: impl FnOnce(ffi::rbd_completion_t) -> i32,
-    ) -> Result<(), i32> {
+    ) -> Result<(), Refused> {
         let arg = Box::into_raw(Box::new(done)) as *mut c_void;
         let mut c: ffi::rbd_completion_t = std::ptr::null_mut();
         // SAFETY: valid out pointer; `on_complete` takes `arg` back.
@@ -655,17 +689,17 @@ impl Image {
         };
         if r < 0 {
             // SAFETY: no completion exists that could run with `arg`.
-            drop(unsafe { Box::from_raw(arg as *mut Done) });
-            return Err(r);
+            let done = *unsafe { Box::from_raw(arg as *mut Done) };
+            return Err(Refused { errno: r, done });
         }
         let r = start(c);
         if r < 0 {
             // SAFETY: the submission failed, so librbd never calls back for `c`.
-            unsafe {
+            let done = *unsafe {
                 self.lib.rbd_aio_release(c);
-                drop(Box::from_raw(arg as *mut Done));
-            }
-            return Err(r);
+                Box::from_raw(arg as *mut Done)
+            };
+            return Err(Refused { errno: r, done });
         }
         Ok(())
     }
@@ -681,7 +715,7 @@ impl Image {
         buf: *mut u8,
         len: usize,
         done: Done,
-    ) -> Result<(), i32> {
+    ) -> Result<(), Refused> {
         // SAFETY: live image; the caller keeps the buffer to librbd until done.
         self.submit(done, |c| unsafe {
             self.lib
@@ -700,7 +734,7 @@ impl Image {
         buf: *const u8,
         len: usize,
         done: Done,
-    ) -> Result<(), i32> {
+    ) -> Result<(), Refused> {
         // SAFETY: live image; the caller keeps the buffer to librbd until done.
         self.submit(done, |c| unsafe {
             self.lib
@@ -709,14 +743,14 @@ impl Image {
     }
 
     /// Makes completed writes durable.
-    pub fn aio_flush(&self, done: Done) -> Result<(), i32> {
+    pub fn aio_flush(&self, done: Done) -> Result<(), Refused> {
         // SAFETY: live image.
         self.submit(done, |c| unsafe { self.lib.rbd_aio_flush(self.raw, c) })
     }
 
     /// Deallocates `len` bytes at `off` (reads may or may not return zeroes
     /// afterwards, by librbd's discard granularity).
-    pub fn aio_discard(&self, off: u64, len: u64, done: Done) -> Result<(), i32> {
+    pub fn aio_discard(&self, off: u64, len: u64, done: Done) -> Result<(), Refused> {
         // SAFETY: live image.
         self.submit(done, |c| unsafe {
             self.lib.rbd_aio_discard(self.raw, off, len, c)
@@ -724,9 +758,9 @@ impl Image {
     }
 
     /// Zeroes `len` bytes at `off` (reads return zeroes afterwards).
-    pub fn aio_write_zeroes(&self, off: u64, len: u64, done: Done) -> Result<(), i32> {
+    pub fn aio_write_zeroes(&self, off: u64, len: u64, done: Done) -> Result<(), Refused> {
         let Ok(len) = usize::try_from(len) else {
-            return Err(-22);
+            return Err(Refused { errno: -22, done });
         };
         // SAFETY: live image.
         self.submit(done, |c| unsafe {

@@ -54,6 +54,9 @@ pub struct Metrics {
     pub rdma_ops: IntCounterVec,
     /// `in_capsule_writes_total`.
     pub in_capsule_writes: IntCounter,
+    /// `rbd_budget_waits_total`: librbd calls that waited for their
+    /// cluster connection's operation budget (or went in pieces).
+    pub rbd_budget_waits: IntCounter,
     /// `async_events_total{subsystem,type}`.
     pub async_events: IntCounterVec,
     /// `config_reloads_total{result}`.
@@ -180,6 +183,14 @@ impl Metrics {
             )
             .expect("valid metric"),
         );
+        let rbd_budget_waits = reg(
+            &registry,
+            IntCounter::new(
+                name("rbd_budget_waits_total"),
+                "RBD calls started by their cluster connection's dispatcher thread, not the worker: the connection's operations in flight were at its budget (half of librados's objecter_inflight_ops and _op_bytes), or a long discard or write zeroes went in pieces",
+            )
+            .expect("valid metric"),
+        );
         let unauthenticated_controllers = reg(
             &registry,
             IntGauge::new(
@@ -275,6 +286,7 @@ impl Metrics {
                 &["op"],
             ),
             in_capsule_writes,
+            rbd_budget_waits,
             async_events: counter(
                 "async_events_total",
                 "Asynchronous events raised for controllers",

@@ -1,7 +1,8 @@
 //! Ceph RBD images through librbd. Each operation is a librbd asynchronous
-//! call whose completion runs on a librbd thread and posts `(ud, result)` to
-//! the submitting worker's mailbox, which wakes the worker through its
-//! eventfd: no thread per I/O, nothing blocking on a worker.
+//! call, started on the worker within its connection's operation budget
+//! ([`budget`], [`io`]), whose completion runs on a librbd thread and posts
+//! `(ud, result)` to the submitting worker's mailbox, which wakes the worker
+//! through its eventfd: no thread per I/O, nothing blocking on a worker.
 //!
 //! Namespaces of one ANA group on the same cluster (same configuration file
 //! and client) share one connection: the unit another gateway fences
@@ -11,6 +12,8 @@
 //! of the first. Writes are durable when librbd completes them, so FUA asks
 //! for nothing more and a flush is cheap.
 
+pub mod budget;
+mod io;
 pub mod owner;
 pub mod peers;
 
@@ -27,7 +30,6 @@ use crate::config::RbdConfig;
 use crate::engine::plan::IoPlan;
 use crate::engine::write_gate::WriteGate;
 use crate::reservation::cluster::{ClusterError, ClusterStore};
-use crate::worker::wake::Mailbox;
 
 /// How long a librados operation may wait for an unavailable cluster before
 /// it fails (the host then gets a retryable status), unless the Ceph
@@ -50,6 +52,14 @@ pub struct Conn {
     suspect: AtomicBool,
     /// When the monitors were last asked (ms since `epoch`).
     probed_ms: std::sync::atomic::AtomicU64,
+    /// The operations its images' I/O may have in flight.
+    pub budget: Arc<budget::Budget>,
+}
+
+impl Drop for Conn {
+    fn drop(&mut self) {
+        self.budget.close();
+    }
 }
 
 impl Conn {
@@ -101,7 +111,10 @@ impl Conn {
 /// An open image and what identifies it.
 #[derive(Debug)]
 pub struct RbdImage {
-    image: ceph::Image,
+    /// Shared with the calls its connection's dispatcher starts.
+    image: Arc<ceph::Image>,
+    /// Its stripe unit: each unit lies in one object.
+    unit: u64,
     conn: Arc<Conn>,
     fsid: String,
     id: String,
@@ -210,6 +223,25 @@ fn connect(cfg: &RbdConfig, group: u32) -> Result<Arc<Conn>, ceph::Error> {
             ("objecter_tick_interval", "1"),
         ],
     )?;
+    // Workers call librbd themselves, within the connection's budget
+    // (budget.rs): no hand-off to librbd's work queue thread per I/O.
+    c.set("rbd_non_blocking_aio", "false")?;
+    let limit = |k: &str, default: u64| {
+        c.get(k)
+            .ok()
+            .and_then(|v| v.parse::<u64>().ok())
+            .filter(|&v| v > 0)
+            .unwrap_or(default)
+    };
+    let cap = budget::Need {
+        ops: limit("objecter_inflight_ops", 1024) / 2,
+        bytes: limit("objecter_inflight_op_bytes", 100 << 20) / 2,
+    };
+    let budget = budget::Budget::start(cap, "rbd-dispatch").map_err(|e| {
+        ceph::Error::Library(format!(
+            "starting a cluster connection's dispatcher thread: {e}"
+        ))
+    })?;
     if c.get("rbd_cache").is_ok_and(|v| v == "true") {
         tracing::info!(client = %cfg.client, "librbd's writeback cache is turned off for this target (gateways must not cache writes)");
     }
@@ -225,6 +257,7 @@ fn connect(cfg: &RbdConfig, group: u32) -> Result<Arc<Conn>, ceph::Error> {
         fenced: AtomicBool::new(false),
         suspect: AtomicBool::new(false),
         probed_ms: 0.into(),
+        budget,
     });
     map.insert(key, Arc::downgrade(&conn));
     Ok(conn)
@@ -285,9 +318,11 @@ pub fn open(cfg: &RbdConfig, group: u32) -> Result<(Backend, u64), BackendError>
     }
     let id = image.id().map_err(fail)?;
     let size = image.size().map_err(fail)?;
+    let unit = image.stripe_unit().map_err(fail)?;
     let presence = presence(&conn, &cfg.pool, &id, &spec);
     let backend: Backend = Box::new(RbdImage {
-        image,
+        image: Arc::new(image),
+        unit,
         conn,
         fsid,
         id,
@@ -324,22 +359,6 @@ fn presence(conn: &Conn, pool: &str, id: &str, spec: &str) -> Option<peers::Pres
         .map_err(|e| tracing::warn!(image = %spec, "the record of the gateways that serve the image: {e}"))
         .ok()
 }
-
-/// The result to post for a librbd result `r` of an operation that moves
-/// `len` bytes: the bytes moved (reads and writes), else 0; or the error.
-fn result(r: isize, len: u32) -> i32 {
-    if r < 0 {
-        i32::try_from(r).unwrap_or(-(Errno::EIO as i32))
-    } else {
-        len as i32
-    }
-}
-
-/// A raw data pointer handed to a librbd thread.
-struct SendPtr(*mut u8);
-// SAFETY: the pointer is only used to zero the tail of a short read, in the
-// completion of the read that owns the buffer (see `submit`).
-unsafe impl Send for SendPtr {}
 
 /// How long a Compare and Write waits for this gateway to own the image:
 /// what a takeover of a gateway that does not answer takes, with room to
@@ -383,7 +402,7 @@ impl Storage for RbdImage {
         ud: u64,
     ) -> Submitted {
         // SAFETY: the caller's guarantees, passed on.
-        unsafe { submit(self, plan, data, ranges, io.mailbox(), Some(gate), ud) }
+        unsafe { io::submit(self, plan, data, ranges, io.mailbox(), Some(gate), ud) }
     }
 
     fn flush(&self) -> std::io::Result<()> {
@@ -469,141 +488,5 @@ impl Storage for RbdImage {
 
     fn rbd(&self) -> Option<&RbdImage> {
         Some(self)
-    }
-}
-
-/// Starts `plan` on `img` (see [`Storage::submit`]); completions reach
-/// `mailbox`. With `gate` (the write inside it), each write operation holds
-/// the gate until librbd completed it.
-///
-/// # Safety
-/// As [`Storage::submit`].
-unsafe fn submit(
-    img: &RbdImage,
-    plan: &IoPlan,
-    data: DataRef,
-    ranges: &[(u64, u64)],
-    mailbox: &Arc<Mailbox>,
-    gate: Option<&Arc<WriteGate>>,
-    ud: u64,
-) -> Submitted {
-    // What every completion does first: an EBLOCKLISTED result says this
-    // gateway may have been fenced (the monitors confirm it); a write held
-    // in the gate leaves it, unsure of its outcome if librados gave up
-    // waiting (it may still land).
-    let seen = |held: Option<Arc<WriteGate>>| {
-        let conn = img.conn.clone();
-        move |r: isize| {
-            if [Errno::ESHUTDOWN, Errno::ETIMEDOUT, Errno::ENOTCONN]
-                .contains(&Errno::from_raw(-r as i32))
-            {
-                conn.suspect();
-            }
-            if let Some(g) = held {
-                if r == -(Errno::ETIMEDOUT as isize) {
-                    g.mark_uncertain();
-                }
-                g.leave();
-            }
-        }
-    };
-    let hold = || {
-        gate.map(|g| {
-            g.hold();
-            g.clone()
-        })
-    };
-    let post = |len: u32, held: Option<Arc<WriteGate>>| -> ceph::Done {
-        let m = mailbox.clone();
-        let seen = seen(held);
-        Box::new(move |r| {
-            seen(r);
-            m.post(ud, result(r, len))
-        })
-    };
-    let one = |r: Result<(), i32>| Submitted::one(r.map_err(|e| -e));
-    // A write whose submission failed never completes: it leaves at once.
-    let write = |r: Result<(), i32>, held: bool| {
-        if r.is_err() && held {
-            if let Some(g) = gate {
-                g.leave();
-            }
-        }
-        one(r)
-    };
-    let image = &img.image;
-    match *plan {
-        IoPlan::Read { offset, len } => {
-            let m = mailbox.clone();
-            let buf = SendPtr(data.ptr);
-            let seen = seen(None);
-            let done: ceph::Done = Box::new(move |r| {
-                seen(r);
-                if r >= 0 && (r as usize) < len as usize {
-                    // A read that ends in a hole of a sparse image may come
-                    // back short: the rest is zeroes.
-                    let b = &buf;
-                    // SAFETY: the buffer is valid for `len` bytes and still
-                    // this read's until its completion is posted below.
-                    unsafe {
-                        b.0.add(r as usize)
-                            .write_bytes(0, len as usize - r as usize)
-                    };
-                }
-                m.post(ud, result(r, len));
-            });
-            // SAFETY: the caller keeps the buffer valid and unaliased until
-            // the completion is posted.
-            one(unsafe { image.aio_read(offset, data.ptr, len as usize, done) })
-        }
-        IoPlan::Write { offset, len, .. } => {
-            let held = hold();
-            let h = held.is_some();
-            // SAFETY: the caller keeps the buffer valid until the completion.
-            let r = unsafe { image.aio_write(offset, data.ptr, len as usize, post(len, held)) };
-            write(r, h)
-        }
-        // Reservation commands run on the namespace's state, compares on
-        // the offload thread (backend::compare): never here.
-        IoPlan::Resv { .. } | IoPlan::Compare { .. } | IoPlan::Auth { .. } => Submitted {
-            in_flight: 0,
-            errno: nix::libc::EOPNOTSUPP,
-            done: 0,
-        },
-        IoPlan::Flush => one(image.aio_flush(post(0, None))),
-        IoPlan::WriteZeroes { offset, len, .. } => {
-            let held = hold();
-            let h = held.is_some();
-            write(image.aio_write_zeroes(offset, len, post(0, held)), h)
-        }
-        IoPlan::Dsm { .. } => {
-            let mut s = Submitted::default();
-            for &(o, l) in ranges {
-                let held = hold();
-                let h = held.is_some();
-                match write(image.aio_discard(o, l, post(0, held)), h) {
-                    Submitted { in_flight: 1, .. } => s.in_flight += 1,
-                    Submitted { errno, .. } => {
-                        s.errno = errno;
-                        break;
-                    }
-                }
-            }
-            s
-        }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn results() {
-        assert_eq!(result(4096, 4096), 4096);
-        assert_eq!(result(0, 4096), 4096, "a write completes with 0");
-        assert_eq!(result(0, 0), 0);
-        assert_eq!(result(-110, 4096), -110);
-        assert_eq!(result(isize::MIN, 8), -5);
     }
 }
