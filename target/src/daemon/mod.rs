@@ -291,8 +291,9 @@ impl Daemon {
             crate::telemetry::metrics::metrics().forget_subsystem(&s.nqn);
             false
         });
-        // `try_unwrap` decides against a queue's cache upgrading its Weak at
-        // the same moment: either the namespace is ours alone, or it stays.
+        // Queues hold a removed namespace until their commands on it ended
+        // and their timer let it go (`model::ns_cache`); `try_unwrap` makes
+        // sure the last reference, and the backend's flush, is ours.
         for ns in std::mem::take(&mut self.retired) {
             let ns = match Arc::try_unwrap(ns) {
                 Ok(ns) => ns,

@@ -22,6 +22,30 @@ pub fn count() -> usize {
     })
 }
 
+thread_local! {
+    /// The shard this thread adds to (see [`mine`]).
+    static MINE: std::cell::Cell<usize> = const { std::cell::Cell::new(usize::MAX) };
+}
+
+/// Makes the calling thread worker `w`'s: its [`Sharded::add_mine`]
+/// updates go to shard `w`.
+pub fn set_mine(w: usize) {
+    MINE.with(|m| m.set(w));
+}
+
+/// The shard the calling thread adds to: its worker's, or, for a thread
+/// that is no worker's (a callback thread of a library, the gate thread),
+/// one given out in turn at its first use.
+pub fn mine() -> usize {
+    MINE.with(|m| {
+        if m.get() == usize::MAX {
+            static NEXT: AtomicU64 = AtomicU64::new(0);
+            m.set(NEXT.fetch_add(1, Ordering::Relaxed) as usize);
+        }
+        m.get()
+    })
+}
+
 /// A signed count kept in per-worker shards.
 #[derive(Debug)]
 pub struct Sharded {
@@ -46,6 +70,12 @@ impl Sharded {
     #[inline]
     pub fn add(&self, w: usize, n: i64, order: Ordering) {
         self.shards[w % self.shards.len()].0.fetch_add(n, order);
+    }
+
+    /// Adds `n` in the calling thread's shard ([`mine`]), with `order`.
+    #[inline]
+    pub fn add_mine(&self, n: i64, order: Ordering) {
+        self.add(mine(), n, order);
     }
 
     /// The sum of the shards, each read with `order`.

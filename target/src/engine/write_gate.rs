@@ -8,7 +8,8 @@
 //! until the writes already inside have left, compares and writes, and
 //! reopens it. Closing is rare and short (one read and one write), so the
 //! gate closes for the whole namespace rather than a range; an open gate
-//! costs a write two atomic operations.
+//! costs a write two atomic operations, on its worker's own line (the count
+//! of writes inside is sharded; a closer sums it).
 //!
 //! The gate of an RBD image served by several gateways is also its
 //! ownership (see `backend::rbd::owner`): only the gateway that owns the
@@ -16,10 +17,11 @@
 //! ([`WriteGate::owned_by`]); handing it over ([`WriteGate::revoke`]) waits
 //! until every write operation inside completed in the cluster.
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::SeqCst};
+use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock};
 use std::time::{Duration, Instant};
 
+use crate::engine::shard::Sharded;
 use crate::worker::wake::Mailbox;
 
 /// The result a parked write is woken with (through its worker's mailbox,
@@ -32,8 +34,11 @@ type Want = Box<dyn Fn() + Send + Sync>;
 /// The gate.
 #[derive(Default)]
 pub struct WriteGate {
-    /// Writes inside (submitted, not all their operations done).
-    inside: AtomicU64,
+    /// Writes inside (submitted, not all their operations done), counted
+    /// in the shard of the thread that entered or left (only the sum means
+    /// anything). Every update and every read is SeqCst: a write that saw
+    /// the gate open is seen inside by the closer that shut it.
+    inside: Sharded,
     /// A Compare and Write holds it closed (or waits to).
     closed: AtomicBool,
     /// Writes need ownership ([`WriteGate::owned_by`]) and this gateway
@@ -84,7 +89,7 @@ impl WriteGate {
     /// A write asks to enter; parked (to be woken with `ud` through
     /// `mailbox`) while the gate is closed.
     pub fn enter(&self, mailbox: &Arc<Mailbox>, ud: u64) -> Entry {
-        self.inside.fetch_add(1, SeqCst);
+        self.inside.add_mine(1, SeqCst);
         if !self.shut() {
             return Entry::Inside;
         }
@@ -106,7 +111,7 @@ impl WriteGate {
     pub fn enter_wait(&self, timeout: Duration) -> bool {
         let until = Instant::now() + timeout;
         loop {
-            self.inside.fetch_add(1, SeqCst);
+            self.inside.add_mine(1, SeqCst);
             if !self.shut() {
                 return true;
             }
@@ -128,15 +133,22 @@ impl WriteGate {
     /// Counts one more operation of a write that is inside (a write of
     /// several operations, each of which leaves on its own completion).
     pub fn hold(&self) {
-        self.inside.fetch_add(1, SeqCst);
+        self.inside.add_mine(1, SeqCst);
     }
 
-    /// A write that entered is done.
+    /// A write that entered is done. While the gate is shut, whoever waits
+    /// for it to drain looks again (the shards do not tell the last one).
     pub fn leave(&self) {
-        if self.inside.fetch_sub(1, SeqCst) == 1 && self.shut() {
+        self.inside.add_mine(-1, SeqCst);
+        if self.shut() {
             let _g = self.parked();
             self.drained.notify_all();
         }
+    }
+
+    /// Whether no write is inside.
+    fn empty(&self) -> bool {
+        self.inside.sum(SeqCst) == 0
     }
 
     /// A write operation ended without a known outcome: it may still land.
@@ -191,7 +203,7 @@ impl WriteGate {
         let until = Instant::now() + timeout;
         let mut g = self.parked();
         self.unowned.store(true, SeqCst);
-        while self.inside.load(SeqCst) != 0 {
+        while !self.empty() {
             let left = until.saturating_duration_since(Instant::now());
             if left.is_zero() {
                 return false;
@@ -227,7 +239,7 @@ impl WriteGate {
         self.closed.store(true, SeqCst);
         let until = Instant::now() + timeout;
         let mut g = self.parked();
-        while self.inside.load(SeqCst) != 0 {
+        while !self.empty() {
             let left = until.saturating_duration_since(Instant::now());
             if left.is_zero() {
                 drop(g);
@@ -256,7 +268,7 @@ impl WriteGate {
         let one = self.closer.lock().unwrap_or_else(|p| p.into_inner());
         self.closed.store(true, SeqCst);
         let mut g = self.parked();
-        while self.inside.load(SeqCst) != 0 {
+        while !self.empty() {
             g = self.drained.wait(g).unwrap_or_else(|p| p.into_inner());
         }
         drop(g);
@@ -290,6 +302,64 @@ mod tests {
     use super::*;
     use crate::worker::wake::Waker;
     use std::time::Duration;
+
+    #[test]
+    fn a_write_may_leave_on_another_thread_than_it_entered() {
+        let gate = Arc::new(WriteGate::default());
+        let mb = Mailbox::new(Waker::new().unwrap());
+        assert_eq!(gate.enter(&mb, 1), Entry::Inside);
+        gate.hold();
+        let g = gate.clone();
+        std::thread::spawn(move || {
+            g.leave();
+            g.leave();
+        })
+        .join()
+        .unwrap();
+        assert!(gate.close_within(Duration::ZERO).is_some(), "none inside");
+    }
+
+    #[test]
+    fn no_write_is_inside_while_a_closer_holds_the_gate() {
+        use std::sync::atomic::{AtomicBool, AtomicUsize};
+        let gate = Arc::new(WriteGate::default());
+        let (inside, held) = (
+            Arc::new(AtomicUsize::new(0)),
+            Arc::new(AtomicBool::new(false)),
+        );
+        let stop = Arc::new(AtomicBool::new(false));
+        let writers: Vec<_> = (0..3)
+            .map(|_| {
+                let (g, inside, held, stop) =
+                    (gate.clone(), inside.clone(), held.clone(), stop.clone());
+                std::thread::spawn(move || {
+                    let mb = Mailbox::new(Waker::new().unwrap());
+                    let mut n = 0u64;
+                    while !stop.load(SeqCst) {
+                        if g.enter(&mb, n) == Entry::Inside {
+                            inside.fetch_add(1, SeqCst);
+                            assert!(!held.load(SeqCst), "a write inside a closed gate");
+                            inside.fetch_sub(1, SeqCst);
+                            g.leave();
+                        }
+                        n += 1;
+                    }
+                })
+            })
+            .collect();
+        for _ in 0..300 {
+            let c = gate.close();
+            held.store(true, SeqCst);
+            assert_eq!(inside.load(SeqCst), 0, "closed with a write inside");
+            held.store(false, SeqCst);
+            drop(c);
+        }
+        stop.store(true, SeqCst);
+        for w in writers {
+            w.join().unwrap();
+        }
+        assert!(gate.empty());
+    }
 
     #[test]
     fn a_closed_gate_waits_for_writes_inside_and_parks_new_ones() {

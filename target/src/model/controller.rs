@@ -644,8 +644,8 @@ impl Controller {
     pub fn namespace_cached(
         &self,
         nsid: u32,
-        cache: &mut crate::model::subsystem::NsCache,
-    ) -> Option<Arc<Namespace>> {
+        cache: &mut crate::model::ns_cache::NsCache,
+    ) -> Option<crate::model::ns_cache::NsRef> {
         self.subsys.namespace_for(nsid, &self.hostnqn, cache)
     }
 

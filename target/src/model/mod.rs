@@ -7,6 +7,7 @@ pub mod controller;
 pub mod discovery;
 pub mod hostid;
 pub mod namespace;
+pub mod ns_cache;
 pub mod port;
 pub mod qos;
 pub mod subsystem;

@@ -11,6 +11,7 @@ use nvme::Status;
 
 use crate::model::controller::Controller;
 use crate::model::namespace::Namespace;
+use crate::model::ns_cache::{NsCache, NsRef};
 
 /// Kind of subsystem.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -45,15 +46,6 @@ pub struct Subsystem {
     /// Removed by a reload: no new controller (set before its controllers
     /// are revoked, read under the controllers' lock).
     removed: AtomicBool,
-}
-
-/// A queue's memory of the last namespace it found (see
-/// [`Subsystem::namespace_for`]).
-#[derive(Debug, Default)]
-pub struct NsCache {
-    nsid: u32,
-    epoch: u64,
-    ns: std::sync::Weak<Namespace>,
 }
 
 /// Which hosts may connect to a subsystem.
@@ -144,31 +136,25 @@ impl Subsystem {
         self.ns_epoch.fetch_add(1, Ordering::Release);
     }
 
-    /// The namespace `nsid` if `hostnqn` sees it, through `cache` (the
-    /// namespace the queue's last command named): while neither the
-    /// namespaces nor that namespace's hosts changed, the epoch's load and
-    /// the `Weak`'s upgrade instead of two `ArcSwap` loads and a search.
-    /// The cache holds no
-    /// namespace alive: a removed one closes when its last command ends.
-    pub fn namespace_for(
-        &self,
-        nsid: u32,
-        hostnqn: &str,
-        cache: &mut NsCache,
-    ) -> Option<Arc<Namespace>> {
+    /// The namespace `nsid` if `hostnqn` sees it, through `cache` (what
+    /// the queue found before): while neither the namespaces nor their
+    /// hosts changed, the epoch's load and a search among the queue's own
+    /// instead of two `ArcSwap` loads and a search, and no write to the
+    /// namespace's shared count.
+    pub fn namespace_for(&self, nsid: u32, hostnqn: &str, cache: &mut NsCache) -> Option<NsRef> {
         let epoch = self.ns_epoch.load(Ordering::Acquire);
-        if cache.nsid == nsid && cache.epoch == epoch {
-            if let Some(ns) = cache.ns.upgrade() {
-                return Some(ns);
-            }
+        if let Some(ns) = cache.get(nsid, epoch) {
+            return Some(ns);
         }
+        cache.expire(epoch);
         let ns = self.namespace(nsid).filter(|n| n.visible_to(hostnqn))?;
-        *cache = NsCache {
-            nsid,
-            epoch,
-            ns: Arc::downgrade(&ns),
-        };
-        Some(ns)
+        Some(cache.put(ns, epoch))
+    }
+
+    /// Lets `cache` forget what it found before the namespaces or their
+    /// hosts last changed.
+    pub fn expire(&self, cache: &mut NsCache) {
+        cache.expire(self.ns_epoch.load(Ordering::Acquire));
     }
 
     /// Shows namespace `nsid` to `hosts` only (`None`: every host), at
@@ -588,13 +574,24 @@ mod tests {
             &s.namespace_for(1, "nqn.h1", &mut cache).unwrap(),
             &a2
         ));
-        // Removed: the cache does not keep it (its backend closes).
+        // Removed: the cache lets it go once expired (its backend closes),
+        // and no longer finds it.
         let weak = Arc::downgrade(&a2);
         s.namespace_for(1, "nqn.h1", &mut cache).unwrap();
         s.set_namespaces(vec![b.clone()]);
         drop((a, a2, got));
+        assert!(weak.upgrade().is_some(), "held until the queue expires it");
+        s.expire(&mut cache);
         assert!(weak.upgrade().is_none(), "a removed namespace stays alive");
         assert!(s.namespace_for(1, "nqn.h1", &mut cache).is_none());
+        // Two namespaces on one queue: both held, each found again without
+        // a new hold.
+        let (x, y) = (
+            s.namespace_for(2, "nqn.h2", &mut cache).unwrap(),
+            s.namespace_for(2, "nqn.h2", &mut cache).unwrap(),
+        );
+        assert!(Arc::ptr_eq(&x, &y));
+        assert_eq!(Arc::strong_count(&b), 3, "b: the table, the test, one hold");
     }
 
     #[test]

@@ -217,7 +217,12 @@ impl QueueCore {
                 return Err(st);
             }
         }
-        let plan = io::prepare(ns.as_deref(), &cmd, self.reqs[r].plan.len(), MAX_IO_SIZE)?;
+        let plan = io::prepare(
+            ns.as_deref().map(|n| &**n),
+            &cmd,
+            self.reqs[r].plan.len(),
+            MAX_IO_SIZE,
+        )?;
         if let (Some(n), Some(access)) = (&ns, crate::reservation::access_of(&plan)) {
             crate::command::reservation::admit(n, ctrl, access)?;
         }

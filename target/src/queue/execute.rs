@@ -16,6 +16,7 @@ use crate::engine::data::DataPlan;
 use crate::engine::plan::IoPlan;
 use crate::engine::request::Stage;
 use crate::model::controller::{Controller, PropertyEffect};
+use crate::model::ns_cache::NsRef;
 
 impl QueueCore {
     pub(super) fn execute(&mut self, env: &mut Env<'_, '_>, r: usize) {
@@ -87,7 +88,7 @@ impl QueueCore {
                     };
                     if s > 0 {
                         n += s;
-                        self.reqs[r].ns.push(ns.clone());
+                        self.reqs[r].ns.push(NsRef::new(ns.clone()));
                     }
                 }
                 self.reqs[r].life.backend_started(n);
@@ -282,7 +283,7 @@ impl QueueCore {
                 };
                 self.reqs[r].io = Some(plan);
                 self.reqs[r].op = Op::new(plan);
-                self.reqs[r].ns.push(ns.clone());
+                self.reqs[r].ns.push(NsRef::new(ns.clone()));
                 let ud = env.mem.backend_ud(self.token(r));
                 env.exec.blocking(
                     Some(&ns.lane),

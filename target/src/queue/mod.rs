@@ -44,7 +44,7 @@ use crate::engine::plan::IoPlan;
 use crate::engine::pool::Buf;
 use crate::engine::request::{Lifecycle, Stage, Step};
 use crate::model::controller::{Controller, QueueLink};
-use crate::model::namespace::Namespace;
+use crate::model::ns_cache::NsRef;
 use crate::model::subsystem::Target;
 use crate::telemetry::tally::Tally;
 
@@ -185,7 +185,7 @@ struct Req {
     start: Instant,
     /// Namespaces the request uses, held until it is released (a namespace
     /// removed by a reload outlives its in-flight commands).
-    ns: Vec<Arc<Namespace>>,
+    ns: Vec<NsRef>,
     /// Counted in its namespace's in-flight gauge.
     in_ns_gauge: bool,
     /// Counted in `Target::io_in_flight` (what shutdown drains).
@@ -272,7 +272,7 @@ pub struct QueueCore {
     fused: fused::Pending,
     actions: VecDeque<Action>,
     /// The namespace its last I/O command named.
-    ns_cache: crate::model::subsystem::NsCache,
+    ns_cache: crate::model::ns_cache::NsCache,
 }
 
 impl QueueCore {

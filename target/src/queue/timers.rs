@@ -42,6 +42,9 @@ impl QueueCore {
             }
             return;
         };
+        // A namespace removed or hidden since the queue found it closes
+        // once its commands ended, though the queue sends nothing more.
+        c.subsys.expire(&mut self.ns_cache);
         if self.liveness.sends_stalled(now) {
             // Its responses hold data buffers other hosts need.
             let loud = self

@@ -593,6 +593,7 @@ impl<T: Transport> Worker<T> {
         // A local, so dropped before `self` (the transport's memory) if this
         // unwinds.
         let _abort = crate::transport::abort::AbortOnUnwind("worker");
+        crate::engine::shard::set_mine(self.shared.index);
         let m = metrics();
         let label = self.shared.index.to_string();
         let busy = m.engine.worker_busy.with_label_values(&[&label]);

@@ -3,6 +3,7 @@
 //! showing it, or hiding it, takes effect at once with a notice.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use nvme::opcode::{admin, io};
 use nvme::opcode::{cns, lid};
@@ -116,4 +117,30 @@ fn a_namespace_shown_to_another_host_does_not_exist_for_this_one() {
         .collect();
     assert_eq!(ids, vec![1, 3]);
     let _ = Arc::clone(&ns2);
+}
+
+#[test]
+fn a_removed_namespace_closes_once_the_queue_that_used_it_lets_it_go() {
+    let t = target(vec![null_ns_at(1), null_ns_at(2)]);
+    let sub = t.subsystems()[0].clone();
+    let (one, two) = (sub.namespace(1).unwrap(), sub.namespace(2).unwrap());
+    let gone = Arc::downgrade(&two);
+    drop(two);
+    let mut h = Host::new(t);
+    let (_aq, cntlid) = h.admin(5000);
+    let q = h.io_queue(1, 32, cntlid);
+    // Both on one queue, in turn (as Linux sends them): each found once.
+    for _ in 0..3 {
+        assert!(read_ns(&mut h, q, 1).is_success());
+        assert!(read_ns(&mut h, q, 2).is_success());
+    }
+    assert_eq!(Arc::strong_count(&one), 3, "the table, this test, one hold");
+    // Removed by a reload: gone for the host at once; its backend closes
+    // at the queue's next timer though the host sends nothing more.
+    sub.set_namespaces(vec![one.clone()]);
+    assert!(gone.upgrade().is_some(), "the queue still holds it");
+    h.lb.advance(Duration::from_millis(500));
+    assert!(gone.upgrade().is_none(), "a removed namespace stays open");
+    assert!(same(read_ns(&mut h, q, 2), Status::INVALID_NS));
+    assert!(read_ns(&mut h, q, 1).is_success());
 }
