@@ -208,6 +208,8 @@ impl Daemon {
     ) -> Result<Daemon, String> {
         let started = Instant::now();
         check_memlock(config.engine.max_pinned_memory)?;
+        // Before the namespaces' counters are made: a shard per worker.
+        crate::engine::shard::set_workers(config.engine.workers);
         let target = Arc::new(build_target(&config)?);
         maintenance::restore_drained(&config, &target.ana);
         let built = started.elapsed();

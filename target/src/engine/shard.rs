@@ -3,7 +3,7 @@
 //! shutdown drain) sum the shards. A count that every worker updated on one
 //! shared line would move that line between CPUs on every I/O.
 
-use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicI64, AtomicU64, AtomicUsize, Ordering};
 use std::sync::OnceLock;
 
 /// A value alone on its cache line (two lines: adjacent-line prefetch).
@@ -11,15 +11,55 @@ use std::sync::OnceLock;
 #[repr(align(128))]
 pub struct Padded<T>(pub T);
 
-/// How many shards a sharded counter has: the CPUs the process may use
-/// (workers beyond that share shards, still correctly: updates are atomic).
+/// The workers that add to shards: at most this many, indices below it.
+static WORKERS: AtomicUsize = AtomicUsize::new(1);
+
+/// Tells the counters how many workers there are (before they start, and
+/// best before the namespaces open: counters made earlier have as many
+/// shards as there were CPUs).
+pub fn set_workers(n: usize) {
+    WORKERS.fetch_max(n, Ordering::Relaxed);
+}
+
+/// How many shards a sharded counter has: one per worker and at least one
+/// per CPU the process may use (workers beyond a counter's shards share
+/// them, still correctly: see [`bump`]).
 pub fn count() -> usize {
     static N: OnceLock<usize> = OnceLock::new();
     *N.get_or_init(|| {
-        std::thread::available_parallelism()
-            .map_or(1, |n| n.get())
-            .clamp(1, 64)
+        let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+        cpus.clamp(1, 64).max(WORKERS.load(Ordering::Relaxed))
     })
+}
+
+/// Whether a worker is the only writer of its shard among `len`: every
+/// worker has a shard of its own, and only workers add to them (counts a
+/// worker keeps for its commands). Then a load and a store add, where a
+/// read-modify-write would cost a locked instruction per count per I/O.
+#[inline]
+fn owned(len: usize) -> bool {
+    WORKERS.load(Ordering::Relaxed) <= len
+}
+
+/// Adds `v` to `a`, a count of worker `w`'s shard among `len` shards that
+/// only workers write.
+#[inline]
+pub fn bump(a: &AtomicU64, v: u64, len: usize) {
+    if owned(len) {
+        a.store(a.load(Ordering::Relaxed).wrapping_add(v), Ordering::Relaxed);
+    } else {
+        a.fetch_add(v, Ordering::Relaxed);
+    }
+}
+
+/// As [`bump`], for a signed count.
+#[inline]
+pub fn bump_signed(a: &AtomicI64, v: i64, len: usize) {
+    if owned(len) {
+        a.store(a.load(Ordering::Relaxed).wrapping_add(v), Ordering::Relaxed);
+    } else {
+        a.fetch_add(v, Ordering::Relaxed);
+    }
 }
 
 thread_local! {
@@ -72,6 +112,14 @@ impl Sharded {
         self.shards[w % self.shards.len()].0.fetch_add(n, order);
     }
 
+    /// Adds `n` in the shard of worker `w`, a count only workers add to
+    /// and read in no particular order with anything else (see [`bump`]).
+    #[inline]
+    pub fn bump(&self, w: usize, n: i64) {
+        let len = self.shards.len();
+        bump_signed(&self.shards[w % len].0, n, len);
+    }
+
     /// Adds `n` in the calling thread's shard ([`mine`]), with `order`.
     #[inline]
     pub fn add_mine(&self, n: i64, order: Ordering) {
@@ -106,10 +154,12 @@ impl<const N: usize> Counts<N> {
         }
     }
 
-    /// Adds `n` to count `i` in the shard of worker `w`.
+    /// Adds `n` to count `i` in the shard of worker `w` (workers only:
+    /// see [`bump`]).
     #[inline]
     pub fn add(&self, w: usize, i: usize, n: u64) {
-        self.shards[w % self.shards.len()].0[i].fetch_add(n, Ordering::Relaxed);
+        let len = self.shards.len();
+        bump(&self.shards[w % len].0[i], n, len);
     }
 
     /// Count `i`, summed over the shards.
@@ -124,6 +174,7 @@ impl<const N: usize> Counts<N> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::sync::Arc;
 
     #[test]
     fn shards_sum_and_workers_beyond_the_count_share() {
@@ -139,5 +190,28 @@ mod tests {
         c.add(count() + 1, 1, 2);
         c.add(1, 0, 1);
         assert_eq!((c.sum(0), c.sum(1)), (1, 7));
+    }
+
+    #[test]
+    fn more_workers_than_shards_share_them_without_losing_a_count() {
+        let len = count();
+        let c = Arc::new(Counts::<1>::new());
+        // Counters made before the engine said how many workers it runs.
+        set_workers(len + 1);
+        let threads: Vec<_> = [0, len]
+            .into_iter()
+            .map(|w| {
+                let c = c.clone();
+                std::thread::spawn(move || {
+                    for _ in 0..100_000 {
+                        c.add(w, 0, 1);
+                    }
+                })
+            })
+            .collect();
+        for t in threads {
+            t.join().unwrap();
+        }
+        assert_eq!(c.sum(0), 200_000, "two workers on one shard");
     }
 }

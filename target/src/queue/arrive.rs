@@ -78,7 +78,7 @@ impl QueueCore {
         let target = env.target;
         if self.qid() != 0 && !cmd.is_fabrics() {
             target.io_in_flight.add(env.worker, 1, Ordering::SeqCst);
-            target.io_started.add(env.worker, 1, Ordering::Relaxed);
+            target.io_started.bump(env.worker, 1);
             if target.stopping.load(Ordering::SeqCst) {
                 // Shutting down: hold the command unanswered (parked). The
                 // queue is disconnected once in-flight I/O drained; the host

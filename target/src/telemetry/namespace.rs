@@ -112,31 +112,33 @@ impl NsMetrics {
         }
     }
 
-    fn shard(&self, w: usize) -> &Shard {
+    /// Worker `w`'s shard, and how many there are (see `shard::bump`).
+    fn shard(&self, w: usize) -> (&Shard, usize) {
         let s = &self.series.shards;
-        &s[w % s.len()].0
+        (&s[w % s.len()].0, s.len())
     }
 
     /// Worker `w` completed a command of `bytes` in `elapsed`.
     #[inline]
     pub fn record(&self, w: usize, op: IoOp, bytes: u64, elapsed: Duration) {
-        let s = self.shard(w);
+        let (s, len) = self.shard(w);
         let i = op as usize;
-        s.ops[i].fetch_add(1, Ordering::Relaxed);
+        shard::bump(&s.ops[i], 1, len);
         if i < WITH_BYTES {
-            s.bytes[i].fetch_add(bytes, Ordering::Relaxed);
+            shard::bump(&s.bytes[i], bytes, len);
         }
         if i < TIMED {
             let ns = elapsed.as_nanos().min(u64::MAX as u128) as u64;
-            s.buckets[i][bucket_of(ns)].fetch_add(1, Ordering::Relaxed);
-            s.sum_ns[i].fetch_add(ns, Ordering::Relaxed);
+            shard::bump(&s.buckets[i][bucket_of(ns)], 1, len);
+            shard::bump(&s.sum_ns[i], ns, len);
         }
     }
 
     /// Worker `w` started (`+1`) or ended (`-1`) executing a command.
     #[inline]
     pub fn in_flight(&self, w: usize, n: i64) {
-        self.shard(w).in_flight.fetch_add(n, Ordering::Relaxed);
+        let (s, len) = self.shard(w);
+        shard::bump_signed(&s.in_flight, n, len);
     }
 
     /// Commands executing now.

@@ -46,6 +46,7 @@ impl Engine {
             let context = context.to_string();
             move |source| TransportError::Os { context, source }
         };
+        crate::engine::shard::set_workers(cfg.workers);
         let offload = Arc::new(Offload::start().map_err(os("starting the offload thread"))?);
         let workers = (0..cfg.workers)
             .map(WorkerShared::new)
