@@ -30,6 +30,9 @@ use crate::queue::{Action, Addrs, Env, QueueCore, QueueParams, ToHost, Token, CO
 use crate::worker::slots::QueueKey;
 use crate::worker::{Grant, Lend, PlainMemory};
 
+/// Outputs (PDUs with their data) written per `sendmsg`.
+const SEND_OUTPUTS: usize = 16;
+
 /// Data in a pool buffer of the worker's TCP part.
 #[derive(Clone, Copy)]
 struct DataPtr(*const u8);
@@ -724,12 +727,15 @@ impl TcpQueue {
         use nix::sys::socket::MsgFlags;
         let mut wrote = false;
         while !self.tx.is_empty() {
-            let mut iov: Vec<IoSlice<'_>> = Vec::with_capacity(48);
+            // Up to SEND_OUTPUTS outputs of at most 3 parts (header, data,
+            // digest) each: on the stack, not the heap.
+            let mut iov = [IoSlice::new(&[]); 3 * SEND_OUTPUTS];
+            let mut n = 0;
             // A large read's data goes alone in a zero-copy send: the
             // kernel would pin every part of the call, headers too.
             let mut zero_copy = None;
             let mut skip = self.tx_off;
-            'outs: for o in self.tx.iter().take(16) {
+            'outs: for o in self.tx.iter().take(SEND_OUTPUTS) {
                 // SAFETY: the data of a response's C2HData PDU: the request
                 // holds its pool buffer until the response was written.
                 let data = o
@@ -748,20 +754,22 @@ impl TcpQueue {
                         continue;
                     }
                     if zc && i == 1 {
-                        if !iov.is_empty() {
+                        if n > 0 {
                             break 'outs;
                         }
-                        iov.push(IoSlice::new(&part[skip..]));
+                        iov[n] = IoSlice::new(&part[skip..]);
+                        n += 1;
                         zero_copy = o
                             .data
                             .map(|(p, _)| p.0 as usize - res.pool_mem.ptr() as usize);
                         break 'outs;
                     }
-                    iov.push(IoSlice::new(&part[skip..]));
+                    iov[n] = IoSlice::new(&part[skip..]);
+                    n += 1;
                     skip = 0;
                 }
             }
-            if iov.is_empty() {
+            if n == 0 {
                 // Only the markers of responses to a closed connection.
                 break;
             }
@@ -771,12 +779,11 @@ impl TcpQueue {
             }
             let r = nix::sys::socket::sendmsg(
                 self.stream.as_raw_fd(),
-                &iov,
+                &iov[..n],
                 &[],
                 flags,
                 None::<&nix::sys::socket::SockaddrStorage>,
             );
-            drop(iov);
             match r {
                 Ok(mut k) => {
                     wrote = true;
