@@ -130,9 +130,12 @@ impl Budget {
         self.queued.load(Ordering::Acquire) == 0 && self.take(need)
     }
 
+    // `take` after `defer`'s count and `give_back`'s look at the count after
+    // its subtraction are SeqCst: each side sees the other's write (a store
+    // buffer must not hide both), so a give-back never misses a waiter.
     fn take(&self, need: Need) -> bool {
-        let ops = self.ops.fetch_add(need.ops, Ordering::AcqRel);
-        let bytes = self.bytes.fetch_add(need.bytes, Ordering::AcqRel);
+        let ops = self.ops.fetch_add(need.ops, Ordering::SeqCst);
+        let bytes = self.bytes.fetch_add(need.bytes, Ordering::SeqCst);
         let fits = |now: u64, add: u64, cap: u64| now == 0 || now + add <= cap;
         if fits(ops, need.ops, self.cap.ops) && fits(bytes, need.bytes, self.cap.bytes) {
             return true;
@@ -146,9 +149,9 @@ impl Budget {
 
     /// Gives back what a call took (its completion, or its failed start).
     pub fn give_back(&self, need: Need) {
-        self.ops.fetch_sub(need.ops, Ordering::AcqRel);
-        self.bytes.fetch_sub(need.bytes, Ordering::AcqRel);
-        if self.queued.load(Ordering::Acquire) > 0 {
+        self.ops.fetch_sub(need.ops, Ordering::SeqCst);
+        self.bytes.fetch_sub(need.bytes, Ordering::SeqCst);
+        if self.queued.load(Ordering::SeqCst) > 0 {
             // Under the lock: the dispatcher is either before its look at
             // the budget (and sees this) or waiting (and is woken).
             drop(self.lock());
@@ -158,7 +161,7 @@ impl Budget {
 
     /// Queues `d` for the dispatcher.
     pub fn defer(&self, d: Deferred) {
-        self.queued.fetch_add(1, Ordering::AcqRel);
+        self.queued.fetch_add(1, Ordering::SeqCst);
         self.lock().jobs.push_back(d);
         self.freed.notify_one();
     }

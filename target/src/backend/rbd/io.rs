@@ -327,7 +327,10 @@ impl Pieces {
 }
 
 /// The dispatcher's turn for the piece of `call`'s range that starts at
-/// `off` (`len` bytes left): it starts the piece and hands back the rest.
+/// `off` (`len` bytes left). One piece of a range is in flight at a time:
+/// its completion queues the next (none after an error), so a long range
+/// neither fills the connection's budget nor keeps calls queued, which
+/// would send every other call of the connection through the dispatcher.
 fn piece(
     image: Arc<ceph::Image>,
     budget: Arc<Budget>,
@@ -339,7 +342,10 @@ fn piece(
 ) -> Deferred {
     let unit = unit.max(1);
     let end = off.saturating_add(len);
-    let piece_end = (off / unit + PIECE_UNITS).saturating_mul(unit).min(end);
+    let piece_end = (off / unit)
+        .saturating_add(PIECE_UNITS)
+        .saturating_mul(unit)
+        .min(end);
     let this = call.piece(off, piece_end - off);
     let need = this.need(unit);
     let (call, this) = (SendCall(call), SendCall(this));
@@ -347,30 +353,41 @@ fn piece(
         need,
         run: Box::new(move || {
             let (call, this) = (call, this);
+            let more = piece_end < end;
             pieces.left.fetch_add(1, Ordering::AcqRel);
-            let (b, p) = (budget.clone(), pieces.clone());
+            let (b, p, img) = (budget.clone(), pieces.clone(), image.clone());
             let done: ceph::Done = Box::new(move |r| {
+                // The whole wrapper, which is Send (not its field).
+                let call = call;
                 b.give_back(need);
                 p.seen(r);
-                p.one_done(r);
+                if more && r >= 0 && p.err.load(Ordering::Acquire) == 0 {
+                    let next = piece(
+                        img,
+                        b.clone(),
+                        unit,
+                        call.0,
+                        piece_end,
+                        end - piece_end,
+                        p.clone(),
+                    );
+                    b.defer(next);
+                    p.one_done(r);
+                } else {
+                    p.one_done(r);
+                    if more {
+                        // No piece follows: the token for them goes too.
+                        p.one_done(0);
+                    }
+                }
             });
+            if !more {
+                // Every piece started once this one is: its completion answers.
+                pieces.one_done(0);
+            }
             // SAFETY: no buffer.
             unsafe { this.0.start(&image, done) };
-            if piece_end < end {
-                Some(piece(
-                    image,
-                    budget,
-                    unit,
-                    call.0,
-                    piece_end,
-                    end - piece_end,
-                    pieces,
-                ))
-            } else {
-                // Every piece started: the last completion answers.
-                pieces.one_done(0);
-                None
-            }
+            None
         }),
     }
 }

@@ -237,11 +237,6 @@ fn connect(cfg: &RbdConfig, group: u32) -> Result<Arc<Conn>, ceph::Error> {
         ops: limit("objecter_inflight_ops", 1024) / 2,
         bytes: limit("objecter_inflight_op_bytes", 100 << 20) / 2,
     };
-    let budget = budget::Budget::start(cap, "rbd-dispatch").map_err(|e| {
-        ceph::Error::Library(format!(
-            "starting a cluster connection's dispatcher thread: {e}"
-        ))
-    })?;
     if c.get("rbd_cache").is_ok_and(|v| v == "true") {
         tracing::info!(client = %cfg.client, "librbd's writeback cache is turned off for this target (gateways must not cache writes)");
     }
@@ -251,8 +246,15 @@ fn connect(cfg: &RbdConfig, group: u32) -> Result<Arc<Conn>, ceph::Error> {
             c.set(k, OP_TIMEOUT_S)?;
         }
     }
+    let addr = c.addrs()?;
+    // Last: a connection that fails to open leaves no dispatcher behind.
+    let budget = budget::Budget::start(cap, "rbd-dispatch").map_err(|e| {
+        ceph::Error::Library(format!(
+            "starting a cluster connection's dispatcher thread: {e}"
+        ))
+    })?;
     let conn = Arc::new(Conn {
-        addr: c.addrs()?,
+        addr,
         cluster: c,
         fenced: AtomicBool::new(false),
         suspect: AtomicBool::new(false),
