@@ -76,14 +76,4 @@ impl NsCache {
             self.epoch = epoch;
         }
     }
-
-    /// How many namespaces it holds.
-    pub fn len(&self) -> usize {
-        self.held.len()
-    }
-
-    /// Whether it holds none.
-    pub fn is_empty(&self) -> bool {
-        self.held.is_empty()
-    }
 }

@@ -361,24 +361,23 @@ fn piece(
                 let call = call;
                 b.give_back(need);
                 p.seen(r);
-                if more && r >= 0 && p.err.load(Ordering::Acquire) == 0 {
-                    let next = piece(
+                let next = more && r >= 0 && p.err.load(Ordering::Acquire) == 0;
+                if next {
+                    let rest = end - piece_end;
+                    b.defer(piece(
                         img,
                         b.clone(),
                         unit,
                         call.0,
                         piece_end,
-                        end - piece_end,
+                        rest,
                         p.clone(),
-                    );
-                    b.defer(next);
-                    p.one_done(r);
-                } else {
-                    p.one_done(r);
-                    if more {
-                        // No piece follows: the token for them goes too.
-                        p.one_done(0);
-                    }
+                    ));
+                }
+                p.one_done(r);
+                if more && !next {
+                    // No piece follows: the token for them goes too.
+                    p.one_done(0);
                 }
             });
             if !more {
