@@ -15,6 +15,11 @@
 //! whose responses made no progress for [`SEND_STALL`] is ended, whatever
 //! its keep-alive does.
 //!
+//! A host that asks the target to fetch its data and never gives it (an
+//! NVMe/TCP host that sends no H2CData for its R2Ts) holds the data buffer
+//! of each such command: a queue whose fetches made no progress for
+//! [`FETCH_STALL`] is ended too.
+//!
 //! Sans-IO: this decides when; the transport sends.
 
 use std::time::{Duration, Instant};
@@ -30,8 +35,14 @@ pub const PROBE_TIMEOUT: Duration = Duration::from_secs(20);
 /// one is out) before the queue is ended.
 pub const SEND_STALL: Duration = Duration::from_secs(30);
 
+/// How long a queue's fetches of host data may make no progress (none
+/// completed while one is out) before the queue is ended. Data a host
+/// sends in order on its connection completes one fetch at least every
+/// 128 KiB; a live host is far quicker than this.
+pub const FETCH_STALL: Duration = Duration::from_secs(10);
+
 /// When a queue last heard from its host, its probe in flight, and the
-/// progress of its responses.
+/// progress of its responses and fetches.
 #[derive(Debug, Clone, Copy)]
 pub struct Liveness {
     accepted: Instant,
@@ -41,6 +52,10 @@ pub struct Liveness {
     sending: u32,
     /// When a response was last delivered, or the first one posted since.
     sends_moved: Instant,
+    /// Fetches of host data posted and not completed yet.
+    fetching: u32,
+    /// When a fetch last completed, or the first one posted since.
+    fetches_moved: Instant,
 }
 
 impl Liveness {
@@ -52,6 +67,8 @@ impl Liveness {
             probe: None,
             sending: 0,
             sends_moved: now,
+            fetching: 0,
+            fetches_moved: now,
         }
     }
 
@@ -72,6 +89,25 @@ impl Liveness {
     /// Whether responses are out and none moved for [`SEND_STALL`].
     pub fn sends_stalled(&self, now: Instant) -> bool {
         self.sending > 0 && now.saturating_duration_since(self.sends_moved) >= SEND_STALL
+    }
+
+    /// A fetch of host data was posted.
+    pub fn fetch_posted(&mut self, now: Instant) {
+        if self.fetching == 0 {
+            self.fetches_moved = now;
+        }
+        self.fetching += 1;
+    }
+
+    /// A fetch completed (or failed: it is not out any more either way).
+    pub fn fetch_done(&mut self, now: Instant) {
+        self.fetching = self.fetching.saturating_sub(1);
+        self.fetches_moved = now;
+    }
+
+    /// Whether fetches are out and none completed for [`FETCH_STALL`].
+    pub fn fetches_stalled(&self, now: Instant) -> bool {
+        self.fetching > 0 && now.saturating_duration_since(self.fetches_moved) >= FETCH_STALL
     }
 
     /// When the queue was accepted.
@@ -182,6 +218,33 @@ mod tests {
         assert!(!l.sends_stalled(t1 + SEND_STALL), "one moved");
         l.response_done(t1 + SEND_STALL);
         assert!(!l.sends_stalled(t1 + SEND_STALL * 5), "none out");
+    }
+
+    #[test]
+    fn fetches_that_do_not_move_stall_the_queue() {
+        let t0 = Instant::now();
+        let mut l = Liveness::new(t0);
+        assert!(!l.fetches_stalled(t0 + FETCH_STALL * 2), "nothing out");
+        let t1 = t0 + FETCH_STALL;
+        l.fetch_posted(t1);
+        assert!(!l.fetches_stalled(t1 + FETCH_STALL / 2));
+        l.fetch_posted(t1 + FETCH_STALL / 2);
+        assert!(
+            l.fetches_stalled(t1 + FETCH_STALL),
+            "the first one never came"
+        );
+        l.fetch_done(t1 + FETCH_STALL / 2);
+        assert!(!l.fetches_stalled(t1 + FETCH_STALL), "one came");
+        assert!(
+            l.fetches_stalled(t1 + FETCH_STALL / 2 + FETCH_STALL),
+            "then none"
+        );
+        l.fetch_done(t1 + FETCH_STALL);
+        assert!(!l.fetches_stalled(t1 + FETCH_STALL * 5), "none out");
+        assert!(
+            !l.sends_stalled(t1 + FETCH_STALL * 5),
+            "apart from responses"
+        );
     }
 
     #[test]

@@ -10,6 +10,12 @@
 //! to the first waiter under its share, a newcomer over its share waits.
 //! A queue alone may use the whole pool.
 //!
+//! Queues whose peer has proven nothing that earns it I/O (no controller
+//! yet, a discovery controller, one still to authenticate) take buffers
+//! "limited": all of them together hold at most an eighth of each class
+//! ([`Pool::limited_cap`]), so such peers, however many, leave the rest to
+//! the hosts that serve data.
+//!
 //! The memory itself (registered as an RDMA memory region and as io_uring
 //! fixed buffers) belongs to the transport; this type hands out offsets in it.
 
@@ -88,6 +94,8 @@ pub struct Buf {
     pub size: usize,
     /// The queue holding it.
     pub owner: u32,
+    /// Taken under the cap of limited queues.
+    pub limited: bool,
 }
 
 /// The pool: free lists and waiters. `W` names a waiting request.
@@ -95,10 +103,20 @@ pub struct Buf {
 pub struct Pool<W> {
     shape: PoolShape,
     free: [Vec<u32>; 2],
-    /// Waiting requests and their queues.
-    waiters: [VecDeque<(u32, W)>; 2],
+    /// Waiting requests, their queues and whether they are limited.
+    waiters: [VecDeque<Waiter<W>>; 2],
     /// Buffers each queue holds, per class.
     held: HashMap<u32, [u32; 2]>,
+    /// Buffers limited queues hold, per class.
+    limited_held: [u32; 2],
+}
+
+/// A request waiting for a buffer.
+#[derive(Debug)]
+struct Waiter<W> {
+    owner: u32,
+    limited: bool,
+    who: W,
 }
 
 impl<W> Pool<W> {
@@ -114,6 +132,7 @@ impl<W> Pool<W> {
             ],
             waiters: [VecDeque::new(), VecDeque::new()],
             held: HashMap::new(),
+            limited_held: [0, 0],
             shape,
         }
     }
@@ -147,12 +166,37 @@ impl<W> Pool<W> {
         }
     }
 
+    /// Buffers of `c` that limited queues may hold together: an eighth of
+    /// the class, at least one.
+    pub fn limited_cap(&self, c: Class) -> u32 {
+        (self.shape.count(c) / 8).max(1) as u32
+    }
+
+    /// Buffers of `c` limited queues hold now.
+    pub fn limited_held(&self, c: Class) -> u32 {
+        self.limited_held[c as usize]
+    }
+
+    /// Whether a limited queue may take one more buffer of `c`.
+    fn limited_room(&self, c: Class) -> bool {
+        self.limited_held[c as usize] < self.limited_cap(c)
+    }
+
+    /// Whether waiter `w` of class `c` could take a buffer now (a limited
+    /// one not while limited queues hold their cap).
+    fn eligible(&self, w: &Waiter<W>, c: Class) -> bool {
+        !w.limited || self.limited_room(c)
+    }
+
     /// Whether `owner` may take one more buffer of `c` while others wait:
     /// it holds less than its share (the class over the queues that hold
-    /// or wait for it), or no other queue waits.
+    /// or wait for it), or no other queue waits that could take it.
     fn under_share(&self, owner: u32, c: Class) -> bool {
         let waiters = &self.waiters[c as usize];
-        if waiters.iter().all(|(o, _)| *o == owner) {
+        if waiters
+            .iter()
+            .all(|w| w.owner == owner || !self.eligible(w, c))
+        {
             return true;
         }
         let mut owners: Vec<u32> = self
@@ -160,7 +204,7 @@ impl<W> Pool<W> {
             .iter()
             .filter(|(_, h)| h[c as usize] > 0)
             .map(|(o, _)| *o)
-            .chain(waiters.iter().map(|(o, _)| *o))
+            .chain(waiters.iter().map(|w| w.owner))
             .chain(std::iter::once(owner))
             .collect();
         owners.sort_unstable();
@@ -192,45 +236,75 @@ impl<W> Pool<W> {
             offset,
             size,
             owner: 0,
+            limited: false,
         }
     }
 
-    /// Takes a buffer of `class` for request `who` of queue `owner`. If none
-    /// is free, or others wait for that class and `owner` has its share,
-    /// `who` joins the wait queue and `None` is returned. (A free buffer
-    /// with waiters left means every waiter has its share: a newcomer under
-    /// its own takes it.)
-    pub fn take(&mut self, class: Class, owner: u32, who: W) -> Option<Buf> {
+    /// Takes a buffer of `class` for request `who` of queue `owner`
+    /// (`limited`: under the cap of limited queues). If none is free, or
+    /// others wait for that class and `owner` has its share, or a limited
+    /// queue finds the limited cap reached, `who` joins the wait queue and
+    /// `None` is returned. (A free buffer with waiters left means every
+    /// waiter that could take it has its share: a newcomer under its own
+    /// takes it.)
+    pub fn take(&mut self, class: Class, owner: u32, limited: bool, who: W) -> Option<Buf> {
         let c = class as usize;
         if !self.free[c].is_empty()
+            && (!limited || self.limited_room(class))
             && (self.waiters[c].is_empty() || self.under_share(owner, class))
         {
             let i = self.free[c].pop().expect("checked");
             self.hold(owner, class, 1);
+            if limited {
+                self.limited_held[c] += 1;
+            }
             return Some(Buf {
                 owner,
+                limited,
                 ..self.buf(class, i)
             });
         }
-        self.waiters[c].push_back((owner, who));
+        self.waiters[c].push_back(Waiter {
+            owner,
+            limited,
+            who,
+        });
         None
     }
 
     /// Gives a buffer back. If requests wait for its class, the buffer goes to
     /// the first of them under its queue's share (else to the first of the
     /// queue holding the fewest), returned with it (a waiter that went away
-    /// meanwhile gives it back again).
+    /// meanwhile gives it back again). Limited waiters are passed over while
+    /// limited queues hold their cap.
     pub fn give(&mut self, buf: Buf) -> Option<(W, Buf)> {
         let (class, c) = (buf.class, buf.class as usize);
         self.hold(buf.owner, class, -1);
-        let pick = (0..self.waiters[c].len())
-            .find(|&i| self.under_share(self.waiters[c][i].0, class))
+        if buf.limited {
+            self.limited_held[c] = self.limited_held[c].saturating_sub(1);
+        }
+        let ws = &self.waiters[c];
+        let pick = (0..ws.len())
+            .filter(|&i| self.eligible(&ws[i], class))
+            .find(|&i| self.under_share(ws[i].owner, class))
             .or_else(|| {
-                (0..self.waiters[c].len()).min_by_key(|&i| self.held(self.waiters[c][i].0, class))
+                (0..ws.len())
+                    .filter(|&i| self.eligible(&ws[i], class))
+                    .min_by_key(|&i| self.held(ws[i].owner, class))
             });
-        if let Some((owner, w)) = pick.and_then(|i| self.waiters[c].remove(i)) {
-            self.hold(owner, class, 1);
-            return Some((w, Buf { owner, ..buf }));
+        if let Some(w) = pick.and_then(|i| self.waiters[c].remove(i)) {
+            self.hold(w.owner, class, 1);
+            if w.limited {
+                self.limited_held[c] += 1;
+            }
+            return Some((
+                w.who,
+                Buf {
+                    owner: w.owner,
+                    limited: w.limited,
+                    ..buf
+                },
+            ));
         }
         self.free[c].push(buf.index);
         None
@@ -269,10 +343,10 @@ mod tests {
         assert_eq!(sh.class_for(131073), None);
         assert_eq!(shape(0, 1).class_for(512), Some(Class::Large));
         let mut p: Pool<u32> = Pool::new(shape(2, 2));
-        let a = p.take(Class::Small, 1, 1).unwrap();
-        let b = p.take(Class::Small, 2, 2).unwrap();
-        let c = p.take(Class::Large, 3, 3).unwrap();
-        let d = p.take(Class::Large, 4, 4).unwrap();
+        let a = p.take(Class::Small, 1, false, 1).unwrap();
+        let b = p.take(Class::Small, 2, false, 2).unwrap();
+        let c = p.take(Class::Large, 3, false, 3).unwrap();
+        let d = p.take(Class::Large, 4, false, 4).unwrap();
         let mut offs = [a, b, c, d].map(|x| (x.offset, x.size));
         offs.sort();
         assert_eq!(
@@ -292,9 +366,9 @@ mod tests {
     #[test]
     fn waiters_are_served_in_order() {
         let mut p: Pool<u32> = Pool::new(shape(1, 0));
-        let a = p.take(Class::Small, 1, 1).unwrap();
-        assert_eq!(p.take(Class::Small, 2, 2), None);
-        assert_eq!(p.take(Class::Small, 3, 3), None);
+        let a = p.take(Class::Small, 1, false, 1).unwrap();
+        assert_eq!(p.take(Class::Small, 2, false, 2), None);
+        assert_eq!(p.take(Class::Small, 3, false, 3), None);
         assert_eq!(p.waiting(), 2);
         assert_eq!(p.in_use(), 1);
         let (w, b) = p.give(a).unwrap();
@@ -309,12 +383,12 @@ mod tests {
     #[test]
     fn a_newcomer_does_not_overtake_waiters() {
         let mut p: Pool<u32> = Pool::new(shape(1, 0));
-        let a = p.take(Class::Small, 1, 1).unwrap();
-        assert_eq!(p.take(Class::Small, 2, 2), None);
+        let a = p.take(Class::Small, 1, false, 1).unwrap();
+        assert_eq!(p.take(Class::Small, 2, false, 2), None);
         // The buffer goes to 2, so 3 finds none and queues behind.
         let (w, a) = p.give(a).unwrap();
         assert_eq!(w, 2);
-        assert_eq!(p.take(Class::Small, 3, 3), None);
+        assert_eq!(p.take(Class::Small, 3, false, 3), None);
         let (w, _) = p.give(a).unwrap();
         assert_eq!(w, 3);
     }
@@ -327,46 +401,86 @@ mod tests {
         let mut p: Pool<&str> = Pool::new(shape(0, 4));
         let hog: Vec<Buf> = (0..4)
             .map(|_| {
-                p.take(Class::Large, 1, "hog")
+                p.take(Class::Large, 1, false, "hog")
                     .expect("alone, it may take all")
             })
             .collect();
-        assert_eq!(p.take(Class::Large, 1, "hog-more"), None);
-        assert_eq!(p.take(Class::Large, 2, "other"), None);
+        assert_eq!(p.take(Class::Large, 1, false, "hog-more"), None);
+        assert_eq!(p.take(Class::Large, 2, false, "other"), None);
         // FIFO would serve the hog's second request first.
         let (w, b) = p.give(hog[0]).unwrap();
         assert_eq!((w, b.owner), ("other", 2));
         assert_eq!(p.held_by(1, Class::Large), 3);
         // Over its share (4 over 2 queues) while queue 2 held one and a
         // third waits: the third is served, not the hog.
-        assert_eq!(p.take(Class::Large, 3, "third"), None);
+        assert_eq!(p.take(Class::Large, 3, false, "third"), None);
         let (w, _) = p.give(hog[1]).unwrap();
         assert_eq!(w, "third");
         // Only the hog waits: it is served.
         let (w, b2) = p.give(hog[2]).unwrap();
         assert_eq!(w, "hog-more");
         assert_eq!(b2.owner, 1);
-        assert_eq!(p.take(Class::Large, 1, "hog-again"), None);
+        assert_eq!(p.take(Class::Large, 1, false, "hog-again"), None);
         let (w, _) = p.give(b).unwrap();
         assert_eq!(w, "hog-again");
         assert_eq!(p.held_by(2, Class::Large), 0);
         assert_eq!(p.held_by(1, Class::Large), 3);
     }
 
+    /// Issue 57, 1: peers that proved nothing (discovery, no Connect yet,
+    /// not authenticated) hold at most an eighth of a class together; a
+    /// host's request finds the rest, and a limited waiter is passed over
+    /// while the cap is held, not served before a host.
+    #[test]
+    fn limited_queues_hold_an_eighth_of_a_class_together() {
+        let mut p: Pool<&str> = Pool::new(shape(16, 16));
+        assert_eq!(p.limited_cap(Class::Large), 2);
+        let a = p.take(Class::Large, 1, true, "hog-a").unwrap();
+        let b = p.take(Class::Large, 2, true, "hog-b").unwrap();
+        assert!(a.limited && b.limited);
+        assert_eq!(p.take(Class::Large, 3, true, "hog-c"), None, "cap held");
+        assert_eq!(p.limited_held(Class::Large), 2);
+        // A host takes all the rest, though a limited request waits.
+        let host: Vec<Buf> = (0..14)
+            .map(|_| {
+                p.take(Class::Large, 9, false, "host")
+                    .expect("free for hosts")
+            })
+            .collect();
+        assert!(host.iter().all(|b| !b.limited));
+        // A host's buffer back: not to the capped limited waiter.
+        assert_eq!(p.give(host[0]), None);
+        let h = p.take(Class::Large, 9, false, "host-again").unwrap();
+        // A limited buffer back: the limited waiter gets it, limited.
+        let (w, c) = p.give(a).unwrap();
+        assert_eq!((w, c.owner, c.limited), ("hog-c", 3, true));
+        assert_eq!(p.limited_held(Class::Large), 2);
+        for x in host.into_iter().skip(1).chain([b, c, h]) {
+            assert_eq!(p.give(x), None);
+        }
+        assert!(p.all_free());
+        assert_eq!(p.limited_held(Class::Large), 0);
+        // A class of fewer than 8 still lets one limited buffer out.
+        let mut p: Pool<u32> = Pool::new(shape(0, 3));
+        assert_eq!(p.limited_cap(Class::Large), 1);
+        assert!(p.take(Class::Large, 1, true, 1).is_some());
+        assert_eq!(p.take(Class::Large, 2, true, 2), None);
+    }
+
     proptest! {
         /// No buffer is handed out twice, counts stay right, and every waiter
         /// is served once buffers come back.
         #[test]
-        fn never_double_hands_out(ops in proptest::collection::vec((any::<bool>(), any::<bool>()), 1..200)) {
+        fn never_double_hands_out(ops in proptest::collection::vec((any::<bool>(), any::<bool>(), any::<bool>()), 1..200)) {
             let mut p: Pool<u32> = Pool::new(shape(3, 2));
             let mut held: Vec<Buf> = Vec::new();
             let mut next = 0u32;
             let mut waiting = 0usize;
-            for (take, small) in ops {
+            for (take, small, limited) in ops {
                 let class = if small { Class::Small } else { Class::Large };
                 if take {
                     next += 1;
-                    match p.take(class, next % 3, next) {
+                    match p.take(class, next % 3, limited && next.is_multiple_of(3), next) {
                         Some(b) => held.push(b),
                         None => waiting += 1,
                     }
@@ -382,6 +496,11 @@ mod tests {
                     prop_assert!(w[0].0 + w[0].1 <= w[1].0, "overlapping buffers handed out");
                 }
                 prop_assert_eq!(p.in_use(), held.len());
+                for c in [Class::Small, Class::Large] {
+                    let lim = held.iter().filter(|b| b.class == c && b.limited).count() as u32;
+                    prop_assert_eq!(p.limited_held(c), lim);
+                    prop_assert!(lim <= p.limited_cap(c));
+                }
                 prop_assert_eq!(p.waiting(), waiting);
             }
             while let Some(b) = held.pop() {

@@ -204,7 +204,7 @@ impl QueueCore {
         };
         self.cleared()?;
         if self.qid() == 0 {
-            return Ok(());
+            return admin::check_transfer(&cmd, self.reqs[r].plan.len());
         }
         if !ctrl.is_ready() {
             return Err(Status::CMD_SEQ_ERROR);

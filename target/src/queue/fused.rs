@@ -101,6 +101,22 @@ impl QueueCore {
         }
     }
 
+    /// A first command whose second has not come within
+    /// [`super::timers::FUSED_WAIT`] is answered Command Aborted due to
+    /// Missing Fused Command; a second arriving later is aborted the same
+    /// way (no first waits for it).
+    pub(super) fn expire_fused(&mut self, env: &mut Env<'_, '_>) {
+        let Pending::First(f) = self.fused else {
+            return;
+        };
+        let started = self.reqs[f as usize].start;
+        if env.now.saturating_duration_since(started) < super::timers::FUSED_WAIT {
+            return;
+        }
+        self.fused = Pending::None;
+        self.fused_outcome(env, f as usize, Status::FUSED_MISSING);
+    }
+
     /// A fused command executes (its data is here): the pair runs once both
     /// are; until then it waits.
     pub(super) fn exec_fused(&mut self, env: &mut Env<'_, '_>, r: usize) {

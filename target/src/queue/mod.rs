@@ -128,6 +128,9 @@ pub enum Action {
         req: Token,
         /// Bytes.
         len: u32,
+        /// Its queue's peer has proven nothing that earns it I/O: the
+        /// buffer comes under the pool's cap of limited queues.
+        limited: bool,
     },
     /// Fetch `len` bytes of host data at `addr`/`key` into `buf`; report the
     /// completion with [`QueueCore::fetched`].
@@ -361,6 +364,19 @@ impl QueueCore {
             .sum()
     }
 
+    /// Whether the queue's peer has proven nothing that earns it I/O: no
+    /// controller yet, a discovery controller, or one that has still to
+    /// authenticate. Its buffers come under the pool's limited cap.
+    pub fn limited(&self) -> bool {
+        match &self.ctrl {
+            None => true,
+            Some(c) => {
+                c.subsys.kind == crate::model::subsystem::SubsystemKind::Discovery
+                    || !self.auth.cleared(c)
+            }
+        }
+    }
+
     /// The next thing the transport must do.
     pub fn next_action(&mut self) -> Option<Action> {
         self.actions.pop_front()
@@ -424,9 +440,10 @@ impl QueueCore {
                 self.actions.push_back(Action::NeedBuffer {
                     req: self.token(r),
                     len,
+                    limited: self.limited(),
                 });
             }
-            Step::Fetch => self.fetch(r),
+            Step::Fetch => self.fetch(env.now, r),
             Step::Execute => self.execute(env, r),
             Step::Respond => {
                 self.liveness.response_posted(env.now);
@@ -451,7 +468,7 @@ impl QueueCore {
         None
     }
 
-    fn fetch(&mut self, r: usize) {
+    fn fetch(&mut self, now: Instant, r: usize) {
         let (DataPlan::FromHost { addr, len, key }, Some(buf)) =
             (self.reqs[r].plan, self.reqs[r].buf)
         else {
@@ -466,6 +483,7 @@ impl QueueCore {
             key,
         });
         self.reqs[r].life.fetch_posted();
+        self.liveness.fetch_posted(now);
     }
 
     /// The fetch of request `t`'s data completed (`ok`), or failed.
@@ -476,6 +494,9 @@ impl QueueCore {
         };
         if !q.life.owns_work_completion(t.gen) {
             return;
+        }
+        if q.life.stage() == Stage::Fetching {
+            self.liveness.fetch_done(env.now);
         }
         let s = q.life.fetched(ok);
         self.step(env, r, s)
@@ -491,6 +512,9 @@ impl QueueCore {
         };
         if !q.life.owns_work_completion(t.gen) {
             return;
+        }
+        if q.life.stage() == Stage::Fetching {
+            self.liveness.fetch_done(env.now);
         }
         match q.life.fetch_corrupt() {
             Step::Respond => {

@@ -9,12 +9,17 @@ use std::time::Duration;
 use tracing::{debug, info, warn};
 
 use super::{Action, Env, QueueCore};
-use crate::engine::liveness::{PROBE_TIMEOUT, SEND_STALL};
+use crate::engine::liveness::{FETCH_STALL, PROBE_TIMEOUT, SEND_STALL};
 use crate::telemetry::tally::Tally;
 
 /// A queue that has not sent a valid Fabrics Connect within this long after
 /// it was accepted is disconnected (it holds resources for nothing).
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// How long the first command of a fused pair waits for its second (a host
+/// sends the two back to back) before it is answered Command Aborted due
+/// to Missing Fused Command: until then it holds its slot and its data.
+pub const FUSED_WAIT: Duration = Duration::from_secs(2);
 
 impl QueueCore {
     /// Runs the queue's timers at `env.now` (the transport calls it every
@@ -59,6 +64,21 @@ impl QueueCore {
             c.kill_all();
             return self.disconnect(env, "responses stalled", "send_stalled");
         }
+        if self.liveness.fetches_stalled(now) {
+            // Each command whose data does not come holds a data buffer.
+            let loud = self
+                .addrs
+                .peer
+                .is_none_or(|p| env.target.refusal_log.should_log(p.ip(), now));
+            if loud {
+                warn!(cntlid = c.cntlid, qid = self.qid(), host = %c.hostnqn, subsys = %c.subsys.nqn,
+                      peer = ?self.addrs.peer, "none of the data asked of the host came for {} s: \
+                      ending the association (said once a minute per peer)", FETCH_STALL.as_secs());
+            }
+            c.kill_all();
+            return self.disconnect(env, "host data stalled", "fetch_stalled");
+        }
+        self.expire_fused(env);
         if self.auth.overdue(&c, self.liveness.accepted(), now) {
             warn!(cntlid = c.cntlid, qid = self.qid(), host = %c.hostnqn, subsys = %c.subsys.nqn,
                   "not authenticated within {:?}; ending the association", crate::command::auth::AUTH_TIMEOUT);

@@ -534,6 +534,29 @@ pub fn supported(opc: u8) -> bool {
     ADMIN_OPCODES.contains(&opc)
 }
 
+/// The most data a Set or Get Features moves: a page (Host Behavior Support
+/// is 512 bytes, the Host Identifier 16).
+const FEATURE_DATA_MAX: u32 = 4096;
+
+/// Checks an admin command's data length against what the command moves,
+/// before any buffer is taken or data fetched, so no peer makes a Keep
+/// Alive or a Set Features hold a 128 KiB buffer (NVMe Base: Data SGL
+/// Length Invalid; nvmet checks the same lengths, when it executes).
+pub fn check_transfer(cmd: &Command, len: u32) -> Result<(), Status> {
+    let ok = match cmd.opcode() {
+        op::IDENTIFY => len as usize == identify::IDENTIFY_SIZE,
+        op::GET_LOG_PAGE => GetLogPage::from_command(cmd).len == len as u64,
+        op::SET_FEATURES | op::GET_FEATURES => len <= FEATURE_DATA_MAX,
+        // Keep Alive, Asynchronous Event Request, Abort: no data.
+        _ => len == 0,
+    };
+    if ok {
+        Ok(())
+    } else {
+        Err(Status::SGL_INVALID_DATA)
+    }
+}
+
 /// The Commands Supported and Effects log: the admin and I/O commands this
 /// target implements; the I/O commands that write change block content.
 fn cmd_effects() -> [u8; nvme::log::CMD_EFFECTS_SIZE] {

@@ -676,6 +676,7 @@ fn logs_features_and_reservations_over_the_loopback() {
 }
 
 mod core;
+mod hogs;
 mod isolation;
 mod masking;
 mod qos;

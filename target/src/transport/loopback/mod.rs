@@ -123,6 +123,11 @@ pub struct Wires {
     deaf: Vec<QueueKey>,
     /// Responses held for the deaf queues.
     held: Vec<Wire>,
+    /// Windows whose data the host never gives: fetches from them never
+    /// complete (an NVMe/TCP host that sends no H2CData for its R2T).
+    withheld: Vec<u32>,
+    /// Fetches from withheld windows, until their queue closes.
+    stalled: Vec<(QueueKey, Token)>,
 }
 
 impl Wires {
@@ -155,12 +160,12 @@ impl Wires {
         let pool = self.pool_mem.ptr();
         match a {
             Action::Repost(slot) => q.free_slots.push(slot),
-            Action::NeedBuffer { req, len } => {
+            Action::NeedBuffer { req, len, limited } => {
                 let Some(class) = self.pool.shape().class_for(len as usize) else {
                     // No buffer is that large: the transport gives up on the queue.
                     return self.call(w, key, q, &mut |c, env| c.fail(env));
                 };
-                if let Some(b) = self.pool.take(class, key.owner(), (key, req)) {
+                if let Some(b) = self.pool.take(class, key.owner(), limited, (key, req)) {
                     let mut back = None;
                     self.call(w, key, q, &mut |c, env| {
                         back = c.buffer_granted(env, req, b)
@@ -178,6 +183,9 @@ impl Wires {
                 len,
                 key: wkey,
             } => {
+                if self.withheld.contains(&wkey) {
+                    return self.stalled.push((key, req));
+                }
                 let src = self
                     .windows
                     .get(&wkey)
@@ -268,6 +276,14 @@ impl Wires {
                     if let Wire::Sent { q, req, .. } = h {
                         self.wire.push_back(Wire::Sent { q, req, cqe: None });
                     }
+                }
+                // So are its fetches whose data never came.
+                let (mine, others) = std::mem::take(&mut self.stalled)
+                    .into_iter()
+                    .partition(|(q, _)| *q == key);
+                self.stalled = others;
+                for (q, req) in mine {
+                    self.wire.push_back(Wire::Fetched { q, req, ok: false });
                 }
             }
         }
@@ -387,6 +403,8 @@ impl Loopback {
             answer_probes: true,
             deaf: Vec::new(),
             held: Vec::new(),
+            withheld: Vec::new(),
+            stalled: Vec::new(),
         };
         let cfg = EngineConfig {
             workers: 1,
@@ -438,6 +456,13 @@ impl Loopback {
         if let Some(&k) = self.keys.get(q) {
             self.group.transport.wires.deaf.push(k);
         }
+    }
+
+    /// The host never gives the data of window `key`: the target's
+    /// fetches from it never complete (on NVMe/TCP, a host that sends no
+    /// H2CData for its R2Ts).
+    pub fn withhold(&mut self, key: u32) {
+        self.group.transport.wires.withheld.push(key);
     }
 
     /// A new queue `qid` of `sq_size` entries, accepted (as a transport

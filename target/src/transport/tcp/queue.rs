@@ -253,11 +253,14 @@ impl TcpQueue {
                 res.capsule_free.push(slot);
                 self.capsules_held = self.capsules_held.saturating_sub(1);
             }
-            Action::NeedBuffer { req, len } => {
+            Action::NeedBuffer { req, len, limited } => {
                 let Some(class) = res.pool.shape().class_for(len as usize) else {
                     return self.call(w, res, &mut |c, env| c.fail(env));
                 };
-                match res.pool.take(class, self.key.owner(), (self.key, req)) {
+                match res
+                    .pool
+                    .take(class, self.key.owner(), limited, (self.key, req))
+                {
                     Some(b) => {
                         w.tally.buffer(class as usize, 1);
                         let mut back = None;

@@ -199,6 +199,7 @@ mod tests {
             offset,
             size: 4096,
             owner: 0,
+            limited: false,
         }
     }
 

@@ -178,9 +178,13 @@ impl Queue {
         while let Some(a) = self.core.next_action() {
             match a {
                 Action::Repost(slot) => self.repost(cx, slot),
-                Action::NeedBuffer { req, len } => {
+                Action::NeedBuffer { req, len, limited } => {
                     let class = cx.dev.class_for(len as usize);
-                    match cx.dev.pool.take(class, self.key.owner(), (self.key, req)) {
+                    match cx
+                        .dev
+                        .pool
+                        .take(class, self.key.owner(), limited, (self.key, req))
+                    {
                         Some(b) => {
                             cx.w.tally.buffer(class as usize, 1);
                             let back = with_env(

@@ -77,6 +77,8 @@ struct Rig {
     admission: Arc<Admission>,
     hosts: Vec<Host>,
     cid: u16,
+    /// The keep-alive timeout admin queues connect with.
+    kato: u32,
 }
 
 impl Rig {
@@ -107,6 +109,7 @@ impl Rig {
             admission: Admission::new(8, 64),
             hosts: Vec::new(),
             cid: 0,
+            kato: 5000,
         }
     }
 
@@ -278,7 +281,7 @@ impl Rig {
             qid,
             sqsize: 31,
             cattr,
-            kato: if qid == 0 { 5000 } else { 0 },
+            kato: if qid == 0 { self.kato } else { 0 },
         }
         .to_command(self.cid);
         c.set_sgl(&Sgl::InCapsule {
@@ -736,3 +739,5 @@ fn one_connection_holds_no_more_than_its_share_of_capsule_buffers() {
     assert_eq!(answered, sent);
     assert_eq!(r.read(qa, 19, 512), pattern(19, 512));
 }
+
+mod hogs;
