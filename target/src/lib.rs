@@ -40,3 +40,8 @@ pub const MAX_IO_QUEUES: u16 = 64;
 pub const MAX_AERS: usize = 4;
 /// Maximum namespace id (NN).
 pub const MAX_NSID: u32 = 1024;
+
+/// Tests that open many descriptors, and the one that counts the process's
+/// descriptors, run one at a time.
+#[cfg(test)]
+pub(crate) static MANY_DESCRIPTORS: std::sync::Mutex<()> = std::sync::Mutex::new(());

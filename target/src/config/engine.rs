@@ -50,7 +50,7 @@ pub struct EngineConfig {
     /// the next command (see `worker::polling`); 0: off.
     pub light_load_spin_us: u64,
     /// Queues not yet connected (no successful Fabrics Connect) one peer
-    /// address may hold (see `core::admission`).
+    /// address may hold (see `engine::admission`).
     pub max_pending_queues_per_peer: u32,
     /// Queues not yet connected the target holds in all.
     pub max_pending_queues: u32,

@@ -36,6 +36,11 @@ impl QueueCore {
             return self.disconnect(env, "asked to disconnect", "controller");
         }
         let Some(c) = self.ctrl.clone() else {
+            if self.pending.as_ref().is_some_and(|p| p.evicted()) {
+                debug!(qid = self.qid(), peer = ?self.addrs.peer,
+                       "lost its place among the queues not yet connected to a newer one; disconnecting");
+                return self.disconnect(env, "evicted before its Connect", "pending_evicted");
+            }
             if now.saturating_duration_since(self.liveness.accepted()) > CONNECT_TIMEOUT {
                 warn!(
                     qid = self.qid(),

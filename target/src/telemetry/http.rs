@@ -95,7 +95,7 @@ pub fn start(addr: SocketAddr) -> std::io::Result<MetricsServer> {
                         hb.store(monotonic_ms(), Ordering::Relaxed);
                     }
                 });
-                let places = Admission::new(MAX_PER_PEER as u32, MAX_CONNECTIONS as u32);
+                let places = Admission::refusing(MAX_PER_PEER as u32, MAX_CONNECTIONS as u32);
                 loop {
                     let (stream, peer) = match listener.accept().await {
                         Ok(x) => x,
@@ -106,7 +106,7 @@ pub fn start(addr: SocketAddr) -> std::io::Result<MetricsServer> {
                         }
                     };
                     let place = match places.admit(peer.ip()) {
-                        Ok(p) => p,
+                        Ok(p) => p.pending,
                         Err(why) => {
                             debug!(%peer, ?why, "metrics endpoint: {MAX_PER_PEER} connections open from this address or {MAX_CONNECTIONS} in all, closing this one");
                             drop(stream);
@@ -216,6 +216,9 @@ mod tests {
 
     #[test]
     fn idle_connections_cannot_run_the_daemon_out_of_descriptors() {
+        let _one = crate::MANY_DESCRIPTORS
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
         let srv = start("127.0.0.1:0".parse().unwrap()).unwrap();
         let fds = || std::fs::read_dir("/proc/self/fd").unwrap().count();
         let before = fds();

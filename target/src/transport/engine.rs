@@ -53,7 +53,8 @@ impl Engine {
             .collect::<Result<Vec<_>, _>>()
             .map_err(os("creating a worker eventfd"))?;
         // One cap on unconnected queues, whichever transport brings them.
-        let admission = Admission::new(cfg.max_pending_queues_per_peer, cfg.max_pending_queues);
+        let admission =
+            Admission::evicting(cfg.max_pending_queues_per_peer, cfg.max_pending_queues);
         let rdma = workers
             .iter()
             .map(|w| Inbox::new(w.waker.clone()))

@@ -73,3 +73,20 @@ impl Listener {
         }
     }
 }
+
+/// Counts and logs (once a minute per address) a pending connection of
+/// `from` that lost its place to a newer one.
+pub fn evicted(
+    adm: &crate::engine::admission::Admission,
+    addr: SocketAddr,
+    from: std::net::IpAddr,
+    why: crate::engine::admission::Refusal,
+) {
+    crate::telemetry::metrics::reject(why.evicted_reason());
+    if adm.should_log(from, std::time::Instant::now()) {
+        let (mine, all) = adm.counts(from);
+        tracing::warn!(%addr, peer = %from, pending_from_peer = mine, pending = all, limit = why.reason(),
+              "a connection not yet connected lost its place to a newer one \
+               ([target] max_pending_queues_per_peer / max_pending_queues; said once a minute per peer)");
+    }
+}

@@ -199,3 +199,35 @@ fn a_fused_first_without_its_second_is_answered_within_its_bound() {
     assert_status(h.lb.exec(q, &w, &[]), Status::FUSED_MISSING);
     assert!(!h.lb.closed(q));
 }
+
+/// Issue 57, 2, on a queue without a socket to shut down (RDMA): a queue
+/// not yet connected that lost its place to a newer one is ended at its
+/// next timer, before its Connect deadline; one that connected keeps going.
+#[test]
+fn a_queue_evicted_before_its_connect_ends_at_its_next_timer() {
+    use crate::engine::admission::Admission;
+    let mut h = Host::new(target(vec![null_ns()]));
+    let adm = Admission::evicting(2, 8);
+    let peer: std::net::IpAddr = "192.0.2.1".parse().unwrap();
+    let stalled =
+        h.lb.accept_pending(0, 32, Some(adm.admit(peer).unwrap().pending));
+    let connected =
+        h.lb.accept_pending(0, 32, Some(adm.admit(peer).unwrap().pending));
+    let mut c = h.connect_cmd(0, 32, 5000);
+    h.keyed(&mut c, Host::connect_data(0xFFFF), false);
+    assert_status(h.lb.exec(connected, &c, &[]), Status::SUCCESS);
+    assert_eq!(adm.counts(peer).0, 1, "a connected queue is not pending");
+    h.lb.advance(Duration::from_millis(100));
+    assert!(!h.lb.closed(stalled));
+    // Two newer ones from the same address: the stalled one is the oldest.
+    let newer = adm.admit(peer).unwrap();
+    assert!(newer.evicted.is_none());
+    let newest = adm.admit(peer).unwrap();
+    assert!(newest.evicted.is_some());
+    h.lb.advance(Duration::from_millis(100));
+    assert!(
+        h.lb.closed(stalled),
+        "evicted: ended well before the Connect deadline"
+    );
+    assert!(!h.lb.closed(connected));
+}

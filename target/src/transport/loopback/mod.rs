@@ -468,6 +468,17 @@ impl Loopback {
     /// A new queue `qid` of `sq_size` entries, accepted (as a transport
     /// accepts a connection); returns its index.
     pub fn accept(&mut self, qid: u16, sq_size: u16) -> usize {
+        self.accept_pending(qid, sq_size, None)
+    }
+
+    /// As [`Loopback::accept`], the queue holding `pending`, its place
+    /// among the queues not yet connected.
+    pub fn accept_pending(
+        &mut self,
+        qid: u16,
+        sq_size: u16,
+        pending: Option<crate::engine::admission::Pending>,
+    ) -> usize {
         let params = QueueParams {
             qid,
             sq_size,
@@ -479,7 +490,7 @@ impl Loopback {
             tls: None,
         };
         let link = QueueLink::new(qid, self.waker.clone());
-        let core = QueueCore::new(params, addrs, link, None, self.group.now);
+        let core = QueueCore::new(params, addrs, link, pending, self.group.now);
         let slots = sq_size as u32;
         let key = self.group.transport.queues.vacant().expect("a free slot");
         self.group.transport.queues.insert(

@@ -120,7 +120,14 @@ fn listener_loop(
                     continue;
                 };
                 let pending = match shared.admission.admit(peer.ip()) {
-                    Ok(p) => p,
+                    Ok(a) => {
+                        // The evicted queue's worker ends it at its next
+                        // tick (it sees its place gone).
+                        if let Some((from, why)) = a.evicted {
+                            crate::transport::listener::evicted(&shared.admission, addr, from, why);
+                        }
+                        a.pending
+                    }
                     Err(why) => {
                         crate::telemetry::metrics::reject(why.reason());
                         if shared.admission.should_log(peer.ip(), Instant::now()) {

@@ -110,7 +110,12 @@ fn handle(
         return;
     }
     let pending = match shared.admission.admit(peer.ip()) {
-        Ok(p) => p,
+        Ok(a) => {
+            if let Some((from, why)) = a.evicted {
+                crate::transport::listener::evicted(&shared.admission, addr, from, why);
+            }
+            a.pending
+        }
         Err(why) => {
             crate::telemetry::metrics::reject(why.reason());
             if shared.admission.should_log(peer.ip(), Instant::now()) {
@@ -123,6 +128,17 @@ fn handle(
             return;
         }
     };
+    // A connection that loses its place is shut down at once: a worker's
+    // queue reads its end, a handshake's thread returns from its read.
+    match stream.try_clone() {
+        Ok(s) => pending.on_evict(move || {
+            let _ = s.shutdown(std::net::Shutdown::Both);
+        }),
+        Err(e) => {
+            warn!(%peer, error = %e, "accept: no descriptor for the connection's eviction; closing it");
+            return;
+        }
+    }
     let local = stream.local_addr().unwrap_or(addr);
     let Some(tls) = tls else {
         return give(shared, stream, peer, local, pending, None);

@@ -831,8 +831,11 @@ impl TcpQueue {
     /// core's. Returns whether the queue ended and may go.
     pub fn tick(&mut self, w: &mut Lend<'_>, res: &mut Res, stop: bool) -> bool {
         if self.core.is_none() {
-            if stop || w.now.saturating_duration_since(self.accepted) > CONNECT_TIMEOUT {
-                if self.closing.is_none() {
+            // Evicted: its socket was shut down, and it closes here if a
+            // read has not seen that yet.
+            let evicted = self.pending.as_ref().is_some_and(|p| p.evicted());
+            if evicted || stop || w.now.saturating_duration_since(self.accepted) > CONNECT_TIMEOUT {
+                if self.closing.is_none() && !evicted {
                     debug!(peer = ?self.addrs.peer, phase = ?self.phase,
                            "no ICReq and Connect within {CONNECT_TIMEOUT:?}; closing");
                     crate::telemetry::metrics::reject("tcp_connect_timeout");

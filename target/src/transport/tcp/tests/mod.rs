@@ -106,7 +106,7 @@ impl Rig {
             exec: Inline::new(Mailbox::detached()),
             listener: TcpListener::bind("127.0.0.1:0").unwrap(),
             inbox,
-            admission: Admission::new(8, 64),
+            admission: Admission::evicting(8, 64),
             hosts: Vec::new(),
             cid: 0,
             kato: 5000,
@@ -124,7 +124,7 @@ impl Rig {
             local: s.local_addr().unwrap(),
             stream: s,
             peer,
-            pending: self.admission.admit(peer.ip()).unwrap(),
+            pending: self.admission.admit(peer.ip()).unwrap().pending,
             tls: None,
         });
         self.group.with(&mut self.exec, |t, w| t.accept(w));

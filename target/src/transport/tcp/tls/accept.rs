@@ -5,7 +5,11 @@
 //! runs with a deadline, and the socket goes to the kernel's TLS layer and
 //! then to a worker with the identity its host proved. A peer without a
 //! key costs a thread for at most the deadline, within the listener's
-//! admission caps (per address and in all) and [`MAX_HANDSHAKES`].
+//! admission caps (per address and in all): a handshake holds its
+//! connection's place among the queues not yet connected, and one that
+//! loses its place (evicted for a newer connection) has its socket shut
+//! down under its read, so its thread returns at once. [`MAX_HANDSHAKES`]
+//! only backs that up.
 
 use std::net::{SocketAddr, TcpStream};
 use std::os::fd::AsFd;
@@ -22,8 +26,10 @@ use crate::model::port::Secure;
 /// How long a host has to begin and finish its handshake (nvmet's
 /// default too).
 pub const HANDSHAKE_DEADLINE: Duration = Duration::from_secs(10);
-/// Handshakes under way at once, all listeners together.
-pub const MAX_HANDSHAKES: usize = 64;
+/// Handshake threads at once, all listeners together: a backstop above
+/// the admission's total (64 by default), which bounds handshakes first,
+/// with room for the threads of evicted handshakes on their way out.
+pub const MAX_HANDSHAKES: usize = 256;
 
 /// The first byte of a TLS handshake record.
 const TLS_HANDSHAKE: u8 = 0x16;

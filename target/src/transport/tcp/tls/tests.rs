@@ -39,6 +39,37 @@ fn client(
     identity: String,
     key: Vec<u8>,
 ) -> std::io::Result<openssl::ssl::SslStream<TcpStream>> {
+    client_from(addr, None, identity, key)
+}
+
+/// A TCP connection to `dst` from source address `src` (any of 127/8 on
+/// the loopback).
+fn connect_from(src: std::net::Ipv4Addr, dst: std::net::SocketAddr) -> std::io::Result<TcpStream> {
+    use nix::sys::socket::{bind, connect, socket, AddressFamily, SockFlag, SockType, SockaddrIn};
+    let fd = socket(
+        AddressFamily::Inet,
+        SockType::Stream,
+        SockFlag::SOCK_CLOEXEC,
+        None,
+    )?;
+    bind(
+        std::os::fd::AsRawFd::as_raw_fd(&fd),
+        &SockaddrIn::from(std::net::SocketAddrV4::new(src, 0)),
+    )?;
+    let std::net::SocketAddr::V4(d) = dst else {
+        return Err(std::io::ErrorKind::Unsupported.into());
+    };
+    connect(std::os::fd::AsRawFd::as_raw_fd(&fd), &SockaddrIn::from(d))?;
+    Ok(TcpStream::from(fd))
+}
+
+/// As [`client`], from source address `src`.
+fn client_from(
+    addr: std::net::SocketAddr,
+    src: Option<std::net::Ipv4Addr>,
+    identity: String,
+    key: Vec<u8>,
+) -> std::io::Result<openssl::ssl::SslStream<TcpStream>> {
     let mut b = SslConnector::builder(SslMethod::tls_client()).unwrap();
     b.set_min_proto_version(Some(SslVersion::TLS1_3)).unwrap();
     b.set_ciphersuites("TLS_AES_128_GCM_SHA256").unwrap();
@@ -53,7 +84,10 @@ fn client(
     let mut cfg = c.configure().unwrap();
     cfg.set_verify_hostname(false);
     cfg.set_verify(openssl::ssl::SslVerifyMode::NONE);
-    let s = TcpStream::connect(addr)?;
+    let s = match src {
+        Some(src) => connect_from(src, addr)?,
+        None => TcpStream::connect(addr)?,
+    };
     s.set_read_timeout(Some(Duration::from_secs(5)))?;
     cfg.connect("target", s)
         .map_err(|e| std::io::Error::other(e.to_string()))
@@ -185,7 +219,7 @@ fn tls_listener(
     let waker = crate::worker::wake::Waker::new().unwrap();
     let inbox = crate::transport::tcp::Inbox::new(waker);
     let shared = crate::transport::tcp::TcpShared::new(
-        crate::engine::admission::Admission::new(8, 64),
+        crate::engine::admission::Admission::evicting(8, 64),
         vec![inbox.clone()],
     );
     let t = Arc::new(crate::model::subsystem::Target::new(vec![], vec![], 0));
@@ -273,4 +307,84 @@ fn the_first_binders_length_is_read_within_the_extension() {
     assert_eq!(first_binder_len(&ext[..ext.len() - 1]), None);
     assert_eq!(first_binder_len(&[0xFF, 0xFF, 0]), None);
     assert_eq!(first_binder_len(&[]), None);
+}
+
+/// Issue 57, 2: 16 addresses each hold stalled connections at their cap (a
+/// TLS handshake never begun; plain NVMe/TCP never initialized), twice the
+/// total between them; a host from a new address is served within 1 s every
+/// time, and the flood's oldest connections are shut down to make room.
+#[test]
+fn a_flood_of_stalled_connections_keeps_no_new_address_out() {
+    let _one = crate::MANY_DESCRIPTORS
+        .lock()
+        .unwrap_or_else(|p| p.into_inner());
+    use crate::model::port::Secure;
+    use std::net::Ipv4Addr;
+    let psk = ConfiguredPsk::new(Some(PskHash::Sha256), &KEY).unwrap();
+    let (id, key) = psk.host_psk(HOST, SUB, 0, Derivation::Compat).unwrap();
+    for secure in [Secure::Required, Secure::None] {
+        let (l, addr, inbox) = tls_listener(secure);
+        let mut flood = Vec::new();
+        let mut workers_hold = Vec::new();
+        for round in 0..3u8 {
+            for i in 0..16u8 {
+                for _ in 0..8 {
+                    let s = connect_from(Ipv4Addr::new(127, 1, round, i + 1), addr).unwrap();
+                    flood.push(s);
+                }
+            }
+            let host = Ipv4Addr::new(127, 2, 0, round + 1);
+            let t = std::time::Instant::now();
+            match secure {
+                Secure::None => {
+                    let mut s = connect_from(host, addr).unwrap();
+                    s.write_all(&ICREQ_HEAD).unwrap();
+                    let got = wait_for(|| {
+                        let mut v = inbox.take();
+                        let i = v
+                            .iter()
+                            .position(|c| c.peer.ip() == std::net::IpAddr::V4(host));
+                        let mine = i.map(|i| v.remove(i));
+                        // The flood's, a worker holds (its Connect deadline
+                        // is the worker's, not run here).
+                        workers_hold.extend(v);
+                        mine
+                    });
+                    assert!(
+                        got.is_some(),
+                        "round {round}: the host's connection reached no worker"
+                    );
+                    workers_hold.extend(got);
+                }
+                _ => {
+                    let c = client_from(addr, Some(host), id.to_string(), key.to_vec());
+                    assert!(c.is_ok(), "round {round}: the handshake: {:?}", c.err());
+                }
+            }
+            let took = t.elapsed();
+            assert!(
+                took < Duration::from_secs(1),
+                "round {round} ({secure:?}): {took:?}"
+            );
+        }
+        // The flood holds no more than the total: the rest were shut down.
+        let open = flood
+            .iter_mut()
+            .map(|s| {
+                s.set_nonblocking(true).unwrap();
+                let mut b = [0u8; 1];
+                !matches!(s.read(&mut b), Ok(0))
+            })
+            .filter(|&open| open)
+            .count();
+        assert!(
+            open <= 64,
+            "{secure:?}: {open} of the flood's connections still open"
+        );
+        assert!(
+            open >= 40,
+            "{secure:?}: only {open} left open: evicted more than needed"
+        );
+        l.stop();
+    }
 }
