@@ -190,7 +190,7 @@ mod tests {
         let d = t
             .discovery
             .subsystem
-            .add_controller("nqn.h:a", [1; 16], 30_000, 16, false)
+            .add_controller("nqn.h:a", [1; 16], 30_000, 16, false, None)
             .unwrap();
         let read = |t: &Target| {
             let (_, digest) = log_page(t, "nqn.h:a");

@@ -164,6 +164,7 @@ pub fn connect(
                 kato,
                 target.max_controllers_per_host.load(Ordering::Relaxed),
                 required,
+                peer,
             )
             .map_err(|s| match s {
                 // Access or the subsystem went while this Connect ran (a reload).
@@ -508,19 +509,19 @@ mod tests {
             hosts: vec!["nqn.host:other".into()],
         });
         assert_eq!(
-            open.add_controller("nqn.host:a", [1; 16], 0, 16, false)
+            open.add_controller("nqn.host:a", [1; 16], 0, 16, false, None)
                 .unwrap_err(),
             Status::CONNECT_INVALID_HOST
         );
         assert!(open
-            .add_controller("nqn.host:other", [1; 16], 0, 16, false)
+            .add_controller("nqn.host:other", [1; 16], 0, 16, false, None)
             .is_ok());
         assert_eq!(
             open.revoke_disallowed(true),
             vec!["nqn.host:other".to_string()]
         );
         assert_eq!(
-            open.add_controller("nqn.host:other", [1; 16], 0, 16, false)
+            open.add_controller("nqn.host:other", [1; 16], 0, 16, false, None)
                 .unwrap_err(),
             Status::CONNECT_INVALID_PARAM
         );
@@ -598,6 +599,36 @@ mod tests {
                 .unwrap_err()
                 .result,
             42
+        );
+    }
+
+    /// Issue 57, 4: discovery controllers are counted by the address they
+    /// came from, not by the host NQN they name: a peer naming a host's NQN
+    /// as often as a host may have controllers keeps that host (from its own
+    /// address) from nothing, and its own next one is busy.
+    #[test]
+    fn discovery_controllers_are_counted_per_address_not_per_host_nqn() {
+        let t = target();
+        let stranger: IpAddr = "10.0.0.66".parse().unwrap();
+        let host: IpAddr = "10.0.0.7".parse().unwrap();
+        let max = t.max_controllers_per_host.load(Ordering::Relaxed);
+        let mut held = Vec::new();
+        for _ in 0..max {
+            let (c, d) = conn(0, 31, 0, nvme::DISCOVERY_NQN, "nqn.host:a", 0xFFFF);
+            held.push(connect(&t, 0, sq(&c), Some(stranger), None, &c, &d).unwrap());
+        }
+        let (c, d) = conn(0, 31, 0, nvme::DISCOVERY_NQN, "nqn.host:b", 0xFFFF);
+        assert_eq!(
+            connect(&t, 0, sq(&c), Some(stranger), None, &c, &d)
+                .unwrap_err()
+                .status,
+            Status::CONNECT_CTRL_BUSY,
+            "the stranger's address has its share"
+        );
+        let (c, d) = conn(0, 31, 0, nvme::DISCOVERY_NQN, "nqn.host:a", 0xFFFF);
+        assert!(
+            connect(&t, 0, sq(&c), Some(host), None, &c, &d).is_ok(),
+            "the host its NQN was named for still discovers"
         );
     }
 }

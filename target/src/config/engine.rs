@@ -58,7 +58,8 @@ pub struct EngineConfig {
     /// is probed at the RDMA level, as one without keep-alive (see
     /// `core::liveness`).
     pub max_keep_alive_ms: u32,
-    /// Controllers one host NQN may have in one subsystem.
+    /// Controllers one host NQN may have in one subsystem (discovery
+    /// controllers: one peer address).
     pub max_controllers_per_host: u32,
     /// Controllers of keyed hosts not yet authenticated that one peer
     /// address may hold (see `model::unproven`).

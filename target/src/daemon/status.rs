@@ -712,7 +712,7 @@ mod tests {
         let t = target();
         let s = t.subsystem("nqn.2026-11.io.test:a").unwrap();
         let c = s
-            .add_controller("nqn.2026-11.io.test:h1", [0xab; 16], 5000, 16, false)
+            .add_controller("nqn.2026-11.io.test:h1", [0xab; 16], 5000, 16, false, None)
             .unwrap();
         c.set_addrs(
             "10.0.0.2:50000".parse().unwrap(),
@@ -774,7 +774,7 @@ mod tests {
         let t = target();
         let s = t.subsystem("nqn.2026-11.io.test:a").unwrap();
         let _c = s
-            .add_controller("nqn.2026-11.io.test:h1", [1; 16], 0, 16, false)
+            .add_controller("nqn.2026-11.io.test:h1", [1; 16], 0, 16, false, None)
             .unwrap();
         t.set_subsystems(vec![]);
         let st = Status::of(&t, Instant::now());

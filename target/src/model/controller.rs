@@ -418,6 +418,9 @@ pub struct Controller {
     tls: std::sync::OnceLock<Option<tlspsk::Identity>>,
     /// Whether its queues must authenticate, and how the admin queue did.
     pub auth: crate::model::auth::CtrlAuth,
+    /// The address its admin queue's Connect came from (none on the
+    /// in-process loopback): discovery controllers are counted by it.
+    pub peer: Option<std::net::IpAddr>,
 }
 
 impl Controller {
@@ -451,6 +454,7 @@ impl Controller {
             port: std::sync::OnceLock::new(),
             tls: std::sync::OnceLock::new(),
             auth: Default::default(),
+            peer: None,
         }
     }
 

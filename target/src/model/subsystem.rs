@@ -189,6 +189,7 @@ impl Subsystem {
         kato_ms: u32,
         max_per_host: u32,
         auth_required: bool,
+        peer: Option<std::net::IpAddr>,
     ) -> Result<Arc<Controller>, Status> {
         let mut m = self.controllers.lock().unwrap_or_else(|p| p.into_inner());
         // Access is checked again here, under the lock `revoke_disallowed`
@@ -204,7 +205,15 @@ impl Subsystem {
         // A host has one controller per path; more are a host that leaks
         // them or a peer that uses its name to hold the target's resources.
         // Only proven controllers count: anyone may name a keyed host.
-        if !auth_required && Self::places_taken(&m, hostnqn, None) >= max_per_host as usize {
+        // Discovery controllers prove nothing, ever: they are counted by the
+        // address they came from, so no peer takes a host's discovery by
+        // naming it.
+        let taken = match self.kind {
+            SubsystemKind::Discovery => m.values().filter(|c| c.peer == peer).count(),
+            SubsystemKind::Nvm if auth_required => 0,
+            SubsystemKind::Nvm => Self::places_taken(&m, hostnqn, None),
+        };
+        if taken >= max_per_host as usize {
             return Err(Status::CONNECT_CTRL_BUSY);
         }
         let (mut id, max) = self.cntlids;
@@ -218,13 +227,9 @@ impl Subsystem {
         if id > max {
             return Err(Status::CONNECT_CTRL_BUSY);
         }
-        let c = Arc::new(Controller::new(
-            id,
-            self.clone(),
-            hostnqn.to_string(),
-            hostid,
-            kato_ms,
-        ));
+        let mut c = Controller::new(id, self.clone(), hostnqn.to_string(), hostid, kato_ms);
+        c.peer = peer;
+        let c = Arc::new(c);
         c.auth.set_required(auth_required);
         m.insert(id, c.clone());
         Ok(c)
@@ -607,8 +612,12 @@ mod tests {
         use crate::worker::wake::Waker;
         let s = sub(true);
         let w = Waker::new().unwrap();
-        let c1 = s.add_controller("nqn.h1", [1; 16], 0, 16, false).unwrap();
-        let c2 = s.add_controller("nqn.h2", [2; 16], 0, 16, false).unwrap();
+        let c1 = s
+            .add_controller("nqn.h1", [1; 16], 0, 16, false, None)
+            .unwrap();
+        let c2 = s
+            .add_controller("nqn.h2", [2; 16], 0, 16, false, None)
+            .unwrap();
         let q0 = QueueLink::new(0, w.clone());
         c2.attach(q0.clone()).unwrap();
         assert!(
@@ -639,20 +648,21 @@ mod tests {
         let s = Arc::new(s);
         let ids: Vec<u16> = (0..3)
             .map(|_| {
-                s.add_controller("h", [0; 16], 0, u32::MAX, false)
+                s.add_controller("h", [0; 16], 0, u32::MAX, false, None)
                     .unwrap()
                     .cntlid
             })
             .collect();
         assert_eq!(ids, vec![100, 101, 102]);
         assert_eq!(
-            s.add_controller("h", [0; 16], 0, u32::MAX, false).err(),
+            s.add_controller("h", [0; 16], 0, u32::MAX, false, None)
+                .err(),
             Some(Status::CONNECT_CTRL_BUSY),
             "the range is used up"
         );
         s.remove_controller(101);
         assert_eq!(
-            s.add_controller("h", [0; 16], 0, u32::MAX, false)
+            s.add_controller("h", [0; 16], 0, u32::MAX, false, None)
                 .unwrap()
                 .cntlid,
             101
@@ -662,19 +672,25 @@ mod tests {
     #[test]
     fn cntlid_allocation_reuses_lowest() {
         let s = sub(true);
-        let a = s.add_controller("h", [0; 16], 0, u32::MAX, false).unwrap();
-        let b = s.add_controller("h", [0; 16], 0, u32::MAX, false).unwrap();
-        let c = s.add_controller("h", [0; 16], 0, u32::MAX, false).unwrap();
+        let a = s
+            .add_controller("h", [0; 16], 0, u32::MAX, false, None)
+            .unwrap();
+        let b = s
+            .add_controller("h", [0; 16], 0, u32::MAX, false, None)
+            .unwrap();
+        let c = s
+            .add_controller("h", [0; 16], 0, u32::MAX, false, None)
+            .unwrap();
         assert_eq!((a.cntlid, b.cntlid, c.cntlid), (1, 2, 3));
         s.remove_controller(2);
         assert_eq!(
-            s.add_controller("h", [0; 16], 0, u32::MAX, false)
+            s.add_controller("h", [0; 16], 0, u32::MAX, false, None)
                 .unwrap()
                 .cntlid,
             2
         );
         assert_eq!(
-            s.add_controller("h", [0; 16], 0, u32::MAX, false)
+            s.add_controller("h", [0; 16], 0, u32::MAX, false, None)
                 .unwrap()
                 .cntlid,
             4

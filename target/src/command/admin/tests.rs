@@ -32,11 +32,13 @@ fn setup() -> (Target, Arc<Controller>, Arc<Controller>) {
         vec![ns5, ns],
     ));
     let t = Target::new(vec![s.clone()], vec!["10.0.0.1:4420".parse().unwrap()], 0);
-    let c = s.add_controller("nqn.h", [3; 16], 5000, 16, false).unwrap();
+    let c = s
+        .add_controller("nqn.h", [3; 16], 5000, 16, false, None)
+        .unwrap();
     let d = t
         .discovery
         .subsystem
-        .add_controller("nqn.h", [3; 16], 0, 16, false)
+        .add_controller("nqn.h", [3; 16], 0, 16, false, None)
         .unwrap();
     for x in [&c, &d] {
         let v = (6 << cc::IOSQES_SHIFT | 4 << cc::IOCQES_SHIFT | cc::EN) as u64;
