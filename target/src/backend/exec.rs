@@ -14,6 +14,7 @@ use std::io;
 use std::os::fd::BorrowedFd;
 use std::sync::Arc;
 
+use super::fair::{FairPool, Full};
 use super::offload::{Lane, Offload};
 use super::uring::Ring;
 use crate::worker::wake::Mailbox;
@@ -67,6 +68,16 @@ pub trait Executor {
     /// Runs `work` on `lane` after its earlier jobs (`None`: on the offload
     /// thread); its result completes `ud`.
     fn blocking(&mut self, lane: Option<&Arc<Lane>>, ud: u64, work: Work);
+
+    /// Runs `work` on `pool` in `key`'s turn; its result completes `ud`.
+    /// Gives it back, and why, when the pool holds its bound of work.
+    fn fair(
+        &mut self,
+        pool: &Arc<FairPool>,
+        key: std::net::IpAddr,
+        ud: u64,
+        work: Work,
+    ) -> Result<(), (Work, Full)>;
 
     /// Where other threads post completions of this executor's operations
     /// (librbd's callbacks, a write gate that opens).
@@ -130,6 +141,16 @@ impl Executor for Uring<'_> {
         }
     }
 
+    fn fair(
+        &mut self,
+        pool: &Arc<FairPool>,
+        key: std::net::IpAddr,
+        ud: u64,
+        work: Work,
+    ) -> Result<(), (Work, Full)> {
+        pool.run(self.mailbox, key, ud, work)
+    }
+
     fn mailbox(&self) -> &Arc<Mailbox> {
         self.mailbox
     }
@@ -161,8 +182,8 @@ struct Queued {
     work: Work,
 }
 
-fn lane_key(lane: &Arc<Lane>) -> usize {
-    Arc::as_ptr(lane) as usize
+fn lane_key<T>(lane: &Arc<T>) -> usize {
+    Arc::as_ptr(lane) as *const u8 as usize
 }
 
 /// A raw pointer carried into an inline operation (run on the thread that
@@ -190,13 +211,14 @@ impl Inline {
         }
     }
 
-    /// Holds `lane`: its jobs wait until [`Inline::release`].
-    pub fn hold(&mut self, lane: &Arc<Lane>) {
+    /// Holds `lane` (a [`Lane`] or a [`FairPool`]): its jobs wait until
+    /// [`Inline::release`].
+    pub fn hold<T>(&mut self, lane: &Arc<T>) {
         self.held.push(lane_key(lane));
     }
 
     /// Lets `lane`'s jobs run again.
-    pub fn release(&mut self, lane: &Arc<Lane>) {
+    pub fn release<T>(&mut self, lane: &Arc<T>) {
         self.held.retain(|&k| k != lane_key(lane));
     }
 
@@ -336,6 +358,24 @@ impl Executor for Inline {
             lane: lane.map(lane_key),
             work,
         });
+    }
+
+    /// As a lane of its own (holdable); the pool's bounds and turns are
+    /// the pool's own tests'.
+    fn fair(
+        &mut self,
+        pool: &Arc<FairPool>,
+        _key: std::net::IpAddr,
+        ud: u64,
+        work: Work,
+    ) -> Result<(), (Work, Full)> {
+        self.started.push("fair");
+        self.ops.push_back(Queued {
+            ud,
+            lane: Some(lane_key(pool)),
+            work,
+        });
+        Ok(())
     }
 
     fn mailbox(&self) -> &Arc<Mailbox> {

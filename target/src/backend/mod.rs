@@ -9,6 +9,7 @@
 
 pub mod compare;
 pub mod exec;
+pub mod fair;
 pub mod file;
 pub mod null;
 pub mod offload;

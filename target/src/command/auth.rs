@@ -36,6 +36,14 @@ pub const MAX_ATTEMPTS: u8 = 3;
 pub const PEER_BURST: u32 = 32;
 /// See [`PEER_BURST`].
 pub const PEER_PER_SECOND: u32 = 4;
+/// Authentication steps one peer address may have waiting for the
+/// authentication threads (a host authenticates each of its queues, up to
+/// 65 at once); beyond it, and beyond [`QUEUED`] in all, a step is answered
+/// Command Interrupted with a retry delay. The threads take the addresses
+/// in turn, so the bounds keep memory, not order.
+pub const PEER_QUEUED: usize = 80;
+/// See [`PEER_QUEUED`].
+pub const QUEUED: usize = 1024;
 
 /// A queue's transaction, where the authentication lane runs it.
 #[derive(Default)]

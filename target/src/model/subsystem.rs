@@ -352,8 +352,8 @@ pub struct Target {
     /// binding (see [`crate::model::hostid`]).
     binding: Mutex<()>,
     /// Where authentication transactions run: their exponentiations stay
-    /// off the workers.
-    pub auth_lane: Arc<crate::backend::offload::Lane>,
+    /// off the workers, and each peer address takes its turn.
+    pub auth_pool: Arc<crate::backend::fair::FairPool>,
     /// Authentication transactions each peer address may start.
     pub auth_rate: crate::engine::peer_rate::PeerRate,
 }
@@ -394,7 +394,10 @@ impl Target {
             tls_keys: Default::default(),
             unproven: Default::default(),
             binding: Mutex::new(()),
-            auth_lane: Default::default(),
+            auth_pool: crate::backend::fair::FairPool::for_machine(
+                crate::command::auth::PEER_QUEUED,
+                crate::command::auth::QUEUED,
+            ),
             auth_rate: crate::engine::peer_rate::PeerRate::new(
                 crate::command::auth::PEER_BURST,
                 crate::command::auth::PEER_PER_SECOND,

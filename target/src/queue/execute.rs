@@ -181,9 +181,11 @@ impl QueueCore {
 
     /// Authentication Send / Receive (checked by `precheck`: a connected
     /// queue, DH-HMAC-CHAP's fields, the data the command names), on the
-    /// target's authentication lane: a transaction's exponentiations must
-    /// not stall the worker. A peer starts at most so many transactions
-    /// (`command::auth::PEER_BURST`, then `PEER_PER_SECOND`).
+    /// target's authentication threads, in the peer address's turn: a
+    /// transaction's exponentiations must not stall the worker, nor one
+    /// peer's another's. A peer starts at most so many transactions
+    /// (`command::auth::PEER_BURST`, then `PEER_PER_SECOND`) and has at most
+    /// `command::auth::PEER_QUEUED` steps waiting.
     fn exec_auth(&mut self, env: &mut Env<'_, '_>, r: usize) {
         let Some(ctrl) = self.ctrl.clone() else {
             return self.complete(env, r, Status::CMD_SEQ_ERROR, 0);
@@ -192,33 +194,37 @@ impl QueueCore {
         let send = self.reqs[r].cmd.fctype() == fctype::AUTH_SEND;
         // SAFETY: the request executes; its data is copied out at once.
         let data = unsafe { self.data_mut(env, r) }.to_vec();
-        if send && auth::starts_transaction(&data) {
-            let ip = self
-                .addrs
-                .peer
-                .map_or(crate::model::unproven::NO_ADDRESS, |p| p.ip());
-            if !env.target.auth_rate.admit(ip, env.now) {
-                if env.target.refusal_log.should_log(ip, env.now) {
-                    warn!(cntlid = ctrl.cntlid, qid, peer = %ip, "authentication transactions from this address beyond its rate: answered Command Interrupted (said once a minute per peer)");
-                }
-                env.tally.reject("auth_rate");
-                let st = ctrl.retry_delay(Status::COMMAND_INTERRUPTED.with_crd(1));
-                return self.complete(env, r, st, 0);
+        let ip = self
+            .addrs
+            .peer
+            .map_or(crate::model::unproven::NO_ADDRESS, |p| p.ip());
+        if send && auth::starts_transaction(&data) && !env.target.auth_rate.admit(ip, env.now) {
+            if env.target.refusal_log.should_log(ip, env.now) {
+                warn!(cntlid = ctrl.cntlid, qid, peer = %ip, "authentication transactions from this address beyond its rate: answered Command Interrupted (said once a minute per peer)");
             }
+            env.tally.reject("auth_rate");
+            let st = ctrl.retry_delay(Status::COMMAND_INTERRUPTED.with_crd(1));
+            return self.complete(env, r, st, 0);
         }
         let plan = IoPlan::Auth { send };
         self.reqs[r].io = Some(plan);
         self.reqs[r].op = Op::new(plan);
         let ud = env.mem.backend_ud(self.token(r));
         let (state, target) = (self.auth.shared(), env.target.clone());
-        let lane = env.target.auth_lane.clone();
-        env.exec.blocking(
-            Some(&lane),
-            ud,
-            Box::new(move || {
-                auth::run_on_lane(&state, &target, &ctrl, qid, send, data).to_result()
-            }),
-        );
+        let pool = env.target.auth_pool.clone();
+        let c = ctrl.clone();
+        let work =
+            Box::new(move || auth::run_on_lane(&state, &target, &c, qid, send, data).to_result());
+        if let Err((_, full)) = env.exec.fair(&pool, ip, ud, work) {
+            // The authentication threads have their bound of this address's
+            // (or everyone's) steps waiting: the host tries again later.
+            if env.target.refusal_log.should_log(ip, env.now) {
+                warn!(cntlid = ctrl.cntlid, qid, peer = %ip, "authentication steps waiting beyond their bound ({}): answered Command Interrupted (said once a minute per peer)", full.reason());
+            }
+            env.tally.reject(full.reason());
+            let st = ctrl.retry_delay(Status::COMMAND_INTERRUPTED.with_crd(1));
+            return self.complete(env, r, st, 0);
+        }
         self.reqs[r].life.backend_started(1);
     }
 

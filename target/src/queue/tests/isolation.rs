@@ -252,14 +252,14 @@ fn authentication_runs_off_the_worker_and_is_rate_limited() {
     let ka = h.cmd(admin::KEEP_ALIVE);
     assert_status(h.lb.exec(aq, &ka, &[]), Status::AUTH_REQUIRED);
     // The lane held: the Negotiate waits; another host is served meanwhile.
-    h.lb.executor().hold(&t.auth_lane);
+    h.lb.executor().hold(&t.auth_pool);
     let neg = h.auth_send(host.negotiate());
     h.lb.send(aq, &neg, &[]).unwrap();
     let (other, _) = h.admin(0);
     let ka = h.cmd(admin::KEEP_ALIVE);
     assert_status(h.lb.exec(other, &ka, &[]), Status::SUCCESS);
     assert!(h.lb.take_cqe(aq, neg.cid()).is_none(), "waits on the lane");
-    h.lb.executor().release(&t.auth_lane);
+    h.lb.executor().release(&t.auth_pool);
     h.lb.run_until(|lb| lb.has_cqe(aq, neg.cid()));
     assert_status(h.lb.take_cqe(aq, neg.cid()), Status::SUCCESS);
     // Challenge, Reply, Success1.
