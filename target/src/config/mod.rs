@@ -50,8 +50,9 @@ pub enum ConfigError {
 
 /// A parser's message with the secrets it may quote left out: a syntax
 /// error quotes the line it is on, which `check-config` and the journal
-/// then show. A line that sets a key (`..._key = ...`) or holds a DHHC-1
-/// secret keeps what precedes the value.
+/// then show. A line that sets a key (`..._key = ...`) keeps what precedes
+/// the value; a DH-HMAC-CHAP secret or a TLS PSK anywhere else (an inline
+/// table, a value cut short) loses the rest of its token.
 fn without_secrets(msg: &str) -> String {
     msg.lines()
         .map(|l| {
@@ -61,14 +62,35 @@ fn without_secrets(msg: &str) -> String {
             if sets_key {
                 let (k, _) = l.split_once('=').unwrap_or((l, ""));
                 format!("{k}= <secret left out>")
-            } else if let Some(i) = l.find("DHHC-1:") {
-                format!("{}DHHC-1:<secret left out>", &l[..i])
             } else {
-                l.to_string()
+                secrets_cut(l)
             }
         })
         .collect::<Vec<_>>()
         .join("\n")
+}
+
+/// `line` with each DH-HMAC-CHAP secret (`DHHC-1:`) and TLS PSK
+/// (`NVMeTLSkey-`) cut after its prefix, up to the end of its token.
+fn secrets_cut(line: &str) -> String {
+    const MARKS: [&str; 2] = ["DHHC-1:", "NVMeTLSkey-"];
+    let mut out = String::with_capacity(line.len());
+    let mut rest = line;
+    while let Some((i, mark)) = MARKS
+        .iter()
+        .filter_map(|m| rest.find(m).map(|i| (i, *m)))
+        .min_by_key(|&(i, _)| i)
+    {
+        out.push_str(&rest[..i + mark.len()]);
+        out.push_str("<secret left out>");
+        let after = &rest[i + mark.len()..];
+        let end = after
+            .find(|c: char| c.is_whitespace() || matches!(c, '"' | '\'' | ',' | '}' | ']'))
+            .unwrap_or(after.len());
+        rest = &after[end..];
+    }
+    out.push_str(rest);
+    out
 }
 
 impl ConfigError {

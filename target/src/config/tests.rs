@@ -532,3 +532,28 @@ fn tls_listeners() {
         "listener[0].secure: 'tls' is not one of none, optional, required",
     );
 }
+
+/// Issue 57, 8: a syntax error quotes its line; no secret in it is shown,
+/// in an inline table or wherever it stands.
+#[test]
+fn a_syntax_error_quotes_no_secret_wherever_it_stands() {
+    let psk = "NVMeTLSkey-1:01:VRLbtnN9AQb2WXW3c9+wEf/DRLz0QuLdbYvEhwtdWwNf9LrZ:";
+    let chap = "DHHC-1:00:ICEiIyQlJicoKSorLC0uLzAxMjM0NTY3ODk6Ozw9Pj/jBqb2:";
+    for text in [
+        format!("host = [{{ nqn = \"nqn.h:a\", tls_key = \"{psk}\" }} oops\n"),
+        format!("host = [{{ nqn = \"nqn.h:a\", dhchap_key = \"{chap}\", x = }}]\n"),
+        format!("[[host]]\nnqn = \"nqn.h:a\"\ntls_key = \"{psk}\nport = 1\n"),
+        format!("x = [\"{chap}\" \"{psk}\"]\n"),
+    ] {
+        let e = TargetConfig::from_toml(&text, "t.toml")
+            .unwrap_err()
+            .to_string();
+        for secret in [&psk[12..], &chap[7..]] {
+            assert!(!e.contains(secret), "a secret shown: {e}");
+        }
+        assert!(
+            e.contains("<secret left out>") || e.contains("= <secret"),
+            "{e}"
+        );
+    }
+}
