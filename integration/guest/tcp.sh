@@ -19,13 +19,23 @@
 #      shows the controller's transport, metrics count connects and disconnects by it,
 #      and the reads' zero-copy sends (the kernel copies for this local host, and says so);
 #   4. ours: IPv6 (a second TCP listener on ::1): discovery, connect, read; a namespace
-#      added live (control socket) reaches that host without a reconnect, and goes.
+#      added live (control socket) reaches that host without a reconnect, and goes;
+#   5. both (after 1 and 2), strangers on the fabric (our initiator's hostile-load): 16
+#      addresses hold 20 stalled connections each (past every cap), re-opened as they are
+#      closed, while the kernel host connects from another address three times, each
+#      within CONNECT_GOAL_MS; then 8 discovery controllers keep their queues full of
+#      128 KiB Set Features whose R2Ts they never answer, while the host's fio reads
+#      64 KiB blocks: no error, no read waits 2 s or more (issue 57, items 1 and 2).
 # Output: the table, then "TCP PASS" (last line) on success.
 set -euo pipefail
 IP=${LAB_IP:?LAB_IP not set (run this inside the lab guest)}
 PORT=4420
 TARGET_BIN=${TARGET_BIN:-build/release/nvmf-target}
 PROBE=build/release/examples/tcp-probe
+LOAD=build/release/examples/hostile-load
+# The kernel host's nvme connect (admin queue, two I/O queues, identify) under TCG takes
+# a few hundred ms; while strangers flood, it must take no longer than this.
+CONNECT_GOAL_MS=${CONNECT_GOAL_MS:-1000}
 NQN=nqn.2026-11.io.nvmf-lab:tcp
 PROBE_NQN=nqn.2026-11.io.nvmf-lab:tcp-probe
 IMG=/var/tmp/tcp.img
@@ -93,6 +103,66 @@ phase() { # WHO
     kmsg_mark   # the probe's connections are no host's concern
 }
 
+declare -A CONN_MS READ_MAX_MS
+hostile() { # WHO: strangers hold connections and buffers; the kernel host is served
+    local WHO=$1 i t0 ms worst=0 lp
+    step "$WHO: 16 addresses hold stalled connections past every cap; the kernel host connects"
+    t0=$(date +%s%N)
+    nvme connect -t tcp -a "$IP" -s "$PORT" -n "$NQN" -i 2 >/dev/null || fail "$WHO: nvme connect"
+    live_ctrl "$NQN"; settle; nvme disconnect -n "$NQN" >/dev/null
+    info "$WHO: connected in $(( ($(date +%s%N) - t0) / 1000000 )) ms without the flood (with live_ctrl)"
+    kmsg_mark
+    "$LOAD" stall "$IP" "$PORT" 127.1.0.1 16 20 40 >/tmp/stall.txt 2>&1 &
+    lp=$!
+    sleep 3
+    for i in 1 2 3; do
+        t0=$(date +%s%N)
+        if ! nvme connect -t tcp -a "$IP" -s "$PORT" -n "$NQN" -i 2 >/dev/null; then
+            info "$WHO: nvme connect refused during the flood (round $i)"
+            worst=refused
+            break
+        fi
+        ms=$(( ($(date +%s%N) - t0) / 1000000 ))
+        live_ctrl "$NQN"; settle
+        nvme disconnect -n "$NQN" >/dev/null
+        [ $ms -gt $worst ] && worst=$ms
+        info "$WHO: nvme connect took $ms ms during the flood (round $i)"
+        sleep 1
+    done
+    kill "$lp"; wait "$lp" 2>/dev/null || true
+    info "$WHO: $(tail -n 1 /tmp/stall.txt) (16 addresses x 20 stalled connections)"
+    CONN_MS[$WHO]=$worst
+    [ "$worst" = refused ] && kmsg_mark   # the refusal's lines: the verdict below says it
+    kmsg_check "$WHO: connects during a flood of stalled connections"
+    step "$WHO: 8 discovery controllers never answer their R2Ts; the kernel host reads 64 KiB blocks"
+    nvme connect -t tcp -a "$IP" -s "$PORT" -n "$NQN" -i 2 >/dev/null || fail "$WHO: nvme connect"
+    live_ctrl "$NQN"
+    "$LOAD" hog "$IP" "$PORT" 8 16 >/tmp/hog.txt 2>&1 &
+    lp=$!
+    sleep 2
+    fio --name=hog --filename="$NS" --rw=randread --bs=64k --iodepth=8 --ioengine=libaio \
+        --direct=1 --time_based --runtime=10 --output-format=json >/tmp/hogfio.json 2>/tmp/hogfio.err ||
+        { tail -n 3 /tmp/hogfio.err | sed 's/^/    fio: /'; }
+    wait "$lp" || true
+    info "$WHO: $(tail -n 1 /tmp/hog.txt)"
+    python3 -c 'import json,sys
+j = json.load(open(sys.argv[1]))["jobs"][0]
+if j["error"]: sys.exit("fio error %d" % j["error"])
+r = j["read"]
+print("%d" % (r["clat_ns"]["max"] / 1e6))
+print("reads: %d IOPS, %d completed" % (r["iops"], r["total_ios"]))' /tmp/hogfio.json >/tmp/hogmax.txt 2>&1 ||
+        echo failed >/tmp/hogmax.txt
+    READ_MAX_MS[$WHO]=$(head -n 1 /tmp/hogmax.txt)
+    info "$WHO: $(tail -n 1 /tmp/hogmax.txt)"
+    info "$WHO: longest 64 KiB read ${READ_MAX_MS[$WHO]} ms while the hogs held R2Ts"
+    settle; nvme disconnect -n "$NQN" >/dev/null 2>&1 || true
+    if [ "${READ_MAX_MS[$WHO]}" = failed ]; then
+        kmsg_errors | head -n 5 | sed 's/^/    kernel: /'; kmsg_mark
+    else
+        kmsg_check "$WHO: 64 KiB reads while discovery controllers held R2Ts"
+    fi
+}
+
 step "setup: nvme-tcp, nvmet-tcp, a 64 MiB file"
 modprobe -a nvme-tcp nvmet nvmet-tcp
 info "kernel $(uname -r), $(nvme version)"
@@ -101,6 +171,7 @@ rm -f "$IMG"; truncate -s 64M "$IMG"
 
 nvmet_export "$NQN" "$IMG"
 phase nvmet
+hostile nvmet
 nvmet_unexport "$NQN"
 
 step "ours: $TARGET_BIN with a TCP listener"
@@ -125,6 +196,15 @@ EOF
 NO_COLOR=1 "$TARGET_BIN" --config /tmp/tcp.toml >"$TLOG" 2>&1 &
 TPID=$!
 phase ours
+hostile ours
+info "strangers: connect during the flood (ms) nvmet ${CONN_MS[nvmet]}, ours ${CONN_MS[ours]}; longest 64 KiB read (ms) nvmet ${READ_MAX_MS[nvmet]}, ours ${READ_MAX_MS[ours]}"
+bad=
+[[ ${CONN_MS[ours]} =~ ^[0-9]+$ ]] && [ "${CONN_MS[ours]}" -le "$CONNECT_GOAL_MS" ] ||
+    bad+=" the kernel host's connect during the flood (ms): ${CONN_MS[ours]} (goal $CONNECT_GOAL_MS);"
+[[ ${READ_MAX_MS[ours]} =~ ^[0-9]+$ ]] && [ "${READ_MAX_MS[ours]}" -lt 2000 ] ||
+    bad+=" the longest 64 KiB read while the hogs held R2Ts (ms): ${READ_MAX_MS[ours]} (goal < 2000);"
+[ -z "$bad" ] || fail "ours, strangers on the fabric:$bad"
+
 
 step "ours: a host with a 49-day keep-alive whose network goes dark is freed within 60 s"
 for _ in $(seq 40); do [ "$(controllers_of "$PROBE_NQN")" = 0 ] && break; sleep 0.25; done
