@@ -32,7 +32,9 @@
 //!   connection to a local address only from that same address).
 //! - `hostile-probe pending IP PORT COUNT HOLD_S`: COUNT connections to IP
 //!   that never send Connect; prints how many were accepted and how many
-//!   refused, then holds the accepted ones for HOLD_S seconds.
+//!   refused, how many of those the target hung up on within a second of
+//!   the last (evicted for newer ones), then holds the rest for HOLD_S
+//!   seconds and prints how many it hung up on in all.
 //!
 //! The probe is its own host (`nqn.2026-11.io.nvmf-lab:probe`), so it is not
 //! the kernel host of the same machine.
@@ -787,16 +789,27 @@ impl Probe {
             self.dst,
             conns.len()
         );
-        std::thread::sleep(hold);
-        let gone = conns
-            .iter()
-            .filter(|c| {
-                c.ch.wait_for(CmEventKind::Disconnected, Duration::from_millis(200))
-                    .is_ok()
-            })
-            .count();
+        let t0 = Instant::now();
+        std::thread::sleep(Duration::from_secs(1));
+        let mut gone = vec![false; conns.len()];
+        for (g, c) in gone.iter_mut().zip(&conns) {
+            *g = c
+                .ch
+                .wait_for(CmEventKind::Disconnected, Duration::from_millis(20))
+                .is_ok();
+        }
+        let early = gone.iter().filter(|&&g| g).count();
+        println!("PENDING within 1 s: hung up on {early}");
+        std::thread::sleep(hold.saturating_sub(t0.elapsed()));
+        for (g, c) in gone.iter_mut().zip(&conns) {
+            *g = *g
+                || c.ch
+                    .wait_for(CmEventKind::Disconnected, Duration::from_millis(200))
+                    .is_ok();
+        }
         println!(
-            "PENDING held {hold:?}: hung up on {gone} of {}",
+            "PENDING held {hold:?}: hung up on {} of {}",
+            gone.iter().filter(|&&g| g).count(),
             conns.len()
         );
     }

@@ -22,9 +22,11 @@
 #      I/O-queue Connect for the probe's controller from another address than its admin
 #      queue's (refused).
 #   4. Queues that never send Connect: from one peer, beyond [target]
-#      max_pending_queues_per_peer (8 here), refused while another host connects and
-#      reads; from two peers, beyond max_pending_queues (12), refused; the refusals
-#      counted in /metrics; all hung up on by the Connect timeout.
+#      max_pending_queues_per_peer (8 here), that peer's oldest evicted (hung up on within
+#      a second) while another host connects and reads; from two peers, beyond
+#      max_pending_queues (12), the oldest of the peer holding the most evicted (the
+#      newcomer admitted every time, evening out); the evictions counted in /metrics; the
+#      rest hung up on by the Connect timeout.
 #   5. A host that connects with KATO 0xFFFFFFFF (49 days) and vanishes (queue pairs
 #      silent, no disconnect): probed like a host without keep-alive and freed within
 #      60 s, not 49 days.
@@ -297,8 +299,8 @@ info "controllers back to $BEFORE"
 [ "$(metric 'nvmf_target_connect_rejections_total{reason="other_peer"}')" -ge 1 ] || fail "other_peer refusal not counted"
 
 step "4. queues without Connect: 12 from $IP_B (cap 8 per peer) while host A connects from $IP"
-PER_PEER0=$(metric 'nvmf_target_connect_rejections_total{reason="pending_per_peer"}')
-TOTAL0=$(metric 'nvmf_target_connect_rejections_total{reason="pending_total"}')
+PER_PEER0=$(metric 'nvmf_target_connect_rejections_total{reason="pending_evicted_per_peer"}')
+TOTAL0=$(metric 'nvmf_target_connect_rejections_total{reason="pending_evicted_total"}')
 "$PROBE" pending "$IP_B" "$PORT" 12 8 >"$DIR/pending1.log" 2>&1 &
 BG=$!
 for _ in $(seq 120); do grep -q accepted "$DIR/pending1.log" && break; sleep 0.1; done
@@ -306,10 +308,11 @@ connect "$IP" "$TEN_A" "$HOST_A" "$HID_A" -i 1
 dd if="$(dev_of "$TEN_A" 1)" of=/dev/null bs=64k count=64 iflag=direct status=none || fail "host A could not read during the flood"
 wait $BG || fail "the pending probe failed"; BG=
 sed 's/^/    /' "$DIR/pending1.log"
-grep -q "accepted 8 refused 4 failed 0 of 12" "$DIR/pending1.log" || fail "one peer must get 8 pending queues, not more"
-grep -q "hung up on 8 of 8" "$DIR/pending1.log" || fail "pending queues must be hung up on by the Connect timeout"
+grep -q "accepted 12 refused 0 failed 0 of 12" "$DIR/pending1.log" || fail "a peer at its cap must not be refused: its oldest make room"
+grep -q "within 1 s: hung up on 4$" "$DIR/pending1.log" || fail "the peer's 4 oldest pending queues must be evicted at once"
+grep -q "hung up on 12 of 12" "$DIR/pending1.log" || fail "pending queues must be hung up on by the Connect timeout"
 settle; nvme disconnect -n "$TEN_A" >/dev/null
-step "4b. 8 from $IP_B and 8 from $IP: the total cap (12) refuses 4"
+step "4b. 8 from $IP_B, then 8 from $IP: at the total cap (12) the address holding the most loses its oldest"
 "$PROBE" pending "$IP_B" "$PORT" 8 6 >"$DIR/pending2.log" 2>&1 &
 BG=$!
 for _ in $(seq 120); do grep -q accepted "$DIR/pending2.log" && break; sleep 0.1; done
@@ -317,12 +320,15 @@ for _ in $(seq 120); do grep -q accepted "$DIR/pending2.log" && break; sleep 0.1
 wait $BG || fail "the first pending probe failed"; BG=
 sed 's/^/    /' "$DIR/pending2.log" "$DIR/pending3.log"
 grep -q "accepted 8 refused 0" "$DIR/pending2.log" || fail "the first peer should have had 8"
-grep -q "accepted 4 refused 4" "$DIR/pending3.log" || fail "the total cap of 12 must refuse the second peer's last 4"
-PER_PEER=$(( $(metric 'nvmf_target_connect_rejections_total{reason="pending_per_peer"}') - PER_PEER0 ))
-TOTAL=$(( $(metric 'nvmf_target_connect_rejections_total{reason="pending_total"}') - TOTAL0 ))
-info "refusals counted: pending_per_peer +$PER_PEER, pending_total +$TOTAL"
-[ $PER_PEER = 4 ] && [ $TOTAL = 4 ] || fail "refusals not counted as such"
-[ "$(grep -c 'too many queues without a Fabrics Connect' "$TLOG")" -le 2 ] || fail "refusals must be logged once a minute per peer"
+grep -q "accepted 8 refused 0" "$DIR/pending3.log" || fail "the newcomer must not be refused at the total cap"
+# 3 of $IP_B's go (8 against 4, 7/5, 6/6: the older address first), then 1 of $IP's (5/7).
+grep -q "within 1 s: hung up on 1$" "$DIR/pending3.log" || fail "the newcomer must lose only the place it took beyond an even share"
+grep -q "hung up on 8 of 8" "$DIR/pending2.log" || fail "the first peer's pending queues must all be hung up on"
+PER_PEER=$(( $(metric 'nvmf_target_connect_rejections_total{reason="pending_evicted_per_peer"}') - PER_PEER0 ))
+TOTAL=$(( $(metric 'nvmf_target_connect_rejections_total{reason="pending_evicted_total"}') - TOTAL0 ))
+info "evictions counted: pending_evicted_per_peer +$PER_PEER, pending_evicted_total +$TOTAL"
+[ $PER_PEER = 4 ] && [ $TOTAL = 4 ] || fail "evictions not counted as such"
+[ "$(grep -c 'lost its place to a newer one' "$TLOG")" -le 2 ] || fail "evictions must be logged once a minute per peer"
 
 step "5. a host with KATO 0xFFFFFFFF that vanishes is freed within 60 s"
 "$PROBE" vanish "$IP" "$PORT" "$OPEN" 90 4294967295 >"$DIR/vanish.log" 2>&1 &
