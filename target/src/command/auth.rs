@@ -49,6 +49,10 @@ pub const QUEUED: usize = 1024;
 #[derive(Default)]
 pub struct AuthState {
     tx: Transaction,
+    /// The key epoch its transaction started in.
+    tx_epoch: u64,
+    /// The key epoch of its last successful transaction.
+    authed_epoch: u64,
     /// Transactions started while not authenticated.
     attempts: u8,
     /// The message of the last Authentication Receive, until the worker
@@ -89,6 +93,8 @@ pub struct QueueAuth {
     state: std::sync::Arc<std::sync::Mutex<AuthState>>,
     /// It authenticated, as of its last authentication command.
     authenticated: bool,
+    /// The key epoch it last authenticated in.
+    epoch: u64,
 }
 
 /// What an authentication command run on the lane did: the result it posts
@@ -169,6 +175,15 @@ impl QueueAuth {
     pub fn refresh(&mut self) {
         let st = self.state.lock().unwrap_or_else(|p| p.into_inner());
         self.authenticated = st.tx.authenticated().is_some();
+        self.epoch = st.authed_epoch;
+    }
+
+    /// Its host's key was rotated and the grace to authenticate again with
+    /// the new one ran out at `now` without this queue doing so.
+    pub fn rekey_missed(&self, ctrl: &Controller, now: Instant) -> bool {
+        ctrl.auth
+            .rekey_due()
+            .is_some_and(|(epoch, deadline)| self.epoch < epoch && now >= deadline)
     }
 
     /// The queue was accepted at `accepted` and must have authenticated by
@@ -278,7 +293,15 @@ pub fn send(
         }
     }
     let creds = &target.credentials;
+    if starts_transaction(data) {
+        // Before the keys are read: a key changed after this is a change
+        // this transaction did not see.
+        q.tx_epoch = creds.epoch();
+    }
     let ev = q.tx.send(data, names(ctrl), || creds.policy(&ctrl.hostnqn));
+    if matches!(ev, Event::Authenticated) {
+        q.authed_epoch = q.tx_epoch;
+    }
     outcome(q, target, ctrl, qid, ev)
 }
 
@@ -293,6 +316,9 @@ pub fn receive(
 ) -> Result<(u32, Outcome), Status> {
     match q.tx.receive(buf.len(), names(ctrl)) {
         Ok((msg, ev)) => {
+            if matches!(ev, Event::Authenticated) {
+                q.authed_epoch = q.tx_epoch;
+            }
             buf[..msg.len()].copy_from_slice(&msg);
             Ok((msg.len() as u32, outcome(q, target, ctrl, qid, ev)))
         }
@@ -500,36 +526,43 @@ mod tests {
         ]
     }
 
-    /// Issue 38, 7: a key added, rotated or removed applies at once: the
-    /// controllers that authenticated with another key, or none, go.
+    /// Issue 38, 7: a key added or removed applies at once: the
+    /// controllers that authenticated with another key, or none, go; a key
+    /// rotated (issue 57, 9) leaves its authenticated controllers the grace
+    /// to authenticate again.
     #[test]
     fn a_key_change_disconnects_the_hosts_controllers() {
         let t = target();
+        let now = std::time::Instant::now();
         let keyed = admin(&t, HOST, SUB);
         assert_eq!(authenticate(&t, &keyed), Outcome::Continue);
         let plain = admin(&t, PLAIN, SUB);
         let disc = admin(&t, PLAIN, nvme::DISCOVERY_NQN);
         // The same keys again: nothing changes.
-        let (changed, gone) = t.set_credentials(&hosts(Some(key()), None));
-        assert!(changed.is_empty() && gone.is_empty());
+        let k = t.set_credentials(&hosts(Some(key()), None), now);
+        assert!(k.hosts.is_empty() && k.gone.is_empty());
         // A key for the host that had none: its controller was exempt.
         let k2 = Secret::new(Some(HashId::Sha256), &[9; 32]).unwrap();
-        let (changed, gone) = t.set_credentials(&hosts(Some(key()), Some(k2.clone())));
-        assert_eq!(changed, vec![PLAIN.to_string()]);
-        assert_eq!(gone.len(), 1);
+        let k = t.set_credentials(&hosts(Some(key()), Some(k2.clone())), now);
+        assert_eq!(k.hosts, vec![PLAIN.to_string()]);
+        assert_eq!((k.gone.len(), k.rekeying.len()), (1, 0));
         assert!(plain.is_revoked() && !keyed.is_revoked());
         assert!(!disc.is_revoked(), "discovery never authenticates");
         assert!(admin(&t, PLAIN, SUB).auth.required());
-        // The keyed host's key rotated: the association made with the old one goes.
-        let (changed, _) = t.set_credentials(&hosts(Some(k2.clone()), Some(k2.clone())));
-        assert_eq!(changed, vec![HOST.to_string()]);
-        assert!(keyed.is_revoked());
-        // A key removed: the host's controllers go too (they reconnect
+        // The keyed host's key rotated: the association authenticated with
+        // the old one has its grace; one still to authenticate goes.
+        let unproven = admin(&t, HOST, SUB);
+        let k = t.set_credentials(&hosts(Some(k2.clone()), Some(k2.clone())), now);
+        assert_eq!(k.hosts, vec![HOST.to_string()]);
+        assert_eq!(k.rekeying.len(), 1);
+        assert!(Arc::ptr_eq(&k.rekeying[0], &keyed) && !keyed.is_revoked());
+        assert!(keyed.auth.rekey_due().is_some());
+        assert!(unproven.is_revoked());
+        // A key removed: the host's controllers go (they reconnect
         // without authenticating).
-        let again = admin(&t, HOST, SUB);
-        let (changed, _) = t.set_credentials(&hosts(None, Some(k2)));
-        assert_eq!(changed, vec![HOST.to_string()]);
-        assert!(again.is_revoked());
+        let k = t.set_credentials(&hosts(None, Some(k2)), now);
+        assert_eq!(k.hosts, vec![HOST.to_string()]);
+        assert!(keyed.is_revoked());
         assert!(!admin(&t, HOST, SUB).auth.required());
     }
 

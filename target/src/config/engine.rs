@@ -66,6 +66,10 @@ pub struct EngineConfig {
     pub max_unauthenticated_controllers_per_peer: u32,
     /// Controllers not yet authenticated the target holds in all.
     pub max_unauthenticated_controllers: u32,
+    /// How long (ms) a host's controllers keep serving after its
+    /// DH-HMAC-CHAP key was replaced, for its queues to authenticate again
+    /// with the new key; 0: they end at once.
+    pub key_rotation_grace_ms: u32,
 }
 
 /// Bytes of a small data buffer.
@@ -86,6 +90,8 @@ pub const DEFAULT_MAX_PENDING_PER_PEER: u32 = 16;
 pub const DEFAULT_MAX_PENDING: u32 = 64;
 /// Default cap of controllers per host NQN and subsystem.
 pub const DEFAULT_MAX_CONTROLLERS_PER_HOST: u32 = 16;
+/// Default grace after a key rotation (ms).
+pub const DEFAULT_KEY_ROTATION_GRACE_MS: u32 = 10_000;
 /// Default keep-alive bound (ms).
 pub const DEFAULT_MAX_KEEP_ALIVE_MS: u32 = 120_000;
 /// Default pinned-memory budget.
@@ -136,6 +142,7 @@ impl Default for EngineConfig {
             max_controllers_per_host: DEFAULT_MAX_CONTROLLERS_PER_HOST,
             max_unauthenticated_controllers_per_peer: crate::model::unproven::DEFAULT_PER_PEER,
             max_unauthenticated_controllers: crate::model::unproven::DEFAULT_TOTAL,
+            key_rotation_grace_ms: DEFAULT_KEY_ROTATION_GRACE_MS,
         }
     }
 }
@@ -157,6 +164,7 @@ pub(super) struct RawEngine {
     pub max_controllers_per_host: Option<u32>,
     pub max_unauthenticated_controllers_per_peer: Option<u32>,
     pub max_unauthenticated_controllers: Option<u32>,
+    pub key_rotation_grace_ms: Option<u32>,
 }
 
 impl RawEngine {
@@ -210,6 +218,15 @@ impl RawEngine {
             "max_keep_alive_ms",
             max_keep_alive_ms.into(),
             1000..=u32::MAX as u64,
+            " (ms)",
+        );
+        let key_rotation_grace_ms = self
+            .key_rotation_grace_ms
+            .unwrap_or(d.key_rotation_grace_ms);
+        ranged(
+            "key_rotation_grace_ms",
+            key_rotation_grace_ms.into(),
+            0..=600_000,
             " (ms)",
         );
         let max_controllers_per_host = self
@@ -276,6 +293,7 @@ impl RawEngine {
             max_controllers_per_host,
             max_unauthenticated_controllers_per_peer: unauth_per_peer,
             max_unauthenticated_controllers: unauth,
+            key_rotation_grace_ms,
         };
         let need = e.workers as u64 * e.per_worker_bytes(e.srq != SrqMode::Off);
         if need > e.max_pinned_memory {

@@ -15,8 +15,8 @@ mod raw;
 mod validate;
 use ctx::Ctx;
 pub use engine::{
-    affinity_cpus, EngineConfig, SendOffload, SrqMode, DEFAULT_MAX_CONTROLLERS_PER_HOST,
-    MAX_WORKERS, SMALL_BUFFER,
+    affinity_cpus, EngineConfig, SendOffload, SrqMode, DEFAULT_KEY_ROTATION_GRACE_MS,
+    DEFAULT_MAX_CONTROLLERS_PER_HOST, MAX_WORKERS, SMALL_BUFFER,
 };
 pub use host::HostConfig;
 pub(crate) use raw::SizeValue;

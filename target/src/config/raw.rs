@@ -80,6 +80,7 @@ pub(super) struct RawTarget {
     pub max_controllers_per_host: Option<u32>,
     pub max_unauthenticated_controllers_per_peer: Option<u32>,
     pub max_unauthenticated_controllers: Option<u32>,
+    pub key_rotation_grace_ms: Option<u32>,
     pub state_dir: Option<String>,
     pub drain_on_stop_s: Option<u64>,
 }

@@ -201,6 +201,7 @@ impl TargetConfig {
                 max_unauthenticated_controllers_per_peer: t
                     .max_unauthenticated_controllers_per_peer,
                 max_unauthenticated_controllers: t.max_unauthenticated_controllers,
+                key_rotation_grace_ms: t.key_rotation_grace_ms,
             },
             None => engine::RawEngine::default(),
         }

@@ -111,6 +111,8 @@ pub fn build_target(cfg: &TargetConfig) -> Result<Target, String> {
     t.tls_keys.set(&cfg.hosts);
     t.max_controllers_per_host
         .store(cfg.engine.max_controllers_per_host, Ordering::Relaxed);
+    t.key_rotation_grace_ms
+        .store(cfg.engine.key_rotation_grace_ms, Ordering::Relaxed);
     t.unproven.set_caps(
         cfg.engine.max_unauthenticated_controllers_per_peer,
         cfg.engine.max_unauthenticated_controllers,
@@ -506,15 +508,23 @@ impl Daemon {
         // Commit. Keys first: access widened below never lets a Connect in
         // under the old keys.
         if plan.hosts {
-            let (hosts, gone) = self.target.set_credentials(&new.hosts);
-            for c in &gone {
+            let k = self
+                .target
+                .set_credentials(&new.hosts, std::time::Instant::now());
+            for c in &k.gone {
                 info!(cntlid = c.cntlid, host = %c.hostnqn, subsys = %c.subsys.nqn,
                       "the host's keys changed: its controller is disconnected and must authenticate again");
             }
+            for c in &k.rekeying {
+                info!(cntlid = c.cntlid, host = %c.hostnqn, subsys = %c.subsys.nqn,
+                      grace_ms = self.target.key_rotation_grace_ms.load(Ordering::Relaxed),
+                      "the host's key was rotated: its controller serves on while its queues authenticate again with the new key");
+            }
             info!(
                 with_keys = new.hosts.iter().filter(|h| h.dhchap_key.is_some()).count(),
-                changed = ?hosts,
-                controllers_disconnected = gone.len(),
+                changed = ?k.hosts,
+                controllers_disconnected = k.gone.len(),
+                controllers_rekeying = k.rekeying.len(),
                 "host keys changed: they apply at once"
             );
         }

@@ -3,8 +3,9 @@
 //! how they last did. The protocol itself is [`crate::command::auth`].
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::Instant;
 
 use arc_swap::ArcSwap;
 use dhchap::controller::{Agreed, Policy};
@@ -18,13 +19,19 @@ pub const CONNECT_ATR: u64 = 1 << 17;
 /// The hosts' keys, replaced as a whole by a reload: a transaction reads
 /// them when it starts. A host whose keys changed loses its controllers
 /// ([`crate::model::subsystem::Target::set_credentials`]), so no association
-/// outlives the key it was made with (or without).
+/// outlives the key it was made with (or without), but for a key rotated:
+/// its controllers' queues have a grace period to authenticate again with
+/// the new one. Every change moves the epoch on; a queue knows the epoch
+/// it last authenticated in.
 #[derive(Default)]
-pub struct Credentials(ArcSwap<HashMap<String, Policy>>);
+pub struct Credentials {
+    keys: ArcSwap<HashMap<String, Policy>>,
+    epoch: AtomicU64,
+}
 
 impl std::fmt::Debug for Credentials {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "Credentials({} hosts with keys)", self.0.load().len())
+        write!(f, "Credentials({} hosts with keys)", self.keys.load().len())
     }
 }
 
@@ -47,20 +54,29 @@ impl Credentials {
                 ))
             })
             .collect();
-        let old = self.0.swap(Arc::new(m));
-        changed_hosts(&old, &self.0.load())
+        let old = self.keys.swap(Arc::new(m));
+        let changed = changed_hosts(&old, &self.keys.load());
+        if !changed.is_empty() {
+            self.epoch.fetch_add(1, Ordering::SeqCst);
+        }
+        changed
     }
 
     /// The host's requirements now (`None`: it has no key).
     pub fn policy(&self, hostnqn: &str) -> Option<Policy> {
-        self.0.load().get(hostnqn).cloned()
+        self.keys.load().get(hostnqn).cloned()
     }
 
     /// Whether `hostnqn` has a key: its controllers of NVM subsystems must
     /// authenticate their queues (discovery controllers never do, as with
     /// nvmet).
     pub fn has_key(&self, hostnqn: &str) -> bool {
-        self.0.load().contains_key(hostnqn)
+        self.keys.load().contains_key(hostnqn)
+    }
+
+    /// The keys' epoch: moved on by every change.
+    pub fn epoch(&self) -> u64 {
+        self.epoch.load(Ordering::SeqCst)
     }
 }
 
@@ -92,6 +108,9 @@ pub struct CtrlAuth {
     /// Until then, its place among the unproven controllers.
     place: Mutex<Option<Place>>,
     last: Mutex<Option<Agreed>>,
+    /// Its host's key was rotated: each queue is to authenticate in this
+    /// key epoch (or a later one) by then, or the controller ends.
+    rekey: Mutex<Option<(u64, Instant)>>,
 }
 
 impl CtrlAuth {
@@ -138,6 +157,17 @@ impl CtrlAuth {
     /// The admin queue authenticated with `agreed`.
     pub fn record(&self, agreed: Agreed) {
         *self.last.lock().unwrap_or_else(|p| p.into_inner()) = Some(agreed);
+    }
+
+    /// Its host's key was rotated in `epoch`: its queues must authenticate
+    /// again by `deadline`.
+    pub fn rekey(&self, epoch: u64, deadline: Instant) {
+        *self.rekey.lock().unwrap_or_else(|p| p.into_inner()) = Some((epoch, deadline));
+    }
+
+    /// The epoch its queues must have authenticated in, and by when.
+    pub fn rekey_due(&self) -> Option<(u64, Instant)> {
+        *self.rekey.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// How the admin queue last authenticated (for `status`).

@@ -5,6 +5,7 @@ use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use arc_swap::ArcSwap;
 use nvme::Status;
@@ -311,6 +312,17 @@ impl Subsystem {
 
 pub use crate::model::port::Port;
 
+/// What a change of the hosts' keys did.
+#[derive(Debug, Default)]
+pub struct KeyChange {
+    /// The hosts whose keys changed.
+    pub hosts: Vec<String>,
+    /// Their controllers disconnected.
+    pub gone: Vec<Arc<Controller>>,
+    /// Their controllers given the grace to authenticate again.
+    pub rekeying: Vec<Arc<Controller>>,
+}
+
 /// The whole target: subsystems, the discovery subsystem, listeners, counters.
 #[derive(Debug)]
 pub struct Target {
@@ -340,6 +352,8 @@ pub struct Target {
     /// Controllers one host NQN may have in one subsystem (`[target]
     /// max_controllers_per_host`).
     pub max_controllers_per_host: AtomicU32,
+    /// `[target] key_rotation_grace_ms`.
+    pub key_rotation_grace_ms: AtomicU32,
     /// Connect refusals logged, per peer (once a minute).
     pub refusal_log: crate::engine::log_limit::PeerLogLimit,
     /// The hosts' authentication keys (`[[host]]`, replaced on reload).
@@ -389,6 +403,7 @@ impl Target {
             max_controllers_per_host: AtomicU32::new(
                 crate::config::DEFAULT_MAX_CONTROLLERS_PER_HOST,
             ),
+            key_rotation_grace_ms: AtomicU32::new(crate::config::DEFAULT_KEY_ROTATION_GRACE_MS),
             refusal_log: Default::default(),
             credentials: Default::default(),
             tls_keys: Default::default(),
@@ -414,34 +429,65 @@ impl Target {
     /// Takes the hosts' keys (`[[host]]`) at once: the controllers of a
     /// host whose keys changed authenticated with another key, or none,
     /// and are disconnected (revoked: their host connects again and
-    /// authenticates as the new keys say). No admin Connect runs meanwhile,
-    /// so none makes a controller under the old keys after this. Returns
-    /// the hosts whose keys changed, and the controllers disconnected.
-    pub fn set_credentials(
-        &self,
-        hosts: &[crate::config::HostConfig],
-    ) -> (Vec<String>, Vec<Arc<Controller>>) {
+    /// authenticates as the new keys say), but for a DH-HMAC-CHAP key
+    /// replaced by another: those of its controllers that authenticated
+    /// keep serving for `[target] key_rotation_grace_ms` after `now`, by
+    /// when each of their queues must have authenticated again with the
+    /// new key (the Linux host does when its new key is written to
+    /// `dhchap_secret`), or the controller ends ([`crate::queue`]'s timer).
+    /// No admin Connect runs meanwhile, so none makes a controller under
+    /// the old keys after this.
+    pub fn set_credentials(&self, hosts: &[crate::config::HostConfig], now: Instant) -> KeyChange {
         let _connects = self.binding_lock();
+        let keyed_before: Vec<bool> = hosts
+            .iter()
+            .map(|h| self.credentials.has_key(&h.nqn))
+            .collect();
+        let was_keyed = |nqn: &str| {
+            hosts
+                .iter()
+                .zip(&keyed_before)
+                .any(|(h, &k)| k && h.nqn == nqn)
+        };
+        let chap = self.credentials.set(hosts);
         // A TLS PSK added, replaced or removed counts as a key change: the
         // host's controllers connected under the old one go.
-        let mut changed = self.credentials.set(hosts);
-        changed.extend(self.tls_keys.set(hosts));
+        let tls = self.tls_keys.set(hosts);
+        let mut changed: Vec<String> = chap.iter().chain(&tls).cloned().collect();
         changed.sort();
         changed.dedup();
-        let mut gone = Vec::new();
-        if changed.is_empty() {
-            return (changed, gone);
+        let mut out = KeyChange {
+            hosts: changed,
+            gone: Vec::new(),
+            rekeying: Vec::new(),
+        };
+        if out.hosts.is_empty() {
+            return out;
         }
+        let grace =
+            Duration::from_millis(self.key_rotation_grace_ms.load(Ordering::Relaxed).into());
+        let epoch = self.credentials.epoch();
         for c in self.all_controllers() {
-            if c.subsys.kind == SubsystemKind::Nvm
-                && changed.binary_search(&c.hostnqn).is_ok()
-                && !c.is_revoked()
+            if c.subsys.kind != SubsystemKind::Nvm
+                || out.hosts.binary_search(&c.hostnqn).is_err()
+                || c.is_revoked()
             {
+                continue;
+            }
+            let rotated = !grace.is_zero()
+                && tls.binary_search(&c.hostnqn).is_err()
+                && was_keyed(&c.hostnqn)
+                && self.credentials.has_key(&c.hostnqn)
+                && c.auth.authenticated();
+            if rotated {
+                c.auth.rekey(epoch, now + grace);
+                out.rekeying.push(c);
+            } else {
                 c.revoke();
-                gone.push(c);
+                out.gone.push(c);
             }
         }
-        (changed, gone)
+        out
     }
 
     /// The NVM subsystems.

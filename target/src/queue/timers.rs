@@ -84,6 +84,14 @@ impl QueueCore {
             return self.disconnect(env, "host data stalled", "fetch_stalled");
         }
         self.expire_fused(env);
+        if self.auth.rekey_missed(&c, now) {
+            warn!(cntlid = c.cntlid, qid = self.qid(), host = %c.hostnqn, subsys = %c.subsys.nqn,
+                  "the host's key was rotated and this queue did not authenticate again with the new one \
+                   within [target] key_rotation_grace_ms; ending the association");
+            env.tally.reject("key_rotation_missed");
+            c.revoke();
+            return self.disconnect(env, "key rotated, not authenticated again", "key_rotated");
+        }
         if self.auth.overdue(&c, self.liveness.accepted(), now) {
             warn!(cntlid = c.cntlid, qid = self.qid(), host = %c.hostnqn, subsys = %c.subsys.nqn,
                   "not authenticated within {:?}; ending the association", crate::command::auth::AUTH_TIMEOUT);

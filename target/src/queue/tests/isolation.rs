@@ -178,14 +178,14 @@ fn a_host_that_takes_no_responses_loses_its_queue_not_the_pool() {
     assert!(!h.lb.closed(other));
 }
 
-const KEYED: &str = "nqn.2026-11.org.example:keyed";
+pub(super) const KEYED: &str = "nqn.2026-11.org.example:keyed";
 
-fn dh_key() -> dhchap::Secret {
+pub(super) fn dh_key() -> dhchap::Secret {
     dhchap::Secret::new(Some(dhchap::HashId::Sha256), &[5; 32]).unwrap()
 }
 
 /// A target whose host KEYED must authenticate with ffdhe2048.
-fn keyed_target() -> Arc<Target> {
+pub(super) fn keyed_target() -> Arc<Target> {
     let t = target(vec![null_ns()]);
     t.credentials.set(&[crate::config::HostConfig {
         nqn: KEYED.into(),
@@ -201,7 +201,7 @@ fn keyed_target() -> Arc<Target> {
 
 impl Host {
     /// An admin queue of KEYED (Connect only): the queue and its cntlid.
-    fn keyed_admin(&mut self) -> (usize, u16) {
+    pub(super) fn keyed_admin(&mut self) -> (usize, u16) {
         let q = self.lb.accept(0, 32);
         let mut c = self.connect_cmd(0, 32, 0);
         let d = ConnectData {
@@ -222,7 +222,7 @@ impl Host {
         (q, done.result as u16)
     }
 
-    fn auth_send(&mut self, msg: Vec<u8>) -> Command {
+    pub(super) fn auth_send(&mut self, msg: Vec<u8>) -> Command {
         self.cid += 1;
         let mut c = nvme::auth::AuthCommand::dhchap(msg.len() as u32).to_command(self.cid, false);
         self.keyed(&mut c, msg, false);
@@ -230,7 +230,7 @@ impl Host {
     }
 
     /// An Authentication Receive: the command and its window's key.
-    fn auth_receive(&mut self) -> (Command, u32) {
+    pub(super) fn auth_receive(&mut self) -> (Command, u32) {
         self.cid += 1;
         let mut c = nvme::auth::AuthCommand::dhchap(4096).to_command(self.cid, true);
         let key = self.keyed(&mut c, vec![0; 4096], true);

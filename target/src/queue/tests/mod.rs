@@ -680,3 +680,4 @@ mod hogs;
 mod isolation;
 mod masking;
 mod qos;
+mod rekey;
