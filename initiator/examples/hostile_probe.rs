@@ -793,10 +793,9 @@ impl Probe {
         std::thread::sleep(Duration::from_secs(1));
         let mut gone = vec![false; conns.len()];
         for (g, c) in gone.iter_mut().zip(&conns) {
-            *g = c
-                .ch
-                .wait_for(CmEventKind::Disconnected, Duration::from_millis(20))
-                .is_ok();
+            *g =
+                c.ch.wait_for(CmEventKind::Disconnected, Duration::from_millis(20))
+                    .is_ok();
         }
         let early = gone.iter().filter(|&&g| g).count();
         println!("PENDING within 1 s: hung up on {early}");
