@@ -114,9 +114,6 @@ pub struct CtrlState {
     pub error_count: u64,
     /// The controller failed (keep-alive expiry, fatal transport error).
     pub failed: bool,
-    /// When its host last asked for a blocking Set Features (see
-    /// [`crate::command::admin::BLOCKING_FEATURE_EVERY`]).
-    pub blocking_asked: Option<Instant>,
 }
 
 /// What a property write asks of the transport.
@@ -155,7 +152,6 @@ impl CtrlState {
             errors: VecDeque::new(),
             error_count: 0,
             failed: false,
-            blocking_asked: None,
         }
     }
 

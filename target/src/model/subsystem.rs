@@ -47,6 +47,9 @@ pub struct Subsystem {
     /// Removed by a reload: no new controller (set before its controllers
     /// are revoked, read under the controllers' lock).
     removed: AtomicBool,
+    /// When each host last asked for a change that blocks (a Persist
+    /// Through Power Loss toggle that syncs a file or the cluster).
+    blocking_asked: Mutex<std::collections::HashMap<String, Instant>>,
 }
 
 /// Which hosts may connect to a subsystem.
@@ -87,6 +90,7 @@ impl Subsystem {
             controllers: Mutex::new(BTreeMap::new()),
             cntlids: (CNTLID_MIN, CNTLID_MAX),
             removed: AtomicBool::new(false),
+            blocking_asked: Default::default(),
         }
     }
 
@@ -95,6 +99,26 @@ impl Subsystem {
     pub fn with_cntlids(mut self, (min, max): (u16, u16)) -> Subsystem {
         self.cntlids = (min.max(CNTLID_MIN), max.min(CNTLID_MAX));
         self
+    }
+
+    /// Whether host `hostnqn` may ask at `now` for a change that blocks: at
+    /// most once per `every` per host, whatever its number of controllers.
+    /// The record forgets hosts whose last ask is older than `every`.
+    pub fn ask_blocking(&self, hostnqn: &str, now: Instant, every: Duration) -> bool {
+        let mut m = self
+            .blocking_asked
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        if m.get(hostnqn)
+            .is_some_and(|&t| now.saturating_duration_since(t) < every)
+        {
+            return false;
+        }
+        if m.len() >= 64 {
+            m.retain(|_, t| now.saturating_duration_since(*t) < every);
+        }
+        m.insert(hostnqn.to_string(), now);
+        true
     }
 
     /// Whether `hostnqn` may connect (and see this subsystem in discovery).

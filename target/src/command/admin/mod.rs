@@ -483,17 +483,13 @@ fn resv_feature(ctrl: &Controller, cmd: &Command, f: u8, set: bool, now: Instant
         (fid::RESV_MASK, false) => ok(ctrl.state().resv_notices.mask(nsid) as u64),
         (_, true) if ns.resv.blocks() => {
             // Any connected host may ask, registered or not: at most so
-            // often per controller, and never on the worker.
+            // often per host (its controllers together), and never on the
+            // worker.
+            if !ctrl
+                .subsys
+                .ask_blocking(&ctrl.hostnqn, now, BLOCKING_FEATURE_EVERY)
             {
-                let mut st = ctrl.state();
-                if st
-                    .blocking_asked
-                    .is_some_and(|t| now.saturating_duration_since(t) < BLOCKING_FEATURE_EVERY)
-                {
-                    drop(st);
-                    return done(ctrl.retry_delay(Status::COMMAND_INTERRUPTED.with_crd(1)));
-                }
-                st.blocking_asked = Some(now);
+                return done(ctrl.retry_delay(Status::COMMAND_INTERRUPTED.with_crd(1)));
             }
             let on = cdw11 & 1 != 0;
             let resv = ns.resv.clone();

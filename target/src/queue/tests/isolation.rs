@@ -128,6 +128,11 @@ fn reservation_persistence_runs_off_the_worker() {
     let again = ptpl(&mut h);
     let c = h.lb.exec(aq, &again, &[]).expect("answered at once");
     assert!(same(c.status, Status::COMMAND_INTERRUPTED), "{}", c.status);
+    // Issue 57, 8: the host's other controllers share its limit.
+    let (aq2, _) = h.admin(5000);
+    let other = ptpl(&mut h);
+    let c = h.lb.exec(aq2, &other, &[]).expect("answered at once");
+    assert!(same(c.status, Status::COMMAND_INTERRUPTED), "{}", c.status);
     h.lb.executor().release(&ns.lane);
     h.lb.run_until(|lb| !lb.queue_busy(aq));
     assert_status(h.lb.take_cqe(aq, set.cid()), Status::SUCCESS);
