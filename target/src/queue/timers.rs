@@ -55,33 +55,40 @@ impl QueueCore {
         // A namespace removed or hidden since the queue found it closes
         // once its commands ended, though the queue sends nothing more.
         c.subsys.expire(&mut self.ns_cache);
-        if self.liveness.sends_stalled(now) {
-            // Its responses hold data buffers other hosts need.
+        // A queue whose responses or fetches do not move holds data
+        // buffers other hosts need.
+        let stalled = if self.liveness.sends_stalled(now) {
+            Some((
+                format!(
+                    "no response delivered for {} s: the host takes none",
+                    SEND_STALL.as_secs()
+                ),
+                "responses stalled",
+                "send_stalled",
+            ))
+        } else if self.liveness.fetches_stalled(now) {
+            Some((
+                format!(
+                    "none of the data asked of the host came for {} s",
+                    FETCH_STALL.as_secs()
+                ),
+                "host data stalled",
+                "fetch_stalled",
+            ))
+        } else {
+            None
+        };
+        if let Some((what, why, label)) = stalled {
             let loud = self
                 .addrs
                 .peer
                 .is_none_or(|p| env.target.refusal_log.should_log(p.ip(), now));
             if loud {
                 warn!(cntlid = c.cntlid, qid = self.qid(), host = %c.hostnqn, subsys = %c.subsys.nqn,
-                      peer = ?self.addrs.peer, "no response delivered for {} s: the host takes none; \
-                      ending the association (said once a minute per peer)", SEND_STALL.as_secs());
+                      peer = ?self.addrs.peer, "{what}; ending the association (said once a minute per peer)");
             }
             c.kill_all();
-            return self.disconnect(env, "responses stalled", "send_stalled");
-        }
-        if self.liveness.fetches_stalled(now) {
-            // Each command whose data does not come holds a data buffer.
-            let loud = self
-                .addrs
-                .peer
-                .is_none_or(|p| env.target.refusal_log.should_log(p.ip(), now));
-            if loud {
-                warn!(cntlid = c.cntlid, qid = self.qid(), host = %c.hostnqn, subsys = %c.subsys.nqn,
-                      peer = ?self.addrs.peer, "none of the data asked of the host came for {} s: \
-                      ending the association (said once a minute per peer)", FETCH_STALL.as_secs());
-            }
-            c.kill_all();
-            return self.disconnect(env, "host data stalled", "fetch_stalled");
+            return self.disconnect(env, why, label);
         }
         self.expire_fused(env);
         if self.auth.rekey_missed(&c, now) {

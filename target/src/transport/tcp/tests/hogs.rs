@@ -7,21 +7,6 @@
 use super::*;
 use crate::engine::liveness::FETCH_STALL;
 
-/// Enables the controller of admin queue `h` (CC.EN).
-fn enable(r: &mut Rig, h: usize) {
-    r.cid += 1;
-    let v = cc::EN | 6 << cc::IOSQES_SHIFT | 4 << cc::IOCQES_SHIFT;
-    let mut p = PropertyCommand {
-        eight_bytes: false,
-        offset: prop::CC,
-        value: v as u64,
-    }
-    .to_command(r.cid, true);
-    p.set_sgl(&Sgl::Transport { len: 0 });
-    r.capsule(h, &p, &[]);
-    assert!(r.cqe(h).status.is_success());
-}
-
 /// A discovery controller of a stranger's NQN: its admin queue.
 fn discovery(r: &mut Rig) -> usize {
     let h = r.open();
@@ -48,7 +33,7 @@ fn discovery(r: &mut Rig) -> usize {
     .encode();
     r.capsule(h, &c, &d);
     assert!(r.cqe(h).status.is_success());
-    enable(r, h);
+    r.enable(h);
     h
 }
 

@@ -306,6 +306,12 @@ impl Rig {
         self.icreq(h, dg);
         let r = self.connect(h, 0, 0xFFFF);
         assert!(r.status.is_success(), "connect: {}", r.status);
+        self.enable(h);
+        (h, r.result as u16)
+    }
+
+    /// Enables the controller of admin queue `h` (CC.EN).
+    fn enable(&mut self, h: usize) {
         self.cid += 1;
         let v = cc::EN | 6 << cc::IOSQES_SHIFT | 4 << cc::IOCQES_SHIFT;
         let mut p = PropertyCommand {
@@ -317,7 +323,6 @@ impl Rig {
         p.set_sgl(&Sgl::Transport { len: 0 });
         self.capsule(h, &p, &[]);
         assert!(self.cqe(h).status.is_success());
-        (h, r.result as u16)
     }
 
     /// I/O queue 1 of controller `cntlid`.
