@@ -11,28 +11,15 @@ use crate::engine::liveness::FETCH_STALL;
 fn discovery(r: &mut Rig) -> usize {
     let h = r.open();
     r.icreq(h, 0);
-    r.cid += 1;
-    let mut c = ConnectCommand {
-        recfmt: 0,
-        qid: 0,
-        sqsize: 31,
-        cattr: 0,
-        kato: 0xFFFF_FFFF,
-    }
-    .to_command(r.cid);
-    c.set_sgl(&Sgl::InCapsule {
-        offset: 0,
-        len: 1024,
-    });
-    let d = ConnectData {
-        hostid: [0x51; 16],
-        cntlid: 0xFFFF,
-        subsysnqn: nvme::DISCOVERY_NQN.into(),
-        hostnqn: "nqn.2026-11.org.example:stranger".into(),
-    }
-    .encode();
-    r.capsule(h, &c, &d);
-    assert!(r.cqe(h).status.is_success());
+    let c = r.connect_as(
+        h,
+        0,
+        0xFFFF,
+        0,
+        nvme::DISCOVERY_NQN,
+        "nqn.2026-11.org.example:stranger",
+    );
+    assert!(c.status.is_success());
     r.enable(h);
     h
 }

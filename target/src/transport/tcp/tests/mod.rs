@@ -275,6 +275,19 @@ impl Rig {
 
     /// Connect with Connect attributes `cattr`.
     fn connect_with(&mut self, h: usize, qid: u16, cntlid: u16, cattr: u8) -> Completion {
+        self.connect_as(h, qid, cntlid, cattr, SUB, HOST)
+    }
+
+    /// Connect to `subnqn` as `hostnqn`.
+    fn connect_as(
+        &mut self,
+        h: usize,
+        qid: u16,
+        cntlid: u16,
+        cattr: u8,
+        subnqn: &str,
+        hostnqn: &str,
+    ) -> Completion {
         self.cid += 1;
         let mut c = ConnectCommand {
             recfmt: 0,
@@ -291,8 +304,8 @@ impl Rig {
         let d = ConnectData {
             hostid: [9; 16],
             cntlid,
-            subsysnqn: SUB.into(),
-            hostnqn: HOST.into(),
+            subsysnqn: subnqn.into(),
+            hostnqn: hostnqn.into(),
         }
         .encode();
         self.capsule(h, &c, &d);
