@@ -10,7 +10,7 @@ use tracing::info;
 use crate::model::controller::Controller;
 use crate::model::namespace::Namespace;
 use crate::model::subsystem::Subsystem;
-use crate::reservation::state::HostId;
+use crate::reservation::state::{HostId, NqnTag};
 use crate::reservation::Access;
 
 /// The controller id a report gives every registrant: controllers are
@@ -24,12 +24,14 @@ pub const DYNAMIC_CNTLID: u16 = 0xFFFF;
 /// closed): a conflict is counted, and the status carries the controller's
 /// retry delay.
 pub fn admit(ns: &Namespace, ctrl: &Controller, access: Access) -> Result<(), Status> {
-    ns.resv.check(&ctrl.hostid, access).map_err(|st| {
-        if st == Status::RESERVATION_CONFLICT {
-            ns.metrics.reservation_conflicts.inc();
-        }
-        ctrl.retry_delay(st)
-    })
+    ns.resv
+        .check(&ctrl.hostid, &ctrl.nqn_tag, access)
+        .map_err(|st| {
+            if st == Status::RESERVATION_CONFLICT {
+                ns.metrics.reservation_conflicts.inc();
+            }
+            ctrl.retry_delay(st)
+        })
 }
 
 /// Runs reservation command `cmd` of `ctrl` on `ns`; `buf` holds its data
@@ -65,8 +67,7 @@ pub fn execute(ns: &Namespace, ctrl: &Controller, cmd: &Command, buf: &mut [u8])
     } else {
         None
     };
-    let nqn = crate::reservation::state::nqn_tag(&ctrl.hostnqn);
-    match ns.resv.apply(&ctrl.hostid, &nqn, &req) {
+    match ns.resv.apply(&ctrl.hostid, &ctrl.nqn_tag, &req) {
         Ok(fx) => {
             if fx.changed {
                 info!(subsys = %ctrl.subsys.nqn, nsid = ns.nsid, cntlid = ctrl.cntlid,
@@ -74,7 +75,7 @@ pub fn execute(ns: &Namespace, ctrl: &Controller, cmd: &Command, buf: &mut [u8])
                       rtype = req.rtype, "reservation changed");
             }
             for (host, kind) in &fx.notices {
-                notify(&ctrl.subsys, host, ns.nsid, *kind);
+                notify(&ctrl.subsys, host, fx.binding(host), ns.nsid, *kind);
             }
             (Status::SUCCESS, 0)
         }
@@ -144,9 +145,9 @@ fn report(ns: &Namespace, cmd: &Command, buf: &mut [u8]) -> (Status, u32) {
 
 /// Logs a notice for namespace `nsid` in every controller of `host` in the
 /// subsystem (a host reaches a namespace through several controllers).
-pub fn notify(subsys: &Subsystem, host: &HostId, nsid: u32, kind: u8) {
+pub fn notify(subsys: &Subsystem, host: &HostId, nqn: Option<&NqnTag>, nsid: u32, kind: u8) {
     for c in subsys.controllers() {
-        if &c.hostid == host {
+        if &c.hostid == host && nqn.is_none_or(|t| *t == c.nqn_tag) {
             c.notify_reservation(nsid, kind);
         }
     }

@@ -80,10 +80,11 @@ fn attach_namespaces(sub: &Arc<Subsystem>) {
     for n in sub.namespaces().iter() {
         let (weak, nsid) = (Arc::downgrade(sub), n.nsid);
         n.resv.attach(
-            crate::reservation::Notify(Arc::new(move |notices| {
+            crate::reservation::Notify(Arc::new(move |notices, bindings| {
                 if let Some(sub) = weak.upgrade() {
                     for (host, kind) in notices {
-                        crate::command::reservation::notify(&sub, host, nsid, *kind);
+                        let bound = crate::reservation::state::binding(bindings, host);
+                        crate::command::reservation::notify(&sub, host, bound, nsid, *kind);
                     }
                 }
             })),

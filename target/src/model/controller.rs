@@ -393,6 +393,9 @@ pub struct Controller {
     pub hostnqn: String,
     /// Host identifier.
     pub hostid: [u8; 16],
+    /// The tag of its host NQN that registrations keep (computed once:
+    /// the reservation check of every I/O compares it).
+    pub nqn_tag: crate::reservation::state::NqnTag,
     state: Mutex<CtrlState>,
     /// CSTS.RDY, mirrored so the I/O path reads it without taking the lock.
     ready: AtomicBool,
@@ -438,6 +441,7 @@ impl Controller {
         Controller {
             cntlid,
             subsys,
+            nqn_tag: crate::reservation::state::nqn_tag(&hostnqn),
             hostnqn,
             hostid,
             state: Mutex::new(CtrlState::new(kato_ms, Instant::now())),

@@ -231,6 +231,53 @@ mod tests {
         admin(&t, IMPOSTOR, H).unwrap_err();
     }
 
+    /// Issue 57, 3: a peer took the victim's identifier on this gateway
+    /// before the victim registered through another one. The registration
+    /// and a Write Exclusive reservation arrive in the shared state: the
+    /// peer is no registrant here (its writes conflict, its reads pass as
+    /// any non-registrant's) and the notices for the victim's identifier
+    /// do not reach it; the victim's controllers get both.
+    #[test]
+    fn a_hostid_squatted_before_the_registration_is_not_the_registrant() {
+        use crate::reservation::cluster::Sink;
+        use crate::reservation::state::{Holder as ResvHolder, Registrant, Reservations};
+        use crate::reservation::Access;
+        let t = target(false);
+        let imp = admin(&t, IMPOSTOR, H).unwrap();
+        let ns = imp.subsys.namespace(1).unwrap();
+        let shared = Reservations {
+            registrants: vec![Registrant {
+                host: H,
+                key: 0x77,
+                nqn: nqn_tag(VICTIM),
+            }],
+            holder: Some(ResvHolder {
+                rtype: nvme::reservation::ResvType::WriteExclusive as u8,
+                host: H,
+            }),
+            generation: 1,
+            ptpl: false,
+        };
+        ns.resv.install(shared, 5);
+        let admit = |c: &Controller, a| crate::command::reservation::admit(&ns, c, a);
+        assert_eq!(
+            admit(&imp, Access::Write).unwrap_err().code(),
+            Status::RESERVATION_CONFLICT.code()
+        );
+        admit(&imp, Access::Read).unwrap();
+        let notice = nvme::reservation::notice::REGISTRATION_PREEMPTED;
+        let bound = nqn_tag(VICTIM);
+        crate::command::reservation::notify(&imp.subsys, &H, Some(&bound), 1, notice);
+        assert!(imp.state().resv_notices.is_empty(), "the victim's notice");
+        // The victim itself, once its controller is here (the impostor's
+        // gone), is the registrant and gets its notices.
+        imp.subsys.remove_controller(imp.cntlid);
+        let v = admin(&t, VICTIM, H).unwrap();
+        admit(&v, Access::Write).unwrap();
+        crate::command::reservation::notify(&v.subsys, &H, Some(&bound), 1, notice);
+        assert!(!v.state().resv_notices.is_empty());
+    }
+
     /// A keyed host is not kept out of its identifier by a controller that
     /// never authenticated; once it authenticates, that one goes.
     #[test]

@@ -65,6 +65,10 @@ struct Notification {
     /// flight before it acknowledges (absent from older gateways' changes).
     #[serde(default)]
     aborted: Vec<super::state::HostId>,
+    /// The host NQN tag each notice's host registered under: the notice
+    /// reaches only controllers of it (absent from older gateways').
+    #[serde(default)]
+    bindings: Vec<(super::state::HostId, super::state::NqnTag)>,
 }
 
 /// The local copy and its object version.
@@ -88,36 +92,96 @@ pub trait Sink: Send + Sync {
         self.install(state, version);
         true
     }
-    /// Notices from a change another gateway made.
-    fn notices(&self, notices: &[Notice]);
+    /// Notices from a change another gateway made, with the host NQN tags
+    /// they are bound to.
+    fn notices(
+        &self,
+        notices: &[Notice],
+        bindings: &[(super::state::HostId, super::state::NqnTag)],
+    );
 }
 
-/// Takes a notification of a change: installs its state and delivers its
-/// notices (another gateway's change). Returns whether it was installed:
-/// only then is it acknowledged, so a changer whose notification a gateway
-/// could not read learns that not every gateway has the new state.
-fn take_notification(sink: &dyn Sink, me: u64, payload: &[u8]) -> bool {
-    match serde_json::from_slice::<Notification>(payload) {
-        Ok(n) if n.state.valid() => {
-            // The changer drained its own writes before it published.
-            let installed = if n.from != me && !n.aborted.is_empty() {
-                sink.install_draining(n.state, n.version)
-            } else {
-                sink.install(n.state, n.version);
-                true
-            };
-            if n.from != me {
-                sink.notices(&n.notices);
-            }
-            installed
-        }
-        _ => {
+/// Forged notifications (a version the object does not hold) are logged at
+/// most this often.
+static FORGED_LOG: crate::engine::log_limit::Repeats =
+    crate::engine::log_limit::Repeats::new(Duration::from_secs(60));
+
+/// Takes a notification of a change another gateway made: a hint that the
+/// object changed, never a state to install as sent (anyone who may notify
+/// on the object could send one). The state and its version are read from
+/// the object (`read`) and installed; the notices are delivered only for a
+/// version the object has reached and no notification delivered before
+/// (`noticed`). Returns whether the object's state is installed: only then
+/// is it acknowledged, so a changer whose notification a gateway could not
+/// take learns that not every gateway has the new state.
+fn take_notification(
+    sink: &dyn Sink,
+    me: u64,
+    payload: &[u8],
+    noticed: &AtomicU64,
+    read: impl FnOnce() -> Result<Versioned, ClusterError>,
+) -> bool {
+    let n = match serde_json::from_slice::<Notification>(payload) {
+        Ok(n) => n,
+        Err(_) => {
             tracing::warn!(
                 "a reservation notification this target cannot read: not acknowledged (its sender's change does not complete)"
             );
-            false
+            return false;
         }
+    };
+    if n.from == me {
+        // This gateway's own change: installed before it was published.
+        return true;
     }
+    let current = match read() {
+        Ok(c) if c.state.valid() => c,
+        Ok(_) => {
+            tracing::warn!("a reservation notification: the object holds an inconsistent state; not acknowledged");
+            return false;
+        }
+        Err(e) => {
+            tracing::warn!("a reservation notification: reading the object: {e}; not acknowledged");
+            return false;
+        }
+    };
+    let version = current.version;
+    let forged = n.version > version;
+    // The changer drained its own writes before it published.
+    let installed = if n.aborted.is_empty() || forged {
+        sink.install(current.state, version);
+        true
+    } else {
+        sink.install_draining(current.state, version)
+    };
+    if forged {
+        if let Some(left_out) = FORGED_LOG.admit(Instant::now()) {
+            tracing::warn!(
+                claimed = n.version,
+                version,
+                left_out,
+                "a reservation notification for a version the object does not hold: ignored (installed the object's state)"
+            );
+        }
+        return installed;
+    }
+    if noticed.fetch_max(n.version, Ordering::AcqRel) < n.version {
+        sink.notices(&n.notices, &n.bindings);
+    }
+    installed
+}
+
+/// The state `object` holds and its version (empty, version 0, when there
+/// is no object yet). Blocks.
+fn read_object(object: &ceph::Object) -> Result<Versioned, ClusterError> {
+    let Some((body, version)) = object.read(MAX_OBJECT)? else {
+        return Ok(Versioned::default());
+    };
+    let state = super::persist::decode(&body).map_err(|reason| ClusterError::Invalid {
+        object: object.spec(),
+        reason,
+    })?;
+    Ok(Versioned { state, version })
 }
 
 fn epoch() -> Instant {
@@ -141,6 +205,8 @@ pub struct ClusterStore {
     sure_until: AtomicU64,
     /// Changes whose notification some gateway did not acknowledge.
     pub unacknowledged: AtomicU64,
+    /// The newest version whose notices were delivered.
+    noticed: Arc<AtomicU64>,
 }
 
 impl ClusterStore {
@@ -162,6 +228,7 @@ impl ClusterStore {
             broken: Arc::new(AtomicBool::new(true)),
             sure_until: AtomicU64::new(0),
             unacknowledged: AtomicU64::new(0),
+            noticed: Arc::new(AtomicU64::new(0)),
         })
     }
 
@@ -178,14 +245,7 @@ impl ClusterStore {
     /// The state in the cluster and its version (empty, version 0, when
     /// there is no object yet). Blocks.
     pub fn read(&self) -> Result<Versioned, ClusterError> {
-        let Some((body, version)) = self.object.read(MAX_OBJECT)? else {
-            return Ok(Versioned::default());
-        };
-        let state = super::persist::decode(&body).map_err(|reason| ClusterError::Invalid {
-            object: self.spec(),
-            reason,
-        })?;
-        Ok(Versioned { state, version })
+        read_object(&self.object)
     }
 
     /// Writes `state` if the object is still at `version` (0: absent).
@@ -207,6 +267,7 @@ impl ClusterStore {
         state: &Reservations,
         version: u64,
         notices: &[Notice],
+        bindings: &[(super::state::HostId, super::state::NqnTag)],
         aborted: &[super::state::HostId],
     ) -> bool {
         let n = Notification {
@@ -215,6 +276,7 @@ impl ClusterStore {
             state: state.clone(),
             notices: notices.to_vec(),
             aborted: aborted.to_vec(),
+            bindings: bindings.to_vec(),
         };
         let Ok(body) = serde_json::to_vec(&n) else {
             return false;
@@ -264,12 +326,16 @@ impl ClusterStore {
         self.write(&Reservations::default(), 0)?;
         self.broken.store(false, Ordering::Release);
         let (on_notify, on_error) = (Arc::downgrade(sink), self.broken.clone());
-        let me = self.me;
+        let (me, noticed, object) = (self.me, self.noticed.clone(), Arc::downgrade(&self.object));
         let w = self.object.watch(
             WATCH_TIMEOUT,
-            move |payload| match on_notify.upgrade() {
-                Some(sink) => take_notification(&*sink, me, payload),
-                None => false,
+            move |payload| match (on_notify.upgrade(), object.upgrade()) {
+                // Reading in the callback is safe: librados completes the
+                // read on its messenger threads, not this one.
+                (Some(sink), Some(object)) => {
+                    take_notification(&*sink, me, payload, &noticed, || read_object(&object))
+                }
+                _ => false,
             },
             move |err| {
                 on_error.store(true, Ordering::Release);
@@ -337,6 +403,7 @@ mod tests {
     #[derive(Default)]
     struct Fake {
         installed: Mutex<Vec<u64>>,
+        states: Mutex<Vec<Reservations>>,
         notices: Mutex<usize>,
         /// Whether its writes in flight drain in time.
         stuck: bool,
@@ -344,28 +411,51 @@ mod tests {
     }
 
     impl Sink for Fake {
-        fn install(&self, _state: Reservations, version: u64) {
+        fn install(&self, state: Reservations, version: u64) {
             self.installed.lock().unwrap().push(version);
+            self.states.lock().unwrap().push(state);
         }
         fn install_draining(&self, state: Reservations, version: u64) -> bool {
             *self.drained.lock().unwrap() += 1;
             self.install(state, version);
             !self.stuck
         }
-        fn notices(&self, notices: &[Notice]) {
+        fn notices(&self, notices: &[Notice], _: &[([u8; 16], [u8; 16])]) {
             *self.notices.lock().unwrap() += notices.len();
         }
     }
 
-    fn note(from: u64, state: Reservations, aborted: Vec<[u8; 16]>) -> Vec<u8> {
+    fn note(from: u64, version: u64, state: Reservations, aborted: Vec<[u8; 16]>) -> Vec<u8> {
         serde_json::to_vec(&Notification {
             from,
-            version: 7,
+            version,
             state,
             notices: vec![([1; 16], 1)],
             aborted,
+            bindings: vec![],
         })
         .unwrap()
+    }
+
+    /// What the object holds: `version`, one registrant.
+    fn held(version: u64) -> impl FnOnce() -> Result<Versioned, ClusterError> {
+        move || {
+            let mut state = Reservations::default();
+            state.registrants.push(super::super::state::Registrant {
+                host: [9; 16],
+                key: 1,
+                nqn: [0; 16],
+            });
+            Ok(Versioned { state, version })
+        }
+    }
+
+    fn registrants(f: &Fake) -> usize {
+        f.states
+            .lock()
+            .unwrap()
+            .last()
+            .map_or(0, |s| s.registrants.len())
     }
 
     /// Issue 38, 6: another gateway's Preempt and Abort is acknowledged
@@ -374,22 +464,30 @@ mod tests {
     #[test]
     fn a_preempt_and_abort_is_acknowledged_once_drained() {
         let f = Fake::default();
+        let seen = AtomicU64::new(0);
+        let r = Reservations::default;
         assert!(take_notification(
             &f,
             1,
-            &note(2, Reservations::default(), vec![[5; 16]])
+            &note(2, 7, r(), vec![[5; 16]]),
+            &seen,
+            held(7)
         ));
         assert_eq!(*f.drained.lock().unwrap(), 1);
         assert!(take_notification(
             &f,
             2,
-            &note(2, Reservations::default(), vec![[5; 16]])
+            &note(2, 8, r(), vec![[5; 16]]),
+            &seen,
+            held(8)
         ));
         assert_eq!(*f.drained.lock().unwrap(), 1, "its own change");
         assert!(take_notification(
             &f,
             1,
-            &note(2, Reservations::default(), vec![])
+            &note(2, 9, r(), vec![]),
+            &seen,
+            held(9)
         ));
         assert_eq!(*f.drained.lock().unwrap(), 1, "no abort: nothing to drain");
         let stuck = Fake {
@@ -399,35 +497,90 @@ mod tests {
         assert!(!take_notification(
             &stuck,
             1,
-            &note(2, Reservations::default(), vec![[5; 16]])
+            &note(2, 7, r(), vec![[5; 16]]),
+            &seen,
+            held(7)
         ));
         // A change from a gateway of before (no `aborted`) still reads.
-        let old = br#"{"from":2,"version":9,"state":{"registrants":[],"holder":null,"generation":0,"ptpl":false},"notices":[]}"#;
-        assert!(take_notification(&f, 1, old));
+        let old = br#"{"from":2,"version":10,"state":{"registrants":[],"holder":null,"generation":0,"ptpl":false},"notices":[]}"#;
+        assert!(take_notification(&f, 1, old, &seen, held(10)));
     }
 
     /// Issue 38, 9: a gateway acknowledges a notification only once it
-    /// installed its state.
+    /// installed the object's state.
     #[test]
     fn only_an_installed_notification_is_acknowledged() {
         let f = Fake::default();
-        let n = |from, state: Reservations| note(from, state, vec![]);
-        assert!(take_notification(&f, 1, &n(2, Reservations::default())));
+        let seen = AtomicU64::new(0);
+        let n = |from, v| note(from, v, Reservations::default(), vec![]);
+        assert!(take_notification(&f, 1, &n(2, 7), &seen, held(7)));
         assert_eq!(*f.installed.lock().unwrap(), vec![7]);
         assert_eq!(*f.notices.lock().unwrap(), 1);
-        // Its own change: installed, no notices again.
-        assert!(take_notification(&f, 2, &n(2, Reservations::default())));
+        // Its own change: installed before publishing, no notices again.
+        assert!(take_notification(&f, 2, &n(2, 8), &seen, held(8)));
         assert_eq!(*f.notices.lock().unwrap(), 1);
-        // Not readable, or an inconsistent state: neither installed nor acknowledged.
-        assert!(!take_notification(&f, 1, b"{\"from\":"));
-        let bad = Reservations {
-            holder: Some(super::super::state::Holder {
-                rtype: 9,
-                host: [3; 16],
-            }),
-            ..Default::default()
+        assert_eq!(f.installed.lock().unwrap().len(), 1);
+        // Not readable, the object not readable, or an inconsistent state
+        // in it: neither installed nor acknowledged.
+        assert!(!take_notification(&f, 1, b"{\"from\":", &seen, held(8)));
+        let unreadable = || {
+            Err(ClusterError::Invalid {
+                object: "p/o".into(),
+                reason: "test".into(),
+            })
         };
-        assert!(!take_notification(&f, 1, &n(2, bad)));
-        assert_eq!(f.installed.lock().unwrap().len(), 2);
+        assert!(!take_notification(&f, 1, &n(2, 8), &seen, unreadable));
+        let bad = || {
+            Ok(Versioned {
+                state: Reservations {
+                    holder: Some(super::super::state::Holder {
+                        rtype: 9,
+                        host: [3; 16],
+                    }),
+                    ..Default::default()
+                },
+                version: 8,
+            })
+        };
+        assert!(!take_notification(&f, 1, &n(2, 8), &seen, bad));
+        assert_eq!(f.installed.lock().unwrap().len(), 1);
+    }
+
+    /// Issue 57, 6: a forged notification (a version the object does not
+    /// hold, a state it does not hold) installs the object's state and
+    /// version, never the sender's, and delivers no notices; one replayed
+    /// for a version already noticed delivers none again.
+    #[test]
+    fn a_forged_notification_installs_only_what_the_object_holds() {
+        let f = Fake::default();
+        let seen = AtomicU64::new(0);
+        let forged = note(2, u64::MAX, Reservations::default(), vec![[5; 16]]);
+        assert!(take_notification(&f, 1, &forged, &seen, held(7)));
+        assert_eq!(
+            *f.installed.lock().unwrap(),
+            vec![7],
+            "the object's version"
+        );
+        assert_eq!(registrants(&f), 1, "the object's state, not the one sent");
+        assert_eq!(*f.notices.lock().unwrap(), 0, "no notices from a forgery");
+        assert_eq!(*f.drained.lock().unwrap(), 0, "no drain for a forgery");
+        // The real change that follows is taken, its notices delivered once.
+        assert!(take_notification(
+            &f,
+            1,
+            &note(2, 8, Reservations::default(), vec![]),
+            &seen,
+            held(8)
+        ));
+        assert_eq!(*f.installed.lock().unwrap(), vec![7, 8]);
+        assert_eq!(*f.notices.lock().unwrap(), 1);
+        assert!(take_notification(
+            &f,
+            1,
+            &note(3, 8, Reservations::default(), vec![]),
+            &seen,
+            held(8)
+        ));
+        assert_eq!(*f.notices.lock().unwrap(), 1, "a replay of version 8");
     }
 }

@@ -175,13 +175,14 @@ impl NsReservations {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Checks a command of `access` by `host` against the reservation.
-    /// A gateway unsure of a shared state serves no I/O: see [`unsure_path`].
-    pub fn check(&self, host: &HostId, access: Access) -> Result<(), Status> {
+    /// Checks a command of `access` by `host` (connected under the host
+    /// NQN `nqn` tags) against the reservation. A gateway unsure of a
+    /// shared state serves no I/O: see [`unsure_path`].
+    pub fn check(&self, host: &HostId, nqn: &state::NqnTag, access: Access) -> Result<(), Status> {
         if !self.sure() {
             return Err(unsure_path());
         }
-        if !self.held.load(Ordering::Acquire) || self.lock().allows(host, access) {
+        if !self.held.load(Ordering::Acquire) || self.lock().allows(host, nqn, access) {
             Ok(())
         } else {
             Err(Status::RESERVATION_CONFLICT)
@@ -260,7 +261,7 @@ impl NsReservations {
             match c.write(&next, cur.version) {
                 Ok(Some(v)) => {
                     self.install_copy(next.clone(), v);
-                    let all = c.publish(&next, v, out.notices(), out.aborted());
+                    let all = c.publish(&next, v, out.notices(), out.bindings(), out.aborted());
                     if !all && !out.aborted().is_empty() {
                         // The preempted hosts' writes may still land
                         // through a gateway that did not confirm it drained
@@ -339,7 +340,9 @@ impl NsReservations {
 pub struct Notify(pub Arc<NotifyFn>);
 
 /// What [`Notify`] calls with the notices of a change.
-pub type NotifyFn = dyn Fn(&[state::Notice]) + Send + Sync;
+/// `(notices, bindings)`: a notice for a host reaches only controllers of
+/// the host NQN it is bound to there, if any.
+pub type NotifyFn = dyn Fn(&[state::Notice], &[(HostId, state::NqnTag)]) + Send + Sync;
 
 impl std::fmt::Debug for Notify {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -356,6 +359,10 @@ pub trait HasNotices {
     fn aborted(&self) -> &[HostId] {
         &[]
     }
+    /// The host NQN tags its notices are bound to.
+    fn bindings(&self) -> &[(HostId, state::NqnTag)] {
+        &[]
+    }
 }
 
 impl HasNotices for () {
@@ -370,6 +377,9 @@ impl HasNotices for Effects {
     }
     fn aborted(&self) -> &[HostId] {
         &self.aborted
+    }
+    fn bindings(&self) -> &[(HostId, state::NqnTag)] {
+        &self.bindings
     }
 }
 
@@ -394,14 +404,14 @@ impl cluster::Sink for NsReservations {
         closed.is_some()
     }
 
-    fn notices(&self, notices: &[state::Notice]) {
+    fn notices(&self, notices: &[state::Notice], bindings: &[(HostId, state::NqnTag)]) {
         let notify = self
             .notify
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .clone();
         if let Some(Notify(f)) = notify {
-            f(notices);
+            f(notices, bindings);
         }
     }
 }

@@ -84,6 +84,21 @@ pub struct Effects {
     /// Hosts whose registrations were preempted by Preempt and Abort: their
     /// commands to the namespace are aborted.
     pub aborted: Vec<HostId>,
+    /// The host NQN tag each notice's host was registered under before the
+    /// change (where bound): a notice reaches only controllers of it.
+    pub bindings: Vec<(HostId, NqnTag)>,
+}
+
+impl Effects {
+    /// The tag `host`'s notices are bound to, if any.
+    pub fn binding(&self, host: &HostId) -> Option<&NqnTag> {
+        binding(&self.bindings, host)
+    }
+}
+
+/// The tag `host` is bound to in `bindings`, if any.
+pub fn binding<'a>(bindings: &'a [(HostId, NqnTag)], host: &HostId) -> Option<&'a NqnTag> {
+    bindings.iter().find(|(h, _)| h == host).map(|(_, t)| t)
 }
 
 /// The fields of a Register, Acquire or Release command.
@@ -144,12 +159,16 @@ impl Reservations {
         }
     }
 
-    /// Whether `host` may run a command of kind `access` now.
-    pub fn allows(&self, host: &HostId, access: Access) -> bool {
+    /// Whether `host`, connected under the host NQN `nqn` tags, may run a
+    /// command of kind `access` now. A registration that another host NQN
+    /// made is not this host's: a peer that took the identifier on another
+    /// gateway before the registration was made there has no part in it.
+    pub fn allows(&self, host: &HostId, nqn: &NqnTag, access: Access) -> bool {
         let Some(t) = self.rtype() else {
             return true;
         };
-        if self.holds(host) || (t.registrants_allowed() && self.is_registered(host)) {
+        let own = !self.bound_elsewhere(host, nqn);
+        if own && (self.holds(host) || (t.registrants_allowed() && self.is_registered(host))) {
             return true;
         }
         access == Access::Read && !t.excludes_reads()
@@ -406,12 +425,24 @@ impl Reservations {
         ptpl_capable: bool,
     ) -> Result<Effects, Status> {
         use nvme::opcode::io;
-        match req.opcode {
+        let before = self.registrants.clone();
+        let mut fx = match req.opcode {
             io::RESV_REGISTER => self.register(host, req, ptpl_capable),
             io::RESV_ACQUIRE => self.acquire(host, req),
             io::RESV_RELEASE => self.release(host, req),
             _ => Err(Status::INVALID_OPCODE),
-        }
+        }?;
+        fx.bindings = fx
+            .notices
+            .iter()
+            .filter_map(|(h, _)| {
+                before
+                    .iter()
+                    .find(|r| r.host == *h && !is_unknown(&r.nqn))
+                    .map(|r| (*h, r.nqn))
+            })
+            .collect();
+        Ok(fx)
     }
 
     /// Checks the invariants a state must keep (loaded from a file or the

@@ -12,6 +12,8 @@ use super::state::{Access, HostId, Reservations, MAX_REGISTRANTS};
 const A: HostId = [0xA; 16];
 const B: HostId = [0xB; 16];
 const C: HostId = [0xC; 16];
+/// No host NQN tag (registrations made before tags, and these tests').
+const U: super::state::NqnTag = [0; 16];
 
 fn req(opcode: u8, action: u8, rtype: u8, crkey: u64, key2: u64) -> ResvCommand {
     ResvCommand {
@@ -197,9 +199,9 @@ fn the_conflict_table() {
         let mut s = three();
         acquire(&mut s, &A, 1, t).unwrap();
         for access in [Access::Read, Access::Write] {
-            assert!(s.allows(&A, access), "the holder, {t:?}");
-            let reg = s.allows(&B, access);
-            let non = s.allows(&d, access);
+            assert!(s.allows(&A, &U, access), "the holder, {t:?}");
+            let reg = s.allows(&B, &U, access);
+            let non = s.allows(&d, &U, access);
             let (want_reg, want_non) = match (t, access) {
                 (ResvType::WriteExclusive, Access::Read) => (true, true),
                 (ResvType::WriteExclusive, Access::Write) => (false, false),
@@ -217,7 +219,7 @@ fn the_conflict_table() {
             assert_eq!((reg, non), (want_reg, want_non), "{t:?} {access:?}");
         }
     }
-    assert!(Reservations::default().allows(&A, Access::Write));
+    assert!(Reservations::default().allows(&A, &U, Access::Write));
 }
 
 #[test]
@@ -432,7 +434,7 @@ proptest! {
             }
             for host in &hosts {
                 if s.holds(host) {
-                    prop_assert!(s.allows(host, Access::Write));
+                    prop_assert!(s.allows(host, &U, Access::Write));
                     prop_assert!(s.is_registered(host) || s.rtype().is_some_and(|t| !t.all_registrants()));
                 }
             }
@@ -457,7 +459,7 @@ fn shared_copy_only_moves_forward() {
     ns.install(s.clone(), 5);
     assert_eq!(ns.version(), 5);
     assert_eq!(
-        ns.check(&B, Access::Write),
+        ns.check(&B, &U, Access::Write),
         Err(Status::RESERVATION_CONFLICT)
     );
     ns.install(Reservations::default(), 4);
@@ -465,7 +467,7 @@ fn shared_copy_only_moves_forward() {
     assert_eq!(*ns.lock(), s);
     ns.install(Reservations::default(), 6);
     assert_eq!(ns.version(), 6);
-    assert_eq!(ns.check(&B, Access::Write), Ok(()));
+    assert_eq!(ns.check(&B, &U, Access::Write), Ok(()));
 }
 
 /// A state written before registrations kept their host NQN loads (the
@@ -484,6 +486,40 @@ fn registrations_keep_their_host_nqn() {
     assert_eq!(back, s);
 }
 
+/// Issue 57, 3: a registration bound to one host NQN is not another's
+/// that uses the same identifier (on another gateway), and the notices a
+/// change raises carry the tag each preempted host registered under.
+#[test]
+fn a_bound_registration_is_only_its_host_nqns() {
+    let (v, i) = (
+        super::state::nqn_tag("nqn.h:v"),
+        super::state::nqn_tag("nqn.h:i"),
+    );
+    let mut s = three();
+    s.bind(&A, &v);
+    acquire(&mut s, &A, 1, ResvType::ExclusiveAccess).unwrap();
+    for access in [Access::Read, Access::Write] {
+        assert!(s.allows(&A, &v, access));
+        assert!(!s.allows(&A, &i, access), "{access:?} under another NQN");
+    }
+    let fx = s
+        .apply(
+            &B,
+            &req(
+                op::RESV_ACQUIRE,
+                racqa::PREEMPT,
+                ResvType::WriteExclusive as u8,
+                2,
+                1,
+            ),
+            false,
+        )
+        .unwrap();
+    assert!(fx.notices.iter().any(|(h, _)| *h == A));
+    assert_eq!(fx.binding(&A), Some(&v));
+    assert_eq!(fx.binding(&C), None, "C's registration is bound to none");
+}
+
 /// Issue 38, 6: a Preempt and Abort made through another gateway is
 /// installed here only once the writes in flight here completed (its
 /// preempted host's among them); writes arriving meanwhile wait at the gate
@@ -494,7 +530,7 @@ fn another_gateways_preempt_and_abort_drains_writes_here_first() {
     use std::sync::Arc;
     let r = Arc::new(super::NsReservations::in_memory(true));
     let gate = Arc::new(crate::engine::write_gate::WriteGate::default());
-    r.attach(super::Notify(Arc::new(|_| {})), gate.clone());
+    r.attach(super::Notify(Arc::new(|_, _| {})), gate.clone());
     gate.hold(); // a write of the preempted host, in flight here
     let next = Reservations {
         generation: 5,
