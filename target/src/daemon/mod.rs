@@ -14,6 +14,7 @@ pub mod drain;
 pub mod listeners;
 pub mod live;
 pub mod maintenance;
+pub mod mdns;
 pub mod ok_to_stop;
 pub mod reload;
 pub mod rpc;
