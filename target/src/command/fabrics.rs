@@ -73,7 +73,7 @@ pub fn connect(
     cm_qid: u16,
     cm_sqsize: u16,
     peer: Option<IpAddr>,
-    secured: Option<&tlspsk::Identity>,
+    secured: Option<&crate::model::tls_keys::Proven>,
     cmd: &Command,
     data: &[u8],
 ) -> Result<(Arc<Controller>, ConnectData), ConnectError> {
@@ -99,14 +99,28 @@ pub fn connect(
     // Over TLS, the host is who its PSK says, to the subsystem it says:
     // a host holding one host's key does not connect as another, nor to
     // another subsystem.
-    if let Some(id) = secured {
+    if let Some(p) = secured {
+        let id = &p.identity;
         if id.hostnqn != d.hostnqn || id.subnqn != d.subsysnqn {
             return Err(refuse(
                 Status::CONNECT_INVALID_HOST,
                 iattr_data(CONNECT_DATA_HOSTNQN_OFFSET),
             ));
         }
+        // Bound to the key it shook hands with: a queue whose host's PSK
+        // changed since its handshake began connects no more, however
+        // soon its Connect follows the change.
+        if !target.tls_keys.unchanged_since(&id.hostnqn, p.keys_at) {
+            return Err(ConnectError {
+                why: Some("tls_key_changed"),
+                ..refuse(
+                    Status::CONNECT_INVALID_HOST,
+                    iattr_data(CONNECT_DATA_HOSTNQN_OFFSET),
+                )
+            });
+        }
     }
+    let secured = secured.map(|p| &p.identity);
     let subsys = target.subsystem(&d.subsysnqn).ok_or_else(|| {
         refuse(
             Status::CONNECT_INVALID_PARAM,
@@ -363,8 +377,9 @@ mod tests {
     #[test]
     fn over_tls_a_host_connects_only_as_its_psk_identity_says() {
         let t = target();
-        let id = |host: &str, sub: &str| {
-            tlspsk::Identity::parse(format!("NVMe0R01 {host} {sub}").as_bytes()).unwrap()
+        let id = |host: &str, sub: &str| crate::model::tls_keys::Proven {
+            identity: tlspsk::Identity::parse(format!("NVMe0R01 {host} {sub}").as_bytes()).unwrap(),
+            keys_at: 0,
         };
         let (c, d) = conn(0, 31, 5000, "nqn.t:open", "nqn.host:a", 0xFFFF);
         let mine = id("nqn.host:a", "nqn.t:open");
@@ -377,7 +392,8 @@ mod tests {
             assert_eq!(
                 connect(&t, 0, sq(&c), None, Some(&other), &c, &d).unwrap_err(),
                 host_mismatch,
-                "{other}"
+                "{}",
+                other.identity
             );
         }
         // Its I/O queues: under the same identity only, never plain.
@@ -410,6 +426,20 @@ mod tests {
         );
         let (c2, d2) = conn(0, 31, 0, nvme::DISCOVERY_NQN, "nqn.host:a", 0xFFFF);
         assert!(connect(&t, 0, sq(&c2), None, None, &c2, &d2).is_ok());
+        // Issue 57, 8: bound to the key it shook hands with. A handshake
+        // that began before the host's key changed does not connect; one
+        // that began after does.
+        let before = id("nqn.host:a", "nqn.t:open");
+        let e = connect(&t, 0, sq(&c), None, Some(&before), &c, &d).unwrap_err();
+        assert_eq!(
+            (e.status, e.reason()),
+            (Status::CONNECT_INVALID_HOST, "tls_key_changed")
+        );
+        let after = crate::model::tls_keys::Proven {
+            keys_at: t.tls_keys.generation(),
+            ..before
+        };
+        assert!(connect(&t, 0, sq(&c), None, Some(&after), &c, &d).is_ok());
     }
 
     #[test]

@@ -242,8 +242,9 @@ pub struct Addrs {
     pub peer: Option<SocketAddr>,
     /// Ours.
     pub local: Option<SocketAddr>,
-    /// The TLS PSK identity the host proved, on a secure channel.
-    pub tls: Option<Arc<tlspsk::Identity>>,
+    /// The TLS PSK identity the host proved, on a secure channel, and the
+    /// keys' generation its handshake began at.
+    pub tls: Option<Arc<crate::model::tls_keys::Proven>>,
 }
 
 /// One queue and its requests.

@@ -17,6 +17,7 @@ use super::tls::handshake::Acceptor;
 use super::{NewSocket, TcpShared};
 use crate::model::port::Secure;
 use crate::model::subsystem::Target;
+use crate::model::tls_keys::Proven;
 use crate::transport::listener::{Beat, Listener};
 use crate::transport::TransportError;
 
@@ -146,7 +147,9 @@ fn handle(
     // The handshake's thread hands the socket on (it stays counted among
     // the peer's unconnected queues meanwhile).
     let sh = shared.clone();
-    let r = spawn(tls, stream, peer, move |stream, id| {
+    // Read before the handshake: a key changed meanwhile makes it stale.
+    let keys_at = target.tls_keys.generation();
+    let r = spawn(tls, stream, peer, keys_at, move |stream, id| {
         give(&sh, stream, peer, local, pending, id)
     });
     if let Err(e) = r {
@@ -164,7 +167,7 @@ fn give(
     peer: SocketAddr,
     local: SocketAddr,
     pending: crate::engine::admission::Pending,
-    tls: Option<Arc<tlspsk::Identity>>,
+    tls: Option<Arc<Proven>>,
 ) {
     // The handshake's deadlines go with it.
     if let Err(e) = stream

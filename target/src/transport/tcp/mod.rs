@@ -76,7 +76,7 @@ pub struct NewSocket {
     /// Its place among the queues not yet connected.
     pub pending: Pending,
     /// The TLS identity its host proved (the socket is under kTLS).
-    pub tls: Option<Arc<tlspsk::Identity>>,
+    pub tls: Option<Arc<crate::model::tls_keys::Proven>>,
 }
 
 /// Where a listener leaves NVMe/TCP connections for one worker.

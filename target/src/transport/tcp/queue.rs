@@ -139,7 +139,7 @@ impl TcpQueue {
         peer: SocketAddr,
         local: SocketAddr,
         pending: Pending,
-        tls: Option<std::sync::Arc<tlspsk::Identity>>,
+        tls: Option<std::sync::Arc<crate::model::tls_keys::Proven>>,
         key: QueueKey,
         now: Instant,
     ) -> TcpQueue {

@@ -18,6 +18,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use tlspsk::Identity;
+
+use crate::model::tls_keys::Proven;
 use tracing::debug;
 
 use super::handshake::Acceptor;
@@ -85,7 +87,8 @@ pub fn spawn(
     s: &Secured,
     stream: TcpStream,
     peer: SocketAddr,
-    give: impl FnOnce(TcpStream, Option<Arc<Identity>>) + Send + 'static,
+    keys_at: u64,
+    give: impl FnOnce(TcpStream, Option<Arc<Proven>>) + Send + 'static,
 ) -> Result<(), Refused> {
     if RUNNING.fetch_add(1, Ordering::AcqRel) >= MAX_HANDSHAKES {
         RUNNING.fetch_sub(1, Ordering::AcqRel);
@@ -95,7 +98,8 @@ pub fn spawn(
     let spawned = std::thread::Builder::new()
         .name("nvmf-tls".into())
         .spawn(move || {
-            let r = secure_one(&acceptor, secure, &stream);
+            let r = secure_one(&acceptor, secure, &stream)
+                .map(|id| id.map(|identity| Arc::new(Proven { identity, keys_at })));
             RUNNING.fetch_sub(1, Ordering::AcqRel);
             match r {
                 Ok(id) => give(stream, id),
@@ -115,7 +119,7 @@ fn secure_one(
     acceptor: &Acceptor,
     secure: Secure,
     stream: &TcpStream,
-) -> Result<Option<Arc<Identity>>, Refused> {
+) -> Result<Option<Identity>, Refused> {
     let start = Instant::now();
     stream.set_nonblocking(false)?;
     stream.set_read_timeout(Some(HANDSHAKE_DEADLINE))?;
@@ -133,5 +137,5 @@ fn secure_one(
     let session = acceptor.accept(stream, left)?;
     super::ktls::install(stream.as_fd(), session.hash, &session.tx, &session.rx)?;
     debug!(identity = %session.identity, cipher = session.hash.cipher_suite(), "TLS: host authenticated by its PSK");
-    Ok(Some(Arc::new(session.identity)))
+    Ok(Some(session.identity))
 }
