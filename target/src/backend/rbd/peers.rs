@@ -52,6 +52,19 @@ const FLOOR: f64 = 0.5;
 const MAX_RECORD: usize = 256 << 10;
 /// Conditional writes tried per exchange before the next.
 const TRIES: usize = 4;
+/// The largest demand an entry counts with (I/Os per worker period): an
+/// entry is written by whoever may write the object, and one claiming an
+/// infinite demand must not take every other gateway's part to nothing.
+const MAX_DEMAND: f64 = 1e6;
+
+/// A demand as read from an entry: finite, within [0, MAX_DEMAND].
+fn clamp_demand(d: f64) -> f64 {
+    if d.is_finite() {
+        d.clamp(0.0, MAX_DEMAND)
+    } else {
+        0.0
+    }
+}
 
 /// A gateway's entry in the record.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -167,8 +180,10 @@ impl Roster {
         }
         let age = |k: &str| now.saturating_duration_since(self.seen[k].1);
         rec.gateways.retain(|k, _| age(k) < FORGET);
+        // A period is one a gateway writes at: an entry that claims a
+        // longer one does not stay alive longer without moving.
         let fresh = |k: &str, e: &Entry| {
-            let every = Duration::from_millis(e.every_ms.clamp(1, 60_000));
+            let every = Duration::from_millis(e.every_ms).clamp(EXCHANGE, IDLE_EXCHANGE);
             self.seen[k].2 && age(k) < (every * STALE_PERIODS).max(Duration::from_secs(1))
         };
         let gw = |k: &str| k.split('#').next().unwrap_or_default().to_string();
@@ -182,7 +197,7 @@ impl Roster {
                     .iter()
                     .filter(|(k, e)| fresh(k, e))
                     .filter_map(|(_, e)| e.demand.get(cap))
-                    .fold((0.0, 0u32), |(s, n), d| (s + d.max(0.0), n + 1));
+                    .fold((0.0, 0u32), |(s, n), d| (s + clamp_demand(*d), n + 1));
                 let part = match n {
                     0 => 1.0,
                     _ => (own + FLOOR) / (own + sum + FLOOR * (n + 1) as f64),
@@ -620,6 +635,58 @@ mod tests {
         // Long dead, its entry goes from the record.
         assert!(text.contains("gw-b"));
         assert!(!at(seen + FORGET).1.contains("gw-b"));
+    }
+
+    /// Issue 57, 8: an entry forged into the record (by anyone who may
+    /// write the object) with an absurd demand and a period of
+    /// minutes neither takes this gateway's part to nothing nor stays
+    /// alive once its sequence stops moving.
+    #[test]
+    fn a_forged_entry_is_clamped_and_goes_stale() {
+        let mut a = Roster::new("a", "gw-a");
+        let t0 = Instant::now();
+        let dm = d(&[("", 10.0)]);
+        let forged = |seq: u64, demand: f64| {
+            let mut rec = Record::default();
+            rec.gateways.insert(
+                "z#1".into(),
+                Entry {
+                    gateway: "forged".into(),
+                    seq,
+                    every_ms: 3_600_000,
+                    state: AnaState::Optimized.code(),
+                    candidate: false,
+                    promoted: false,
+                    demand: d(&[("", demand)]),
+                },
+            );
+            serialize(&rec)
+        };
+        // (JSON carries no infinity or NaN: a record with one does not
+        // parse, and is replaced.)
+        ex(&mut a, Some(&forged(1, 1.0)), &dm, t0);
+        for (i, demand) in [1e300, f64::MAX, -5.0].into_iter().enumerate() {
+            let x = ex(
+                &mut a,
+                Some(&forged(2 + i as u64, demand)),
+                &dm,
+                t0 + EXCHANGE,
+            );
+            let p = x.parts[""];
+            assert_eq!(p.gateways, 2, "counted while it moves");
+            assert!(
+                p.part >= 10.5 / (10.0 + MAX_DEMAND + 1.0),
+                "{demand}: {p:?}"
+            );
+        }
+        // It stops moving: stale within a real period's five (1 s periods
+        // at most), not the hour's five it claims.
+        let x = ex(&mut a, Some(&forged(4, 1.0)), &dm, t0 + IDLE_EXCHANGE * 6);
+        assert_eq!(x.parts[""].part, 1.0);
+        assert!(
+            x.peers.iter().all(|p| !p.fresh),
+            "ok-to-stop and takeover see it dead"
+        );
     }
 
     #[test]
