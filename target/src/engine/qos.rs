@@ -161,6 +161,11 @@ pub struct Waiter {
     /// The ids of the limits it waits for (those that refused it, or whose
     /// earlier waiters it must not pass); set by [`Throttle::wait`].
     pub blocked_on: Vec<u64>,
+    /// Its host (any number that tells hosts apart): the waiters of
+    /// several hosts go in turn, not in their order of arrival.
+    pub host: u64,
+    /// Its place in the turns; set by [`Throttle::wait`].
+    pub tag: u64,
 }
 
 /// A worker's buckets and waiting I/Os.
@@ -177,6 +182,10 @@ pub struct Throttle {
     /// When a waiter may go next (`None`: look at the next pass).
     next_check: Option<Instant>,
     period_start: Option<Instant>,
+    /// The turn of the last waiter that went.
+    turn: u64,
+    /// Each host's next turn (hosts with waiters, or lately).
+    next_turn: HashMap<u64, u64>,
 }
 
 impl Throttle {
@@ -191,6 +200,8 @@ impl Throttle {
             refused: Vec::new(),
             next_check: None,
             period_start: None,
+            turn: 0,
+            next_turn: HashMap::new(),
         }
     }
 
@@ -230,7 +241,10 @@ impl Throttle {
     }
 
     /// Makes `w`, which [`Throttle::admit`] just refused, wait for its
-    /// tokens, behind those that wait already for the same limits.
+    /// tokens. Hosts take turns (start-time fair queueing, one I/O a
+    /// turn): a host's waiter goes behind its own earlier ones and those
+    /// of other hosts with earlier turns, so a host with a deep queue does
+    /// not take a shared cap from one with a shallow queue.
     pub fn wait(&mut self, mut w: Waiter) {
         w.blocked_on = std::mem::take(&mut self.refused);
         if w.blocked_on.is_empty() {
@@ -238,7 +252,12 @@ impl Throttle {
         }
         self.count(&w.blocked_on, true);
         self.next_check = None;
-        self.waiting.push_back(w);
+        let next = self.next_turn.entry(w.host).or_insert(0);
+        w.tag = (*next).max(self.turn);
+        *next = w.tag + 1;
+        // After every waiter of the same or an earlier turn (in order).
+        let at = self.waiting.partition_point(|x| x.tag <= w.tag);
+        self.waiting.insert(at, w);
     }
 
     fn count(&mut self, ids: &[u64], add: bool) {
@@ -294,6 +313,7 @@ impl Throttle {
                 for l in &w.limits {
                     self.bucket(l, now).take(w.read, w.bytes);
                 }
+                self.turn = self.turn.max(w.tag);
                 go.push(w);
                 continue;
             }
@@ -367,6 +387,9 @@ impl Throttle {
             b.share = (b.asked as f64 + FLOOR) / (sum as f64 + FLOOR * n);
             b.asked = 0;
         }
+        // Hosts whose next turn has come are as hosts never seen.
+        let turn = self.turn;
+        self.next_turn.retain(|_, t| *t > turn);
         // A limit no namespace holds any more (its cap removed) goes.
         self.buckets
             .retain(|id, b| !b.limit.retired() || waiting.contains_key(id));
@@ -425,6 +448,8 @@ mod tests {
                         bytes,
                         since: now,
                         blocked_on: Vec::new(),
+                        host: 0,
+                        tag: 0,
                     });
                     queued += 1;
                 }
@@ -490,6 +515,8 @@ mod tests {
                                 bytes: 4096,
                                 since: now,
                                 blocked_on: Vec::new(),
+                                host: 0,
+                                tag: 0,
                             });
                         }
                     }
@@ -527,6 +554,8 @@ mod tests {
             bytes: 512,
             since: t0,
             blocked_on: Vec::new(),
+            host: 0,
+            tag: 0,
         });
         // Host A waits for its own cap; host B, under the namespace's
         // alone, goes.
@@ -580,6 +609,8 @@ mod tests {
                             bytes: 4096,
                             since: now,
                             blocked_on: Vec::new(),
+                            host: 0,
+                            tag: 0,
                         });
                         queued[i] += 1;
                     }
@@ -590,6 +621,57 @@ mod tests {
         assert!((3_800.0..=4_200.0).contains(&total), "{done:?} in 2 s");
         let a = done[0] as f64 / total;
         assert!((0.4..=0.6).contains(&a), "{done:?}");
+    }
+
+    /// Issue 57, 8: a namespace-wide cap is shared among the hosts that
+    /// want more than their part, not taken by the one with the deepest
+    /// queue. Two hosts on one worker, closed loop: queue depth 64 and 4.
+    #[test]
+    fn hosts_of_a_shared_cap_take_turns_whatever_their_queue_depth() {
+        let l = iops(2000);
+        let mut t = Throttle::new(0, 1);
+        let depth = [64usize, 4];
+        let mut queued = [0usize; 2];
+        let mut done = [0u64; 2];
+        let t0 = Instant::now();
+        let mut ud = 0;
+        for s in 0..30_000u64 {
+            let now = t0 + Duration::from_micros(100 * s);
+            if s == 10_000 {
+                done = [0, 0];
+            }
+            for w in t.ready(now) {
+                queued[w.host as usize] -= 1;
+                done[w.host as usize] += 1;
+            }
+            for h in 0..2 {
+                for _ in 0..(depth[h] - queued[h]) {
+                    if t.admit(now, &[&l], true, 4096) {
+                        done[h] += 1;
+                    } else {
+                        ud += 1;
+                        t.wait(Waiter {
+                            ud,
+                            limits: vec![l.clone()],
+                            read: true,
+                            bytes: 4096,
+                            since: now,
+                            blocked_on: Vec::new(),
+                            host: h as u64,
+                            tag: 0,
+                        });
+                        queued[h] += 1;
+                    }
+                }
+            }
+        }
+        let total = (done[0] + done[1]) as f64;
+        assert!((3_800.0..=4_200.0).contains(&total), "{done:?} in 2 s");
+        let deep = done[0] as f64 / total;
+        assert!(
+            (0.45..=0.55).contains(&deep),
+            "{done:?}: the deep queue's part {deep:.2}"
+        );
     }
 
     #[test]
@@ -629,6 +711,8 @@ mod tests {
                 bytes: 512,
                 since: t0,
                 blocked_on: Vec::new(),
+                host: 0,
+                tag: 0,
             });
         }
         // Nothing yet; the worker is to look again shortly, not before.

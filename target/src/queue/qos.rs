@@ -68,6 +68,8 @@ impl QueueCore {
             return false;
         }
         let limits: Vec<Arc<Limit>> = held[..n].iter().map(|l| Arc::clone(l)).collect();
+        let mut host = [0u8; 8];
+        host.copy_from_slice(&ctrl.nqn_tag[..8]);
         env.qos.wait(Waiter {
             ud: env.mem.backend_ud(self.token(r)),
             limits,
@@ -75,6 +77,8 @@ impl QueueCore {
             bytes,
             since: env.now,
             blocked_on: Vec::new(),
+            host: u64::from_le_bytes(host),
+            tag: 0,
         });
         self.reqs[r].qos = how;
         true

@@ -777,6 +777,8 @@ mod tests {
                 bytes: 4096,
                 since: now,
                 blocked_on: Vec::new(),
+                host: 0,
+                tag: 0,
             });
             self.queued[i] += 1;
             true
