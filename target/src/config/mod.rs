@@ -294,9 +294,8 @@ pub struct TargetConfig {
     pub poll_spin_us: u64,
     /// Where `/metrics` is served (`None`: disabled).
     pub metrics_addr: Option<SocketAddr>,
-    /// Per-host series (`[metrics] per_host`): at most this many
-    /// (`per_host_max`), `None`: none.
-    pub per_host_series: Option<usize>,
+    /// Per-host series (`[metrics] per_host`), `None`: none.
+    pub per_host_series: Option<PerHostSeries>,
     /// The control socket `nvmf-target status` talks to (`None`: disabled).
     pub control_socket: Option<PathBuf>,
     /// Whether the target must not start without its control socket (true
@@ -610,3 +609,13 @@ impl TargetConfig {
 
 #[cfg(test)]
 mod tests;
+
+/// Per-host Prometheus series (`[metrics] per_host = true`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PerHostSeries {
+    /// Series at most (`per_host_max`), `_other` included.
+    pub max: usize,
+    /// How long a series whose host has no controller stays
+    /// (`per_host_idle_secs`; `None`: for ever, 0 in the file).
+    pub idle: Option<std::time::Duration>,
+}

@@ -41,6 +41,7 @@ pub(super) struct RawMetrics {
     pub address: Option<String>,
     pub per_host: Option<bool>,
     pub per_host_max: Option<u32>,
+    pub per_host_idle_secs: Option<u64>,
 }
 
 #[derive(Deserialize)]

@@ -384,7 +384,23 @@ fn metrics_and_log_sections() {
     );
     let c =
         TargetConfig::from_toml(&format!("[metrics]\nper_host = true\n{GOOD}"), "t.toml").unwrap();
-    assert_eq!(c.per_host_series, Some(256));
+    assert_eq!(
+        c.per_host_series,
+        Some(crate::config::PerHostSeries {
+            max: 256,
+            idle: Some(std::time::Duration::from_secs(3600))
+        })
+    );
+    let c = TargetConfig::from_toml(
+        &format!("[metrics]\nper_host = true\nper_host_idle_secs = 0\n{GOOD}"),
+        "t.toml",
+    )
+    .unwrap();
+    assert_eq!(c.per_host_series.unwrap().idle, None, "0: for ever");
+    bad(
+        format!("[metrics]\nper_host_idle_secs = 8\n{GOOD}"),
+        "metrics.per_host_idle_secs: is only for per_host = true",
+    );
     bad(
         format!("[metrics]\nper_host = true\nper_host_max = 1\n{GOOD}"),
         "metrics.per_host_max: 1 is out of range 2..=65536",

@@ -226,10 +226,20 @@ impl TargetConfig {
                         format!("{max} is out of range 2..=65536"),
                     );
                 }
-                Some(max as usize)
+                let idle = m
+                    .per_host_idle_secs
+                    .unwrap_or(crate::telemetry::host::DEFAULT_IDLE.as_secs());
+                Some(super::PerHostSeries {
+                    max: max as usize,
+                    idle: (idle > 0).then(|| std::time::Duration::from_secs(idle)),
+                })
             }
-            Some(m) if m.per_host_max.is_some() => {
-                cx.err("metrics.per_host_max", "is only for per_host = true");
+            Some(m) if m.per_host_max.is_some() || m.per_host_idle_secs.is_some() => {
+                let field = match m.per_host_max {
+                    Some(_) => "metrics.per_host_max",
+                    None => "metrics.per_host_idle_secs",
+                };
+                cx.err(field, "is only for per_host = true");
                 None
             }
             _ => None,

@@ -154,11 +154,19 @@ fn advertise(target: &Target) -> Option<advertise::Advertiser> {
 fn per_host_series(cfg: &TargetConfig) {
     let r = crate::telemetry::host::registry();
     match cfg.per_host_series {
-        Some(max) => {
-            r.configure(true, max);
-            info!(max_series = max, "per-host metrics on ([metrics] per_host)");
+        Some(p) => {
+            r.configure(true, p.max, p.idle);
+            info!(
+                max_series = p.max,
+                idle_secs = p.idle.map(|d| d.as_secs()),
+                "per-host metrics on ([metrics] per_host)"
+            );
         }
-        None => r.configure(false, crate::telemetry::host::DEFAULT_MAX_SERIES),
+        None => r.configure(
+            false,
+            crate::telemetry::host::DEFAULT_MAX_SERIES,
+            Some(crate::telemetry::host::DEFAULT_IDLE),
+        ),
     }
 }
 

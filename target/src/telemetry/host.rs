@@ -10,11 +10,15 @@
 //! is the peer's to choose: at most [`Registry`]'s cap of host series
 //! exist, and controllers of further hosts count in their subsystem's
 //! `host="_other"` series (one per subsystem, beyond the cap;
-//! `host_series_overflow_total` counts each such controller).
+//! `host_series_overflow_total` counts each such controller). A series
+//! none of whose controllers has been connected for the configured idle
+//! time (`[metrics] per_host_idle_secs`) goes, and its place with it: a
+//! host that came once, or a peer that named itself anew at each Connect,
+//! does not keep a series for ever, nor the cap full.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use prometheus::core::{Collector, Desc};
 use prometheus::proto::{self, MetricFamily, MetricType};
@@ -37,6 +41,9 @@ const N: usize = 7;
 pub const OTHER: &str = "_other";
 /// Per-host series at most, unless configured.
 pub const DEFAULT_MAX_SERIES: usize = 256;
+/// How long a series stays with none of its controllers connected, unless
+/// configured.
+pub const DEFAULT_IDLE: Duration = Duration::from_secs(3600);
 
 /// A series: (subsystem NQN, host NQN or [`OTHER`]).
 pub type Key = (String, String);
@@ -133,11 +140,18 @@ pub struct Registry {
 struct Inner {
     enabled: bool,
     max: usize,
-    /// (subsystem, host) of each series; the last is [`OTHER`]'s once made.
-    keys: Vec<Key>,
+    /// How long a series without controllers stays (`None`: for ever).
+    idle: Option<Duration>,
+    /// (subsystem, host) of each series by its place (`None`: a free
+    /// place, that of a series gone).
+    keys: Vec<Option<Key>>,
     index: HashMap<Key, usize>,
+    /// Free places.
+    free: Vec<usize>,
     /// What each series' gone controllers counted.
     gone: Vec<IoTotals>,
+    /// Each series' live controllers, and since when it has none.
+    users: Vec<(usize, Option<Instant>)>,
     /// The controllers with a series (a controller the registry alone
     /// holds is gone: its counts move to `gone`, under the lock, so a
     /// scrape never misses them).
@@ -152,23 +166,31 @@ impl Registry {
     }
 
     /// Turns per-host series on (at most `max`, [`OTHER`] included) or off,
-    /// for controllers that connect from now on. Series made stay.
-    pub fn configure(&self, enabled: bool, max: usize) {
+    /// for controllers that connect from now on; a series without
+    /// controllers for `idle` goes (`None`: series made stay).
+    pub fn configure(&self, enabled: bool, max: usize, idle: Option<Duration>) {
         let mut g = self.lock();
         g.enabled = enabled;
         g.max = max.max(1);
+        g.idle = idle;
     }
 
     /// The counts of a new controller of `host` in `subsystem`.
     pub fn controller(&self, subsystem: &str, host: &str) -> Arc<CtrlIo> {
+        self.controller_at(subsystem, host, Instant::now())
+    }
+
+    /// [`Registry::controller`] at `now`.
+    pub fn controller_at(&self, subsystem: &str, host: &str, now: Instant) -> Arc<CtrlIo> {
         let mut g = self.lock();
         if !g.enabled {
             return Arc::new(CtrlIo::default());
         }
+        g.prune(now);
         let key = (subsystem.to_string(), host.to_string());
         let series = match g.index.get(&key) {
             Some(&i) => i,
-            None if g.keys.len() + 1 < g.max => g.add(key),
+            None if g.index.len() + 1 < g.max => g.add(key),
             None => {
                 g.overflow += 1;
                 let other = (subsystem.to_string(), OTHER.to_string());
@@ -182,7 +204,7 @@ impl Registry {
             counts: Counts::new(),
             series: Some(series),
         });
-        g.prune();
+        g.users[series] = (g.users[series].0 + 1, None);
         g.live.push(c.clone());
         c
     }
@@ -190,22 +212,33 @@ impl Registry {
     /// Each series and its counts, and the controllers counted in
     /// [`OTHER`]'s.
     pub fn series(&self) -> (Vec<(Key, IoTotals)>, u64) {
+        self.series_at(Instant::now())
+    }
+
+    /// [`Registry::series`] at `now`.
+    pub fn series_at(&self, now: Instant) -> (Vec<(Key, IoTotals)>, u64) {
         let mut g = self.lock();
-        g.prune();
+        g.prune(now);
         let mut sums = g.gone.clone();
         for c in &g.live {
             if let Some(s) = c.series {
                 sums[s].add(&c.totals());
             }
         }
-        (g.keys.iter().cloned().zip(sums).collect(), g.overflow)
+        let series = g
+            .keys
+            .iter()
+            .zip(sums)
+            .filter_map(|(k, t)| Some((k.clone()?, t)))
+            .collect();
+        (series, g.overflow)
     }
 }
 
 impl Inner {
     /// Moves the counts of gone controllers (held by the registry alone)
-    /// to their series.
-    fn prune(&mut self) {
+    /// to their series; series idle for long go.
+    fn prune(&mut self, now: Instant) {
         let mut i = 0;
         while i < self.live.len() {
             if Arc::strong_count(&self.live[i]) == 1 {
@@ -213,18 +246,45 @@ impl Inner {
                 if let Some(s) = c.series {
                     let t = c.totals();
                     self.gone[s].add(&t);
+                    let u = &mut self.users[s];
+                    u.0 = u.0.saturating_sub(1);
+                    if u.0 == 0 {
+                        u.1 = Some(now);
+                    }
                 }
             } else {
                 i += 1;
             }
         }
+        let Some(idle) = self.idle else {
+            return;
+        };
+        for s in 0..self.keys.len() {
+            let expired =
+                matches!(self.users[s], (0, Some(t)) if now.saturating_duration_since(t) >= idle);
+            if expired {
+                if let Some(k) = self.keys[s].take() {
+                    self.index.remove(&k);
+                }
+                self.gone[s] = IoTotals::default();
+                self.users[s] = (0, None);
+                self.free.push(s);
+            }
+        }
     }
 
     fn add(&mut self, key: Key) -> usize {
-        let i = self.keys.len();
+        let i = match self.free.pop() {
+            Some(i) => i,
+            None => {
+                self.keys.push(None);
+                self.gone.push(IoTotals::default());
+                self.users.push((0, None));
+                self.keys.len() - 1
+            }
+        };
         self.index.insert(key.clone(), i);
-        self.keys.push(key);
-        self.gone.push(IoTotals::default());
+        self.keys[i] = Some(key);
         i
     }
 }
@@ -234,7 +294,7 @@ pub fn registry() -> &'static Registry {
     static R: OnceLock<Registry> = OnceLock::new();
     R.get_or_init(|| {
         let r = Registry::default();
-        r.configure(false, DEFAULT_MAX_SERIES);
+        r.configure(false, DEFAULT_MAX_SERIES, Some(DEFAULT_IDLE));
         r
     })
 }
@@ -348,7 +408,7 @@ mod tests {
     #[test]
     fn a_controller_counts_and_leaves_its_counts_to_its_host() {
         let r = Registry::default();
-        r.configure(true, 3);
+        r.configure(true, 3, None);
         let a1 = r.controller("s", "a");
         a1.count_io(0, false, 4096, Duration::from_micros(10));
         a1.count_io(1, false, 4096, Duration::from_micros(30));
@@ -387,11 +447,51 @@ mod tests {
     #[test]
     fn off_makes_no_series() {
         let r = Registry::default();
-        r.configure(false, 8);
+        r.configure(false, 8, None);
         let c = r.controller("s", "a");
         c.count_io(0, false, 512, Duration::ZERO);
         assert_eq!(c.totals().reads, 1, "status still counts");
         assert!(r.series().0.is_empty());
         assert!(c.series.is_none());
+    }
+
+    /// Issue 57, 8: a series whose controllers are all gone leaves after
+    /// the idle time, and its place is taken by the next host (not
+    /// `_other`); one with a controller connected stays.
+    #[test]
+    fn an_idle_series_leaves_and_its_place_is_taken() {
+        let r = Registry::default();
+        r.configure(true, 3, Some(Duration::from_secs(10)));
+        let t0 = Instant::now();
+        let a = r.controller_at("s", "a", t0);
+        a.count_io(0, false, 4096, Duration::ZERO);
+        let _b = r.controller_at("s", "b", t0);
+        drop(a);
+        let hosts = |t| {
+            let (s, over) = r.series_at(t);
+            let h: Vec<String> = s.iter().map(|((_, h), _)| h.clone()).collect();
+            (h, over)
+        };
+        // Seen gone at the scrape of 1 s: idle from then.
+        assert_eq!(hosts(t0 + Duration::from_secs(1)).0, vec!["a", "b"]);
+        assert_eq!(
+            hosts(t0 + Duration::from_secs(10)).0,
+            vec!["a", "b"],
+            "idle 9 s of 10"
+        );
+        assert_eq!(hosts(t0 + Duration::from_secs(11)).0, vec!["b"]);
+        let c = r.controller_at("s", "c", t0 + Duration::from_secs(12));
+        let (h, over) = hosts(t0 + Duration::from_secs(12));
+        assert_eq!((h, over), (vec!["c".to_string(), "b".to_string()], 0));
+        assert_eq!(c.series, Some(0), "a's place");
+        // A host that comes back within the idle time keeps its counts.
+        drop(c);
+        let c2 = r.controller_at("s", "c", t0 + Duration::from_secs(20));
+        c2.count_io(0, false, 512, Duration::ZERO);
+        assert_eq!(
+            r.series_at(t0 + Duration::from_secs(60)).0.len(),
+            2,
+            "both have a controller"
+        );
     }
 }
