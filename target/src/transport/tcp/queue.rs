@@ -479,10 +479,7 @@ impl TcpQueue {
                 Err(e) => {
                     debug!(peer = ?self.addrs.peer, error = %e, "receive failed");
                     self.readable = false;
-                    match self.core.is_some() {
-                        true => self.call(w, res, &mut |c, env| c.fail(env)),
-                        false => self.close(w, res),
-                    }
+                    self.lost(w, res, &e);
                     return n;
                 }
             }
@@ -704,6 +701,26 @@ impl TcpQueue {
         self.phase = Phase::Live;
     }
 
+    /// The connection failed with `e`. A reset or a broken pipe is the
+    /// host closing it (the Linux host closes its sockets with a zero
+    /// linger, so a reset is how its queues end): that queue goes, as when
+    /// it reads the end, and the controller stays for the host's other
+    /// queues. A host resetting its controller closes the I/O queues first
+    /// and then still asks the admin queue for CSTS; ending the admin queue
+    /// with them leaves that command unanswered (over TLS the host waits
+    /// out its 60 s admin timeout). nvmet shuts down only the queue on
+    /// EPIPE and ECONNRESET too. Any other error fails the controller.
+    fn lost(&mut self, w: &mut Lend<'_>, res: &mut Res, e: &std::io::Error) {
+        use std::io::ErrorKind::{BrokenPipe, ConnectionReset};
+        match (self.core.is_some(), e.kind()) {
+            (true, ConnectionReset | BrokenPipe) => self.call(w, res, &mut |c, env| {
+                c.disconnect(env, "host reset the connection", "host")
+            }),
+            (true, _) => self.call(w, res, &mut |c, env| c.fail(env)),
+            (false, _) => self.close(w, res),
+        }
+    }
+
     /// Writes what waits, as far as the socket takes it. Returns whether
     /// something was written.
     pub fn write(&mut self, w: &mut Lend<'_>, res: &mut Res) -> bool {
@@ -714,10 +731,7 @@ impl TcpQueue {
             Ok(wrote) => wrote,
             Err(e) => {
                 debug!(peer = ?self.addrs.peer, error = %e, "send failed");
-                match self.core.is_some() {
-                    true => self.call(w, res, &mut |c, env| c.fail(env)),
-                    false => self.close(w, res),
-                }
+                self.lost(w, res, &std::io::Error::from(e));
                 true
             }
         }

@@ -759,3 +759,41 @@ fn one_connection_holds_no_more_than_its_share_of_capsule_buffers() {
 }
 
 mod hogs;
+
+/// The Linux host closes its sockets with a zero linger: a controller reset
+/// ends its I/O queues with a TCP reset, then asks the admin queue for
+/// CSTS. The reset ends that queue alone: the admin queue answers (ending
+/// it with them left the host's Property Get unanswered until its 60 s
+/// admin timeout, over TLS).
+#[test]
+fn an_io_queue_the_host_resets_ends_alone() {
+    let mut r = Rig::new();
+    let (a, cntlid) = r.admin(0);
+    let q = r.io(0, cntlid);
+    socket2::SockRef::from(&r.hosts[q].stream)
+        .set_linger(Some(Duration::ZERO))
+        .unwrap();
+    let gone = std::mem::replace(
+        &mut r.hosts[q].stream,
+        TcpStream::connect(r.listener.local_addr().unwrap()).unwrap(),
+    );
+    drop(gone);
+    // The queues' timers (a killed queue goes at its next).
+    for _ in 0..3 {
+        r.pump();
+        r.group.tick(&mut r.exec);
+    }
+    assert!(!r.closed(a), "the admin queue went with the I/O queue");
+    r.cid += 1;
+    let mut g = PropertyCommand {
+        eight_bytes: false,
+        offset: prop::CSTS,
+        value: 0,
+    }
+    .to_command(r.cid, false);
+    g.set_sgl(&Sgl::Transport { len: 0 });
+    r.capsule(a, &g, &[]);
+    let c = r.cqe(a);
+    assert!(c.status.is_success(), "{}", c.status);
+    assert_eq!(c.result & 3, 1, "CSTS: ready, no fatal status");
+}
