@@ -139,6 +139,34 @@ fn stall(dst: SocketAddr, src: Ipv4Addr, addrs: u32, per_addr: u32, secs: Durati
     println!("STALL opened {opened} closed_by_target {closed}");
 }
 
+/// A plain ICReq (no digests, no alignment).
+fn icreq() -> [u8; tcp::IC_SIZE] {
+    IcReq {
+        pfv: 0,
+        hpda: 0,
+        digest: 0,
+        maxr2t: 0,
+    }
+    .encode()
+}
+
+/// An admin queue's Connect, its 1 KiB of data in the capsule.
+fn admin_connect() -> Command {
+    let mut c = ConnectCommand {
+        recfmt: 0,
+        qid: 0,
+        sqsize: 31,
+        cattr: 0,
+        kato: 0,
+    }
+    .to_command(0);
+    c.set_sgl(&Sgl::InCapsule {
+        offset: 0,
+        len: 1024,
+    });
+    c
+}
+
 /// One hog connection: a discovery controller whose admin queue is kept full
 /// of Set Features waiting for data it never sends.
 struct Hog {
@@ -163,28 +191,11 @@ impl Hog {
             cid: 0,
             out: 0,
         };
-        let req = IcReq {
-            pfv: 0,
-            hpda: 0,
-            digest: 0,
-            maxr2t: 0,
-        }
-        .encode();
+        let req = icreq();
         h.s.write_all(&req).ok()?;
         matches!(h.next()?, Pdu2::IcResp).then_some(())?;
         h.layout = h.rules.agree(0, 0);
-        let mut c = ConnectCommand {
-            recfmt: 0,
-            qid: 0,
-            sqsize: 31,
-            cattr: 0,
-            kato: 0,
-        }
-        .to_command(0);
-        c.set_sgl(&Sgl::InCapsule {
-            offset: 0,
-            len: 1024,
-        });
+        let c = admin_connect();
         let d = ConnectData {
             hostid: [n as u8; 16],
             cntlid: 0xFFFF,
@@ -336,13 +347,7 @@ impl Noise {
 
 /// Garbage of kind `k`.
 fn junk(k: u64, noise: &mut Noise) -> Vec<u8> {
-    let ic = IcReq {
-        pfv: 0,
-        hpda: 0,
-        digest: 0,
-        maxr2t: 0,
-    }
-    .encode();
+    let ic = icreq();
     match k % 4 {
         0 => {
             let n = 72 + (noise.next() % 512) as usize;
@@ -368,18 +373,7 @@ fn junk(k: u64, noise: &mut Noise) -> Vec<u8> {
         }
         _ => {
             let mut b = ic.to_vec();
-            let mut c = ConnectCommand {
-                recfmt: 0,
-                qid: 0,
-                sqsize: 31,
-                cattr: 0,
-                kato: 0,
-            }
-            .to_command(0);
-            c.set_sgl(&Sgl::InCapsule {
-                offset: 0,
-                len: 1024,
-            });
+            let c = admin_connect();
             b.extend_from_slice(&Layout::default().cmd(&c.raw, 1024));
             b.extend_from_slice(&noise.bytes(1024));
             b
