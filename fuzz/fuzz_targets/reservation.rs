@@ -36,7 +36,9 @@ fuzz_target!(|data: &[u8]| {
         }
         for h in &HOSTS {
             if s.holds(h) {
-                assert!(s.allows(h, Access::Write) && s.allows(h, Access::Read));
+                assert!(
+                    s.allows(h, &[0; 16], Access::Write) && s.allows(h, &[0; 16], Access::Read)
+                );
             }
         }
         let rep = Report {
