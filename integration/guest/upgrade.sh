@@ -17,7 +17,10 @@
 
 unit_of() { echo "nvmf-target@gw-${1,,}.service"; }
 pid_of() { systemctl show -p MainPID --value "$(unit_of "$1")"; }
-unit_log() { journalctl -q -o cat -u "$(unit_of "$1")" --since "@$UPGRADE_T0"; }
+unit_log() { # GATEWAY [SINCE]: its unit's journal since SINCE (epoch seconds; default: the
+    # start of these steps)
+    journalctl -q -o cat -u "$(unit_of "$1")" --since "@${2:-$UPGRADE_T0}"
+}
 # fio on the head for SECONDS, writes verified as they go (the backlog) and at the end.
 fio_for() { # NAME SECONDS
     fio --name="$1" --filename="/dev/$HEAD" --direct=1 --ioengine=libaio --rw=randwrite --bs=4k \
@@ -61,16 +64,23 @@ fio_for stopdrain 40
 sleep 3
 for g in A B; do
     t=$(date +%s%N) rc=0
+    # The gateway's log is appended to for the whole run (earlier stops wrote the same
+    # lines): only what this stop logs counts.
+    n0=$(wc -l <"/tmp/gw-$g.log")
     kill -TERM "${GWPID[$g]}"; wait "${GWPID[$g]}" || rc=$?; GWPID[$g]=
     ms=$(( ($(date +%s%N) - t) / 1000000 ))
-    [ $rc = 0 ] || { tail -20 "/tmp/gw-$g.log"; fail "gateway $g exited with status $rc"; }
-    grep -q "stopping: draining first" "/tmp/gw-$g.log" || { tail -20 "/tmp/gw-$g.log"; fail "gateway $g did not drain before stopping"; }
-    info "gateway $g stopped by SIGTERM in $ms ms: $(grep -oE 'drained .* in [0-9.]+ s' "/tmp/gw-$g.log" | tail -n 1 | sed 's/: ANA.*//')"
+    tail -n +$((n0 + 1)) "/tmp/gw-$g.log" >"/tmp/gw-$g.stop.log"
+    [ $rc = 0 ] || { tail -20 "/tmp/gw-$g.stop.log"; fail "gateway $g exited with status $rc"; }
+    grep -q "stopping: draining first" "/tmp/gw-$g.stop.log" || { tail -20 "/tmp/gw-$g.stop.log"; fail "gateway $g did not drain before this stop"; }
+    info "gateway $g stopped by SIGTERM in $ms ms: $(grep -oE 'drained .* in [0-9.]+ s' "/tmp/gw-$g.stop.log" | tail -n 1 | sed 's/: ANA.*//')"
     systemctl start "$(unit_of $g)" || upgrade_fail "systemctl start $(unit_of $g)"
     # B gives the groups back once it hears from A: then it drains (A serves).
     wait_state 30 4420 "live optimized"; wait_state 30 4421 "live non-optimized"
 done
 fio_row stopdrain "stop (drains first), A then B"
+# A stop that drains first is one the host does not notice: no write waits (a stop that
+# did not drain leaves the host's I/O to time out and fail over: seconds).
+awk -v m="$FIO_MAX_S" 'BEGIN { exit !(m < 3) }' || fail "a write waited ${FIO_MAX_S} s across the draining stops (goal < 3 s)"
 E=$(mp_errors); [ -z "$E" ] || { echo "$E"; fail "I/O errors in the host's kernel log across the stops"; }
 
 step "14b. drain A, ok-to-stop, dpkg -i (A restarts drained; B left running), undrain"
@@ -102,10 +112,11 @@ kmsg_mark
 APID=$(pid_of A) BPID=$(pid_of B)
 fio_for upgrade2 75
 sleep 3
+UP2_T0=$(date +%s)
 dpkg_upgrade up2 upgrade2/
 [ "$(pid_of A)" != "$APID" ] && [ "$(pid_of B)" != "$BPID" ] || upgrade_fail "the upgrade did not restart both gateways"
 for g in A B; do
-    unit_log "$g" | grep -q "stopping: draining first" || upgrade_fail "gateway $g did not drain before its restart"
+    unit_log "$g" "$UP2_T0" | grep -q "stopping: draining first" || upgrade_fail "gateway $g did not drain before this upgrade's restart"
 done
 wait_state 30 4420 "live optimized"; wait_state 30 4421 "live non-optimized"
 fio_row upgrade2 "dpkg -i, both serving (A then B restarted)"
