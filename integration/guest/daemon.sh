@@ -855,8 +855,11 @@ info "upgrade $OLDV -> $NEWV under fio: exit $fio_rc, error $U_ERR, write IOPS $
   journalctl -o short-precise -k --since "@$SINCE" | grep -E "nvme|NVMe"; } | sort -k3,3 | sed 's/^/    /' 
 UPGRADE_ROW="single target, dpkg -i $OLDV -> $NEWV: fio error $U_ERR (exit $fio_rc), verify failures 0, longest write ${U_MAXW} s"
 [ "$fio_rc" = 0 ] && [ "$U_ERR" = 0 ] || fail "fio saw errors or verify failures across the upgrade"
-awk -v w="$U_MAXW" -v r="$U_MAXR" 'BEGIN { exit !(w < 3 && r < 3) }' \
-    || fail "an I/O paused ${U_MAXW} s (write) / ${U_MAXR} s (read) across the upgrade (goal < 3 s)"
+# The goal is 3 s; under TCG the pause measured 1.9 and 2.8 s in two boots, so the lab
+# enforces 4 s (an upgrade that does not drain pauses I/O for the host's reconnect and
+# timeouts: 10 s and more).
+awk -v w="$U_MAXW" -v r="$U_MAXR" 'BEGIN { exit !(w < 4 && r < 4) }' \
+    || fail "an I/O paused ${U_MAXW} s (write) / ${U_MAXR} s (read) across the upgrade (goal < 3 s, lab bound 4 s)"
 [ "$NEWV" != "$OLDV" ] || fail "the package version did not change ($OLDV)"
 [ "$NEWPID" != "$OLDPID" ] && [ "$(systemctl is-active nvmf-target)" = active ] \
     || fail "the upgrade did not restart the daemon (pid $OLDPID -> $NEWPID, $(systemctl is-active nvmf-target))"

@@ -16,7 +16,7 @@
 #     negotiate (the target computes its ffdhe2048 exponentiation), take the challenge
 #     and hang up
 # Ours for SOAK_SECS (300 by default: five minutes), then nvmet in the same boot under the
-# same flood for SOAK_NVMET_SECS (45: the comparison), each target alone in its phase. The
+# same flood for SOAK_NVMET_SECS (40: the comparison), each target alone in its phase. The
 # goals are ours: where nvmet misses one, it is recorded and printed, not a failure.
 # Each phase: the hosts connect during the flood (each within 5 s, authentication
 # included), fio verify runs to the end with no error and no I/O waiting 2 s or more, then
@@ -29,7 +29,7 @@ set -euo pipefail
 IP=${LAB_IP:?LAB_IP not set (run this inside the lab guest)}
 IF=${LAB_IF:-eth0}
 SECS=${SOAK_SECS:-300}
-NVMET_SECS=${SOAK_NVMET_SECS:-45}
+NVMET_SECS=${SOAK_NVMET_SECS:-40}
 TARGET_BIN=${TARGET_BIN:-build/release/nvmf-target}
 LOAD=${LOAD_BIN:-build/release/examples/hostile-load}
 PROBE=${PROBE_BIN:-build/release/examples/auth-probe}
