@@ -415,6 +415,20 @@ mod tests {
 
     /// Runs one worker for `secs` of fake time: a host keeps `depth` I/Os
     /// queued; returns how many went.
+    /// A 4 KiB read of `host` under `l`, waiting.
+    fn read_4k(ud: u64, l: &Arc<Limit>, host: u64, now: Instant) -> Waiter {
+        Waiter {
+            ud,
+            limits: vec![l.clone()],
+            read: true,
+            bytes: 4096,
+            since: now,
+            blocked_on: Vec::new(),
+            host,
+            tag: 0,
+        }
+    }
+
     fn drive(
         t: &mut Throttle,
         l: &Arc<Limit>,
@@ -602,16 +616,7 @@ mod tests {
                         done[i] += 1;
                     } else {
                         ud += 1;
-                        t.wait(Waiter {
-                            ud,
-                            limits: vec![l.clone()],
-                            read: true,
-                            bytes: 4096,
-                            since: now,
-                            blocked_on: Vec::new(),
-                            host: 0,
-                            tag: 0,
-                        });
+                        t.wait(read_4k(ud, &l, 0, now));
                         queued[i] += 1;
                     }
                 }
@@ -650,16 +655,7 @@ mod tests {
                         done[h] += 1;
                     } else {
                         ud += 1;
-                        t.wait(Waiter {
-                            ud,
-                            limits: vec![l.clone()],
-                            read: true,
-                            bytes: 4096,
-                            since: now,
-                            blocked_on: Vec::new(),
-                            host: h as u64,
-                            tag: 0,
-                        });
+                        t.wait(read_4k(ud, &l, h as u64, now));
                         queued[h] += 1;
                     }
                 }
