@@ -6,11 +6,18 @@
 #   kmsg_window        the kernel log's lines since the mark
 #   kmsg_check WHAT    fail (with the lines) if the window shows errors; start a new one
 #   kmsg_errors        the error lines of the window
+#   kmsg_errors_but CTRL...  the same without those controllers' own reconnect lines (a
+#                      path whose target went away on purpose: error recovery, reconnect
+#                      attempts refused, removal); a timeout or I/O error on them still counts
 # The mark is a line written to the kernel log, and its time stamp is the window's start:
 # the log's clock (sched_clock) and /proc/uptime's drift apart under TCG, by seconds,
 # and a window started from uptime missed what the host printed just after the mark.
 # Needs: fail() from the sourcing script.
-KMSG_PAT='I/O Error|I/O error|timeout|[Rr]eset|error recovery|Reconnecting|failed to|EXT4-fs error|XFS .*(error|[Cc]orrupt|[Ss]hutdown)|Buffer I/O|blk_update_request|critical'
+# A failed command's line names its status ("I/O Error (sct 0x0 / sc 0x2)", or with
+# CONFIG_NVME_VERBOSE_ERRORS the status's name: "Invalid Field in Command (sct 0x0 / sc
+# 0x2)"); the block layer's names its kind ("I/O error, dev", "critical medium error, dev",
+# "reservation conflict error, dev" on newer kernels).
+KMSG_PAT='I/O Error|I/O error|\(sct 0x|error, dev |timeout|[Rr]eset|error recovery|Reconnecting|failed to|EXT4-fs error|XFS .*(error|[Cc]orrupt|[Ss]hutdown)|Buffer I/O|blk_update_request|critical'
 KMSG_SEQ=0
 kmsg_mark() {
     local tag="lab-kmsg-mark $$.$((KMSG_SEQ += 1))"
@@ -21,6 +28,11 @@ kmsg_window() {
     dmesg | awk -v t="$KMSG_MARK" '{ ts = $0; sub(/^\[ */, "", ts); sub(/\].*/, "", ts); if (ts + 0 > t + 0) print }'
 }
 kmsg_errors() { kmsg_window | grep -E "$KMSG_PAT" || true; }
+kmsg_errors_but() { # CTRL...
+    local c re=
+    for c in "$@"; do re+="${re:+|}$c"; done
+    kmsg_errors | grep -vE "($re): (starting error recovery|Reconnecting in|failed to connect socket|failed to connect queue|Failed reconnect attempt|Removing ctrl|Deleting controller|Removing controller|[Rr]econnect|rdma connection establishment failed|Connect rejected)" || true
+}
 kmsg_check() { # WHAT
     local e
     e=$(kmsg_errors)

@@ -314,7 +314,10 @@ rr "$NS4" 4 /tmp/qa.json || fail "fio on A's namespace 4"
 A_AGAIN=$(iops_of /tmp/qa.json)
 info "A's own cap of 500: $A_HOST IOPS; no cap again: $A_AGAIN IOPS"
 [ "$A_HOST" -ge 450 ] && [ "$A_HOST" -le 550 ] || fail "the host's cap of 500 IOPS did not hold within 10 %: $A_HOST"
-[ "$A_AGAIN" -gt 1000 ] || fail "A stayed capped after the cap was removed: $A_AGAIN"
+# Above both caps set here (a namespace cap of 2000 left in place would pass "> 1000"),
+# and near what A reached uncapped beside B.
+[ "$A_AGAIN" -gt 2200 ] && [ "$A_AGAIN" -ge $((A_FREE * 8 / 10)) ] \
+    || fail "A stayed capped after the caps were removed: $A_AGAIN IOPS (uncapped before: $A_FREE)"
 grep -q 'host_qos' "$CONF" && fail "the removed host cap is still in the file"
 kmsg_check "QoS caps (I/O waits, never fails)"
 
@@ -348,9 +351,8 @@ EOF
 grep -q 'host="_other"' /tmp/metrics.txt || fail "the host beyond the cap has no _other series"
 grep -q "host=\"$HOST_C\"" /tmp/metrics.txt && fail "a host beyond the cap got a series of its own"
 grep -qE '^nvmf_target_host_series_overflow_total 1$' /tmp/metrics.txt || fail "the overflow is not counted"
-if command -v promtool >/dev/null; then
-    promtool check metrics </tmp/metrics.txt 2>&1 | grep -i host_ && fail "promtool finds fault with the per-host series"
-fi
+command -v promtool >/dev/null || fail "promtool is missing from the lab image (prometheus package)"
+promtool check metrics </tmp/metrics.txt 2>&1 | grep -i host_ && fail "promtool finds fault with the per-host series"
 info "host C beyond the cap: counted in host=\"_other\", overflow counted"
 
 settle

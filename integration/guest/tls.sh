@@ -172,7 +172,16 @@ EOF
     TPID=$!
     wait_port "our target"
 }
-stop_ours() { kill "$TPID"; wait "$TPID" 2>/dev/null || true; TPID=; }
+# Ours must still be running when stopped, exit cleanly, and have logged no panic: a
+# handshake thread that panicked would otherwise score as a refusal.
+stop_ours() {
+    local rc=0
+    kill -TERM "$TPID" 2>/dev/null || true
+    wait "$TPID" 2>/dev/null || rc=$?
+    TPID=
+    [ $rc = 0 ] || { tail -n 30 "$TLOG" | sed 's/^/    target: /'; fail "our target exited with status $rc"; }
+    ! grep -q "panicked" "$TLOG" || { grep -A5 "panicked" "$TLOG" | sed 's/^/    target: /'; fail "our target logged a panic"; }
+}
 PROBE_CASES="psk wrong-key unknown-host foreign-identity plain-icreq oversized-record bad-record stall flood"
 run_probe() { # WHO: tls-probe's cases, their outcomes in ROW[WHO-p-CASE]
     timeout 300 "$PROBE_BIN" "$IP" "$PORT" "$SUB" "$HOST" "$KEY" 0 compat >/tmp/probe.txt 2>&1 \

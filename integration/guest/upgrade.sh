@@ -11,7 +11,9 @@
 #  14c. one `dpkg -i` of a newer package with both gateways serving: the package restarts
 #       A, then B, each draining first
 # Each under fio with crc32c verify on the multipath head: no error, no verify failure, the
-# longest write (the longest pause) printed; the host's kernel log shows no I/O error.
+# longest write (the longest pause) bounded; the host saw each gateway's path inaccessible
+# before its controller went (paths.sh: a stop without a drain fails there), and its
+# kernel log shows nothing but the restarted paths' reconnects.
 # Packages: build/debian (VERSION), build/debian/upgrade (+lab1), upgrade2 (+lab2),
 # built by run-rbd-tests (lab_packages).
 
@@ -59,10 +61,14 @@ dpkg -i "$(deb_of "")" >/tmp/dpkg-base.log 2>&1 || { cat /tmp/dpkg-base.log; fai
 for g in A B; do cp "/tmp/gw-$g.toml" "/etc/nvmf-target/gw-${g,,}.toml"; done
 
 step "14a. SIGTERM drains each gateway first under fio verify; each comes back as a systemd unit"
+CA=$(ctrl_at 4420) CB=$(ctrl_at 4421)
 kmsg_mark
 fio_for stopdrain 40
 sleep 3
+declare -A PORT_OF=([A]=4420 [B]=4421)
 for g in A B; do
+    c=$(ctrl_at "${PORT_OF[$g]}") || fail "no controller through gateway $g"
+    path_watch "/tmp/stop-$g-paths.txt" "$c"
     t=$(date +%s%N) rc=0
     # The gateway's log is appended to for the whole run (earlier stops wrote the same
     # lines): only what this stop logs counts.
@@ -76,18 +82,21 @@ for g in A B; do
     systemctl start "$(unit_of $g)" || upgrade_fail "systemctl start $(unit_of $g)"
     # B gives the groups back once it hears from A: then it drains (A serves).
     wait_state 30 4420 "live optimized"; wait_state 30 4421 "live non-optimized"
+    path_watch_stop
+    path_drained "/tmp/stop-$g-paths.txt" "$c"
 done
 fio_row stopdrain "stop (drains first), A then B"
 # A stop that drains first is one the host does not notice: no write waits (a stop that
 # did not drain leaves the host's I/O to time out and fail over: seconds).
 awk -v m="$FIO_MAX_S" 'BEGIN { exit !(m < 3) }' || fail "a write waited ${FIO_MAX_S} s across the draining stops (goal < 3 s)"
-E=$(mp_errors); [ -z "$E" ] || { echo "$E"; fail "I/O errors in the host's kernel log across the stops"; }
+E=$(mp_errors "$CA" "$CB"); [ -z "$E" ] || { echo "$E"; fail "errors in the host's kernel log across the stops (other than the stopped paths' reconnects)"; }
 
 step "14b. drain A, ok-to-stop, dpkg -i (A restarts drained; B left running), undrain"
 kmsg_mark
 APID=$(pid_of A) BPID=$(pid_of B)
 fio_for upgrade1 60
 sleep 3
+path_watch /tmp/up1-paths.txt "$CA"
 "$TARGET_BIN" drain --socket /tmp/gw-A.sock >/tmp/drain.txt 2>&1 || { cat /tmp/drain.txt; upgrade_fail "nvmf-target drain at A"; }
 info "drain at A: $(cat /tmp/drain.txt)"
 wait_state 15 4420 "live inaccessible"; wait_state 15 4421 "live optimized"
@@ -98,6 +107,8 @@ dpkg_upgrade up1 upgrade/ NVMF_UPGRADE_WAIT=4
 [ "$(pid_of B)" = "$BPID" ] || upgrade_fail "the upgrade restarted B, the only gateway serving"
 grep -q "$(unit_of B) keeps running the old version" /tmp/dpkg-up1.log || upgrade_fail "the upgrade did not say B was left running"
 unit_log A | grep -q "started drained" || upgrade_fail "A did not start drained"
+path_watch_stop
+path_drained /tmp/up1-paths.txt "$CA"
 wait_state 30 4420 "live inaccessible"
 "$TARGET_BIN" undrain --socket /tmp/gw-A.sock | sed 's/^/    /'
 wait_state 15 4420 "live optimized"; wait_state 15 4421 "live non-optimized"
@@ -105,7 +116,7 @@ fio_row upgrade1 "drain A, dpkg -i, undrain"
 A0=$(gw_writes A)
 fio_bg undrained 4M; fio_wait undrained
 [ "$(gw_writes A)" -gt "$A0" ] || upgrade_fail "I/O did not return to A once undrained"
-E=$(mp_errors); [ -z "$E" ] || { echo "$E"; fail "I/O errors in the host's kernel log across A's upgrade"; }
+E=$(mp_errors "$CA"); [ -z "$E" ] || { echo "$E"; fail "errors in the host's kernel log across A's upgrade (other than A's reconnects)"; }
 
 step "14c. one dpkg -i with both gateways serving: A, then B, each drained, restarted"
 kmsg_mark
@@ -113,12 +124,15 @@ APID=$(pid_of A) BPID=$(pid_of B)
 fio_for upgrade2 75
 sleep 3
 UP2_T0=$(date +%s)
+path_watch /tmp/up2-paths.txt "$CA" "$CB"
 dpkg_upgrade up2 upgrade2/
 [ "$(pid_of A)" != "$APID" ] && [ "$(pid_of B)" != "$BPID" ] || upgrade_fail "the upgrade did not restart both gateways"
 for g in A B; do
     unit_log "$g" "$UP2_T0" | grep -q "stopping: draining first" || upgrade_fail "gateway $g did not drain before this upgrade's restart"
 done
 wait_state 30 4420 "live optimized"; wait_state 30 4421 "live non-optimized"
+path_watch_stop
+for c in "$CA" "$CB"; do path_drained /tmp/up2-paths.txt "$c"; done
 fio_row upgrade2 "dpkg -i, both serving (A then B restarted)"
-E=$(mp_errors); [ -z "$E" ] || { echo "$E"; fail "I/O errors in the host's kernel log across the pair's upgrade"; }
+E=$(mp_errors "$CA" "$CB"); [ -z "$E" ] || { echo "$E"; fail "errors in the host's kernel log across the pair's upgrade (other than the restarted paths' reconnects)"; }
 info "installed: $(dpkg-query -W -f '${Version}' nvmf-target); A pid $(pid_of A), B pid $(pid_of B)"

@@ -697,8 +697,18 @@ mod tests {
         while t.admit(t0, &[&l], true, 512) {
             passed += 1;
         }
-        assert_eq!(passed, 10, "the burst: 10 ms at 1000/s");
-        assert_eq!(passed, 10, "(more than the least burst, 4 I/Os)");
+        assert_eq!(
+            passed, 10,
+            "the burst: 10 ms at 1000/s (more than the least, 4 I/Os)"
+        );
+        // At 100/s, 10 ms is 1 I/O: the least burst holds.
+        let slow = iops(100);
+        let mut s = Throttle::new(0, 1);
+        let mut least = 0;
+        while s.admit(t0, &[&slow], true, 512) {
+            least += 1;
+        }
+        assert_eq!(least, 4, "the least burst at 100/s");
         for ud in 1..=3 {
             t.wait(Waiter {
                 ud,
