@@ -27,7 +27,31 @@ kmsg_mark() {
 kmsg_window() {
     dmesg | awk -v t="$KMSG_MARK" '{ ts = $0; sub(/^\[ */, "", ts); sub(/\].*/, "", ts); if (ts + 0 > t + 0) print }'
 }
-kmsg_errors() { kmsg_window | grep -E "$KMSG_PAT" || true; }
+kmsg_errors() { kmsg_window | kmsg_but_readahead | grep -E "$KMSG_PAT" || true; }
+# A readahead through the multipath head is fail-fast (REQ_RAHEAD brings REQ_FAILFAST_*):
+# a path error on it (ANA Inaccessible: sct 0x3) completes it with an error instead of a
+# failover, and the page cache reads the block again when it is needed. Such a read's two
+# lines (the NVMe status, the block layer's "I/O error ... (READ) flags" with RAHEAD,
+# 0x80000) are dropped; any other error stays.
+kmsg_but_readahead() {
+    python3 -c '
+import re, sys
+lines = sys.stdin.read().splitlines()
+ra = set()
+for l in lines:
+    m = re.search(r"I/O error, dev (nvme\w+), sector (\d+) op 0x0:\(READ\) flags 0x([0-9a-f]+)", l)
+    if m and int(m.group(3), 16) & 0x80000:
+        ra.add((m.group(1), int(m.group(2))))
+for l in lines:
+    m = re.search(r"(nvme\w+): (?:Read|I/O Cmd)\(0x2\) @ LBA (\d+), \d+ blocks, .*\(sct 0x3 / sc 0x[0-9a-f]+\)", l)
+    if m and any(d == m.group(1) for d, _ in ra):
+        continue
+    m = re.search(r"I/O error, dev (nvme\w+), sector (\d+) op 0x0:\(READ\) flags", l)
+    if m and (m.group(1), int(m.group(2))) in ra:
+        continue
+    print(l)
+'
+}
 kmsg_errors_but() { # CTRL...
     local c re=
     for c in "$@"; do re+="${re:+|}$c"; done
