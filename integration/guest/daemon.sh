@@ -5,9 +5,11 @@
 #   1. check-config on broken configurations: exit 2 and the expected message each; a
 #      file with several errors names every one
 #   2. install exactly as the README says (its install block, run verbatim: dpkg -i of the
-#      package, enable --now; no drop-in); man pages render, bash completes: `systemctl enable --now`
-#      returns only after the listener accepts (first discover works); the shipped
-#      config serves; `nvmf-target status` shows it; a non-root user is refused
+#      package, enable --now; no drop-in); man pages render, bash completes; the shipped
+#      config serves nothing (no listener: nothing accepts on the port, discovery fails)
+#      and says so in status, StatusText and the journal; with the test's configuration
+#      `systemctl restart` returns only after the listener accepts (first discover works);
+#      a non-root user is refused
 #   3. the kernel host connects; a real Prometheus scrapes /metrics during fio; its query
 #      API returns non-zero read and write rates; `promtool check metrics` passes; the
 #      shipped alert rules pass `promtool check rules` and `promtool test rules`
@@ -57,7 +59,6 @@ NQN=nqn.2026-11.io.nvmf-lab:daemon
 KNQN=nqn.2026-11.io.nvmf-lab:from-nvmet
 NQN_ADDED=nqn.2026-11.io.nvmf-lab:added-by-reload
 CONF=/etc/nvmf-target/nvmf-target.toml
-SHIPPED_NQN=nqn.2026-11.io.example:disk1   # etc/nvmf-target.toml
 NS2_FILE=/var/tmp/daemon-ns2.img
 METRICS=http://127.0.0.1:9469/metrics
 PROM=http://127.0.0.1:9090
@@ -201,19 +202,19 @@ info "ok  no hosts: $(tail -1 <<<"$out")"
 printf '[metrics]\naddress = "localhost"\n%s\n' "$GOOD_CONF" >"$BAD"; check_bad "metrics address" "metrics.address: 'localhost' is not ADDRESS:PORT"
 printf '%s\n' "$GOOD_CONF" | sed "s/^address = .*/address = \"10.0.2\"/" >"$BAD"; check_bad "listener address" "listener[0].address: '10.0.2' is not an IPv4 or IPv6 address"
 cp /tmp/good.toml "$BAD"; CHECK_ENV=NVMF_TARGET_TARGET__POLL_SPIN_US=fast check_bad "environment override" "poll_spin_us"
-printf '[[subsystem]]\nnqn = "disk1"\nallow_any_host = true\n[[subsystem.namespace]]\npath = "/dev/ram0"\n' >"$BAD"
-check_bad "bad NQN and no listener" "listener: at least one [[listener]] is required"
-check_bad "bad NQN and no listener" "subsystem[0].nqn: 'disk1' must start with 'nqn.'"
+printf '[target]\nworkers = 0\n[[subsystem]]\nnqn = "disk1"\nallow_any_host = true\n[[subsystem.namespace]]\npath = "/dev/ram0"\n' >"$BAD"
+check_bad "bad NQN and no workers" "subsystem[0].nqn: 'disk1' must start with 'nqn.'"
+check_bad "bad NQN and no workers" "target.workers: 0 is out of range"
 rc=0; "$BIN_SRC" check-config --json "$BAD" >/tmp/check.json || rc=$?
 [ $rc = 2 ] || fail "check-config --json of a bad file: exit $rc"
-python3 -c 'import json; d = json.load(open("/tmp/check.json")); assert d["ok"] is False and {e["field"] for e in d["errors"]} >= {"listener", "subsystem[0].nqn"}, d' \
+python3 -c 'import json; d = json.load(open("/tmp/check.json")); assert d["ok"] is False and {e["field"] for e in d["errors"]} >= {"target.workers", "subsystem[0].nqn"}, d' \
     || fail "check-config --json: $(cat /tmp/check.json)"
 "$BIN_SRC" check-config --json /tmp/good.toml | python3 -c 'import json,sys; d=json.load(sys.stdin); assert d == {"ok": True, "listeners": 1, "subsystems": 1, "namespaces": 1}, d' \
     || fail "check-config --json of a good file"
 info "ok  check-config --json: every error with its file and field; a good file's counts"
 
 # =====================================================================================
-step "test 2: install as the README says (its install block, verbatim), start with the shipped config"
+step "test 2: install as the README says (its install block, verbatim): the shipped config serves nothing"
 # The block between <!-- install --> and <!-- /install --> in README.md, as typed.
 sed -n '/^<!-- install -->$/,/^<!-- \/install -->$/p' README.md | grep '^    ' | sed 's/^    //' >/tmp/install.sh
 [ -s /tmp/install.sh ] || fail "no <!-- install --> block in README.md"
@@ -232,7 +233,10 @@ grep -q 'nvmf-target' <<<"$VERIFY" && { echo "$VERIFY" | sed 's/^/    verify: /'
 [ "$(systemctl is-active nvmf-target)" = active ] || fail "unit not active after the README's install (shipped config)"
 [ "$(dpkg-query -W -f '${Status}' nvmf-target)" = "install ok installed" ] || fail "the package is not installed"
 dpkg-query -W -f '    package: ${Package} ${Version}, ${Installed-Size} KiB\n' nvmf-target
-grep -qx /etc/nvmf-target/nvmf-target.toml /var/lib/dpkg/info/nvmf-target.conffiles || fail "the configuration is not a conffile"
+# The configuration is the administrator's (and live changes'), created from the example:
+# no package owns it, so no upgrade asks about it (test 5d).
+! grep -qx /etc/nvmf-target/nvmf-target.toml /var/lib/dpkg/info/nvmf-target.conffiles 2>/dev/null || fail "the configuration is a conffile"
+cmp -s /etc/nvmf-target/nvmf-target.toml /usr/share/nvmf-target/nvmf-target.toml || fail "the configuration was not created from the example"
 # It may hold host keys: root's only.
 [ "$(stat -c %a /etc/nvmf-target/nvmf-target.toml)" = 600 ] \
     || fail "the configuration is installed $(stat -c %a /etc/nvmf-target/nvmf-target.toml), not 600"
@@ -256,23 +260,25 @@ for f in _nvmf-target:/usr/share/zsh/vendor-completions /usr/share/fish/vendor_c
 done
 info "bash completes 'nvmf-target names' to '$COMP'; zsh and fish completions, the Grafana board and alert rules installed"
 [ "$(systemctl is-enabled nvmf-target)" = enabled ] || fail "unit not enabled"
-nvme discover -t rdma -a "$IP" -s "$PORT" >/tmp/discover.txt 2>&1 \
-    || { cat /tmp/discover.txt; fail "first nvme discover right after 'systemctl enable --now' failed: READY=1 came before the listener accepted"; }
-grep -q "subnqn: *$SHIPPED_NQN" /tmp/discover.txt || fail "discovery does not list the shipped config's $SHIPPED_NQN"
-info "first discover right after start: ok, the shipped config serves $SHIPPED_NQN"
+# The shipped file: no listener, no subsystem. Nothing accepts a host; the daemon says so.
+"$BIN" check-config /etc/nvmf-target/nvmf-target.toml >/tmp/check.txt 2>&1 || { cat /tmp/check.txt; fail "check-config of the shipped file"; }
+sed 's/^/    check-config: /' /tmp/check.txt
+grep -q "warning: listener: no \[\[listener\]\]" /tmp/check.txt || fail "check-config does not warn that the shipped file serves nothing"
+ss -Hltn | grep -q ":$PORT\b" && fail "something accepts TCP connections on port $PORT with the shipped configuration: $(ss -Hltnp | grep ":$PORT\b")"
+if nvme discover -t rdma -a "$IP" -s "$PORT" >/tmp/discover.txt 2>&1; then
+    cat /tmp/discover.txt; fail "the shipped configuration answers discovery over RDMA at $IP:$PORT"
+fi
 "$BIN" status | sed 's/^/    status: /'
+"$BIN" status | grep -q "serving nothing yet: no listener and no subsystem configured" || fail "status does not say the daemon serves nothing"
+status=$(systemctl show -p StatusText --value nvmf-target)
+info "StatusText: $status"
+grep -q "^serving nothing yet" <<<"$status" || fail "StatusText does not say the daemon serves nothing"
+journal | grep -q "serving nothing yet" || fail "the journal does not say the daemon serves nothing"
+journal | grep "serving nothing yet" | tail -n 1 | sed 's/^/    journal: /'
 status_json
-python3 - "$SHIPPED_NQN" <<'EOF' || fail "status --json does not show the shipped config"
-import json, sys
-st = json.load(open("/tmp/status.json"))
-assert st["format"] == 1, st["format"]
-s = [x for x in st["subsystems"] if x["nqn"] == sys.argv[1]]
-assert s, "subsystem missing"
-ns = {n["nsid"]: n for n in s[0]["namespaces"]}
-assert ns[1]["path"] == "/dev/ram0" and ns[1]["backend"] == "block", ns[1]
-assert ns[2]["backend"] == "null" and ns[2]["size_bytes"] == 1 << 30, ns[2]
-assert st["listeners"][0]["port"] == 4420
-EOF
+python3 -c 'import json; st = json.load(open("/tmp/status.json")); assert st["format"] == 1 and st["listeners"] == [] and st["subsystems"] == [], st' \
+    || fail "status --json of the shipped configuration: $(head -c 300 /tmp/status.json)"
+info "the shipped configuration: active, nothing accepted on port $PORT (TCP or RDMA), status and the journal say it serves nothing"
 [ "$(stat -c %a /run/nvmf-target)" = 700 ] && [ "$(stat -c %a /run/nvmf-target/control.sock)" = 600 ] \
     || fail "control socket permissions: $(stat -c '%n %a' /run/nvmf-target /run/nvmf-target/control.sock)"
 cp "$BIN" /tmp/nvmf-target-nobody && chmod 0755 /tmp/nvmf-target-nobody
@@ -280,8 +286,13 @@ if setpriv --reuid=65534 --regid=65534 --clear-groups /tmp/nvmf-target-nobody st
     fail "a non-root user read the status: $(head -n 3 /tmp/st-nobody.txt)"
 fi
 info "non-root user refused: $(cat /tmp/st-nobody.txt)"
+# The test's configuration; a restart returns only once the listener accepts.
 write_conf ""
-systemctl reload nvmf-target || fail "systemctl reload to the test configuration failed"
+systemctl restart nvmf-target || fail "systemctl restart with the test configuration failed"
+nvme discover -t rdma -a "$IP" -s "$PORT" >/tmp/discover.txt 2>&1 \
+    || { cat /tmp/discover.txt; fail "first nvme discover right after 'systemctl restart' failed: READY=1 came before the listener accepted"; }
+grep -q "subnqn: *$NQN" /tmp/discover.txt || fail "discovery does not list $NQN"
+info "first discover right after the restart: ok"
 status=$(systemctl show -p StatusText --value nvmf-target)
 info "StatusText: $status"
 grep -q "serving 1 subsystem(s), 1 namespace(s)" <<<"$status" || fail "unexpected StatusText"
@@ -849,8 +860,13 @@ fio --name=upgrade --filename="$NS1" --direct=1 --ioengine=libaio --rw=randwrite
     --verify_dump=0 --verify_state_save=0 --output-format=json --output=/tmp/fio-upgrade.json &
 FIO_PID=$!
 sleep 6
+# The file holds live changes and differs from the example, and the newer package's example
+# differs from this one's: unattended (no terminal), the upgrade must not ask and must keep
+# the file as it is.
+CONF_SUM=$(sha256sum </etc/nvmf-target/nvmf-target.toml)
+cmp -s /etc/nvmf-target/nvmf-target.toml /usr/share/nvmf-target/nvmf-target.toml && fail "the configuration has no change of its own: the upgrade would prove nothing"
 t=$(date +%s%N); SINCE=$(date +%s)
-dpkg -i "$UPGRADE" >/tmp/dpkg-upgrade.log 2>&1 || { cat /tmp/dpkg-upgrade.log; fail "dpkg -i of the newer package failed"; }
+dpkg -i "$UPGRADE" </dev/null >/tmp/dpkg-upgrade.log 2>&1 || { cat /tmp/dpkg-upgrade.log; fail "dpkg -i of the newer package failed (unattended)"; }
 info "dpkg -i $(basename "$UPGRADE") took $(( ($(date +%s%N) - t) / 1000000 )) ms:"
 grep "^nvmf-target:" /tmp/dpkg-upgrade.log | sed 's/^/    /'
 fio_rc=0; wait $FIO_PID || fio_rc=$?
@@ -875,6 +891,11 @@ awk -v w="$U_MAXW" -v r="$U_MAXR" 'BEGIN { exit !(w < 4 && r < 4) }' \
 [ "$NEWPID" != "$OLDPID" ] && [ "$(systemctl is-active nvmf-target)" = active ] \
     || fail "the upgrade did not restart the daemon (pid $OLDPID -> $NEWPID, $(systemctl is-active nvmf-target))"
 grep -q "restarting nvmf-target.service" /tmp/dpkg-upgrade.log || fail "the upgrade did not say it restarted the daemon"
+grep -qi "configuration file" /tmp/dpkg-upgrade.log && { cat /tmp/dpkg-upgrade.log; fail "the upgrade asked about the configuration"; }
+[ "$(sha256sum </etc/nvmf-target/nvmf-target.toml)" = "$CONF_SUM" ] || fail "the upgrade changed /etc/nvmf-target/nvmf-target.toml"
+grep -q "^# example of $NEWV" /usr/share/nvmf-target/nvmf-target.toml || fail "the newer package's example is not installed"
+ls /etc/nvmf-target/*.dpkg-* 2>/dev/null && fail "the upgrade left dpkg's copies beside the configuration"
+info "unattended upgrade: no question, the configuration (live changes) kept, the example replaced"
 # Held I/O is resent after the reconnect: the host's log shows the reconnect and nothing
 # else (no timeout, no failed command).
 E=$(kmsg_errors_but "$UCTRL")

@@ -65,11 +65,13 @@ run_suite() {
 
 # lab_packages ROOT: the Debian package of the release build (build/debian) and two newer
 # versions of it, VERSION+lab1 and VERSION+lab2 (build/debian/upgrade, upgrade2), that
-# upgrade tests install over it.
+# upgrade tests install over it; their example configuration differs from the base's.
 lab_packages() {
     local v
     v=$(sed -n 's/^version = "\(.*\)"$/\1/p' "$1/Cargo.toml" | head -n 1)
     SKIP_BUILD=1 "$1/packaging/build-deb" >/dev/null || return 1
-    SKIP_BUILD=1 DEB_VERSION="$v+lab1" DEB_OUT=build/debian/upgrade "$1/packaging/build-deb" >/dev/null || return 1
-    SKIP_BUILD=1 DEB_VERSION="$v+lab2" DEB_OUT=build/debian/upgrade2 "$1/packaging/build-deb" >/dev/null
+    SKIP_BUILD=1 DEB_VERSION="$v+lab1" DEB_OUT=build/debian/upgrade DEB_EXAMPLE_NOTE="example of $v+lab1" \
+        "$1/packaging/build-deb" >/dev/null || return 1
+    SKIP_BUILD=1 DEB_VERSION="$v+lab2" DEB_OUT=build/debian/upgrade2 DEB_EXAMPLE_NOTE="example of $v+lab2" \
+        "$1/packaging/build-deb" >/dev/null
 }

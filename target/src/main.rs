@@ -447,6 +447,7 @@ fn main() -> ExitCode {
         "nvmf-target ready: {status}"
     );
     notify(&[NotifyState::Ready, NotifyState::Status(&status)]);
+    daemon.warn_if_idle();
     let mut wd_usec = 0u64;
     let watchdog = sd_notify::watchdog_enabled(false, &mut wd_usec);
     // Wake at least every second (status) and twice per watchdog period.
@@ -490,6 +491,7 @@ fn main() -> ExitCode {
                     NotifyState::Ready,
                     NotifyState::Status(&format!("{status}; {note}")),
                 ]);
+                daemon.warn_if_idle();
             }
             Event::Signal(sig) => {
                 info!(signal = %sig, "shutting down");

@@ -117,19 +117,6 @@ impl ConfigError {
             ConfigError::Several(v) => v.iter().flat_map(|e| e.to_json()).collect(),
         }
     }
-
-    /// Whether this error is about `field` or a field inside it.
-    fn names(&self, field: &str) -> bool {
-        match self {
-            ConfigError::Invalid { field: f, .. } => {
-                f == field
-                    || f.starts_with(&format!("{field}["))
-                    || f.starts_with(&format!("{field}."))
-            }
-            ConfigError::Load { .. } => false,
-            ConfigError::Several(v) => v.iter().any(|e| e.names(field)),
-        }
-    }
 }
 
 /// A listener.
@@ -364,6 +351,19 @@ impl TargetConfig {
                     }
                 }
             }
+        }
+        // The packaged file serves nothing until the administrator adds both.
+        if self.listeners.is_empty() {
+            v.push(ConfigWarning {
+                field: "listener".into(),
+                reason: "no [[listener]]: hosts can reach nothing here until one is added".into(),
+            });
+        }
+        if self.subsystems.is_empty() {
+            v.push(ConfigWarning {
+                field: "subsystem".into(),
+                reason: "no [[subsystem]]: nothing is served until one is added".into(),
+            });
         }
         v
     }

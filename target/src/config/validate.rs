@@ -26,9 +26,6 @@ impl TargetConfig {
         check_paths: bool,
     ) -> Result<TargetConfig, ConfigError> {
         let cx = &mut ctx;
-        if raw.listener.is_empty() && cx.errors.iter().all(|e| !e.names("listener")) {
-            cx.err("listener", "at least one [[listener]] is required");
-        }
         if raw.listener.len() > crate::model::port::MAX_PORTS {
             cx.err(
                 "listener",
@@ -131,9 +128,6 @@ impl TargetConfig {
             } else {
                 referrals.push(ReferralConfig { addr, transport });
             }
-        }
-        if raw.subsystem.is_empty() && cx.errors.iter().all(|e| !e.names("subsystem")) {
-            cx.err("subsystem", "at least one [[subsystem]] is required");
         }
         let mut subsystems = Vec::new();
         let mut nqns = HashSet::new();

@@ -406,8 +406,32 @@ impl Daemon {
         }
     }
 
+    /// What hosts cannot reach here for want of a listener or a subsystem,
+    /// or `None` (the packaged configuration serves nothing until edited).
+    pub fn serves_nothing(&self) -> Option<&'static str> {
+        status::nothing_served(
+            !self.listeners.is_empty(),
+            !self.target.subsystems().is_empty(),
+        )
+    }
+
+    /// Says in the journal that hosts can reach nothing yet, and where to
+    /// add what is missing.
+    pub fn warn_if_idle(&self) {
+        if let Some(why) = self.serves_nothing() {
+            let file = self.source.as_ref().map(|s| s.path.display().to_string());
+            warn!(
+                config = file.as_deref().unwrap_or("(command line)"),
+                "serving nothing yet: {why}; add a [[listener]] and a [[subsystem]] to the configuration file and reload (or nvmf-target listener add, subsystem add)"
+            );
+        }
+    }
+
     /// A status line: what is served to whom.
     pub fn status(&self) -> String {
+        if let Some(why) = self.serves_nothing() {
+            return format!("serving nothing yet: {why}");
+        }
         let subs = self.target.subsystems();
         let ns: usize = subs.iter().map(|s| s.namespaces().len()).sum();
         let ctrls = self.target.all_controllers();

@@ -44,6 +44,17 @@ pub struct DaemonInfo {
     pub uptime_seconds: u64,
 }
 
+/// Why a target with (or without) listeners and subsystems serves nothing:
+/// what is missing, or `None` when hosts can reach a subsystem.
+pub fn nothing_served(listeners: bool, subsystems: bool) -> Option<&'static str> {
+    match (listeners, subsystems) {
+        (true, true) => None,
+        (false, false) => Some("no listener and no subsystem configured"),
+        (false, true) => Some("no listener configured"),
+        (true, false) => Some("no subsystem configured"),
+    }
+}
+
 /// Group 1 and the ANA groups of the namespaces of `subsystems`.
 fn ana_groups(subsystems: &[SubsystemInfo]) -> std::collections::BTreeSet<u32> {
     std::iter::once(1)
@@ -472,6 +483,13 @@ impl Status {
         }
     }
 
+    /// Why hosts can reach nothing here (no listener, no subsystem, or
+    /// neither configured), or `None`.
+    pub fn serves_nothing(&self) -> Option<&'static str> {
+        let subsystems = self.subsystems.iter().any(|s| s.configured);
+        nothing_served(!self.listeners.is_empty(), subsystems)
+    }
+
     /// The text `nvmf-target status` prints.
     pub fn text(&self) -> String {
         let mut o = String::new();
@@ -500,7 +518,14 @@ impl Status {
                 }
             })
             .collect();
-        let _ = writeln!(o, "listeners: {}", ls.join(", "));
+        match self.serves_nothing() {
+            Some(why) => {
+                let _ = writeln!(o, "serving nothing yet: {why} (add them to the configuration file and reload, or `nvmf-target listener add` and `subsystem add`)");
+            }
+            None => {
+                let _ = writeln!(o, "listeners: {}", ls.join(", "));
+            }
+        }
         for s in &self.subsystems {
             let access = if s.allow_any_host {
                 "any host".to_string()
@@ -685,6 +710,17 @@ mod tests {
     use super::*;
     use crate::model::subsystem::Subsystem;
     use std::sync::Arc;
+
+    #[test]
+    fn what_is_missing_when_nothing_is_served() {
+        assert_eq!(nothing_served(true, true), None);
+        assert_eq!(
+            nothing_served(false, false),
+            Some("no listener and no subsystem configured")
+        );
+        assert_eq!(nothing_served(false, true), Some("no listener configured"));
+        assert_eq!(nothing_served(true, false), Some("no subsystem configured"));
+    }
 
     fn target() -> Target {
         let ns = crate::model::namespace::Namespace::new(
