@@ -352,6 +352,23 @@ impl TargetConfig {
                 }
             }
         }
+        // A kernel name may name another disk after a reboot or a hot-plug:
+        // hosts would then see other data under the same namespace.
+        for (i, s) in self.subsystems.iter().enumerate() {
+            for (j, n) in s.namespaces.iter().enumerate() {
+                if let BackendConfig::File { path } = &n.backend {
+                    if is_moving_kernel_name(path) {
+                        v.push(ConfigWarning {
+                            field: format!("subsystem[{i}].namespace[{j}].path"),
+                            reason: format!(
+                                "{} is a kernel name that may name another disk after a reboot or a hot-plug; name the disk by what identifies it (/dev/disk/by-id/...)",
+                                path.display()
+                            ),
+                        });
+                    }
+                }
+            }
+        }
         // The packaged file serves nothing until the administrator adds both.
         if self.listeners.is_empty() {
             v.push(ConfigWarning {
@@ -367,6 +384,44 @@ impl TargetConfig {
         }
         v
     }
+}
+
+/// Whether `path` is a kernel device name given out in discovery order
+/// (`/dev/sdb`, `/dev/nvme0n1p2`, `/dev/dm-3`, ...), not one that names the
+/// disk itself (`/dev/disk/by-id/...`, `/dev/mapper/...`, `/dev/ram0`).
+pub fn is_moving_kernel_name(path: &std::path::Path) -> bool {
+    let Some(name) = path
+        .to_str()
+        .and_then(|p| p.strip_prefix("/dev/"))
+        .filter(|n| !n.contains('/'))
+    else {
+        return false;
+    };
+    let digits = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
+    let letters_then_part = |s: &str| {
+        let l = s.bytes().take_while(|b| b.is_ascii_lowercase()).count();
+        l > 0 && (l == s.len() || digits(&s[l..]))
+    };
+    for p in ["sd", "vd", "xvd", "hd"] {
+        if let Some(rest) = name.strip_prefix(p) {
+            return letters_then_part(rest);
+        }
+    }
+    for p in ["dm-", "loop", "nbd", "rbd"] {
+        if let Some(rest) = name.strip_prefix(p) {
+            let rest = rest.split_once('p').map_or(rest, |(d, _)| d);
+            return digits(rest);
+        }
+    }
+    // nvme<ctrl>n<ns>[p<part>]
+    name.strip_prefix("nvme")
+        .and_then(|r| r.split_once('n'))
+        .is_some_and(|(c, r)| {
+            let ns = r
+                .split_once('p')
+                .map_or(r, |(n, p)| if digits(p) { n } else { "" });
+            digits(c) && digits(ns)
+        })
 }
 
 /// Default address of the Prometheus endpoint.

@@ -593,3 +593,46 @@ fn the_packaged_file_is_valid_and_serves_nothing() {
     let fields: Vec<String> = c.warnings().into_iter().map(|w| w.field).collect();
     assert_eq!(fields, ["subsystem"]);
 }
+
+/// Issue 53, 3: kernel names that may move are warned of.
+#[test]
+fn kernel_names_that_may_move_are_warned_of() {
+    use super::is_moving_kernel_name as moving;
+    use std::path::Path;
+    for p in [
+        "/dev/sdb",
+        "/dev/sdaa3",
+        "/dev/vdb1",
+        "/dev/xvdf",
+        "/dev/nvme0n1",
+        "/dev/nvme12n3p4",
+        "/dev/dm-3",
+        "/dev/loop7",
+        "/dev/nbd0p1",
+        "/dev/rbd0",
+    ] {
+        assert!(moving(Path::new(p)), "{p}");
+    }
+    for p in [
+        "/dev/disk/by-id/wwn-0x5000c500a1b2c3d4",
+        "/dev/mapper/vg-lv",
+        "/dev/ram0",
+        "/dev/md/data",
+        "/dev/nvme0",
+        "/dev/nvme0n",
+        "/dev/sd",
+        "/dev/sdb-x",
+        "/var/lib/disk.img",
+        "/dev/vg0/lv",
+    ] {
+        assert!(!moving(Path::new(p)), "{p}");
+    }
+    let c = TargetConfig::from_toml(
+        "[[subsystem]]\nnqn = \"nqn.2026-11.io.example:a\"\nallow_any_host = true\n\
+         [[subsystem.namespace]]\npath = \"/dev/sdb\"\n",
+        "t.toml",
+    )
+    .expect("from_toml does not open the paths");
+    let w: Vec<String> = c.warnings().into_iter().map(|w| w.field).collect();
+    assert_eq!(w, ["subsystem[0].namespace[0].path", "listener"]);
+}
