@@ -594,7 +594,9 @@ journal | grep "discovery log changed" | tail -n 1 | sed 's/^/    journal: /'
 nvme discover -t rdma -a "$IP" -s "$PORT" >/tmp/discover.txt 2>&1 || fail "discover after subsystem add"
 grep -q "subnqn: *$NQN_ADDED" /tmp/discover.txt || fail "a subsystem added live is not in discovery"
 [ "$(metric "nvmf_target_controllers{subsystem=\"$NQN_ADDED\",transport=\"rdma\"}")" = 1 ] || fail "no controller series for the subsystem added live"
-live subsystem del --subsystem "$NQN_ADDED"
+# The host connect-all connected is on it: removing it needs --force (nothing changes without).
+refused "$NQN_ADDED is in use: 1 host(s) connected ($HOSTNQN); --force removes it anyway" subsystem del --subsystem "$NQN_ADDED"
+live subsystem del --subsystem "$NQN_ADDED" --force
 nvme discover -t rdma -a "$IP" -s "$PORT" >/tmp/discover.txt 2>&1 || fail "discover after subsystem del"
 grep -q "subnqn: *$NQN_ADDED" /tmp/discover.txt && fail "a subsystem removed live is still in discovery"
 wait_for 30 "the removed subsystem's series gone from /metrics" bash -c "! curl -sf $METRICS | grep -qF '$NQN_ADDED'"

@@ -272,7 +272,13 @@ dd if="$NS2" bs=4096 count=1 iflag=direct status=none | head -c 14 | grep -q liv
     fail "namespace 2 does not read what its file holds"
 [ "$(cat "/sys/class/nvme/$CTRL/state")" = live ] || fail "the host's controller is not live after the change"
 settle
-"$TARGET_BIN" namespace del --subsystem "$NQN" --nsid 2 >/dev/null || fail "namespace del"
+# The host is connected and sees it: refused unless --force, the file and the host unchanged.
+if "$TARGET_BIN" namespace del --subsystem "$NQN" --nsid 2 >/tmp/nsdel.txt 2>&1; then
+    fail "namespace del of a namespace a connected host sees was not refused"
+fi
+grep -q "namespace 2 of $NQN is in use: 1 host(s) connected" /tmp/nsdel.txt || fail "namespace del refused without saying why: $(cat /tmp/nsdel.txt)"
+ns_dev "$NQN" 2 >/dev/null || fail "a refused namespace del removed namespace 2 from the host"
+"$TARGET_BIN" namespace del --subsystem "$NQN" --nsid 2 --force >/dev/null || fail "namespace del --force"
 for _ in $(seq 150); do ns_dev "$NQN" 2 >/dev/null || break; sleep 0.2; done
 ns_dev "$NQN" 2 >/dev/null && fail "namespace 2, removed live, is still on the host"
 info "namespace 2 added live appeared as $NS2 on $CTRL and went when removed"

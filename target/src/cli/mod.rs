@@ -50,11 +50,15 @@ pub enum SubsystemCmd {
         #[arg(long)]
         model: Option<String>,
     },
-    /// Remove a subsystem: its hosts are disconnected.
+    /// Remove a subsystem: its hosts are disconnected. Refused while a
+    /// host is connected to it, unless --force.
     Del {
         /// Its NQN.
         #[arg(long)]
         subsystem: String,
+        /// Remove it although hosts are connected (they lose it).
+        #[arg(long)]
+        force: bool,
     },
 }
 
@@ -95,7 +99,8 @@ pub enum NamespaceCmd {
         #[arg(long, conflicts_with = "hosts")]
         hidden: bool,
     },
-    /// Remove a namespace; connected hosts see it go.
+    /// Remove a namespace; connected hosts see it go. Refused while a
+    /// host it is shown to is connected, unless --force.
     Del {
         /// The subsystem's NQN.
         #[arg(long)]
@@ -103,6 +108,10 @@ pub enum NamespaceCmd {
         /// The nsid.
         #[arg(long)]
         nsid: u32,
+        /// Remove it although hosts it is shown to are connected (they
+        /// lose it).
+        #[arg(long)]
+        force: bool,
     },
     /// Show a namespace to a host; the host finds it without reconnecting.
     Attach {
@@ -433,9 +442,12 @@ impl Admin {
                 }),
             ),
             Admin::Subsystem {
-                cmd: SubsystemCmd::Del { subsystem },
+                cmd: SubsystemCmd::Del { subsystem, force },
                 ..
-            } => ("subsystem_del", v(SubsystemRef { nqn: subsystem })),
+            } => (
+                "subsystem_del",
+                with_force(v(SubsystemRef { nqn: subsystem }), force),
+            ),
             Admin::Namespace {
                 cmd:
                     NamespaceCmd::Add {
@@ -466,9 +478,17 @@ impl Admin {
                 }),
             ),
             Admin::Namespace {
-                cmd: NamespaceCmd::Del { subsystem, nsid },
+                cmd:
+                    NamespaceCmd::Del {
+                        subsystem,
+                        nsid,
+                        force,
+                    },
                 ..
-            } => ("namespace_del", v(NamespaceRef { subsystem, nsid })),
+            } => (
+                "namespace_del",
+                with_force(v(NamespaceRef { subsystem, nsid }), force),
+            ),
             Admin::Namespace {
                 cmd:
                     NamespaceCmd::Attach {
@@ -816,3 +836,14 @@ fn text(v: &Value) -> String {
 
 #[cfg(test)]
 mod tests;
+
+/// A removal's parameters, with `force` when given (older daemons refuse
+/// an unknown field: it is sent only when asked for).
+fn with_force(mut p: Value, force: bool) -> Value {
+    if force {
+        if let Some(o) = p.as_object_mut() {
+            o.insert("force".into(), Value::Bool(true));
+        }
+    }
+    p
+}

@@ -80,6 +80,7 @@ fn commands_become_requests() {
         Admin::Subsystem {
             cmd: SubsystemCmd::Del {
                 subsystem: "x".into(),
+                force: false,
             },
             conn: Conn::default(),
         },
@@ -150,12 +151,24 @@ fn commands_become_requests() {
             cmd: NamespaceCmd::Del {
                 subsystem: "x".into(),
                 nsid: 1,
+                force: false,
             },
             conn: Conn::default(),
         },
     ] {
         assert!(rpc::METHODS.contains(&a.request().0));
     }
+    // --force is sent only when given (a daemon before it refuses the field).
+    let del = |force| Admin::Namespace {
+        cmd: NamespaceCmd::Del {
+            subsystem: "x".into(),
+            nsid: 1,
+            force,
+        },
+        conn: Conn::default(),
+    };
+    assert_eq!(del(false).request().1.get("force"), None);
+    assert_eq!(del(true).request().1["force"], true);
 }
 
 #[test]

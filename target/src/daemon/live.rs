@@ -210,9 +210,21 @@ impl Daemon {
                 return self.counted(method, res);
             }
             "subsystem_add" => Edit::SubsystemAdd(rpc::params(method, p)?),
-            "subsystem_del" => Edit::SubsystemDel(rpc::params(method, p)?),
+            "subsystem_del" | "namespace_del" => {
+                let mut p = p;
+                let force = take_force(method, &mut p)?;
+                let edit = match method {
+                    "subsystem_del" => Edit::SubsystemDel(rpc::params(method, p)?),
+                    _ => Edit::NamespaceDel(rpc::params(method, p)?),
+                };
+                if !force {
+                    if let Some(hosts) = self.connected_to(&edit) {
+                        return self.counted(method, Err(LiveError::Refused(hosts)));
+                    }
+                }
+                edit
+            }
             "namespace_add" => Edit::NamespaceAdd(rpc::params(method, p)?),
-            "namespace_del" => Edit::NamespaceDel(rpc::params(method, p)?),
             "namespace_attach" => Edit::NamespaceAttach(rpc::params(method, p)?),
             "namespace_detach" => Edit::NamespaceDetach(rpc::params(method, p)?),
             "namespace_qos" => Edit::NamespaceQos(rpc::params(method, p)?),
@@ -239,6 +251,39 @@ impl Daemon {
         };
         let res = self.change(&edit);
         self.counted(method, res)
+    }
+
+    /// Who would lose what `edit` removes: the hosts connected to the
+    /// subsystem (for a namespace, those it is shown to), said as a
+    /// refusal; `None` when no host is.
+    fn connected_to(&self, edit: &Edit) -> Option<String> {
+        let (nqn, nsid) = match edit {
+            Edit::SubsystemDel(r) => (r.nqn.as_str(), None),
+            Edit::NamespaceDel(r) => (r.subsystem.as_str(), Some(r.nsid)),
+            _ => return None,
+        };
+        let sub = self.target.subsystem(nqn)?;
+        let ns = nsid.and_then(|n| sub.namespace(n));
+        let mut hosts: Vec<&str> = Vec::new();
+        let ctrls = sub.controllers();
+        for c in &ctrls {
+            let sees = ns.as_ref().is_none_or(|n| n.visible_to(&c.hostnqn));
+            if sees && !c.is_revoked() && !hosts.contains(&c.hostnqn.as_str()) {
+                hosts.push(&c.hostnqn);
+            }
+        }
+        if hosts.is_empty() {
+            return None;
+        }
+        let what = match nsid {
+            Some(n) => format!("namespace {n} of {nqn} is in use"),
+            None => format!("{nqn} is in use"),
+        };
+        Some(format!(
+            "{what}: {} host(s) connected ({}); --force removes it anyway",
+            hosts.len(),
+            hosts.join(", ")
+        ))
     }
 
     pub(super) fn counted(
@@ -422,5 +467,36 @@ mod tests {
             .unwrap();
         assert_eq!(std::fs::metadata(&f).unwrap().mode() & 0o777, 0o600);
         std::fs::remove_dir_all(&d).unwrap();
+    }
+}
+
+/// The `force` flag of a removal (absent: false), taken out of its
+/// parameters so that the rest parse as the edit's.
+fn take_force(method: &str, p: &mut Value) -> Result<bool, RpcError> {
+    match p.as_object_mut().and_then(|o| o.remove("force")) {
+        None => Ok(false),
+        Some(Value::Bool(b)) => Ok(b),
+        Some(v) => Err(RpcError::new(
+            rpc::INVALID_PARAMS,
+            format!("{method}: force must be true or false, not {v}"),
+        )),
+    }
+}
+
+#[cfg(test)]
+mod force_tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn force_is_taken_out_of_a_removal_s_parameters() {
+        let mut p = json!({"subsystem": "nqn.a", "nsid": 2, "force": true});
+        assert!(take_force("namespace_del", &mut p).unwrap());
+        assert_eq!(p, json!({"subsystem": "nqn.a", "nsid": 2}));
+        let mut p = json!({"nqn": "nqn.a"});
+        assert!(!take_force("subsystem_del", &mut p).unwrap());
+        let mut p = json!({"nqn": "nqn.a", "force": "yes"});
+        let e = take_force("subsystem_del", &mut p).unwrap_err();
+        assert_eq!(e.code, rpc::INVALID_PARAMS);
     }
 }
