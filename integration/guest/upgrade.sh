@@ -65,9 +65,8 @@ CA=$(ctrl_at 4420) CB=$(ctrl_at 4421)
 kmsg_mark
 fio_for stopdrain 40
 sleep 3
-declare -A PORT_OF=([A]=4420 [B]=4421)
 for g in A B; do
-    c=$(ctrl_at "${PORT_OF[$g]}") || fail "no controller through gateway $g"
+    c=$(ctrl_at "${GWPORT[$g]}") || fail "no controller through gateway $g"
     path_watch "/tmp/stop-$g-paths.txt" "$c"
     t=$(date +%s%N) rc=0
     # The gateway's log is appended to for the whole run (earlier stops wrote the same

@@ -334,11 +334,12 @@ impl TargetConfig {
                 ),
             })
             .collect();
-        // A namespace shown to a host that may not connect: the host sees
-        // nothing until the subsystem lets it in (not an error, so that
-        // `host del` does not need a detach from every namespace first).
         for (i, s) in self.subsystems.iter().enumerate() {
             for (j, n) in s.namespaces.iter().enumerate() {
+                // A namespace shown to a host that may not connect: the host
+                // sees nothing until the subsystem lets it in (not an error,
+                // so that `host del` does not need a detach from every
+                // namespace first).
                 for h in n.hosts.iter().flatten() {
                     if !s.allow_any_host && !s.hosts.contains(h) {
                         v.push(ConfigWarning {
@@ -350,12 +351,9 @@ impl TargetConfig {
                         });
                     }
                 }
-            }
-        }
-        // A kernel name may name another disk after a reboot or a hot-plug:
-        // hosts would then see other data under the same namespace.
-        for (i, s) in self.subsystems.iter().enumerate() {
-            for (j, n) in s.namespaces.iter().enumerate() {
+                // A kernel name may name another disk after a reboot or a
+                // hot-plug: hosts would then see other data under the same
+                // namespace.
                 if let BackendConfig::File { path } = &n.backend {
                     if is_moving_kernel_name(path) {
                         v.push(ConfigWarning {

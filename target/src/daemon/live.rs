@@ -432,9 +432,35 @@ fn to_value<T: serde::Serialize>(t: &T) -> Result<Value, RpcError> {
     serde_json::to_value(t).map_err(|e| RpcError::new(rpc::UNAVAILABLE, e.to_string()))
 }
 
+/// The `force` flag of a removal (absent: false), taken out of its
+/// parameters so that the rest parse as the edit's.
+fn take_force(method: &str, p: &mut Value) -> Result<bool, RpcError> {
+    match p.as_object_mut().and_then(|o| o.remove("force")) {
+        None => Ok(false),
+        Some(Value::Bool(b)) => Ok(b),
+        Some(v) => Err(RpcError::new(
+            rpc::INVALID_PARAMS,
+            format!("{method}: force must be true or false, not {v}"),
+        )),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn force_is_taken_out_of_a_removal_s_parameters() {
+        use serde_json::json;
+        let mut p = json!({"subsystem": "nqn.a", "nsid": 2, "force": true});
+        assert!(take_force("namespace_del", &mut p).unwrap());
+        assert_eq!(p, json!({"subsystem": "nqn.a", "nsid": 2}));
+        let mut p = json!({"nqn": "nqn.a"});
+        assert!(!take_force("subsystem_del", &mut p).unwrap());
+        let mut p = json!({"nqn": "nqn.a", "force": "yes"});
+        let e = take_force("subsystem_del", &mut p).unwrap_err();
+        assert_eq!(e.code, rpc::INVALID_PARAMS);
+    }
 
     #[test]
     fn a_staged_file_replaces_the_old_one_only_when_committed() {
@@ -467,36 +493,5 @@ mod tests {
             .unwrap();
         assert_eq!(std::fs::metadata(&f).unwrap().mode() & 0o777, 0o600);
         std::fs::remove_dir_all(&d).unwrap();
-    }
-}
-
-/// The `force` flag of a removal (absent: false), taken out of its
-/// parameters so that the rest parse as the edit's.
-fn take_force(method: &str, p: &mut Value) -> Result<bool, RpcError> {
-    match p.as_object_mut().and_then(|o| o.remove("force")) {
-        None => Ok(false),
-        Some(Value::Bool(b)) => Ok(b),
-        Some(v) => Err(RpcError::new(
-            rpc::INVALID_PARAMS,
-            format!("{method}: force must be true or false, not {v}"),
-        )),
-    }
-}
-
-#[cfg(test)]
-mod force_tests {
-    use super::*;
-    use serde_json::json;
-
-    #[test]
-    fn force_is_taken_out_of_a_removal_s_parameters() {
-        let mut p = json!({"subsystem": "nqn.a", "nsid": 2, "force": true});
-        assert!(take_force("namespace_del", &mut p).unwrap());
-        assert_eq!(p, json!({"subsystem": "nqn.a", "nsid": 2}));
-        let mut p = json!({"nqn": "nqn.a"});
-        assert!(!take_force("subsystem_del", &mut p).unwrap());
-        let mut p = json!({"nqn": "nqn.a", "force": "yes"});
-        let e = take_force("subsystem_del", &mut p).unwrap_err();
-        assert_eq!(e.code, rpc::INVALID_PARAMS);
     }
 }

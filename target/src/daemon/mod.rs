@@ -422,7 +422,8 @@ impl Daemon {
             let file = self.source.as_ref().map(|s| s.path.display().to_string());
             warn!(
                 config = file.as_deref().unwrap_or("(command line)"),
-                "serving nothing yet: {why}; add a [[listener]] and a [[subsystem]] to the configuration file and reload (or nvmf-target listener add, subsystem add)"
+                "serving nothing yet: {why}; {}",
+                status::NOTHING_SERVED_HINT
             );
         }
     }

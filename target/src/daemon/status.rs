@@ -44,6 +44,9 @@ pub struct DaemonInfo {
     pub uptime_seconds: u64,
 }
 
+/// What to do about [`nothing_served`], said by `status` and the journal.
+pub const NOTHING_SERVED_HINT: &str = "add a [[listener]] and a [[subsystem]] to the configuration file and reload, or nvmf-target listener add, subsystem add";
+
 /// Why a target with (or without) listeners and subsystems serves nothing:
 /// what is missing, or `None` when hosts can reach a subsystem.
 pub fn nothing_served(listeners: bool, subsystems: bool) -> Option<&'static str> {
@@ -520,7 +523,7 @@ impl Status {
             .collect();
         match self.serves_nothing() {
             Some(why) => {
-                let _ = writeln!(o, "serving nothing yet: {why} (add them to the configuration file and reload, or `nvmf-target listener add` and `subsystem add`)");
+                let _ = writeln!(o, "serving nothing yet: {why} ({NOTHING_SERVED_HINT})");
             }
             None => {
                 let _ = writeln!(o, "listeners: {}", ls.join(", "));
