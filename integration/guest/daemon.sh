@@ -22,7 +22,9 @@
 #      refuses it until access is restored;
 #      a removed namespace disappears; an added/removed subsystem enters/leaves discovery;
 #      a killed daemon is restarted (Restart=on-failure) and the host reconnects; a
-#      reservation the host took (PTPL set, as the Linux host registers) is still held
+#      reservation the host took (PTPL set, as the Linux host registers) is still held;
+#      `subsystem|namespace|host|listener|controller list` (table and --json) show what
+#      the host sees (its controller, namespace 3's path, size and the host's NGUID)
 #   4g. live changes (`nvmf-target namespace|host|subsystem|controller ...`) with the host
 #      connected: a namespace added live appears without a reconnect and its writes land;
 #      a removed host is disconnected and refused; a disconnected controller reconnects;
@@ -30,7 +32,13 @@
 #      change through a restart; bad changes (missing path, nsid taken, file edited by
 #      hand) exit 2 with the reason and change nothing; a TCP listener added live takes a
 #      second path of the host and, removed under fio verify, drains it first (no error);
-#      with [discovery] mdns, avahi-browse finds each listener's discovery service
+#      with [discovery] mdns, avahi-browse finds each listener's discovery service; a
+#      disk renamed to its /dev/disk/by-id name (reload) keeps its NGUID and UUID on the
+#      host: same block device, no new one, no "identifiers changed", writes land; a
+#      subsystem taken off the RDMA listener (`subsystem listener del`) leaves its
+#      discovery log and a Connect there is refused as nvmet refuses it (same kernel
+#      message, nvmet in this boot); through TCP it connects; taken off that one under a
+#      host: refused without --force, with it the controller goes; put back, it returns
 #      (4b also: each line reaches the journal at its level; `journalctl -p err` shows the refusal)
 #   5. `systemctl stop` while fio and an acknowledged-writes logger run: fio sees errors
 #      but no verify failure; after a restart every acknowledged block reads back; the
@@ -39,7 +47,8 @@
 #      daemon, no I/O error, no verify failure, the longest pause printed
 #   6. kernel target configured via configfs, saved as nvmetcli JSON (nvmetcli if
 #      installed, else integration/guest/nvmet-save.py), imported with
-#      `nvmf-target import-nvmetcli`, served by our target: same data
+#      `nvmf-target import-nvmetcli`, served by our target: same data; a subsystem nvmet
+#      linked to its TCP port only is on the imported TCP listener only
 #   7. integration/demo on a machine with an RDMA device (the guest's soft-RoCE): it
 #      serves the kernel host on that device directly
 #   8. `dpkg -r` stops the daemon and removes binaries and unit, keeping the configuration;
@@ -409,6 +418,29 @@ assert ns[2]["backend"] == "file", ns[2]
 print("    status --json: host %s is controller %d of %s from %s, %d I/O queues, %d reads / %d writes" % (
     host, c["cntlid"], nqn, c["host_address"], len(c["io_queues"]), c["reads"], c["writes"]))
 EOF
+# The operator's lists (tables, and --json for scripts): what the host sees, as it sees it.
+for k in subsystem namespace host listener controller; do
+    "$BIN" $k list >/tmp/list.txt || fail "nvmf-target $k list failed"
+    sed 's/^/    '"$k"' list: /' /tmp/list.txt
+    "$BIN" $k list --json >/tmp/list-$k.json || fail "nvmf-target $k list --json failed"
+done
+python3 - "$NQN" "$HOSTNQN" "$CNTLID" "$IP:$PORT" "$(tr -d - </sys/block/${NS3#/dev/}/nguid)" <<'EOF' || fail "the lists do not show what the host sees"
+import json, sys
+nqn, host, cntlid, at, nguid3 = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4], sys.argv[5]
+load = lambda k: json.load(open("/tmp/list-%s.json" % k))
+subs = {s["nqn"]: s for s in load("subsystem")}
+assert subs[nqn]["controllers"] == 1 and subs[nqn]["namespaces"] == 3, subs[nqn]
+ns = {(n["subsystem"], n["nsid"]): n for n in load("namespace")}
+n3 = ns[(nqn, 3)]
+assert n3["path"] == "/dev/ram2" and n3["size_bytes"] == 128 << 20 and n3["nguid"] == nguid3, (n3, nguid3)
+hosts = [h for h in load("host") if h["subsystem"] == nqn]
+assert hosts == [{"subsystem": nqn, "host": None, "any": True, "controllers": 1}], hosts
+assert [l["name"] for l in load("listener")] == ["rdma:" + at], load("listener")
+c = [c for c in load("controller") if c["subsystem"] == nqn]
+assert len(c) == 1 and c[0]["host_nqn"] == host and c[0]["cntlid"] == cntlid, c
+EOF
+rc=0; "$BIN" namespace list -n nqn.2026-11.io.nvmf-lab:nope >/dev/null 2>&1 || rc=$?
+[ $rc = 2 ] || fail "namespace list of an unknown subsystem: exit $rc (expected 2)"
 
 step "test 4b: a reload the daemon cannot apply (changed metrics address) is refused; the old config keeps serving"
 refused_before=$(metric 'nvmf_target_config_reloads_total{result="refused"}')
@@ -524,6 +556,52 @@ grep -q 'path = "/dev/ram2"' "$CONF" || fail "the live change is not in $CONF"
 "$BIN" config show >/tmp/config-show.txt || fail "nvmf-target config show failed"
 grep -q 'path = "/dev/ram2"' /tmp/config-show.txt || fail "config show does not show the live namespace"
 info "$CONF keeps its comments and the change; config show: $(grep -c . /tmp/config-show.txt) lines"
+# A disk renamed to its /dev/disk/by-id name is the same namespace to the host: its
+# identifiers derive from the disk's WWID, not the path's spelling (scsi_debug: a SCSI
+# disk with a WWID and udev's by-id links). Under the path-derived identity the host
+# logged "identifiers changed" and dropped the namespace.
+modprobe scsi_debug dev_size_mb=32 || fail "modprobe scsi_debug"
+udevadm settle
+SD=
+for d in /sys/block/sd*; do grep -q scsi_debug "$d/device/model" 2>/dev/null && SD=${d##*/}; done
+[ -n "$SD" ] || fail "no scsi_debug disk appeared"
+BYID=
+for l in /dev/disk/by-id/wwn-*; do [ "$(readlink -f "$l")" = "/dev/$SD" ] && BYID=$l; done
+[ -n "$BYID" ] || fail "udev made no /dev/disk/by-id/wwn-* link for /dev/$SD"
+live namespace add --subsystem "$NQN" --nsid 9 --path "/dev/$SD"
+wait_for 30 "namespace 9 (/dev/$SD) on the connected host" ns_of "$NQN" 9
+NS9=$(ns_of "$NQN" 9)
+NGUID9=$(cat "/sys/block/$NS9/nguid"); UUID9=$(cat "/sys/block/$NS9/uuid")
+HEADS=$(ls /sys/block | grep -c '^nvme')
+status_json
+python3 - "$NQN" "$NGUID9" "$UUID9" <<'PY' || fail "status --json does not show the identifiers the host sees"
+import json, sys
+nqn, nguid, uuid = sys.argv[1:]
+ns = [n for s in json.load(open("/tmp/status.json"))["subsystems"] if s["nqn"] == nqn
+      for n in s["namespaces"] if n["nsid"] == 9][0]
+assert ns["nguid"] == nguid.replace("-", ""), (ns["nguid"], nguid)
+assert ns["uuid"] == uuid, (ns["uuid"], uuid)
+PY
+kmsg_mark
+sed -i "s|path = \"/dev/$SD\"|path = \"$BYID\"|" "$CONF"
+grep -qF "path = \"$BYID\"" "$CONF" || fail "the rename did not reach $CONF"
+systemctl reload nvmf-target || fail "systemctl reload (the disk's by-id name) failed"
+status_json
+grep -qF "\"path\": \"$BYID\"" /tmp/status.json || fail "status does not show namespace 9 at $BYID after the reload"
+dd if=/dev/urandom of=/tmp/ns9.bin bs=1M count=2 status=none
+dd if=/tmp/ns9.bin of="/dev/$NS9" bs=1M oflag=direct status=none || fail "writing namespace 9 after its rename failed"
+cmp -n $((2 << 20)) /tmp/ns9.bin "/dev/$SD" || fail "/dev/$SD does not hold what the host wrote after the rename"
+[ "$(ns_of "$NQN" 9)" = "$NS9" ] || fail "namespace 9 is $(ns_of "$NQN" 9) after the rename, was $NS9"
+[ "$(cat "/sys/block/$NS9/nguid")" = "$NGUID9" ] || fail "the host's NGUID of namespace 9 changed: $NGUID9 -> $(cat "/sys/block/$NS9/nguid")"
+[ "$(cat "/sys/block/$NS9/uuid")" = "$UUID9" ] || fail "the host's UUID of namespace 9 changed"
+[ "$(ls /sys/block | grep -c '^nvme')" = "$HEADS" ] || fail "the rename made the host add a block device: $(ls /sys/block | grep '^nvme' | tr '\n' ' ')"
+journal | grep -q "nsids=\[9\]" || fail "the reload did not tell the host namespace 9 changed"
+if dmesg | grep -E "identifiers changed|IDs don't match|duplicate IDs" >&2; then fail "the host saw new identifiers"; fi
+kmsg_check "test 4g (/dev/$SD renamed to $BYID)"
+ctrl_of "$NQN" | grep -qx "$CTRL" || fail "the host reconnected for the rename"
+info "/dev/$SD renamed to $BYID: the host keeps $NS9 (NGUID $NGUID9), written through after the reload"
+live namespace del --subsystem "$NQN" --nsid 9 --force
+wait_for 30 "namespace 9 gone from the host" bash -c "! ls /sys/block/$NS9 >/dev/null 2>&1"
 # ANA state per listener, live: the host's path follows (ANA change event), the file keeps it.
 ana_path() { cat /sys/class/nvme/"$CTRL"/nvme*c*n1/ana_state 2>/dev/null | head -n 1; }
 live listener ana --listener "$IP:$PORT" --group 1 --state non-optimized
@@ -718,6 +796,80 @@ if kmsg_errors_but "$TCTRL" | grep -c . >/dev/null; then
     fail "the host's kernel log shows errors other than the removed path's reconnects"
 fi
 kmsg_mark
+# Listeners per subsystem, as nvmet links subsystems to ports: a subsystem taken off the
+# RDMA listener is not in that listener's discovery log, and a Connect there is refused as
+# nvmet refuses one for a subsystem its port does not link (the host's kernel says the same
+# of both, nvmet in this boot on other ports); through the TCP listener it connects. Taken
+# off that one too while the host is connected: refused without --force; with it the
+# controller goes and the host's reconnects are refused; put back, the host reconnects.
+NQN_L=nqn.2026-11.io.nvmf-lab:per-listener
+KNQN_L=nqn.2026-11.io.nvmf-lab:kernel-per-listener
+modprobe -a nvme-tcp nvmet nvmet-rdma
+mountpoint -q /sys/kernel/config || mount -t configfs none /sys/kernel/config
+# nvmet listens on a port once a subsystem is linked to it: port 7 (4430) links another.
+for n in "$KNQN_L" "$KNQN_L-other"; do
+    mkdir "$CFG/subsystems/$n"
+    echo 1 >"$CFG/subsystems/$n/attr_allow_any_host"
+done
+for p in 7 8; do
+    mkdir "$CFG/ports/$p"
+    echo rdma >"$CFG/ports/$p/addr_trtype"; echo ipv4 >"$CFG/ports/$p/addr_adrfam"
+    echo "$IP" >"$CFG/ports/$p/addr_traddr"; echo $((4423 + p)) >"$CFG/ports/$p/addr_trsvcid"
+done
+ln -s "$CFG/subsystems/$KNQN_L-other" "$CFG/ports/7/subsystems/$KNQN_L-other"
+ln -s "$CFG/subsystems/$KNQN_L" "$CFG/ports/8/subsystems/$KNQN_L"   # on port 8 (4431) only
+kmsg_mark
+nvme connect -t rdma -a "$IP" -s 4430 -n "$KNQN_L" >/tmp/kconnect.txt 2>&1 && fail "nvmet let a host connect through a port its subsystem is not linked to"
+KMSG=$(kmsg_window | grep -o 'Connect .*' | sed "s/$KNQN_L/NQN/" | tail -n 1)
+rm "$CFG/ports/8/subsystems/$KNQN_L" "$CFG/ports/7/subsystems/$KNQN_L-other"
+rmdir "$CFG/ports/7" "$CFG/ports/8" "$CFG/subsystems/$KNQN_L" "$CFG/subsystems/$KNQN_L-other"
+[ -n "$KMSG" ] || fail "the host's kernel said nothing of nvmet's refusal: $(cat /tmp/kconnect.txt)"
+live listener add --transport tcp --address "$IP" --port "$PORT"
+live subsystem add --subsystem "$NQN_L" --allow-any-host
+live namespace add --subsystem "$NQN_L" --null 64M
+live subsystem listener del --subsystem "$NQN_L" --listener "rdma:$IP:$PORT"
+grep -qF "listeners = [\"tcp:$IP:$PORT\"]" "$CONF" || fail "$CONF does not put $NQN_L on the TCP listener only: $(grep -F listeners "$CONF")"
+"$BIN" status | grep -qF "on listeners tcp:$IP:$PORT" || fail "status does not show $NQN_L on the TCP listener only"
+refused "is on every listener already" subsystem listener add --subsystem "$NQN" --listener "$IP:$PORT"
+nvme discover -t rdma -a "$IP" -s "$PORT" >/tmp/d-rdma.txt 2>&1 || fail "discovery through the RDMA listener"
+nvme discover -t tcp -a "$IP" -s "$PORT" >/tmp/d-tcp.txt 2>&1 || fail "discovery through the TCP listener"
+# The log lists every listener's entries, whichever a host reads it through (nvmet: only
+# the port's own): $NQN_L only at the TCP listener, in both.
+for f in /tmp/d-rdma.txt /tmp/d-tcp.txt; do
+    python3 - "$NQN_L" "$f" <<'PY' || fail "the discovery log ($f) does not list $NQN_L at the TCP listener only"
+import re, sys
+entries = [e for e in open(sys.argv[2]).read().split("=====Discovery Log Entry") if re.search(r"subnqn: *" + re.escape(sys.argv[1]) + r"\s", e)]
+assert len(entries) == 1 and re.search(r"trtype: *tcp", entries[0]), entries
+PY
+done
+kmsg_mark
+before=$(metric 'nvmf_target_connect_rejections_total{reason="not_on_listener"}')
+nvme connect -t rdma -a "$IP" -s "$PORT" -n "$NQN_L" >/tmp/connect.txt 2>&1 && fail "a host connected to $NQN_L through the RDMA listener it is not on"
+OURS=$(kmsg_window | grep -o 'Connect .*' | sed "s/$NQN_L/NQN/" | tail -n 1)
+[ "$OURS" = "$KMSG" ] || fail "the host's kernel says '$OURS' of our refusal, '$KMSG' of nvmet's"
+[ "$(metric 'nvmf_target_connect_rejections_total{reason="not_on_listener"}')" -gt "$before" ] || fail "the refusal was not counted (reason not_on_listener)"
+info "a Connect through the RDMA listener is refused as nvmet refuses it: $OURS"
+nvme connect -t tcp -a "$IP" -s "$PORT" -n "$NQN_L" --ctrl-loss-tmo=60 --reconnect-delay=1 >/dev/null || fail "connect to $NQN_L through the TCP listener"
+wait_for 30 "live controller of $NQN_L" ctrl_of "$NQN_L"
+wait_for 30 "namespace 1 of $NQN_L" ns_of "$NQN_L" 1
+LCTRL=$(ctrl_of "$NQN_L")
+[ "$(cat /sys/class/nvme/$LCTRL/transport)" = tcp ] || fail "$LCTRL is not over TCP"
+dd if="/dev/$(ns_of "$NQN_L" 1)" of=/dev/null bs=1M count=4 iflag=direct status=none || fail "reading $NQN_L through the TCP listener"
+refused "is in use through tcp:$IP:$PORT" subsystem listener del --subsystem "$NQN_L" --listener "tcp:$IP:$PORT"
+before=$(metric 'nvmf_target_connect_rejections_total{reason="not_on_listener"}')
+live subsystem listener del --subsystem "$NQN_L" --listener "tcp:$IP:$PORT" --force
+wait_for 15 "the host's controller of $NQN_L no longer live" bash -c "! grep -qx live /sys/class/nvme/$LCTRL/state"
+journal | grep -q "the subsystem left the listener the host connected through" || fail "the journal does not say why the controller went"
+wait_for 30 "a reconnect of the host refused (not_on_listener)" bash -c \
+    "[ \"\$(curl -sf $METRICS | awk '/^nvmf_target_connect_rejections_total\\{reason=\"not_on_listener\"\\}/ {print \$NF}')\" -gt $before ]"
+"$BIN" status | grep -qF "on no listener" || fail "status does not show $NQN_L on no listener"
+live subsystem listener add --subsystem "$NQN_L" --listener "tcp:$IP:$PORT"
+wait_for 30 "the host reconnected to $NQN_L by itself" bash -c "grep -qx live /sys/class/nvme/$LCTRL/state"
+info "taken off the TCP listener (--force) the controller went and reconnects were refused; put back, $LCTRL reconnected"
+nvme disconnect -n "$NQN_L" >/dev/null
+live subsystem del --subsystem "$NQN_L"
+live listener del --transport tcp --address "$IP" --port "$PORT"
+kmsg_mark   # the controller taken off its listener reconnects by design
 systemctl stop avahi-daemon
 journal | grep "live change" | sed 's/^/    journal: /'
 [ "$(metric 'nvmf_target_control_changes_total{method="namespace_add",result="ok"}')" -ge 2 ] || fail "live changes not counted"
@@ -908,7 +1060,7 @@ systemctl stop nvmf-target
 # =====================================================================================
 kmsg_mark   # a restart makes the host reconnect (error recovery) by design
 step "test 6: kernel target config saved as nvmetcli JSON, imported, served by us"
-modprobe -a nvmet nvmet-rdma
+modprobe -a nvmet nvmet-rdma nvmet-tcp nvme-tcp
 mountpoint -q /sys/kernel/config || mount -t configfs none /sys/kernel/config
 head -c $(( 4 * 1024 * 1024 )) /dev/urandom | dd of=/dev/ram1 bs=1M oflag=direct status=none
 want=$(head -c $(( 4 * 1024 * 1024 )) /dev/ram1 | sha256sum | cut -d' ' -f1)
@@ -921,6 +1073,19 @@ mkdir "$CFG/ports/1"
 echo rdma >"$CFG/ports/1/addr_trtype"; echo ipv4 >"$CFG/ports/1/addr_adrfam"
 echo "$IP" >"$CFG/ports/1/addr_traddr"; echo "$PORT" >"$CFG/ports/1/addr_trsvcid"
 ln -s "$CFG/subsystems/$KNQN" "$CFG/ports/1/subsystems/$KNQN"
+# A second subsystem, on a TCP port only (nvmet's port link: the import carries it).
+KNQN2=$KNQN-tcp
+head -c $(( 8 * 1024 * 1024 )) /dev/urandom >/var/tmp/daemon-k2.img
+want2=$(head -c $(( 1024 * 1024 )) /var/tmp/daemon-k2.img | sha256sum | cut -d' ' -f1)
+mkdir "$CFG/subsystems/$KNQN2"
+echo 1 >"$CFG/subsystems/$KNQN2/attr_allow_any_host"
+mkdir "$CFG/subsystems/$KNQN2/namespaces/1"
+echo -n /var/tmp/daemon-k2.img >"$CFG/subsystems/$KNQN2/namespaces/1/device_path"
+echo 1 >"$CFG/subsystems/$KNQN2/namespaces/1/enable"
+mkdir "$CFG/ports/2"
+echo tcp >"$CFG/ports/2/addr_trtype"; echo ipv4 >"$CFG/ports/2/addr_adrfam"
+echo "$IP" >"$CFG/ports/2/addr_traddr"; echo "$PORT" >"$CFG/ports/2/addr_trsvcid"
+ln -s "$CFG/subsystems/$KNQN2" "$CFG/ports/2/subsystems/$KNQN2"
 if command -v nvmetcli >/dev/null; then
     nvmetcli save /tmp/nvmet.json; info "saved with nvmetcli"
 else
@@ -930,10 +1095,14 @@ sed 's/^/    /' /tmp/nvmet.json | head -n 60
 # tear the kernel target down (as 'nvmetcli clear')
 rm "$CFG/ports/1/subsystems/$KNQN"; rmdir "$CFG/ports/1"
 echo 0 >"$CFG/subsystems/$KNQN/namespaces/1/enable"; rmdir "$CFG/subsystems/$KNQN/namespaces/1" "$CFG/subsystems/$KNQN"
+rm "$CFG/ports/2/subsystems/$KNQN2"; rmdir "$CFG/ports/2"
+echo 0 >"$CFG/subsystems/$KNQN2/namespaces/1/enable"; rmdir "$CFG/subsystems/$KNQN2/namespaces/1" "$CFG/subsystems/$KNQN2"
 "$BIN" import-nvmetcli /tmp/nvmet.json >/tmp/imported.toml 2>/tmp/import-notes.txt || { cat /tmp/import-notes.txt; fail "import-nvmetcli failed"; }
 sed 's/^/    notes: /' /tmp/import-notes.txt
 sed 's/^/    /' /tmp/imported.toml
 "$BIN" check-config /tmp/imported.toml | sed 's/^/    /'
+grep -qF "listeners = [\"tcp:$IP:$PORT\"]" /tmp/imported.toml || fail "the import does not put $KNQN2 on the TCP listener only"
+grep -qF "listeners = [\"rdma:$IP:$PORT\"]" /tmp/imported.toml || fail "the import does not put $KNQN on the RDMA listener only"
 NO_COLOR=1 "$BIN" --config /tmp/imported.toml >/tmp/imported.log 2>&1 &
 FG_PID=$!
 wait_for 30 "imported target answers discovery" nvme discover -t rdma -a "$IP" -s "$PORT"
@@ -942,6 +1111,13 @@ got=$(head -c $(( 4 * 1024 * 1024 )) "/dev/$(ns_of "$KNQN" 1)" | sha256sum | cut
 [ "$got" = "$want" ] || fail "imported namespace reads different data"
 info "the imported namespace serves the data the kernel target exported (sha256 ${got:0:16}…)"
 settle; nvme disconnect -n "$KNQN" >/dev/null
+nvme connect -t rdma -a "$IP" -s "$PORT" -n "$KNQN2" >/dev/null 2>&1 && fail "$KNQN2 connected through the RDMA listener (nvmet linked it to its TCP port only)"
+nvme connect -t tcp -a "$IP" -s "$PORT" -n "$KNQN2" --ctrl-loss-tmo=15 >/dev/null || fail "connect to $KNQN2 through the imported TCP listener"
+wait_for 30 "namespace 1 of $KNQN2" ns_of "$KNQN2" 1
+got=$(head -c $(( 1024 * 1024 )) "/dev/$(ns_of "$KNQN2" 1)" | sha256sum | cut -d' ' -f1)
+[ "$got" = "$want2" ] || fail "$KNQN2's imported namespace reads different data"
+info "$KNQN2 (nvmet: TCP port only) is on the imported TCP listener only, with its data"
+settle; nvme disconnect -n "$KNQN2" >/dev/null
 kill -TERM "$FG_PID"; wait "$FG_PID" || fail "imported target exited with an error: $(tail -n 5 /tmp/imported.log)"
 FG_PID=
 

@@ -95,7 +95,7 @@ enum Cmd {
         socket: Option<PathBuf>,
     },
     #[command(flatten)]
-    Admin(cli::Admin),
+    Admin(Box<cli::Admin>),
     /// Write the man pages and shell completions into DIR (for packaging).
     #[command(hide = true, name = "generate-docs")]
     GenerateDocs {
@@ -635,5 +635,35 @@ fn wait_event(
             }
         }
         _ => Event::Tick,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Args;
+    use clap::{CommandFactory, Parser};
+
+    /// Every option and short flag is defined once (clap checks it here,
+    /// rather than on a user's first mistyped command).
+    #[test]
+    fn the_command_line_is_well_formed() {
+        Args::command().debug_assert();
+        // nvme-cli's short options, with its meanings.
+        let a = Args::try_parse_from([
+            "nvmf-target",
+            "listener",
+            "add",
+            "-t",
+            "tcp",
+            "-a",
+            "192.0.2.1",
+            "-s",
+            "4421",
+        ]);
+        assert!(a.is_ok(), "{:?}", a.err());
+        let a = Args::try_parse_from(["nvmf-target", "host", "add", "-n", "nqn.s", "-q", "nqn.h"]);
+        assert!(a.is_ok(), "{:?}", a.err());
+        let a = Args::try_parse_from(["nvmf-target", "namespace", "list", "-n", "nqn.s", "--json"]);
+        assert!(a.is_ok(), "{:?}", a.err());
     }
 }

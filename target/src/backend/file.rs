@@ -24,6 +24,8 @@ pub struct FileStore {
     /// thread while it discards.
     file: Arc<File>,
     path: PathBuf,
+    /// What identifies its data ([`super::data_key`]).
+    key: String,
     /// A block device (discard by ioctl) rather than a file (punch hole).
     is_block: bool,
     /// Opened with O_DIRECT; without it, a failed flush is final (the page
@@ -37,6 +39,14 @@ pub struct FileStore {
 impl Storage for FileStore {
     fn describe(&self) -> String {
         self.path.display().to_string()
+    }
+
+    fn identity(&self) -> String {
+        self.key.clone()
+    }
+
+    fn path_identity(&self) -> String {
+        self.describe()
     }
 
     fn status(&self) -> (&'static str, Option<String>) {
@@ -200,6 +210,7 @@ pub fn open(
     let backend: Backend = Box::new(FileStore {
         file: Arc::new(file),
         path: path.to_path_buf(),
+        key: super::data_key::data_key(path, &meta),
         is_block,
         direct,
         inline,

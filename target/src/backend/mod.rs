@@ -8,6 +8,7 @@
 //! and from librbd's own threads for RBD.
 
 pub mod compare;
+pub mod data_key;
 pub mod exec;
 pub mod fair;
 pub mod file;
@@ -56,10 +57,17 @@ pub trait Storage: std::fmt::Debug + Send + Sync {
     /// A short description for logs: the path, `null`, or `rbd:pool/image`.
     fn describe(&self) -> String;
 
-    /// What the namespace's identifiers (NGUID, UUID) derive from: the same
-    /// on every gateway that serves the same store.
+    /// What the namespace's identifiers (NGUID, UUID) derive from: what
+    /// identifies the data (the same on every gateway that serves the same
+    /// store, whatever path or name it is given).
     fn identity(&self) -> String {
         self.describe()
+    }
+
+    /// What versions before saved identifiers derived them from (the path
+    /// as written), kept over an upgrade ([`crate::model::identity`]).
+    fn path_identity(&self) -> String {
+        self.identity()
     }
 
     /// The kind as status names it (`file`, `block`, `null`, `rbd`) and

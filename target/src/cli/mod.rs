@@ -5,12 +5,14 @@
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
+pub mod list;
+
 use clap::{Args, Subcommand};
 use serde_json::Value;
 
 use crate::config::edit::{
     HostAdd, HostKey, HostNqn, HostRef, ListenerAna, ListenerRef, NamespaceAdd, NamespaceHost,
-    NamespaceQos, NamespaceRef, SubsystemAdd, SubsystemRef,
+    NamespaceQos, NamespaceRef, SubsystemAdd, SubsystemListener, SubsystemRef,
 };
 use crate::config::TargetConfig;
 use crate::daemon::control::ControlError;
@@ -32,16 +34,18 @@ pub struct Conn {
 /// `nvmf-target subsystem ...`
 #[derive(Subcommand, Debug, Clone)]
 pub enum SubsystemCmd {
+    /// List the subsystems: hosts, namespaces, controllers, listeners.
+    List,
     /// Add a subsystem (give --allow-any-host or at least one --host-nqn).
     Add {
         /// Its NQN.
-        #[arg(long)]
+        #[arg(long, short = 'n')]
         subsystem: String,
         /// Any host may connect.
         #[arg(long)]
         allow_any_host: bool,
         /// A host that may connect (repeatable).
-        #[arg(long = "host-nqn", value_name = "HOSTNQN")]
+        #[arg(long = "host-nqn", short = 'q', value_name = "HOSTNQN")]
         hosts: Vec<String>,
         /// Serial number (default: derived from the NQN).
         #[arg(long)]
@@ -54,9 +58,43 @@ pub enum SubsystemCmd {
     /// host is connected to it, unless --force.
     Del {
         /// Its NQN.
-        #[arg(long)]
+        #[arg(long, short = 'n')]
         subsystem: String,
         /// Remove it although hosts are connected (they lose it).
+        #[arg(long)]
+        force: bool,
+    },
+    /// The listeners hosts reach a subsystem through (default: every
+    /// listener): add, del. A Connect through another is refused, and the
+    /// discovery log lists the subsystem only at its listeners.
+    #[command(subcommand)]
+    Listener(SubsystemListenerCmd),
+}
+
+/// `nvmf-target subsystem listener ...`
+#[derive(Subcommand, Debug, Clone)]
+pub enum SubsystemListenerCmd {
+    /// Put the subsystem on a listener (one that has a `listeners` list).
+    Add {
+        /// The subsystem's NQN.
+        #[arg(long, short = 'n')]
+        subsystem: String,
+        /// [rdma:|tcp:]ADDRESS:PORT (without a transport: every listener at
+        /// the address).
+        #[arg(long, value_name = "[TRANSPORT:]ADDRESS:PORT")]
+        listener: String,
+    },
+    /// Take the subsystem off a listener (one on every listener is then on
+    /// the others). Refused while hosts are connected through it, unless
+    /// --force (they are disconnected).
+    Del {
+        /// The subsystem's NQN.
+        #[arg(long, short = 'n')]
+        subsystem: String,
+        /// [rdma:|tcp:]ADDRESS:PORT.
+        #[arg(long, value_name = "[TRANSPORT:]ADDRESS:PORT")]
+        listener: String,
+        /// Take it off although hosts are connected through it.
         #[arg(long)]
         force: bool,
     },
@@ -65,10 +103,16 @@ pub enum SubsystemCmd {
 /// `nvmf-target namespace ...`
 #[derive(Subcommand, Debug, Clone)]
 pub enum NamespaceCmd {
+    /// List the namespaces: store, size, ANA group, NGUID.
+    List {
+        /// Only this subsystem's.
+        #[arg(long, short = 'n', value_name = "NQN")]
+        subsystem: Option<String>,
+    },
     /// Add a namespace; connected hosts see it without reconnecting.
     Add {
         /// The subsystem's NQN.
-        #[arg(long)]
+        #[arg(long, short = 'n')]
         subsystem: String,
         /// A block device or a regular file.
         #[arg(long, group = "store")]
@@ -93,17 +137,27 @@ pub enum NamespaceCmd {
         ana_group: Option<u32>,
         /// Show it only to this host (repeat for several; default: every
         /// host of the subsystem).
-        #[arg(long = "host-nqn", value_name = "HOSTNQN")]
+        #[arg(long = "host-nqn", short = 'q', value_name = "HOSTNQN")]
         hosts: Vec<String>,
         /// Show it to no host until one is attached.
         #[arg(long, conflicts_with = "hosts")]
         hidden: bool,
+        /// Its NGUID, 32 hex digits (default: derived from what identifies
+        /// the data, then kept).
+        #[arg(long)]
+        nguid: Option<String>,
+        /// Its UUID (default: derived, then kept).
+        #[arg(long)]
+        uuid: Option<String>,
+        /// Its EUI-64, 16 hex digits (default: none).
+        #[arg(long)]
+        eui64: Option<String>,
     },
     /// Remove a namespace; connected hosts see it go. Refused while a
     /// host it is shown to is connected, unless --force.
     Del {
         /// The subsystem's NQN.
-        #[arg(long)]
+        #[arg(long, short = 'n')]
         subsystem: String,
         /// The nsid.
         #[arg(long)]
@@ -116,20 +170,20 @@ pub enum NamespaceCmd {
     /// Show a namespace to a host; the host finds it without reconnecting.
     Attach {
         /// The subsystem's NQN.
-        #[arg(long)]
+        #[arg(long, short = 'n')]
         subsystem: String,
         /// The nsid.
         #[arg(long)]
         nsid: u32,
         /// The host's NQN.
-        #[arg(long)]
+        #[arg(long, short = 'q')]
         host_nqn: String,
     },
     /// Cap a namespace's I/O (all hosts together), or one host's on it; 0
     /// removes a cap, caps not given stay. I/O over a cap waits.
     Qos {
         /// The subsystem's NQN.
-        #[arg(long)]
+        #[arg(long, short = 'n')]
         subsystem: String,
         /// The nsid.
         #[arg(long)]
@@ -153,13 +207,13 @@ pub enum NamespaceCmd {
     /// Hide a namespace from a host; the host sees it go at once.
     Detach {
         /// The subsystem's NQN.
-        #[arg(long)]
+        #[arg(long, short = 'n')]
         subsystem: String,
         /// The nsid.
         #[arg(long)]
         nsid: u32,
         /// The host's NQN.
-        #[arg(long)]
+        #[arg(long, short = 'q')]
         host_nqn: String,
     },
 }
@@ -167,13 +221,20 @@ pub enum NamespaceCmd {
 /// `nvmf-target host ...`
 #[derive(Subcommand, Debug, Clone)]
 pub enum HostCmd {
+    /// List the hosts that may connect to each subsystem, and how many
+    /// controllers each has.
+    List {
+        /// Only this subsystem's.
+        #[arg(long, short = 'n', value_name = "NQN")]
+        subsystem: Option<String>,
+    },
     /// Let a host connect to a subsystem ('*': any host), with its keys if given.
     Add {
         /// The subsystem's NQN.
-        #[arg(long)]
+        #[arg(long, short = 'n')]
         subsystem: String,
         /// The host's NQN, or '*'.
-        #[arg(long)]
+        #[arg(long, short = 'q')]
         host_nqn: String,
         #[command(flatten)]
         keys: Keys,
@@ -181,10 +242,10 @@ pub enum HostCmd {
     /// Stop a host connecting to a subsystem; it is disconnected at once ('*': only listed hosts).
     Del {
         /// The subsystem's NQN.
-        #[arg(long)]
+        #[arg(long, short = 'n')]
         subsystem: String,
         /// The host's NQN, or '*'.
-        #[arg(long)]
+        #[arg(long, short = 'q')]
         host_nqn: String,
     },
     /// A host's DH-HMAC-CHAP keys and TLS PSK: set (rotate), del. They apply
@@ -228,7 +289,7 @@ pub enum KeyCmd {
     /// Set a host's key or controller key (the one not given stays).
     Set {
         /// The host's NQN.
-        #[arg(long)]
+        #[arg(long, short = 'q')]
         host_nqn: String,
         #[command(flatten)]
         keys: Keys,
@@ -236,7 +297,7 @@ pub enum KeyCmd {
     /// Remove a host's keys: it connects without authenticating.
     Del {
         /// The host's NQN.
-        #[arg(long)]
+        #[arg(long, short = 'q')]
         host_nqn: String,
     },
 }
@@ -244,6 +305,8 @@ pub enum KeyCmd {
 /// `nvmf-target listener ...`
 #[derive(Subcommand, Debug, Clone)]
 pub enum ListenerCmd {
+    /// List the listeners and their ANA states.
+    List,
     /// Set the ANA state of a group at the listeners of an address (default:
     /// every listener); the hosts connected there are told at once.
     Ana {
@@ -277,13 +340,13 @@ pub enum ListenerCmd {
 #[derive(Args, Debug, Clone)]
 pub struct ListenerArgs {
     /// rdma or tcp.
-    #[arg(long, default_value = "rdma")]
+    #[arg(long, short = 't', default_value = "rdma")]
     transport: String,
     /// The IP address (IPv4 or IPv6).
-    #[arg(long)]
+    #[arg(long, short = 'a')]
     address: String,
     /// The port.
-    #[arg(long, default_value_t = nvme::DEFAULT_PORT)]
+    #[arg(long, short = 's', default_value_t = nvme::DEFAULT_PORT)]
     port: u16,
 }
 
@@ -301,10 +364,16 @@ impl From<ListenerArgs> for ListenerRef {
 /// `nvmf-target controller ...`
 #[derive(Subcommand, Debug, Clone)]
 pub enum ControllerCmd {
+    /// List the connected controllers: host, transport, address, queues.
+    List {
+        /// Only this subsystem's.
+        #[arg(long, short = 'n', value_name = "NQN")]
+        subsystem: Option<String>,
+    },
     /// Disconnect a controller (its host reconnects, as after a network error).
     Disconnect {
         /// The subsystem's NQN.
-        #[arg(long)]
+        #[arg(long, short = 'n')]
         subsystem: String,
         /// The controller id (nvmf-target status lists them).
         #[arg(long)]
@@ -415,12 +484,60 @@ impl Admin {
         }
     }
 
+    /// What a `list` command lists (and of which subsystem).
+    pub fn list(&self) -> Option<(list::Kind, Option<&str>)> {
+        use list::Kind;
+        match self {
+            Admin::Subsystem {
+                cmd: SubsystemCmd::List,
+                ..
+            } => Some((Kind::Subsystems, None)),
+            Admin::Namespace {
+                cmd: NamespaceCmd::List { subsystem },
+                ..
+            } => Some((Kind::Namespaces, subsystem.as_deref())),
+            Admin::Host {
+                cmd: HostCmd::List { subsystem },
+                ..
+            } => Some((Kind::Hosts, subsystem.as_deref())),
+            Admin::Listener {
+                cmd: ListenerCmd::List,
+                ..
+            } => Some((Kind::Listeners, None)),
+            Admin::Controller {
+                cmd: ControllerCmd::List { subsystem },
+                ..
+            } => Some((Kind::Controllers, subsystem.as_deref())),
+            _ => None,
+        }
+    }
+
     /// The method and its parameters.
     pub fn request(&self) -> (&'static str, Value) {
         fn v<T: serde::Serialize>(t: T) -> Value {
             serde_json::to_value(t).unwrap_or(Value::Null)
         }
         match self.clone() {
+            Admin::Subsystem {
+                cmd: SubsystemCmd::List,
+                ..
+            }
+            | Admin::Namespace {
+                cmd: NamespaceCmd::List { .. },
+                ..
+            }
+            | Admin::Host {
+                cmd: HostCmd::List { .. },
+                ..
+            }
+            | Admin::Listener {
+                cmd: ListenerCmd::List,
+                ..
+            }
+            | Admin::Controller {
+                cmd: ControllerCmd::List { .. },
+                ..
+            } => ("status", Value::Null),
             Admin::Subsystem {
                 cmd:
                     SubsystemCmd::Add {
@@ -448,6 +565,38 @@ impl Admin {
                 "subsystem_del",
                 with_force(v(SubsystemRef { nqn: subsystem }), force),
             ),
+            Admin::Subsystem {
+                cmd:
+                    SubsystemCmd::Listener(SubsystemListenerCmd::Add {
+                        subsystem,
+                        listener,
+                    }),
+                ..
+            } => (
+                "subsystem_listener_add",
+                v(SubsystemListener {
+                    subsystem,
+                    listener,
+                }),
+            ),
+            Admin::Subsystem {
+                cmd:
+                    SubsystemCmd::Listener(SubsystemListenerCmd::Del {
+                        subsystem,
+                        listener,
+                        force,
+                    }),
+                ..
+            } => (
+                "subsystem_listener_del",
+                with_force(
+                    v(SubsystemListener {
+                        subsystem,
+                        listener,
+                    }),
+                    force,
+                ),
+            ),
             Admin::Namespace {
                 cmd:
                     NamespaceCmd::Add {
@@ -461,11 +610,17 @@ impl Admin {
                         ana_group,
                         hosts,
                         hidden,
+                        nguid,
+                        uuid,
+                        eui64,
                     },
                 ..
             } => (
                 "namespace_add",
                 v(NamespaceAdd {
+                    nguid,
+                    uuid,
+                    eui64,
                     subsystem,
                     nsid,
                     path,
@@ -761,6 +916,34 @@ pub fn run(cmd: &Admin, config: &Path) -> ExitCode {
     };
     let after_drain = !params.is_null();
     match rpc::call(&path, method, params, rpc::CHANGE_TIMEOUT) {
+        Ok(v) if cmd.list().is_some() => {
+            let Some((kind, only)) = cmd.list() else {
+                return ExitCode::SUCCESS;
+            };
+            let st: crate::daemon::status::Status = match serde_json::from_value(v) {
+                Ok(s) => s,
+                Err(e) => {
+                    eprintln!("nvmf-target {name}: the daemon's status is not what this version reads: {e}");
+                    return ExitCode::from(1);
+                }
+            };
+            if let Some(n) = only {
+                if !st.subsystems.iter().any(|s| s.nqn == n) {
+                    eprintln!("nvmf-target: no subsystem '{n}'");
+                    return ExitCode::from(2);
+                }
+            }
+            let (head, rows) = list::rows(&st, kind, only);
+            if conn.json {
+                println!(
+                    "{}",
+                    serde_json::to_string_pretty(&list::json(&rows)).unwrap_or_default()
+                );
+            } else {
+                print!("{}", list::table(&head, &rows));
+            }
+            ExitCode::SUCCESS
+        }
         Ok(v) if method == "ok_to_stop" => stop_check(&v, conn.json, after_drain),
         Ok(v) if conn.json => {
             println!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());

@@ -16,6 +16,9 @@ fn commands_become_requests() {
             ana_group: Some(2),
             hosts: vec![],
             hidden: true,
+            nguid: Some("00112233445566778899aabbccddeeff".into()),
+            uuid: None,
+            eui64: None,
         },
         conn: Conn::default(),
     }
@@ -25,6 +28,10 @@ fn commands_become_requests() {
     assert_eq!(back.null_size.as_deref(), Some("1G"));
     assert!(back.read_only);
     assert_eq!(back.hosts, Some(vec![]), "hidden: shown to no host");
+    assert_eq!(
+        back.nguid.as_deref(),
+        Some("00112233445566778899aabbccddeeff")
+    );
     let (m, p) = Admin::Namespace {
         cmd: NamespaceCmd::Attach {
             subsystem: "nqn.a".into(),

@@ -422,7 +422,7 @@ mod tests {
             hostnqn: host.into(),
         }
         .encode();
-        fabrics::connect(t, 0, 31, peer, None, &c, &d).map(|x| x.0)
+        fabrics::connect(t, 0, 31, peer, None, None, &c, &d).map(|x| x.0)
     }
 
     /// Runs a whole transaction with the right key on `ctrl`'s admin queue.

@@ -42,14 +42,14 @@ pub fn entry(portid: u16, port: Port, nqn: &str) -> DiscoveryEntry {
 }
 
 /// The entries `hostnqn` sees: each subsystem it may connect to at each
-/// listener, then the referrals (port ids after the listeners').
+/// listener the subsystem is on, then the referrals (port ids after the listeners').
 fn entries(target: &Target, hostnqn: &str) -> Vec<DiscoveryEntry> {
     let mut entries = Vec::new();
     for (i, l) in target.listeners.live() {
         for s in target
             .subsystems()
             .iter()
-            .filter(|s| s.host_allowed(hostnqn))
+            .filter(|s| s.host_allowed(hostnqn) && s.reachable_via(&l))
         {
             entries.push(entry(i as u16 + 1, l, &s.nqn));
         }
@@ -119,6 +119,71 @@ mod tests {
         let (p, _) = log_page(&t, "nqn.h:ok");
         assert_eq!(DiscoveryHeader::parse(&p).unwrap().numrec, 2);
         assert_eq!(p.len(), 3 * 1024);
+    }
+
+    #[test]
+    fn a_subsystem_is_listed_only_at_its_listeners() {
+        use crate::model::port::PortName;
+        use crate::model::subsystem::HostAccess;
+        let mk = |nqn: &str| {
+            Arc::new(Subsystem::new(
+                nqn.into(),
+                SubsystemKind::Nvm,
+                true,
+                vec![],
+                None,
+                "m".into(),
+                vec![],
+            ))
+        };
+        let (a, b) = (mk("nqn.s:a"), mk("nqn.s:b"));
+        let rdma: Port = "10.0.2.15:4420"
+            .parse::<std::net::SocketAddr>()
+            .unwrap()
+            .into();
+        let tcp = Port { tcp: true, ..rdma };
+        let t = Target::with_ports(vec![a.clone(), b.clone()], vec![rdma, tcp], 0);
+        let listed = |t: &Target| {
+            let (p, _) = log_page(t, "nqn.h:x");
+            let n = DiscoveryHeader::parse(&p).unwrap().numrec as usize;
+            (1..=n)
+                .map(|i| {
+                    let e = DiscoveryEntry::parse(&p[1024 * i..]).unwrap();
+                    (e.subnqn, e.trtype)
+                })
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(listed(&t).len(), 4, "every subsystem at every listener");
+        b.set_access(HostAccess {
+            allow_any_host: true,
+            hosts: vec![],
+            listeners: Some(vec![PortName::parse("tcp:10.0.2.15:4420").unwrap()]),
+        });
+        assert_eq!(
+            listed(&t),
+            vec![
+                ("nqn.s:a".into(), trtype::RDMA),
+                ("nqn.s:a".into(), trtype::TCP),
+                ("nqn.s:b".into(), trtype::TCP),
+            ]
+        );
+        // Without a transport: every listener at the address.
+        b.set_access(HostAccess {
+            allow_any_host: true,
+            hosts: vec![],
+            listeners: Some(vec![PortName::parse("10.0.2.15:4420").unwrap()]),
+        });
+        assert_eq!(listed(&t).len(), 4);
+        b.set_access(HostAccess {
+            allow_any_host: true,
+            hosts: vec![],
+            listeners: Some(vec![]),
+        });
+        assert_eq!(listed(&t).len(), 2, "on no listener");
+        assert!(t
+            .subsystem(nvme::DISCOVERY_NQN)
+            .unwrap()
+            .reachable_via(&rdma));
     }
 
     #[test]
@@ -210,6 +275,7 @@ mod tests {
         s.set_access(crate::model::subsystem::HostAccess {
             allow_any_host: false,
             hosts: vec![],
+            listeners: None,
         });
         assert_eq!(t.notify_discovery(), 1);
         assert_eq!(t.notify_discovery(), 0);

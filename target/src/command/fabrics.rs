@@ -66,13 +66,17 @@ fn refuse(status: Status, result: u64) -> ConnectError {
 
 /// Handles Connect on a queue not yet connected. `cm_qid` is the queue id the
 /// host named in the RDMA-CM private data, `peer` the address the queue comes
-/// from. On success the caller attaches the queue to the returned controller
+/// from, `via` the listener it came through (none: served in-process). On
+/// success the caller attaches the queue to the returned controller
 /// and answers with `cntlid` as the result.
+// Each is what the transport knows of the queue, none derived from another.
+#[allow(clippy::too_many_arguments)]
 pub fn connect(
     target: &Target,
     cm_qid: u16,
     cm_sqsize: u16,
     peer: Option<IpAddr>,
+    via: Option<crate::model::port::Port>,
     secured: Option<&crate::model::tls_keys::Proven>,
     cmd: &Command,
     data: &[u8],
@@ -127,6 +131,18 @@ pub fn connect(
             iattr_data(CONNECT_DATA_SUBNQN_OFFSET),
         )
     })?;
+    // A subsystem not on this listener is not here, as nvmet answers for a
+    // port not linked to it (asked before the host's access: a host learns
+    // nothing of who may connect where the subsystem is not).
+    if via.is_some_and(|p| !subsys.reachable_via(&p)) {
+        return Err(ConnectError {
+            why: Some("not_on_listener"),
+            ..refuse(
+                Status::CONNECT_INVALID_PARAM,
+                iattr_data(CONNECT_DATA_SUBNQN_OFFSET),
+            )
+        });
+    }
     if !subsys.host_allowed(&d.hostnqn) {
         return Err(refuse(
             Status::CONNECT_INVALID_HOST,
@@ -375,6 +391,53 @@ mod tests {
     }
 
     #[test]
+    fn a_connect_through_a_listener_the_subsystem_is_not_on_is_refused_as_nvmet_does() {
+        use crate::model::port::{Port, PortName};
+        let t = target();
+        let rdma: Port = "10.0.2.15:4420"
+            .parse::<std::net::SocketAddr>()
+            .unwrap()
+            .into();
+        let tcp = Port { tcp: true, ..rdma };
+        let open = t.subsystem("nqn.t:open").unwrap();
+        open.set_access(crate::model::subsystem::HostAccess {
+            allow_any_host: true,
+            hosts: vec![],
+            listeners: Some(vec![PortName::parse("tcp:10.0.2.15:4420").unwrap()]),
+        });
+        let (c, d) = conn(0, 31, 5000, "nqn.t:open", "nqn.host:a", 0xFFFF);
+        // As an unknown subsystem: Invalid Parameter, at the data's SUBNQN.
+        let e = connect(&t, 0, sq(&c), None, Some(rdma), None, &c, &d).unwrap_err();
+        assert_eq!(
+            (e.status, e.result),
+            (Status::CONNECT_INVALID_PARAM, (1 << 16) | 256)
+        );
+        assert_eq!(e.why, Some("not_on_listener"));
+        let unknown = conn(0, 31, 5000, "nqn.t:nope", "nqn.host:a", 0xFFFF);
+        let u = connect(
+            &t,
+            0,
+            sq(&c),
+            None,
+            Some(rdma),
+            None,
+            &unknown.0,
+            &unknown.1,
+        )
+        .unwrap_err();
+        assert_eq!((u.status, u.result), (e.status, e.result));
+        // Where it is, and in-process (no listener), it connects.
+        let (ctrl, _) = connect(&t, 0, sq(&c), None, Some(tcp), None, &c, &d).unwrap();
+        assert!(connect(&t, 0, sq(&c), None, None, None, &c, &d).is_ok());
+        // An I/O queue through the other listener is refused too.
+        enable(&ctrl);
+        let (c1, d1) = conn(1, 31, 0, "nqn.t:open", "nqn.host:a", ctrl.cntlid);
+        let e = connect(&t, 1, sq(&c1), None, Some(rdma), None, &c1, &d1).unwrap_err();
+        assert_eq!(e.status, Status::CONNECT_INVALID_PARAM);
+        assert!(connect(&t, 1, sq(&c1), None, Some(tcp), None, &c1, &d1).is_ok());
+    }
+
+    #[test]
     fn over_tls_a_host_connects_only_as_its_psk_identity_says() {
         let t = target();
         let id = |host: &str, sub: &str| crate::model::tls_keys::Proven {
@@ -383,29 +446,29 @@ mod tests {
         };
         let (c, d) = conn(0, 31, 5000, "nqn.t:open", "nqn.host:a", 0xFFFF);
         let mine = id("nqn.host:a", "nqn.t:open");
-        assert!(connect(&t, 0, sq(&c), None, Some(&mine), &c, &d).is_ok());
+        assert!(connect(&t, 0, sq(&c), None, None, Some(&mine), &c, &d).is_ok());
         let host_mismatch = refuse(Status::CONNECT_INVALID_HOST, (1 << 16) | 512);
         for other in [
             id("nqn.host:b", "nqn.t:open"),
             id("nqn.host:a", "nqn.t:other"),
         ] {
             assert_eq!(
-                connect(&t, 0, sq(&c), None, Some(&other), &c, &d).unwrap_err(),
+                connect(&t, 0, sq(&c), None, None, Some(&other), &c, &d).unwrap_err(),
                 host_mismatch,
                 "{}",
                 other.identity
             );
         }
         // Its I/O queues: under the same identity only, never plain.
-        let (ctrl, _) = connect(&t, 0, sq(&c), None, Some(&mine), &c, &d).unwrap();
+        let (ctrl, _) = connect(&t, 0, sq(&c), None, None, Some(&mine), &c, &d).unwrap();
         enable(&ctrl);
         let (c1, d1) = conn(1, 127, 0, "nqn.t:open", "nqn.host:a", ctrl.cntlid);
         assert_eq!(
-            connect(&t, 1, sq(&c1), None, None, &c1, &d1).unwrap_err(),
+            connect(&t, 1, sq(&c1), None, None, None, &c1, &d1).unwrap_err(),
             host_mismatch,
             "a plain I/O queue of a TLS association"
         );
-        assert!(connect(&t, 1, sq(&c1), None, Some(&mine), &c1, &d1).is_ok());
+        assert!(connect(&t, 1, sq(&c1), None, None, Some(&mine), &c1, &d1).is_ok());
         // A host with a PSK: TLS only (discovery stays open).
         t.tls_keys.set(&[crate::config::HostConfig {
             nqn: "nqn.host:a".into(),
@@ -419,18 +482,18 @@ mod tests {
             tls_derivation: tlspsk::Derivation::Compat,
         }]);
         assert_eq!(
-            connect(&t, 0, sq(&c), None, None, &c, &d)
+            connect(&t, 0, sq(&c), None, None, None, &c, &d)
                 .unwrap_err()
                 .status,
             Status::CONNECT_INVALID_HOST
         );
         let (c2, d2) = conn(0, 31, 0, nvme::DISCOVERY_NQN, "nqn.host:a", 0xFFFF);
-        assert!(connect(&t, 0, sq(&c2), None, None, &c2, &d2).is_ok());
+        assert!(connect(&t, 0, sq(&c2), None, None, None, &c2, &d2).is_ok());
         // Issue 57, 8: bound to the key it shook hands with. A handshake
         // that began before the host's key changed does not connect; one
         // that began after does.
         let before = id("nqn.host:a", "nqn.t:open");
-        let e = connect(&t, 0, sq(&c), None, Some(&before), &c, &d).unwrap_err();
+        let e = connect(&t, 0, sq(&c), None, None, Some(&before), &c, &d).unwrap_err();
         assert_eq!(
             (e.status, e.reason()),
             (Status::CONNECT_INVALID_HOST, "tls_key_changed")
@@ -439,67 +502,69 @@ mod tests {
             keys_at: t.tls_keys.generation(),
             ..before
         };
-        assert!(connect(&t, 0, sq(&c), None, Some(&after), &c, &d).is_ok());
+        assert!(connect(&t, 0, sq(&c), None, None, Some(&after), &c, &d).is_ok());
     }
 
     #[test]
     fn admin_then_io() {
         let t = target();
         let (c, d) = conn(0, 31, 5000, "nqn.t:open", "nqn.host:a", 0xFFFF);
-        let (ctrl, _) = connect(&t, 0, sq(&c), None, None, &c, &d).unwrap();
+        let (ctrl, _) = connect(&t, 0, sq(&c), None, None, None, &c, &d).unwrap();
         assert_eq!(ctrl.cntlid, 1);
         assert_eq!(ctrl.state().kato_ms, 5000);
         // I/O queue before enable
         let (c, d) = conn(1, 127, 0, "nqn.t:open", "nqn.host:a", 1);
         assert_eq!(
-            connect(&t, 1, sq(&c), None, None, &c, &d)
+            connect(&t, 1, sq(&c), None, None, None, &c, &d)
                 .unwrap_err()
                 .status,
             Status::CMD_SEQ_ERROR
         );
         enable(&ctrl);
         assert!(ctrl.is_ready());
-        let (io_ctrl, _) = connect(&t, 1, sq(&c), None, None, &c, &d).unwrap();
+        let (io_ctrl, _) = connect(&t, 1, sq(&c), None, None, None, &c, &d).unwrap();
         assert!(Arc::ptr_eq(&io_ctrl, &ctrl));
         // wrong host for the controller
         let (c, d) = conn(1, 127, 0, "nqn.t:open", "nqn.host:b", 1);
         assert_eq!(
-            connect(&t, 1, sq(&c), None, None, &c, &d).unwrap_err(),
+            connect(&t, 1, sq(&c), None, None, None, &c, &d).unwrap_err(),
             refuse(Status::CONNECT_INVALID_PARAM, (1 << 16) | 512)
         );
         // unknown controller
         let (c, d) = conn(1, 127, 0, "nqn.t:open", "nqn.host:a", 9);
         assert_eq!(
-            connect(&t, 1, sq(&c), None, None, &c, &d).unwrap_err(),
+            connect(&t, 1, sq(&c), None, None, None, &c, &d).unwrap_err(),
             refuse(Status::CONNECT_INVALID_PARAM, (1 << 16) | 16)
         );
         // sqsize too big, qid mismatch
         let (c, d) = conn(1, 128, 0, "nqn.t:open", "nqn.host:a", 1);
         assert_eq!(
-            connect(&t, 1, sq(&c), None, None, &c, &d).unwrap_err(),
+            connect(&t, 1, sq(&c), None, None, None, &c, &d).unwrap_err(),
             refuse(Status::CONNECT_INVALID_PARAM, 44)
         );
         let (c, d) = conn(2, 127, 0, "nqn.t:open", "nqn.host:a", 1);
         assert_eq!(
-            connect(&t, 1, sq(&c), None, None, &c, &d).unwrap_err(),
+            connect(&t, 1, sq(&c), None, None, None, &c, &d).unwrap_err(),
             refuse(Status::CONNECT_INVALID_PARAM, 42)
         );
         // SQSIZE other than the CM's HSQSIZE
         let (c, d) = conn(1, 127, 0, "nqn.t:open", "nqn.host:a", 1);
         assert_eq!(
-            connect(&t, 1, 63, None, None, &c, &d).unwrap_err(),
+            connect(&t, 1, 63, None, None, None, &c, &d).unwrap_err(),
             refuse(Status::CONNECT_INVALID_PARAM, 44)
         );
         let (c, d) = conn(0, 31, 0, "nqn.t:open", "nqn.host:a", 0xFFFF);
         assert_eq!(
-            connect(&t, 0, 15, None, None, &c, &d).unwrap_err().result,
+            connect(&t, 0, 15, None, None, None, &c, &d)
+                .unwrap_err()
+                .result,
             44
         );
         // another host identifier than the admin queue's
         let (c, mut d) = conn(1, 127, 0, "nqn.t:open", "nqn.host:a", 1);
         d[0] ^= 0xFF;
         assert_eq!(
-            connect(&t, 1, sq(&c), None, None, &c, &d).unwrap_err(),
+            connect(&t, 1, sq(&c), None, None, None, &c, &d).unwrap_err(),
             refuse(Status::CONNECT_INVALID_PARAM, 1 << 16)
         );
     }
@@ -508,13 +573,13 @@ mod tests {
     fn an_io_queue_joins_only_from_the_admin_queues_address() {
         let t = target();
         let (c, d) = conn(0, 31, 5000, "nqn.t:open", "nqn.host:a", 0xFFFF);
-        let (ctrl, _) = connect(&t, 0, sq(&c), None, None, &c, &d).unwrap();
+        let (ctrl, _) = connect(&t, 0, sq(&c), None, None, None, &c, &d).unwrap();
         let host: std::net::SocketAddr = "10.0.0.1:5000".parse().unwrap();
         ctrl.set_addrs(host, "10.0.0.9:4420".parse().unwrap());
         enable(&ctrl);
         let (c, d) = conn(1, 127, 0, "nqn.t:open", "nqn.host:a", ctrl.cntlid);
         let other = Some("10.0.0.2".parse().unwrap());
-        let e = connect(&t, 1, sq(&c), other, None, &c, &d).unwrap_err();
+        let e = connect(&t, 1, sq(&c), other, None, None, &c, &d).unwrap_err();
         assert_eq!(
             e,
             ConnectError {
@@ -524,7 +589,7 @@ mod tests {
         );
         assert_eq!(e.reason(), "other_peer");
         // Another port of the same address is the same host.
-        let (io, _) = connect(&t, 1, sq(&c), Some(host.ip()), None, &c, &d).unwrap();
+        let (io, _) = connect(&t, 1, sq(&c), Some(host.ip()), None, None, &c, &d).unwrap();
         assert!(Arc::ptr_eq(&io, &ctrl));
     }
 
@@ -537,6 +602,7 @@ mod tests {
         open.set_access(crate::model::subsystem::HostAccess {
             allow_any_host: false,
             hosts: vec!["nqn.host:other".into()],
+            listeners: None,
         });
         assert_eq!(
             open.add_controller("nqn.host:a", [1; 16], 0, 16, false, None)
@@ -562,34 +628,34 @@ mod tests {
         let t = target();
         t.max_controllers_per_host.store(2, Ordering::Relaxed);
         let (c, d) = conn(0, 31, 0, "nqn.t:open", "nqn.host:a", 0xFFFF);
-        let a1 = connect(&t, 0, sq(&c), None, None, &c, &d).unwrap().0;
-        let _a2 = connect(&t, 0, sq(&c), None, None, &c, &d).unwrap();
-        let e = connect(&t, 0, sq(&c), None, None, &c, &d).unwrap_err();
+        let a1 = connect(&t, 0, sq(&c), None, None, None, &c, &d).unwrap().0;
+        let _a2 = connect(&t, 0, sq(&c), None, None, None, &c, &d).unwrap();
+        let e = connect(&t, 0, sq(&c), None, None, None, &c, &d).unwrap_err();
         assert_eq!(e.status, Status::CONNECT_CTRL_BUSY);
         assert_eq!(e.reason(), "controller_busy");
         // Another host is not held up by it; a freed place is taken again.
         let (c2, d2) = conn(0, 31, 0, "nqn.t:open", "nqn.host:b", 0xFFFF);
-        assert!(connect(&t, 0, sq(&c2), None, None, &c2, &d2).is_ok());
+        assert!(connect(&t, 0, sq(&c2), None, None, None, &c2, &d2).is_ok());
         a1.subsys.remove_controller(a1.cntlid);
-        assert!(connect(&t, 0, sq(&c), None, None, &c, &d).is_ok());
+        assert!(connect(&t, 0, sq(&c), None, None, None, &c, &d).is_ok());
     }
 
     #[test]
     fn refusals() {
         let t = target();
         let (c, d) = conn(0, 31, 0, "nqn.t:nope", "nqn.host:a", 0xFFFF);
-        let e = connect(&t, 0, sq(&c), None, None, &c, &d).unwrap_err();
+        let e = connect(&t, 0, sq(&c), None, None, None, &c, &d).unwrap_err();
         assert_eq!(e.status.code(), 0x182);
         assert_eq!(e.result, (1 << 16) | 256);
         let (c, d) = conn(0, 31, 0, "nqn.t:closed", "nqn.host:a", 0xFFFF);
-        let e = connect(&t, 0, sq(&c), None, None, &c, &d).unwrap_err();
+        let e = connect(&t, 0, sq(&c), None, None, None, &c, &d).unwrap_err();
         assert_eq!(e.status.code(), 0x184);
         assert_eq!(e.result, (1 << 16) | 512);
         let (c, d) = conn(0, 31, 0, "nqn.t:closed", "nqn.host:ok", 0xFFFF);
-        assert!(connect(&t, 0, sq(&c), None, None, &c, &d).is_ok());
+        assert!(connect(&t, 0, sq(&c), None, None, None, &c, &d).is_ok());
         let (c, d) = conn(0, 32, 0, "nqn.t:open", "nqn.host:a", 0xFFFF);
         assert_eq!(
-            connect(&t, 0, sq(&c), None, None, &c, &d)
+            connect(&t, 0, sq(&c), None, None, None, &c, &d)
                 .unwrap_err()
                 .result,
             44
@@ -597,14 +663,14 @@ mod tests {
         let (mut c, d) = conn(0, 31, 0, "nqn.t:open", "nqn.host:a", 0xFFFF);
         c.raw[40] = 1;
         assert_eq!(
-            connect(&t, 0, sq(&c), None, None, &c, &d)
+            connect(&t, 0, sq(&c), None, None, None, &c, &d)
                 .unwrap_err()
                 .status,
             Status::CONNECT_FORMAT
         );
         let (c, d) = conn(0, 31, 0, "nqn.t:open", "nqn.host:a", 0xFFFF);
         assert_eq!(
-            connect(&t, 0, sq(&c), None, None, &c, &d[..512])
+            connect(&t, 0, sq(&c), None, None, None, &c, &d[..512])
                 .unwrap_err()
                 .status,
             Status::SGL_INVALID_DATA
@@ -612,7 +678,7 @@ mod tests {
         // No host NQN at all, even where any host is allowed.
         let (c, d) = conn(0, 31, 0, "nqn.t:open", "", 0xFFFF);
         assert_eq!(
-            connect(&t, 0, sq(&c), None, None, &c, &d).unwrap_err(),
+            connect(&t, 0, sq(&c), None, None, None, &c, &d).unwrap_err(),
             refuse(Status::CONNECT_INVALID_PARAM, (1 << 16) | 512)
         );
     }
@@ -621,11 +687,11 @@ mod tests {
     fn discovery_defaults() {
         let t = target();
         let (c, d) = conn(0, 31, 0, nvme::DISCOVERY_NQN, "nqn.host:any", 0xFFFF);
-        let (ctrl, _) = connect(&t, 0, sq(&c), None, None, &c, &d).unwrap();
+        let (ctrl, _) = connect(&t, 0, sq(&c), None, None, None, &c, &d).unwrap();
         assert_eq!(ctrl.state().kato_ms, DISCOVERY_KATO_MS);
         let (c, d) = conn(1, 31, 0, nvme::DISCOVERY_NQN, "nqn.host:any", ctrl.cntlid);
         assert_eq!(
-            connect(&t, 1, sq(&c), None, None, &c, &d)
+            connect(&t, 1, sq(&c), None, None, None, &c, &d)
                 .unwrap_err()
                 .result,
             42
@@ -645,11 +711,11 @@ mod tests {
         let mut held = Vec::new();
         for _ in 0..max {
             let (c, d) = conn(0, 31, 0, nvme::DISCOVERY_NQN, "nqn.host:a", 0xFFFF);
-            held.push(connect(&t, 0, sq(&c), Some(stranger), None, &c, &d).unwrap());
+            held.push(connect(&t, 0, sq(&c), Some(stranger), None, None, &c, &d).unwrap());
         }
         let (c, d) = conn(0, 31, 0, nvme::DISCOVERY_NQN, "nqn.host:b", 0xFFFF);
         assert_eq!(
-            connect(&t, 0, sq(&c), Some(stranger), None, &c, &d)
+            connect(&t, 0, sq(&c), Some(stranger), None, None, &c, &d)
                 .unwrap_err()
                 .status,
             Status::CONNECT_CTRL_BUSY,
@@ -657,7 +723,7 @@ mod tests {
         );
         let (c, d) = conn(0, 31, 0, nvme::DISCOVERY_NQN, "nqn.host:a", 0xFFFF);
         assert!(
-            connect(&t, 0, sq(&c), Some(host), None, &c, &d).is_ok(),
+            connect(&t, 0, sq(&c), Some(host), None, None, &c, &d).is_ok(),
             "the host its NQN was named for still discovers"
         );
     }

@@ -229,6 +229,8 @@ pub struct NamespaceConfig {
     pub qos: crate::model::qos::QosCaps,
     /// Each capped host's caps (`[[subsystem.namespace.host_qos]]`).
     pub host_qos: Vec<crate::model::qos::HostCaps>,
+    /// The identifiers the operator set (`nguid`, `uuid`, `eui64`).
+    pub ids: crate::model::identity::SetIds,
 }
 
 impl NamespaceConfig {
@@ -261,6 +263,9 @@ pub struct SubsystemConfig {
     pub cntlid_range: (u16, u16),
     /// Namespaces.
     pub namespaces: Vec<NamespaceConfig>,
+    /// The listeners hosts reach it through (`listeners = [...]`; `None`:
+    /// every listener).
+    pub listeners: Option<Vec<crate::model::port::PortName>>,
 }
 
 /// The whole validated configuration.
@@ -335,6 +340,15 @@ impl TargetConfig {
             })
             .collect();
         for (i, s) in self.subsystems.iter().enumerate() {
+            if s.listeners.as_ref().is_some_and(|l| l.is_empty()) {
+                v.push(ConfigWarning {
+                    field: format!("subsystem[{i}].listeners"),
+                    reason: format!(
+                        "is empty: no host reaches {} (`subsystem listener add` puts it on one)",
+                        s.nqn
+                    ),
+                });
+            }
             for (j, n) in s.namespaces.iter().enumerate() {
                 // A namespace shown to a host that may not connect: the host
                 // sees nothing until the subsystem lets it in (not an error,
@@ -608,6 +622,7 @@ impl TargetConfig {
                     model: None,
                     cntlid_min: None,
                     cntlid_max: None,
+                    listeners: None,
                     namespace_values: vec![],
                     namespaces: namespaces
                         .iter()

@@ -117,6 +117,7 @@ pub(super) struct RawSubsystem {
     pub model: Option<String>,
     pub cntlid_min: Option<u32>,
     pub cntlid_max: Option<u32>,
+    pub listeners: Option<Vec<String>>,
     /// The entries as read; each is checked on its own into `namespaces`.
     #[serde(default, rename = "namespace")]
     pub namespace_values: Vec<config::Value>,
@@ -143,6 +144,9 @@ pub(super) struct RawNamespace {
     pub hosts: Option<Vec<String>>,
     pub qos: Option<crate::model::qos::QosCaps>,
     pub host_qos: Option<Vec<RawHostQos>>,
+    pub nguid: Option<String>,
+    pub uuid: Option<String>,
+    pub eui64: Option<String>,
 }
 
 /// A `[[subsystem.namespace.host_qos]]`: one host's caps on the namespace.

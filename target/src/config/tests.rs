@@ -636,3 +636,44 @@ fn kernel_names_that_may_move_are_warned_of() {
     let w: Vec<String> = c.warnings().into_iter().map(|w| w.field).collect();
     assert_eq!(w, ["subsystem[0].namespace[0].path", "listener"]);
 }
+
+#[test]
+fn namespace_identifiers_are_parsed_checked_and_unique() {
+    let with = |a: &str, b: &str| {
+        GOOD.replace("nsid = 1\n", &format!("nsid = 1\n{a}\n"))
+            .replace("nsid = 3\n", &format!("nsid = 3\n{b}\n"))
+    };
+    let c = TargetConfig::from_toml(
+        &with(
+            "nguid = \"00112233-4455-6677-8899-aabbccddeeff\"\neui64 = \"0102030405060708\"",
+            "nguid = \"none\"\nuuid = \"1f0ee7a2-5b35-4a8e-9e36-0c1b1c1d9a01\"",
+        ),
+        "t.toml",
+    )
+    .unwrap();
+    let ids = c.subsystems[0].namespaces[0].ids;
+    assert_eq!(ids.nguid.unwrap()[..3], [0x00, 0x11, 0x22]);
+    assert_eq!(ids.eui64, Some([1, 2, 3, 4, 5, 6, 7, 8]));
+    assert_eq!(ids.uuid, None, "derived");
+    let ids = c.subsystems[1].namespaces[0].ids;
+    assert_eq!(ids.nguid, Some([0; 16]), "none, as nvmet's default");
+    assert_eq!(ids.uuid.unwrap()[0], 0x1f);
+    bad(
+        &with("nguid = \"0011\"", ""),
+        "subsystem[0].namespace[0].nguid",
+    );
+    bad(&with("eui64 = \"xyz\"", ""), "not 8 bytes of hex");
+    bad(
+        &with("", "nguid = \"none\"\nuuid = \"none\""),
+        "a namespace needs one identifier",
+    );
+    bad(
+        &with(
+            "eui64 = \"0102030405060708\"",
+            "eui64 = \"01:02:03:04:05:06:07:08\"",
+        ),
+        "is also subsystem 'nqn.2026-11.io.example:disk1' namespace 1's",
+    );
+    // Two namespaces that both have no NGUID do not share one.
+    TargetConfig::from_toml(&with("nguid = \"none\"", "nguid = \"none\""), "t.toml").unwrap();
+}

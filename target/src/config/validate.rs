@@ -136,6 +136,8 @@ impl TargetConfig {
                 subsystems.push(sub);
             }
         }
+        Self::unique_ids(cx, &subsystems);
+        Self::named_listeners(cx, &listeners, &subsystems);
         let hosts = super::host::validate(cx, raw.host);
         let state_dir = match raw.target.as_ref().and_then(|t| t.state_dir.clone()) {
             // An empty path: nothing persists (reservations are not kept
@@ -384,7 +386,23 @@ impl TargetConfig {
                 namespaces.push(ns);
             }
         }
+        let mut listeners = None;
+        if let Some(names) = s.listeners {
+            let mut v: Vec<crate::model::port::PortName> = Vec::new();
+            for (k, n) in names.iter().enumerate() {
+                match crate::model::port::PortName::parse(n) {
+                    Err(r) => cx.err(f(&format!("listeners[{k}]")), r),
+                    Ok(p) if v.contains(&p) => cx.err(
+                        f(&format!("listeners[{k}]")),
+                        format!("'{n}' is listed twice"),
+                    ),
+                    Ok(p) => v.push(p),
+                }
+            }
+            listeners = Some(v);
+        }
         Some(SubsystemConfig {
+            listeners,
             nqn: nqn?,
             allow_any_host,
             hosts: s.hosts,
@@ -393,6 +411,56 @@ impl TargetConfig {
             cntlid_range: (cmin as u16, cmax as u16),
             namespaces,
         })
+    }
+
+    /// Each listener a subsystem names is one of the target's.
+    fn named_listeners(cx: &mut Ctx, listeners: &[ListenerConfig], subsystems: &[SubsystemConfig]) {
+        for (i, s) in subsystems.iter().enumerate() {
+            for (k, n) in s.listeners.iter().flatten().enumerate() {
+                let named = listeners.iter().any(|l| {
+                    n.names(&crate::model::port::Port {
+                        addr: l.addr,
+                        tcp: l.transport == super::Transport::Tcp,
+                        secure: l.secure,
+                    })
+                });
+                if !named {
+                    cx.err(
+                        format!("subsystem[{i}].listeners[{k}]"),
+                        format!("'{n}' is no [[listener]] of this target"),
+                    );
+                }
+            }
+        }
+    }
+
+    /// No identifier the operator set is set twice (a host would take two
+    /// namespaces for one).
+    fn unique_ids(cx: &mut Ctx, subsystems: &[SubsystemConfig]) {
+        let mut seen: std::collections::HashMap<(&str, Vec<u8>), String> = Default::default();
+        for s in subsystems {
+            for n in &s.namespaces {
+                let here = format!("subsystem '{}' namespace {}", s.nqn, n.nsid);
+                let ids = &n.ids;
+                for (field, v) in [
+                    ("nguid", ids.nguid.map(|v| v.to_vec())),
+                    ("uuid", ids.uuid.map(|v| v.to_vec())),
+                    ("eui64", ids.eui64.map(|v| v.to_vec())),
+                ] {
+                    let Some(v) = v.filter(|v| v.iter().any(|&b| b != 0)) else {
+                        continue;
+                    };
+                    if let Some(first) = seen.get(&(field, v.clone())) {
+                        cx.err(
+                            format!("{here}: {field}"),
+                            format!("is also {first}'s: each namespace needs its own"),
+                        );
+                    } else {
+                        seen.insert((field, v), here.clone());
+                    }
+                }
+            }
+        }
     }
 
     /// Checks one `[[subsystem.namespace]]` (`g` names its fields).
@@ -561,10 +629,32 @@ impl TargetConfig {
                 }
             }
         }
+        let mut ids = crate::model::identity::SetIds::default();
+        {
+            use crate::model::identity::parse_hex;
+            let mut f = |field: &str, v: &Option<String>| -> Option<Vec<u8>> {
+                let v = v.as_deref()?;
+                let r = match field {
+                    "eui64" => parse_hex::<8>(v).map(|b| b.to_vec()),
+                    _ => parse_hex::<16>(v).map(|b| b.to_vec()),
+                };
+                r.map_err(|e| cx.err(g(field), e)).ok()
+            };
+            ids.nguid = f("nguid", &n.nguid).and_then(|v| v.try_into().ok());
+            ids.uuid = f("uuid", &n.uuid).and_then(|v| v.try_into().ok());
+            ids.eui64 = f("eui64", &n.eui64).and_then(|v| v.try_into().ok());
+        }
+        if ids.nguid == Some([0; 16]) && ids.uuid == Some([0; 16]) {
+            cx.err(
+                g("uuid"),
+                "is none, and so is nguid: a namespace needs one identifier",
+            );
+        }
         if cx.errors.len() != errors {
             return None;
         }
         Some(NamespaceConfig {
+            ids,
             qos,
             host_qos,
             hosts: n.hosts,

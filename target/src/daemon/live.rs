@@ -210,11 +210,13 @@ impl Daemon {
                 return self.counted(method, res);
             }
             "subsystem_add" => Edit::SubsystemAdd(rpc::params(method, p)?),
-            "subsystem_del" | "namespace_del" => {
+            "subsystem_listener_add" => Edit::SubsystemListenerAdd(rpc::params(method, p)?),
+            "subsystem_del" | "namespace_del" | "subsystem_listener_del" => {
                 let mut p = p;
                 let force = take_force(method, &mut p)?;
                 let edit = match method {
                     "subsystem_del" => Edit::SubsystemDel(rpc::params(method, p)?),
+                    "subsystem_listener_del" => Edit::SubsystemListenerDel(rpc::params(method, p)?),
                     _ => Edit::NamespaceDel(rpc::params(method, p)?),
                 };
                 if !force {
@@ -257,17 +259,29 @@ impl Daemon {
     /// subsystem (for a namespace, those it is shown to), said as a
     /// refusal; `None` when no host is.
     fn connected_to(&self, edit: &Edit) -> Option<String> {
-        let (nqn, nsid) = match edit {
-            Edit::SubsystemDel(r) => (r.nqn.as_str(), None),
-            Edit::NamespaceDel(r) => (r.subsystem.as_str(), Some(r.nsid)),
+        let (nqn, nsid, via) = match edit {
+            Edit::SubsystemDel(r) => (r.nqn.as_str(), None, None),
+            Edit::NamespaceDel(r) => (r.subsystem.as_str(), Some(r.nsid), None),
+            Edit::SubsystemListenerDel(r) => (
+                r.subsystem.as_str(),
+                None,
+                Some(crate::model::port::PortName::parse(&r.listener).ok()?),
+            ),
             _ => return None,
         };
         let sub = self.target.subsystem(nqn)?;
         let ns = nsid.and_then(|n| sub.namespace(n));
         let mut hosts: Vec<&str> = Vec::new();
         let ctrls = sub.controllers();
+        let through = |c: &crate::model::controller::Controller| {
+            via.is_none_or(|v| {
+                c.listener()
+                    .and_then(|s| self.target.listeners.get(s))
+                    .is_some_and(|p| v.names(&p))
+            })
+        };
         for c in &ctrls {
-            let sees = ns.as_ref().is_none_or(|n| n.visible_to(&c.hostnqn));
+            let sees = ns.as_ref().is_none_or(|n| n.visible_to(&c.hostnqn)) && through(c);
             if sees && !c.is_revoked() && !hosts.contains(&c.hostnqn.as_str()) {
                 hosts.push(&c.hostnqn);
             }
@@ -275,14 +289,20 @@ impl Daemon {
         if hosts.is_empty() {
             return None;
         }
-        let what = match nsid {
-            Some(n) => format!("namespace {n} of {nqn} is in use"),
-            None => format!("{nqn} is in use"),
+        let what = match (nsid, via) {
+            (Some(n), _) => format!("namespace {n} of {nqn} is in use"),
+            (_, Some(v)) => format!("{nqn} is in use through {v}"),
+            _ => format!("{nqn} is in use"),
         };
         Some(format!(
-            "{what}: {} host(s) connected ({}); --force removes it anyway",
+            "{what}: {} host(s) connected ({}); --force {} anyway",
             hosts.len(),
-            hosts.join(", ")
+            hosts.join(", "),
+            if via.is_some() {
+                "takes it off (they are disconnected)"
+            } else {
+                "removes it"
+            }
         ))
     }
 

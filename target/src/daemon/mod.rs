@@ -48,6 +48,7 @@ fn open_ns(nqn: &str, n: &NamespaceConfig) -> Result<Arc<Namespace>, String> {
     let ns = Namespace::open(nqn, n)
         .map_err(|e| format!("subsystem {nqn} namespace {}: {e}", n.nsid))?;
     info!(subsys = %nqn, nsid = ns.nsid, backend = %ns.backend.describe(), identity = %ns.backend.identity(),
+          nguid = %crate::model::identity::hex(&ns.nguid),
           blocks = ns.blocks(), block_size = ns.block_size, "namespace ready");
     Ok(Arc::new(ns))
 }
@@ -71,6 +72,7 @@ pub fn open_subsystem(s: &SubsystemConfig) -> Result<Arc<Subsystem>, String> {
         )
         .with_cntlids(s.cntlid_range),
     );
+    sub.set_access(reload::access(s));
     attach_namespaces(&sub);
     Ok(sub)
 }
@@ -96,11 +98,18 @@ fn attach_namespaces(sub: &Arc<Subsystem>) {
 
 /// Builds the target (opening every namespace) without serving it.
 pub fn build_target(cfg: &TargetConfig) -> Result<Target, String> {
+    let ids = |r: Result<(), String>| r.map_err(|e| format!("namespace identifiers: {e}"));
+    if let Some(dir) = &cfg.state_dir {
+        ids(crate::model::identity::prepare(dir))?;
+    }
     let subsystems = cfg
         .subsystems
         .iter()
         .map(open_subsystem)
         .collect::<Result<Vec<_>, _>>()?;
+    if let Some(dir) = &cfg.state_dir {
+        ids(crate::model::identity::settle(dir))?;
+    }
     let t = Target::with_ports(
         subsystems,
         cfg.listeners.iter().map(listeners::port).collect(),
@@ -573,6 +582,9 @@ impl Daemon {
                 for host in sub.revoke_disallowed(false) {
                     warn!(subsys = %c.nqn, %host, "host no longer allowed: its controller is disconnected");
                 }
+                for host in sub.revoke_unreachable(&self.target.listeners) {
+                    warn!(subsys = %c.nqn, %host, "the subsystem left the listener the host connected through: its controller is disconnected");
+                }
             }
             if !c.add.is_empty() || !c.remove.is_empty() {
                 let old = sub.namespaces();
@@ -594,7 +606,7 @@ impl Daemon {
                 for n in new_ns.iter_mut() {
                     let same = old.iter().find(|o| {
                         o.nsid == n.nsid
-                            && o.nguid == n.nguid
+                            && (o.nguid, o.uuid, o.eui64) == (n.nguid, n.uuid, n.eui64)
                             && o.resv.enabled() == n.resv.enabled()
                             && o.resv.ptpl_capable() == n.resv.ptpl_capable()
                     });

@@ -187,10 +187,11 @@ pub struct NeedsRestart {
     pub detail: String,
 }
 
-fn access(s: &SubsystemConfig) -> HostAccess {
+pub(crate) fn access(s: &SubsystemConfig) -> HostAccess {
     HostAccess {
         allow_any_host: s.allow_any_host,
         hosts: s.hosts.clone(),
+        listeners: s.listeners.clone(),
     }
 }
 
@@ -469,6 +470,7 @@ size = "1M"
                     "nqn.2026-11.io.test:h1".into(),
                     "nqn.2026-11.io.test:h2".into()
                 ],
+                listeners: None,
             })
         );
         assert!(p.changed[0].add.is_empty() && p.changed[0].remove.is_empty());

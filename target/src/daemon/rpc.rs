@@ -54,6 +54,8 @@ pub const METHODS: &[&str] = &[
     "config_show",
     "subsystem_add",
     "subsystem_del",
+    "subsystem_listener_add",
+    "subsystem_listener_del",
     "namespace_add",
     "namespace_del",
     "namespace_attach",

@@ -72,7 +72,7 @@ fn ana_groups(subsystems: &[SubsystemInfo]) -> std::collections::BTreeSet<u32> {
 /// A listener.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ListenerInfo {
-    /// Always "rdma".
+    /// "rdma" or "tcp".
     pub transport: String,
     /// IP address.
     pub address: String,
@@ -99,6 +99,9 @@ pub struct SubsystemInfo {
     pub allow_any_host: bool,
     /// Allowed host NQNs.
     pub hosts: Vec<String>,
+    /// The listeners hosts reach it through (absent: every listener).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub listeners: Option<Vec<String>>,
     /// Namespaces by nsid.
     pub namespaces: Vec<NamespaceInfo>,
     /// Connected controllers by cntlid.
@@ -123,6 +126,15 @@ pub struct NamespaceInfo {
     /// Its ANA group.
     #[serde(default)]
     pub ana_group: u32,
+    /// Its NGUID (hex, as nvme-cli prints it).
+    #[serde(default)]
+    pub nguid: String,
+    /// Its UUID.
+    #[serde(default)]
+    pub uuid: String,
+    /// Its EUI-64 (absent: none).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub eui64: Option<String>,
     /// The hosts that see it (absent: every host of the subsystem).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub hosts: Option<Vec<String>>,
@@ -407,6 +419,10 @@ impl Status {
                     model: s.model.clone(),
                     allow_any_host: access.allow_any_host,
                     hosts: access.hosts.clone(),
+                    listeners: access
+                        .listeners
+                        .as_ref()
+                        .map(|l| l.iter().map(|n| n.to_string()).collect()),
                     namespaces: s
                         .namespaces()
                         .iter()
@@ -420,6 +436,14 @@ impl Status {
                                 block_size: n.block_size,
                                 readonly: n.readonly,
                                 ana_group: n.ana_group,
+                                nguid: crate::model::identity::hex_or_none(&n.nguid),
+                                uuid: if n.uuid == [0; 16] {
+                                    "none".into()
+                                } else {
+                                    crate::model::identity::uuid_text(&n.uuid)
+                                },
+                                eui64: (n.eui64 != [0; 8])
+                                    .then(|| crate::model::identity::hex(&n.eui64)),
                                 hosts: n.hosts().map(|h| h.to_vec()),
                                 qos: n.qos().and_then(|q| q.all.as_ref().map(|l| l.caps())),
                                 host_qos: n
@@ -549,6 +573,15 @@ impl Status {
                 s.serial.trim(),
                 s.model.trim()
             );
+            match &s.listeners {
+                None => {}
+                Some(l) if l.is_empty() => {
+                    let _ = writeln!(o, "  on no listener (no host reaches it)");
+                }
+                Some(l) => {
+                    let _ = writeln!(o, "  on listeners {}", l.join(", "));
+                }
+            }
             if s.namespaces.is_empty() {
                 let _ = writeln!(o, "  no namespaces");
             }
@@ -567,6 +600,16 @@ impl Status {
                         "read-write"
                     },
                     n.ana_group
+                );
+                let _ = writeln!(
+                    o,
+                    "    nguid {}  uuid {}{}",
+                    n.nguid,
+                    n.uuid,
+                    n.eui64
+                        .as_deref()
+                        .map(|e| format!("  eui64 {e}"))
+                        .unwrap_or_default()
                 );
                 match n.hosts.as_deref() {
                     None => {}

@@ -56,7 +56,7 @@ mod tests;
 use json::Cx;
 use ports::{check_discovery, complete_ana, merge_listeners, parse_hosts, parse_ports};
 use render::render;
-use subsystems::{check_links, parse_subsystems};
+use subsystems::{link_listeners, parse_subsystems};
 
 /// Where `nvmetcli save` writes the configuration by default.
 pub const NVMETCLI_DEFAULT_FILE: &str = "/etc/nvmet/config.json";
@@ -123,8 +123,8 @@ pub fn import(json: &str, source_name: &str) -> Result<Import, ImportError> {
     let hosts = parse_hosts(&cx, root, &mut notes)?;
     let ports = parse_ports(&cx, root, &mut notes)?;
     let mut listeners = merge_listeners(&ports, &mut notes);
-    let subsystems = parse_subsystems(&cx, root, &mut notes)?;
-    check_links(&ports, &subsystems, &mut notes);
+    let mut subsystems = parse_subsystems(&cx, root, &mut notes)?;
+    link_listeners(&ports, &listeners, &mut subsystems, &mut notes);
     complete_ana(&mut listeners, &subsystems, &mut notes);
     let toml = render(source_name, &listeners, &subsystems, &hosts, &notes);
     Ok(Import { toml, notes })

@@ -3,6 +3,7 @@
 use std::collections::BTreeMap;
 use std::net::{IpAddr, SocketAddr};
 
+use crate::model::port::Secure;
 use nvme::ana::{AnaState, MAX_GROUPS};
 
 use super::json::{at, safe, Cx, Obj};
@@ -112,8 +113,12 @@ pub(super) struct Port {
     /// `port 1` (or `ports[0]` without a portid).
     pub(super) label: String,
     pub(super) trtype: String,
-    /// Where an rdma port listens; `None` for ports that are skipped.
+    /// Where the port listens; `None` for ports that are skipped.
     pub(super) endpoint: Option<SocketAddr>,
+    /// NVMe/TCP (else RDMA).
+    pub(super) tcp: bool,
+    /// TLS (NVMe/TCP with `tsas` tls1.3).
+    pub(super) secure: Secure,
     /// NQNs of the linked subsystems.
     pub(super) subsystems: Vec<String>,
     /// The ANA groups it has, and their states.
@@ -139,6 +144,7 @@ pub(super) fn parse_ports(
         let traddr = cx.opt_text(addr, &apath, "traddr")?.unwrap_or_default();
         let trsvcid = cx.opt_text(addr, &apath, "trsvcid")?.unwrap_or_default();
         let treq = cx.opt_text(addr, &apath, "treq")?;
+        let tsas = cx.opt_text(addr, &apath, "tsas")?;
         let subsystems: Vec<String> = cx
             .strings(o, &path, "subsystems")?
             .into_iter()
@@ -149,15 +155,17 @@ pub(super) fn parse_ports(
         let param = cx.opt_object(o, &path, "param")?;
         let mut port = Port {
             label,
+            tcp: trtype == "tcp",
+            secure: Secure::None,
             trtype,
             endpoint: None,
             subsystems,
             ana: BTreeMap::new(),
         };
         let l = &port.label;
-        if port.trtype != "rdma" {
+        if !matches!(port.trtype.as_str(), "rdma" | "tcp") {
             notes.push(format!(
-                "{l}: transport '{}' is not supported (nvmf-target serves rdma only); \
+                "{l}: transport '{}' is not supported (nvmf-target serves rdma and tcp); \
                  the port is skipped",
                 safe(&port.trtype)
             ));
@@ -166,7 +174,8 @@ pub(super) fn parse_ports(
         }
         if traddr.is_empty() {
             notes.push(format!(
-                "{l}: rdma port without an address (traddr); skipped"
+                "{l}: {} port without an address (traddr); skipped",
+                port.trtype
             ));
             out.push(port);
             continue;
@@ -198,7 +207,16 @@ pub(super) fn parse_ports(
                 }
             }
         };
-        if treq.as_deref() == Some("required") {
+        // nvmet speaks TLS on a TCP port whose tsas is tls1.3: only TLS when
+        // treq says required, TLS or plain otherwise.
+        let tls = port.tcp && tsas.as_deref() == Some("tls1.3");
+        if tls {
+            port.secure = if treq.as_deref() == Some("required") {
+                Secure::Required
+            } else {
+                Secure::Optional
+            };
+        } else if treq.as_deref() == Some("required") {
             notes.push(format!(
                 "{l}: treq 'required' (secure channel) is not supported; the listener \
                  accepts hosts without it"
@@ -278,6 +296,10 @@ pub(super) fn parse_ports(
 /// A `[[listener]]`.
 pub(super) struct Listener {
     pub(super) addr: SocketAddr,
+    /// NVMe/TCP (else RDMA).
+    pub(super) tcp: bool,
+    /// TLS.
+    pub(super) secure: Secure,
     /// Labels of the nvmet ports it comes from.
     pub(super) from: Vec<String>,
     /// The ANA states of its groups (of the first port it comes from).
@@ -288,11 +310,17 @@ pub(super) fn merge_listeners(ports: &[Port], notes: &mut Vec<String>) -> Vec<Li
     let mut out: Vec<Listener> = Vec::new();
     for p in ports {
         let Some(addr) = p.endpoint else { continue };
-        if let Some(l) = out.iter_mut().find(|l| l.addr == addr) {
+        if let Some(l) = out.iter_mut().find(|l| l.addr == addr && l.tcp == p.tcp) {
             notes.push(format!(
                 "{}: {addr} is also the address of {}; one listener is emitted",
                 p.label, l.from[0]
             ));
+            if p.secure != l.secure {
+                notes.push(format!(
+                    "{}: its TLS setting differs from that of {}; the listener has {}'s",
+                    p.label, l.from[0], l.from[0]
+                ));
+            }
             if p.ana != l.ana {
                 notes.push(format!(
                     "{}: its ANA states differ from those of {}; the listener has {}'s",
@@ -303,6 +331,8 @@ pub(super) fn merge_listeners(ports: &[Port], notes: &mut Vec<String>) -> Vec<Li
         } else {
             out.push(Listener {
                 addr,
+                tcp: p.tcp,
+                secure: p.secure,
                 from: vec![p.label.clone()],
                 ana: p.ana.clone(),
             });
@@ -343,7 +373,10 @@ pub(super) fn complete_ana(
         notes.push(format!(
             "listener {}: nvmet {} has no ANA group {}, so nvmet reports it inaccessible \
              there; the listener says so",
-            l.addr,
+            crate::model::port::PortName {
+                tcp: Some(l.tcp),
+                addr: l.addr
+            },
             l.from.join(", "),
             ids.join(", ")
         ));

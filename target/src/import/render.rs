@@ -76,7 +76,7 @@ pub(super) fn render(
     }
     if listeners.is_empty() {
         t.push_str(
-            "\n# No usable rdma port was found; add the address of an RDMA device, e.g.\n\
+            "\n# No usable port was found; add the address of an RDMA device, e.g.\n\
              # [[listener]]\n# transport = \"rdma\"\n# address = \"192.0.2.1\"\n# port = 4420\n",
         );
     }
@@ -84,11 +84,15 @@ pub(super) fn render(
         let ports = format!("nvmet {}", l.from.join(", "));
         let _ = write!(
             t,
-            "\n# {}\n[[listener]]\ntransport = \"rdma\"\naddress = {}\nport = {}\n",
+            "\n# {}\n[[listener]]\ntransport = \"{}\"\naddress = {}\nport = {}\n",
             safe(&ports),
+            if l.tcp { "tcp" } else { "rdma" },
             toml_str(&l.addr.ip().to_string()),
             l.addr.port()
         );
+        if l.secure != crate::model::port::Secure::None {
+            let _ = writeln!(t, "secure = \"{}\"", l.secure.name());
+        }
         let states: Vec<String> = l
             .ana
             .iter()
@@ -121,6 +125,10 @@ pub(super) fn render(
                 }
             }
         }
+        if let Some(ls) = &s.listeners {
+            let v: Vec<String> = ls.iter().map(|l| toml_str(l)).collect();
+            let _ = writeln!(t, "listeners = [{}]", v.join(", "));
+        }
         if let Some(sn) = &s.serial {
             let _ = writeln!(t, "serial = {}", toml_str(sn));
         }
@@ -136,6 +144,11 @@ pub(super) fn render(
                     n.nsid,
                     path.unwrap_or_default()
                 );
+                for (k, v) in [("nguid", &n.nguid), ("uuid", &n.uuid)] {
+                    if let Some(v) = v {
+                        let _ = writeln!(t, "{k} = {}", toml_str(v));
+                    }
+                }
                 if n.ana_group != 1 {
                     let _ = writeln!(t, "ana_group = {}", n.ana_group);
                 }

@@ -1,10 +1,11 @@
 //! The subsystems section (namespaces, attributes) and the port links.
 
-use std::collections::{BTreeSet, HashSet};
+use std::collections::HashSet;
 
 use super::json::{at, safe, Cx, Obj};
-use super::ports::Port;
+use super::ports::{Listener, Port};
 use super::ImportError;
+use crate::model::port::PortName;
 
 /// A namespace of a subsystem.
 pub(super) struct Namespace {
@@ -13,6 +14,10 @@ pub(super) struct Namespace {
     pub(super) enabled: bool,
     /// Its ANA group (1 unless nvmet says).
     pub(super) ana_group: u32,
+    /// nvmet's `device_nguid` and `device_uuid` (hosts identify the
+    /// namespace by them), as nvmet prints them.
+    pub(super) nguid: Option<String>,
+    pub(super) uuid: Option<String>,
 }
 
 /// A `[[subsystem]]`.
@@ -23,6 +28,9 @@ pub(super) struct Subsystem {
     pub(super) serial: Option<String>,
     pub(super) model: Option<String>,
     pub(super) namespaces: Vec<Namespace>,
+    /// The listeners it is on (`None`: every listener, as nvmet's ports
+    /// that link it are all of them).
+    pub(super) listeners: Option<Vec<String>>,
 }
 
 /// Subsystem attributes nvmf-target does not configure, with the kernel's
@@ -136,6 +144,7 @@ pub(super) fn parse_subsystems(
             serial,
             model,
             namespaces,
+            listeners: None,
         });
     }
     Ok(out)
@@ -183,6 +192,8 @@ fn parse_namespace(
             path: dev_path.filter(|p| !p.is_empty()),
             enabled: false,
             ana_group: 1,
+            nguid: None,
+            uuid: None,
         });
     }
     let dev_path = match dev_path {
@@ -201,21 +212,27 @@ fn parse_namespace(
         }
     };
     let mut dropped = Vec::new();
-    let mut ids = false;
+    let (mut nguid, mut uuid) = (None, None);
     if let Some(d) = device {
         for (k, v) in d {
             if k == "path" || v.is_null() {
                 continue;
             }
             let v = cx.text_of(v, &at(&dpath, k))?;
-            let unset = v.is_empty()
-                || v == "0"
-                || (k == "nguid" && v.chars().all(|c| c == '0' || c == '-'));
-            if unset {
+            // nvmet's NGUID is zero unless set, and then hosts see none:
+            // kept so (`nguid = "none"`).
+            if k == "nguid" && v.chars().all(|c| c == '0' || c == '-') {
+                nguid = Some("none".into());
                 continue;
             }
-            if matches!(k.as_str(), "nguid" | "uuid") {
-                ids = true;
+            if v.is_empty() || v == "0" {
+                continue;
+            }
+            if matches!(k.as_str(), "nguid" | "uuid")
+                && crate::model::identity::parse_hex::<16>(&v).is_ok()
+            {
+                *(if k == "nguid" { &mut nguid } else { &mut uuid }) = Some(v);
+                continue;
             }
             dropped.push(format!("device.{k} {}", safe(&v)));
         }
@@ -253,42 +270,36 @@ fn parse_namespace(
         }
     }
     if !dropped.is_empty() {
-        let mut note = format!("{l}: not carried over: {}", dropped.join(", "));
-        if ids {
-            note.push_str(
-                " (nvmf-target derives its own NGUID and UUID: hosts that identify the \
-                 namespace by them, e.g. multipath or /dev/disk/by-id, will see new ones)",
-            );
-        }
-        notes.push(note);
+        notes.push(format!("{l}: not carried over: {}", dropped.join(", ")));
     }
     Ok(Namespace {
         nsid,
         path: Some(dev_path),
         enabled: true,
         ana_group,
+        nguid,
+        uuid,
     })
 }
 
-pub(super) fn check_links(ports: &[Port], subsystems: &[Subsystem], notes: &mut Vec<String>) {
-    let rdma: Vec<&Port> = ports.iter().filter(|p| p.endpoint.is_some()).collect();
-    if rdma.is_empty() {
+/// Puts each subsystem on the listeners of the nvmet ports that link it
+/// (nvmet serves a subsystem only at those), and notes what nvmet links that
+/// is not carried over.
+pub(super) fn link_listeners(
+    ports: &[Port],
+    listeners: &[Listener],
+    subsystems: &mut [Subsystem],
+    notes: &mut Vec<String>,
+) {
+    if listeners.is_empty() {
         notes.push(
-            "no usable rdma port in the nvmet configuration: add a [[listener]] \
+            "no usable port in the nvmet configuration: add a [[listener]] \
              (a commented example is included)"
                 .into(),
         );
-        return;
     }
     let defined: HashSet<&str> = subsystems.iter().map(|s| s.nqn.as_str()).collect();
-    for p in &rdma {
-        if p.subsystems.is_empty() {
-            notes.push(format!(
-                "{}: links no subsystem; it is still imported as a listener, and nvmf-target \
-                 exports every subsystem on it",
-                p.label
-            ));
-        }
+    for p in ports.iter().filter(|p| p.endpoint.is_some()) {
         for s in &p.subsystems {
             if !defined.contains(s.as_str()) {
                 notes.push(format!(
@@ -299,46 +310,45 @@ pub(super) fn check_links(ports: &[Port], subsystems: &[Subsystem], notes: &mut 
             }
         }
     }
-    let sets: Vec<(&str, BTreeSet<&str>)> = rdma
-        .iter()
-        .filter(|p| !p.subsystems.is_empty())
-        .map(|p| {
-            let set = p.subsystems.iter().map(String::as_str).collect();
-            (p.label.as_str(), set)
-        })
-        .collect();
-    if sets.iter().any(|(_, s)| *s != sets[0].1) {
-        let list: Vec<String> = sets
+    let name = |l: &Listener| {
+        PortName {
+            tcp: Some(l.tcp),
+            addr: l.addr,
+        }
+        .to_string()
+    };
+    for s in subsystems.iter_mut() {
+        let on: Vec<&Listener> = listeners
             .iter()
-            .map(|(l, s)| {
-                let names: Vec<String> = s.iter().map(|n| safe(n)).collect();
-                format!("{l}: {}", names.join(", "))
+            .filter(|l| {
+                ports.iter().any(|p| {
+                    p.endpoint == Some(l.addr) && p.tcp == l.tcp && p.subsystems.contains(&s.nqn)
+                })
             })
             .collect();
-        notes.push(format!(
-            "the rdma ports link different subsystems ({}); nvmf-target exports every \
-             subsystem on every listener",
-            list.join("; ")
-        ));
-    }
-    for s in subsystems {
-        if rdma.iter().any(|p| p.subsystems.contains(&s.nqn)) {
+        if !listeners.is_empty() && on.len() == listeners.len() {
             continue;
         }
-        let others: Vec<String> = ports
-            .iter()
-            .filter(|p| p.endpoint.is_none() && p.subsystems.contains(&s.nqn))
-            .map(|p| format!("{} ({})", p.label, safe(&p.trtype)))
-            .collect();
-        let linked = if others.is_empty() {
-            "is not linked to any port".to_string()
-        } else {
-            format!("is linked only to {}", others.join(", "))
-        };
-        notes.push(format!(
-            "subsystem '{}' {linked} in nvmet; it is imported and will be exported on every \
-             listener",
-            safe(&s.nqn)
-        ));
+        s.listeners = Some(on.iter().map(|l| name(l)).collect());
+        if on.is_empty() {
+            let others: Vec<String> = ports
+                .iter()
+                .filter(|p| p.endpoint.is_none() && p.subsystems.contains(&s.nqn))
+                .map(|p| format!("{} ({})", p.label, safe(&p.trtype)))
+                .collect();
+            let linked = if others.is_empty() {
+                "is not linked to any port".to_string()
+            } else {
+                format!(
+                    "is linked only to {}, which is not imported",
+                    others.join(", ")
+                )
+            };
+            notes.push(format!(
+                "subsystem '{}' {linked} in nvmet; it is imported on no listener \
+                 (listeners = []) until one is added",
+                safe(&s.nqn)
+            ));
+        }
     }
 }

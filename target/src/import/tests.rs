@@ -109,10 +109,10 @@ const SAMPLE: &str = r#"{
       "addr": {
         "adrfam": "ipv4",
         "traddr": "10.0.2.15",
-        "treq": "not specified",
+        "treq": "required",
         "trsvcid": "4420",
         "trtype": "tcp",
-        "tsas": "none"
+        "tsas": "tls1.3"
       },
       "ana_groups": [
         {
@@ -287,6 +287,10 @@ fn has_note(imp: &Import, parts: &[&str]) -> bool {
         .any(|n| parts.iter().all(|p| n.contains(p)))
 }
 
+fn c_of(imp: &Import) -> TargetConfig {
+    TargetConfig::from_toml(&imp.toml, "import").unwrap()
+}
+
 fn assert_note(imp: &Import, parts: &[&str]) {
     assert!(
         has_note(imp, parts),
@@ -323,8 +327,21 @@ fn realistic_sample_converts_and_validates() {
     let first_section = t.find("[[listener]]").unwrap();
     assert!(t.rfind("# NOTE:").unwrap() < first_section);
 
-    // Listeners: the two rdma ports, not the tcp one.
-    assert_eq!(t.matches("[[listener]]").count(), 2, "{t}");
+    // Listeners: the two rdma ports and the TLS one.
+    assert_eq!(t.matches("[[listener]]").count(), 3, "{t}");
+    assert!(
+        t.contains("# nvmet port 3\n[[listener]]\ntransport = \"tcp\"\naddress = \"10.0.2.15\"\nport = 4420\nsecure = \"required\"\n"),
+        "{t}"
+    );
+    // Each subsystem on the listeners of the ports that link it.
+    assert!(t.contains(&format!(
+        "nqn = \"{OPEN}\"\nallow_any_host = true\nlisteners = [\"rdma:10.0.2.15:4420\", \"rdma:[fd00:0:0:2::15]:4420\"]\n"
+    )), "{t}");
+    assert!(
+        t.contains("]\nlisteners = [\"rdma:10.0.2.15:4420\"]\n"),
+        "{t}"
+    );
+    assert!(t.contains("listeners = [\"tcp:10.0.2.15:4420\"]\n"), "{t}");
     assert!(t.contains(
             "# nvmet port 1\n[[listener]]\ntransport = \"rdma\"\naddress = \"10.0.2.15\"\nport = 4420\n"
         ));
@@ -332,7 +349,7 @@ fn realistic_sample_converts_and_validates() {
 
     // Subsystems.
     assert!(t.contains(&format!(
-            "[[subsystem]]\nnqn = \"{OPEN}\"\nallow_any_host = true\nserial = \"a1b2c3d4e5f60718\"\nmodel = \"Linux\"\n"
+            "[[subsystem]]\nnqn = \"{OPEN}\"\nallow_any_host = true\nlisteners = [\"rdma:10.0.2.15:4420\", \"rdma:[fd00:0:0:2::15]:4420\"]\nserial = \"a1b2c3d4e5f60718\"\nmodel = \"Linux\"\n"
         )));
     assert!(t.contains(&format!(
             "[[subsystem]]\nnqn = \"{RESTRICTED}\"\nallow_any_host = false\nhosts = [\n    \"{H1}\",\n    \"{H2}\",\n]\n"
@@ -355,48 +372,68 @@ fn realistic_sample_converts_and_validates() {
     );
     assert_eq!(t.matches("ana_group = 2\n").count(), 1, "{t}");
     assert!(!t.contains("ana_group = 1"), "{t}");
-    for word in ["uuid =", "nguid", "tcp\"", "firmware", "version ="] {
+    // nvmet's identifiers are carried over (a zero NGUID is none).
+    assert!(
+        t.contains("uuid = \"1f0ee7a2-5b35-4a8e-9e36-0c1b1c1d9a01\"\n"),
+        "{t}"
+    );
+    assert!(
+        t.contains("nguid = \"2c7f1e4a-09b3-4d56-8e1f-3a5b7c9d0e14\"\n"),
+        "{t}"
+    );
+    assert!(
+        t.contains("uuid = \"5d3e2f10-7c1b-4f3a-8d2e-6b9a0c4e1f03\"\n"),
+        "{t}"
+    );
+    assert!(!t.contains("nguid = \"0000"), "{t}");
+    let open = &c_of(&imp).subsystems;
+    let n = &open.iter().find(|s| s.nqn == OPEN).unwrap().namespaces[0];
+    assert_eq!(n.ids.nguid, Some([0; 16]));
+    let c = TargetConfig::from_toml(&imp.toml, "import").unwrap();
+    let n = &c
+        .subsystems
+        .iter()
+        .find(|s| s.nqn == RESTRICTED)
+        .unwrap()
+        .namespaces[0];
+    assert_eq!(
+        n.ids
+            .nguid
+            .map(|v| crate::model::identity::hex(&v))
+            .as_deref(),
+        Some("2c7f1e4a09b34d568e1f3a5b7c9d0e14")
+    );
+    for word in ["firmware", "version ="] {
         let body = &t[first_section..];
         assert!(!body.contains(word), "'{word}' in\n{body}");
     }
 
     // Notes.
-    assert_note(&imp, &["port 3", "transport 'tcp'", "skipped"]);
     assert_note(
         &imp,
         &[
-            "listener [fd00:0:0:2::15]:4420",
+            "listener rdma:[fd00:0:0:2::15]:4420",
             "port 2",
             "no ANA group 2",
             "inaccessible",
         ],
     );
     assert!(!imp.notes.iter().any(|n| n.contains("ANA groups are not")));
-    assert_note(
-        &imp,
-        &[
-            "different subsystems",
-            "port 1:",
-            "port 2:",
-            "every listener",
-        ],
-    );
-    assert_note(&imp, &[STAGING, "linked only to port 3 (tcp)"]);
+    assert!(!imp
+        .notes
+        .iter()
+        .any(|n| n.contains("every listener") || n.contains("skipped")));
     assert_note(
         &imp,
         &[STAGING, "namespace 5", "/srv/nvmet/old.img", "disabled"],
     );
-    assert_note(
-        &imp,
-        &[
-            RESTRICTED,
-            "namespace 1",
-            "device.nguid 2c7f1e4a-09b3-4d56-8e1f-3a5b7c9d0e14",
-            "device.uuid 5d3e2f10-7c1b-4f3a-8d2e-6b9a0c4e1f03",
-            "new ones",
-        ],
+    assert!(
+        !imp.notes.iter().any(|n| n.contains("device.")),
+        "{:?}",
+        imp.notes
     );
-    assert_note(&imp, &[OPEN, "namespace 1", "device.uuid 1f0ee7a2"]);
+    // nvmet's zero NGUID: hosts saw none, and see none.
+    assert_eq!(t.matches("nguid = \"none\"\n").count(), 3, "{t}");
     // A zero NGUID is "unset", default attributes, the firmware revision,
     // the standard discovery NQN and default port params are not noted.
     assert!(!imp.notes.iter().any(|n| n.contains("nguid 0000")));
@@ -414,12 +451,27 @@ fn realistic_sample_converts_and_validates() {
             imp.notes
         );
     }
-    assert_eq!(imp.notes.len(), 9, "{:#?}", imp.notes);
+    assert_eq!(imp.notes.len(), 3, "{:#?}", imp.notes);
+    assert_note(
+        &imp,
+        &["listener tcp:10.0.2.15:4420", "port 3", "no ANA group 2"],
+    );
 
     // And our target accepts it.
     let c = TargetConfig::from_toml(t, "import").unwrap();
-    let addrs: Vec<String> = c.listeners.iter().map(|l| l.addr.to_string()).collect();
-    assert_eq!(addrs, ["10.0.2.15:4420", "[fd00:0:0:2::15]:4420"]);
+    let addrs: Vec<String> = c
+        .listeners
+        .iter()
+        .map(|l| format!("{}:{}:{}", l.transport.name(), l.addr, l.secure.name()))
+        .collect();
+    assert_eq!(
+        addrs,
+        [
+            "rdma:10.0.2.15:4420:none",
+            "rdma:[fd00:0:0:2::15]:4420:none",
+            "tcp:10.0.2.15:4420:required"
+        ]
+    );
     let nqns: Vec<&str> = c.subsystems.iter().map(|s| s.nqn.as_str()).collect();
     assert_eq!(nqns, [OPEN, RESTRICTED, STAGING]);
     let open = &c.subsystems[0];
@@ -663,7 +715,6 @@ fn ports_duplicates_empty_and_unusable() {
         &["port 2", "192.0.2.1:4420", "port 1", "one listener"],
     );
     assert_note(&imp, &["port 3", "no trsvcid", "4420"]);
-    assert_note(&imp, &["port 3", "links no subsystem", "still imported"]);
     assert_note(&imp, &["port 4", "not an IPv4 or IPv6 address", "skipped"]);
     assert_note(&imp, &["port 5", "'70000'", "skipped"]);
     assert_note(&imp, &["port 6", "'loop'", "skipped"]);
@@ -672,8 +723,14 @@ fn ports_duplicates_empty_and_unusable() {
         &imp,
         &["port 8", "nqn.2026-01.io.example:gone", "not defined"],
     );
-    assert_note(&imp, &["different subsystems"]);
     let c = TargetConfig::from_toml(&imp.toml, "import").unwrap();
+    // Port 3 links no subsystem, port 8 only one that is not defined: the
+    // subsystem is on the listener of ports 1 and 2 only.
+    assert_eq!(
+        c.subsystems[0].listeners.as_ref().unwrap()[0].to_string(),
+        "rdma:192.0.2.1:4420"
+    );
+    assert_eq!(c.subsystems[0].listeners.as_ref().unwrap().len(), 1);
     let addrs: Vec<String> = c.listeners.iter().map(|l| l.addr.to_string()).collect();
     assert_eq!(
         addrs,
@@ -786,7 +843,7 @@ fn minimal_and_loosely_typed_input_is_accepted() {
 #[test]
 fn empty_configuration_is_converted_and_left_to_validation() {
     let imp = import("{}", "e.json").unwrap();
-    assert_note(&imp, &["no usable rdma port"]);
+    assert_note(&imp, &["no usable port"]);
     assert_note(&imp, &["defines no subsystem"]);
     assert!(imp.toml.contains("# [[listener]]\n# transport = \"rdma\""));
     assert!(!imp.toml.contains("\n[[listener]]"));
@@ -795,11 +852,11 @@ fn empty_configuration_is_converted_and_left_to_validation() {
     let fields: Vec<String> = c.warnings().into_iter().map(|w| w.field).collect();
     assert_eq!(fields, ["listener", "subsystem"]);
 
-    // Subsystems but no rdma port: one note, not one per subsystem.
-    let imp = import(LEGACY.replace("\"rdma\"", "\"tcp\"").as_str(), "t.json").unwrap();
-    assert_note(&imp, &["transport 'tcp'"]);
-    assert_note(&imp, &["no usable rdma port"]);
-    assert!(!has_note(&imp, &["linked only"]));
+    // Subsystems but no usable port: the subsystem is on no listener.
+    let imp = import(LEGACY.replace("\"rdma\"", "\"loop\"").as_str(), "t.json").unwrap();
+    assert_note(&imp, &["transport 'loop'"]);
+    assert_note(&imp, &["no usable port"]);
+    assert_note(&imp, &["is linked only to port 2 (loop)", "listeners = []"]);
 }
 
 #[test]

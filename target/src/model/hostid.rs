@@ -157,7 +157,7 @@ mod tests {
             hostnqn: host.into(),
         }
         .encode();
-        fabrics::connect(t, 0, 31, None, None, &c, &d).map(|x| x.0)
+        fabrics::connect(t, 0, 31, None, None, None, &c, &d).map(|x| x.0)
     }
 
     fn refused_as(e: ConnectError, reason: &str) {

@@ -6,6 +6,7 @@ pub mod auth;
 pub mod controller;
 pub mod discovery;
 pub mod hostid;
+pub mod identity;
 pub mod namespace;
 pub mod ns_cache;
 pub mod port;

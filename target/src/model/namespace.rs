@@ -30,8 +30,10 @@ pub struct Namespace {
     pub ana_group: u32,
     /// NGUID.
     pub nguid: [u8; 16],
-    /// UUID (RFC 4122 version 4 layout, derived deterministically).
+    /// UUID (RFC 4122 version 4 layout when derived).
     pub uuid: [u8; 16],
+    /// EUI-64 (zero: none).
+    pub eui64: [u8; 8],
     /// What backs it.
     pub backend: Backend,
     /// Its metrics series.
@@ -89,11 +91,7 @@ impl Namespace {
         block_size: u32,
         readonly: bool,
     ) -> Namespace {
-        let key = format!("{subnqn}/{nsid}/{}", backend.identity());
-        let nguid = id128(&key);
-        let mut uuid = id128(&format!("uuid:{key}"));
-        uuid[6] = (uuid[6] & 0x0F) | 0x40;
-        uuid[8] = (uuid[8] & 0x3F) | 0x80;
+        let ids = crate::model::identity::Ids::derived(subnqn, nsid, &backend.identity());
         Namespace {
             nsid,
             block_size,
@@ -101,8 +99,9 @@ impl Namespace {
             blocks: AtomicU64::new(size_bytes / block_size as u64),
             readonly,
             ana_group: 1,
-            nguid,
-            uuid,
+            nguid: ids.nguid,
+            uuid: ids.uuid,
+            eui64: ids.eui64,
             backend,
             metrics: NsMetrics::new(subnqn, nsid),
             writeback_lost: std::sync::atomic::AtomicBool::new(false),
@@ -113,6 +112,16 @@ impl Namespace {
             hosts: arc_swap::ArcSwapOption::empty(),
             qos: Default::default(),
             qos_on: Default::default(),
+        }
+    }
+
+    /// What names its state on disk (its reservations): its NGUID, or its
+    /// UUID when it has none.
+    pub fn store_id(&self) -> [u8; 16] {
+        if self.nguid != [0; 16] {
+            self.nguid
+        } else {
+            self.uuid
         }
     }
 
@@ -219,6 +228,7 @@ impl Namespace {
                 }
             },
             nguid: self.nguid,
+            eui64: self.eui64,
             lbads: self.block_shift as u8,
             ..Default::default()
         }
@@ -226,20 +236,24 @@ impl Namespace {
 
     /// Namespace identification descriptors.
     pub fn descriptors(&self) -> Vec<NsDescriptor> {
-        vec![
-            NsDescriptor {
-                nidt: nidt::NGUID,
-                nid: self.nguid.to_vec(),
-            },
-            NsDescriptor {
-                nidt: nidt::UUID,
-                nid: self.uuid.to_vec(),
-            },
-            NsDescriptor {
-                nidt: nidt::CSI,
-                nid: vec![0],
-            },
+        let id = |nidt: u8, v: &[u8]| {
+            v.iter().any(|&b| b != 0).then(|| NsDescriptor {
+                nidt,
+                nid: v.to_vec(),
+            })
+        };
+        [
+            id(nidt::EUI64, &self.eui64),
+            id(nidt::NGUID, &self.nguid),
+            id(nidt::UUID, &self.uuid),
         ]
+        .into_iter()
+        .flatten()
+        .chain([NsDescriptor {
+            nidt: nidt::CSI,
+            nid: vec![0],
+        }])
+        .collect()
     }
 }
 
@@ -270,6 +284,22 @@ impl Namespace {
     pub fn open(subnqn: &str, cfg: &NamespaceConfig) -> Result<Namespace, BackendError> {
         let (backend, size, bs) = crate::backend::open(cfg)?;
         let mut ns = Namespace::new(subnqn, cfg.nsid, backend, size, bs, cfg.readonly);
+        let (ids, basis) = crate::model::identity::assign(
+            cfg.state_dir.as_deref(),
+            subnqn,
+            cfg.nsid,
+            &cfg.ids,
+            &ns.backend.identity(),
+            &ns.backend.path_identity(),
+        )
+        .map_err(|e| BackendError::Invalid {
+            path: ns.backend.describe(),
+            reason: format!("identifiers: {e}"),
+        })?;
+        if basis == crate::model::identity::Basis::Legacy {
+            tracing::info!(subsys = %subnqn, nsid = cfg.nsid, "identifiers kept from the path as the version before derived them");
+        }
+        (ns.nguid, ns.uuid, ns.eui64) = (ids.nguid, ids.uuid, ids.eui64);
         ns.ana_group = cfg.ana_group;
         ns.set_hosts(cfg.hosts.clone());
         ns.set_qos(subnqn, cfg.qos, &cfg.host_qos);
@@ -292,7 +322,7 @@ impl Namespace {
         let store = match (&cfg.state_dir, ns.backend.rbd()) {
             _ if !cfg.reservations => None,
             (Some(dir), None) => Some(Store::File(
-                FileStore::open(dir, &ns.nguid).map_err(|e| invalid(&ns, e.to_string()))?,
+                FileStore::open(dir, &ns.store_id()).map_err(|e| invalid(&ns, e.to_string()))?,
             )),
             (_, Some(img)) => Some(Store::Cluster(Arc::new(
                 img.reservation_store()
@@ -326,6 +356,7 @@ mod tests {
             hosts: None,
             qos: Default::default(),
             host_qos: vec![],
+            ids: Default::default(),
         };
         let ns = Namespace::open("nqn.t", &cfg).unwrap();
         assert_eq!(ns.blocks(), 256);

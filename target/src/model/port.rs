@@ -66,6 +66,58 @@ impl From<SocketAddr> for Port {
     }
 }
 
+/// A listener as the configuration, the commands and status name it:
+/// `[rdma:|tcp:]ADDRESS:PORT` (IPv6 in brackets); without a transport, the
+/// listeners of every transport at that address.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct PortName {
+    /// NVMe/TCP (`Some(true)`), RDMA (`Some(false)`) or either.
+    pub tcp: Option<bool>,
+    /// The address and port the listener is bound to.
+    pub addr: SocketAddr,
+}
+
+impl PortName {
+    /// Parses `[rdma:|tcp:]ADDRESS:PORT`.
+    pub fn parse(text: &str) -> Result<PortName, String> {
+        let t = text.trim();
+        let (tcp, rest) = if let Some(r) = t.strip_prefix("tcp:") {
+            (Some(true), r)
+        } else if let Some(r) = t.strip_prefix("rdma:") {
+            (Some(false), r)
+        } else {
+            (None, t)
+        };
+        let addr = rest.parse().map_err(|_| {
+            format!("'{text}' is not [rdma:|tcp:]ADDRESS:PORT (e.g. tcp:192.0.2.10:4420, [fd00::1]:4420)")
+        })?;
+        Ok(PortName { tcp, addr })
+    }
+
+    /// The name of listener `p` (with its transport).
+    pub fn of(p: &Port) -> PortName {
+        PortName {
+            tcp: Some(p.tcp),
+            addr: p.addr,
+        }
+    }
+
+    /// Whether it names listener `p`.
+    pub fn names(&self, p: &Port) -> bool {
+        self.addr == p.addr && self.tcp.is_none_or(|t| t == p.tcp)
+    }
+}
+
+impl std::fmt::Display for PortName {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.tcp {
+            Some(true) => write!(f, "tcp:{}", self.addr),
+            Some(false) => write!(f, "rdma:{}", self.addr),
+            None => write!(f, "{}", self.addr),
+        }
+    }
+}
+
 /// Every slot is taken.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("a target has at most {MAX_PORTS} listeners (the slots of removed ones are taken again once their controllers are gone)")]
@@ -76,6 +128,15 @@ pub struct PortsFull;
 struct Slot {
     port: Port,
     live: bool,
+}
+
+/// The slot among `slots` (`live` or removed ones) of the listener of that
+/// transport bound to `local`, else to the wildcard address on its port.
+fn find(slots: &[Slot], local: SocketAddr, tcp: bool, live: bool) -> Option<usize> {
+    let at = |f: &dyn Fn(&Port) -> bool| slots.iter().position(|x| x.live == live && f(&x.port));
+    at(&|p| p.tcp == tcp && p.addr == local).or_else(|| {
+        at(&|p| p.tcp == tcp && p.addr.port() == local.port() && p.addr.ip().is_unspecified())
+    })
 }
 
 /// The listener slots (index: port id - 1).
@@ -179,6 +240,13 @@ impl Ports {
         }
     }
 
+    /// The live listener a host connects to at `local` (as
+    /// [`Ports::port_of`], without its fallback to slot 0).
+    pub fn listener_at(&self, local: SocketAddr, tcp: bool) -> Option<Port> {
+        let s = self.slots.load();
+        find(&s, local, tcp, true).map(|i| s[i].port)
+    }
+
     /// The slot of the listener a host connected to at `local` over TCP
     /// (`tcp`) or RDMA: the live listener of that transport bound to it,
     /// else one bound to the wildcard address on its port; `None` when
@@ -186,16 +254,9 @@ impl Ports {
     /// connected); slot 0 when none does (a target served in-process).
     pub fn port_of(&self, local: SocketAddr, tcp: bool) -> Option<usize> {
         let s = self.slots.load();
-        let exact = |p: &Port| p.tcp == tcp && p.addr == local;
-        let wild = |p: &Port| {
-            p.tcp == tcp && p.addr.port() == local.port() && p.addr.ip().is_unspecified()
-        };
-        let at = |live: bool, f: &dyn Fn(&Port) -> bool| {
-            s.iter().position(|x| x.live == live && f(&x.port))
-        };
-        match at(true, &exact).or_else(|| at(true, &wild)) {
+        match find(&s, local, tcp, true) {
             Some(i) => Some(i),
-            None if at(false, &exact).or_else(|| at(false, &wild)).is_some() => None,
+            None if find(&s, local, tcp, false).is_some() => None,
             None => Some(0),
         }
     }

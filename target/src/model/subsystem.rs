@@ -59,6 +59,8 @@ pub struct HostAccess {
     pub allow_any_host: bool,
     /// Allowed host NQNs.
     pub hosts: Vec<String>,
+    /// The listeners hosts reach it through (`None`: every listener).
+    pub listeners: Option<Vec<crate::model::port::PortName>>,
 }
 
 impl Subsystem {
@@ -82,6 +84,7 @@ impl Subsystem {
             access: ArcSwap::from_pointee(HostAccess {
                 allow_any_host,
                 hosts,
+                listeners: None,
             }),
             serial,
             model,
@@ -128,6 +131,35 @@ impl Subsystem {
         }
         let a = self.access.load();
         a.allow_any_host || a.hosts.iter().any(|h| h == hostnqn)
+    }
+
+    /// Whether hosts reach it through listener `port` (the discovery
+    /// subsystem is on every listener).
+    pub fn reachable_via(&self, port: &crate::model::port::Port) -> bool {
+        if self.kind == SubsystemKind::Discovery {
+            return true;
+        }
+        match &self.access.load().listeners {
+            None => true,
+            Some(l) => l.iter().any(|n| n.names(port)),
+        }
+    }
+
+    /// Revokes the controllers whose host connected through a listener
+    /// the subsystem is no longer on (as nvmet when a port's link to it
+    /// goes): the hosts of those, once each.
+    pub fn revoke_unreachable(&self, ports: &crate::model::port::Ports) -> Vec<String> {
+        let mut gone = Vec::new();
+        for c in self.controllers() {
+            let Some(p) = c.listener().and_then(|s| ports.get(s)) else {
+                continue;
+            };
+            if !self.reachable_via(&p) && !c.is_revoked() {
+                c.revoke();
+                gone.push(c.hostnqn.clone());
+            }
+        }
+        gone
     }
 
     /// Who may connect.
@@ -700,6 +732,7 @@ mod tests {
         s.set_access(HostAccess {
             allow_any_host: false,
             hosts: vec!["nqn.h1".into()],
+            listeners: None,
         });
         assert_eq!(s.revoke_disallowed(false), vec!["nqn.h2".to_string()]);
         assert!(q0.killed(), "the revoked host's queues are disconnected");

@@ -111,11 +111,14 @@ impl QueueCore {
         let peer = self.addrs.peer;
         let (qid, sq) = (self.qid(), self.params.sq_size - 1);
         let secured = self.addrs.tls.as_deref();
+        let tcp = self.params.sgl.fabric() == "tcp";
+        let via = (self.addrs.local).and_then(|l| env.target.listeners.listener_at(l, tcp));
         match fabrics::connect(
             env.target,
             qid,
             sq,
             peer.map(|p| p.ip()),
+            via,
             secured,
             &cmd,
             &data,
@@ -140,7 +143,6 @@ impl QueueCore {
                 if qid == 0 {
                     if let (Some(h), Some(l)) = (peer, self.addrs.local) {
                         ctrl.set_addrs(h, l);
-                        let tcp = self.params.sgl.fabric() == "tcp";
                         if !env.target.listeners.assign(l, tcp, |p| ctrl.set_port(p)) {
                             // Its listener was removed since the queue
                             // came: the controller goes with it.

@@ -3,9 +3,10 @@
 
 use std::net::{IpAddr, SocketAddr};
 
-use toml_edit::{value, ArrayOfTables, DocumentMut, InlineTable, Item, Table};
+use toml_edit::{value, Array, ArrayOfTables, DocumentMut, InlineTable, Item, Table};
 
-use super::{EditError, ListenerAna, ListenerRef};
+use super::{EditError, ListenerAna, ListenerRef, SubsystemListener};
+use crate::model::port::PortName;
 
 /// The address a `[[listener]]` table says (none if it does not parse).
 fn table_addr(t: &Table) -> Option<SocketAddr> {
@@ -153,5 +154,109 @@ pub(super) fn ana(doc: &mut DocumentMut, a: &ListenerAna) -> Result<String, Edit
             Some(l) => format!("{n} listener(s) of {l}"),
             None => format!("every listener ({n})"),
         }
+    ))
+}
+
+/// Every `[[listener]]` of the file, by name (with its transport).
+fn every(doc: &DocumentMut) -> Vec<PortName> {
+    doc.get("listener")
+        .and_then(|l| l.as_array_of_tables())
+        .map(|all| {
+            all.iter()
+                .filter_map(|t| {
+                    Some(PortName {
+                        tcp: Some(table_transport(t) == "tcp"),
+                        addr: table_addr(t)?,
+                    })
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// Whether name `a` names listener `l` (a name with its transport).
+fn names(a: &PortName, l: &PortName) -> bool {
+    a.addr == l.addr && (a.tcp.is_none() || a.tcp == l.tcp)
+}
+
+/// Puts subsystem `s.subsystem` on the listeners `s.listener` names
+/// (`add`), or takes it off them. A subsystem without `listeners` is on
+/// every listener: taking it off one lists the others.
+pub(super) fn subsystem_listener(
+    doc: &mut DocumentMut,
+    s: &SubsystemListener,
+    add: bool,
+) -> Result<String, EditError> {
+    let name = PortName::parse(&s.listener).map_err(EditError::Invalid)?;
+    let every = every(doc);
+    let named: Vec<PortName> = every.iter().filter(|l| names(&name, l)).copied().collect();
+    if named.is_empty() {
+        return Err(EditError::NoListener(name.to_string()));
+    }
+    let sub = super::subsystem(doc, &s.subsystem)?;
+    let now: Option<Vec<PortName>> = match sub.get("listeners") {
+        None => None,
+        Some(v) => Some(
+            v.as_array()
+                .ok_or_else(|| {
+                    EditError::Unreadable(format!("{}: 'listeners' is not a list", s.subsystem))
+                })?
+                .iter()
+                .map(|x| {
+                    x.as_str()
+                        .and_then(|t| PortName::parse(t).ok())
+                        .ok_or_else(|| {
+                            EditError::Unreadable(format!(
+                                "{}: 'listeners' holds something that is not a listener",
+                                s.subsystem
+                            ))
+                        })
+                })
+                .collect::<Result<_, _>>()?,
+        ),
+    };
+    // The listeners it is on now, each by its full name.
+    let on: Vec<PortName> = match &now {
+        None => every.clone(),
+        Some(v) => every
+            .iter()
+            .filter(|l| v.iter().any(|n| names(n, l)))
+            .copied()
+            .collect(),
+    };
+    let next: Vec<PortName> = if add {
+        if now.is_none() {
+            return Err(EditError::Invalid(format!(
+                "subsystem '{}' is on every listener already (it has no 'listeners'); \
+                 `subsystem listener del` takes it off one",
+                s.subsystem
+            )));
+        }
+        if named.iter().all(|l| on.contains(l)) {
+            return Err(EditError::Invalid(format!(
+                "subsystem '{}' is on {name} already",
+                s.subsystem
+            )));
+        }
+        let mut v = now.clone().unwrap_or_default();
+        v.push(name);
+        v
+    } else {
+        if !named.iter().any(|l| on.contains(l)) {
+            return Err(EditError::Invalid(format!(
+                "subsystem '{}' is not on {name}",
+                s.subsystem
+            )));
+        }
+        on.iter().filter(|l| !named.contains(l)).copied().collect()
+    };
+    sub.insert(
+        "listeners",
+        value(next.iter().map(|n| n.to_string()).collect::<Array>()),
+    );
+    Ok(format!(
+        "subsystem {} {} {name}",
+        s.subsystem,
+        if add { "added to" } else { "taken off" }
     ))
 }

@@ -82,6 +82,15 @@ pub struct NamespaceAdd {
     /// none until one is attached).
     #[serde(default)]
     pub hosts: Option<Vec<String>>,
+    /// Its NGUID (default: derived, then kept).
+    #[serde(default)]
+    pub nguid: Option<String>,
+    /// Its UUID (default: derived, then kept).
+    #[serde(default)]
+    pub uuid: Option<String>,
+    /// Its EUI-64 (default: none).
+    #[serde(default)]
+    pub eui64: Option<String>,
 }
 
 /// A namespace, by subsystem and nsid (`namespace del`).
@@ -232,6 +241,17 @@ pub struct ListenerRef {
     pub secure: Option<String>,
 }
 
+/// A subsystem and a listener (`subsystem listener add|del`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SubsystemListener {
+    /// The subsystem's NQN.
+    pub subsystem: String,
+    /// The listener: `[rdma:|tcp:]ADDRESS:PORT` (without a transport: every
+    /// listener at the address).
+    pub listener: String,
+}
+
 /// A change to the configuration.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Edit {
@@ -263,6 +283,10 @@ pub enum Edit {
     ListenerAdd(ListenerRef),
     /// Remove a listener.
     ListenerDel(ListenerRef),
+    /// Put a subsystem on a listener.
+    SubsystemListenerAdd(SubsystemListener),
+    /// Take a subsystem off a listener.
+    SubsystemListenerDel(SubsystemListener),
 }
 
 /// The edited text and what changed.
@@ -399,6 +423,8 @@ pub fn apply(text: &str, edit: &Edit) -> Result<Edited, EditError> {
         Edit::ListenerAna(a) => (listener::ana(&mut doc, a)?, None),
         Edit::ListenerAdd(l) => (listener::add(&mut doc, l)?, None),
         Edit::ListenerDel(l) => (listener::del(&mut doc, l)?, None),
+        Edit::SubsystemListenerAdd(s) => (listener::subsystem_listener(&mut doc, s, true)?, None),
+        Edit::SubsystemListenerDel(s) => (listener::subsystem_listener(&mut doc, s, false)?, None),
     };
     Ok(Edited {
         text: doc.to_string(),
@@ -548,6 +574,12 @@ fn namespace_add(doc: &mut DocumentMut, a: &NamespaceAdd) -> Result<u32, EditErr
     }
     if let Some(h) = &a.hosts {
         t.insert("hosts", value(h.iter().collect::<Array>()));
+    }
+    // The file's validation checks them (as it would the operator's own).
+    for (k, v) in [("nguid", &a.nguid), ("uuid", &a.uuid), ("eui64", &a.eui64)] {
+        if let Some(v) = v {
+            t.insert(k, value(v));
+        }
     }
     // Entries numbered by position keep their numbers behind a new one.
     pin_nsids(nss);

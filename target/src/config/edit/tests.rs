@@ -625,3 +625,87 @@ fn listeners_added_and_removed_by_transport_and_address() {
         );
     }
 }
+
+#[test]
+fn a_subsystem_taken_off_and_put_back_on_listeners() {
+    let two = FILE.replace(
+        "address = \"10.0.2.15\"   # eth0\n",
+        "address = \"10.0.2.15\"   # eth0\n\n[[listener]]\ntransport = \"tcp\"\naddress = \"10.0.2.15\"\n",
+    );
+    let sl = |l: &str| SubsystemListener {
+        subsystem: "nqn.2026-11.io.example:b".into(),
+        listener: l.into(),
+    };
+    let on = |text: &str| {
+        parsed(text)
+            .subsystems
+            .iter()
+            .find(|s| s.nqn == "nqn.2026-11.io.example:b")
+            .unwrap()
+            .listeners
+            .clone()
+            .map(|v| v.iter().map(|n| n.to_string()).collect::<Vec<_>>())
+    };
+    assert_eq!(on(&two), None, "every listener");
+    // On every listener: putting it on one changes nothing, taking it off
+    // one lists the others by their full names.
+    let e = apply(&two, &Edit::SubsystemListenerAdd(sl("10.0.2.15:4420"))).unwrap_err();
+    assert!(e.to_string().contains("on every listener already"), "{e}");
+    let off = apply(&two, &Edit::SubsystemListenerDel(sl("rdma:10.0.2.15:4420"))).unwrap();
+    assert_eq!(on(&off.text), Some(vec!["tcp:10.0.2.15:4420".into()]));
+    assert!(off.text.contains("# eth0"), "comments stay");
+    let e = apply(
+        &off.text,
+        &Edit::SubsystemListenerDel(sl("rdma:10.0.2.15:4420")),
+    )
+    .unwrap_err();
+    assert!(e.to_string().contains("is not on"), "{e}");
+    let back = apply(
+        &off.text,
+        &Edit::SubsystemListenerAdd(sl("rdma:10.0.2.15:4420")),
+    )
+    .unwrap();
+    assert_eq!(
+        on(&back.text),
+        Some(vec![
+            "tcp:10.0.2.15:4420".into(),
+            "rdma:10.0.2.15:4420".into()
+        ])
+    );
+    let e = apply(
+        &back.text,
+        &Edit::SubsystemListenerAdd(sl("tcp:10.0.2.15:4420")),
+    )
+    .unwrap_err();
+    assert!(e.to_string().contains("already"), "{e}");
+    // Without a transport: every listener at the address, here both.
+    let none = apply(
+        &back.text,
+        &Edit::SubsystemListenerDel(sl("10.0.2.15:4420")),
+    )
+    .unwrap();
+    assert_eq!(on(&none.text), Some(vec![]));
+    assert!(parsed(&none.text)
+        .warnings()
+        .iter()
+        .any(|w| w.reason.contains("no host reaches")));
+    // A listener the target does not have, a name that is none.
+    let e = apply(&two, &Edit::SubsystemListenerDel(sl("tcp:10.0.2.16:4420"))).unwrap_err();
+    assert_eq!(e, EditError::NoListener("tcp:10.0.2.16:4420".into()));
+    let e = apply(&two, &Edit::SubsystemListenerDel(sl("eth0"))).unwrap_err();
+    assert!(e.to_string().contains("[rdma:|tcp:]ADDRESS:PORT"), "{e}");
+    // Its listener removed from the file: the file is refused.
+    let e = TargetConfig::from_toml(
+        &off.text.replace(
+            "transport = \"tcp\"\naddress = \"10.0.2.15\"\n",
+            "transport = \"tcp\"\naddress = \"10.0.2.16\"\n",
+        ),
+        "t",
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(
+        e.contains("subsystem[1].listeners[0]") && e.contains("no [[listener]]"),
+        "{e}"
+    );
+}
