@@ -1111,7 +1111,9 @@ got=$(head -c $(( 4 * 1024 * 1024 )) "/dev/$(ns_of "$KNQN" 1)" | sha256sum | cut
 [ "$got" = "$want" ] || fail "imported namespace reads different data"
 info "the imported namespace serves the data the kernel target exported (sha256 ${got:0:16}…)"
 settle; nvme disconnect -n "$KNQN" >/dev/null
+kmsg_check "test 6 (imported configuration)"
 nvme connect -t rdma -a "$IP" -s "$PORT" -n "$KNQN2" >/dev/null 2>&1 && fail "$KNQN2 connected through the RDMA listener (nvmet linked it to its TCP port only)"
+kmsg_mark   # the refused Connect logs "failed to connect queue" by design
 nvme connect -t tcp -a "$IP" -s "$PORT" -n "$KNQN2" --ctrl-loss-tmo=15 >/dev/null || fail "connect to $KNQN2 through the imported TCP listener"
 wait_for 30 "namespace 1 of $KNQN2" ns_of "$KNQN2" 1
 got=$(head -c $(( 1024 * 1024 )) "/dev/$(ns_of "$KNQN2" 1)" | sha256sum | cut -d' ' -f1)
