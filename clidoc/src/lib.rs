@@ -15,12 +15,23 @@ use clap_complete::Shell;
 /// depth, and
 /// `completions/` for bash (`NAME`), zsh (`_NAME`) and fish (`NAME.fish`).
 pub fn write_all(cmd: Command, section: &str, dir: &Path) -> io::Result<()> {
+    write_all_with_exits(cmd, section, dir, &[])
+}
+
+/// As [`write_all`], each page with an EXIT STATUS section listing
+/// `exits` (code, meaning); none when `exits` is empty.
+pub fn write_all_with_exits(
+    cmd: Command,
+    section: &str,
+    dir: &Path,
+    exits: &[(&str, &str)],
+) -> io::Result<()> {
     let mut cmd = cmd;
     cmd.build();
     let name = cmd.get_name().to_string();
     let man = dir.join("man");
     fs::create_dir_all(&man)?;
-    pages(&cmd, &name, section, &man)?;
+    pages(&cmd, &name, section, &man, exits)?;
     let comp = dir.join("completions");
     fs::create_dir_all(&comp)?;
     for (shell, file) in [
@@ -36,18 +47,70 @@ pub fn write_all(cmd: Command, section: &str, dir: &Path) -> io::Result<()> {
 
 /// The page of `cmd` (named `name`), then those of its subcommands, at every
 /// depth (`name-sub-subsub`), but hidden ones and `help`.
-fn pages(cmd: &Command, name: &str, section: &str, dir: &Path) -> io::Result<()> {
+fn pages(
+    cmd: &Command,
+    name: &str,
+    section: &str,
+    dir: &Path,
+    exits: &[(&str, &str)],
+) -> io::Result<()> {
     let mut out = fs::File::create(dir.join(format!("{name}.{section}")))?;
-    clap_mangen::Man::new(cmd.clone().name(name.to_string()))
-        .section(section)
-        .render(&mut out)?;
+    let man = clap_mangen::Man::new(cmd.clone().name(name.to_string())).section(section);
+    if exits.is_empty() {
+        man.render(&mut out)?;
+    } else {
+        // clap_mangen's order, with EXIT STATUS where man-pages(7) puts it.
+        man.render_title(&mut out)?;
+        man.render_name_section(&mut out)?;
+        man.render_synopsis_section(&mut out)?;
+        man.render_description_section(&mut out)?;
+        if cmd.get_arguments().any(|a| !a.is_hide_set()) {
+            man.render_options_section(&mut out)?;
+        }
+        if cmd.has_subcommands() {
+            man.render_subcommands_section(&mut out)?;
+        }
+        if cmd.get_after_long_help().is_some() || cmd.get_after_help().is_some() {
+            man.render_extra_section(&mut out)?;
+        }
+        io::Write::write_all(&mut out, exit_status(exits).as_bytes())?;
+        if cmd.get_version().is_some() || cmd.get_long_version().is_some() {
+            man.render_version_section(&mut out)?;
+        }
+        if cmd.get_author().is_some() {
+            man.render_authors_section(&mut out)?;
+        }
+    }
     for sub in cmd
         .get_subcommands()
         .filter(|s| !s.is_hide_set() && s.get_name() != "help")
     {
-        pages(sub, &format!("{name}-{}", sub.get_name()), section, dir)?;
+        pages(
+            sub,
+            &format!("{name}-{}", sub.get_name()),
+            section,
+            dir,
+            exits,
+        )?;
     }
     Ok(())
+}
+
+/// An EXIT STATUS section in roff: one tagged paragraph per code.
+fn exit_status(exits: &[(&str, &str)]) -> String {
+    let esc = |t: &str| {
+        let t = t.replace('\\', "\\e");
+        if t.starts_with('.') || t.starts_with('\'') {
+            format!("\\&{t}")
+        } else {
+            t
+        }
+    };
+    let mut s = String::from(".SH \"EXIT STATUS\"\n");
+    for (code, meaning) in exits {
+        s.push_str(&format!(".TP\n\\fB{}\\fR\n{}\n", esc(code), esc(meaning)));
+    }
+    s
 }
 
 /// A man page for a configuration file: a description, then the file's
@@ -140,5 +203,14 @@ mod tests {
         assert!(p.contains("\n\\&.dot = \"a\\e\\eb\"\n"), "{p}");
         assert!(p.contains("\n\\&'quote\n"), "{p}");
         assert!(p.contains(".nf\n# a comment\n"), "{p}");
+    }
+
+    #[test]
+    fn exit_status_is_a_roff_section_of_tagged_paragraphs() {
+        let s = super::exit_status(&[("0", "success"), ("2", ".refused \\ said")]);
+        assert_eq!(
+            s,
+            ".SH \"EXIT STATUS\"\n.TP\n\\fB0\\fR\nsuccess\n.TP\n\\fB2\\fR\n\\&.refused \\e said\n"
+        );
     }
 }

@@ -30,7 +30,8 @@
 #      a removed host is disconnected and refused; a disconnected controller reconnects;
 #      a subsystem enters and leaves discovery; the file keeps its comments and every
 #      change through a restart; bad changes (missing path, nsid taken, file edited by
-#      hand) exit 2 with the reason and change nothing; a TCP listener added live takes a
+#      hand) exit 2 with the reason and change nothing (an invalid value 65, a file edited
+#      since it was loaded 75, a usage error 64; the man pages list them); a TCP listener added live takes a
 #      second path of the host and, removed under fio verify, drains it first (no error);
 #      with [discovery] mdns, avahi-browse finds each listener's discovery service; a
 #      disk renamed to its /dev/disk/by-id name (reload) keeps its NGUID and UUID on the
@@ -253,6 +254,8 @@ MANW=$(MANWIDTH=100 man -P cat nvmf-target 2>&1) || fail "man nvmf-target: $MANW
 grep -q "namespace" <<<"$MANW" || fail "man nvmf-target does not list its commands"
 MANW=$(MANWIDTH=100 man -P cat nvmf-target-namespace-add 2>&1) || fail "man nvmf-target-namespace-add: $MANW"
 grep -q -- "--rbd-pool" <<<"$MANW" || fail "man nvmf-target-namespace-add lacks its options"
+grep -q "EXIT STATUS" <<<"$MANW" && grep -q "Invalid request" <<<"$MANW" \
+    || fail "man nvmf-target-namespace-add has no EXIT STATUS section"
 MANW=$(MANWIDTH=100 man -P cat 5 nvmf-target.toml 2>&1) || fail "man 5 nvmf-target.toml: $MANW"
 grep -q "max_pinned_memory" <<<"$MANW" || fail "man 5 nvmf-target.toml lacks the settings"
 MANW=$(MANWIDTH=100 man -P cat nvmf-initiator 2>&1) || fail "man nvmf-initiator: $MANW"
@@ -530,11 +533,11 @@ live() { # nvmf-target ARGS... (prints its output indented; fails the test if it
     out=$("$BIN" "$@" 2>&1) || fail "nvmf-target $*: $out"
     sed 's/^/    live: /' <<<"$out"
 }
-refused() { # EXPECTED-SUBSTRING nvmf-target-ARGS...: exit 2, the reason, file and target unchanged
-    local want=$1 out rc=0 before; shift
+refused() { # EXPECTED-SUBSTRING nvmf-target-ARGS...: exit 2 (or $EXPECT), the reason, file and target unchanged
+    local want=$1 out rc=0 before want_rc=${EXPECT:-2}; shift
     before=$(md5sum <"$CONF")
     out=$("$BIN" "$@" 2>&1) || rc=$?
-    [ $rc = 2 ] || fail "nvmf-target $* : exit $rc (expected 2, refused): $out"
+    [ $rc = "$want_rc" ] || fail "nvmf-target $* : exit $rc (expected $want_rc): $out"
     grep -qF -- "$want" <<<"$out" || fail "nvmf-target $* : expected '$want' in: $out"
     [ "$(md5sum <"$CONF")" = "$before" ] || fail "nvmf-target $* was refused but changed $CONF"
     info "refused as expected: $* -> $out"
@@ -611,14 +614,17 @@ live listener ana --group 1 --state optimized
 wait_for 15 "the host's path optimized again" bash -c "[ \"\$(cat /sys/class/nvme/$CTRL/nvme*c*n1/ana_state 2>/dev/null | head -n 1)\" = optimized ]"
 info "listener ana: group 1 non-optimized then optimized at $IP:$PORT; the host's path followed ($(ana_path)), the file holds it"
 refused "no listener at 10.9.9.9:4420" listener ana --listener 10.9.9.9:4420 --group 1 --state optimized
-refused "is not an ANA state" listener ana --group 1 --state fastest
+EXPECT=65 refused "is not an ANA state" listener ana --group 1 --state fastest
 refused "/nonexistent/disk" namespace add --subsystem "$NQN" --path /nonexistent/disk
 refused "has a namespace 2 already" namespace add --subsystem "$NQN" --nsid 2 --null 1M
+# A usage error has its own status (64), apart from a refusal (2) and an invalid value (65).
+rc=0; "$BIN" namespace add --subsystem "$NQN" --no-such-option >/dev/null 2>&1 || rc=$?
+[ $rc = 64 ] || fail "a usage error exited $rc (expected 64)"
 refused "no subsystem 'nqn.2026-11.io.nvmf-lab:nope'" host add --subsystem nqn.2026-11.io.nvmf-lab:nope --host-nqn "$HOSTNQN"
 ns_of "$NQN" 2 >/dev/null && ! ns_of "$NQN" 3 >/dev/null || fail "a refused change changed the host's namespaces"
 # The file edited by hand and not reloaded: changes wait for the reload.
 cp "$CONF" /tmp/conf.keep; echo "# edited by hand" >>"$CONF"
-refused "was edited since the daemon loaded it" namespace add --subsystem "$NQN" --null 1M
+EXPECT=75 refused "was edited since the daemon loaded it" namespace add --subsystem "$NQN" --null 1M
 cp /tmp/conf.keep "$CONF"
 # Host access: listed hosts only; a removed host is disconnected and refused.
 OTHER=nqn.2026-11.io.nvmf-lab:someone-else

@@ -377,7 +377,7 @@ fn generate_docs(dir: &std::path::Path) -> ExitCode {
         "nvmf-target(8), nvmf-target-namespace(8), nvmf-target-check-config(8); \
          /usr/share/doc/nvmf-target/",
     );
-    let done = clidoc::write_all(Args::command(), "8", dir)
+    let done = clidoc::write_all_with_exits(Args::command(), "8", dir, cli::EXIT_STATUS)
         .and_then(|_| std::fs::write(dir.join("man/nvmf-target.toml.5"), config));
     match done {
         Ok(()) => ExitCode::SUCCESS,
@@ -392,7 +392,15 @@ fn main() -> ExitCode {
     // Before any thread: librdmacm's device list must survive a device
     // added back after a removal (see the function).
     rdma::one_malloc_arena();
-    let args = Args::parse();
+    let args = match Args::try_parse() {
+        Ok(a) => a,
+        // --help and --version print to stdout and succeed; a usage error
+        // has its own status, apart from a refusal's.
+        Err(e) => {
+            let _ = e.print();
+            return ExitCode::from(if e.use_stderr() { cli::EXIT_USAGE } else { 0 });
+        }
+    };
     match &args.cmd {
         Some(Cmd::Status { json, socket }) => return status(&args, *json, socket.as_deref()),
         Some(Cmd::CheckConfig { file, json: true }) => return check_config_json(file),

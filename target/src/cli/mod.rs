@@ -894,15 +894,53 @@ pub fn explain(cmd: &str, e: &CallError) -> String {
     format!("nvmf-target {cmd}: {e}{hint}")
 }
 
-/// Runs `cmd` against the daemon; exit 0 on success, 1 if it could not be
-/// reached, 2 if it refused.
+/// The daemon could not be reached, or answered garbage.
+pub const EXIT_UNREACHABLE: u8 = 1;
+/// The daemon refused: nothing changed (in use, not allowed now, the
+/// configuration would be invalid).
+pub const EXIT_REFUSED: u8 = 2;
+/// The command line is wrong (sysexits' EX_USAGE).
+pub const EXIT_USAGE: u8 = 64;
+/// The request is invalid: a malformed value, an unknown method
+/// (sysexits' EX_DATAERR).
+pub const EXIT_INVALID: u8 = 65;
+/// The change cannot be made now: the file was edited since the daemon
+/// loaded it, or could not be saved (sysexits' EX_TEMPFAIL).
+pub const EXIT_LATER: u8 = 75;
+
+/// Every exit status of the commands, for the man pages.
+pub const EXIT_STATUS: &[(&str, &str)] = &[
+    ("0", "Success."),
+    ("1", "The daemon could not be reached over its control socket, or answered garbage."),
+    ("2", "Refused: nothing changed. The message says why (in use, not allowed now, the configuration would be invalid, no such subsystem); check-config and import-nvmetcli: the file is invalid."),
+    ("3", "ok-to-stop: stopping now would leave a connected host without an optimized path."),
+    ("4", "ok-to-stop: as 3, and no other gateway serves those namespaces."),
+    ("5", "ok-to-stop --after-drain: the daemon is too old to answer it."),
+    ("64", "Usage: an unknown option or a missing argument."),
+    ("65", "Invalid request: a malformed value (a key, an ANA state, a listener name)."),
+    ("75", "Not now: the file was edited since the daemon loaded it (reload it first), or the change could not be saved and was undone."),
+];
+
+/// The exit status of a refusal with JSON-RPC error `code`.
+pub fn exit_of(code: i64) -> u8 {
+    match code {
+        rpc::PARSE_ERROR | rpc::INVALID_REQUEST | rpc::METHOD_NOT_FOUND | rpc::INVALID_PARAMS => {
+            EXIT_INVALID
+        }
+        rpc::UNAVAILABLE | rpc::NOT_SAVED => EXIT_LATER,
+        _ => EXIT_REFUSED,
+    }
+}
+
+/// Runs `cmd` against the daemon; the exit status is one of
+/// [`EXIT_STATUS`].
 pub fn run(cmd: &Admin, config: &Path) -> ExitCode {
     let conn = cmd.conn();
     let cmd = match keys_from_stdin(cmd.clone()) {
         Ok(c) => c,
         Err(e) => {
             eprintln!("nvmf-target: {e}");
-            return ExitCode::from(2);
+            return ExitCode::from(EXIT_INVALID);
         }
     };
     let (method, params) = cmd.request();
@@ -911,7 +949,7 @@ pub fn run(cmd: &Admin, config: &Path) -> ExitCode {
         Ok(p) => p,
         Err(e) => {
             eprintln!("nvmf-target {name}: {e}");
-            return ExitCode::from(2);
+            return ExitCode::from(EXIT_UNREACHABLE);
         }
     };
     let after_drain = !params.is_null();
@@ -924,13 +962,13 @@ pub fn run(cmd: &Admin, config: &Path) -> ExitCode {
                 Ok(s) => s,
                 Err(e) => {
                     eprintln!("nvmf-target {name}: the daemon's status is not what this version reads: {e}");
-                    return ExitCode::from(1);
+                    return ExitCode::from(EXIT_UNREACHABLE);
                 }
             };
             if let Some(n) = only {
                 if !st.subsystems.iter().any(|s| s.nqn == n) {
                     eprintln!("nvmf-target: no subsystem '{n}'");
-                    return ExitCode::from(2);
+                    return ExitCode::from(EXIT_REFUSED);
                 }
             }
             let (head, rows) = list::rows(&st, kind, only);
@@ -961,8 +999,8 @@ pub fn run(cmd: &Admin, config: &Path) -> ExitCode {
             }
             eprintln!("{}", explain(&name, &e));
             match e {
-                CallError::Refused(_) => ExitCode::from(2),
-                CallError::Control(_) => ExitCode::from(1),
+                CallError::Refused(r) => ExitCode::from(exit_of(r.code)),
+                CallError::Control(_) => ExitCode::from(EXIT_UNREACHABLE),
             }
         }
     }

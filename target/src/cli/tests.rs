@@ -194,3 +194,26 @@ fn answers_read_well() {
     let t = text(&serde_json::json!({"path": "/etc/x.toml", "toml": "[log]\n"}));
     assert_eq!(t, "# /etc/x.toml (as running)\n[log]\n");
 }
+
+#[test]
+fn each_kind_of_failure_has_its_own_exit_status() {
+    use crate::daemon::rpc;
+    assert_eq!(exit_of(rpc::REFUSED), EXIT_REFUSED);
+    assert_eq!(exit_of(rpc::INVALID_PARAMS), EXIT_INVALID);
+    assert_eq!(exit_of(rpc::METHOD_NOT_FOUND), EXIT_INVALID);
+    assert_eq!(exit_of(rpc::UNAVAILABLE), EXIT_LATER);
+    assert_eq!(exit_of(rpc::NOT_SAVED), EXIT_LATER);
+    let codes: Vec<&str> = EXIT_STATUS.iter().map(|(c, _)| *c).collect();
+    for c in [
+        EXIT_UNREACHABLE,
+        EXIT_REFUSED,
+        EXIT_USAGE,
+        EXIT_INVALID,
+        EXIT_LATER,
+    ] {
+        assert!(
+            codes.contains(&c.to_string().as_str()),
+            "{c} is not in the man pages"
+        );
+    }
+}

@@ -226,14 +226,14 @@ pub(super) fn subsystem_listener(
     };
     let next: Vec<PortName> = if add {
         if now.is_none() {
-            return Err(EditError::Invalid(format!(
+            return Err(EditError::AlreadySo(format!(
                 "subsystem '{}' is on every listener already (it has no 'listeners'); \
                  `subsystem listener del` takes it off one",
                 s.subsystem
             )));
         }
         if named.iter().all(|l| on.contains(l)) {
-            return Err(EditError::Invalid(format!(
+            return Err(EditError::AlreadySo(format!(
                 "subsystem '{}' is on {name} already",
                 s.subsystem
             )));
@@ -243,7 +243,7 @@ pub(super) fn subsystem_listener(
         v
     } else {
         if !named.iter().any(|l| on.contains(l)) {
-            return Err(EditError::Invalid(format!(
+            return Err(EditError::AlreadySo(format!(
                 "subsystem '{}' is not on {name}",
                 s.subsystem
             )));

@@ -366,6 +366,9 @@ pub enum EditError {
     /// No listener at the address.
     #[error("no listener at {0}")]
     NoListener(String),
+    /// It is so already: nothing to change.
+    #[error("{0}")]
+    AlreadySo(String),
 }
 
 /// Makes `edit` in the configuration `text`.
