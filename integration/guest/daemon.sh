@@ -607,13 +607,15 @@ live namespace del --subsystem "$NQN" --nsid 9 --force
 wait_for 30 "namespace 9 gone from the host" bash -c "! ls /sys/block/$NS9 >/dev/null 2>&1"
 # ANA state per listener, live: the host's path follows (ANA change event), the file keeps it.
 ana_path() { cat /sys/class/nvme/"$CTRL"/nvme*c*n1/ana_state 2>/dev/null | head -n 1; }
-live listener ana --listener "$IP:$PORT" --group 1 --state non-optimized
+live listener ana --listener "rdma:$IP:$PORT" --group 1 --state non-optimized
 wait_for 15 "the host's path non-optimized" bash -c "[ \"\$(cat /sys/class/nvme/$CTRL/nvme*c*n1/ana_state 2>/dev/null | head -n 1)\" = non-optimized ]"
 grep -q 'ana = { 1 = "non-optimized" }' "$CONF" || fail "the listener's ANA state is not in $CONF: $(grep -n ana "$CONF")"
 live listener ana --group 1 --state optimized
 wait_for 15 "the host's path optimized again" bash -c "[ \"\$(cat /sys/class/nvme/$CTRL/nvme*c*n1/ana_state 2>/dev/null | head -n 1)\" = optimized ]"
 info "listener ana: group 1 non-optimized then optimized at $IP:$PORT; the host's path followed ($(ana_path)), the file holds it"
 refused "no listener at 10.9.9.9:4420" listener ana --listener 10.9.9.9:4420 --group 1 --state optimized
+refused "no listener at tcp:$IP:$PORT" listener ana --listener "tcp:$IP:$PORT" --group 1 --state optimized
+EXPECT=65 refused "is not [rdma:|tcp:]ADDRESS:PORT" listener ana --listener eth0 --group 1 --state optimized
 EXPECT=65 refused "is not an ANA state" listener ana --group 1 --state fastest
 refused "/nonexistent/disk" namespace add --subsystem "$NQN" --path /nonexistent/disk
 refused "has a namespace 2 already" namespace add --subsystem "$NQN" --nsid 2 --null 1M

@@ -310,8 +310,9 @@ pub enum ListenerCmd {
     /// Set the ANA state of a group at the listeners of an address (default:
     /// every listener); the hosts connected there are told at once.
     Ana {
-        /// ADDRESS:PORT (every transport there); default: every listener.
-        #[arg(long, value_name = "ADDRESS:PORT")]
+        /// [rdma:|tcp:]ADDRESS:PORT (without a transport: every listener
+        /// there); default: every listener.
+        #[arg(long, value_name = "[TRANSPORT:]ADDRESS:PORT")]
         listener: Option<String>,
         /// The ANA group.
         #[arg(long)]
@@ -438,8 +439,9 @@ pub enum Admin {
     /// then inaccessible (the hosts move to the other paths); returns once no
     /// I/O arrives, none is in flight and its RBD images are handed over.
     Drain {
-        /// Only the listeners at this address (ADDRESS:PORT); default: all.
-        #[arg(long, value_name = "ADDRESS:PORT")]
+        /// Only this listener, [rdma:|tcp:]ADDRESS:PORT (without a
+        /// transport: every listener at the address); default: all.
+        #[arg(long, value_name = "[TRANSPORT:]ADDRESS:PORT")]
         listener: Option<String>,
         /// Give up after this long (seconds, default 60, 5 to 110); the
         /// listeners stay drained.

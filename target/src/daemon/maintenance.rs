@@ -196,18 +196,19 @@ impl Daemon {
         let ports: Vec<usize> = match &p.listener {
             None => self.slots(),
             Some(a) => {
-                let Ok(addr) = a.parse::<std::net::SocketAddr>() else {
-                    return refuse(format!("'{a}' is not a listener address (ADDRESS:PORT, as nvmf-target status shows)"));
+                let name = match crate::model::port::PortName::parse(a) {
+                    Ok(n) => n,
+                    Err(e) => return refuse(e),
                 };
                 let ports: Vec<usize> = self
                     .config
                     .listeners
                     .iter()
-                    .filter(|l| l.addr == addr)
+                    .filter(|l| name.names(&super::listeners::port(l)))
                     .filter_map(|l| self.slot(l))
                     .collect();
                 if ports.is_empty() {
-                    return refuse(format!("no listener at {addr}"));
+                    return refuse(format!("no listener at {name}"));
                 }
                 ports
             }

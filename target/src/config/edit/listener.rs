@@ -112,13 +112,9 @@ pub(super) fn ana(doc: &mut DocumentMut, a: &ListenerAna) -> Result<String, Edit
             nvme::ana::MAX_GROUPS
         )));
     }
-    let want: Option<std::net::SocketAddr> = match &a.listener {
+    let want: Option<PortName> = match &a.listener {
         None => None,
-        Some(l) => Some(l.parse().map_err(|_| {
-            EditError::Invalid(format!(
-                "'{l}' is not a listener address (ADDRESS:PORT, as nvmf-target status shows)"
-            ))
-        })?),
+        Some(l) => Some(PortName::parse(l).map_err(EditError::Invalid)?),
     };
     let listeners = doc
         .get_mut("listener")
@@ -126,8 +122,11 @@ pub(super) fn ana(doc: &mut DocumentMut, a: &ListenerAna) -> Result<String, Edit
         .ok_or_else(|| EditError::Unreadable("no [[listener]] tables".into()))?;
     let mut n = 0;
     for t in listeners.iter_mut() {
-        let here = table_addr(t);
-        if want.is_some_and(|w| here != Some(w)) {
+        let here = table_addr(t).map(|addr| PortName {
+            tcp: Some(table_transport(t) == "tcp"),
+            addr,
+        });
+        if want.is_some_and(|w| !here.is_some_and(|h| names(&w, &h))) {
             continue;
         }
         if !t.contains_key("ana") {

@@ -551,6 +551,11 @@ fn listener_ana_states_set_per_address_or_everywhere() {
         apply(&two, &at(Some("10.0.2.99:4420"), 1, "optimized")),
         Err(EditError::NoListener("10.0.2.99:4420".into()))
     );
+    // With a transport: that listener only (the TCP one at 10.0.2.15:4420).
+    let e = apply(&two, &at(Some("tcp:10.0.2.15:4420"), 3, "inaccessible")).unwrap();
+    let c = parsed(&e.text);
+    assert_eq!(st(&c, 0, 3), None, "the RDMA listener there");
+    assert_eq!(st(&c, 1, 3), Some(AnaState::Inaccessible));
     for bad in [
         at(None, 1, "fast"),
         at(None, 0, "optimized"),
