@@ -71,10 +71,7 @@ pub fn rows(
         Kind::Namespaces => {
             for s in subs {
                 for n in &s.namespaces {
-                    let mut v = serde_json::to_value(n).unwrap_or(Value::Null);
-                    if let Some(o) = v.as_object_mut() {
-                        o.insert("subsystem".into(), json!(s.nqn));
-                    }
+                    let v = with(n, "subsystem", json!(s.nqn));
                     out.push((
                         vec![
                             s.nqn.clone(),
@@ -127,10 +124,7 @@ pub fn rows(
                     format!("{}:{}:{}", l.transport, l.address, l.port)
                 };
                 let ana: Vec<String> = l.ana.iter().map(|(g, s)| format!("{g}={s}")).collect();
-                let mut v = serde_json::to_value(l).unwrap_or(Value::Null);
-                if let Some(o) = v.as_object_mut() {
-                    o.insert("name".into(), json!(name));
-                }
+                let v = with(l, "name", json!(name));
                 out.push((vec![name, ana.join(",")], v));
             }
             vec!["LISTENER", "ANA"]
@@ -138,10 +132,7 @@ pub fn rows(
         Kind::Controllers => {
             for s in subs {
                 for c in &s.controllers {
-                    let mut v = serde_json::to_value(c).unwrap_or(Value::Null);
-                    if let Some(o) = v.as_object_mut() {
-                        o.insert("subsystem".into(), json!(s.nqn));
-                    }
+                    let v = with(c, "subsystem", json!(s.nqn));
                     out.push((
                         vec![
                             s.nqn.clone(),
@@ -168,6 +159,15 @@ pub fn rows(
         }
     };
     (head, out)
+}
+
+/// `item` as JSON with one more field.
+fn with(item: &impl serde::Serialize, key: &str, value: Value) -> Value {
+    let mut v = serde_json::to_value(item).unwrap_or(Value::Null);
+    if let Some(o) = v.as_object_mut() {
+        o.insert(key.into(), value);
+    }
+    v
 }
 
 /// The rows as a table with aligned columns (the last one unpadded).
