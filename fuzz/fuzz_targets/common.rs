@@ -16,7 +16,7 @@ pub const HOST: &str = "nqn.2026-11.io.fuzz:host";
 
 #[allow(dead_code)]
 pub fn namespace(nsid: u32, bytes: u64, block: u32) -> Arc<Namespace> {
-    Arc::new(Namespace::new(OPEN, nsid, Box::new(Null), bytes, block, false))
+    Arc::new(Namespace::new(OPEN, nsid, Box::new(Null::default()), bytes, block, false))
 }
 
 pub fn target() -> Target {

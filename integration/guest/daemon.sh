@@ -7,10 +7,13 @@
 #   2. install exactly as the README says (its install block, run verbatim: dpkg -i of the
 #      package, enable --now; no drop-in); man pages render, bash completes; the shipped
 #      config serves nothing (no listener: nothing accepts on the port, discovery fails)
+#      and the package is debhelper's (md5sums verify, Depends from the libraries, units
+#      under /usr/lib, keys/ 0700, the unit's UMask, ProtectProc, system call filter)
 #      and says so in status, StatusText and the journal; with the test's configuration
 #      `systemctl restart` returns only after the listener accepts (first discover works);
 #      a non-root user is refused
-#   3. the kernel host connects; a real Prometheus scrapes /metrics during fio; its query
+#   3. the kernel host connects (its connect in the journal as fields: MESSAGE_ID,
+#      SUBSYSTEM, HOST, CNTLID, PEER); a real Prometheus scrapes /metrics during fio; its query
 #      API returns non-zero read and write rates; `promtool check metrics` passes; the
 #      shipped alert rules pass `promtool check rules` and `promtool test rules`
 #   4. `systemctl reload`: an added file and an added block device (a disk not named
@@ -24,7 +27,10 @@
 #      a killed daemon is restarted (Restart=on-failure) and the host reconnects; a
 #      reservation the host took (PTPL set, as the Linux host registers) is still held;
 #      `subsystem|namespace|host|listener|controller list` (table and --json) show what
-#      the host sees (its controller, namespace 3's path, size and the host's NGUID)
+#      the host sees (its controller, namespace 3's path, size and the host's NGUID), and
+#      so do the gauges on /metrics (healthy, ANA state and drained per listener, namespace
+#      info and size); failed commands by subsystem, namespace and status (a made-up nsid
+#      is no label); [metrics] latency_buckets applied by a reload
 #   4g. live changes (`nvmf-target namespace|host|subsystem|controller ...`) with the host
 #      connected: a namespace added live appears without a reconnect and its writes land;
 #      a removed host is disconnected and refused; a disconnected controller reconnects;
@@ -52,6 +58,7 @@
 #      linked to its TCP port only is on the imported TCP listener only
 #   7. integration/demo on a machine with an RDMA device (the guest's soft-RoCE): it
 #      serves the kernel host on that device directly
+#   7b. an invalid configuration: the start fails once (exit 78), no restart loop
 #   8. `dpkg -r` stops the daemon and removes binaries and unit, keeping the configuration;
 #      `dpkg --purge` removes the configuration and the state
 # Test 2 installs the Debian package (packaging/build-deb, built by run-daemon-tests) as
@@ -243,6 +250,31 @@ grep -q 'nvmf-target' <<<"$VERIFY" && { echo "$VERIFY" | sed 's/^/    verify: /'
 [ "$(systemctl is-active nvmf-target)" = active ] || fail "unit not active after the README's install (shipped config)"
 [ "$(dpkg-query -W -f '${Status}' nvmf-target)" = "install ok installed" ] || fail "the package is not installed"
 dpkg-query -W -f '    package: ${Package} ${Version}, ${Installed-Size} KiB\n' nvmf-target
+# Built by debhelper: checksums that verify, Depends from the binaries' libraries, the
+# units under /usr/lib, a changelog, a copyright naming the crates linked in, the key
+# directory root's only. (Lintian passed it on the build machine: run-daemon-tests.)
+[ -s /var/lib/dpkg/info/nvmf-target.md5sums ] || fail "the package has no md5sums"
+# (The lab image's dpkg leaves out /usr/share/doc but for copyright files: those are
+# "missing" by design; the changelog is read from the package itself.)
+V=$(dpkg --verify nvmf-target 2>&1 | grep -v "^missing  *\(c \)\? */usr/share/doc/nvmf-target/" || true)
+[ -z "$V" ] || fail "dpkg --verify nvmf-target: $V"
+DEB=$(ls build/debian/nvmf-target_*_amd64.deb | head -n 1)
+DEPS=$(dpkg-query -W -f '${Depends}' nvmf-target)
+grep -q "libibverbs1 (>= " <<<"$DEPS" && grep -q "librdmacm1 (>= " <<<"$DEPS" \
+    || fail "Depends does not come from the binaries' libraries: $DEPS"
+for u in nvmf-target.service nvmf-target@.service; do
+    dpkg -L nvmf-target | grep -qx "/usr/lib/systemd/system/$u" || fail "the package does not ship $u under /usr/lib/systemd/system"
+done
+dpkg -L nvmf-target | grep -q '^/lib/' && fail "the package ships files under /lib: $(dpkg -L nvmf-target | grep '^/lib/' | head -n 3)"
+dpkg-deb --fsys-tarfile "$DEB" | tar -xO ./usr/share/doc/nvmf-target/changelog.gz | zcat | head -n 1 |
+    grep -q "^nvmf-target (" || fail "the package has no changelog"
+grep -qE "^ tracing [0-9.]+: MIT" /usr/share/doc/nvmf-target/copyright || fail "the copyright file does not name the crates linked in"
+[ "$(stat -c '%a %U' /etc/nvmf-target/keys)" = "700 root" ] || fail "/etc/nvmf-target/keys is $(stat -c '%a %U' /etc/nvmf-target/keys), not 700 root"
+for p in "UMask=0077" "ProtectProc=invisible" "RestartPreventExitStatus=78"; do
+    [ "$(systemctl show -p "${p%%=*}" --value nvmf-target)" = "${p#*=}" ] || fail "the unit's ${p%%=*} is '$(systemctl show -p "${p%%=*}" --value nvmf-target)', not ${p#*=}"
+done
+systemctl show -p SystemCallFilter --value nvmf-target | grep -qw io_uring_enter || fail "the unit's system call filter does not allow io_uring"
+info "debhelper's package: md5sums verify, Depends: $DEPS; units in /usr/lib; keys/ 0700; UMask, ProtectProc, SystemCallFilter, RestartPreventExitStatus set"
 # The configuration is the administrator's (and live changes'), created from the example:
 # no package owns it, so no upgrade asks about it (test 5d).
 ! grep -qx /etc/nvmf-target/nvmf-target.toml /var/lib/dpkg/info/nvmf-target.conffiles 2>/dev/null || fail "the configuration is a conffile"
@@ -444,6 +476,45 @@ assert len(c) == 1 and c[0]["host_nqn"] == host and c[0]["cntlid"] == cntlid, c
 EOF
 rc=0; "$BIN" namespace list -n nqn.2026-11.io.nvmf-lab:nope >/dev/null 2>&1 || rc=$?
 [ $rc = 2 ] || fail "namespace list of an unknown subsystem: exit $rc (expected 2)"
+# What dashboards read: the state gauges (as status says), failed commands by namespace
+# (a host's made-up nsid is no label), the latency buckets a reload chooses.
+kmsg_mark
+NSZE=$(( $(cat /sys/block/${NS1#/dev/}/size) * 512 / $(cat /sys/block/${NS1#/dev/}/queue/logical_block_size) ))
+nvme read "$NS1" -s "$NSZE" -c 0 -z 512 -d /tmp/past-end.bin >/dev/null 2>&1 && fail "a read past the end of namespace 1 succeeded"
+nvme ns-descs "/dev/$CTRL" -n 77 >/dev/null 2>&1 && fail "the descriptors of namespace 77 (none) were read"
+kmsg_mark   # the host's own log of the two failed passthrough commands
+curl -sf "$METRICS" >/tmp/metrics.txt || fail "scrape"
+python3 - "$NQN" "$IP:$PORT" "$(tr -d - </sys/block/${NS3#/dev/}/nguid)" <<'PY' || fail "/metrics does not show what the host sees (above)"
+import re, sys
+nqn, at, nguid3 = sys.argv[1:]
+series = {}
+for line in open("/tmp/metrics.txt"):
+    m = re.match(r'^(\w+)\{(.*)\} (\S+)$', line.strip()) or re.match(r'^(\w+)() (\S+)$', line.strip())
+    if m:
+        labels = dict(re.findall(r'(\w+)="((?:[^"\\]|\\.)*)"', m.group(2)))
+        series.setdefault(m.group(1), []).append((labels, float(m.group(3))))
+def find(name, **want):
+    return [v for l, v in series.get(name, []) if all(l.get(k) == w for k, w in want.items())]
+assert find("nvmf_target_healthy") == [1.0], series.get("nvmf_target_healthy")
+assert find("nvmf_target_ana_state", listener="rdma:" + at, group="1", state="optimized") == [1.0], series.get("nvmf_target_ana_state")
+assert find("nvmf_target_listener_drained", listener="rdma:" + at) == [0.0], series.get("nvmf_target_listener_drained")
+info = find("nvmf_target_namespace_info", subsystem=nqn, nsid="3", backend="block", path="/dev/ram2", nguid=nguid3)
+assert info == [1.0], [l for l, _ in series.get("nvmf_target_namespace_info", [])]
+assert find("nvmf_target_namespace_size_bytes", subsystem=nqn, nsid="3") == [128 << 20], series.get("nvmf_target_namespace_size_bytes")
+assert find("nvmf_target_failed_commands_total", subsystem=nqn, nsid="1", status="LBA_RANGE")[0] >= 1, series.get("nvmf_target_failed_commands_total")
+assert find("nvmf_target_failed_commands_total", subsystem=nqn, nsid="", status="INVALID_NS")[0] >= 1, series.get("nvmf_target_failed_commands_total")
+assert not find("nvmf_target_failed_commands_total", nsid="77"), "a host's made-up nsid became a label"
+b = sorted(float(l["le"]) for l, _ in series["nvmf_target_request_duration_seconds_bucket"] if l.get("subsystem") == nqn and l.get("nsid") == "1" and l.get("op") == "read")
+assert len(b) == 23, b
+print("    /metrics: healthy 1; rdma:%s group 1 optimized, not drained; namespace 3 = /dev/ram2 (NGUID %s, 128 MiB); LBA_RANGE on nsid 1 and INVALID_NS on none counted; 22 latency buckets + Inf" % (at, nguid3))
+PY
+sed -i 's/^address = "127.0.0.1:9469"$/address = "127.0.0.1:9469"\nlatency_buckets = [0.001, 0.1]/' "$CONF"
+systemctl reload nvmf-target || fail "systemctl reload with [metrics] latency_buckets"
+BUCKETS=$(curl -sf "$METRICS" | grep -F "nvmf_target_request_duration_seconds_bucket{nsid=\"1\",op=\"read\",subsystem=\"$NQN\",le=" | sed 's/.*le="\([^"]*\)".*/\1/' | tr '\n' ' ')
+[ "$BUCKETS" = "0.001024 0.131072 +Inf " ] || fail "with latency_buckets = [0.001, 0.1] the histogram shows bounds '$BUCKETS'"
+sed -i '/^latency_buckets = /d' "$CONF"
+systemctl reload nvmf-target || fail "systemctl reload without latency_buckets"
+info "latency_buckets = [0.001, 0.1] (reload): read latency of namespace 1 in buckets $BUCKETS"
 
 step "test 4b: a reload the daemon cannot apply (changed metrics address) is refused; the old config keeps serving"
 refused_before=$(metric 'nvmf_target_config_reloads_total{result="refused"}')
@@ -464,6 +535,23 @@ dd if="$NS1" of=/dev/null bs=4k count=256 iflag=direct status=none || fail "name
 ns_of "$NQN" 2 >/dev/null || fail "namespace 2 gone after a refused reload"
 [ "$(systemctl is-active nvmf-target)" = active ] || fail "unit not active after a refused reload"
 info "still serving namespaces 1-3; StatusText: $(systemctl show -p StatusText --value nvmf-target)"
+# The journal's own fields (native protocol), named as the metric labels are: a connect
+# is found by its MESSAGE_ID, and by SUBSYSTEM, HOST, CNTLID and PEER.
+journalctl -u nvmf-target -b -o json MESSAGE_ID=64fb856328274f8dad5413c5fdfe4eb5 SUBSYSTEM="$NQN" \
+    >/tmp/jconnect.json || fail "journalctl MESSAGE_ID=... SUBSYSTEM=... failed"
+python3 - "$NQN" "$HOSTNQN" "$CNTLID" "$IP" <<'PY' || fail "the journal does not hold the host's connect as fields"
+import json, sys
+nqn, host, cntlid, ip = sys.argv[1:]
+es = [json.loads(l) for l in open("/tmp/jconnect.json") if l.strip()]
+es = [e for e in es if e.get("CNTLID") == cntlid]
+assert es, "no connect entry of controller %s" % cntlid
+e = es[-1]
+assert e["SUBSYSTEM"] == nqn and e["HOST"] == host and ip in e["PEER"], e
+assert e["PRIORITY"] == "6" and e["SYSLOG_IDENTIFIER"] == "nvmf-target", e
+assert "controller connected" in e["MESSAGE"] and "message_id" not in e["MESSAGE"], e["MESSAGE"]
+assert e["_SYSTEMD_UNIT"] == "nvmf-target.service", e
+print("    journal fields of the connect: " + ", ".join("%s=%s" % (k, e[k]) for k in ("SUBSYSTEM", "HOST", "CNTLID", "PEER", "MESSAGE_ID")))
+PY
 # Severity reaches the journal: the refusal is an error, "namespace ready" is not.
 journal -p err | grep -q 'reload refused.*error=' || fail "journalctl -p err does not show the refused reload (with its error field)"
 journal -p err | grep -q 'namespace ready' && fail "info lines reach the journal as errors"
@@ -605,6 +693,50 @@ ctrl_of "$NQN" | grep -qx "$CTRL" || fail "the host reconnected for the rename"
 info "/dev/$SD renamed to $BYID: the host keeps $NS9 (NGUID $NGUID9), written through after the reload"
 live namespace del --subsystem "$NQN" --nsid 9 --force
 wait_for 30 "namespace 9 gone from the host" bash -c "! ls /sys/block/$NS9 >/dev/null 2>&1"
+# Resize, live: hosts read the new size at once (namespace-changed event, no reconnect);
+# writes past the old end land; a namespace never shrinks; a block device sets its own
+# size; a null namespace's size is kept in the file.
+host_bytes() { echo $(( $(cat "/sys/block/$1/size") * 512 )); }
+host_size_is() { [ "$(host_bytes "$1")" = "$2" ]; }
+RS_FILE=/var/tmp/resize.img
+rm -f "$RS_FILE"; truncate -s 8M "$RS_FILE"
+live namespace add -n "$NQN" --nsid 10 --path "$RS_FILE"
+wait_for 30 "namespace 10 (an 8 MiB file) on the connected host" ns_of "$NQN" 10
+NS10=$(ns_of "$NQN" 10)
+[ "$(host_bytes "$NS10")" = $((8 << 20)) ] || fail "the host sees namespace 10 at $(host_bytes "$NS10") bytes, not 8 MiB"
+kmsg_mark
+live namespace resize -n "$NQN" --nsid 10 --size 24M
+wait_for 10 "the host reads namespace 10 at 24 MiB" host_size_is "$NS10" $((24 << 20))
+[ "$(stat -c %s "$RS_FILE")" = $((24 << 20)) ] || fail "the file did not grow to 24 MiB"
+dd if=/dev/urandom of=/tmp/rs.bin bs=1M count=2 status=none
+dd if=/tmp/rs.bin of="/dev/$NS10" bs=1M seek=20 oflag=direct status=none || fail "writing past namespace 10's old end failed"
+cmp -i 0:$((20 << 20)) -n $((2 << 20)) /tmp/rs.bin "$RS_FILE" \
+    || fail "the file does not hold what the host wrote past the old end"
+EXPECT=2 refused "only grows" namespace resize -n "$NQN" --nsid 10 --size 16M
+EXPECT=2 refused "already" namespace resize -n "$NQN" --nsid 10 --size 24M
+EXPECT=65 refused "multiple of the block size" namespace resize -n "$NQN" --nsid 10 --size 25000000
+EXPECT=2 refused "block device" namespace resize -n "$NQN" --nsid 2 --size 256M
+# Grown by the operator (as lvextend or rbd resize would), then told without --size.
+truncate -s 32M "$RS_FILE"
+live namespace resize -n "$NQN" --nsid 10
+wait_for 10 "the host reads namespace 10 at 32 MiB" host_size_is "$NS10" $((32 << 20))
+live namespace add -n "$NQN" --nsid 11 --null 16M
+wait_for 30 "namespace 11 (null) on the connected host" ns_of "$NQN" 11
+NS11=$(ns_of "$NQN" 11)
+live namespace resize -n "$NQN" --nsid 11 --size 64M
+wait_for 10 "the host reads namespace 11 at 64 MiB" host_size_is "$NS11" $((64 << 20))
+grep -A3 '^nsid = 11' "$CONF" | grep -q 'size = "64M"' || fail "the null namespace's new size is not in $CONF"
+ctrl_of "$NQN" | grep -qx "$CTRL" || fail "the host reconnected for a resize"
+[ "$(ns_of "$NQN" 10)" = "$NS10" ] || fail "namespace 10 is another block device after its resize"
+journal | grep "namespace resized" | tail -n 2 | sed 's/^/    journal: /'
+journal | grep "namespace resized" | grep -q "nsid=10.*controllers_notified=1" || fail "the journal shows no namespace-changed notice for the resize"
+kmsg_check "test 4g (namespaces resized live)"
+dmesg | grep -E "$NS10: detected capacity change" | tail -n 1 | sed 's/^/    kernel: /'
+info "namespace 10 (file) 8 -> 24 -> 32 MiB and 11 (null) 16 -> 64 MiB on $CTRL, no reconnect; shrink, same size and a block device refused"
+live namespace del -n "$NQN" --nsid 10 --force
+live namespace del -n "$NQN" --nsid 11 --force
+wait_for 30 "namespaces 10 and 11 gone from the host" bash -c "! ls /sys/block/$NS10 /sys/block/$NS11 >/dev/null 2>&1"
+rm -f "$RS_FILE"
 # ANA state per listener, live: the host's path follows (ANA change event), the file keeps it.
 ana_path() { cat /sys/class/nvme/"$CTRL"/nvme*c*n1/ana_state 2>/dev/null | head -n 1; }
 live listener ana --listener "rdma:$IP:$PORT" --group 1 --state non-optimized
@@ -750,6 +882,27 @@ print(sum(c[sys.argv[2]] for s in st["subsystems"] for c in s["controllers"]
           if c["transport"] == sys.argv[3] and c["host_nqn"] == sys.argv[1]))' "$HOSTNQN" "$1" "$2"
 }
 tcp_writes() { ctrl_sum writes tcp; }
+# One listener drained by its name: its path goes inaccessible on the host, the RDMA
+# path stays optimized and takes the writes; undrain brings it back.
+tcp_ana() { cat /sys/class/nvme/"$TCTRL"/nvme*c*n1/ana_state 2>/dev/null | head -n 1; }
+tcp_ana_is() { [ "$(tcp_ana)" = "$1" ]; }
+wait_for 10 "the TCP path optimized" tcp_ana_is optimized
+live drain --listener "tcp:$IP:$PORT" --timeout 20
+wait_for 10 "the drained TCP path inaccessible on the host" tcp_ana_is inaccessible
+[ "$(metric "nvmf_target_listener_drained{listener=\"tcp:$IP:$PORT\"}")" = 1 ] && [ "$(metric "nvmf_target_listener_drained{listener=\"rdma:$IP:$PORT\"}")" = 0 ] \
+    || fail "nvmf_target_listener_drained does not show tcp:$IP:$PORT (only) drained: $(curl -sf "$METRICS" | grep '^nvmf_target_listener_drained')"
+[ "$(metric "nvmf_target_ana_state{group=\"1\",listener=\"tcp:$IP:$PORT\",state=\"inaccessible\"}")" = 1 ] \
+    || fail "nvmf_target_ana_state does not show group 1 inaccessible at tcp:$IP:$PORT: $(curl -sf "$METRICS" | grep '^nvmf_target_ana_state')"
+[ "$(ana_path)" = optimized ] || fail "draining tcp:$IP:$PORT took the RDMA path to $(ana_path)"
+W0=$(tcp_writes)
+dd if=/dev/urandom of="$NS1" bs=4k count=256 oflag=direct status=none || fail "writes with the TCP path drained failed"
+[ "$(tcp_writes)" = "$W0" ] || fail "the drained TCP listener took $(( $(tcp_writes) - W0 )) writes"
+live undrain
+wait_for 10 "the TCP path optimized after undrain" tcp_ana_is optimized
+for id in d7cdd33af4a34438b8ebd5bf500f2814:draining ff7e17b2fea44af68d48aca8cb945271:drained 2122c9c05981410da3232a294e7084fe:undrained; do
+    journalctl -u nvmf-target -b -o cat MESSAGE_ID="${id%%:*}" | grep -q "${id#*:}" || fail "no '${id#*:}' entry with MESSAGE_ID ${id%%:*} in the journal"
+done
+info "drain --listener tcp:$IP:$PORT: that path inaccessible on the host, the RDMA one optimized and written; undrain restored it"
 W0=$(tcp_writes)
 # The RDMA path answers every command it gets across the removal: the host would retry a
 # failed one on the other path and show nothing.
@@ -1142,6 +1295,21 @@ grep -q "1 GiB disk /var/tmp/nvmf-demo.img" /tmp/demo.log || fail "the demo did 
 grep -E "RDMA device on|IOPS=|controller 1 host|namespace 1" /tmp/demo.log | sed 's/^/    demo: /'
 
 # =====================================================================================
+step "test 7b: an invalid configuration fails the start once (exit 78): no restart loop"
+cp "$CONF" /tmp/conf.good
+echo 'listener = = "broken"' >>"$CONF"
+R0=$(systemctl show -p NRestarts --value nvmf-target)
+systemctl start nvmf-target 2>/dev/null && fail "the unit started with an invalid configuration"
+sleep 6   # three RestartSec= periods
+R1=$(systemctl show -p NRestarts --value nvmf-target)
+[ "$R1" = "$R0" ] || fail "systemd restarted the daemon $((R1 - R0)) time(s) in 6 s for an invalid configuration (a restart loop)"
+[ "$(systemctl show -p ExecMainStatus --value nvmf-target)" = 78 ] || fail "the daemon exited $(systemctl show -p ExecMainStatus --value nvmf-target) for an invalid configuration, not 78"
+[ "$(systemctl is-active nvmf-target)" = failed ] || fail "the unit is $(systemctl is-active nvmf-target), not failed"
+journal | grep -F "$CONF" | tail -n 1 | sed 's/^/    journal: /'
+info "invalid configuration: exit 78, the unit failed, $((R1 - R0)) restarts in 6 s"
+cp /tmp/conf.good "$CONF"
+systemctl reset-failed nvmf-target
+
 step "test 8: dpkg -r stops and removes the package, keeping the configuration; --purge removes it"
 systemctl start nvmf-target || fail "systemctl start before dpkg -r"
 wait_for 30 "the daemon active" bash -c "[ \"\$(systemctl is-active nvmf-target)\" = active ]"

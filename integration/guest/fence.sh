@@ -208,7 +208,7 @@ ghost_round() {
 }
 ana_refused() { # NAME -> the gateway's count of commands answered ANA Inaccessible
     curl -sf "http://127.0.0.1:${GWMETRICS[$1]}/metrics" |
-        awk '/^nvmf_target_failed_commands_total\{status="ANA_INACCESSIBLE"\}/ { v += $2 } END { print v + 0 }'
+        awk '/^nvmf_target_failed_commands_total\{.*status="ANA_INACCESSIBLE"/ { v += $2 } END { print v + 0 }'
 }
 # freeze_a 1|0: A's RDMA threads (workers, posters, listener) stop or run again; its
 # cluster threads (librados, ownership) run on: cut off from the host, not from Ceph.

@@ -173,9 +173,10 @@ fn init_logging(cli_level: Option<&str>, cfg_level: &str) -> Option<LogReload> {
         fmt::layer()
             .with_writer(std::io::stderr)
             .with_ansi(false)
-            .event_format(journal::OneLine(journal::WithPriority(
-                fmt::format().with_ansi(false).without_time(),
-            )))
+            .event_format(journal::ToJournal {
+                inner: journal::OneLine(fmt::format().with_ansi(false).without_time()),
+                send: journal::native,
+            })
             .boxed()
     } else {
         fmt::layer()
@@ -421,7 +422,7 @@ fn main() -> ExitCode {
             eprintln!("nvmf-target: {e}");
             // systemd's STATUS= is one line.
             notify(&[NotifyState::Status(&e.replace("\n", "; "))]);
-            return ExitCode::from(2);
+            return ExitCode::from(cli::EXIT_CONFIG);
         }
     };
     if let Some(us) = args.poll_spin_us {
@@ -526,7 +527,9 @@ fn main() -> ExitCode {
         if daemon.stop_due() {
             break;
         }
-        match daemon.check_alive() {
+        let alive = daemon.check_alive();
+        nvmf_target::daemon::gauges::set_healthy(alive.is_ok());
+        match alive {
             Ok(()) => {
                 if watchdog {
                     notify(&[NotifyState::Watchdog]);

@@ -58,6 +58,23 @@ impl Storage for FileStore {
         size(&self.file, self.is_block).map(Some)
     }
 
+    fn grow(&self, bytes: u64) -> Result<(), String> {
+        let path = self.path.display();
+        if self.is_block {
+            return Err(format!(
+                "{path} is a block device: its size is the device's (grow it, with lvextend \
+                 say, then resize without --size)"
+            ));
+        }
+        // Sparse: the new blocks read as zeroes until written.
+        self.file
+            .set_len(bytes)
+            .map_err(|e| match e.raw_os_error() {
+                Some(libc::EBADF) | Some(libc::EINVAL) => format!("{path} is served read-only"),
+                _ => format!("{path} cannot grow: {e}"),
+            })
+    }
+
     fn gated(&self) -> bool {
         true
     }

@@ -78,6 +78,17 @@ pub trait Storage: std::fmt::Debug + Send + Sync {
     /// store of fixed size.
     fn size_now(&self) -> std::io::Result<Option<u64>>;
 
+    /// Grows the store to `bytes` (`namespace resize --size`; the caller
+    /// checked it is larger). A store whose size is its own (a block
+    /// device, an image) says how to grow it instead.
+    fn grow(&self, bytes: u64) -> Result<(), String> {
+        let _ = bytes;
+        Err(format!(
+            "{} sets its own size: grow it there, then resize without --size",
+            self.describe()
+        ))
+    }
+
     /// Whether writes pass the namespace's write gate (a local store's, for
     /// Compare and Write; an image's, which a Preempt and Abort drains on
     /// every gateway).
@@ -217,7 +228,7 @@ pub type Backend = Box<dyn Storage>;
 pub fn open(cfg: &NamespaceConfig) -> Result<(Backend, u64, u32), BackendError> {
     let (backend, size, bs) = match &cfg.backend {
         BackendConfig::Null { size } => (
-            Box::new(null::Null) as Backend,
+            Box::new(null::Null::sized(*size)) as Backend,
             *size,
             cfg.block_size.unwrap_or(512),
         ),

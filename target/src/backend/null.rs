@@ -3,15 +3,28 @@
 //! its whole buffer: a pool buffer last held another request's data (another
 //! host's, another subsystem's), and the transport sends what the buffer holds.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use super::{compare, DataRef, Executor, Storage, Submitted};
 use crate::engine::plan::IoPlan;
 use crate::engine::write_gate::WriteGate;
 
-/// The null store.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct Null;
+/// The null store. Its size is the configuration's (0: fixed by whoever
+/// built the namespace, as tests do); a resize sets it.
+#[derive(Debug, Default)]
+pub struct Null {
+    size: AtomicU64,
+}
+
+impl Null {
+    /// A null store of `bytes`.
+    pub fn sized(bytes: u64) -> Null {
+        Null {
+            size: AtomicU64::new(bytes),
+        }
+    }
+}
 
 impl Storage for Null {
     fn describe(&self) -> String {
@@ -23,7 +36,15 @@ impl Storage for Null {
     }
 
     fn size_now(&self) -> std::io::Result<Option<u64>> {
-        Ok(None)
+        Ok(match self.size.load(Ordering::Acquire) {
+            0 => None,
+            n => Some(n),
+        })
+    }
+
+    fn grow(&self, bytes: u64) -> Result<(), String> {
+        self.size.store(bytes, Ordering::Release);
+        Ok(())
     }
 
     fn gated(&self) -> bool {

@@ -249,7 +249,7 @@ mod tests {
         });
         let mut io = crate::backend::exec::Inline::new(crate::worker::wake::Mailbox::detached());
         let gate = Arc::new(WriteGate::default());
-        let b = super::super::null::Null;
+        let b = super::super::null::Null::default();
         // SAFETY: nothing is submitted (go_on is false).
         let after = unsafe { op.completed(4096, false, &b, &gate, DataRef::NONE, &mut io, 1) };
         assert_eq!(after, After::Over);

@@ -12,7 +12,7 @@ use serde_json::Value;
 
 use crate::config::edit::{
     HostAdd, HostKey, HostNqn, HostRef, ListenerAna, ListenerRef, NamespaceAdd, NamespaceHost,
-    NamespaceQos, NamespaceRef, SubsystemAdd, SubsystemListener, SubsystemRef,
+    NamespaceQos, NamespaceRef, NamespaceResize, SubsystemAdd, SubsystemListener, SubsystemRef,
 };
 use crate::config::TargetConfig;
 use crate::daemon::control::ControlError;
@@ -203,6 +203,22 @@ pub enum NamespaceCmd {
         /// MB written per second.
         #[arg(long, value_name = "N")]
         w_mbps: Option<u64>,
+    },
+    /// Grow a namespace; connected hosts read the new size at once
+    /// (namespace-changed event). A file grows to --size; a null
+    /// namespace's size is kept in the file. A block device or an RBD
+    /// image sets its own size: grow it (lvextend, rbd resize), then run
+    /// this without --size. A namespace never shrinks.
+    Resize {
+        /// The subsystem's NQN.
+        #[arg(long, short = 'n')]
+        subsystem: String,
+        /// The nsid.
+        #[arg(long)]
+        nsid: u32,
+        /// The new size: bytes, or with a suffix (K, M, G, T; powers of 2).
+        #[arg(long, value_name = "SIZE")]
+        size: Option<String>,
     },
     /// Hide a namespace from a host; the host sees it go at once.
     Detach {
@@ -688,6 +704,22 @@ impl Admin {
             ),
             Admin::Namespace {
                 cmd:
+                    NamespaceCmd::Resize {
+                        subsystem,
+                        nsid,
+                        size,
+                    },
+                ..
+            } => (
+                "namespace_resize",
+                v(NamespaceResize {
+                    subsystem,
+                    nsid,
+                    size,
+                }),
+            ),
+            Admin::Namespace {
+                cmd:
                     NamespaceCmd::Detach {
                         subsystem,
                         nsid,
@@ -910,6 +942,10 @@ pub const EXIT_INVALID: u8 = 65;
 /// loaded it, or could not be saved (sysexits' EX_TEMPFAIL).
 pub const EXIT_LATER: u8 = 75;
 
+/// The daemon's configuration is invalid (sysexits' EX_CONFIG): systemd
+/// does not restart it for that (the unit's RestartPreventExitStatus).
+pub const EXIT_CONFIG: u8 = 78;
+
 /// Every exit status of the commands, for the man pages.
 pub const EXIT_STATUS: &[(&str, &str)] = &[
     ("0", "Success."),
@@ -921,6 +957,7 @@ pub const EXIT_STATUS: &[(&str, &str)] = &[
     ("64", "Usage: an unknown option or a missing argument."),
     ("65", "Invalid request: a malformed value (a key, an ANA state, a listener name)."),
     ("75", "Not now: the file was edited since the daemon loaded it (reload it first), or the change could not be saved and was undone."),
+    ("78", "The daemon (no command): its configuration is invalid; the message says why. The unit does not restart it (RestartPreventExitStatus=78)."),
 ];
 
 /// The exit status of a refusal with JSON-RPC error `code`.

@@ -262,7 +262,8 @@ fn outcome(q: &AuthState, target: &Target, ctrl: &Controller, qid: u16, ev: Even
             Outcome::Continue
         }
         Event::Failed(why) => {
-            warn!(cntlid = ctrl.cntlid, qid, host = %ctrl.hostnqn, subsys = %ctrl.subsys.nqn,
+            warn!(message_id = %crate::telemetry::journal::ids::AUTH_FAILED,
+                  cntlid = ctrl.cntlid, qid, host = %ctrl.hostnqn, subsys = %ctrl.subsys.nqn,
                   reason = reason::name(why), "authentication failed; ending the association");
             m.authentications
                 .with_label_values(&[&ctrl.subsys.nqn, reason::name(why)])
@@ -283,7 +284,8 @@ pub fn send(
     if starts_transaction(data) && q.tx.authenticated().is_none() {
         q.attempts = q.attempts.saturating_add(1);
         if q.attempts > MAX_ATTEMPTS {
-            warn!(cntlid = ctrl.cntlid, qid, host = %ctrl.hostnqn, subsys = %ctrl.subsys.nqn,
+            warn!(message_id = %crate::telemetry::journal::ids::AUTH_FAILED,
+                  cntlid = ctrl.cntlid, qid, host = %ctrl.hostnqn, subsys = %ctrl.subsys.nqn,
                   "{MAX_ATTEMPTS} authentication transactions did not authenticate the queue; ending the association");
             metrics()
                 .authentications

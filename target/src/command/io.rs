@@ -194,7 +194,7 @@ mod tests {
         Namespace::new(
             "nqn.test",
             1,
-            Box::new(crate::backend::null::Null),
+            Box::new(crate::backend::null::Null::default()),
             blocks * 512,
             512,
             ro,

@@ -241,6 +241,12 @@ impl NamespaceConfig {
         o.hosts = self.hosts.clone();
         o.qos = self.qos;
         o.host_qos = self.host_qos.clone();
+        // A null store's size changes in place (a resize).
+        if let (BackendConfig::Null { .. }, BackendConfig::Null { size }) =
+            (&other.backend, &self.backend)
+        {
+            o.backend = BackendConfig::Null { size: *size };
+        }
         *self == o
     }
 }
@@ -288,6 +294,9 @@ pub struct TargetConfig {
     pub metrics_addr: Option<SocketAddr>,
     /// Per-host series (`[metrics] per_host`), `None`: none.
     pub per_host_series: Option<PerHostSeries>,
+    /// The latency histograms' buckets (`[metrics] latency_buckets`, each
+    /// rounded up to a bound the histogram keeps); `None`: all.
+    pub latency_buckets: Option<Vec<usize>>,
     /// The control socket `nvmf-target status` talks to (`None`: disabled).
     pub control_socket: Option<PathBuf>,
     /// Whether the target must not start without its control socket (true

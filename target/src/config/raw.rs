@@ -42,6 +42,7 @@ pub(super) struct RawMetrics {
     pub per_host: Option<bool>,
     pub per_host_max: Option<u32>,
     pub per_host_idle_secs: Option<u64>,
+    pub latency_buckets: Option<Vec<f64>>,
 }
 
 #[derive(Deserialize)]

@@ -410,6 +410,31 @@ fn metrics_and_log_sections() {
 }
 
 #[test]
+fn latency_buckets_round_up_to_the_histogram_s_bounds() {
+    let parse = |b: &str| {
+        TargetConfig::from_toml(
+            &format!("[metrics]\nlatency_buckets = {b}\n{GOOD}"),
+            "t.toml",
+        )
+        .unwrap()
+        .latency_buckets
+    };
+    // 1 ms -> 1.024 ms (7), 100 µs -> 128 µs (4), 1 s -> 1.048576 s (17).
+    assert_eq!(parse("[0.001, 0.0001, 1, 0.001]"), Some(vec![4, 7, 17]));
+    assert_eq!(parse("[]"), Some(vec![]), "none: +Inf, sum and count only");
+    assert_eq!(
+        TargetConfig::from_toml(GOOD, "t.toml")
+            .unwrap()
+            .latency_buckets,
+        None
+    );
+    bad(
+        &format!("[metrics]\nlatency_buckets = [0.001, 0, 20]\n{GOOD}"),
+        "metrics.latency_buckets: 0 is not a bound in seconds above 0 and up to 16.7",
+    );
+}
+
+#[test]
 fn missing_backing_file_is_refused() {
     let e = TargetConfig::quick(
         "rdma",

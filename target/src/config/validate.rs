@@ -240,6 +240,30 @@ impl TargetConfig {
             }
             _ => None,
         };
+        let latency_buckets = raw
+            .metrics
+            .as_ref()
+            .and_then(|m| m.latency_buckets.as_ref())
+            .map(|b| {
+                let mut shown: Vec<usize> = b
+                    .iter()
+                    .filter_map(|&s| {
+                        let i = (s > 0.0)
+                            .then(|| crate::telemetry::namespace::bucket_at_or_above(s))
+                            .flatten();
+                        if i.is_none() {
+                            cx.err(
+                                "metrics.latency_buckets",
+                                format!("{s} is not a bound in seconds above 0 and up to 16.7"),
+                            );
+                        }
+                        i
+                    })
+                    .collect();
+                shown.sort_unstable();
+                shown.dedup();
+                shown
+            });
         let metrics_addr = match raw.metrics {
             Some(RawMetrics {
                 enabled: Some(false),
@@ -312,6 +336,7 @@ impl TargetConfig {
             poll_spin_us,
             metrics_addr,
             per_host_series,
+            latency_buckets,
             control_socket,
             control_required: true,
             log_level,

@@ -15,7 +15,7 @@ use tracing::{info, warn};
 
 use super::rpc::{self, Changed, ConfigText, ControllerRef, RpcError};
 use super::Daemon;
-use crate::config::edit::{self, Edit, EditError};
+use crate::config::edit::{self, Edit, EditError, NamespaceResize};
 use crate::config::TargetConfig;
 use crate::model::subsystem::SubsystemKind;
 
@@ -230,6 +230,11 @@ impl Daemon {
             "namespace_attach" => Edit::NamespaceAttach(rpc::params(method, p)?),
             "namespace_detach" => Edit::NamespaceDetach(rpc::params(method, p)?),
             "namespace_qos" => Edit::NamespaceQos(rpc::params(method, p)?),
+            "namespace_resize" => {
+                let r = rpc::params(method, p)?;
+                let res = self.resize(&r);
+                return self.counted(method, res);
+            }
             "host_add" => Edit::HostAdd(rpc::params(method, p)?),
             "host_del" => Edit::HostDel(rpc::params(method, p)?),
             "host_key_set" => Edit::HostKeySet(rpc::params(method, p)?),
@@ -431,6 +436,86 @@ impl Daemon {
             applied: None,
             saved: None,
         })
+    }
+
+    /// Resizes a namespace: to `r.size` (a null store's size is the
+    /// file's; a file grows; a block device or an image sets its own), or,
+    /// without one, to its store's size now (grown by the operator). Hosts
+    /// get a namespace-changed event and read the new size. A namespace
+    /// only grows: shrinking would cut off data a host wrote.
+    pub fn resize(&mut self, r: &NamespaceResize) -> Result<Changed, LiveError> {
+        let sub = self
+            .target
+            .subsystem(&r.subsystem)
+            .filter(|s| s.kind == SubsystemKind::Nvm)
+            .ok_or_else(|| LiveError::Edit(EditError::NoSubsystem(r.subsystem.clone())))?;
+        let ns = sub.namespace(r.nsid).ok_or_else(|| {
+            LiveError::Edit(EditError::NoNamespace {
+                nqn: r.subsystem.clone(),
+                nsid: r.nsid,
+            })
+        })?;
+        let bs = u64::from(ns.block_size);
+        let before = ns.blocks() * bs;
+        let what = format!("namespace {} of {}", r.nsid, r.subsystem);
+        let resized = |from: u64, to: u64| Changed {
+            summary: format!(
+                "{what} resized from {} to {}",
+                sizes::format(from),
+                sizes::format(to)
+            ),
+            nsid: Some(r.nsid),
+            applied: None,
+            saved: None,
+        };
+        let Some(text) = &r.size else {
+            return match Self::refresh_size(&sub, &ns) {
+                Some((old, new)) => Ok(resized(old * bs, new * bs)),
+                None => Err(LiveError::Edit(EditError::AlreadySo(format!(
+                    "{what} is {} already, the size of its store",
+                    sizes::format(before)
+                )))),
+            };
+        };
+        let invalid = |m: String| LiveError::Edit(EditError::Invalid(m));
+        let bytes = sizes::parse(text).map_err(invalid)?;
+        if bytes == 0 || bytes % bs != 0 {
+            return Err(invalid(format!(
+                "size {bytes} is not a non-zero multiple of the block size {bs}"
+            )));
+        }
+        match bytes.cmp(&before) {
+            std::cmp::Ordering::Less => {
+                return Err(LiveError::Refused(format!(
+                    "{what} is {}: a namespace only grows (shrinking it would cut off what \
+                     hosts wrote past {})",
+                    sizes::format(before),
+                    sizes::format(bytes)
+                )))
+            }
+            std::cmp::Ordering::Equal => {
+                return Err(LiveError::Edit(EditError::AlreadySo(format!(
+                    "{what} is {} already",
+                    sizes::format(before)
+                ))))
+            }
+            std::cmp::Ordering::Greater => {}
+        }
+        let in_file = self
+            .config
+            .subsystems
+            .iter()
+            .find(|s| s.nqn == r.subsystem)
+            .and_then(|s| s.namespaces.iter().find(|n| n.nsid == r.nsid))
+            .is_some_and(|n| matches!(n.backend, crate::config::BackendConfig::Null { .. }));
+        if in_file {
+            let mut c = self.change(&Edit::NamespaceResize(r.clone()))?;
+            c.summary = resized(before, bytes).summary;
+            return Ok(c);
+        }
+        ns.backend.grow(bytes).map_err(LiveError::Refused)?;
+        Self::refresh_size(&sub, &ns);
+        Ok(resized(before, ns.blocks() * bs))
     }
 
     /// Reloads the configuration file (SIGHUP): the file's text becomes

@@ -5,6 +5,7 @@
 //! and moves a drain on ([`super::drain`]). `nvmf-target drain`,
 //! `undrain` and `ok-to-stop` come here from the control socket.
 
+use crate::telemetry::journal::ids;
 use std::collections::BTreeMap;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -256,7 +257,7 @@ impl Daemon {
     fn begin_drain(&mut self, ports: Vec<usize>, timeout: Duration, reply: Option<Reply>) {
         let changed = self.target.ana.drain(&ports, Some(AnaState::NonOptimized));
         let n = self.notify_ana(Some(&changed));
-        info!(listeners = ?self.listener_addrs(&ports), controllers_notified = n, timeout_s = timeout.as_secs(), "draining: ANA groups non-optimized");
+        info!(message_id = %ids::DRAIN_STARTED, listeners = ?self.listener_addrs(&ports), controllers_notified = n, timeout_s = timeout.as_secs(), "draining: ANA groups non-optimized");
         self.draining = Some(Draining {
             drain: Drain::new(ports, Instant::now(), timeout),
             reply,
@@ -452,7 +453,7 @@ impl Daemon {
                     self.listener_addrs(&ports).join(", "),
                     t.as_secs_f64()
                 );
-                info!("{summary}");
+                info!(message_id = %ids::DRAINED, "{summary}");
                 self.drain_answer(Ok(summary), true);
             }
             Step::TimedOut(what) => {
@@ -460,7 +461,7 @@ impl Daemon {
                     true => format!("not drained in time: still {what}"),
                     false => format!("not drained in time: still {what}; the listeners stay drained (nvmf-target undrain restores them)"),
                 };
-                warn!("{m}");
+                warn!(message_id = %ids::DRAIN_TIMED_OUT, "{m}");
                 self.drain_answer(Err(m), true);
             }
         }
@@ -562,7 +563,7 @@ impl Daemon {
                 self.listener_addrs(&changed).join(", ")
             ),
         };
-        info!(controllers_notified = n, "{summary}");
+        info!(message_id = %ids::UNDRAINED, controllers_notified = n, "{summary}");
         Changed {
             summary,
             nsid: None,

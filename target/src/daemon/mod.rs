@@ -11,6 +11,7 @@ use tracing::{error, info, warn};
 pub mod advertise;
 pub mod control;
 pub mod drain;
+pub mod gauges;
 pub mod listeners;
 pub mod live;
 pub mod maintenance;
@@ -159,8 +160,10 @@ fn advertise(target: &Target) -> Option<advertise::Advertiser> {
 }
 
 /// Logs what the configuration does that an administrator may not mean.
-/// Per-host series as `cfg` says, for controllers that connect from now on.
-fn per_host_series(cfg: &TargetConfig) {
+/// The series `cfg` asks for: per-host ones (for controllers that connect
+/// from now on) and the latency histograms' buckets (from the next scrape).
+fn metric_series(cfg: &TargetConfig) {
+    crate::telemetry::namespace::show_buckets(cfg.latency_buckets.as_deref());
     let r = crate::telemetry::host::registry();
     match cfg.per_host_series {
         Some(p) => {
@@ -234,7 +237,7 @@ impl Daemon {
         let target = Arc::new(build_target(&config)?);
         maintenance::restore_drained(&config, &target.ana);
         let built = started.elapsed();
-        per_host_series(&config);
+        metric_series(&config);
         let metrics_server = match config.metrics_addr {
             Some(a) => Some(crate::telemetry::http::start(a).map_err(|e| {
                 format!("metrics endpoint {a}: {e} (set [metrics] address, or enabled = false)")
@@ -263,6 +266,7 @@ impl Daemon {
                 (None, None)
             }
         };
+        gauges::watch(&target, started);
         let control = match &config.control_socket {
             Some(p) => match ControlServer::start(p, target.clone(), started, outbox) {
                 Ok(c) => Some(c),
@@ -651,6 +655,14 @@ impl Daemon {
                     info!(subsys = %c.nqn, nsid, caps = %caps, hosts = hosts.len(), "QoS caps changed");
                 }
             }
+            for (nsid, bytes) in &c.sized {
+                // Taken, and the hosts told, by the size refresh below.
+                if let Some(ns) = sub.namespace(*nsid) {
+                    if let Err(e) = ns.backend.grow(*bytes) {
+                        warn!(subsys = %c.nqn, nsid, error = %e, "namespace not resized");
+                    }
+                }
+            }
             for (nsid, hosts) in &c.shown {
                 let told = sub.show_namespace(*nsid, hosts.clone());
                 let to = match hosts {
@@ -726,7 +738,7 @@ impl Daemon {
             );
         }
         if plan.per_host {
-            per_host_series(&new);
+            metric_series(&new);
         }
         match (plan.mdns, self.advertiser.take()) {
             (Some(false), Some(a)) => a.stop(),
@@ -751,27 +763,32 @@ impl Daemon {
         let mut n = 0;
         for sub in self.target.subsystems().iter() {
             for ns in sub.namespaces().iter() {
-                match ns.refresh_size() {
-                    Ok(Some((old, new))) => {
-                        n += 1;
-                        let raised = sub
-                            .controllers()
-                            .iter()
-                            .filter(|c| {
-                                ns.visible_to(&c.hostnqn) && c.notify_ns_changed(&[ns.nsid])
-                            })
-                            .count();
-                        info!(subsys = %sub.nqn, nsid = ns.nsid, old_blocks = old, new_blocks = new,
-                              controllers_notified = raised, "namespace resized");
-                    }
-                    Ok(None) => {}
-                    Err(e) => {
-                        warn!(subsys = %sub.nqn, nsid = ns.nsid, error = %e, "size of the store unknown")
-                    }
-                }
+                n += usize::from(Self::refresh_size(sub, ns).is_some());
             }
         }
         n
+    }
+
+    /// Reads the size of one namespace's store again; when it changed,
+    /// tells the hosts it is shown to and returns (old, new) in blocks.
+    pub(super) fn refresh_size(sub: &Subsystem, ns: &Namespace) -> Option<(u64, u64)> {
+        match ns.refresh_size() {
+            Ok(Some((old, new))) => {
+                let raised = sub
+                    .controllers()
+                    .iter()
+                    .filter(|c| ns.visible_to(&c.hostnqn) && c.notify_ns_changed(&[ns.nsid]))
+                    .count();
+                info!(subsys = %sub.nqn, nsid = ns.nsid, old_blocks = old, new_blocks = new,
+                      controllers_notified = raised, "namespace resized");
+                Some((old, new))
+            }
+            Ok(None) => None,
+            Err(e) => {
+                warn!(subsys = %sub.nqn, nsid = ns.nsid, error = %e, "size of the store unknown");
+                None
+            }
+        }
     }
 
     /// Stops the daemon: refuse new connections, let in-flight I/O finish

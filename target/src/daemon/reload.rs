@@ -10,7 +10,9 @@
 //! change while hosts are connected: such a reload is refused with the
 //! reason.
 
-use crate::config::{ListenerConfig, NamespaceConfig, SubsystemConfig, TargetConfig};
+use crate::config::{
+    BackendConfig, ListenerConfig, NamespaceConfig, SubsystemConfig, TargetConfig,
+};
 use crate::model::subsystem::HostAccess;
 
 /// Changes to one subsystem that stays.
@@ -34,6 +36,8 @@ pub struct SubsystemChange {
         crate::model::qos::QosCaps,
         Vec<crate::model::qos::HostCaps>,
     )>,
+    /// Null namespaces that stay open with a new size: nsid, bytes.
+    pub sized: Vec<(u32, u64)>,
 }
 
 impl SubsystemChange {
@@ -65,6 +69,7 @@ impl SubsystemChange {
             && self.remove.is_empty()
             && self.shown.is_empty()
             && self.qos.is_empty()
+            && self.sized.is_empty()
     }
 }
 
@@ -90,7 +95,7 @@ pub struct Plan {
     /// Namespaces whose store changed size (found while applying the plan).
     pub resized: usize,
     /// Per-host series turned on or off, or their cap changed (for
-    /// controllers that connect from now on).
+    /// controllers that connect from now on), or the latency buckets shown.
     pub per_host: bool,
     /// The discovery referrals changed.
     pub referrals: bool,
@@ -254,6 +259,7 @@ pub fn plan(old: &TargetConfig, new: &TargetConfig) -> Result<Plan, NeedsRestart
             remove: vec![],
             shown: vec![],
             qos: vec![],
+            sized: vec![],
         };
         for ons in &o.namespaces {
             match n.namespaces.iter().find(|x| x.nsid == ons.nsid) {
@@ -264,6 +270,11 @@ pub fn plan(old: &TargetConfig, new: &TargetConfig) -> Result<Plan, NeedsRestart
                     }
                     if (nns.qos, &nns.host_qos) != (ons.qos, &ons.host_qos) {
                         c.qos.push((nns.nsid, nns.qos, nns.host_qos.clone()));
+                    }
+                    if let BackendConfig::Null { size } = nns.backend {
+                        if nns.backend != ons.backend {
+                            c.sized.push((nns.nsid, size));
+                        }
                     }
                 }
                 Some(nns) => {
@@ -344,7 +355,8 @@ pub fn plan(old: &TargetConfig, new: &TargetConfig) -> Result<Plan, NeedsRestart
         .iter()
         .any(|l| same_listener(new, l).is_some_and(|n| n.ana != l.ana));
     p.hosts = old.hosts != new.hosts;
-    p.per_host = old.per_host_series != new.per_host_series;
+    p.per_host =
+        old.per_host_series != new.per_host_series || old.latency_buckets != new.latency_buckets;
     p.referrals = old.referrals != new.referrals;
     p.mdns = (old.mdns != new.mdns).then_some(new.mdns);
     Ok(p)
@@ -353,7 +365,6 @@ pub fn plan(old: &TargetConfig, new: &TargetConfig) -> Result<Plan, NeedsRestart
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::BackendConfig;
 
     const BASE: &str = r#"
 [[listener]]
@@ -391,11 +402,13 @@ size = "1M"
 
     #[test]
     fn namespaces_added_removed_replaced() {
-        let new = BASE.replace("size = \"2M\"", "size = \"4M\"").replace(
-            "[[subsystem]]\nnqn = \"nqn.2026-11.io.test:b\"",
-            "[[subsystem.namespace]]\nnsid = 7\nbackend = \"null\"\nsize = \"1M\"\n\
+        let new = BASE
+            .replace("size = \"2M\"", "size = \"2M\"\nreadonly = true")
+            .replace(
+                "[[subsystem]]\nnqn = \"nqn.2026-11.io.test:b\"",
+                "[[subsystem.namespace]]\nnsid = 7\nbackend = \"null\"\nsize = \"1M\"\n\
                  [[subsystem]]\nnqn = \"nqn.2026-11.io.test:b\"",
-        );
+            );
         let new = new.replacen(
             "[[subsystem.namespace]]\nnsid = 1\nbackend = \"null\"\nsize = \"1M\"\n",
             "",
@@ -408,13 +421,24 @@ size = "1M"
         assert_eq!(c.access, None);
         assert_eq!(c.remove, vec![1, 2]);
         assert_eq!(c.add.iter().map(|n| n.nsid).collect::<Vec<_>>(), vec![2, 7]);
-        assert_eq!(c.add[0].backend, BackendConfig::Null { size: 4 << 20 });
+        assert!(c.add[0].readonly);
         assert_eq!(c.changed_nsids(), vec![1, 2, 7]);
         assert_eq!(c.dropped_nsids(), vec![1]);
         assert_eq!(
             p.summary(),
             "subsystems +0 -0, namespaces +2 -2, host access changed in 0"
         );
+    }
+
+    #[test]
+    fn a_null_namespace_resized_stays_open() {
+        let grown = BASE.replace("size = \"2M\"", "size = \"4M\"");
+        let p = plan(&cfg(BASE), &cfg(&grown)).unwrap();
+        assert_eq!(p.changed.len(), 1, "{p:?}");
+        let c = &p.changed[0];
+        assert!(c.add.is_empty() && c.remove.is_empty(), "reopened: {c:?}");
+        assert_eq!(c.sized, vec![(2, 4 << 20)]);
+        assert!(!p.is_empty());
     }
 
     #[test]
@@ -438,7 +462,7 @@ size = "1M"
         // Back to every host; and a change of the store with it reopens.
         let p = plan(&cfg(&masked), &cfg(BASE)).unwrap();
         assert_eq!(p.changed[0].shown, vec![(2, None)]);
-        let both = masked.replace("size = \"2M\"", "size = \"4M\"");
+        let both = masked.replace("size = \"2M\"", "size = \"2M\"\nreadonly = true");
         let p = plan(&cfg(BASE), &cfg(&both)).unwrap();
         assert_eq!(
             (p.changed[0].remove.clone(), p.changed[0].shown.len()),

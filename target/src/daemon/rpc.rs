@@ -61,6 +61,7 @@ pub const METHODS: &[&str] = &[
     "namespace_attach",
     "namespace_detach",
     "namespace_qos",
+    "namespace_resize",
     "host_add",
     "host_del",
     "host_key_set",

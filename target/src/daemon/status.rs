@@ -772,7 +772,7 @@ mod tests {
         let ns = crate::model::namespace::Namespace::new(
             "nqn.2026-11.io.test:a",
             1,
-            Box::new(crate::backend::null::Null),
+            Box::new(crate::backend::null::Null::default()),
             1 << 32,
             4096,
             false,

@@ -362,7 +362,7 @@ mod tests {
         let mut n = Namespace::new(
             "nqn.t",
             nsid,
-            Box::new(crate::backend::null::Null),
+            Box::new(crate::backend::null::Null::default()),
             1 << 20,
             512,
             false,

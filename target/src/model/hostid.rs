@@ -112,7 +112,7 @@ mod tests {
         let ns = Arc::new(Namespace::new(
             SUB,
             1,
-            Box::new(crate::backend::null::Null),
+            Box::new(crate::backend::null::Null::default()),
             1 << 20,
             512,
             false,

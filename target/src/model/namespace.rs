@@ -367,7 +367,7 @@ mod tests {
         let null = Namespace::new(
             "nqn.t",
             2,
-            Box::new(crate::backend::null::Null),
+            Box::new(crate::backend::null::Null::default()),
             1 << 20,
             512,
             false,

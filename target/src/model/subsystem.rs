@@ -653,7 +653,7 @@ mod tests {
             Arc::new(Namespace::new(
                 &s.nqn,
                 nsid,
-                Box::new(crate::backend::null::Null),
+                Box::new(crate::backend::null::Null::default()),
                 1 << 20,
                 512,
                 false,

@@ -149,8 +149,10 @@ impl QueueCore {
                             ctrl.revoke();
                         }
                     }
-                    info!(cntlid = ctrl.cntlid, host = %d.hostnqn, subsys = %d.subsysnqn,
-                          ?peer, kato_ms = ctrl.state().kato_ms, "controller connected");
+                    info!(message_id = %crate::telemetry::journal::ids::CONNECTED,
+                          cntlid = ctrl.cntlid, host = %d.hostnqn, subsys = %d.subsysnqn,
+                          peer = peer.map(tracing::field::display), kato_ms = ctrl.state().kato_ms,
+                          "controller connected");
                 } else {
                     debug!(cntlid = ctrl.cntlid, qid, "I/O queue connected");
                 }

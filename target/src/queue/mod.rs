@@ -550,7 +550,15 @@ impl QueueCore {
         let q = &self.reqs[r];
         let (cmd, status, result) = (q.cmd, q.status, q.result);
         if !status.is_success() {
-            env.tally.failed_command(status);
+            // The nsid as a label only where the subsystem has it: a
+            // host chooses any number.
+            let sub = self.ctrl.as_ref().map(|c| &c.subsys);
+            let nsid = match cmd.nsid() {
+                n if sub.is_some_and(|s| s.namespace(n).is_some()) => n,
+                _ => 0,
+            };
+            env.tally
+                .failed_command(sub.map(|s| s.nqn.as_str()), nsid, status);
             if let Some(c) = &self.ctrl {
                 c.io().count_error(env.worker);
                 c.state()

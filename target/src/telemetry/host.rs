@@ -304,26 +304,29 @@ pub struct HostCollector {
     descs: Vec<Desc>,
 }
 
-const FAMILIES: [(&str, &str); 5] = [
+const HSO: &[&str] = &["host", "subsystem", "op"];
+
+const FAMILIES: [(&str, &str, &[&str]); 5] = [
     (
         "host_commands_total",
-        "Read and write commands completed, per host (when [metrics] per_host)"
+        "Read and write commands completed, per host (when [metrics] per_host)",
+        HSO,
     ),
-    (
-        "host_bytes_total",
-        "Bytes read and written, per host"
-    ),
+    ("host_bytes_total", "Bytes read and written, per host", HSO),
     (
         "host_command_seconds_total",
-        "Time of reads and writes in the target, summed, per host (divided by host_commands_total: the mean latency)"
+        "Time of reads and writes in the target, summed, per host (divided by host_commands_total: the mean latency)",
+        HSO,
     ),
     (
         "host_errors_total",
-        "Commands answered with an error, per host"
+        "Commands answered with an error, per host",
+        &["host", "subsystem"],
     ),
     (
         "host_series_overflow_total",
-        "Controllers counted in host=\"_other\": their host came when the per-host series were at their cap"
+        "Controllers counted in host=\"_other\": their host came when the per-host series were at their cap",
+        &[],
     ),
 ];
 
@@ -332,11 +335,11 @@ impl HostCollector {
     pub fn new() -> HostCollector {
         let descs = FAMILIES
             .iter()
-            .map(|(n, h)| {
+            .map(|(n, h, labels)| {
                 Desc::new(
                     format!("{PREFIX}_{n}"),
                     h.to_string(),
-                    vec![],
+                    labels.iter().map(|l| l.to_string()).collect(),
                     HashMap::new(),
                 )
                 .expect("a valid metric description")

@@ -1,9 +1,14 @@
-//! Log lines for systemd's journal: each line starts with the syslog
-//! priority of its level (`<3>` error, `<4>` warning, `<6>` info, `<7>`
-//! debug and trace), which journald reads from a service's stderr
-//! (`SyslogLevelPrefix=`, on by default) and strips, so `journalctl -p err`
-//! finds the errors. The line itself is the usual `tracing` line, fields
-//! and all (`journalctl -o cat` shows it whole).
+//! Log lines for systemd's journal. Under systemd (stderr is the journal)
+//! each event goes over the journal's native protocol ([`ToJournal`]):
+//! `MESSAGE` is the usual `tracing` line, fields and all (`journalctl -o cat`
+//! shows it whole), `PRIORITY` its level's, and the event's fields are
+//! journal fields of their own, named as the metric labels are (`SUBSYSTEM`,
+//! `HOST`, `PEER`, `NSID`, `CNTLID`; the others uppercased), so
+//! `journalctl SUBSYSTEM=nqn...` finds a subsystem's lines; the events an
+//! operator looks for carry a `MESSAGE_ID` ([`ids`]). Where the journal is
+//! not reachable, a line goes to stderr with its syslog priority first
+//! (`<3>` error, `<4>` warning, `<6>` info, `<7>` debug and trace), which
+//! journald reads from a service's stderr (`SyslogLevelPrefix=`) and strips.
 
 use std::fmt;
 
@@ -81,6 +86,146 @@ fn write_one_line(w: &mut impl fmt::Write, s: &str) -> fmt::Result {
         }
     }
     Ok(())
+}
+
+/// The `MESSAGE_ID`s of the events an operator looks for (`journalctl
+/// MESSAGE_ID=...`), given as the `message_id` field (`message_id =
+/// %ids::CONNECTED`). Fixed for good: scripts and alerts match them.
+pub mod ids {
+    /// A host's controller connected (its admin queue).
+    pub const CONNECTED: &str = "64fb856328274f8dad5413c5fdfe4eb5";
+    /// A host failed DH-HMAC-CHAP authentication.
+    pub const AUTH_FAILED: &str = "a092a32ea2fd4e6ea8ad678fd0fe4bed";
+    /// This gateway's cluster connection was fenced (OSD blocklist).
+    pub const FENCED: &str = "8a4a4484fcac4d9483ec4e4abcfcac56";
+    /// A drain started (ANA groups non-optimized).
+    pub const DRAIN_STARTED: &str = "d7cdd33af4a34438b8ebd5bf500f2814";
+    /// A drain completed.
+    pub const DRAINED: &str = "ff7e17b2fea44af68d48aca8cb945271";
+    /// A drain did not complete in its time.
+    pub const DRAIN_TIMED_OUT: &str = "7281c702a36d4c4bafa98148917bf4ae";
+    /// The drained listeners were restored.
+    pub const UNDRAINED: &str = "2122c9c05981410da3232a294e7084fe";
+}
+
+/// The journal field an event field goes to: the metric label's name for
+/// the ones metrics label by, else the name uppercased (journal field names
+/// are `A-Z`, `0-9` and `_`, not first). `None`: the message itself.
+pub fn field_name(name: &str) -> Option<String> {
+    let named = match name {
+        "message" => return None,
+        "subsys" | "subsystem" | "subnqn" => "SUBSYSTEM",
+        "host" | "hostnqn" | "host_nqn" => "HOST",
+        "peer" => "PEER",
+        "nsid" => "NSID",
+        "cntlid" => "CNTLID",
+        "message_id" => "MESSAGE_ID",
+        other => {
+            let mut f: String = other
+                .chars()
+                .map(|c| match c.to_ascii_uppercase() {
+                    c @ ('A'..='Z' | '0'..='9') => c,
+                    _ => '_',
+                })
+                .collect();
+            if !f.starts_with(|c: char| c.is_ascii_uppercase()) {
+                f.insert_str(0, "F_");
+            }
+            // Nor a field journald reserves for itself or its protocol.
+            if matches!(f.as_str(), "PRIORITY" | "SYSLOG_IDENTIFIER" | "SYSLOG_PID")
+                || f.starts_with("CODE_")
+            {
+                f.insert_str(0, "F_");
+            }
+            return Some(f);
+        }
+    };
+    Some(named.to_string())
+}
+
+/// An event's fields, as journal fields.
+#[derive(Default)]
+struct Fields(Vec<(String, String)>);
+
+impl tracing::field::Visit for Fields {
+    fn record_str(&mut self, field: &tracing::field::Field, value: &str) {
+        if let Some(k) = field_name(field.name()) {
+            self.0.push((k, value.to_string()));
+        }
+    }
+
+    fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn fmt::Debug) {
+        if let Some(k) = field_name(field.name()) {
+            self.0.push((k, format!("{value:?}")));
+        }
+    }
+}
+
+/// Sends one entry to the journal: priority, message, fields.
+pub type SendFn = fn(u8, &str, &[(String, String)]) -> std::io::Result<()>;
+
+/// Sends an entry over the journal's native protocol.
+pub fn native(priority: u8, message: &str, fields: &[(String, String)]) -> std::io::Result<()> {
+    use libsystemd::logging::Priority;
+    let p = match priority {
+        3 => Priority::Error,
+        4 => Priority::Warning,
+        6 => Priority::Info,
+        _ => Priority::Debug,
+    };
+    let ident = [("SYSLOG_IDENTIFIER", "nvmf-target")];
+    libsystemd::logging::journal_send(
+        p,
+        message,
+        ident
+            .into_iter()
+            .chain(fields.iter().map(|(k, v)| (k.as_str(), v.as_str()))),
+    )
+    .map_err(std::io::Error::other)
+}
+
+/// A formatter that sends each event to the journal (see the module) and
+/// writes nothing itself, unless the journal refuses it: then the line goes
+/// to stderr, with its priority first.
+#[derive(Debug, Clone)]
+pub struct ToJournal<F> {
+    /// Makes the line (`MESSAGE`).
+    pub inner: F,
+    /// Where entries go ([`native`]; a test's list).
+    pub send: SendFn,
+}
+
+impl<S, N, F> FormatEvent<S, N> for ToJournal<F>
+where
+    S: Subscriber + for<'a> LookupSpan<'a>,
+    N: for<'a> FormatFields<'a> + 'static,
+    F: FormatEvent<S, N>,
+{
+    fn format_event(
+        &self,
+        ctx: &FmtContext<'_, S, N>,
+        mut writer: Writer<'_>,
+        event: &Event<'_>,
+    ) -> fmt::Result {
+        let mut line = String::new();
+        self.inner
+            .format_event(ctx, Writer::new(&mut line), event)?;
+        let mut fields = Fields::default();
+        event.record(&mut fields);
+        let prio = priority(event.metadata().level());
+        let mut message = line.strip_suffix('\n').unwrap_or(&line).to_string();
+        // The id is a field of its own; the line reads as without it.
+        if let Some((_, id)) = fields.0.iter().find(|(k, _)| k == "MESSAGE_ID") {
+            message = message.replace(&format!(" message_id={id}"), "");
+        }
+        match (self.send)(prio, &message, &fields.0) {
+            Ok(()) => Ok(()),
+            Err(_) => {
+                write!(writer, "<{prio}>{message}")?;
+                writer.write_char('\n')
+            }
+        }
+    }
 }
 
 /// Whether stderr is the journal: `JOURNAL_STREAM` (set by systemd for a
@@ -187,6 +332,93 @@ mod tests {
         assert!(lines[0].starts_with("<4>"), "{out}");
         assert!(lines[0].contains("nqn.evil\\x0a<3>ERROR forged"), "{out}");
         assert!(!out.contains('\r'), "{out}");
+    }
+
+    type Entry = (u8, String, Vec<(String, String)>);
+    static SENT: Mutex<Vec<Entry>> = Mutex::new(Vec::new());
+
+    fn keep(p: u8, m: &str, f: &[(String, String)]) -> std::io::Result<()> {
+        SENT.lock().unwrap().push((p, m.to_string(), f.to_vec()));
+        Ok(())
+    }
+
+    fn refuse(_: u8, _: &str, _: &[(String, String)]) -> std::io::Result<()> {
+        Err(std::io::Error::other("no journal"))
+    }
+
+    fn journal_sub(buf: &Buf, send: SendFn) -> impl Subscriber {
+        tracing_subscriber::fmt()
+            .with_writer(buf.clone())
+            .with_ansi(false)
+            .with_max_level(Level::DEBUG)
+            .event_format(ToJournal {
+                inner: OneLine(
+                    tracing_subscriber::fmt::format()
+                        .with_ansi(false)
+                        .without_time(),
+                ),
+                send,
+            })
+            .finish()
+    }
+
+    #[test]
+    fn events_reach_the_journal_with_their_fields_named_as_the_labels() {
+        let buf = Buf::default();
+        tracing::subscriber::with_default(journal_sub(&buf, keep), || {
+            tracing::warn!(message_id = %ids::AUTH_FAILED, cntlid = 3, qid = 0u16,
+                host = %"nqn.h\nx", subsys = %"nqn.s", reason = "bad_key",
+                "authentication failed");
+            tracing::info!(peer = ?"10.0.0.1:4420", nsid = 2, "namespace ready");
+        });
+        let sent = std::mem::take(&mut *SENT.lock().unwrap());
+        assert!(buf.0.lock().unwrap().is_empty(), "nothing on stderr");
+        assert_eq!(sent.len(), 2, "{sent:?}");
+        let (p, m, f) = &sent[0];
+        assert_eq!(*p, 4);
+        assert!(m.contains("authentication failed"), "{m}");
+        assert!(m.contains("host=nqn.h\\x0ax subsys=nqn.s"), "one line: {m}");
+        assert!(!m.contains("message_id"), "{m}");
+        let get = |f: &[(String, String)], k: &str| {
+            f.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone())
+        };
+        assert_eq!(get(f, "MESSAGE_ID").as_deref(), Some(ids::AUTH_FAILED));
+        assert_eq!(
+            get(f, "HOST").as_deref(),
+            Some("nqn.h\nx"),
+            "the value as it is"
+        );
+        assert_eq!(get(f, "SUBSYSTEM").as_deref(), Some("nqn.s"));
+        assert_eq!(get(f, "CNTLID").as_deref(), Some("3"));
+        assert_eq!(get(f, "QID").as_deref(), Some("0"));
+        assert_eq!(get(f, "REASON").as_deref(), Some("bad_key"));
+        assert_eq!(get(f, "MESSAGE"), None);
+        let (p, _, f) = &sent[1];
+        assert_eq!(*p, 6);
+        assert_eq!(get(f, "PEER").as_deref(), Some("\"10.0.0.1:4420\""));
+        assert_eq!(get(f, "NSID").as_deref(), Some("2"));
+        // No journal: the line goes to stderr with its priority.
+        tracing::subscriber::with_default(journal_sub(&buf, refuse), || {
+            tracing::error!(message_id = %ids::FENCED, "fenced");
+        });
+        let out = String::from_utf8(buf.0.lock().unwrap().clone()).unwrap();
+        assert!(
+            out.starts_with("<3>") && out.contains("fenced") && out.ends_with('\n'),
+            "{out}"
+        );
+        assert!(!out.contains("message_id"), "{out}");
+    }
+
+    #[test]
+    fn field_names_fit_the_journal_s_rules() {
+        assert_eq!(field_name("subsys").as_deref(), Some("SUBSYSTEM"));
+        assert_eq!(field_name("message"), None);
+        assert_eq!(field_name("old_blocks").as_deref(), Some("OLD_BLOCKS"));
+        assert_eq!(field_name("r#type").as_deref(), Some("R_TYPE"));
+        assert_eq!(field_name("_x").as_deref(), Some("F__X"));
+        assert_eq!(field_name("9").as_deref(), Some("F_9"));
+        assert_eq!(field_name("priority").as_deref(), Some("F_PRIORITY"));
+        assert_eq!(field_name("code_line").as_deref(), Some("F_CODE_LINE"));
     }
 
     #[test]

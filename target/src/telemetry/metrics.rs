@@ -23,7 +23,7 @@ pub struct Metrics {
     pub backend_errors: IntCounterVec,
     /// `reservation_conflicts_total{subsystem,nsid}`.
     pub reservation_conflicts: IntCounterVec,
-    /// `failed_commands_total{status}`.
+    /// `failed_commands_total{subsystem,nsid,status}`.
     pub failed_commands: IntCounterVec,
     /// `qos_throttled_total{subsystem,nsid,host}`: I/Os that waited for a
     /// cap (host "" for the namespace's own).
@@ -106,6 +106,47 @@ pub struct EngineMetrics {
 }
 
 impl Metrics {
+    /// Every metric of this struct (the registry's collectors besides: the
+    /// per-namespace, per-host and process ones), for the reference.
+    pub fn collectors(&self) -> Vec<&dyn prometheus::core::Collector> {
+        let e = &self.engine;
+        vec![
+            &self.backend_errors,
+            &self.reservation_conflicts,
+            &self.failed_commands,
+            &self.qos_throttled,
+            &self.qos_throttled_seconds,
+            &self.controllers,
+            &self.queues,
+            &self.connects,
+            &self.disconnects,
+            &self.rejections,
+            &self.authentications,
+            &self.unauthenticated_controllers,
+            &self.keep_alive_expirations,
+            &self.wc_errors,
+            &self.rdma_ops,
+            &self.in_capsule_writes,
+            &self.rbd_budget_waits,
+            &self.async_events,
+            &self.reloads,
+            &self.control_changes,
+            &self.fencing,
+            &self.build_info,
+            &self.start_time,
+            &e.pinned_bytes,
+            &e.pinned_budget,
+            &e.pool_buffers,
+            &e.pool_in_use,
+            &e.pool_waits,
+            &e.worker_queues,
+            &e.worker_busy,
+            &e.worker_wakeups,
+            &e.offloaded_send_batches,
+            &e.zero_copy,
+        ]
+    }
+
     /// Removes every series of subsystem `nqn`, which was removed: what a
     /// dashboard shows is what is served.
     pub fn forget_subsystem(&self, nqn: &str) {
@@ -128,6 +169,7 @@ impl Metrics {
             }
         }
         forget(&self.backend_errors, nqn);
+        forget(&self.failed_commands, nqn);
         forget(&self.reservation_conflicts, nqn);
         forget(&self.controllers, nqn);
         forget(&self.queues, nqn);
@@ -220,8 +262,8 @@ impl Metrics {
             ),
             failed_commands: counter(
                 "failed_commands_total",
-                "Commands completed with an error status, by status",
-                &["status"],
+                "Commands completed with an error status, by subsystem, namespace (\"\" for a command of none, or of a namespace the subsystem does not have) and status",
+                &["subsystem", "nsid", "status"],
             ),
             qos_throttled: counter(
                 "qos_throttled_total",
@@ -474,8 +516,9 @@ mod tests {
     fn dashboard_and_alerts_query_real_metrics() {
         let m = metrics();
         let mut known = std::collections::BTreeSet::new();
-        let collectors: [&dyn Collector; 2] = [
+        let collectors: [&dyn Collector; 3] = [
             &crate::telemetry::namespace::NsCollector::new(),
+            &crate::telemetry::host::HostCollector::new(),
             &prometheus::process_collector::ProcessCollector::for_self(),
         ];
         for c in collectors {
@@ -486,32 +529,8 @@ mod tests {
         for f in m.registry.gather() {
             known.insert(f.name().to_string());
         }
-        let vecs: [&dyn Collector; 24] = [
-            &m.qos_throttled,
-            &m.qos_throttled_seconds,
-            &m.backend_errors,
-            &m.reservation_conflicts,
-            &m.failed_commands,
-            &m.controllers,
-            &m.queues,
-            &m.connects,
-            &m.disconnects,
-            &m.rejections,
-            &m.authentications,
-            &m.keep_alive_expirations,
-            &m.wc_errors,
-            &m.rdma_ops,
-            &m.async_events,
-            &m.reloads,
-            &m.control_changes,
-            &m.fencing,
-            &m.engine.pool_buffers,
-            &m.engine.pool_in_use,
-            &m.engine.pool_waits,
-            &m.engine.worker_queues,
-            &m.engine.worker_busy,
-            &m.engine.worker_wakeups,
-        ];
+        known.extend(crate::daemon::gauges::names());
+        let vecs = m.collectors();
         for c in vecs {
             for d in c.desc() {
                 known.insert(d.fq_name.clone());

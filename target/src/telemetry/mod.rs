@@ -6,4 +6,5 @@ pub mod http;
 pub mod journal;
 pub mod metrics;
 pub mod namespace;
+pub mod reference;
 pub mod tally;

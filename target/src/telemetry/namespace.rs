@@ -26,6 +26,56 @@ fn bound(i: usize) -> f64 {
     (FIRST_BOUND_NS << i) as f64 / 1e9
 }
 
+/// The bounds a scrape shows, as a mask of bucket indices (bit `i`:
+/// [`bound`]`(i)`; all by default). Counting keeps every bucket; a bound
+/// left out merges into the next one shown, exactly.
+static SHOWN: AtomicU64 = AtomicU64::new((1 << BUCKETS) - 1);
+
+/// The upper bound at or above `seconds` that a latency histogram can show
+/// (8 µs doubling), or `None` past the last (~16.8 s).
+pub fn bucket_at_or_above(seconds: f64) -> Option<usize> {
+    (0..BUCKETS).find(|&i| bound(i) >= seconds * (1.0 - 1e-9))
+}
+
+/// Shows these buckets ([`bucket_at_or_above`]) in
+/// `request_duration_seconds` (`[metrics] latency_buckets`); `None`: all 22,
+/// an empty list: none (only `+Inf`, `_sum` and `_count`, so a thousand
+/// namespaces are 9 series each, not 72).
+pub fn show_buckets(buckets: Option<&[usize]>) {
+    let mask = match buckets {
+        None => (1 << BUCKETS) - 1,
+        Some(b) => b
+            .iter()
+            .filter(|&&i| i < BUCKETS)
+            .fold(0, |m, &i| m | 1 << i),
+    };
+    SHOWN.store(mask, Ordering::Relaxed);
+}
+
+/// A histogram of the per-bucket counts `count(b)` (`BUCKETS`: above the
+/// last bound) and their sum in nanoseconds, showing the bounds in mask
+/// `shown`: a bound left out merges into the next one shown.
+fn histogram(count: impl Fn(usize) -> u64, sum_ns: u64, shown: u64) -> proto::Histogram {
+    let mut h = proto::Histogram::default();
+    let mut cumulative = 0;
+    let mut bs = Vec::with_capacity(BUCKETS);
+    for b in 0..BUCKETS {
+        cumulative += count(b);
+        if shown & (1 << b) == 0 {
+            continue;
+        }
+        let mut bucket = proto::Bucket::default();
+        bucket.set_cumulative_count(cumulative);
+        bucket.set_upper_bound(bound(b));
+        bs.push(bucket);
+    }
+    cumulative += count(BUCKETS);
+    h.set_bucket(bs);
+    h.set_sample_count(cumulative);
+    h.set_sample_sum(sum_ns as f64 / 1e9);
+    h
+}
+
 /// The bucket of a latency: the first whose bound holds it (BUCKETS: +Inf).
 fn bucket_of(ns: u64) -> usize {
     if ns <= FIRST_BOUND_NS {
@@ -279,20 +329,11 @@ impl Collector for NsCollector {
                     bytes.push(m);
                 }
                 if i < TIMED {
-                    let mut h = proto::Histogram::default();
-                    let mut cumulative = 0;
-                    let mut bs = Vec::with_capacity(BUCKETS);
-                    for b in 0..BUCKETS {
-                        cumulative += sum(&|x| x.buckets[i][b].load(Ordering::Relaxed));
-                        let mut bucket = proto::Bucket::default();
-                        bucket.set_cumulative_count(cumulative);
-                        bucket.set_upper_bound(bound(b));
-                        bs.push(bucket);
-                    }
-                    cumulative += sum(&|x| x.buckets[i][BUCKETS].load(Ordering::Relaxed));
-                    h.set_bucket(bs);
-                    h.set_sample_count(cumulative);
-                    h.set_sample_sum(sum(&|x| x.sum_ns[i].load(Ordering::Relaxed)) as f64 / 1e9);
+                    let h = histogram(
+                        |b| sum(&|x| x.buckets[i][b].load(Ordering::Relaxed)),
+                        sum(&|x| x.sum_ns[i].load(Ordering::Relaxed)),
+                        SHOWN.load(Ordering::Relaxed),
+                    );
                     let mut m = proto::Metric::from_label(labels(op));
                     m.set_histogram(h);
                     duration.push(m);
@@ -340,6 +381,34 @@ mod tests {
             let b = (bound(i) * 1e9).round() as u64;
             assert_eq!(bucket_of(b), i);
         }
+    }
+
+    #[test]
+    fn buckets_left_out_merge_into_the_next_shown() {
+        // One latency in each bucket (and one above the last).
+        let all = histogram(|_| 1, 0, (1 << BUCKETS) - 1);
+        assert_eq!(all.get_bucket().len(), BUCKETS);
+        assert_eq!(all.get_sample_count(), BUCKETS as u64 + 1);
+        let at = |s: f64| bucket_at_or_above(s).unwrap();
+        assert_eq!(at(0.001), 7, "1 ms: the 1.024 ms bound");
+        assert_eq!(at(0.000008), 0);
+        assert_eq!(bucket_at_or_above(17.0), None);
+        let some = histogram(|_| 1, 2_000_000_000, 1 << at(0.001) | 1 << at(0.1));
+        let b: Vec<(f64, u64)> = some
+            .get_bucket()
+            .iter()
+            .map(|b| (b.upper_bound(), b.cumulative_count()))
+            .collect();
+        assert_eq!(b, vec![(0.001024, 8), (0.131072, 15)]);
+        assert_eq!(
+            some.get_sample_count(),
+            BUCKETS as u64 + 1,
+            "+Inf holds all"
+        );
+        assert_eq!(some.get_sample_sum(), 2.0);
+        let none = histogram(|_| 1, 0, 0);
+        assert!(none.get_bucket().is_empty());
+        assert_eq!(none.get_sample_count(), BUCKETS as u64 + 1);
     }
 
     #[test]

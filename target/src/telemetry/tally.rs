@@ -51,12 +51,22 @@ pub struct Tally {
     now: Counts,
     to: Handles,
     /// Failed commands since the last publication, by status name.
-    failed: Vec<(&'static str, u64)>,
+    failed: Vec<(Failed, u64)>,
     /// Refusals since the last publication, by reason.
     rejected: Vec<(&'static str, u64)>,
 }
 
 /// Adds one to `key`'s count in `v` (a handful of keys: a short list).
+/// A failed command's labels: subsystem ("" before a controller), nsid
+/// (0: none, or not a namespace of the subsystem: a host picks any nsid, the
+/// label may not), status.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Failed {
+    subsystem: std::sync::Arc<str>,
+    nsid: u32,
+    status: &'static str,
+}
+
 fn bump(v: &mut Vec<(&'static str, u64)>, key: &'static str) {
     match v.iter_mut().find(|(k, _)| *k == key) {
         Some((_, n)) => *n += 1,
@@ -97,9 +107,27 @@ impl Tally {
         }
     }
 
-    /// A command failed with `status` (`failed_commands_total{status}`).
-    pub fn failed_command(&mut self, status: nvme::Status) {
-        bump(&mut self.failed, status.name().unwrap_or("OTHER"));
+    /// A command of subsystem `subsystem` (`None`: before its controller)
+    /// and namespace `nsid` (0: none, or not one of the subsystem's) failed
+    /// with `status` (`failed_commands_total{subsystem,nsid,status}`).
+    pub fn failed_command(&mut self, subsystem: Option<&str>, nsid: u32, status: nvme::Status) {
+        let status = status.name().unwrap_or("OTHER");
+        let sub = subsystem.unwrap_or("");
+        match self
+            .failed
+            .iter_mut()
+            .find(|(f, _)| f.status == status && f.nsid == nsid && &*f.subsystem == sub)
+        {
+            Some((_, n)) => *n += 1,
+            None => self.failed.push((
+                Failed {
+                    subsystem: sub.into(),
+                    nsid,
+                    status,
+                },
+                1,
+            )),
+        }
     }
 
     /// A queue or connection was refused or ended before it served
@@ -179,8 +207,14 @@ impl Tally {
     /// Adds what was counted since the last call to the process's metrics.
     pub fn publish(&mut self) {
         let m = metrics();
-        for (status, n) in self.failed.drain(..) {
-            m.failed_commands.with_label_values(&[status]).inc_by(n);
+        for (f, n) in self.failed.drain(..) {
+            let nsid = match f.nsid {
+                0 => String::new(),
+                n => n.to_string(),
+            };
+            m.failed_commands
+                .with_label_values(&[&*f.subsystem, &nsid, f.status])
+                .inc_by(n);
         }
         for (reason, n) in self.rejected.drain(..) {
             m.rejections.with_label_values(&[reason]).inc_by(n);
@@ -242,16 +276,22 @@ mod tests {
     #[test]
     fn failures_and_refusals_are_counted_by_name_when_published() {
         let m = metrics();
-        let lba = m.failed_commands.with_label_values(&["LBA_RANGE"]);
+        let lba = m
+            .failed_commands
+            .with_label_values(&["nqn.tally-test", "3", "LBA_RANGE"]);
+        let none = m.failed_commands.with_label_values(&["", "", "LBA_RANGE"]);
+        let n0 = none.get();
         let rate = m.rejections.with_label_values(&["tally_test_reason"]);
         let (l0, r0) = (lba.get(), rate.get());
         let mut t = Tally::new();
-        t.failed_command(nvme::Status::LBA_RANGE);
-        t.failed_command(nvme::Status::LBA_RANGE);
+        t.failed_command(Some("nqn.tally-test"), 3, nvme::Status::LBA_RANGE);
+        t.failed_command(Some("nqn.tally-test"), 3, nvme::Status::LBA_RANGE);
+        t.failed_command(None, 0, nvme::Status::LBA_RANGE);
         t.reject("tally_test_reason");
         assert_eq!((lba.get(), rate.get()), (l0, r0), "not before publishing");
         t.publish();
-        assert!(lba.get() >= l0 + 2);
+        assert_eq!(lba.get(), l0 + 2);
+        assert!(none.get() > n0);
         assert_eq!(rate.get(), r0 + 1);
     }
 }

@@ -103,7 +103,7 @@ impl Conn {
     /// The monitors list this connection in the OSD blocklist.
     fn mark_fenced(&self) {
         if !self.fenced.swap(true, Ordering::AcqRel) {
-            tracing::error!(address = %self.addr, "this gateway's cluster connection was fenced (OSD blocklist): another gateway took its images over; their namespaces answer path errors until they are reopened");
+            tracing::error!(message_id = %crate::telemetry::journal::ids::FENCED, address = %self.addr, "this gateway's cluster connection was fenced (OSD blocklist): another gateway took its images over; their namespaces answer path errors until they are reopened");
         }
     }
 }

@@ -9,7 +9,7 @@ fn setup() -> (Target, Arc<Controller>, Arc<Controller>) {
     let ns = Arc::new(Namespace::new(
         "nqn.t:s",
         1,
-        Box::new(crate::backend::null::Null),
+        Box::new(crate::backend::null::Null::default()),
         1 << 30,
         4096,
         false,
@@ -17,7 +17,7 @@ fn setup() -> (Target, Arc<Controller>, Arc<Controller>) {
     let ns5 = Arc::new(Namespace::new(
         "nqn.t:s",
         5,
-        Box::new(crate::backend::null::Null),
+        Box::new(crate::backend::null::Null::default()),
         1 << 20,
         512,
         false,

@@ -260,6 +260,37 @@ fn qos_caps_set_changed_and_removed() {
 }
 
 #[test]
+fn a_null_namespace_s_size_is_the_file_s_others_are_their_store_s() {
+    let r = |nsid: u32, size: Option<&str>| {
+        Edit::NamespaceResize(NamespaceResize {
+            subsystem: A.into(),
+            nsid,
+            size: size.map(Into::into),
+        })
+    };
+    let e = apply(FILE, &r(2, Some("8M"))).unwrap();
+    assert_eq!(
+        parsed(&e.text).subsystems[0].namespaces[1].backend,
+        BackendConfig::Null { size: 8 << 20 }
+    );
+    assert!(e.text.contains("# numbered 1 by position"), "comments stay");
+    assert_eq!(e.summary, format!("namespace 2 of {A} resized to 8M"));
+    let err = apply(FILE, &r(1, Some("8M"))).unwrap_err();
+    assert!(
+        err.to_string().contains("keeps its size in its store"),
+        "{err}"
+    );
+    assert!(matches!(
+        apply(FILE, &r(9, Some("8M"))).unwrap_err(),
+        EditError::NoNamespace { nsid: 9, .. }
+    ));
+    assert!(matches!(
+        apply(FILE, &r(2, None)).unwrap_err(),
+        EditError::Invalid(_)
+    ));
+}
+
+#[test]
 fn hosts_and_any_host() {
     let h = |host: &str| HostRef {
         subsystem: A.into(),

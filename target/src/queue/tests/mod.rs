@@ -74,7 +74,7 @@ fn null_ns() -> Namespace {
     Namespace::new(
         SUB,
         1,
-        Box::new(crate::backend::null::Null),
+        Box::new(crate::backend::null::Null::default()),
         1 << 30,
         4096,
         false,
@@ -86,7 +86,7 @@ fn null_ns_at(nsid: u32) -> Namespace {
     Namespace::new(
         SUB,
         nsid,
-        Box::new(crate::backend::null::Null),
+        Box::new(crate::backend::null::Null::default()),
         1 << 20,
         512,
         false,

@@ -722,7 +722,7 @@ impl Loopback {
         let ns = Namespace::new(
             subnqn,
             1,
-            Box::new(crate::backend::null::Null),
+            Box::new(crate::backend::null::Null::default()),
             1 << 30,
             4096,
             false,
