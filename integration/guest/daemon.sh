@@ -51,7 +51,8 @@
 #      but no verify failure; after a restart every acknowledged block reads back; the
 #      journal shows a clean shutdown. `systemctl restart` under fio: no error at all;
 #      5d: `dpkg -i` of a newer package under fio with verify: the upgrade restarts the
-#      daemon, no I/O error, no verify failure, the longest pause printed
+#      daemon, no I/O error, no verify failure, the longest pause printed; under a
+#      policy-rc.d that forbids (101), another upgrade installs and restarts nothing
 #   6. kernel target configured via configfs, saved as nvmetcli JSON (nvmetcli if
 #      installed, else integration/guest/nvmet-save.py), imported with
 #      `nvmf-target import-nvmetcli`, served by our target: same data; a subsystem nvmet
@@ -1211,6 +1212,19 @@ grep -qi "configuration file" /tmp/dpkg-upgrade.log && { cat /tmp/dpkg-upgrade.l
 grep -q "^# example of $NEWV" /usr/share/nvmf-target/nvmf-target.toml || fail "the newer package's example is not installed"
 ls /etc/nvmf-target/*.dpkg-* 2>/dev/null && fail "the upgrade left dpkg's copies beside the configuration"
 info "unattended upgrade: no question, the configuration (live changes) kept, the example replaced"
+# policy-rc.d honoured: where it forbids (101: a chroot, an image build, a hold), an
+# upgrade installs but restarts nothing.
+UPGRADE2=$(ls build/debian/upgrade2/nvmf-target_*_amd64.deb 2>/dev/null | head -n 1)
+[ -n "$UPGRADE2" ] || fail "no second upgrade package in build/debian/upgrade2"
+PID2=$(systemctl show -p MainPID --value nvmf-target)
+printf '#!/bin/sh\nexit 101\n' >/usr/sbin/policy-rc.d; chmod 0755 /usr/sbin/policy-rc.d
+dpkg -i "$UPGRADE2" </dev/null >/tmp/dpkg-policy.log 2>&1 || { rm -f /usr/sbin/policy-rc.d; cat /tmp/dpkg-policy.log; fail "dpkg -i under a policy-rc.d that forbids failed"; }
+rm -f /usr/sbin/policy-rc.d
+grep "^nvmf-target:" /tmp/dpkg-policy.log | sed 's/^/    /'
+[ "$(dpkg-query -W -f '${Version}' nvmf-target)" != "$NEWV" ] || fail "the second upgrade did not install"
+[ "$(systemctl show -p MainPID --value nvmf-target)" = "$PID2" ] || fail "the upgrade restarted the daemon although policy-rc.d forbids it"
+grep -q "policy-rc.d forbids restarting nvmf-target.service" /tmp/dpkg-policy.log || fail "the upgrade did not say policy-rc.d kept the daemon running"
+info "policy-rc.d exit 101: $(dpkg-query -W -f '${Version}' nvmf-target) installed, the daemon (pid $PID2) not restarted"
 # Held I/O is resent after the reconnect: the host's log shows the reconnect and nothing
 # else (no timeout, no failed command).
 E=$(kmsg_errors_but "$UCTRL")
