@@ -74,7 +74,9 @@ connect_wrong() { # with TLS and the wrong key WRONG (a key serial: no keyring l
         --hostid="$HID" --tls --tls-key="$WRONG" --ctrl-loss-tmo=2 --reconnect-delay=1 \
         >/tmp/connect.out 2>&1
 }
-disconnect() { nvme disconnect -n "$SUB" >/dev/null 2>&1 || true; sleep 0.5; }
+# udev probes a new namespace (blkid reads its first and last blocks): a disconnect under
+# it logs "Buffer I/O error ... async page read" on the host, with any target.
+disconnect() { settle; nvme disconnect -n "$SUB" >/dev/null 2>&1 || true; sleep 0.5; }
 tls_of() { # the controller's TLS key serial (none: not TLS)
     cat "/sys/class/nvme/$CTRL/tls_key" 2>/dev/null || echo none
 }
