@@ -7,7 +7,8 @@ use std::sync::Arc;
 
 use nvmf_target::backend::null::Null;
 use nvmf_target::model::namespace::Namespace;
-use nvmf_target::model::subsystem::{Subsystem, SubsystemKind, Target};
+use nvmf_target::model::subsystem::{Subsystem, SubsystemKind};
+use nvmf_target::model::target::Target;
 
 /// The open subsystem's NQN.
 pub const OPEN: &str = "nqn.2026-11.io.fuzz:open";

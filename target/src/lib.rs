@@ -6,6 +6,7 @@
 //! serving many queue pairs) and the backends ([`backend`]) drive it.
 
 pub mod backend;
+pub mod base;
 pub mod cli;
 pub mod command;
 pub mod config;

@@ -17,7 +17,7 @@ use std::sync::Arc;
 use super::fair::{FairPool, Full};
 use super::offload::{Lane, Offload};
 use super::uring::Ring;
-use crate::worker::wake::Mailbox;
+use crate::base::wake::Mailbox;
 
 /// Blocking work whose result completes an operation.
 pub type Work = Box<dyn FnOnce() -> i32 + Send + 'static>;

@@ -14,7 +14,7 @@ use std::net::IpAddr;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 
 use super::offload::{Job, LANE_IDLE};
-use crate::worker::wake::Mailbox;
+use crate::base::wake::Mailbox;
 
 /// Why work was not queued.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

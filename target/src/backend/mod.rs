@@ -2,7 +2,7 @@
 //! Ceph RBD images (librbd) and a null backend for fabric benchmarks, behind
 //! one trait, [`Storage`]: [`Storage::submit`] starts an operation and says how many
 //! completions will come back; each comes back as `(user data, result)`, from
-//! the worker's ring or through the worker's completion [`crate::worker::wake::Mailbox`]
+//! the worker's ring or through the worker's completion [`crate::base::wake::Mailbox`]
 //! (which wakes the worker by its eventfd): from the [`offload::Offload`]
 //! thread for the few calls io_uring cannot make without blocking a worker,
 //! and from librbd's own threads for RBD.

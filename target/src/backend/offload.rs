@@ -8,7 +8,7 @@ use std::sync::mpsc::{channel, Sender};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::Duration;
 
-use crate::worker::wake::Mailbox;
+use crate::base::wake::Mailbox;
 use std::thread::JoinHandle;
 
 /// A job of a thread or lane.

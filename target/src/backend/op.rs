@@ -247,7 +247,7 @@ mod tests {
             offset: 0,
             len: 8192,
         });
-        let mut io = crate::backend::exec::Inline::new(crate::worker::wake::Mailbox::detached());
+        let mut io = crate::backend::exec::Inline::new(crate::base::wake::Mailbox::detached());
         let gate = Arc::new(WriteGate::default());
         let b = super::super::null::Null::default();
         // SAFETY: nothing is submitted (go_on is false).

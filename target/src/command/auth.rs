@@ -15,7 +15,7 @@ use nvme::{Command, Status};
 use tracing::{debug, info, warn};
 
 use crate::model::controller::Controller;
-use crate::model::subsystem::Target;
+use crate::model::target::Target;
 use crate::telemetry::metrics::metrics;
 
 /// A queue whose host must authenticate and has not done so this long after
@@ -30,20 +30,7 @@ pub const MAX_DATA: u32 = 4096;
 /// knows a host NQN must not get them without end.
 pub const MAX_ATTEMPTS: u8 = 3;
 
-/// Authentication transactions one peer address may start, at once and
-/// per second after that: each may cost a Diffie-Hellman exponentiation or
-/// two (58 ms for ffdhe8192), and a peer needs only a host NQN to ask.
-pub const PEER_BURST: u32 = 32;
-/// See [`PEER_BURST`].
-pub const PEER_PER_SECOND: u32 = 4;
-/// Authentication steps one peer address may have waiting for the
-/// authentication threads (a host authenticates each of its queues, up to
-/// 65 at once); beyond it, and beyond [`QUEUED`] in all, a step is answered
-/// Command Interrupted with a retry delay. The threads take the addresses
-/// in turn, so the bounds keep memory, not order.
-pub const PEER_QUEUED: usize = 80;
-/// See [`PEER_QUEUED`].
-pub const QUEUED: usize = 1024;
+pub use crate::model::auth::{PEER_BURST, PEER_PER_SECOND, PEER_QUEUED, QUEUED};
 
 /// A queue's transaction, where the authentication lane runs it.
 #[derive(Default)]

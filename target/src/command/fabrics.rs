@@ -15,7 +15,8 @@ use tracing::warn;
 
 use crate::model::controller::{Controller, PropertyEffect, DISCOVERY_KATO_MS};
 use crate::model::hostid;
-use crate::model::subsystem::{SubsystemKind, Target};
+use crate::model::subsystem::SubsystemKind;
+use crate::model::target::Target;
 
 /// Offsets of Connect command fields in the SQE (for IATTR reporting).
 const SQE_QID_OFFSET: u64 = 42;

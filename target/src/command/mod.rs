@@ -4,7 +4,6 @@
 
 pub mod admin;
 pub mod auth;
-pub mod discovery;
 pub mod fabrics;
 pub mod io;
 pub mod reservation;

@@ -78,8 +78,7 @@ pub const SMALL_BUFFER: usize = 8 * 1024;
 pub const DEFAULT_SRQ_DEPTH: u32 = 512;
 /// Default small buffers per worker.
 pub const DEFAULT_SMALL_BUFFERS: u32 = 256;
-/// The most workers `[target] workers` may ask for.
-pub const MAX_WORKERS: usize = 256;
+pub use crate::base::shard::MAX_WORKERS;
 /// Default large buffers per worker.
 pub const DEFAULT_LARGE_BUFFERS: u32 = 32;
 /// Default polling window under light load (µs).

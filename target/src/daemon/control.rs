@@ -26,7 +26,7 @@ use tracing::{debug, info, warn};
 
 use super::rpc::{self, RpcError};
 use super::status::Status;
-use crate::model::subsystem::Target;
+use crate::model::target::Target;
 
 /// How long a client may take to send its request or read the answer.
 const CLIENT_TIMEOUT: Duration = Duration::from_secs(2);

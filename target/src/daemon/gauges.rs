@@ -13,7 +13,7 @@ use prometheus::proto::MetricFamily;
 use prometheus::{IntGauge, IntGaugeVec, Opts};
 
 use super::status::Status;
-use crate::model::subsystem::Target;
+use crate::model::target::Target;
 use crate::telemetry::metrics::{metrics, PREFIX};
 
 /// The daemon the gauges describe, and when it started.

@@ -10,7 +10,8 @@ use tracing::info;
 use super::Daemon;
 use crate::config::{ListenerConfig, Transport};
 use crate::model::ana::rank;
-use crate::model::subsystem::{Port, Target};
+use crate::model::subsystem::Port;
+use crate::model::target::Target;
 use crate::transport::engine::Engine;
 use crate::transport::listener::Listener;
 

@@ -26,7 +26,8 @@ pub use live::Source;
 
 use crate::config::{NamespaceConfig, SubsystemConfig, TargetConfig};
 use crate::model::namespace::Namespace;
-use crate::model::subsystem::{HostAccess, Subsystem, SubsystemKind, Target};
+use crate::model::subsystem::{HostAccess, Subsystem, SubsystemKind};
+use crate::model::target::Target;
 use crate::telemetry::http::MetricsServer;
 use crate::transport::engine::Engine;
 use crate::transport::rdma::check_memlock;
@@ -233,7 +234,7 @@ impl Daemon {
         let started = Instant::now();
         check_memlock(config.engine.max_pinned_memory)?;
         // Before the namespaces' counters are made: a shard per worker.
-        crate::engine::shard::set_workers(config.engine.workers);
+        crate::base::shard::set_workers(config.engine.workers);
         let target = Arc::new(build_target(&config)?);
         maintenance::restore_drained(&config, &target.ana);
         let built = started.elapsed();

@@ -11,7 +11,8 @@ use std::time::Instant;
 use serde::{Deserialize, Serialize};
 
 use crate::model::controller::Controller;
-use crate::model::subsystem::{SubsystemKind, Target};
+use crate::model::subsystem::SubsystemKind;
+use crate::model::target::Target;
 
 /// The JSON format version.
 pub const FORMAT: u32 = 1;
@@ -800,7 +801,7 @@ mod tests {
             "10.0.0.2:50000".parse().unwrap(),
             "10.0.0.1:4420".parse().unwrap(),
         );
-        let w = crate::worker::wake::Waker::new().unwrap();
+        let w = crate::base::wake::Waker::new().unwrap();
         c.attach(crate::model::controller::QueueLink::new(0, w.clone()))
             .unwrap();
         c.attach(crate::model::controller::QueueLink::new(2, w.clone()))

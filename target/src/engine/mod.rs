@@ -14,5 +14,4 @@ pub mod plan;
 pub mod pool;
 pub mod qos;
 pub mod request;
-pub mod shard;
 pub mod write_gate;

@@ -21,8 +21,8 @@ use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock};
 use std::time::{Duration, Instant};
 
-use crate::engine::shard::Sharded;
-use crate::worker::wake::Mailbox;
+use crate::base::shard::Sharded;
+use crate::base::wake::Mailbox;
 
 /// The result a parked write is woken with (through its worker's mailbox,
 /// under its operation's user data): submit it again. No errno is this large.
@@ -300,7 +300,7 @@ impl Drop for Closed<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::worker::wake::Waker;
+    use crate::base::wake::Waker;
     use std::time::Duration;
 
     #[test]

@@ -13,12 +13,27 @@ use dhchap::controller::{Agreed, Policy};
 use crate::config::HostConfig;
 use crate::model::unproven::Place;
 
+/// Authentication transactions one peer address may start, at once and
+/// per second after that: each may cost a Diffie-Hellman exponentiation or
+/// two (58 ms for ffdhe8192), and a peer needs only a host NQN to ask.
+pub const PEER_BURST: u32 = 32;
+/// See [`PEER_BURST`].
+pub const PEER_PER_SECOND: u32 = 4;
+/// Authentication steps one peer address may have waiting for the
+/// authentication threads (a host authenticates each of its queues, up to
+/// 65 at once); beyond it, and beyond [`QUEUED`] in all, a step is answered
+/// Command Interrupted with a retry delay. The threads take the addresses
+/// in turn, so the bounds keep memory, not order.
+pub const PEER_QUEUED: usize = 80;
+/// See [`PEER_QUEUED`].
+pub const QUEUED: usize = 1024;
+
 /// Connect response: authentication transaction required (ATR).
 pub const CONNECT_ATR: u64 = 1 << 17;
 
 /// The hosts' keys, replaced as a whole by a reload: a transaction reads
 /// them when it starts. A host whose keys changed loses its controllers
-/// ([`crate::model::subsystem::Target::set_credentials`]), so no association
+/// ([`crate::model::target::Target::set_credentials`]), so no association
 /// outlives the key it was made with (or without), but for a key rotated:
 /// its controllers' queues have a grace period to authenticate again with
 /// the new one. Every change moves the epoch on; a queue knows the epoch

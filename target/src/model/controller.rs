@@ -12,10 +12,10 @@ use nvme::fabrics::{cc, csts, prop};
 use nvme::log::ErrorLogEntry;
 use nvme::Status;
 
+use crate::base::wake::Waker;
 use crate::model::namespace::Namespace;
 use crate::model::subsystem::Subsystem;
 use crate::telemetry::host::{CtrlIo, IoTotals};
-use crate::worker::wake::Waker;
 
 /// NVMe version 1.3.0.
 pub const VERSION: u32 = 0x0001_0300;

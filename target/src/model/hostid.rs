@@ -17,7 +17,7 @@
 use std::sync::Arc;
 
 use crate::model::controller::Controller;
-use crate::model::subsystem::Target;
+use crate::model::target::Target;
 use crate::reservation::state::{nqn_tag, HostId};
 
 /// What holds an identifier under another NQN.

@@ -11,13 +11,13 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
-use crate::engine::shard::Padded;
+use crate::base::shard::Padded;
 
 /// Bytes in a MB of a cap.
 pub const MB: u64 = 1 << 20;
 /// A slot of demand per worker, for as many workers as `[target] workers`
 /// allows (two workers on one slot would undercount, and over-share).
-const DEMAND_SLOTS: usize = crate::config::MAX_WORKERS;
+const DEMAND_SLOTS: usize = crate::base::shard::MAX_WORKERS;
 
 /// The caps of a namespace, or of a host on it (0: no cap).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]

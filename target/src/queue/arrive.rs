@@ -11,7 +11,7 @@ use super::{Action, Env, QueueCore, Req};
 use crate::command::admin;
 use crate::command::io;
 use crate::engine::data::{self, DataPlan};
-use crate::model::subsystem::Target;
+use crate::model::target::Target;
 use crate::{MAX_IO_SIZE, PAGE};
 
 impl QueueCore {

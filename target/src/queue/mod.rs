@@ -45,7 +45,7 @@ use crate::engine::pool::Buf;
 use crate::engine::request::{Lifecycle, Stage, Step};
 use crate::model::controller::{Controller, QueueLink};
 use crate::model::ns_cache::NsRef;
-use crate::model::subsystem::Target;
+use crate::model::target::Target;
 use crate::telemetry::tally::Tally;
 
 pub use timers::CONNECT_TIMEOUT;

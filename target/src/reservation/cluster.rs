@@ -16,7 +16,7 @@
 //! acknowledged to a host is enforced by every gateway still serving.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
@@ -184,13 +184,8 @@ fn read_object(object: &ceph::Object) -> Result<Versioned, ClusterError> {
     Ok(Versioned { state, version })
 }
 
-fn epoch() -> Instant {
-    static EPOCH: OnceLock<Instant> = OnceLock::new();
-    *EPOCH.get_or_init(Instant::now)
-}
-
 fn now_ns() -> u64 {
-    epoch().elapsed().as_nanos() as u64
+    crate::base::clock::start().elapsed().as_nanos() as u64
 }
 
 /// The store of one namespace: the object, its watch and the lease.

@@ -2,7 +2,7 @@
 //! for them (`[metrics] per_host`).
 //!
 //! A controller counts its host's reads, writes, bytes, latency and failed
-//! commands in per-worker shards ([`crate::engine::shard`]): an I/O adds to
+//! commands in per-worker shards ([`crate::base::shard`]): an I/O adds to
 //! its worker's own cache line only. `status` shows them per controller.
 //! With per-host series on, each controller connected since belongs to its
 //! (subsystem, host NQN) series, and a scrape sums the live controllers of
@@ -25,7 +25,7 @@ use prometheus::proto::{self, MetricFamily, MetricType};
 
 use super::metrics::PREFIX;
 use super::namespace::{family, label};
-use crate::engine::shard::Counts;
+use crate::base::shard::Counts;
 
 /// The counts of one controller, by index.
 const READS: usize = 0;

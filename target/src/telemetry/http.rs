@@ -14,9 +14,9 @@ use hyper::{Method, Request, Response, StatusCode};
 use hyper_util::rt::TokioIo;
 use tracing::{debug, info, warn};
 
+use crate::base::clock::monotonic_ms;
 use crate::engine::admission::Admission;
 use crate::telemetry::metrics::metrics;
-use crate::worker::wake::monotonic_ms;
 
 /// The running metrics server.
 #[derive(Debug)]

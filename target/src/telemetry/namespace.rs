@@ -1,5 +1,5 @@
 //! Per-namespace I/O metrics, counted in per-worker shards
-//! ([`crate::engine::shard`]) and summed when scraped: an I/O adds to its
+//! ([`crate::base::shard`]) and summed when scraped: an I/O adds to its
 //! worker's own cache lines only. Exported as
 //! `requests_total{subsystem,nsid,op}`, `bytes_total`,
 //! `request_duration_seconds` (a histogram) and `requests_in_flight`; the
@@ -14,7 +14,7 @@ use prometheus::proto::{self, MetricFamily, MetricType};
 use prometheus::IntCounter;
 
 use super::metrics::{metrics, PREFIX};
-use crate::engine::shard::{self, Padded};
+use crate::base::shard::{self, Padded};
 
 /// Latency buckets: 8 µs doubling to ~17 s (22 upper bounds), covering
 /// RDMA-to-memory and slow disks alike.

@@ -12,7 +12,7 @@ use tracing::{info, warn};
 use crate::backend::offload::Offload;
 use crate::config::EngineConfig;
 use crate::engine::admission::Admission;
-use crate::model::subsystem::Target;
+use crate::model::target::Target;
 use crate::transport::rdma::group::RdmaGroup;
 use crate::transport::rdma::RdmaShared;
 use crate::transport::tcp::group::TcpGroup;
@@ -46,7 +46,7 @@ impl Engine {
             let context = context.to_string();
             move |source| TransportError::Os { context, source }
         };
-        crate::engine::shard::set_workers(cfg.workers);
+        crate::base::shard::set_workers(cfg.workers);
         let offload = Arc::new(Offload::start().map_err(os("starting the offload thread"))?);
         let workers = (0..cfg.workers)
             .map(WorkerShared::new)

@@ -6,7 +6,7 @@ use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
-use crate::worker::wake::monotonic_ms;
+use crate::base::clock::monotonic_ms;
 
 /// A running listener thread.
 #[derive(Debug)]

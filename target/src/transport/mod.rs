@@ -4,7 +4,6 @@
 //! queue core through; what stops the process when a transport thread
 //! panics.
 
-pub mod abort;
 pub mod engine;
 pub mod listener;
 pub mod loopback;

@@ -19,7 +19,6 @@
 pub mod polling;
 pub mod slots;
 pub mod ud;
-pub mod wake;
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -30,16 +29,16 @@ use tracing::error;
 use crate::backend::exec::{Executor, Uring};
 use crate::backend::offload::Offload;
 use crate::backend::uring::Ring;
+use crate::base::wake::{Mailbox, Waker};
 use crate::config::EngineConfig;
 use crate::engine::pool::Buf;
-use crate::model::subsystem::Target;
+use crate::model::target::Target;
 use crate::queue::{Env, QueueCore, Token};
 use crate::telemetry::metrics::metrics;
 use crate::telemetry::tally::Tally;
 use polling::{spin_window_us, Pace};
 pub use slots::{QueueKey, Slots};
 use ud::Ud;
-use wake::{Mailbox, Waker};
 
 /// A pass this long after the last run of the timers follows a stall.
 const STALLED: Duration = Duration::from_millis(1000);
@@ -592,8 +591,8 @@ impl<T: Transport> Worker<T> {
     pub fn run(mut self) {
         // A local, so dropped before `self` (the transport's memory) if this
         // unwinds.
-        let _abort = crate::transport::abort::AbortOnUnwind("worker");
-        crate::engine::shard::set_mine(self.shared.index);
+        let _abort = crate::base::abort::AbortOnUnwind("worker");
+        crate::base::shard::set_mine(self.shared.index);
         let m = metrics();
         let label = self.shared.index.to_string();
         let busy = m.engine.worker_busy.with_label_values(&[&label]);

@@ -79,11 +79,7 @@ impl Conn {
     /// Operations of a blocklisted client do not all fail at once: some
     /// wait, and a broken watch says "not connected".
     pub fn probe(&self, force: bool) {
-        static EPOCH: OnceLock<std::time::Instant> = OnceLock::new();
-        let now = EPOCH
-            .get_or_init(std::time::Instant::now)
-            .elapsed()
-            .as_millis() as u64;
+        let now = crate::base::clock::monotonic_ms();
         let last = self.probed_ms.load(Ordering::Acquire);
         if self.fenced() || (!force && !self.suspect.load(Ordering::Acquire)) || now < last + 2000 {
             return;

@@ -12,7 +12,8 @@ use std::sync::Arc;
 
 use crate::model::controller::{Controller, ERROR_LOG_ENTRIES, VERSION};
 use crate::model::namespace::Namespace;
-use crate::model::subsystem::{SubsystemKind, Target};
+use crate::model::subsystem::SubsystemKind;
+use crate::model::target::Target;
 
 /// Outcome of an admin command.
 pub enum AdminOutcome {
@@ -291,7 +292,7 @@ fn get_log_page(target: &Target, ctrl: &Controller, cmd: &Command, out: &mut [u8
     let disc = ctrl.subsys.kind == SubsystemKind::Discovery;
     let page: Vec<u8> = match g.lid {
         lid::DISCOVERY if disc => {
-            let (page, digest) = crate::command::discovery::log_page(target, &ctrl.hostnqn);
+            let (page, digest) = crate::model::discovery_log::log_page(target, &ctrl.hostnqn);
             let mut st = ctrl.state();
             // Reading it (without Retain Asynchronous Event) re-arms the
             // change notice; what was read is what later changes are

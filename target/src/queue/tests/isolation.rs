@@ -13,7 +13,7 @@ use nvme::{Command, Status};
 
 use super::{assert_status, null_ns, pattern, same, target, Host, TempDir, POOL, SUB};
 use crate::model::namespace::Namespace;
-use crate::model::subsystem::Target;
+use crate::model::target::Target;
 
 /// A file namespace `nsid` of 4 MiB (0xEE) in `dir`, its file opened for
 /// reading only when `readonly_file` (writes then fail in the backend).

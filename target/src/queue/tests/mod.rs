@@ -13,7 +13,8 @@ use nvme::{Command, Completion, Sgl, Status};
 
 use crate::engine::pool::PoolShape;
 use crate::model::namespace::Namespace;
-use crate::model::subsystem::{Subsystem, SubsystemKind, Target};
+use crate::model::subsystem::{Subsystem, SubsystemKind};
+use crate::model::target::Target;
 use crate::telemetry::namespace::IoOp;
 use crate::transport::loopback::{no_data, Loopback, POOL};
 

@@ -13,7 +13,7 @@ use tracing::{debug, error, info, warn};
 
 use super::queue::NewConn;
 use super::{reject, RdmaShared};
-use crate::model::subsystem::Target;
+use crate::model::target::Target;
 use crate::transport::listener::{Beat, Listener};
 use crate::transport::TransportError;
 

@@ -16,7 +16,7 @@ use super::tls::accept::{spawn, Secured};
 use super::tls::handshake::Acceptor;
 use super::{NewSocket, TcpShared};
 use crate::model::port::Secure;
-use crate::model::subsystem::Target;
+use crate::model::target::Target;
 use crate::model::tls_keys::Proven;
 use crate::transport::listener::{Beat, Listener};
 use crate::transport::TransportError;

@@ -16,12 +16,13 @@ use nvme::{Command, Completion, Sgl, Status};
 use super::group::TcpGroup;
 use super::{Inbox, NewSocket};
 use crate::backend::exec::Inline;
+use crate::base::wake::{Mailbox, Waker};
 use crate::config::EngineConfig;
 use crate::engine::admission::Admission;
 use crate::engine::pool::PoolShape;
 use crate::model::namespace::Namespace;
-use crate::model::subsystem::{Subsystem, SubsystemKind, Target};
-use crate::worker::wake::{Mailbox, Waker};
+use crate::model::subsystem::{Subsystem, SubsystemKind};
+use crate::model::target::Target;
 use crate::worker::{Group, Transport};
 
 const SUB: &str = "nqn.2026-11.org.example:tcp";

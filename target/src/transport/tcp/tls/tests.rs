@@ -216,13 +216,13 @@ fn tls_listener(
         .unwrap()
         .local_addr()
         .unwrap();
-    let waker = crate::worker::wake::Waker::new().unwrap();
+    let waker = crate::base::wake::Waker::new().unwrap();
     let inbox = crate::transport::tcp::Inbox::new(waker);
     let shared = crate::transport::tcp::TcpShared::new(
         crate::engine::admission::Admission::evicting(8, 64),
         vec![inbox.clone()],
     );
-    let t = Arc::new(crate::model::subsystem::Target::new(vec![], vec![], 0));
+    let t = Arc::new(crate::model::target::Target::new(vec![], vec![], 0));
     let host = [crate::config::HostConfig {
         nqn: HOST.into(),
         dhchap_key: None,

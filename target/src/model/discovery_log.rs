@@ -1,10 +1,10 @@
-//! The discovery subsystem's log page: one entry per (listener, subsystem) the
+//! The discovery log page: one entry per (listener, subsystem) the
 //! asking host may see.
 
 use nvme::discovery::{adrfam, encode_log, sectype, subtype, treq, trtype, DiscoveryEntry};
 
 use crate::model::port::{Port, Secure};
-use crate::model::subsystem::Target;
+use crate::model::target::Target;
 
 /// Builds the entry for one subsystem on one listener (NVMe/TCP's: no RDMA
 /// fields; its security type TLS 1.3 and its requirement when it speaks

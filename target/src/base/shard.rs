@@ -11,6 +11,9 @@ use std::sync::OnceLock;
 #[repr(align(128))]
 pub struct Padded<T>(pub T);
 
+/// The most workers a target runs (`[target] workers` is bounded by it).
+pub const MAX_WORKERS: usize = 256;
+
 /// The workers that add to shards: at most this many, indices below it.
 static WORKERS: AtomicUsize = AtomicUsize::new(1);
 

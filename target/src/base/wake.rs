@@ -3,10 +3,10 @@
 //! from its own io_uring (librbd callbacks, the offload thread, a write gate
 //! reopening).
 
+use super::clock::monotonic_ms;
 use std::os::fd::{AsFd, AsRawFd};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Instant;
 
 /// Wakes a worker thread from its sleep, and records when it last went round
 /// its loop (the liveness check behind the watchdog). One per worker; every
@@ -14,7 +14,7 @@ use std::time::Instant;
 #[derive(Debug)]
 pub struct Waker {
     efd: nix::sys::eventfd::EventFd,
-    /// [`monotonic_ms`] when the worker last went round its loop.
+    /// [`monotonic_ms`](super::clock::monotonic_ms) when the worker last went round its loop.
     heartbeat: AtomicU64,
 }
 
@@ -49,12 +49,6 @@ impl Waker {
     pub fn clear(&self) {
         let _ = self.efd.read();
     }
-}
-
-/// Milliseconds since the first call (a process-wide monotonic clock).
-pub fn monotonic_ms() -> u64 {
-    static START: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
-    START.get_or_init(Instant::now).elapsed().as_millis() as u64
 }
 
 /// Where a worker receives completions from outside its ring.

@@ -58,7 +58,7 @@ mod tests {
         let out = std::process::Command::new(std::env::current_exe().unwrap())
             .args([
                 "--exact",
-                "transport::abort::tests::child_panics_holding_the_guard",
+                "base::abort::tests::child_panics_holding_the_guard",
                 "--test-threads=1",
             ])
             .env(CHILD, "1")
