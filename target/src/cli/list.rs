@@ -118,11 +118,7 @@ pub fn rows(
         }
         Kind::Listeners => {
             for l in &st.listeners {
-                let name = if l.address.contains(':') {
-                    format!("{}:[{}]:{}", l.transport, l.address, l.port)
-                } else {
-                    format!("{}:{}:{}", l.transport, l.address, l.port)
-                };
+                let name = l.name();
                 let ana: Vec<String> = l.ana.iter().map(|(g, s)| format!("{g}={s}")).collect();
                 let v = with(l, "name", json!(name));
                 out.push((vec![name, ana.join(",")], v));

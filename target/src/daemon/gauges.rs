@@ -124,7 +124,7 @@ impl Families {
     fn set(&self, st: &Status, drained: &[String], healthy: bool) {
         self.healthy.set(i64::from(healthy));
         for l in &st.listeners {
-            let name = listener_name(&l.transport, &l.address, l.port);
+            let name = l.name();
             for (g, state) in &l.ana {
                 let state = state.replace('-', "_");
                 self.ana
@@ -153,15 +153,6 @@ impl Families {
                     .set(n.size_bytes as i64);
             }
         }
-    }
-}
-
-/// A listener as every command names it: `rdma:10.0.0.1:4420`,
-/// `tcp:[fd00::1]:4420`.
-pub fn listener_name(transport: &str, address: &str, port: u16) -> String {
-    match address.contains(':') {
-        true => format!("{transport}:[{address}]:{port}"),
-        false => format!("{transport}:{address}:{port}"),
     }
 }
 
@@ -194,10 +185,7 @@ impl Collector for Gauges {
             .drained()
             .iter()
             .filter_map(|(slot, _)| live.iter().find(|(s, _)| s == slot))
-            .map(|(_, p)| {
-                let t = if p.tcp { "tcp" } else { "rdma" };
-                listener_name(t, &p.addr.ip().to_string(), p.addr.port())
-            })
+            .map(|(_, p)| crate::model::port::PortName::of(p).to_string())
             .collect();
         let f = Families::new();
         f.set(&st, &drained, HEALTHY.load(Ordering::Relaxed));

@@ -85,6 +85,21 @@ pub struct ListenerInfo {
     pub ana: std::collections::BTreeMap<u32, String>,
 }
 
+impl ListenerInfo {
+    /// Its name as every command takes it: `rdma:10.0.0.1:4420`,
+    /// `tcp:[fd00::1]:4420` ([`crate::model::port::PortName`]).
+    pub fn name(&self) -> String {
+        match self.address.parse::<std::net::IpAddr>() {
+            Ok(ip) => crate::model::port::PortName {
+                tcp: Some(self.transport == "tcp"),
+                addr: std::net::SocketAddr::new(ip, self.port),
+            }
+            .to_string(),
+            Err(_) => format!("{}:{}:{}", self.transport, self.address, self.port),
+        }
+    }
+}
+
 /// A subsystem.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct SubsystemInfo {
