@@ -22,7 +22,6 @@ use std::sync::Arc;
 
 use crate::engine::plan::IoPlan;
 
-use crate::config::{BackendConfig, NamespaceConfig};
 use crate::engine::write_gate::WriteGate;
 pub use exec::Executor;
 
@@ -222,30 +221,6 @@ pub struct Peer {
 
 /// A namespace's store.
 pub type Backend = Box<dyn Storage>;
-
-/// Opens the store a namespace's configuration names: the backend, its
-/// size in bytes and its block size.
-pub fn open(cfg: &NamespaceConfig) -> Result<(Backend, u64, u32), BackendError> {
-    let (backend, size, bs) = match &cfg.backend {
-        BackendConfig::Null { size } => (
-            Box::new(null::Null::sized(*size)) as Backend,
-            *size,
-            cfg.block_size.unwrap_or(512),
-        ),
-        BackendConfig::File { path } => file::open(path, cfg.block_size, cfg.readonly)?,
-        BackendConfig::Rbd(rbd) => {
-            let (backend, size) = rbd::open(rbd, cfg.ana_group)?;
-            (backend, size, cfg.block_size.unwrap_or(512))
-        }
-    };
-    if size < bs as u64 {
-        return Err(BackendError::Invalid {
-            path: backend.describe(),
-            reason: format!("size {size} is smaller than one block ({bs} bytes)"),
-        });
-    }
-    Ok((backend, size, bs))
-}
 
 /// Where an operation's data is in memory.
 #[derive(Debug, Clone, Copy)]

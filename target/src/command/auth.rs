@@ -328,7 +328,7 @@ pub fn receive(
 mod tests {
     use super::*;
     use crate::command::fabrics;
-    use crate::config::HostConfig;
+    use crate::model::auth::HostConfig;
     use crate::model::auth::CONNECT_ATR;
     use crate::model::subsystem::{Subsystem, SubsystemKind};
     use dhchap::{host, GroupId, HashId, Secret};

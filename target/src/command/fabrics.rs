@@ -471,7 +471,7 @@ mod tests {
         );
         assert!(connect(&t, 1, sq(&c1), None, None, Some(&mine), &c1, &d1).is_ok());
         // A host with a PSK: TLS only (discovery stays open).
-        t.tls_keys.set(&[crate::config::HostConfig {
+        t.tls_keys.set(&[crate::model::auth::HostConfig {
             nqn: "nqn.host:a".into(),
             dhchap_key: None,
             dhchap_ctrl_key: None,

@@ -9,34 +9,11 @@ use std::collections::HashSet;
 
 use dhchap::{GroupId, HashId, Secret};
 
+pub use crate::model::auth::HostConfig;
+
 use super::check_nqn;
 use super::ctx::Ctx;
 use super::raw::RawHost;
-
-/// One host's authentication settings. A host with a key must authenticate
-/// to every subsystem it reaches (but discovery); a host without one
-/// connects as before.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct HostConfig {
-    /// Host NQN.
-    pub nqn: String,
-    /// The secret the host proves it holds.
-    pub dhchap_key: Option<Secret>,
-    /// The secret the target proves it holds, when the host asks
-    /// (bidirectional authentication).
-    pub dhchap_ctrl_key: Option<Secret>,
-    /// The hash function the host must use.
-    pub dhchap_hash: HashId,
-    /// The Diffie-Hellman group the host must accept.
-    pub dhchap_dhgroup: GroupId,
-    /// The host's configured TLS PSK (NVMe/TCP listeners with `secure`).
-    pub tls_key: Option<tlspsk::ConfiguredPsk>,
-    /// How its host derives TLS PSKs from it (`tls_derivation`: `compat`,
-    /// libnvme 1.15 and earlier, nvme-cli 2.13; `rfc`, the specification's,
-    /// SPDK and libnvme 1.16 on). A version 1 identity of a transformed PSK
-    /// says which by its digest; otherwise this one is taken.
-    pub tls_derivation: tlspsk::Derivation,
-}
 
 /// nvmet's default hash.
 pub const DEFAULT_HASH: HashId = HashId::Sha256;

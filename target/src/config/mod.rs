@@ -166,7 +166,7 @@ impl Transport {
 impl ListenerConfig {
     /// The state of ANA group `group` at this listener.
     pub fn ana_state(&self, group: u32) -> AnaState {
-        self.ana.get(&group).copied().unwrap_or(AnaState::Optimized)
+        crate::model::ana::configured(&self.ana, group)
     }
 }
 

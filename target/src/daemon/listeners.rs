@@ -102,7 +102,7 @@ impl Daemon {
                     break;
                 }
             };
-            self.target.ana.open(slot, l);
+            self.target.ana.open(slot, &l.ana);
             if cap.is_some() {
                 self.target.ana.drain(&[slot], cap);
             }

@@ -17,6 +17,7 @@ pub mod live;
 pub mod maintenance;
 pub mod mdns;
 pub mod ok_to_stop;
+pub mod open;
 pub mod reload;
 pub mod rpc;
 pub mod status;
@@ -47,7 +48,7 @@ pub const DRAIN_TIMEOUT: Duration = Duration::from_secs(10);
 pub const DISCONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 
 fn open_ns(nqn: &str, n: &NamespaceConfig) -> Result<Arc<Namespace>, String> {
-    let ns = Namespace::open(nqn, n)
+    let ns = open::namespace(nqn, n)
         .map_err(|e| format!("subsystem {nqn} namespace {}: {e}", n.nsid))?;
     info!(subsys = %nqn, nsid = ns.nsid, backend = %ns.backend.describe(), identity = %ns.backend.identity(),
           nguid = %crate::model::identity::hex(&ns.nguid),
@@ -117,8 +118,13 @@ pub fn build_target(cfg: &TargetConfig) -> Result<Target, String> {
         cfg.listeners.iter().map(listeners::port).collect(),
         cfg.poll_spin_us,
     );
-    t.ana
-        .update(&cfg.listeners.iter().enumerate().collect::<Vec<_>>());
+    t.ana.update(
+        &cfg.listeners
+            .iter()
+            .map(|l| &l.ana)
+            .enumerate()
+            .collect::<Vec<_>>(),
+    );
     t.discovery.set_referrals(referrals(cfg));
     t.credentials.set(&cfg.hosts);
     t.tls_keys.set(&cfg.hosts);
@@ -703,11 +709,12 @@ impl Daemon {
         plan.resized = self.refresh_sizes();
         self.stop_listeners(&plan.listeners_removed);
         if plan.ana {
-            let slots: Vec<(usize, &crate::config::ListenerConfig)> = new
+            let listeners: Vec<(usize, &crate::config::ListenerConfig)> = new
                 .listeners
                 .iter()
                 .filter_map(|l| Some((self.slot(l)?, l)))
                 .collect();
+            let slots: Vec<_> = listeners.iter().map(|&(s, l)| (s, &l.ana)).collect();
             let ports = self.target.ana.update(&slots);
             let mut raised = 0;
             for ctrl in self.target.all_controllers() {
@@ -718,7 +725,7 @@ impl Daemon {
                     raised += 1;
                 }
             }
-            for (_, l) in slots.iter().filter(|(s, _)| ports.contains(s)) {
+            for (_, l) in listeners.iter().filter(|(s, _)| ports.contains(s)) {
                 info!(listener = %l.addr, ana = ?l.ana, controllers_notified = raised, "ANA states changed");
             }
         }

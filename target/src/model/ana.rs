@@ -12,9 +12,17 @@ use std::sync::Arc;
 
 use nvme::ana::{AnaGroup, AnaState, MAX_GROUPS};
 
-use crate::config::ListenerConfig;
 use crate::model::namespace::Namespace;
 use crate::model::port::MAX_PORTS;
+
+/// The configured states of the groups at one listener (groups not listed:
+/// optimized).
+pub type Configured = std::collections::BTreeMap<u32, AnaState>;
+
+/// A group's configured state at a listener.
+pub fn configured(states: &Configured, group: u32) -> AnaState {
+    states.get(&group).copied().unwrap_or(AnaState::Optimized)
+}
 
 /// The states of the groups at one listener (index: group id; 0 unused).
 type States = [AtomicU8; MAX_GROUPS as usize + 1];
@@ -78,7 +86,7 @@ impl Ana {
 
     /// A listener added in `slot` (a new one, or one removed before): its
     /// configured states, not drained.
-    pub fn open(&self, slot: usize, l: &ListenerConfig) {
+    pub fn open(&self, slot: usize, l: &Configured) {
         if slot >= MAX_PORTS {
             return;
         }
@@ -244,7 +252,7 @@ impl Ana {
 
     /// Takes the states of `listeners` (each with its slot); returns the
     /// slots where a state changed, and counts the change.
-    pub fn update(&self, listeners: &[(usize, &ListenerConfig)]) -> Vec<usize> {
+    pub fn update(&self, listeners: &[(usize, &Configured)]) -> Vec<usize> {
         let mut changed = Vec::new();
         for &(port, l) in listeners {
             let Some(states) = self.ports.get(port) else {
@@ -252,7 +260,7 @@ impl Ana {
             };
             let mut any = false;
             for (g, a) in states.iter().enumerate().skip(1) {
-                let code = l.ana_state(g as u32).code();
+                let code = configured(l, g as u32).code();
                 if a.swap(code, Ordering::AcqRel) != code {
                     any = true;
                 }
@@ -320,16 +328,11 @@ pub fn rank(s: AnaState) -> u8 {
 mod tests {
     use super::*;
 
-    fn listener(ana: &[(u32, AnaState)]) -> ListenerConfig {
-        ListenerConfig {
-            addr: "10.0.0.1:4420".parse().unwrap(),
-            transport: Default::default(),
-            ana: ana.iter().copied().collect(),
-            secure: Default::default(),
-        }
+    fn listener(ana: &[(u32, AnaState)]) -> Configured {
+        ana.iter().copied().collect()
     }
 
-    fn slots(l: &[ListenerConfig]) -> Vec<(usize, &ListenerConfig)> {
+    fn slots(l: &[Configured]) -> Vec<(usize, &Configured)> {
         l.iter().enumerate().collect()
     }
 

@@ -9,9 +9,34 @@ use std::time::Instant;
 
 use arc_swap::ArcSwap;
 use dhchap::controller::{Agreed, Policy};
+use dhchap::{GroupId, HashId, Secret};
 
-use crate::config::HostConfig;
 use crate::model::unproven::Place;
+
+/// One host's authentication settings. A host with a key must authenticate
+/// to every subsystem it reaches (but discovery); a host without one
+/// connects as before.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HostConfig {
+    /// Host NQN.
+    pub nqn: String,
+    /// The secret the host proves it holds.
+    pub dhchap_key: Option<Secret>,
+    /// The secret the target proves it holds, when the host asks
+    /// (bidirectional authentication).
+    pub dhchap_ctrl_key: Option<Secret>,
+    /// The hash function the host must use.
+    pub dhchap_hash: HashId,
+    /// The Diffie-Hellman group the host must accept.
+    pub dhchap_dhgroup: GroupId,
+    /// The host's configured TLS PSK (NVMe/TCP listeners with `secure`).
+    pub tls_key: Option<tlspsk::ConfiguredPsk>,
+    /// How its host derives TLS PSKs from it (`tls_derivation`: `compat`,
+    /// libnvme 1.15 and earlier, nvme-cli 2.13; `rfc`, the specification's,
+    /// SPDK and libnvme 1.16 on). A version 1 identity of a transformed PSK
+    /// says which by its digest; otherwise this one is taken.
+    pub tls_derivation: tlspsk::Derivation,
+}
 
 /// Authentication transactions one peer address may start, at once and
 /// per second after that: each may cost a Diffie-Hellman exponentiation or

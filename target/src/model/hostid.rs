@@ -96,7 +96,7 @@ pub fn take_from_unproven(target: &Target, ctrl: &Controller) -> Vec<Arc<Control
 mod tests {
     use super::*;
     use crate::command::fabrics::{self, ConnectError};
-    use crate::config::HostConfig;
+    use crate::model::auth::HostConfig;
     use crate::model::namespace::Namespace;
     use crate::model::subsystem::{Subsystem, SubsystemKind};
     use nvme::fabrics::{ConnectCommand, ConnectData};

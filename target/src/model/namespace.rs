@@ -6,10 +6,7 @@ use nvme::identify::{nidt, IdentifyNamespace, NsDescriptor};
 
 use std::sync::Arc;
 
-use crate::backend::{Backend, BackendError};
-use crate::config::NamespaceConfig;
-use crate::reservation::persist::FileStore;
-use crate::reservation::{NsReservations, Store};
+use crate::backend::Backend;
 use crate::telemetry::namespace::NsMetrics;
 
 /// A namespace exported by a subsystem.
@@ -276,89 +273,17 @@ impl Drop for Namespace {
     }
 }
 
-impl Namespace {
-    /// Opens the store of a configured namespace and builds the namespace:
-    /// its write gate needs ownership of an RBD image (unless read-only),
-    /// and its reservation state persists in the state directory (a local
-    /// store) or in the image's cluster.
-    pub fn open(subnqn: &str, cfg: &NamespaceConfig) -> Result<Namespace, BackendError> {
-        let (backend, size, bs) = crate::backend::open(cfg)?;
-        let mut ns = Namespace::new(subnqn, cfg.nsid, backend, size, bs, cfg.readonly);
-        let (ids, basis) = crate::model::identity::assign(
-            cfg.state_dir.as_deref(),
-            subnqn,
-            cfg.nsid,
-            &cfg.ids,
-            &ns.backend.identity(),
-            &ns.backend.path_identity(),
-        )
-        .map_err(|e| BackendError::Invalid {
-            path: ns.backend.describe(),
-            reason: format!("identifiers: {e}"),
-        })?;
-        if basis == crate::model::identity::Basis::Legacy {
-            tracing::info!(subsys = %subnqn, nsid = cfg.nsid, "identifiers kept from the path as the version before derived them");
-        }
-        (ns.nguid, ns.uuid, ns.eui64) = (ids.nguid, ids.uuid, ids.eui64);
-        ns.ana_group = cfg.ana_group;
-        ns.set_hosts(cfg.hosts.clone());
-        ns.set_qos(subnqn, cfg.qos, &cfg.host_qos);
-        if let Some(img) = ns.backend.rbd() {
-            if !cfg.readonly {
-                img.own_through(&ns.gate)
-                    .map_err(|e| BackendError::Invalid {
-                        path: ns.backend.describe(),
-                        reason: format!("ownership: {e}"),
-                    })?;
-            }
-        }
-        // The reservation state persists where the namespace's store is local
-        // (a file or block device, or nothing) and a state directory exists; an
-        // RBD image's lives in its cluster, shared by every gateway.
-        let invalid = |ns: &Namespace, e: String| BackendError::Invalid {
-            path: ns.backend.describe(),
-            reason: format!("reservations: {e}"),
-        };
-        let store = match (&cfg.state_dir, ns.backend.rbd()) {
-            _ if !cfg.reservations => None,
-            (Some(dir), None) => Some(Store::File(
-                FileStore::open(dir, &ns.store_id()).map_err(|e| invalid(&ns, e.to_string()))?,
-            )),
-            (_, Some(img)) => Some(Store::Cluster(Arc::new(
-                img.reservation_store()
-                    .map_err(|e| invalid(&ns, e.to_string()))?,
-            ))),
-            _ => None,
-        };
-        ns.resv = NsReservations::new(cfg.reservations, store).map_err(|e| invalid(&ns, e))?;
-        Ok(ns)
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::{BackendConfig, NamespaceConfig};
 
     #[test]
     fn a_grown_file_is_taken_on_refresh() {
         let path = std::env::temp_dir().join(format!("nvmf-ns-size-{}", std::process::id()));
         let f = std::fs::File::create(&path).unwrap();
         f.set_len(1 << 20).unwrap();
-        let cfg = NamespaceConfig {
-            nsid: 1,
-            backend: BackendConfig::File { path: path.clone() },
-            block_size: Some(4096),
-            readonly: false,
-            ana_group: 1,
-            reservations: true,
-            state_dir: None,
-            hosts: None,
-            qos: Default::default(),
-            host_qos: vec![],
-            ids: Default::default(),
-        };
-        let ns = Namespace::open("nqn.t", &cfg).unwrap();
+        let (backend, size, bs) = crate::backend::file::open(&path, Some(4096), false).unwrap();
+        let ns = Namespace::new("nqn.t", 1, backend, size, bs, false);
         assert_eq!(ns.blocks(), 256);
         assert_eq!(ns.refresh_size().unwrap(), None, "unchanged");
         f.set_len(3 << 20).unwrap();

@@ -102,9 +102,11 @@ impl Target {
             io_started: Default::default(),
             stopping: Default::default(),
             max_controllers_per_host: AtomicU32::new(
-                crate::config::DEFAULT_MAX_CONTROLLERS_PER_HOST,
+                crate::worker::config::DEFAULT_MAX_CONTROLLERS_PER_HOST,
             ),
-            key_rotation_grace_ms: AtomicU32::new(crate::config::DEFAULT_KEY_ROTATION_GRACE_MS),
+            key_rotation_grace_ms: AtomicU32::new(
+                crate::worker::config::DEFAULT_KEY_ROTATION_GRACE_MS,
+            ),
             refusal_log: Default::default(),
             credentials: Default::default(),
             tls_keys: Default::default(),
@@ -138,7 +140,11 @@ impl Target {
     /// `dhchap_secret`), or the controller ends ([`crate::queue`]'s timer).
     /// No admin Connect runs meanwhile, so none makes a controller under
     /// the old keys after this.
-    pub fn set_credentials(&self, hosts: &[crate::config::HostConfig], now: Instant) -> KeyChange {
+    pub fn set_credentials(
+        &self,
+        hosts: &[crate::model::auth::HostConfig],
+        now: Instant,
+    ) -> KeyChange {
         let _connects = self.binding_lock();
         let keyed_before: Vec<bool> = hosts
             .iter()

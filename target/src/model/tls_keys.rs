@@ -10,7 +10,7 @@ use arc_swap::ArcSwap;
 use tlspsk::{ConfiguredPsk, Derivation, Identity, PskError};
 use zeroize::Zeroizing;
 
-use crate::config::HostConfig;
+use crate::model::auth::HostConfig;
 
 /// Host NQN -> its configured PSK and the derivation its host uses.
 type Keys = HashMap<String, (ConfiguredPsk, Derivation)>;

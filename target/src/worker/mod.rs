@@ -16,6 +16,7 @@
 //! to stop, a completion in the mailbox). It goes round at least every
 //! [`IDLE_WAIT`], so its heartbeat tells a sleeping worker from a stuck one.
 
+pub mod config;
 pub mod polling;
 pub mod slots;
 pub mod ud;
@@ -30,12 +31,12 @@ use crate::backend::exec::{Executor, Uring};
 use crate::backend::offload::Offload;
 use crate::backend::uring::Ring;
 use crate::base::wake::{Mailbox, Waker};
-use crate::config::EngineConfig;
 use crate::engine::pool::Buf;
 use crate::model::target::Target;
 use crate::queue::{Env, QueueCore, Token};
 use crate::telemetry::metrics::metrics;
 use crate::telemetry::tally::Tally;
+use crate::worker::config::EngineConfig;
 use polling::{spin_window_us, Pace};
 pub use slots::{QueueKey, Slots};
 use ud::Ud;

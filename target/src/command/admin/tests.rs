@@ -284,12 +284,7 @@ fn ana_identify_log_and_event() {
     );
     // A change at the controller's listener: the state, the count, one
     // notice until the log is read (with RAE it stays masked).
-    let mut l = crate::config::ListenerConfig {
-        addr: "10.0.0.1:4420".parse().unwrap(),
-        transport: Default::default(),
-        ana: [(1, AnaState::Inaccessible)].into_iter().collect(),
-        secure: Default::default(),
-    };
+    let mut l: crate::model::ana::Configured = [(1, AnaState::Inaccessible)].into_iter().collect();
     assert!(
         !c.notify_ana_changed(),
         "the host did not enable the notice"
@@ -315,7 +310,7 @@ fn ana_identify_log_and_event() {
     assert_eq!(groups[0].state, AnaState::Inaccessible);
     assert!(!c.notify_ana_changed(), "read with RAE: still masked");
     run(&t, &c, &glp(0, false), 4096);
-    l.ana.clear();
+    l.clear();
     t.ana.update(&[(0, &l)]);
     assert!(
         c.notify_ana_changed(),

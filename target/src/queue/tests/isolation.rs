@@ -192,7 +192,7 @@ pub(super) fn dh_key() -> dhchap::Secret {
 /// A target whose host KEYED must authenticate with ffdhe2048.
 pub(super) fn keyed_target() -> Arc<Target> {
     let t = target(vec![null_ns()]);
-    t.credentials.set(&[crate::config::HostConfig {
+    t.credentials.set(&[crate::model::auth::HostConfig {
         nqn: KEYED.into(),
         dhchap_key: Some(dh_key()),
         dhchap_ctrl_key: None,

@@ -6,8 +6,8 @@
 use super::isolation::{dh_key, keyed_target, KEYED};
 use super::*;
 
-fn host_config(key: dhchap::Secret) -> crate::config::HostConfig {
-    crate::config::HostConfig {
+fn host_config(key: dhchap::Secret) -> crate::model::auth::HostConfig {
+    crate::model::auth::HostConfig {
         nqn: KEYED.into(),
         dhchap_key: Some(key),
         dhchap_ctrl_key: None,

@@ -19,11 +19,11 @@ use nvme::{Command, Completion, SQE_SIZE};
 
 use crate::backend::exec::Inline;
 use crate::base::wake::{Mailbox, Waker};
-use crate::config::EngineConfig;
 use crate::engine::pool::{Buf, Pool, PoolShape};
 use crate::model::controller::QueueLink;
 use crate::model::target::Target;
 use crate::queue::{Action, Addrs, QueueCore, QueueParams, Token};
+use crate::worker::config::EngineConfig;
 use crate::worker::slots::{QueueKey, Slots};
 use crate::worker::ud::Ud;
 use crate::worker::{CoreEvent, Grant, Group, Lend, PlainMemory, Transport};
