@@ -15,6 +15,7 @@ pub mod engine;
 pub mod import;
 pub mod model;
 pub mod queue;
+pub mod rbd;
 pub mod reservation;
 pub mod telemetry;
 pub mod transport;

@@ -40,14 +40,14 @@ pub fn write_failure(res: i32) -> Option<i32> {
 }
 
 /// A zeroed buffer of `len` bytes at an aligned address, inside `store`.
-pub(super) fn aligned(store: &mut Vec<u8>, len: usize) -> &mut [u8] {
+pub fn aligned(store: &mut Vec<u8>, len: usize) -> &mut [u8] {
     *store = vec![0u8; len + PAGE];
     let off = store.as_ptr().align_offset(PAGE);
     &mut store[off..off + len]
 }
 
 /// The negative errno of an I/O error.
-pub(super) fn errno_of(e: &std::io::Error) -> i32 {
+pub fn errno_of(e: &std::io::Error) -> i32 {
     -e.raw_os_error().unwrap_or(nix::libc::EIO)
 }
 

@@ -37,6 +37,10 @@ pub struct FileStore {
 }
 
 impl Storage for FileStore {
+    fn as_any(&self) -> &dyn std::any::Any {
+        self
+    }
+
     fn describe(&self) -> String {
         self.path.display().to_string()
     }

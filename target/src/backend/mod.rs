@@ -15,7 +15,6 @@ pub mod file;
 pub mod null;
 pub mod offload;
 pub mod op;
-pub mod rbd;
 pub mod uring;
 
 use std::sync::Arc;
@@ -49,8 +48,8 @@ pub enum BackendError {
 }
 
 /// What backs a namespace: a file or block device ([`file::FileStore`]), an
-/// RBD image ([`rbd::RbdImage`]) or nothing ([`null::Null`]). The kind is
-/// chosen once, when the namespace opens ([`open`]); nothing outside this
+/// RBD image (the daemon's `rbd` module) or nothing ([`null::Null`]). The kind is
+/// chosen once, when the namespace opens (in the daemon); nothing outside this
 /// module asks which kind it is: what differs is a method here.
 pub trait Storage: std::fmt::Debug + Send + Sync {
     /// A short description for logs: the path, `null`, or `rbd:pool/image`.
@@ -155,15 +154,13 @@ pub trait Storage: std::fmt::Debug + Send + Sync {
         allowed: &dyn Fn() -> Result<(), nvme::Status>,
     ) -> i32;
 
-    /// The RBD image, for what only an image has (ownership, fencing, the
-    /// reservation state in its cluster).
-    fn rbd(&self) -> Option<&rbd::RbdImage> {
-        None
-    }
+    /// The store as `Any`, for what only its own kind has (an RBD image's
+    /// ownership, fencing and shared reservation state, found by downcasting).
+    fn as_any(&self) -> &dyn std::any::Any;
 
     /// The namespace's QoS caps changed (or were set when it opened): a
     /// store that other gateways serve too shares them with those
-    /// ([`rbd::peers`]), so that a cap holds for the store as a whole.
+    /// (an RBD image's peers), so that a cap holds for the store as a whole.
     fn qos_changed(&self, _qos: &Arc<crate::model::qos::NsQos>) {}
 
     /// How this gateway serves the namespace's ANA group now, for the

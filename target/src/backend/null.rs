@@ -27,6 +27,10 @@ impl Null {
 }
 
 impl Storage for Null {
+    fn as_any(&self) -> &dyn std::any::Any {
+        self
+    }
+
     fn describe(&self) -> String {
         "null".into()
     }

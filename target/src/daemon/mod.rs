@@ -336,7 +336,7 @@ impl Daemon {
                     continue;
                 }
             };
-            if ns.backend.rbd().is_some_and(|img| img.fenced()) {
+            if crate::rbd::image(&*ns.backend).is_some_and(|img| img.fenced()) {
                 // Closing an image (and shutting down a connection) the
                 // cluster blocklisted may wait on it: not on this thread.
                 let _ = std::thread::Builder::new()
@@ -359,7 +359,7 @@ impl Daemon {
         let mut fenced = Vec::new();
         for sub in self.target.subsystems().iter() {
             for ns in sub.namespaces().iter() {
-                if let Some(img) = ns.backend.rbd() {
+                if let Some(img) = crate::rbd::image(&*ns.backend) {
                     if img.fenced() {
                         groups.insert(ns.ana_group);
                         fenced.push((sub.clone(), ns.clone(), img.spec()));
@@ -839,7 +839,7 @@ impl Daemon {
         }
         for s in t.all_subsystems() {
             for ns in s.namespaces().iter() {
-                if let Some(img) = ns.backend.rbd() {
+                if let Some(img) = crate::rbd::image(&*ns.backend) {
                     if let Some(o) = img.ownership() {
                         o.stop(Duration::from_secs(5));
                     }

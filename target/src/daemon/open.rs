@@ -5,9 +5,10 @@
 
 use std::sync::Arc;
 
-use crate::backend::{file, null, rbd, Backend, BackendError};
+use crate::backend::{file, null, Backend, BackendError};
 use crate::config::{BackendConfig, NamespaceConfig};
 use crate::model::namespace::Namespace;
+use crate::rbd;
 use crate::reservation::persist::FileStore;
 use crate::reservation::{NsReservations, Store};
 
@@ -37,7 +38,7 @@ pub fn namespace(subnqn: &str, cfg: &NamespaceConfig) -> Result<Namespace, Backe
     ns.ana_group = cfg.ana_group;
     ns.set_hosts(cfg.hosts.clone());
     ns.set_qos(subnqn, cfg.qos, &cfg.host_qos);
-    if let Some(img) = ns.backend.rbd() {
+    if let Some(img) = crate::rbd::image(&*ns.backend) {
         if !cfg.readonly {
             img.own_through(&ns.gate)
                 .map_err(|e| BackendError::Invalid {
@@ -53,12 +54,12 @@ pub fn namespace(subnqn: &str, cfg: &NamespaceConfig) -> Result<Namespace, Backe
         path: ns.backend.describe(),
         reason: format!("reservations: {e}"),
     };
-    let store = match (&cfg.state_dir, ns.backend.rbd()) {
+    let store = match (&cfg.state_dir, crate::rbd::image(&*ns.backend)) {
         _ if !cfg.reservations => None,
         (Some(dir), None) => Some(Store::File(
             FileStore::open(dir, &ns.store_id()).map_err(|e| invalid(&ns, e.to_string()))?,
         )),
-        (_, Some(img)) => Some(Store::Cluster(Arc::new(
+        (_, Some(img)) => Some(Store::Shared(Arc::new(
             img.reservation_store()
                 .map_err(|e| invalid(&ns, e.to_string()))?,
         ))),

@@ -252,7 +252,7 @@ fn rtype_name(t: nvme::reservation::ResvType) -> &'static str {
 }
 
 fn ownership_info(n: &crate::model::namespace::Namespace) -> Option<OwnershipInfo> {
-    let img = n.backend.rbd()?;
+    let img = crate::rbd::image(&*n.backend)?;
     let o = img.ownership()?;
     let c = o.counts();
     let get = |a: &std::sync::atomic::AtomicU64| a.load(std::sync::atomic::Ordering::Relaxed);
@@ -284,11 +284,11 @@ fn reservation_info(n: &crate::model::namespace::Namespace) -> Option<Reservatio
                 holder: st.holds(&r.host),
             })
             .collect(),
-        shared: n.resv.cluster().map(|c| SharedInfo {
+        shared: n.resv.shared().map(|c| SharedInfo {
             object: c.spec(),
             version: n.resv.version(),
             current: c.sure(),
-            unacknowledged: c.unacknowledged.load(std::sync::atomic::Ordering::Relaxed),
+            unacknowledged: c.unacknowledged(),
         }),
     })
 }

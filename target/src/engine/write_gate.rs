@@ -12,7 +12,7 @@
 //! of writes inside is sharded; a closer sums it).
 //!
 //! The gate of an RBD image served by several gateways is also its
-//! ownership (see `backend::rbd::owner`): only the gateway that owns the
+//! ownership (see the daemon's `rbd::owner`): only the gateway that owns the
 //! image writes it. Without ownership, writes park and ask for it
 //! ([`WriteGate::owned_by`]); handing it over ([`WriteGate::revoke`]) waits
 //! until every write operation inside completed in the cluster.

@@ -239,7 +239,7 @@ mod tests {
     /// do not reach it; the victim's controllers get both.
     #[test]
     fn a_hostid_squatted_before_the_registration_is_not_the_registrant() {
-        use crate::reservation::cluster::Sink;
+        use crate::reservation::shared::Sink;
         use crate::reservation::state::{Holder as ResvHolder, Registrant, Reservations};
         use crate::reservation::Access;
         let t = target(false);

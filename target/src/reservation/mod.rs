@@ -4,9 +4,9 @@
 //! controller's notification log ([`notices`]). The Reservation commands
 //! are [`crate::command::reservation`].
 
-pub mod cluster;
 pub mod notices;
 pub mod persist;
+pub mod shared;
 pub mod state;
 #[cfg(test)]
 mod tests;
@@ -26,8 +26,9 @@ use crate::engine::write_gate::WriteGate;
 pub enum Store {
     /// A file under the state directory, while PTPL is set.
     File(persist::FileStore),
-    /// A RADOS object shared by every gateway of an RBD image.
-    Cluster(Arc<cluster::ClusterStore>),
+    /// A state shared by every gateway of a store (an RBD image's, in its
+    /// cluster).
+    Shared(Arc<dyn shared::SharedState>),
 }
 
 /// The status of a command while a gateway is not sure its copy of a shared
@@ -99,17 +100,11 @@ impl NsReservations {
             notify: Mutex::new(None),
             gate: Mutex::new(None),
         });
-        if let Some(Store::Cluster(c)) = &r.store {
-            let sink: Arc<dyn cluster::Sink> = r.clone();
-            c.start(&sink).map_err(|e| {
-                let hint = match &e {
-                    cluster::ClusterError::Ceph(err) if matches!(err.errno(), Some(1 | 13)) => {
-                        " (the Ceph client needs write access to the pool's objects to share the state between gateways; or set reservations = false)"
-                    }
-                    _ => "",
-                };
-                format!("the shared state {}: {e}{hint}", c.spec())
-            })?;
+        if let Some(Store::Shared(c)) = &r.store {
+            let sink: Arc<dyn shared::Sink> = r.clone();
+            c.clone()
+                .start(&sink)
+                .map_err(|e| format!("the shared state {}: {e}", c.spec()))?;
         }
         Ok(r)
     }
@@ -135,10 +130,10 @@ impl NsReservations {
         *self.gate.lock().unwrap_or_else(|p| p.into_inner()) = Some(gate);
     }
 
-    /// The cluster store, if the state is shared.
-    pub fn cluster(&self) -> Option<&Arc<cluster::ClusterStore>> {
+    /// The shared store, if the state is shared.
+    pub fn shared(&self) -> Option<&Arc<dyn shared::SharedState>> {
         match &self.store {
-            Some(Store::Cluster(c)) => Some(c),
+            Some(Store::Shared(c)) => Some(c),
             _ => None,
         }
     }
@@ -151,7 +146,7 @@ impl NsReservations {
     /// Whether the state may be trusted now: always, unless it is shared
     /// and this gateway lost touch with it.
     pub fn sure(&self) -> bool {
-        self.cluster().is_none_or(|c| c.sure())
+        self.shared().is_none_or(|c| c.sure())
     }
 
     /// Whether the namespace supports reservations.
@@ -200,7 +195,7 @@ impl NsReservations {
         T: HasNotices,
     {
         let _one = self.changing.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(c) = self.cluster() {
+        if let Some(c) = self.shared() {
             return self.change_shared(c, f);
         }
         let mut f = f;
@@ -240,7 +235,7 @@ impl NsReservations {
     /// install it, and tell the other gateways before the command completes.
     fn change_shared<T: HasNotices>(
         &self,
-        c: &cluster::ClusterStore,
+        c: &Arc<dyn shared::SharedState>,
         mut f: impl FnMut(&mut Reservations) -> Result<(T, bool), Status>,
     ) -> Result<T, Status> {
         const TRIES: usize = 16;
@@ -383,7 +378,7 @@ impl HasNotices for Effects {
     }
 }
 
-impl cluster::Sink for NsReservations {
+impl shared::Sink for NsReservations {
     fn install(&self, state: Reservations, version: u64) {
         self.install_copy(state, version);
     }

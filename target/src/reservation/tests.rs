@@ -450,7 +450,7 @@ proptest! {
 /// namespace without a shared state is always current.
 #[test]
 fn shared_copy_only_moves_forward() {
-    use super::cluster::Sink;
+    use super::shared::Sink;
     let ns = super::NsReservations::in_memory(true);
     assert!(ns.sure());
     let mut s = Reservations::default();
@@ -526,7 +526,7 @@ fn a_bound_registration_is_only_its_host_nqns() {
 /// and see the new state.
 #[test]
 fn another_gateways_preempt_and_abort_drains_writes_here_first() {
-    use super::cluster::Sink;
+    use super::shared::Sink;
     use std::sync::Arc;
     let r = Arc::new(super::NsReservations::in_memory(true));
     let gate = Arc::new(crate::engine::write_gate::WriteGate::default());

@@ -21,7 +21,8 @@ use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
-use super::state::{Notice, Reservations};
+use crate::reservation::shared::{SharedState, Sink, Versioned};
+use crate::reservation::state::{HostId, Notice, NqnTag, Reservations};
 
 /// How long after its watch was last confirmed a gateway still trusts its
 /// copy. librados confirms a watch every `objecter_tick_interval` (the
@@ -64,41 +65,11 @@ struct Notification {
     /// Hosts a Preempt and Abort preempted: a gateway drains its writes in
     /// flight before it acknowledges (absent from older gateways' changes).
     #[serde(default)]
-    aborted: Vec<super::state::HostId>,
+    aborted: Vec<HostId>,
     /// The host NQN tag each notice's host registered under: the notice
     /// reaches only controllers of it (absent from older gateways').
     #[serde(default)]
-    bindings: Vec<(super::state::HostId, super::state::NqnTag)>,
-}
-
-/// The local copy and its object version.
-#[derive(Debug, Default)]
-pub struct Versioned {
-    /// The state.
-    pub state: Reservations,
-    /// The object version it is (0: no object yet).
-    pub version: u64,
-}
-
-/// Where the copy goes when a newer state arrives, and notices for this
-/// gateway's controllers.
-pub trait Sink: Send + Sync {
-    /// Installs `state` (object version `version`) if it is newer than the
-    /// copy.
-    fn install(&self, state: Reservations, version: u64);
-    /// Installs `state` of a Preempt and Abort made elsewhere, once the
-    /// writes in flight here completed; false if they did not in time.
-    fn install_draining(&self, state: Reservations, version: u64) -> bool {
-        self.install(state, version);
-        true
-    }
-    /// Notices from a change another gateway made, with the host NQN tags
-    /// they are bound to.
-    fn notices(
-        &self,
-        notices: &[Notice],
-        bindings: &[(super::state::HostId, super::state::NqnTag)],
-    );
+    bindings: Vec<(HostId, NqnTag)>,
 }
 
 /// Forged notifications (a version the object does not hold) are logged at
@@ -177,10 +148,11 @@ fn read_object(object: &ceph::Object) -> Result<Versioned, ClusterError> {
     let Some((body, version)) = object.read(MAX_OBJECT)? else {
         return Ok(Versioned::default());
     };
-    let state = super::persist::decode(&body).map_err(|reason| ClusterError::Invalid {
-        object: object.spec(),
-        reason,
-    })?;
+    let state =
+        crate::reservation::persist::decode(&body).map_err(|reason| ClusterError::Invalid {
+            object: object.spec(),
+            reason,
+        })?;
     Ok(Versioned { state, version })
 }
 
@@ -246,7 +218,7 @@ impl ClusterStore {
     /// Writes `state` if the object is still at `version` (0: absent).
     /// `Ok(None)`: it moved, read and apply again. Blocks.
     pub fn write(&self, state: &Reservations, version: u64) -> Result<Option<u64>, ClusterError> {
-        let body = super::persist::encode(state);
+        let body = crate::reservation::persist::encode(state);
         match self.object.write(&body, (version != 0).then_some(version)) {
             Ok(v) => Ok(Some(v)),
             Err(ceph::WriteError::Changed) => Ok(None),
@@ -262,8 +234,8 @@ impl ClusterStore {
         state: &Reservations,
         version: u64,
         notices: &[Notice],
-        bindings: &[(super::state::HostId, super::state::NqnTag)],
-        aborted: &[super::state::HostId],
+        bindings: &[(HostId, NqnTag)],
+        aborted: &[HostId],
     ) -> bool {
         let n = Notification {
             from: self.me,
@@ -390,6 +362,51 @@ impl ClusterStore {
     }
 }
 
+impl SharedState for ClusterStore {
+    fn spec(&self) -> String {
+        ClusterStore::spec(self)
+    }
+
+    fn sure(&self) -> bool {
+        ClusterStore::sure(self)
+    }
+
+    fn read(&self) -> Result<Versioned, String> {
+        ClusterStore::read(self).map_err(|e| e.to_string())
+    }
+
+    fn write(&self, state: &Reservations, version: u64) -> Result<Option<u64>, String> {
+        ClusterStore::write(self, state, version).map_err(|e| e.to_string())
+    }
+
+    fn publish(
+        &self,
+        state: &Reservations,
+        version: u64,
+        notices: &[Notice],
+        bindings: &[(HostId, NqnTag)],
+        aborted: &[HostId],
+    ) -> bool {
+        ClusterStore::publish(self, state, version, notices, bindings, aborted)
+    }
+
+    fn start(self: Arc<Self>, sink: &Arc<dyn Sink>) -> Result<(), String> {
+        ClusterStore::start(&self, sink).map_err(|e| {
+            let hint = match &e {
+                ClusterError::Ceph(err) if matches!(err.errno(), Some(1 | 13)) => {
+                    " (the Ceph client needs write access to the pool's objects to share the state between gateways; or set reservations = false)"
+                }
+                _ => "",
+            };
+            format!("{e}{hint}")
+        })
+    }
+
+    fn unacknowledged(&self) -> u64 {
+        self.unacknowledged.load(Ordering::Relaxed)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -436,11 +453,13 @@ mod tests {
     fn held(version: u64) -> impl FnOnce() -> Result<Versioned, ClusterError> {
         move || {
             let mut state = Reservations::default();
-            state.registrants.push(super::super::state::Registrant {
-                host: [9; 16],
-                key: 1,
-                nqn: [0; 16],
-            });
+            state
+                .registrants
+                .push(crate::reservation::state::Registrant {
+                    host: [9; 16],
+                    key: 1,
+                    nqn: [0; 16],
+                });
             Ok(Versioned { state, version })
         }
     }
@@ -528,7 +547,7 @@ mod tests {
         let bad = || {
             Ok(Versioned {
                 state: Reservations {
-                    holder: Some(super::super::state::Holder {
+                    holder: Some(crate::reservation::state::Holder {
                         rtype: 9,
                         host: [3; 16],
                     }),

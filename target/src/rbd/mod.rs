@@ -13,6 +13,7 @@
 //! for nothing more and a flush is cheap.
 
 pub mod budget;
+pub mod cluster;
 mod io;
 pub mod owner;
 pub mod peers;
@@ -24,12 +25,12 @@ use std::sync::{Arc, Mutex, OnceLock, Weak};
 
 use nix::errno::Errno;
 
-use super::compare::{refused, MISCOMPARE};
-use super::{Backend, BackendError, DataRef, Executor, Storage, Submitted};
+use crate::backend::compare::{refused, MISCOMPARE};
+use crate::backend::{Backend, BackendError, DataRef, Executor, Storage, Submitted};
 use crate::config::RbdConfig;
 use crate::engine::plan::IoPlan;
 use crate::engine::write_gate::WriteGate;
-use crate::reservation::cluster::{ClusterError, ClusterStore};
+use cluster::{ClusterError, ClusterStore};
 
 /// How long a librados operation may wait for an unavailable cluster before
 /// it fails (the host then gets a retryable status), unless the Ceph
@@ -442,7 +443,7 @@ impl Storage for RbdImage {
         }
         let r = match self.image.compare_and_write(offset, cmp, data) {
             Ok(()) if fua => {
-                RbdImage::flush(self).map_or_else(|e| super::compare::errno_of(&e), |_| 0)
+                RbdImage::flush(self).map_or_else(|e| crate::backend::compare::errno_of(&e), |_| 0)
             }
             Ok(()) => 0,
             Err(e) if e == -nix::libc::EILSEQ => MISCOMPARE,
@@ -464,13 +465,13 @@ impl Storage for RbdImage {
         }
     }
 
-    fn publish_state(&self, state: super::GatewayState) {
+    fn publish_state(&self, state: crate::backend::GatewayState) {
         if let Some(p) = &self.presence {
             p.set_state(state);
         }
     }
 
-    fn peers(&self) -> Option<Option<Vec<super::Peer>>> {
+    fn peers(&self) -> Option<Option<Vec<crate::backend::Peer>>> {
         Some(self.presence.as_ref().and_then(|p| p.peers()))
     }
 
@@ -484,7 +485,12 @@ impl Storage for RbdImage {
         }
     }
 
-    fn rbd(&self) -> Option<&RbdImage> {
-        Some(self)
+    fn as_any(&self) -> &dyn std::any::Any {
+        self
     }
+}
+
+/// The RBD image behind `store`, if it is one.
+pub fn image(store: &dyn Storage) -> Option<&RbdImage> {
+    store.as_any().downcast_ref()
 }
