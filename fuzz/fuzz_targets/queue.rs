@@ -12,7 +12,7 @@ use std::time::Duration;
 use libfuzzer_sys::fuzz_target;
 use nvme::fabrics::{cc, prop, ConnectCommand, ConnectData, PropertyCommand};
 use nvme::Sgl;
-use nvmf_target::transport::loopback::{no_data, Loopback, POOL};
+use nvmf_target::loopback::{no_data, Loopback, POOL};
 
 #[path = "common.rs"]
 mod common;

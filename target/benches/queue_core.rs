@@ -13,7 +13,7 @@ use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Through
 use nvme::opcode::io;
 use nvme::{Command, Sgl};
 use nvmf_target::engine::pool::PoolShape;
-use nvmf_target::transport::loopback::Loopback;
+use nvmf_target::loopback::Loopback;
 
 const SUB: &str = "nqn.2026-11.io.bench:core";
 const BLOCK: u32 = 4096;

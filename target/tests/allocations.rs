@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use nvme::opcode::io;
 use nvme::{Command, Sgl};
 use nvmf_target::engine::pool::PoolShape;
-use nvmf_target::transport::loopback::Loopback;
+use nvmf_target::loopback::Loopback;
 
 struct Counting;
 

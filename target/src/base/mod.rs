@@ -1,9 +1,12 @@
 //! The small tools every layer uses and that use nothing of the target: how
 //! threads wake a worker ([`wake`]), one monotonic clock ([`clock`]), the
 //! guard that aborts rather than unwind a thread whose memory the device
-//! still uses ([`abort`]), and counters sharded per worker ([`shard`]).
+//! still uses ([`abort`]), counters sharded per worker ([`shard`]) and the
+//! journal's message ids of the events an operator looks for
+//! ([`message_ids`]).
 
 pub mod abort;
 pub mod clock;
+pub mod message_ids;
 pub mod shard;
 pub mod wake;

@@ -14,9 +14,9 @@ use nvme::opcode::fctype;
 use nvme::{Command, Status};
 use tracing::{debug, info, warn};
 
+use crate::counters::meter;
 use crate::model::controller::Controller;
 use crate::model::target::Target;
-use crate::telemetry::metrics::metrics;
 
 /// A queue whose host must authenticate and has not done so this long after
 /// the queue was accepted is disconnected (it holds a controller otherwise).
@@ -213,7 +213,7 @@ fn names(ctrl: &Controller) -> Names<'_> {
 }
 
 fn outcome(q: &AuthState, target: &Target, ctrl: &Controller, qid: u16, ev: Event) -> Outcome {
-    let m = metrics();
+    let m = meter();
     match ev {
         Event::None => Outcome::Continue,
         Event::Authenticated => {
@@ -225,16 +225,14 @@ fn outcome(q: &AuthState, target: &Target, ctrl: &Controller, qid: u16, ev: Even
                     warn!(cntlid = ctrl.cntlid, host = %ctrl.hostnqn, subsys = %ctrl.subsys.nqn,
                           status = %st, max_controllers_per_host = max,
                           "host authenticated, but has all its controllers already (or this one was displaced); ending the association");
-                    m.authentications
-                        .with_label_values(&[&ctrl.subsys.nqn, "no_place"])
-                        .inc();
+                    m.authentication(&ctrl.subsys.nqn, "no_place");
                     return Outcome::Failed;
                 }
                 for c in crate::model::hostid::take_from_unproven(target, ctrl) {
                     warn!(cntlid = c.cntlid, host = %c.hostnqn, subsys = %c.subsys.nqn,
                           owner = %ctrl.hostnqn,
                           "a controller used the host identifier of a host that authenticated, under another host NQN; disconnected");
-                    crate::telemetry::metrics::reject("hostid_taken_by_authenticated_host");
+                    meter().rejected("hostid_taken_by_authenticated_host");
                 }
                 ctrl.auth.record(a);
                 info!(cntlid = ctrl.cntlid, host = %ctrl.hostnqn, subsys = %ctrl.subsys.nqn,
@@ -243,18 +241,14 @@ fn outcome(q: &AuthState, target: &Target, ctrl: &Controller, qid: u16, ev: Even
             } else {
                 debug!(cntlid = ctrl.cntlid, qid, "queue authenticated");
             }
-            m.authentications
-                .with_label_values(&[&ctrl.subsys.nqn, "success"])
-                .inc();
+            m.authentication(&ctrl.subsys.nqn, "success");
             Outcome::Continue
         }
         Event::Failed(why) => {
-            warn!(message_id = %crate::telemetry::journal::ids::AUTH_FAILED,
+            warn!(message_id = %crate::base::message_ids::AUTH_FAILED,
                   cntlid = ctrl.cntlid, qid, host = %ctrl.hostnqn, subsys = %ctrl.subsys.nqn,
                   reason = reason::name(why), "authentication failed; ending the association");
-            m.authentications
-                .with_label_values(&[&ctrl.subsys.nqn, reason::name(why)])
-                .inc();
+            m.authentication(&ctrl.subsys.nqn, reason::name(why));
             Outcome::Failed
         }
     }
@@ -271,13 +265,10 @@ pub fn send(
     if starts_transaction(data) && q.tx.authenticated().is_none() {
         q.attempts = q.attempts.saturating_add(1);
         if q.attempts > MAX_ATTEMPTS {
-            warn!(message_id = %crate::telemetry::journal::ids::AUTH_FAILED,
+            warn!(message_id = %crate::base::message_ids::AUTH_FAILED,
                   cntlid = ctrl.cntlid, qid, host = %ctrl.hostnqn, subsys = %ctrl.subsys.nqn,
                   "{MAX_ATTEMPTS} authentication transactions did not authenticate the queue; ending the association");
-            metrics()
-                .authentications
-                .with_label_values(&[&ctrl.subsys.nqn, "too_many_attempts"])
-                .inc();
+            meter().authentication(&ctrl.subsys.nqn, "too_many_attempts");
             return Outcome::Failed;
         }
     }

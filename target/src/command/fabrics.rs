@@ -287,7 +287,7 @@ fn admit_unproven(
                 warn!(cntlid = old.cntlid, host = %old.hostnqn, subsys = %old.subsys.nqn,
                       peer = ?old.addrs().map(|a| a.0), "unauthenticated controllers at their cap: \
                       the oldest of the peer holding the most gives its place to a new one");
-                crate::telemetry::metrics::reject("unauthenticated_displaced");
+                crate::counters::meter().rejected("unauthenticated_displaced");
                 old.revoke();
             }
             Ok(())

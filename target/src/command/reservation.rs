@@ -28,7 +28,7 @@ pub fn admit(ns: &Namespace, ctrl: &Controller, access: Access) -> Result<(), St
         .check(&ctrl.hostid, &ctrl.nqn_tag, access)
         .map_err(|st| {
             if st == Status::RESERVATION_CONFLICT {
-                ns.metrics.reservation_conflicts.inc();
+                ns.metrics.reservation_conflict();
             }
             ctrl.retry_delay(st)
         })
@@ -81,7 +81,7 @@ pub fn execute(ns: &Namespace, ctrl: &Controller, cmd: &Command, buf: &mut [u8])
         }
         Err(st) => {
             if st == Status::RESERVATION_CONFLICT {
-                ns.metrics.reservation_conflicts.inc();
+                ns.metrics.reservation_conflict();
             }
             (ctrl.retry_delay(st), 0)
         }

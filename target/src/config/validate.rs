@@ -215,7 +215,7 @@ impl TargetConfig {
             Some(m) if m.per_host == Some(true) => {
                 let max = m
                     .per_host_max
-                    .unwrap_or(crate::telemetry::host::DEFAULT_MAX_SERIES as u32);
+                    .unwrap_or(crate::counters::host::DEFAULT_MAX_SERIES as u32);
                 if !(2..=65536).contains(&max) {
                     cx.err(
                         "metrics.per_host_max",
@@ -224,7 +224,7 @@ impl TargetConfig {
                 }
                 let idle = m
                     .per_host_idle_secs
-                    .unwrap_or(crate::telemetry::host::DEFAULT_IDLE.as_secs());
+                    .unwrap_or(crate::counters::host::DEFAULT_IDLE.as_secs());
                 Some(super::PerHostSeries {
                     max: max as usize,
                     idle: (idle > 0).then(|| std::time::Duration::from_secs(idle)),

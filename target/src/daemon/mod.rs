@@ -101,6 +101,8 @@ fn attach_namespaces(sub: &Arc<Subsystem>) {
 
 /// Builds the target (opening every namespace) without serving it.
 pub fn build_target(cfg: &TargetConfig) -> Result<Target, String> {
+    // The core's events count in the process's metrics from here on.
+    crate::telemetry::meter::install();
     let ids = |r: Result<(), String>| r.map_err(|e| format!("namespace identifiers: {e}"));
     if let Some(dir) = &cfg.state_dir {
         ids(crate::model::identity::prepare(dir))?;
@@ -171,7 +173,7 @@ fn advertise(target: &Target) -> Option<advertise::Advertiser> {
 /// from now on) and the latency histograms' buckets (from the next scrape).
 fn metric_series(cfg: &TargetConfig) {
     crate::telemetry::namespace::show_buckets(cfg.latency_buckets.as_deref());
-    let r = crate::telemetry::host::registry();
+    let r = crate::counters::host::registry();
     match cfg.per_host_series {
         Some(p) => {
             r.configure(true, p.max, p.idle);
@@ -183,8 +185,8 @@ fn metric_series(cfg: &TargetConfig) {
         }
         None => r.configure(
             false,
-            crate::telemetry::host::DEFAULT_MAX_SERIES,
-            Some(crate::telemetry::host::DEFAULT_IDLE),
+            crate::counters::host::DEFAULT_MAX_SERIES,
+            Some(crate::counters::host::DEFAULT_IDLE),
         ),
     }
 }

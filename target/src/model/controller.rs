@@ -13,9 +13,9 @@ use nvme::log::ErrorLogEntry;
 use nvme::Status;
 
 use crate::base::wake::Waker;
+use crate::counters::host::{CtrlIo, IoTotals};
 use crate::model::namespace::Namespace;
 use crate::model::subsystem::Subsystem;
-use crate::telemetry::host::{CtrlIo, IoTotals};
 
 /// NVMe version 1.3.0.
 pub const VERSION: u32 = 0x0001_0300;
@@ -434,7 +434,7 @@ impl Controller {
         // Discovery controllers do no I/O: no host series of their own.
         let io = match subsys.kind {
             crate::model::subsystem::SubsystemKind::Nvm => {
-                crate::telemetry::host::registry().controller(&subsys.nqn, &hostnqn)
+                crate::counters::host::registry().controller(&subsys.nqn, &hostnqn)
             }
             crate::model::subsystem::SubsystemKind::Discovery => Arc::default(),
         };
@@ -599,10 +599,7 @@ impl Controller {
     pub fn notify_ns_changed(&self, nsids: &[u32]) -> bool {
         let raised = self.state().ns_changed(nsids);
         if raised {
-            crate::telemetry::metrics::metrics()
-                .async_events
-                .with_label_values(&[&self.subsys.nqn, "ns_changed"])
-                .inc();
+            crate::counters::meter().async_event(&self.subsys.nqn, "ns_changed");
             self.wake_admin();
         }
         raised
@@ -613,10 +610,7 @@ impl Controller {
     pub fn notify_disc_changed(&self) -> bool {
         let raised = self.state().disc_changed();
         if raised {
-            crate::telemetry::metrics::metrics()
-                .async_events
-                .with_label_values(&[&self.subsys.nqn, "discovery_change"])
-                .inc();
+            crate::counters::meter().async_event(&self.subsys.nqn, "discovery_change");
             self.wake_admin();
         }
         raised
@@ -627,10 +621,7 @@ impl Controller {
     pub fn notify_ana_changed(&self) -> bool {
         let raised = self.state().ana_changed();
         if raised {
-            crate::telemetry::metrics::metrics()
-                .async_events
-                .with_label_values(&[&self.subsys.nqn, "ana_change"])
-                .inc();
+            crate::counters::meter().async_event(&self.subsys.nqn, "ana_change");
             self.wake_admin();
         }
         raised
@@ -671,10 +662,7 @@ impl Controller {
             return;
         }
         if self.state().resv_notice(nsid, kind) {
-            crate::telemetry::metrics::metrics()
-                .async_events
-                .with_label_values(&[&self.subsys.nqn, "reservation"])
-                .inc();
+            crate::counters::meter().async_event(&self.subsys.nqn, "reservation");
             self.wake_admin();
         }
     }

@@ -7,7 +7,7 @@ use nvme::identify::{nidt, IdentifyNamespace, NsDescriptor};
 use std::sync::Arc;
 
 use crate::backend::Backend;
-use crate::telemetry::namespace::NsMetrics;
+use crate::counters::namespace::NsMetrics;
 
 /// A namespace exported by a subsystem.
 #[derive(Debug)]

@@ -86,9 +86,7 @@ impl Drop for Place {
 }
 
 fn publish(n: usize) {
-    crate::telemetry::metrics::metrics()
-        .unauthenticated_controllers
-        .set(n as i64);
+    crate::counters::meter().unauthenticated_controllers(n);
 }
 
 impl Default for Unproven {

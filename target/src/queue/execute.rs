@@ -149,7 +149,7 @@ impl QueueCore {
                             ctrl.revoke();
                         }
                     }
-                    info!(message_id = %crate::telemetry::journal::ids::CONNECTED,
+                    info!(message_id = %crate::base::message_ids::CONNECTED,
                           cntlid = ctrl.cntlid, host = %d.hostnqn, subsys = %d.subsysnqn,
                           peer = peer.map(tracing::field::display), kato_ms = ctrl.state().kato_ms,
                           "controller connected");

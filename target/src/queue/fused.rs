@@ -198,7 +198,7 @@ impl QueueCore {
             if let (Some(IoPlan::Write { len, .. }), Some(ns)) = (plan, self.reqs[s].ns.first()) {
                 ns.metrics.record(
                     env.worker,
-                    crate::telemetry::namespace::IoOp::Write,
+                    crate::counters::namespace::IoOp::Write,
                     len as u64,
                     env.now.saturating_duration_since(self.reqs[s].start),
                 );

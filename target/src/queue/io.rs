@@ -8,11 +8,11 @@ use super::{Env, QueueCore, Token};
 use crate::backend::op::{After, Op};
 use crate::command::io;
 use crate::command::reservation::admit;
+use crate::counters::namespace::IoOp;
 use crate::engine::plan::IoPlan;
 use crate::engine::request::Step;
 use crate::engine::write_gate::{Entry, REOPENED};
 use crate::reservation::Access;
-use crate::telemetry::namespace::IoOp;
 
 impl QueueCore {
     pub(super) fn exec_io(&mut self, env: &mut Env<'_, '_>, r: usize) {
@@ -274,7 +274,7 @@ impl QueueCore {
         }
         let errno = op.errno();
         if errno != 0 {
-            ns.metrics.backend_errors.inc();
+            ns.metrics.backend_error();
             let mut st = io::errno_status(&plan, errno);
             if op.durability() && ns.flush_failure_is_sticky() {
                 // The page cache lost data the kernel reports once: later

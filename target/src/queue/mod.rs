@@ -37,6 +37,7 @@ use tracing::debug;
 
 use crate::backend::op::Op;
 use crate::backend::{DataRef, Executor};
+use crate::counters::Tally;
 use crate::engine::admission::Pending;
 use crate::engine::data::DataPlan;
 use crate::engine::liveness::Liveness;
@@ -46,7 +47,6 @@ use crate::engine::request::{Lifecycle, Stage, Step};
 use crate::model::controller::{Controller, QueueLink};
 use crate::model::ns_cache::NsRef;
 use crate::model::target::Target;
-use crate::telemetry::tally::Tally;
 
 pub use timers::CONNECT_TIMEOUT;
 

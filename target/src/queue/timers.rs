@@ -9,8 +9,8 @@ use std::time::Duration;
 use tracing::{debug, info, warn};
 
 use super::{Action, Env, QueueCore};
+use crate::counters::Tally;
 use crate::engine::liveness::{FETCH_STALL, PROBE_TIMEOUT, SEND_STALL};
-use crate::telemetry::tally::Tally;
 
 /// A queue that has not sent a valid Fabrics Connect within this long after
 /// it was accepted is disconnected (it holds resources for nothing).

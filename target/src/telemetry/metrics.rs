@@ -446,7 +446,11 @@ impl Metrics {
 /// The process-wide metrics.
 pub fn metrics() -> &'static Metrics {
     static M: OnceLock<Metrics> = OnceLock::new();
-    M.get_or_init(Metrics::new)
+    M.get_or_init(|| {
+        // The core's events count here from the first use on.
+        super::meter::install();
+        Metrics::new()
+    })
 }
 
 /// The totals of the run, as the one line the daemon logs when it stops:
@@ -482,17 +486,6 @@ pub fn summary_line() -> String {
 /// A short label for a Connect refusal or RDMA-CM reject.
 pub fn reject(reason: &str) {
     metrics().rejections.with_label_values(&[reason]).inc();
-}
-
-/// An I/O waited `waited` for the cap of `limit`.
-pub fn qos_throttled(limit: &crate::model::qos::Limit, waited: std::time::Duration) {
-    let m = metrics();
-    let nsid = limit.nsid.to_string();
-    let labels = [limit.subsystem.as_str(), nsid.as_str(), limit.host.as_str()];
-    m.qos_throttled.with_label_values(&labels).inc();
-    m.qos_throttled_seconds
-        .with_label_values(&labels)
-        .inc_by(waited.as_secs_f64());
 }
 
 /// Counts `n` NVMe/TCP zero-copy sends (or buffers) by `outcome`.

@@ -4,7 +4,7 @@
 pub mod host;
 pub mod http;
 pub mod journal;
+pub mod meter;
 pub mod metrics;
 pub mod namespace;
 pub mod reference;
-pub mod tally;

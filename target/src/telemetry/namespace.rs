@@ -5,37 +5,19 @@
 //! `request_duration_seconds` (a histogram) and `requests_in_flight`; the
 //! rare events (backend errors, reservation conflicts) are plain counters.
 
-use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, OnceLock, Weak};
-use std::time::Duration;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use prometheus::core::{Collector, Desc};
 use prometheus::proto::{self, MetricFamily, MetricType};
-use prometheus::IntCounter;
 
-use super::metrics::{metrics, PREFIX};
-use crate::base::shard::{self, Padded};
-
-/// Latency buckets: 8 µs doubling to ~17 s (22 upper bounds), covering
-/// RDMA-to-memory and slow disks alike.
-const BUCKETS: usize = 22;
-const FIRST_BOUND_NS: u64 = 8_000;
-
-/// The upper bound of bucket `i`, in seconds.
-fn bound(i: usize) -> f64 {
-    (FIRST_BOUND_NS << i) as f64 / 1e9
-}
+use super::metrics::PREFIX;
+pub use crate::counters::namespace::bucket_at_or_above;
+use crate::counters::namespace::{bound, series, BUCKETS, OPS, TIMED, WITH_BYTES};
 
 /// The bounds a scrape shows, as a mask of bucket indices (bit `i`:
 /// [`bound`]`(i)`; all by default). Counting keeps every bucket; a bound
 /// left out merges into the next one shown, exactly.
 static SHOWN: AtomicU64 = AtomicU64::new((1 << BUCKETS) - 1);
-
-/// The upper bound at or above `seconds` that a latency histogram can show
-/// (8 µs doubling), or `None` past the last (~16.8 s).
-pub fn bucket_at_or_above(seconds: f64) -> Option<usize> {
-    (0..BUCKETS).find(|&i| bound(i) >= seconds * (1.0 - 1e-9))
-}
 
 /// Shows these buckets ([`bucket_at_or_above`]) in
 /// `request_duration_seconds` (`[metrics] latency_buckets`); `None`: all 22,
@@ -74,153 +56,6 @@ fn histogram(count: impl Fn(usize) -> u64, sum_ns: u64, shown: u64) -> proto::Hi
     h.set_sample_count(cumulative);
     h.set_sample_sum(sum_ns as f64 / 1e9);
     h
-}
-
-/// The bucket of a latency: the first whose bound holds it (BUCKETS: +Inf).
-fn bucket_of(ns: u64) -> usize {
-    if ns <= FIRST_BOUND_NS {
-        return 0;
-    }
-    // ceil(log2(ns / FIRST)) without floating point.
-    let q = ns.div_ceil(FIRST_BOUND_NS);
-    let i = (u64::BITS - (q - 1).leading_zeros()) as usize;
-    i.min(BUCKETS)
-}
-
-/// An I/O operation, as labelled.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum IoOp {
-    /// Read.
-    Read = 0,
-    /// Write.
-    Write = 1,
-    /// Flush.
-    Flush = 2,
-    /// Write Zeroes.
-    WriteZeroes = 3,
-    /// Dataset Management.
-    Dsm = 4,
-}
-
-const OPS: [&str; 5] = ["read", "write", "flush", "write_zeroes", "dsm"];
-/// Operations with bytes (read, write) and with a latency (and flush).
-const WITH_BYTES: usize = 2;
-const TIMED: usize = 3;
-
-/// One worker's share of a namespace's counts.
-#[derive(Debug, Default)]
-struct Shard {
-    ops: [AtomicU64; 5],
-    bytes: [AtomicU64; WITH_BYTES],
-    in_flight: AtomicI64,
-    /// Per timed operation: the count of each bucket (not cumulative) and
-    /// +Inf, and the sum of latencies in nanoseconds.
-    buckets: [[AtomicU64; BUCKETS + 1]; TIMED],
-    sum_ns: [AtomicU64; TIMED],
-}
-
-/// What a scrape sees of a namespace.
-#[derive(Debug)]
-struct Series {
-    subsystem: String,
-    nsid: String,
-    shards: Box<[Padded<Shard>]>,
-    removed: std::sync::atomic::AtomicBool,
-}
-
-/// A namespace's metrics.
-#[derive(Debug)]
-pub struct NsMetrics {
-    series: Arc<Series>,
-    /// Backend failures.
-    pub backend_errors: IntCounter,
-    /// Reservation conflicts.
-    pub reservation_conflicts: IntCounter,
-}
-
-impl NsMetrics {
-    /// The metrics of namespace `nsid` of `subsystem`, scraped from now on.
-    pub fn new(subsystem: &str, nsid: u32) -> NsMetrics {
-        let m = metrics();
-        let ns = nsid.to_string();
-        let series = Arc::new(Series {
-            subsystem: subsystem.to_string(),
-            nsid: ns.clone(),
-            shards: (0..shard::count())
-                .map(|_| Padded(Shard::default()))
-                .collect(),
-            removed: false.into(),
-        });
-        live()
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .push(Arc::downgrade(&series));
-        NsMetrics {
-            series,
-            backend_errors: m.backend_errors.with_label_values(&[subsystem, &ns]),
-            reservation_conflicts: m.reservation_conflicts.with_label_values(&[subsystem, &ns]),
-        }
-    }
-
-    /// Worker `w`'s shard, and how many there are (see `shard::bump`).
-    fn shard(&self, w: usize) -> (&Shard, usize) {
-        let s = &self.series.shards;
-        (&s[w % s.len()].0, s.len())
-    }
-
-    /// Worker `w` completed a command of `bytes` in `elapsed`.
-    #[inline]
-    pub fn record(&self, w: usize, op: IoOp, bytes: u64, elapsed: Duration) {
-        let (s, len) = self.shard(w);
-        let i = op as usize;
-        shard::bump(&s.ops[i], 1, len);
-        if i < WITH_BYTES {
-            shard::bump(&s.bytes[i], bytes, len);
-        }
-        if i < TIMED {
-            let ns = elapsed.as_nanos().min(u64::MAX as u128) as u64;
-            shard::bump(&s.buckets[i][bucket_of(ns)], 1, len);
-            shard::bump(&s.sum_ns[i], ns, len);
-        }
-    }
-
-    /// Worker `w` started (`+1`) or ended (`-1`) executing a command.
-    #[inline]
-    pub fn in_flight(&self, w: usize, n: i64) {
-        let (s, len) = self.shard(w);
-        shard::bump_signed(&s.in_flight, n, len);
-    }
-
-    /// Commands executing now.
-    pub fn executing(&self) -> i64 {
-        let s = &self.series.shards;
-        s.iter()
-            .map(|x| x.0.in_flight.load(Ordering::Relaxed))
-            .sum()
-    }
-
-    /// Commands of `op` completed.
-    pub fn completed(&self, op: IoOp) -> u64 {
-        let s = &self.series.shards;
-        s.iter()
-            .map(|x| x.0.ops[op as usize].load(Ordering::Relaxed))
-            .sum()
-    }
-
-    /// Drops this namespace's series (it was removed from the configuration).
-    pub fn unregister(&self) {
-        self.series.removed.store(true, Ordering::Relaxed);
-        let m = metrics();
-        let (s, n) = (&self.series.subsystem, &self.series.nsid);
-        let _ = m.backend_errors.remove_label_values(&[s, n]);
-        let _ = m.reservation_conflicts.remove_label_values(&[s, n]);
-    }
-}
-
-/// The namespaces whose series a scrape shows.
-fn live() -> &'static Mutex<Vec<Weak<Series>>> {
-    static L: OnceLock<Mutex<Vec<Weak<Series>>>> = OnceLock::new();
-    L.get_or_init(Default::default)
 }
 
 /// The collector of every namespace's sharded series.
@@ -298,15 +133,11 @@ impl Collector for NsCollector {
     }
 
     fn collect(&self) -> Vec<MetricFamily> {
-        let series: Vec<Arc<Series>> = {
-            let mut l = live().lock().unwrap_or_else(|p| p.into_inner());
-            l.retain(|w| w.strong_count() > 0);
-            l.iter().filter_map(Weak::upgrade).collect()
-        };
+        let series = series();
         let (mut requests, mut bytes, mut duration, mut in_flight) =
             (vec![], vec![], vec![], vec![]);
-        for s in series.iter().filter(|s| !s.removed.load(Ordering::Relaxed)) {
-            let sum = |f: &dyn Fn(&Shard) -> u64| s.shards.iter().map(|x| f(&x.0)).sum::<u64>();
+        for s in &series {
+            let sum = |f: &dyn Fn(&crate::counters::namespace::Shard) -> u64| s.sum(f);
             let labels = |op: &str| {
                 vec![
                     label("nsid", &s.nsid),
@@ -340,12 +171,7 @@ impl Collector for NsCollector {
                 }
             }
             let mut g = proto::Gauge::default();
-            let n: i64 = s
-                .shards
-                .iter()
-                .map(|x| x.0.in_flight.load(Ordering::Relaxed))
-                .sum();
-            g.set_value(n as f64);
+            g.set_value(s.executing() as f64);
             let mut m = proto::Metric::from_label(vec![
                 label("nsid", &s.nsid),
                 label("subsystem", &s.subsystem),
@@ -366,22 +192,9 @@ impl Collector for NsCollector {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn latencies_land_in_the_bucket_whose_bound_holds_them() {
-        assert_eq!(bucket_of(0), 0);
-        assert_eq!(bucket_of(8_000), 0);
-        assert_eq!(bucket_of(8_001), 1);
-        assert_eq!(bucket_of(16_000), 1);
-        assert_eq!(bucket_of(16_001), 2);
-        assert_eq!(bucket_of(FIRST_BOUND_NS << 21), 21);
-        assert_eq!(bucket_of((FIRST_BOUND_NS << 21) + 1), BUCKETS, "+Inf");
-        assert_eq!(bucket_of(u64::MAX), BUCKETS);
-        for i in 0..BUCKETS {
-            let b = (bound(i) * 1e9).round() as u64;
-            assert_eq!(bucket_of(b), i);
-        }
-    }
+    use crate::counters::namespace::{IoOp, NsMetrics};
+    use crate::telemetry::metrics::metrics;
+    use std::time::Duration;
 
     #[test]
     fn buckets_left_out_merge_into_the_next_shown() {

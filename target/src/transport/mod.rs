@@ -1,12 +1,10 @@
 //! Transports: RDMA and NVMe/TCP (listeners, and each one's part of the
-//! workers), the engine that runs the workers with both ([`engine`]), and
-//! the in-process loopback the tests and the fuzzer drive the
-//! queue core through; what stops the process when a transport thread
-//! panics.
+//! workers) and the engine that runs the workers with both ([`engine`]).
+//! The in-process loopback the tests and the fuzzer drive the queue core
+//! through is the core's own (`crate::loopback`).
 
 pub mod engine;
 pub mod listener;
-pub mod loopback;
 pub mod rdma;
 pub mod tcp;
 

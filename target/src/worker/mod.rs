@@ -31,11 +31,10 @@ use crate::backend::exec::{Executor, Uring};
 use crate::backend::offload::Offload;
 use crate::backend::uring::Ring;
 use crate::base::wake::{Mailbox, Waker};
+use crate::counters::Tally;
 use crate::engine::pool::Buf;
 use crate::model::target::Target;
 use crate::queue::{Env, QueueCore, Token};
-use crate::telemetry::metrics::metrics;
-use crate::telemetry::tally::Tally;
 use crate::worker::config::EngineConfig;
 use polling::{spin_window_us, Pace};
 pub use slots::{QueueKey, Slots};
@@ -361,7 +360,6 @@ pub struct Group<T: Transport> {
     pub transport: T,
     grants: Vec<Grant>,
     tally: Tally,
-    label: String,
     index: usize,
     waker: Arc<Waker>,
     target: Arc<Target>,
@@ -405,8 +403,7 @@ impl<T: Transport> Group<T> {
         Group {
             transport,
             grants: Vec::new(),
-            tally: Tally::new(),
-            label: index.to_string(),
+            tally: Tally::new(index),
             index,
             waker,
             target,
@@ -482,7 +479,8 @@ impl<T: Transport> Group<T> {
             let ud = Ud::unpack(w.ud);
             let waited = self.now.saturating_duration_since(w.since);
             for l in &w.limits {
-                crate::telemetry::metrics::qos_throttled(l, waited);
+                self.tally
+                    .qos_throttled(&l.subsystem, l.nsid, &l.host, waited);
             }
             self.deliver(exec, ud.queue, &mut |c, env| c.qos_resume(env, ud.req));
         }
@@ -512,11 +510,7 @@ impl<T: Transport> Group<T> {
                 continue;
             }
             self.target.live_queues.fetch_sub(1, Ordering::AcqRel);
-            metrics()
-                .engine
-                .worker_queues
-                .with_label_values(&[&self.label])
-                .dec();
+            crate::counters::meter().worker_queues(self.index, -1);
         }
         // What the timers queued (AER answers, liveness probes) goes now, not
         // after the next wake-up.
@@ -594,10 +588,6 @@ impl<T: Transport> Worker<T> {
         // unwinds.
         let _abort = crate::base::abort::AbortOnUnwind("worker");
         crate::base::shard::set_mine(self.shared.index);
-        let m = metrics();
-        let label = self.shared.index.to_string();
-        let busy = m.engine.worker_busy.with_label_values(&[&label]);
-        let wakeups = m.engine.worker_wakeups.with_label_values(&[&label]);
         let mut cqes = [(0u64, 0i32); 64];
         let mut mail = Vec::new();
         let mut last_work = Instant::now();
@@ -625,7 +615,7 @@ impl<T: Transport> Worker<T> {
                 }
             }
             if let Some(b) = busy_since.take() {
-                busy.inc_by(now.duration_since(b).as_secs_f64());
+                self.group.tally.busy(now.duration_since(b));
             }
             if std::mem::take(&mut woke) {
                 last_work = now;
@@ -706,7 +696,7 @@ impl<T: Transport> Worker<T> {
                 error!(worker = self.shared.index, error = %e, "io_uring wait");
                 std::thread::sleep(Duration::from_millis(10));
             }
-            wakeups.inc();
+            self.group.tally.woke();
             woke = true;
         }
     }
@@ -715,9 +705,5 @@ impl<T: Transport> Worker<T> {
 /// Counts a queue a transport added to its worker's table.
 pub fn queue_added(w: &Lend<'_>) {
     w.target.live_queues.fetch_add(1, Ordering::AcqRel);
-    metrics()
-        .engine
-        .worker_queues
-        .with_label_values(&[&w.worker.to_string()])
-        .inc();
+    crate::counters::meter().worker_queues(w.worker, 1);
 }

@@ -11,12 +11,12 @@ use nvme::fabrics::{cc, csts, prop, ConnectCommand, ConnectData, PropertyCommand
 use nvme::opcode::{admin, io};
 use nvme::{Command, Completion, Sgl, Status};
 
+use crate::counters::namespace::IoOp;
 use crate::engine::pool::PoolShape;
+use crate::loopback::{no_data, Loopback, POOL};
 use crate::model::namespace::Namespace;
 use crate::model::subsystem::{Subsystem, SubsystemKind};
 use crate::model::target::Target;
-use crate::telemetry::namespace::IoOp;
-use crate::transport::loopback::{no_data, Loopback, POOL};
 
 const SUB: &str = "nqn.2026-11.org.example:loop";
 const HOST: &str = "nqn.2026-11.org.example:host";

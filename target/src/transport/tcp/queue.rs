@@ -890,7 +890,7 @@ impl TcpQueue {
     }
 
     /// The queue leaves its worker: it detaches from its controller.
-    pub fn teardown(&mut self, tally: &mut crate::telemetry::tally::Tally) {
+    pub fn teardown(&mut self, tally: &mut crate::counters::Tally) {
         if let Some(c) = self.core.as_mut() {
             c.teardown(tally);
         }

@@ -277,7 +277,7 @@ impl Queue {
 
     /// Detaches from the controller and updates the gauges (the queue is
     /// about to be dropped).
-    pub fn teardown(&mut self, tally: &mut crate::telemetry::tally::Tally) {
+    pub fn teardown(&mut self, tally: &mut crate::counters::Tally) {
         self.core.teardown(tally);
     }
 }

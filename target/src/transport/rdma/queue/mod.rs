@@ -24,11 +24,11 @@ use super::memory::{Pinned, RecvArea};
 use super::poster::{route, Poster, Route};
 use super::wr::{self, QueueKey};
 use crate::backend::DataRef;
+use crate::counters::RdmaOp;
 use crate::engine::admission::Pending;
 use crate::engine::pool::Buf;
 use crate::model::controller::QueueLink;
 use crate::queue::{Action, Env, Memory, QueueCore, QueueParams, ToHost, Token};
-use crate::telemetry::tally::RdmaOp;
 use crate::worker::{Grant, Lend};
 
 mod conn;

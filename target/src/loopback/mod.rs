@@ -796,6 +796,11 @@ impl Loopback {
         self.queue(q).map(|lq| &lq.core)
     }
 
+    /// What the worker counted so far.
+    pub fn tally(&mut self) -> &mut crate::counters::Tally {
+        self.group.tally()
+    }
+
     /// Pool buffers in use.
     pub fn buffers_in_use(&self) -> usize {
         self.group.transport.wires.pool.in_use()
