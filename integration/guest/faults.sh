@@ -75,7 +75,7 @@ cleanup() {
 trap cleanup EXIT
 
 start_own() { # ARGS...: our target in the background, log in $TLOG (liveness probes logged)
-    RUST_LOG=info,nvmf_target::queue::timers=debug,nvmf_target::transport::rdma::queue::conn=debug NO_COLOR=1 $LAUNCH "$TARGET_BIN" --listen "$IP:$PORT" --nqn "$NQN" "$@" >>"$TLOG" 2>&1 &
+    RUST_LOG=info,nvmf_core::queue::timers=debug,nvmf_target::transport::rdma::queue::conn=debug NO_COLOR=1 $LAUNCH "$TARGET_BIN" --listen "$IP:$PORT" --nqn "$NQN" "$@" >>"$TLOG" 2>&1 &
     TPID=$!
     wait_discovery "our target"
 }
@@ -406,7 +406,7 @@ allow_any_host = true
 path = "$DEV"
 EOF2
 : >"$TLOG"
-RUST_LOG=info,nvmf_target::queue::timers=debug,nvmf_target::transport::rdma::queue::conn=debug NO_COLOR=1 "$TARGET_BIN" -c "$SLOWCFG" >>"$TLOG" 2>&1 &
+RUST_LOG=info,nvmf_core::queue::timers=debug,nvmf_target::transport::rdma::queue::conn=debug NO_COLOR=1 "$TARGET_BIN" -c "$SLOWCFG" >>"$TLOG" 2>&1 &
 TPID=$!
 wait_discovery "our target"
 host_connect

@@ -24,7 +24,7 @@ const DEFAULT_CONFIG: &str = "/etc/nvmf-target/nvmf-target.toml";
 #[command(
     name = "nvmf-target",
     version,
-    about = "Userspace NVMe-over-Fabrics target over RDMA"
+    about = "Userspace NVMe-over-Fabrics target over RDMA and NVMe/TCP"
 )]
 struct Args {
     #[command(subcommand)]
@@ -87,7 +87,7 @@ enum Cmd {
     /// socket (the [control] socket of the configuration, by default
     /// /run/nvmf-target/control.sock); needs root.
     Status {
-        /// Print the status as JSON (format documented in the README).
+        /// Print the status as JSON (format documented in docs/operations.md, "Status").
         #[arg(long)]
         json: bool,
         /// The control socket (default: from the configuration file).
@@ -160,12 +160,14 @@ fn summary(cfg: &TargetConfig) -> String {
 /// the last can change on reload, through the returned handle.
 fn init_logging(cli_level: Option<&str>, cfg_level: &str) -> Option<LogReload> {
     use nvmf_target::telemetry::journal;
+    use nvmf_target::telemetry::log_filter::with_core;
     use tracing_subscriber::{fmt, prelude::*, reload, EnvFilter};
-    let fixed = EnvFilter::try_from_default_env()
+    let fixed = std::env::var(EnvFilter::DEFAULT_ENV)
         .ok()
-        .or_else(|| cli_level.map(EnvFilter::new));
+        .and_then(|s| EnvFilter::try_new(with_core(&s)).ok())
+        .or_else(|| cli_level.map(|l| EnvFilter::new(with_core(l))));
     let reloadable = fixed.is_none();
-    let filter = fixed.unwrap_or_else(|| EnvFilter::new(cfg_level));
+    let filter = fixed.unwrap_or_else(|| EnvFilter::new(with_core(cfg_level)));
     let (filter, handle) = reload::Layer::new(filter);
     let journal = journal::stderr_is_journal();
     let tty = std::io::IsTerminal::is_terminal(&std::io::stderr());
@@ -191,7 +193,7 @@ fn init_logging(cli_level: Option<&str>, cfg_level: &str) -> Option<LogReload> {
         .init();
     reloadable.then(|| {
         Box::new(move |level: &str| {
-            let f = EnvFilter::try_new(level).map_err(|e| e.to_string())?;
+            let f = EnvFilter::try_new(with_core(level)).map_err(|e| e.to_string())?;
             handle.reload(f).map_err(|e| e.to_string())
         }) as LogReload
     })

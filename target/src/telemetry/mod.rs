@@ -4,6 +4,7 @@
 pub mod host;
 pub mod http;
 pub mod journal;
+pub mod log_filter;
 pub mod meter;
 pub mod metrics;
 pub mod namespace;

@@ -2,8 +2,9 @@
 //! one process, with no RDMA. Capsule bytes go in, completions and data come
 //! out; the host's memory is a set of windows its keyed SGLs name (the key
 //! picks the window, the address is an offset in it). Backend operations
-//! run for real (the null backend, files through an io_uring ring, the
-//! offload threads), timers run on a clock the caller advances. The whole
+//! run for real (the null backend, files) on the test's thread, in order,
+//! through the Inline executor (no ring, no thread), and timers run on a
+//! clock the caller advances. The whole
 //! command path from Connect to disconnect runs in `cargo test` and under
 //! the fuzzer through it.
 //!

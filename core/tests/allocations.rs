@@ -9,8 +9,8 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 use nvme::opcode::io;
 use nvme::{Command, Sgl};
-use nvmf_target::engine::pool::PoolShape;
-use nvmf_target::loopback::Loopback;
+use nvmf_core::engine::pool::PoolShape;
+use nvmf_core::loopback::Loopback;
 
 struct Counting;
 
