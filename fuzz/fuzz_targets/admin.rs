@@ -25,7 +25,7 @@ fuzz_target!(|b: &[u8]| {
     } else {
         t.subsystem(common::OPEN).unwrap()
     };
-    let Ok(ctrl) = subsys.add_controller(common::HOST, [3; 16], 5000, 16, false, None) else {
+    let Ok(ctrl) = subsys.add_controller(nvmf_target::model::subsystem::NewController::of(common::HOST, [3; 16], 5000), 16) else {
         return;
     };
     if flags & 1 == 0 {

@@ -4,6 +4,7 @@
 use std::net::IpAddr;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
+use std::time::Instant;
 
 use nvme::fabrics::{
     ConnectCommand, ConnectData, PropertyCommand, CONNECT_DATA_CNTLID_OFFSET,
@@ -15,7 +16,7 @@ use tracing::warn;
 
 use crate::model::controller::{Controller, PropertyEffect, DISCOVERY_KATO_MS};
 use crate::model::hostid;
-use crate::model::subsystem::SubsystemKind;
+use crate::model::subsystem::{NewController, SubsystemKind};
 use crate::model::target::Target;
 
 /// Offsets of Connect command fields in the SQE (for IATTR reporting).
@@ -65,23 +66,35 @@ fn refuse(status: Status, result: u64) -> ConnectError {
     }
 }
 
-/// Handles Connect on a queue not yet connected. `cm_qid` is the queue id the
-/// host named in the RDMA-CM private data, `peer` the address the queue comes
-/// from, `via` the listener it came through (none: served in-process). On
-/// success the caller attaches the queue to the returned controller
-/// and answers with `cntlid` as the result.
-// Each is what the transport knows of the queue, none derived from another.
-#[allow(clippy::too_many_arguments)]
+/// What the transport knows of a queue whose Connect arrived, none of it
+/// derived from another.
+#[derive(Debug, Clone, Copy)]
+pub struct Arrival<'a> {
+    /// The queue id the host named in the transport's own handshake (the
+    /// RDMA-CM private data, the TCP ICReq's queue).
+    pub qid: u16,
+    /// The submission queue size it named there (0's based).
+    pub sqsize: u16,
+    /// The address the queue comes from (none: served in-process).
+    pub peer: Option<IpAddr>,
+    /// The listener it came through (none: served in-process).
+    pub via: Option<crate::model::port::Port>,
+    /// The TLS identity its connection proved, if any.
+    pub secured: Option<&'a crate::model::tls_keys::Proven>,
+    /// When: a new controller's keep-alive timer starts here.
+    pub now: Instant,
+}
+
+/// Handles Connect on a queue not yet connected, arrived as `at` says. On
+/// success the caller attaches the queue to the returned controller and
+/// answers with `cntlid` as the result.
 pub fn connect(
     target: &Target,
-    cm_qid: u16,
-    cm_sqsize: u16,
-    peer: Option<IpAddr>,
-    via: Option<crate::model::port::Port>,
-    secured: Option<&crate::model::tls_keys::Proven>,
+    at: &Arrival<'_>,
     cmd: &Command,
     data: &[u8],
 ) -> Result<(Arc<Controller>, ConnectData), ConnectError> {
+    let (cm_qid, cm_sqsize, peer, via, secured) = (at.qid, at.sqsize, at.peer, at.via, at.secured);
     let c = ConnectCommand::from_command(cmd);
     if c.recfmt != 0 {
         return Err(refuse(Status::CONNECT_FORMAT, 0));
@@ -190,12 +203,15 @@ pub fn connect(
         }
         let ctrl = subsys
             .add_controller(
-                &d.hostnqn,
-                d.hostid,
-                kato,
+                NewController {
+                    hostnqn: &d.hostnqn,
+                    hostid: d.hostid,
+                    kato_ms: kato,
+                    auth_required: required,
+                    peer,
+                    now: at.now,
+                },
                 target.max_controllers_per_host.load(Ordering::Relaxed),
-                required,
-                peer,
             )
             .map_err(|s| match s {
                 // Access or the subsystem went while this Connect ran (a reload).
@@ -325,6 +341,29 @@ pub fn property(ctrl: &Controller, cmd: &Command) -> (Status, u64, PropertyEffec
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// [`connect`] with what a transport knows, as positional values.
+    #[allow(clippy::too_many_arguments)]
+    fn connect_via(
+        t: &Target,
+        qid: u16,
+        sqsize: u16,
+        peer: Option<IpAddr>,
+        via: Option<crate::model::port::Port>,
+        secured: Option<&crate::model::tls_keys::Proven>,
+        c: &Command,
+        d: &[u8],
+    ) -> Result<(Arc<Controller>, ConnectData), ConnectError> {
+        let at = Arrival {
+            qid,
+            sqsize,
+            peer,
+            via,
+            secured,
+            now: Instant::now(),
+        };
+        connect(t, &at, c, d)
+    }
     use crate::model::subsystem::Subsystem;
     use nvme::fabrics::{cc, prop};
 
@@ -408,14 +447,14 @@ mod tests {
         });
         let (c, d) = conn(0, 31, 5000, "nqn.t:open", "nqn.host:a", 0xFFFF);
         // As an unknown subsystem: Invalid Parameter, at the data's SUBNQN.
-        let e = connect(&t, 0, sq(&c), None, Some(rdma), None, &c, &d).unwrap_err();
+        let e = connect_via(&t, 0, sq(&c), None, Some(rdma), None, &c, &d).unwrap_err();
         assert_eq!(
             (e.status, e.result),
             (Status::CONNECT_INVALID_PARAM, (1 << 16) | 256)
         );
         assert_eq!(e.why, Some("not_on_listener"));
         let unknown = conn(0, 31, 5000, "nqn.t:nope", "nqn.host:a", 0xFFFF);
-        let u = connect(
+        let u = connect_via(
             &t,
             0,
             sq(&c),
@@ -428,14 +467,14 @@ mod tests {
         .unwrap_err();
         assert_eq!((u.status, u.result), (e.status, e.result));
         // Where it is, and in-process (no listener), it connects.
-        let (ctrl, _) = connect(&t, 0, sq(&c), None, Some(tcp), None, &c, &d).unwrap();
-        assert!(connect(&t, 0, sq(&c), None, None, None, &c, &d).is_ok());
+        let (ctrl, _) = connect_via(&t, 0, sq(&c), None, Some(tcp), None, &c, &d).unwrap();
+        assert!(connect_via(&t, 0, sq(&c), None, None, None, &c, &d).is_ok());
         // An I/O queue through the other listener is refused too.
         enable(&ctrl);
         let (c1, d1) = conn(1, 31, 0, "nqn.t:open", "nqn.host:a", ctrl.cntlid);
-        let e = connect(&t, 1, sq(&c1), None, Some(rdma), None, &c1, &d1).unwrap_err();
+        let e = connect_via(&t, 1, sq(&c1), None, Some(rdma), None, &c1, &d1).unwrap_err();
         assert_eq!(e.status, Status::CONNECT_INVALID_PARAM);
-        assert!(connect(&t, 1, sq(&c1), None, Some(tcp), None, &c1, &d1).is_ok());
+        assert!(connect_via(&t, 1, sq(&c1), None, Some(tcp), None, &c1, &d1).is_ok());
     }
 
     #[test]
@@ -447,29 +486,29 @@ mod tests {
         };
         let (c, d) = conn(0, 31, 5000, "nqn.t:open", "nqn.host:a", 0xFFFF);
         let mine = id("nqn.host:a", "nqn.t:open");
-        assert!(connect(&t, 0, sq(&c), None, None, Some(&mine), &c, &d).is_ok());
+        assert!(connect_via(&t, 0, sq(&c), None, None, Some(&mine), &c, &d).is_ok());
         let host_mismatch = refuse(Status::CONNECT_INVALID_HOST, (1 << 16) | 512);
         for other in [
             id("nqn.host:b", "nqn.t:open"),
             id("nqn.host:a", "nqn.t:other"),
         ] {
             assert_eq!(
-                connect(&t, 0, sq(&c), None, None, Some(&other), &c, &d).unwrap_err(),
+                connect_via(&t, 0, sq(&c), None, None, Some(&other), &c, &d).unwrap_err(),
                 host_mismatch,
                 "{}",
                 other.identity
             );
         }
         // Its I/O queues: under the same identity only, never plain.
-        let (ctrl, _) = connect(&t, 0, sq(&c), None, None, Some(&mine), &c, &d).unwrap();
+        let (ctrl, _) = connect_via(&t, 0, sq(&c), None, None, Some(&mine), &c, &d).unwrap();
         enable(&ctrl);
         let (c1, d1) = conn(1, 127, 0, "nqn.t:open", "nqn.host:a", ctrl.cntlid);
         assert_eq!(
-            connect(&t, 1, sq(&c1), None, None, None, &c1, &d1).unwrap_err(),
+            connect_via(&t, 1, sq(&c1), None, None, None, &c1, &d1).unwrap_err(),
             host_mismatch,
             "a plain I/O queue of a TLS association"
         );
-        assert!(connect(&t, 1, sq(&c1), None, None, Some(&mine), &c1, &d1).is_ok());
+        assert!(connect_via(&t, 1, sq(&c1), None, None, Some(&mine), &c1, &d1).is_ok());
         // A host with a PSK: TLS only (discovery stays open).
         t.tls_keys.set(&[crate::model::auth::HostConfig {
             nqn: "nqn.host:a".into(),
@@ -483,18 +522,18 @@ mod tests {
             tls_derivation: tlspsk::Derivation::Compat,
         }]);
         assert_eq!(
-            connect(&t, 0, sq(&c), None, None, None, &c, &d)
+            connect_via(&t, 0, sq(&c), None, None, None, &c, &d)
                 .unwrap_err()
                 .status,
             Status::CONNECT_INVALID_HOST
         );
         let (c2, d2) = conn(0, 31, 0, nvme::DISCOVERY_NQN, "nqn.host:a", 0xFFFF);
-        assert!(connect(&t, 0, sq(&c2), None, None, None, &c2, &d2).is_ok());
+        assert!(connect_via(&t, 0, sq(&c2), None, None, None, &c2, &d2).is_ok());
         // Issue 57, 8: bound to the key it shook hands with. A handshake
         // that began before the host's key changed does not connect; one
         // that began after does.
         let before = id("nqn.host:a", "nqn.t:open");
-        let e = connect(&t, 0, sq(&c), None, None, Some(&before), &c, &d).unwrap_err();
+        let e = connect_via(&t, 0, sq(&c), None, None, Some(&before), &c, &d).unwrap_err();
         assert_eq!(
             (e.status, e.reason()),
             (Status::CONNECT_INVALID_HOST, "tls_key_changed")
@@ -503,60 +542,60 @@ mod tests {
             keys_at: t.tls_keys.generation(),
             ..before
         };
-        assert!(connect(&t, 0, sq(&c), None, None, Some(&after), &c, &d).is_ok());
+        assert!(connect_via(&t, 0, sq(&c), None, None, Some(&after), &c, &d).is_ok());
     }
 
     #[test]
     fn admin_then_io() {
         let t = target();
         let (c, d) = conn(0, 31, 5000, "nqn.t:open", "nqn.host:a", 0xFFFF);
-        let (ctrl, _) = connect(&t, 0, sq(&c), None, None, None, &c, &d).unwrap();
+        let (ctrl, _) = connect_via(&t, 0, sq(&c), None, None, None, &c, &d).unwrap();
         assert_eq!(ctrl.cntlid, 1);
         assert_eq!(ctrl.state().kato_ms, 5000);
         // I/O queue before enable
         let (c, d) = conn(1, 127, 0, "nqn.t:open", "nqn.host:a", 1);
         assert_eq!(
-            connect(&t, 1, sq(&c), None, None, None, &c, &d)
+            connect_via(&t, 1, sq(&c), None, None, None, &c, &d)
                 .unwrap_err()
                 .status,
             Status::CMD_SEQ_ERROR
         );
         enable(&ctrl);
         assert!(ctrl.is_ready());
-        let (io_ctrl, _) = connect(&t, 1, sq(&c), None, None, None, &c, &d).unwrap();
+        let (io_ctrl, _) = connect_via(&t, 1, sq(&c), None, None, None, &c, &d).unwrap();
         assert!(Arc::ptr_eq(&io_ctrl, &ctrl));
         // wrong host for the controller
         let (c, d) = conn(1, 127, 0, "nqn.t:open", "nqn.host:b", 1);
         assert_eq!(
-            connect(&t, 1, sq(&c), None, None, None, &c, &d).unwrap_err(),
+            connect_via(&t, 1, sq(&c), None, None, None, &c, &d).unwrap_err(),
             refuse(Status::CONNECT_INVALID_PARAM, (1 << 16) | 512)
         );
         // unknown controller
         let (c, d) = conn(1, 127, 0, "nqn.t:open", "nqn.host:a", 9);
         assert_eq!(
-            connect(&t, 1, sq(&c), None, None, None, &c, &d).unwrap_err(),
+            connect_via(&t, 1, sq(&c), None, None, None, &c, &d).unwrap_err(),
             refuse(Status::CONNECT_INVALID_PARAM, (1 << 16) | 16)
         );
         // sqsize too big, qid mismatch
         let (c, d) = conn(1, 128, 0, "nqn.t:open", "nqn.host:a", 1);
         assert_eq!(
-            connect(&t, 1, sq(&c), None, None, None, &c, &d).unwrap_err(),
+            connect_via(&t, 1, sq(&c), None, None, None, &c, &d).unwrap_err(),
             refuse(Status::CONNECT_INVALID_PARAM, 44)
         );
         let (c, d) = conn(2, 127, 0, "nqn.t:open", "nqn.host:a", 1);
         assert_eq!(
-            connect(&t, 1, sq(&c), None, None, None, &c, &d).unwrap_err(),
+            connect_via(&t, 1, sq(&c), None, None, None, &c, &d).unwrap_err(),
             refuse(Status::CONNECT_INVALID_PARAM, 42)
         );
         // SQSIZE other than the CM's HSQSIZE
         let (c, d) = conn(1, 127, 0, "nqn.t:open", "nqn.host:a", 1);
         assert_eq!(
-            connect(&t, 1, 63, None, None, None, &c, &d).unwrap_err(),
+            connect_via(&t, 1, 63, None, None, None, &c, &d).unwrap_err(),
             refuse(Status::CONNECT_INVALID_PARAM, 44)
         );
         let (c, d) = conn(0, 31, 0, "nqn.t:open", "nqn.host:a", 0xFFFF);
         assert_eq!(
-            connect(&t, 0, 15, None, None, None, &c, &d)
+            connect_via(&t, 0, 15, None, None, None, &c, &d)
                 .unwrap_err()
                 .result,
             44
@@ -565,7 +604,7 @@ mod tests {
         let (c, mut d) = conn(1, 127, 0, "nqn.t:open", "nqn.host:a", 1);
         d[0] ^= 0xFF;
         assert_eq!(
-            connect(&t, 1, sq(&c), None, None, None, &c, &d).unwrap_err(),
+            connect_via(&t, 1, sq(&c), None, None, None, &c, &d).unwrap_err(),
             refuse(Status::CONNECT_INVALID_PARAM, 1 << 16)
         );
     }
@@ -574,13 +613,13 @@ mod tests {
     fn an_io_queue_joins_only_from_the_admin_queues_address() {
         let t = target();
         let (c, d) = conn(0, 31, 5000, "nqn.t:open", "nqn.host:a", 0xFFFF);
-        let (ctrl, _) = connect(&t, 0, sq(&c), None, None, None, &c, &d).unwrap();
+        let (ctrl, _) = connect_via(&t, 0, sq(&c), None, None, None, &c, &d).unwrap();
         let host: std::net::SocketAddr = "10.0.0.1:5000".parse().unwrap();
         ctrl.set_addrs(host, "10.0.0.9:4420".parse().unwrap());
         enable(&ctrl);
         let (c, d) = conn(1, 127, 0, "nqn.t:open", "nqn.host:a", ctrl.cntlid);
         let other = Some("10.0.0.2".parse().unwrap());
-        let e = connect(&t, 1, sq(&c), other, None, None, &c, &d).unwrap_err();
+        let e = connect_via(&t, 1, sq(&c), other, None, None, &c, &d).unwrap_err();
         assert_eq!(
             e,
             ConnectError {
@@ -590,7 +629,7 @@ mod tests {
         );
         assert_eq!(e.reason(), "other_peer");
         // Another port of the same address is the same host.
-        let (io, _) = connect(&t, 1, sq(&c), Some(host.ip()), None, None, &c, &d).unwrap();
+        let (io, _) = connect_via(&t, 1, sq(&c), Some(host.ip()), None, None, &c, &d).unwrap();
         assert!(Arc::ptr_eq(&io, &ctrl));
     }
 
@@ -606,19 +645,19 @@ mod tests {
             listeners: None,
         });
         assert_eq!(
-            open.add_controller("nqn.host:a", [1; 16], 0, 16, false, None)
+            open.add_controller(NewController::of("nqn.host:a", [1; 16], 0), 16)
                 .unwrap_err(),
             Status::CONNECT_INVALID_HOST
         );
         assert!(open
-            .add_controller("nqn.host:other", [1; 16], 0, 16, false, None)
+            .add_controller(NewController::of("nqn.host:other", [1; 16], 0), 16)
             .is_ok());
         assert_eq!(
             open.revoke_disallowed(true),
             vec!["nqn.host:other".to_string()]
         );
         assert_eq!(
-            open.add_controller("nqn.host:other", [1; 16], 0, 16, false, None)
+            open.add_controller(NewController::of("nqn.host:other", [1; 16], 0), 16)
                 .unwrap_err(),
             Status::CONNECT_INVALID_PARAM
         );
@@ -629,34 +668,36 @@ mod tests {
         let t = target();
         t.max_controllers_per_host.store(2, Ordering::Relaxed);
         let (c, d) = conn(0, 31, 0, "nqn.t:open", "nqn.host:a", 0xFFFF);
-        let a1 = connect(&t, 0, sq(&c), None, None, None, &c, &d).unwrap().0;
-        let _a2 = connect(&t, 0, sq(&c), None, None, None, &c, &d).unwrap();
-        let e = connect(&t, 0, sq(&c), None, None, None, &c, &d).unwrap_err();
+        let a1 = connect_via(&t, 0, sq(&c), None, None, None, &c, &d)
+            .unwrap()
+            .0;
+        let _a2 = connect_via(&t, 0, sq(&c), None, None, None, &c, &d).unwrap();
+        let e = connect_via(&t, 0, sq(&c), None, None, None, &c, &d).unwrap_err();
         assert_eq!(e.status, Status::CONNECT_CTRL_BUSY);
         assert_eq!(e.reason(), "controller_busy");
         // Another host is not held up by it; a freed place is taken again.
         let (c2, d2) = conn(0, 31, 0, "nqn.t:open", "nqn.host:b", 0xFFFF);
-        assert!(connect(&t, 0, sq(&c2), None, None, None, &c2, &d2).is_ok());
+        assert!(connect_via(&t, 0, sq(&c2), None, None, None, &c2, &d2).is_ok());
         a1.subsys.remove_controller(a1.cntlid);
-        assert!(connect(&t, 0, sq(&c), None, None, None, &c, &d).is_ok());
+        assert!(connect_via(&t, 0, sq(&c), None, None, None, &c, &d).is_ok());
     }
 
     #[test]
     fn refusals() {
         let t = target();
         let (c, d) = conn(0, 31, 0, "nqn.t:nope", "nqn.host:a", 0xFFFF);
-        let e = connect(&t, 0, sq(&c), None, None, None, &c, &d).unwrap_err();
+        let e = connect_via(&t, 0, sq(&c), None, None, None, &c, &d).unwrap_err();
         assert_eq!(e.status.code(), 0x182);
         assert_eq!(e.result, (1 << 16) | 256);
         let (c, d) = conn(0, 31, 0, "nqn.t:closed", "nqn.host:a", 0xFFFF);
-        let e = connect(&t, 0, sq(&c), None, None, None, &c, &d).unwrap_err();
+        let e = connect_via(&t, 0, sq(&c), None, None, None, &c, &d).unwrap_err();
         assert_eq!(e.status.code(), 0x184);
         assert_eq!(e.result, (1 << 16) | 512);
         let (c, d) = conn(0, 31, 0, "nqn.t:closed", "nqn.host:ok", 0xFFFF);
-        assert!(connect(&t, 0, sq(&c), None, None, None, &c, &d).is_ok());
+        assert!(connect_via(&t, 0, sq(&c), None, None, None, &c, &d).is_ok());
         let (c, d) = conn(0, 32, 0, "nqn.t:open", "nqn.host:a", 0xFFFF);
         assert_eq!(
-            connect(&t, 0, sq(&c), None, None, None, &c, &d)
+            connect_via(&t, 0, sq(&c), None, None, None, &c, &d)
                 .unwrap_err()
                 .result,
             44
@@ -664,14 +705,14 @@ mod tests {
         let (mut c, d) = conn(0, 31, 0, "nqn.t:open", "nqn.host:a", 0xFFFF);
         c.raw[40] = 1;
         assert_eq!(
-            connect(&t, 0, sq(&c), None, None, None, &c, &d)
+            connect_via(&t, 0, sq(&c), None, None, None, &c, &d)
                 .unwrap_err()
                 .status,
             Status::CONNECT_FORMAT
         );
         let (c, d) = conn(0, 31, 0, "nqn.t:open", "nqn.host:a", 0xFFFF);
         assert_eq!(
-            connect(&t, 0, sq(&c), None, None, None, &c, &d[..512])
+            connect_via(&t, 0, sq(&c), None, None, None, &c, &d[..512])
                 .unwrap_err()
                 .status,
             Status::SGL_INVALID_DATA
@@ -679,7 +720,7 @@ mod tests {
         // No host NQN at all, even where any host is allowed.
         let (c, d) = conn(0, 31, 0, "nqn.t:open", "", 0xFFFF);
         assert_eq!(
-            connect(&t, 0, sq(&c), None, None, None, &c, &d).unwrap_err(),
+            connect_via(&t, 0, sq(&c), None, None, None, &c, &d).unwrap_err(),
             refuse(Status::CONNECT_INVALID_PARAM, (1 << 16) | 512)
         );
     }
@@ -688,11 +729,11 @@ mod tests {
     fn discovery_defaults() {
         let t = target();
         let (c, d) = conn(0, 31, 0, nvme::DISCOVERY_NQN, "nqn.host:any", 0xFFFF);
-        let (ctrl, _) = connect(&t, 0, sq(&c), None, None, None, &c, &d).unwrap();
+        let (ctrl, _) = connect_via(&t, 0, sq(&c), None, None, None, &c, &d).unwrap();
         assert_eq!(ctrl.state().kato_ms, DISCOVERY_KATO_MS);
         let (c, d) = conn(1, 31, 0, nvme::DISCOVERY_NQN, "nqn.host:any", ctrl.cntlid);
         assert_eq!(
-            connect(&t, 1, sq(&c), None, None, None, &c, &d)
+            connect_via(&t, 1, sq(&c), None, None, None, &c, &d)
                 .unwrap_err()
                 .result,
             42
@@ -712,11 +753,11 @@ mod tests {
         let mut held = Vec::new();
         for _ in 0..max {
             let (c, d) = conn(0, 31, 0, nvme::DISCOVERY_NQN, "nqn.host:a", 0xFFFF);
-            held.push(connect(&t, 0, sq(&c), Some(stranger), None, None, &c, &d).unwrap());
+            held.push(connect_via(&t, 0, sq(&c), Some(stranger), None, None, &c, &d).unwrap());
         }
         let (c, d) = conn(0, 31, 0, nvme::DISCOVERY_NQN, "nqn.host:b", 0xFFFF);
         assert_eq!(
-            connect(&t, 0, sq(&c), Some(stranger), None, None, &c, &d)
+            connect_via(&t, 0, sq(&c), Some(stranger), None, None, &c, &d)
                 .unwrap_err()
                 .status,
             Status::CONNECT_CTRL_BUSY,
@@ -724,7 +765,7 @@ mod tests {
         );
         let (c, d) = conn(0, 31, 0, nvme::DISCOVERY_NQN, "nqn.host:a", 0xFFFF);
         assert!(
-            connect(&t, 0, sq(&c), Some(host), None, None, &c, &d).is_ok(),
+            connect_via(&t, 0, sq(&c), Some(host), None, None, &c, &d).is_ok(),
             "the host its NQN was named for still discovers"
         );
     }

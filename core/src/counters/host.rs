@@ -170,13 +170,9 @@ impl Registry {
         g.idle = idle;
     }
 
-    /// The counts of a new controller of `host` in `subsystem`.
-    pub fn controller(&self, subsystem: &str, host: &str) -> Arc<CtrlIo> {
-        self.controller_at(subsystem, host, Instant::now())
-    }
-
-    /// [`Registry::controller`] at `now`.
-    pub fn controller_at(&self, subsystem: &str, host: &str, now: Instant) -> Arc<CtrlIo> {
+    /// The counts of a new controller of `host` in `subsystem`, connected
+    /// at `now`.
+    pub fn controller(&self, subsystem: &str, host: &str, now: Instant) -> Arc<CtrlIo> {
         let mut g = self.lock();
         if !g.enabled {
             return Arc::new(CtrlIo::default());
@@ -204,14 +200,9 @@ impl Registry {
         c
     }
 
-    /// Each series and its counts, and the controllers counted in
-    /// [`OTHER`]'s.
-    pub fn series(&self) -> (Vec<(Key, IoTotals)>, u64) {
-        self.series_at(Instant::now())
-    }
-
-    /// [`Registry::series`] at `now`.
-    pub fn series_at(&self, now: Instant) -> (Vec<(Key, IoTotals)>, u64) {
+    /// Each series and its counts at `now`, and the controllers counted
+    /// in [`OTHER`]'s.
+    pub fn series(&self, now: Instant) -> (Vec<(Key, IoTotals)>, u64) {
         let mut g = self.lock();
         g.prune(now);
         let mut sums = g.gone.clone();
@@ -300,9 +291,10 @@ mod tests {
 
     #[test]
     fn a_controller_counts_and_leaves_its_counts_to_its_host() {
+        let now = Instant::now();
         let r = Registry::default();
         r.configure(true, 3, None);
-        let a1 = r.controller("s", "a");
+        let a1 = r.controller("s", "a", now);
         a1.count_io(0, false, 4096, Duration::from_micros(10));
         a1.count_io(1, false, 4096, Duration::from_micros(30));
         a1.count_io(1, true, 512, Duration::from_micros(5));
@@ -313,25 +305,25 @@ mod tests {
             (2, 1, 16, 1)
         );
         assert_eq!((t.read_latency(), t.errors), (Duration::from_micros(20), 1));
-        let a2 = r.controller("s", "a");
+        let a2 = r.controller("s", "a", now);
         a2.count_io(0, true, 1024, Duration::ZERO);
-        let (s, over) = r.series();
+        let (s, over) = r.series(now);
         assert_eq!(s.len(), 1, "one series for both controllers of a host");
         assert_eq!((s[0].1.reads, s[0].1.writes, over), (2, 2, 0));
         // A gone controller leaves its counts.
         drop(a1);
-        let (s, _) = r.series();
+        let (s, _) = r.series(now);
         assert_eq!(
             (s[0].1.reads, s[0].1.writes),
             (2, 2),
             "the series does not shrink"
         );
         // The cap: "b" takes the last place but one; "c" and "d" go to _other.
-        let _b = r.controller("s", "b");
-        let c = r.controller("s", "c");
+        let _b = r.controller("s", "b", now);
+        let c = r.controller("s", "c", now);
         c.count_io(0, false, 512, Duration::ZERO);
-        let _d = r.controller("s", "d");
-        let (s, over) = r.series();
+        let _d = r.controller("s", "d", now);
+        let (s, over) = r.series(now);
         let keys: Vec<&str> = s.iter().map(|((_, h), _)| h.as_str()).collect();
         assert_eq!(keys, vec!["a", "b", OTHER]);
         assert_eq!((s[2].1.reads, over), (1, 2));
@@ -339,12 +331,13 @@ mod tests {
 
     #[test]
     fn off_makes_no_series() {
+        let now = Instant::now();
         let r = Registry::default();
         r.configure(false, 8, None);
-        let c = r.controller("s", "a");
+        let c = r.controller("s", "a", now);
         c.count_io(0, false, 512, Duration::ZERO);
         assert_eq!(c.totals().reads, 1, "status still counts");
-        assert!(r.series().0.is_empty());
+        assert!(r.series(now).0.is_empty());
         assert!(c.series.is_none());
     }
 
@@ -356,12 +349,12 @@ mod tests {
         let r = Registry::default();
         r.configure(true, 3, Some(Duration::from_secs(10)));
         let t0 = Instant::now();
-        let a = r.controller_at("s", "a", t0);
+        let a = r.controller("s", "a", t0);
         a.count_io(0, false, 4096, Duration::ZERO);
-        let _b = r.controller_at("s", "b", t0);
+        let _b = r.controller("s", "b", t0);
         drop(a);
         let hosts = |t| {
-            let (s, over) = r.series_at(t);
+            let (s, over) = r.series(t);
             let h: Vec<String> = s.iter().map(|((_, h), _)| h.clone()).collect();
             (h, over)
         };
@@ -373,16 +366,16 @@ mod tests {
             "idle 9 s of 10"
         );
         assert_eq!(hosts(t0 + Duration::from_secs(11)).0, vec!["b"]);
-        let c = r.controller_at("s", "c", t0 + Duration::from_secs(12));
+        let c = r.controller("s", "c", t0 + Duration::from_secs(12));
         let (h, over) = hosts(t0 + Duration::from_secs(12));
         assert_eq!((h, over), (vec!["c".to_string(), "b".to_string()], 0));
         assert_eq!(c.series, Some(0), "a's place");
         // A host that comes back within the idle time keeps its counts.
         drop(c);
-        let c2 = r.controller_at("s", "c", t0 + Duration::from_secs(20));
+        let c2 = r.controller("s", "c", t0 + Duration::from_secs(20));
         c2.count_io(0, false, 512, Duration::ZERO);
         assert_eq!(
-            r.series_at(t0 + Duration::from_secs(60)).0.len(),
+            r.series(t0 + Duration::from_secs(60)).0.len(),
             2,
             "both have a controller"
         );

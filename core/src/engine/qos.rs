@@ -31,13 +31,8 @@ const MIN_BURST_IOS: f64 = 4.0;
 /// idle worker keeps a small share.
 const FLOOR: f64 = 0.1;
 
-/// What this gateway's workers ask of `limit` now, in I/Os per
+/// What this gateway's workers ask of `limit` at `now`, in I/Os per
 /// [`PERIOD`] (what came in during their last period and what waits).
-pub fn demand_now(limit: &Limit) -> u64 {
-    demand_at(limit, Instant::now())
-}
-
-/// [`demand_now`] at `now`.
 pub fn demand_at(limit: &Limit, now: Instant) -> u64 {
     limit.demand(period_of(now)).0
 }

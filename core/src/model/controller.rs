@@ -423,18 +423,17 @@ pub struct Controller {
 }
 
 impl Controller {
-    /// Creates a controller.
+    /// Creates controller `cntlid` of `subsys`, as `new` asks.
     pub fn new(
         cntlid: u16,
         subsys: Arc<Subsystem>,
-        hostnqn: String,
-        hostid: [u8; 16],
-        kato_ms: u32,
+        new: &crate::model::subsystem::NewController<'_>,
     ) -> Controller {
+        let hostnqn = new.hostnqn.to_string();
         // Discovery controllers do no I/O: no host series of their own.
         let io = match subsys.kind {
             crate::model::subsystem::SubsystemKind::Nvm => {
-                crate::counters::host::registry().controller(&subsys.nqn, &hostnqn)
+                crate::counters::host::registry().controller(&subsys.nqn, &hostnqn, new.now)
             }
             crate::model::subsystem::SubsystemKind::Discovery => Arc::default(),
         };
@@ -443,18 +442,18 @@ impl Controller {
             subsys,
             nqn_tag: crate::reservation::state::nqn_tag(&hostnqn),
             hostnqn,
-            hostid,
-            state: Mutex::new(CtrlState::new(kato_ms, Instant::now())),
+            hostid: new.hostid,
+            state: Mutex::new(CtrlState::new(new.kato_ms, new.now)),
             ready: AtomicBool::new(false),
             links: Mutex::new(Vec::new()),
             io,
             addrs: std::sync::OnceLock::new(),
-            created: Instant::now(),
+            created: new.now,
             revoked: AtomicBool::new(false),
             port: std::sync::OnceLock::new(),
             tls: std::sync::OnceLock::new(),
             auth: Default::default(),
-            peer: None,
+            peer: new.peer,
         }
     }
 

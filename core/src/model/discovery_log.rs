@@ -87,7 +87,7 @@ pub fn log_page(target: &Target, hostnqn: &str) -> (Vec<u8>, u64) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::subsystem::{Subsystem, SubsystemKind};
+    use crate::model::subsystem::{NewController, Subsystem, SubsystemKind};
     use nvme::discovery::DiscoveryHeader;
     use std::sync::Arc;
 
@@ -255,7 +255,7 @@ mod tests {
         let d = t
             .discovery
             .subsystem
-            .add_controller("nqn.h:a", [1; 16], 30_000, 16, false, None)
+            .add_controller(NewController::of("nqn.h:a", [1; 16], 30_000), 16)
             .unwrap();
         let read = |t: &Target| {
             let (_, digest) = log_page(t, "nqn.h:a");

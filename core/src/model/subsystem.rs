@@ -22,6 +22,39 @@ pub enum SubsystemKind {
     Discovery,
 }
 
+/// A controller a Connect asks for: who the host says it is, and what the
+/// queue's transport knows.
+#[derive(Debug, Clone, Copy)]
+pub struct NewController<'a> {
+    /// The host's NQN.
+    pub hostnqn: &'a str,
+    /// The host's identifier.
+    pub hostid: [u8; 16],
+    /// Its keep-alive timeout (ms; 0: none).
+    pub kato_ms: u32,
+    /// Its host must authenticate before it takes one of the host's places.
+    pub auth_required: bool,
+    /// The address its admin queue came from (none: in-process).
+    pub peer: Option<std::net::IpAddr>,
+    /// When: its keep-alive timer starts here.
+    pub now: std::time::Instant,
+}
+
+impl<'a> NewController<'a> {
+    /// A controller of `hostnqn` with no authentication, from no address,
+    /// made now (tests, and the fuzzer's admin target).
+    pub fn of(hostnqn: &'a str, hostid: [u8; 16], kato_ms: u32) -> NewController<'a> {
+        NewController {
+            hostnqn,
+            hostid,
+            kato_ms,
+            auth_required: false,
+            peer: None,
+            now: std::time::Instant::now(),
+        }
+    }
+}
+
 /// A subsystem.
 #[derive(Debug)]
 pub struct Subsystem {
@@ -235,18 +268,20 @@ impl Subsystem {
         Some(told)
     }
 
-    /// Creates a controller with the lowest free id. One whose host must
-    /// authenticate (`auth_required`) takes none of the host's places until
-    /// it did ([`Subsystem::prove`]).
+    /// Creates controller `new` with the lowest free id. One whose host
+    /// must authenticate takes none of the host's places until it did
+    /// ([`Subsystem::prove`]); a host has at most `max_per_host`.
     pub fn add_controller(
         self: &Arc<Self>,
-        hostnqn: &str,
-        hostid: [u8; 16],
-        kato_ms: u32,
+        new: NewController<'_>,
         max_per_host: u32,
-        auth_required: bool,
-        peer: Option<std::net::IpAddr>,
     ) -> Result<Arc<Controller>, Status> {
+        let NewController {
+            hostnqn,
+            auth_required,
+            peer,
+            ..
+        } = new;
         let mut m = self.controllers.lock().unwrap_or_else(|p| p.into_inner());
         // Access is checked again here, under the lock `revoke_disallowed`
         // takes after a reload changed it: a Connect that passed the first
@@ -283,9 +318,7 @@ impl Subsystem {
         if id > max {
             return Err(Status::CONNECT_CTRL_BUSY);
         }
-        let mut c = Controller::new(id, self.clone(), hostnqn.to_string(), hostid, kato_ms);
-        c.peer = peer;
-        let c = Arc::new(c);
+        let c = Arc::new(Controller::new(id, self.clone(), &new));
         c.auth.set_required(auth_required);
         m.insert(id, c.clone());
         Ok(c)
@@ -455,10 +488,10 @@ mod tests {
         let s = sub(true);
         let w = Waker::new().unwrap();
         let c1 = s
-            .add_controller("nqn.h1", [1; 16], 0, 16, false, None)
+            .add_controller(NewController::of("nqn.h1", [1; 16], 0), 16)
             .unwrap();
         let c2 = s
-            .add_controller("nqn.h2", [2; 16], 0, 16, false, None)
+            .add_controller(NewController::of("nqn.h2", [2; 16], 0), 16)
             .unwrap();
         let q0 = QueueLink::new(0, w.clone());
         c2.attach(q0.clone()).unwrap();
@@ -491,21 +524,21 @@ mod tests {
         let s = Arc::new(s);
         let ids: Vec<u16> = (0..3)
             .map(|_| {
-                s.add_controller("h", [0; 16], 0, u32::MAX, false, None)
+                s.add_controller(NewController::of("h", [0; 16], 0), u32::MAX)
                     .unwrap()
                     .cntlid
             })
             .collect();
         assert_eq!(ids, vec![100, 101, 102]);
         assert_eq!(
-            s.add_controller("h", [0; 16], 0, u32::MAX, false, None)
+            s.add_controller(NewController::of("h", [0; 16], 0), u32::MAX)
                 .err(),
             Some(Status::CONNECT_CTRL_BUSY),
             "the range is used up"
         );
         s.remove_controller(101);
         assert_eq!(
-            s.add_controller("h", [0; 16], 0, u32::MAX, false, None)
+            s.add_controller(NewController::of("h", [0; 16], 0), u32::MAX)
                 .unwrap()
                 .cntlid,
             101
@@ -516,24 +549,24 @@ mod tests {
     fn cntlid_allocation_reuses_lowest() {
         let s = sub(true);
         let a = s
-            .add_controller("h", [0; 16], 0, u32::MAX, false, None)
+            .add_controller(NewController::of("h", [0; 16], 0), u32::MAX)
             .unwrap();
         let b = s
-            .add_controller("h", [0; 16], 0, u32::MAX, false, None)
+            .add_controller(NewController::of("h", [0; 16], 0), u32::MAX)
             .unwrap();
         let c = s
-            .add_controller("h", [0; 16], 0, u32::MAX, false, None)
+            .add_controller(NewController::of("h", [0; 16], 0), u32::MAX)
             .unwrap();
         assert_eq!((a.cntlid, b.cntlid, c.cntlid), (1, 2, 3));
         s.remove_controller(2);
         assert_eq!(
-            s.add_controller("h", [0; 16], 0, u32::MAX, false, None)
+            s.add_controller(NewController::of("h", [0; 16], 0), u32::MAX)
                 .unwrap()
                 .cntlid,
             2
         );
         assert_eq!(
-            s.add_controller("h", [0; 16], 0, u32::MAX, false, None)
+            s.add_controller(NewController::of("h", [0; 16], 0), u32::MAX)
                 .unwrap()
                 .cntlid,
             4

@@ -194,7 +194,11 @@ mod tests {
             "m".into(),
             vec![],
         ));
-        Arc::new(Controller::new(id, s, "nqn.h".into(), [1; 16], 0))
+        Arc::new(Controller::new(
+            id,
+            s,
+            &crate::model::subsystem::NewController::of("nqn.h", [1; 16], 0),
+        ))
     }
 
     #[test]

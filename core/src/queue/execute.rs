@@ -113,16 +113,15 @@ impl QueueCore {
         let secured = self.addrs.tls.as_deref();
         let tcp = self.params.sgl.fabric() == "tcp";
         let via = (self.addrs.local).and_then(|l| env.target.listeners.listener_at(l, tcp));
-        match fabrics::connect(
-            env.target,
+        let at = fabrics::Arrival {
             qid,
-            sq,
-            peer.map(|p| p.ip()),
+            sqsize: sq,
+            peer: peer.map(|p| p.ip()),
             via,
             secured,
-            &cmd,
-            &data,
-        ) {
+            now: env.now,
+        };
+        match fabrics::connect(env.target, &at, &cmd, &data) {
             Ok((ctrl, d)) => {
                 if let Err(st) = ctrl.attach(self.link.clone()) {
                     warn!(

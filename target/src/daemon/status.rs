@@ -810,7 +810,14 @@ mod tests {
         let t = target();
         let s = t.subsystem("nqn.2026-11.io.test:a").unwrap();
         let c = s
-            .add_controller("nqn.2026-11.io.test:h1", [0xab; 16], 5000, 16, false, None)
+            .add_controller(
+                crate::model::subsystem::NewController::of(
+                    "nqn.2026-11.io.test:h1",
+                    [0xab; 16],
+                    5000,
+                ),
+                16,
+            )
             .unwrap();
         c.set_addrs(
             "10.0.0.2:50000".parse().unwrap(),
@@ -872,7 +879,10 @@ mod tests {
         let t = target();
         let s = t.subsystem("nqn.2026-11.io.test:a").unwrap();
         let _c = s
-            .add_controller("nqn.2026-11.io.test:h1", [1; 16], 0, 16, false, None)
+            .add_controller(
+                crate::model::subsystem::NewController::of("nqn.2026-11.io.test:h1", [1; 16], 0),
+                16,
+            )
             .unwrap();
         t.set_subsystems(vec![]);
         let st = Status::of(&t, Instant::now());

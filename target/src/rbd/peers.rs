@@ -15,7 +15,7 @@
 //! clocks need not agree. Entries unchanged for [`FORGET`] are removed.
 //!
 //! A gateway's part of a cap is its demand (I/Os per worker period,
-//! [`demand_now`]) over the sum of the live gateways' (plus a little,
+//! [`demand_at`]) over the sum of the live gateways' (plus a little,
 //! [`FLOOR`], so that an idle gateway whose host turns to it is not at
 //! zero): the parts add up to the cap and follow the hosts' I/O within an
 //! exchange or two.
@@ -31,7 +31,7 @@ use nvme::ana::AnaState;
 use serde::{Deserialize, Serialize};
 
 use crate::backend::{GatewayState, Peer};
-use crate::engine::qos::demand_now;
+use crate::engine::qos::demand_at;
 use crate::model::qos::NsQos;
 
 /// How often a gateway with caps writes its entry and takes its parts.
@@ -401,8 +401,9 @@ fn run(shared: &Shared, object: &ceph::Object, mut roster: Roster, image: &str) 
             .collect();
         sums.retain(|k, _| limits.iter().any(|(h, _)| h == k));
         if !limits.is_empty() {
+            let now = Instant::now();
             for (h, l) in &limits {
-                *sums.entry(h.to_string()).or_default() += demand_now(l) as f64;
+                *sums.entry(h.to_string()).or_default() += demand_at(l, now) as f64;
             }
             samples += 1;
         }

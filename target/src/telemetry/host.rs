@@ -82,7 +82,7 @@ impl Collector for HostCollector {
     }
 
     fn collect(&self) -> Vec<MetricFamily> {
-        let (series, overflow) = registry().series();
+        let (series, overflow) = registry().series(std::time::Instant::now());
         if series.is_empty() {
             return Vec::new();
         }

@@ -381,7 +381,7 @@ fn features(
         }
         (fid::KEEP_ALIVE_TIMER, true) => {
             st.kato_ms = cdw11;
-            st.last_keepalive = Instant::now();
+            st.last_keepalive = now;
             ok(0)
         }
         (fid::KEEP_ALIVE_TIMER, false) => ok(st.kato_ms as u64),

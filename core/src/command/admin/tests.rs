@@ -1,6 +1,6 @@
 use super::*;
 use crate::model::namespace::Namespace;
-use crate::model::subsystem::Subsystem;
+use crate::model::subsystem::{NewController, Subsystem};
 use nvme::fabrics::{cc, prop};
 use nvme::identify::{IdentifyNamespace, IDENTIFY_SIZE};
 use std::sync::Arc;
@@ -33,12 +33,12 @@ fn setup() -> (Target, Arc<Controller>, Arc<Controller>) {
     ));
     let t = Target::new(vec![s.clone()], vec!["10.0.0.1:4420".parse().unwrap()], 0);
     let c = s
-        .add_controller("nqn.h", [3; 16], 5000, 16, false, None)
+        .add_controller(NewController::of("nqn.h", [3; 16], 5000), 16)
         .unwrap();
     let d = t
         .discovery
         .subsystem
-        .add_controller("nqn.h", [3; 16], 0, 16, false, None)
+        .add_controller(NewController::of("nqn.h", [3; 16], 0), 16)
         .unwrap();
     for x in [&c, &d] {
         let v = (6 << cc::IOSQES_SHIFT | 4 << cc::IOCQES_SHIFT | cc::EN) as u64;
