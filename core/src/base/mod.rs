@@ -1,12 +1,14 @@
 //! The small tools every layer uses and that use nothing of the target: how
 //! threads wake a worker ([`wake`]), one monotonic clock ([`clock`]), the
 //! guard that aborts rather than unwind a thread whose memory the device
-//! still uses ([`abort`]), counters sharded per worker ([`shard`]) and the
-//! journal's message ids of the events an operator looks for
-//! ([`message_ids`]).
+//! still uses ([`abort`]), counters sharded per worker ([`shard`]), the
+//! per-peer and total count of places peers not yet proven hold
+//! ([`peer_table`]) and the journal's message ids of the events an
+//! operator looks for ([`message_ids`]).
 
 pub mod abort;
 pub mod clock;
 pub mod message_ids;
+pub mod peer_table;
 pub mod shard;
 pub mod wake;

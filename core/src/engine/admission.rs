@@ -21,13 +21,13 @@
 //! Sans-IO: the caller passes the time; [`Pending`] gives its place back when
 //! dropped.
 
-use std::collections::{HashMap, VecDeque};
 use std::net::IpAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Instant;
 
 use super::log_limit::PeerLogLimit;
+use crate::base::peer_table::PeerTable;
 
 /// Why a queue was not admitted, or why one lost its place.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -59,51 +59,13 @@ impl Refusal {
 /// What tells a pending queue's holder that it lost its place.
 type Kick = Box<dyn Fn() + Send>;
 
+/// What a pending queue's place keeps.
 struct Entry {
-    id: u64,
-    peer: IpAddr,
     evicted: Arc<AtomicBool>,
     kick: Option<Kick>,
 }
 
-#[derive(Default)]
-struct State {
-    /// Pending queues, oldest first.
-    entries: VecDeque<Entry>,
-    by_peer: HashMap<IpAddr, u32>,
-    next_id: u64,
-}
-
-impl State {
-    fn count(&self, peer: IpAddr) -> u32 {
-        self.by_peer.get(&peer).copied().unwrap_or(0)
-    }
-
-    /// Removes entry `i` from the counts; returns it.
-    fn remove(&mut self, i: usize) -> Option<Entry> {
-        let e = self.entries.remove(i)?;
-        if let Some(n) = self.by_peer.get_mut(&e.peer) {
-            *n -= 1;
-            if *n == 0 {
-                self.by_peer.remove(&e.peer);
-            }
-        }
-        Some(e)
-    }
-
-    /// The address holding the most pending queues, the one whose oldest
-    /// queue is oldest among equals.
-    fn fullest(&self) -> Option<IpAddr> {
-        let mut best: Option<(IpAddr, u32)> = None;
-        for e in &self.entries {
-            let n = self.count(e.peer);
-            if best.is_none_or(|(_, b)| n > b) {
-                best = Some((e.peer, n));
-            }
-        }
-        best.map(|(p, _)| p)
-    }
-}
+type State = PeerTable<Entry>;
 
 /// The pending-queue counts and caps.
 pub struct Admission {
@@ -186,7 +148,7 @@ impl Admission {
         let mine = st.count(peer);
         let cap = if mine >= self.per_peer {
             Some(Refusal::PerPeer)
-        } else if st.entries.len() >= self.total as usize {
+        } else if st.len() >= self.total as usize {
             Some(Refusal::Total)
         } else {
             None
@@ -198,10 +160,9 @@ impl Admission {
             }
             let from = match why {
                 Refusal::PerPeer => peer,
-                Refusal::Total => st.fullest().unwrap_or(peer),
+                Refusal::Total => st.fullest().map_or(peer, |(p, _)| p),
             };
-            let i = st.entries.iter().position(|e| e.peer == from);
-            if let Some(e) = i.and_then(|i| st.remove(i)) {
+            if let Some(e) = st.evict_oldest_of(from) {
                 e.evicted.store(true, Ordering::Release);
                 if let Some(k) = &e.kick {
                     k();
@@ -209,16 +170,14 @@ impl Admission {
                 evicted = Some((from, why));
             }
         }
-        let id = st.next_id;
-        st.next_id += 1;
         let flag = Arc::new(AtomicBool::new(false));
-        st.entries.push_back(Entry {
-            id,
+        let id = st.push(
             peer,
-            evicted: flag.clone(),
-            kick: None,
-        });
-        *st.by_peer.entry(peer).or_default() += 1;
+            Entry {
+                evicted: flag.clone(),
+                kick: None,
+            },
+        );
         Ok(Admitted {
             pending: Pending {
                 adm: self.clone(),
@@ -239,7 +198,7 @@ impl Admission {
     /// Pending queues of `peer`, and in all.
     pub fn counts(&self, peer: IpAddr) -> (u32, u32) {
         let st = self.state();
-        (st.count(peer), st.entries.len() as u32)
+        (st.count(peer), st.len() as u32)
     }
 }
 
@@ -258,7 +217,7 @@ impl Pending {
     /// socket down, say); run now if it already did.
     pub fn on_evict(&self, kick: impl Fn() + Send + 'static) {
         let mut st = self.adm.state();
-        match st.entries.iter_mut().find(|e| e.id == self.id) {
+        match st.get_mut(self.id) {
             Some(e) => e.kick = Some(Box::new(kick)),
             None => kick(),
         }
@@ -269,9 +228,7 @@ impl Drop for Pending {
     fn drop(&mut self) {
         let mut st = self.adm.state();
         // Not there once evicted: its place went to another.
-        if let Some(i) = st.entries.iter().position(|e| e.id == self.id) {
-            st.remove(i);
-        }
+        st.remove(self.id);
     }
 }
 
@@ -301,8 +258,8 @@ mod tests {
         assert_eq!(a.admit(y).unwrap_err(), Refusal::PerPeer);
         drop((p2, p3, p4));
         assert_eq!(a.counts(x), (0, 0));
-        assert!(a.state().by_peer.is_empty(), "no entry left for gone peers");
-        assert!(a.state().entries.is_empty());
+        assert_eq!(a.state().peers(), 0, "no entry left for gone peers");
+        assert!(a.state().is_empty());
         assert_eq!(Refusal::PerPeer.reason(), "pending_per_peer");
     }
 
@@ -356,7 +313,7 @@ mod tests {
         assert_eq!(a.counts(hog), before);
         drop((held, p, p2));
         assert_eq!(a.counts(hog), (0, 0));
-        assert!(a.state().by_peer.is_empty());
+        assert_eq!(a.state().peers(), 0);
         // A kick set after the eviction runs at once.
         let a = Admission::evicting(1, 4);
         let first = a.admit(hog).unwrap().pending;

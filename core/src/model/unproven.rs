@@ -17,6 +17,7 @@ use std::net::{IpAddr, Ipv6Addr};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 
+use crate::base::peer_table::PeerTable;
 use crate::model::controller::Controller;
 
 /// Default cap per peer address.
@@ -47,19 +48,8 @@ impl Refusal {
     }
 }
 
-#[derive(Debug)]
-struct Entry {
-    id: u64,
-    peer: IpAddr,
-    ctrl: Weak<Controller>,
-}
-
-#[derive(Debug, Default)]
-struct State {
-    /// In the order they were admitted.
-    entries: Vec<Entry>,
-    next_id: u64,
-}
+/// The controllers holding places, in the order they were admitted.
+type State = PeerTable<Weak<Controller>>;
 
 /// The unproven controllers of a target.
 #[derive(Debug)]
@@ -80,8 +70,8 @@ pub struct Place {
 impl Drop for Place {
     fn drop(&mut self) {
         let mut st = self.table.state();
-        st.entries.retain(|e| e.id != self.id);
-        publish(st.entries.len());
+        st.remove(self.id);
+        publish(st.len());
     }
 }
 
@@ -121,43 +111,24 @@ impl Unproven {
         let mut st = self.state();
         // Entries whose controller is gone without dropping its place (never
         // expected; kept bounded all the same).
-        st.entries.retain(|e| e.ctrl.strong_count() > 0);
-        let count = |st: &State, p: IpAddr| st.entries.iter().filter(|e| e.peer == p).count();
-        let mine = count(&st, peer);
-        if mine >= self.per_peer.load(Ordering::Relaxed) as usize {
+        st.retain(|c| c.strong_count() > 0);
+        let mine = st.count(peer);
+        if mine >= self.per_peer.load(Ordering::Relaxed) {
             return Err(Refusal::PerPeer);
         }
         let mut evicted = None;
-        if st.entries.len() >= self.total.load(Ordering::Relaxed) as usize {
-            // The peer holding the most (the first admitted among equals),
-            // and its oldest entry.
-            let mut best: Option<(IpAddr, usize)> = None;
-            for e in &st.entries {
-                let n = count(&st, e.peer);
-                if best.is_none_or(|(_, b)| n > b) {
-                    best = Some((e.peer, n));
-                }
-            }
-            match best {
+        if st.len() >= self.total.load(Ordering::Relaxed) as usize {
+            // The oldest place of the peer holding the most (the first
+            // admitted among equals), if it holds more than this one.
+            match st.fullest() {
                 Some((p, n)) if n > mine => {
-                    let i = st
-                        .entries
-                        .iter()
-                        .position(|e| e.peer == p)
-                        .expect("the peer holds an entry");
-                    evicted = st.entries.remove(i).ctrl.upgrade();
+                    evicted = st.evict_oldest_of(p).and_then(|c| c.upgrade());
                 }
                 _ => return Err(Refusal::Total),
             }
         }
-        let id = st.next_id;
-        st.next_id += 1;
-        st.entries.push(Entry {
-            id,
-            peer,
-            ctrl: Arc::downgrade(ctrl),
-        });
-        publish(st.entries.len());
+        let id = st.push(peer, Arc::downgrade(ctrl));
+        publish(st.len());
         Ok((
             Place {
                 table: self.clone(),
@@ -170,8 +141,7 @@ impl Unproven {
     /// Unproven controllers of `peer`, and in all.
     pub fn counts(&self, peer: IpAddr) -> (usize, usize) {
         let st = self.state();
-        let mine = st.entries.iter().filter(|e| e.peer == peer).count();
-        (mine, st.entries.len())
+        (st.count(peer) as usize, st.len())
     }
 }
 

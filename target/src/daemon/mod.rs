@@ -20,6 +20,7 @@ pub mod ok_to_stop;
 pub mod open;
 pub mod reload;
 pub mod rpc;
+pub mod run;
 pub mod status;
 
 use control::{ControlServer, Inbox};
