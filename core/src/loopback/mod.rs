@@ -292,10 +292,6 @@ impl Wires {
 }
 
 impl Transport for Loop {
-    fn owns(&self, _kind: u8) -> bool {
-        false
-    }
-
     fn queues(&self) -> usize {
         self.queues.len()
     }

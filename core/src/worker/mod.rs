@@ -232,9 +232,6 @@ pub type CoreEvent<'e> = &'e mut dyn FnMut(&mut QueueCore, &mut Env<'_, '_>);
 /// and how their actions go on its wire. The worker calls it; it never
 /// calls the worker.
 pub trait Transport {
-    /// Whether the worker's ring operation of `kind` is one of its own.
-    fn owns(&self, kind: u8) -> bool;
-
     /// Its queues.
     fn queues(&self) -> usize;
 
@@ -247,7 +244,7 @@ pub trait Transport {
     fn poll(&mut self, w: &mut Lend<'_>) -> usize;
 
     /// One of its own operations on the worker's ring completed (a poll of
-    /// a descriptor of its own).
+    /// a descriptor of its own; its kind made by [`ud::transport_kind`]).
     fn complete(&mut self, w: &mut Lend<'_>, ud: Ud, res: i32);
 
     /// Hands `event` to queue `key`'s core (if it is still there), then
@@ -279,76 +276,72 @@ pub trait Transport {
     fn tidy(&mut self, _w: &mut Lend<'_>) {}
 }
 
-/// Two transports in one worker: the second's queue keys carry
-/// [`slots::SECOND`], and each owns its ring operations' kinds.
-pub struct Both<A, B>(pub A, pub B);
+/// The transports of a worker, each at its index in the list: its queues'
+/// keys carry the index ([`QueueKey::transport`]), and so do the kinds of
+/// its own ring operations ([`Ud::transport`]), so the worker routes each
+/// to its transport; another transport is one more entry.
+pub struct Transports(Vec<Box<dyn Transport + Send>>);
 
-impl<A: Transport, B: Transport> Transport for Both<A, B> {
-    fn owns(&self, kind: u8) -> bool {
-        self.0.owns(kind) || self.1.owns(kind)
+impl Transports {
+    /// `list`, each at its index (at most [`slots::MAX_TRANSPORTS`]; each
+    /// built for its index: [`Slots::for_transport`], [`ud::transport_kind`]).
+    pub fn new(list: Vec<Box<dyn Transport + Send>>) -> Transports {
+        assert!(list.len() <= slots::MAX_TRANSPORTS, "too many transports");
+        Transports(list)
     }
+}
 
+impl Transport for Transports {
     fn queues(&self) -> usize {
-        self.0.queues() + self.1.queues()
+        self.0.iter().map(|t| t.queues()).sum()
     }
 
     fn accept(&mut self, w: &mut Lend<'_>) -> usize {
-        self.0.accept(w) + self.1.accept(w)
+        self.0.iter_mut().map(|t| t.accept(w)).sum()
     }
 
     fn poll(&mut self, w: &mut Lend<'_>) -> usize {
-        self.0.poll(w) + self.1.poll(w)
+        self.0.iter_mut().map(|t| t.poll(w)).sum()
     }
 
     fn complete(&mut self, w: &mut Lend<'_>, ud: Ud, res: i32) {
-        if self.0.owns(ud.kind) {
-            self.0.complete(w, ud, res)
-        } else if self.1.owns(ud.kind) {
-            self.1.complete(w, ud, res)
+        if let Some(t) = ud.transport().and_then(|i| self.0.get_mut(i)) {
+            t.complete(w, ud, res)
         }
     }
 
     fn call(&mut self, w: &mut Lend<'_>, key: QueueKey, event: CoreEvent<'_>) {
-        if key.slot & slots::SECOND == 0 {
-            self.0.call(w, key, event)
-        } else {
-            self.1.call(w, key, event)
+        if let Some(t) = self.0.get_mut(key.transport()) {
+            t.call(w, key, event)
         }
     }
 
     fn give(&mut self, w: &mut Lend<'_>, queue: QueueKey, pool: usize, buf: Buf) {
-        if queue.slot & slots::SECOND == 0 {
-            self.0.give(w, queue, pool, buf)
-        } else {
-            self.1.give(w, queue, pool, buf)
+        if let Some(t) = self.0.get_mut(queue.transport()) {
+            t.give(w, queue, pool, buf)
         }
     }
 
     fn flush(&mut self, w: &mut Lend<'_>) {
-        self.0.flush(w);
-        self.1.flush(w);
+        self.0.iter_mut().for_each(|t| t.flush(w));
     }
 
     fn arm(&mut self, w: &mut Lend<'_>) -> usize {
-        self.0.arm(w) + self.1.arm(w)
+        self.0.iter_mut().map(|t| t.arm(w)).sum()
     }
 
     fn tick(&mut self, w: &mut Lend<'_>, stop: bool, gone: &mut Vec<QueueKey>) {
-        self.0.tick(w, stop, gone);
-        self.1.tick(w, stop, gone);
+        self.0.iter_mut().for_each(|t| t.tick(w, stop, gone));
     }
 
     fn remove(&mut self, w: &mut Lend<'_>, key: QueueKey) -> bool {
-        if key.slot & slots::SECOND == 0 {
-            self.0.remove(w, key)
-        } else {
-            self.1.remove(w, key)
-        }
+        self.0
+            .get_mut(key.transport())
+            .is_some_and(|t| t.remove(w, key))
     }
 
     fn tidy(&mut self, w: &mut Lend<'_>) {
-        self.0.tidy(w);
-        self.1.tidy(w);
+        self.0.iter_mut().for_each(|t| t.tidy(w));
     }
 }
 
@@ -465,7 +458,8 @@ impl<T: Transport> Group<T> {
             ud::IO => self.deliver(exec, ud.queue, &mut |c, env| {
                 c.backend_done(env, ud.req, res)
             }),
-            _ => self.with(exec, |t, w| t.complete(w, ud, res)),
+            _ if ud.transport().is_some() => self.with(exec, |t, w| t.complete(w, ud, res)),
+            _ => {}
         }
     }
 

@@ -12,6 +12,11 @@ pub struct QueueKey {
 }
 
 impl QueueKey {
+    /// The index of its transport in its worker's list.
+    pub fn transport(self) -> usize {
+        (self.slot >> TRANSPORT_SHIFT) as usize
+    }
+
     /// The queue as the buffer pool names its owners.
     pub fn owner(self) -> u32 {
         (self.slot as u32) << 8 | self.gen as u32
@@ -24,37 +29,46 @@ struct Slot<Q> {
 }
 
 /// The queues of a transport in a worker. A worker serving several
-/// transports gives each a part of the key space ([`Slots::with_base`]):
-/// a key names its transport by its high bit.
+/// transports gives each a part of the key space
+/// ([`Slots::for_transport`]): a key names its transport by its high bits
+/// ([`QueueKey::transport`]).
 pub struct Slots<Q> {
     slots: Vec<Slot<Q>>,
     free: Vec<u16>,
     len: usize,
+    /// The transport's index, shifted into place.
     base: u16,
 }
 
 impl<Q> Default for Slots<Q> {
     fn default() -> Self {
-        Self::with_base(0)
+        Self::for_transport(0)
     }
 }
 
-/// The key bit of the second transport of a worker.
-pub const SECOND: u16 = 0x8000;
+/// Transports a worker serves at most: a queue key's high bits, and a ring
+/// operation's kind, name the transport by its index.
+pub const MAX_TRANSPORTS: usize = 3;
+/// Where a key's transport index starts.
+const TRANSPORT_SHIFT: u32 = 14;
+/// The slot bits of a key.
+const SLOT_MASK: u16 = (1 << TRANSPORT_SHIFT) - 1;
 
 impl<Q> Slots<Q> {
-    /// A table whose keys carry `base` (0, or [`SECOND`]).
-    pub fn with_base(base: u16) -> Slots<Q> {
+    /// The table of the transport at `index` in its worker's list (0 for a
+    /// worker of one transport).
+    pub fn for_transport(index: usize) -> Slots<Q> {
+        assert!(index < MAX_TRANSPORTS, "transport index {index}");
         Slots {
             slots: Vec::new(),
             free: Vec::new(),
             len: 0,
-            base,
+            base: (index as u16) << TRANSPORT_SHIFT,
         }
     }
 
     fn index(&self, key: QueueKey) -> Option<usize> {
-        (key.slot & SECOND == self.base).then_some((key.slot & !SECOND) as usize)
+        (key.slot & !SLOT_MASK == self.base).then_some((key.slot & SLOT_MASK) as usize)
     }
 
     fn key(&self, i: usize, gen: u8) -> QueueKey {
@@ -70,7 +84,7 @@ impl<Q> Slots<Q> {
     pub fn vacant(&mut self) -> Option<QueueKey> {
         let i = match self.free.last() {
             Some(&s) => s as usize,
-            None if self.slots.len() < SECOND as usize => {
+            None if self.slots.len() <= SLOT_MASK as usize => {
                 self.slots.push(Slot {
                     gen: 0,
                     queue: None,
@@ -113,10 +127,11 @@ impl<Q> Slots<Q> {
         s.queue.as_mut()
     }
 
-    /// The key of the queue in slot `slot` now (its base bit or not): how
-    /// a transport that names its queues by slot alone finds the current one.
+    /// The key of the queue in slot `slot` now (with its transport's bits
+    /// or not): how a transport that names its queues by slot alone finds
+    /// the current one.
     pub fn key_of(&self, slot: u16) -> Option<QueueKey> {
-        let i = (slot & !SECOND) as usize;
+        let i = (slot & SLOT_MASK) as usize;
         let s = self.slots.get(i)?;
         s.queue.as_ref().map(|_| self.key(i, s.gen))
     }
@@ -202,19 +217,23 @@ mod tests {
     }
 
     #[test]
-    fn a_second_transports_keys_carry_its_bit() {
-        let mut t: Slots<&str> = Slots::with_base(SECOND);
-        let k = t.vacant().unwrap();
-        assert_eq!(k.slot & SECOND, SECOND);
-        t.insert(k, "x");
-        assert_eq!(t.get(k), Some(&"x"));
-        assert_eq!(t.key_of(k.slot & !SECOND), Some(k));
-        assert_eq!(t.key_of(k.slot), Some(k));
-        let first = QueueKey {
-            slot: k.slot & !SECOND,
-            gen: k.gen,
-        };
-        assert_eq!(t.get(first), None, "the first transport's key");
-        assert_eq!(t.remove(k), Some("x"));
+    fn each_transports_keys_carry_its_index() {
+        for index in 0..MAX_TRANSPORTS {
+            let mut t: Slots<&str> = Slots::for_transport(index);
+            let k = t.vacant().unwrap();
+            assert_eq!(k.transport(), index);
+            t.insert(k, "x");
+            assert_eq!(t.get(k), Some(&"x"));
+            assert_eq!(t.key_of(k.slot & SLOT_MASK), Some(k));
+            assert_eq!(t.key_of(k.slot), Some(k));
+            for other in (0..MAX_TRANSPORTS).filter(|&o| o != index) {
+                let theirs = QueueKey {
+                    slot: (k.slot & SLOT_MASK) | (other as u16) << TRANSPORT_SHIFT,
+                    gen: k.gen,
+                };
+                assert_eq!(t.get(theirs), None, "transport {other}'s key");
+            }
+            assert_eq!(t.remove(k), Some("x"));
+        }
     }
 }

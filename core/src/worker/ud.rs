@@ -3,7 +3,9 @@
 //! (slot and generation in the worker's table) and the request (index and
 //! generation), packed in 64 bits. A completion is matched to exactly the
 //! request use it was issued for. The kinds below are the worker's; a
-//! transport numbers its own operations with the others.
+//! transport numbers its own ring operations from 0 and tags them with its
+//! index ([`transport_kind`]), so the worker hands each completion to its
+//! transport without a table of everyone's numbers.
 
 use super::slots::QueueKey;
 use crate::queue::Token;
@@ -13,6 +15,13 @@ use crate::queue::Token;
 pub const IO: u8 = 8;
 /// The poll of the worker's eventfd.
 pub const POLL_WAKE: u8 = 11;
+
+/// The kind of transport `index`'s own ring operation `local` (under 64):
+/// the worker hands its completion to that transport, which reads
+/// [`Ud::local_kind`].
+pub const fn transport_kind(index: usize, local: u8) -> u8 {
+    ((index as u8 + 1) << 6) | (local & 0x3F)
+}
 
 /// User data, unpacked.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -39,6 +48,20 @@ impl Ud {
             queue: QueueKey { slot: 0, gen: 0 },
             req: Token { slot: 0, gen: 0 },
         }
+    }
+
+    /// The transport whose own ring operation this is (`None`: the
+    /// worker's, or a backend operation's).
+    pub const fn transport(self) -> Option<usize> {
+        match self.kind >> 6 {
+            0 => None,
+            n => Some(n as usize - 1),
+        }
+    }
+
+    /// The kind as its transport numbers it ([`transport_kind`]).
+    pub const fn local_kind(self) -> u8 {
+        self.kind & 0x3F
     }
 
     /// Packed: kind (8 bits), queue slot (16), queue generation (8),
@@ -86,5 +109,18 @@ mod tests {
         );
         assert_eq!(u.pack(), 0x08BE_EFA5_1234_FEDC);
         assert_eq!(Ud::unpack(u.pack()), u);
+        assert_eq!(u.transport(), None, "a backend operation");
+    }
+
+    #[test]
+    fn a_transports_kind_names_it() {
+        for index in 0..crate::worker::slots::MAX_TRANSPORTS {
+            for local in [0, 9, 33, 63] {
+                let u = Ud::worker(transport_kind(index, local));
+                assert_eq!(u.transport(), Some(index));
+                assert_eq!(u.local_kind(), local);
+            }
+        }
+        assert_eq!(Ud::worker(POLL_WAKE).transport(), None);
     }
 }

@@ -18,7 +18,7 @@ use crate::transport::rdma::RdmaShared;
 use crate::transport::tcp::group::TcpGroup;
 use crate::transport::tcp::TcpShared;
 use crate::transport::TransportError;
-use crate::worker::{Both, Inbox, Worker, WorkerShared};
+use crate::worker::{Inbox, Transports, Worker, WorkerShared};
 
 /// What the listeners and workers share.
 pub struct EngineShared {
@@ -72,11 +72,13 @@ impl Engine {
         });
         let mut threads = Vec::new();
         for (i, w) in shared.workers.iter().enumerate() {
+            // Each transport at its index: its queue keys and ring
+            // operations carry it.
             let rdma = RdmaGroup::new(shared.rdma.clone(), shared.rdma.inboxes()[i].clone(), 0);
-            let tcp = TcpGroup::for_engine(shared.tcp.inboxes[i].clone(), &shared.cfg);
+            let tcp = TcpGroup::for_engine(shared.tcp.inboxes[i].clone(), &shared.cfg, 1);
             let worker = Worker::new(
                 w.clone(),
-                Both(rdma, tcp),
+                Transports::new(vec![Box::new(rdma), Box::new(tcp)]),
                 shared.target.clone(),
                 shared.cfg.clone(),
                 offload.clone(),

@@ -189,11 +189,11 @@ impl WorkerDevice {
     /// polling its completion channel and forgets the pool's fixed buffer;
     /// dropping the rest frees the completion queue, the shared receive
     /// queue, the pool's memory region and the channel.
-    pub fn retire(self, ring: &mut Ring, index: u16) {
+    pub fn retire(self, ring: &mut Ring, me: usize, index: u16) {
         if self.cq_poll_armed {
             if let Err(e) = ring.poll_cancel(
-                wr::poll_cq(index, self.gen),
-                wr::worker(wr::POLL_CANCEL, index),
+                wr::poll_cq(me, index, self.gen),
+                wr::ring_op(me, wr::POLL_CANCEL, index),
             ) {
                 warn!(error = %e, "cancelling the completion-channel poll of a removed device");
             }

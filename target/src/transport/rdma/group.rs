@@ -52,14 +52,17 @@ pub struct RdmaGroup {
     inbox: Arc<Inbox>,
     shared: Arc<RdmaShared>,
     wcs: Vec<WorkCompletion>,
+    /// Its index in its worker's list of transports.
+    me: usize,
 }
 
 impl RdmaGroup {
-    /// The RDMA part of a worker whose connections arrive in `inbox`; its
-    /// queues' keys carry `base` ([`Slots::with_base`]).
-    pub fn new(shared: Arc<RdmaShared>, inbox: Arc<Inbox>, base: u16) -> RdmaGroup {
+    /// The RDMA part of a worker whose connections arrive in `inbox`, at
+    /// index `me` in the worker's list of transports.
+    pub fn new(shared: Arc<RdmaShared>, inbox: Arc<Inbox>, me: usize) -> RdmaGroup {
         RdmaGroup {
-            queues: Slots::with_base(base),
+            me,
+            queues: Slots::for_transport(me),
             devices: Vec::new(),
             index: QueueIndex::default(),
             cm: None,
@@ -315,10 +318,6 @@ impl RdmaGroup {
 }
 
 impl Transport for RdmaGroup {
-    fn owns(&self, kind: u8) -> bool {
-        matches!(kind, wr::POLL_CQ | wr::POLL_CM | wr::POLL_CANCEL)
-    }
-
     fn queues(&self) -> usize {
         self.queues.len()
     }
@@ -379,7 +378,7 @@ impl Transport for RdmaGroup {
     }
 
     fn complete(&mut self, w: &mut Lend<'_>, ud: Ud, _res: i32) {
-        match ud.kind {
+        match ud.local_kind() {
             wr::POLL_CQ => {
                 let (index, gen) = (ud.req.slot as usize, ud.queue.gen);
                 if let Some(d) = self
@@ -452,13 +451,14 @@ impl Transport for RdmaGroup {
         if late > 0 {
             return late;
         }
+        let me = self.me;
         for (i, s) in self.devices.iter_mut().enumerate() {
             let Some(d) = s.dev.as_mut().filter(|d| !d.removed) else {
                 continue;
             };
             if !d.cq_poll_armed
                 && w.ring().is_some_and(|r| {
-                    r.poll_in(d.cq.channel().fd(), wr::poll_cq(i as u16, s.gen))
+                    r.poll_in(d.cq.channel().fd(), wr::poll_cq(me, i as u16, s.gen))
                         .is_ok()
                 })
             {
@@ -466,9 +466,10 @@ impl Transport for RdmaGroup {
             }
         }
         if let (false, Some(cm)) = (self.cm_armed, &self.cm) {
-            self.cm_armed = w
-                .ring()
-                .is_some_and(|r| r.poll_in(cm.fd(), wr::worker(wr::POLL_CM, 0)).is_ok());
+            self.cm_armed = w.ring().is_some_and(|r| {
+                r.poll_in(cm.fd(), wr::ring_op(self.me, wr::POLL_CM, 0))
+                    .is_ok()
+            });
         }
         0
     }
@@ -524,7 +525,7 @@ impl Transport for RdmaGroup {
             let removed = self.devices[i].dev.as_ref().is_some_and(|d| d.removed);
             if removed && !self.queues.iter().any(|(_, q)| q.dev == i) {
                 if let (Some(d), Some(ring)) = (self.devices[i].dev.take(), w.ring()) {
-                    d.retire(ring, i as u16);
+                    d.retire(ring, self.me, i as u16);
                     retired = true;
                 }
             }

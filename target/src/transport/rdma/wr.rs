@@ -6,6 +6,8 @@
 
 use rdma::WrId;
 
+use crate::worker::ud::transport_kind;
+
 pub use crate::worker::slots::QueueKey;
 pub use crate::worker::ud::IO;
 
@@ -21,18 +23,21 @@ pub const WRITE: u8 = 4;
 pub const SEND: u8 = 5;
 /// A zero-length RDMA WRITE probing a host without keep-alive (signaled).
 pub const PROBE: u8 = 6;
+/// The transport's own ring operations (kinds as it numbers them,
+/// [`ring_op`] tags them with its index in the worker's list):
 /// io_uring poll of a device's completion channel (slot = device index).
-pub const POLL_CQ: u8 = 9;
+pub const POLL_CQ: u8 = 0;
 /// io_uring poll of the worker's RDMA-CM channel.
-pub const POLL_CM: u8 = 10;
+pub const POLL_CM: u8 = 1;
 /// The cancel of a poll (of a removed device's completion channel).
-pub const POLL_CANCEL: u8 = 12;
+pub const POLL_CANCEL: u8 = 2;
 
 /// The id of the poll of device `index`'s completion channel, in the
-/// device's generation `gen` (a slot is reused after a device is removed).
-pub fn poll_cq(index: u16, gen: u8) -> u64 {
+/// device's generation `gen` (a slot is reused after a device is removed),
+/// of the RDMA transport at index `me` in its worker's list.
+pub fn poll_cq(me: usize, index: u16, gen: u8) -> u64 {
     WrId {
-        kind: POLL_CQ,
+        kind: transport_kind(me, POLL_CQ),
         slot: index,
         conn_gen: gen,
         ..Default::default()
@@ -67,10 +72,11 @@ pub fn recv_qp(q: QueueKey, slot: u32) -> u64 {
     req(RECV_QP, q, slot as u16, 0)
 }
 
-/// The id of a poll (or other worker-level operation).
-pub fn worker(kind: u8, slot: u16) -> u64 {
+/// The id of one of its own ring operations (a poll, a cancel) of `kind`
+/// of the RDMA transport at index `me` in its worker's list.
+pub fn ring_op(me: usize, kind: u8, slot: u16) -> u64 {
     WrId {
-        kind,
+        kind: transport_kind(me, kind),
         slot,
         ..Default::default()
     }

@@ -21,10 +21,17 @@ use crate::worker::slots::{QueueKey, Slots};
 use crate::worker::ud::Ud;
 use crate::worker::{queue_added, CoreEvent, Lend, Transport};
 
-/// The ring operation of a socket's poll for readability.
-pub const POLL_IN: u8 = 32;
+/// The ring operation of a socket's poll for readability (as this
+/// transport numbers its own, [`ring_kind`]).
+pub const POLL_IN: u8 = 0;
 /// The ring operation of a socket's poll for writability.
-pub const POLL_OUT: u8 = 33;
+pub const POLL_OUT: u8 = 1;
+
+/// The kind of this transport's ring operation `local` for queue `key`:
+/// tagged with the transport's index, which the key carries.
+fn ring_kind(key: QueueKey, local: u8) -> u8 {
+    crate::worker::ud::transport_kind(key.transport(), local)
+}
 
 /// What a worker's TCP queues share: the data pool and the capsule
 /// buffers.
@@ -66,27 +73,27 @@ pub struct TcpGroup {
 }
 
 impl TcpGroup {
-    /// The TCP part of a worker whose connections arrive in `inbox`, with a
-    /// pool of `shape` and `capsules` capsule buffers; its queues' keys
-    /// carry `base`.
-    /// The TCP part of an engine's worker: [`CAPSULES`] capsule buffers and
-    /// a data pool shaped as an RDMA device's (its memory is touched only
-    /// as NVMe/TCP uses it).
-    pub fn for_engine(inbox: Arc<Inbox>, cfg: &crate::config::EngineConfig) -> TcpGroup {
+    /// The TCP part of an engine's worker, at index `me` in its list of
+    /// transports: [`CAPSULES`] capsule buffers and a data pool shaped as an
+    /// RDMA device's (its memory is touched only as NVMe/TCP uses it).
+    pub fn for_engine(inbox: Arc<Inbox>, cfg: &crate::config::EngineConfig, me: usize) -> TcpGroup {
         let shape = PoolShape {
             small_size: crate::config::SMALL_BUFFER,
             small_count: cfg.small_buffers as usize,
             large_size: crate::MAX_IO_SIZE as usize,
             large_count: cfg.large_buffers as usize,
         };
-        Self::new(inbox, shape, CAPSULES, crate::worker::slots::SECOND)
+        Self::new(inbox, shape, CAPSULES, me)
     }
 
-    pub fn new(inbox: Arc<Inbox>, shape: PoolShape, capsules: u32, base: u16) -> TcpGroup {
+    /// The TCP part of a worker whose connections arrive in `inbox`, with a
+    /// pool of `shape` and `capsules` capsule buffers, at index `me` in the
+    /// worker's list of transports.
+    pub fn new(inbox: Arc<Inbox>, shape: PoolShape, capsules: u32, me: usize) -> TcpGroup {
         let pool = Pool::new(shape);
         let pool_mem = Aligned::new(pool.shape().bytes());
         TcpGroup {
-            queues: Slots::with_base(base),
+            queues: Slots::for_transport(me),
             res: Res {
                 pool,
                 pool_mem,
@@ -109,12 +116,18 @@ impl TcpGroup {
         };
         if !q.readable && !q.poll_in && !q.closing() {
             q.poll_in = ring
-                .poll_in(fd, Ud::of(POLL_IN, key, Token::default()).pack())
+                .poll_in(
+                    fd,
+                    Ud::of(ring_kind(key, POLL_IN), key, Token::default()).pack(),
+                )
                 .is_ok();
         }
         if q.blocked && !q.poll_out {
             q.poll_out = ring
-                .poll_out(fd, Ud::of(POLL_OUT, key, Token::default()).pack())
+                .poll_out(
+                    fd,
+                    Ud::of(ring_kind(key, POLL_OUT), key, Token::default()).pack(),
+                )
                 .is_ok();
         }
     }
@@ -165,10 +178,6 @@ impl TcpGroup {
 }
 
 impl Transport for TcpGroup {
-    fn owns(&self, kind: u8) -> bool {
-        matches!(kind, POLL_IN | POLL_OUT)
-    }
-
     fn queues(&self) -> usize {
         self.queues.len()
     }
@@ -211,7 +220,7 @@ impl Transport for TcpGroup {
         if res > 0 && res & libc::POLLERR as i32 != 0 {
             q.errors = true;
         }
-        match ud.kind {
+        match ud.local_kind() {
             POLL_IN => {
                 q.poll_in = false;
                 q.readable = true;
