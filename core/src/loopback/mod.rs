@@ -24,10 +24,11 @@ use crate::engine::pool::{Buf, Pool, PoolShape};
 use crate::model::controller::QueueLink;
 use crate::model::target::Target;
 use crate::queue::{Action, Addrs, QueueCore, QueueParams, Token};
+use crate::worker::buffers::{self, Asked};
 use crate::worker::config::EngineConfig;
 use crate::worker::slots::{QueueKey, Slots};
 use crate::worker::ud::Ud;
-use crate::worker::{CoreEvent, Grant, Group, Lend, PlainMemory, Transport};
+use crate::worker::{CoreEvent, Group, Lend, PlainMemory, Transport};
 use crate::{INLINE_DATA_SIZE, PAGE};
 
 use crate::engine::aligned::Aligned;
@@ -145,35 +146,24 @@ impl Wires {
         }
     }
 
-    fn give_buf(&mut self, w: &mut Lend<'_>, b: Buf) {
-        if let Some(((queue, req), buf)) = self.pool.give(b) {
-            w.grants.push(Grant {
-                pool: 0,
-                queue,
-                req,
-                buf,
-            });
-        }
-    }
-
     /// Carries out one of queue `key`'s actions.
     fn act(&mut self, w: &mut Lend<'_>, key: QueueKey, q: &mut LoopQueue, a: Action) {
         let pool = self.pool_mem.ptr();
         match a {
             Action::Repost(slot) => q.free_slots.push(slot),
             Action::NeedBuffer { req, len, limited } => {
-                let Some(class) = self.pool.shape().class_for(len as usize) else {
-                    // No buffer is that large: the transport gives up on the queue.
-                    return self.call(w, key, q, &mut |c, env| c.fail(env));
-                };
-                if let Some(b) = self.pool.take(class, key.owner(), limited, (key, req)) {
-                    let mut back = None;
-                    self.call(w, key, q, &mut |c, env| {
-                        back = c.buffer_granted(env, req, b)
-                    });
-                    if let Some(b) = back {
-                        self.give_buf(w, b);
+                match buffers::ask(w, &mut self.pool, key, req, len, limited) {
+                    Asked::Now(b) => {
+                        let mut back = None;
+                        self.call(w, key, q, &mut |c, env| {
+                            back = c.buffer_granted(env, req, b)
+                        });
+                        if let Some(b) = back {
+                            buffers::give_back(w, &mut self.pool, 0, b);
+                        }
                     }
+                    Asked::Waits => {}
+                    Asked::TooLarge => self.call(w, key, q, &mut |c, env| c.fail(env)),
                 }
             }
             Action::Fetch {
@@ -260,7 +250,7 @@ impl Wires {
                     self.wire.push_back(sent);
                 }
             }
-            Action::GiveBuffer(b) => self.give_buf(w, b),
+            Action::GiveBuffer(b) => buffers::give_back(w, &mut self.pool, 0, b),
             Action::Probe => {
                 if self.answer_probes {
                     self.wire.push_back(Wire::ProbeAnswered { q: key });
@@ -340,7 +330,7 @@ impl Transport for Loop {
     }
 
     fn give(&mut self, w: &mut Lend<'_>, _queue: QueueKey, _pool: usize, buf: Buf) {
-        self.wires.give_buf(w, buf);
+        buffers::unused(w, &mut self.wires.pool, 0, buf);
     }
 
     fn flush(&mut self, _w: &mut Lend<'_>) {}

@@ -16,6 +16,7 @@
 //! to stop, a completion in the mailbox). It goes round at least every
 //! [`IDLE_WAIT`], so its heartbeat tells a sleeping worker from a stuck one.
 
+pub mod buffers;
 pub mod config;
 pub mod polling;
 pub mod slots;

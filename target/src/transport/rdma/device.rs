@@ -210,11 +210,6 @@ impl WorkerDevice {
     pub fn buf_ptr(&self, b: &Buf) -> *mut u8 {
         self.data.base().wrapping_add(b.offset)
     }
-
-    /// The class serving `len` bytes.
-    pub fn class_for(&self, len: usize) -> Class {
-        self.pool.shape().class_for(len).unwrap_or(Class::Large)
-    }
 }
 
 /// Adds (`sign` 1) or removes (-1) a pool's buffers in `buffer_pool_buffers`.

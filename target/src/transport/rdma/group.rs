@@ -405,14 +405,7 @@ impl Transport for RdmaGroup {
 
     fn give(&mut self, w: &mut Lend<'_>, _queue: QueueKey, pool: usize, buf: Buf) {
         if let Some(d) = self.devices.get_mut(pool).and_then(|s| s.dev.as_mut()) {
-            if let Some(((queue, req), buf)) = d.pool.give(buf) {
-                w.grants.push(crate::worker::Grant {
-                    pool,
-                    queue,
-                    req,
-                    buf,
-                });
-            }
+            crate::worker::buffers::unused(w, &mut d.pool, pool, buf);
         }
     }
 

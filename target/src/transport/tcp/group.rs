@@ -17,6 +17,7 @@ use super::{Inbox, MAX_CAPSULE_DATA};
 use crate::engine::aligned::Aligned;
 use crate::engine::pool::{Buf, Pool, PoolShape};
 use crate::queue::Token;
+use crate::worker::buffers;
 use crate::worker::slots::{QueueKey, Slots};
 use crate::worker::ud::Ud;
 use crate::worker::{queue_added, CoreEvent, Lend, Transport};
@@ -240,10 +241,10 @@ impl Transport for TcpGroup {
         }
     }
 
-    fn give(&mut self, w: &mut Lend<'_>, queue: QueueKey, _pool: usize, buf: Buf) {
+    fn give(&mut self, w: &mut Lend<'_>, _queue: QueueKey, _pool: usize, buf: Buf) {
         // A grant the waiter no longer wanted: straight from the pool,
         // never sent.
-        self.res.give(w, queue, buf);
+        buffers::unused(w, &mut self.res.pool, 0, buf);
     }
 
     fn flush(&mut self, w: &mut Lend<'_>) {

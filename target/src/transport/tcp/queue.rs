@@ -27,8 +27,9 @@ use crate::engine::data::SglKind;
 use crate::engine::pool::Buf;
 use crate::model::controller::QueueLink;
 use crate::queue::{Action, Addrs, Env, QueueCore, QueueParams, ToHost, Token, CONNECT_TIMEOUT};
+use crate::worker::buffers::{self, Asked};
 use crate::worker::slots::QueueKey;
-use crate::worker::{Grant, Lend, PlainMemory};
+use crate::worker::{Lend, PlainMemory};
 
 /// Outputs (PDUs with their data) written per `sendmsg`.
 const SEND_OUTPUTS: usize = 16;
@@ -200,8 +201,7 @@ impl TcpQueue {
         let before = self.zc.on;
         let free = self.zc.drain(self.stream.as_raw_fd());
         for b in free {
-            w.tally.buffer(b.class as usize, -1);
-            res.give(w, self.key, b);
+            buffers::give_back(w, &mut res.pool, 0, b);
         }
         if before && !self.zc.on {
             crate::telemetry::metrics::zero_copy("copied", 1);
@@ -254,22 +254,16 @@ impl TcpQueue {
                 self.capsules_held = self.capsules_held.saturating_sub(1);
             }
             Action::NeedBuffer { req, len, limited } => {
-                let Some(class) = res.pool.shape().class_for(len as usize) else {
-                    return self.call(w, res, &mut |c, env| c.fail(env));
-                };
-                match res
-                    .pool
-                    .take(class, self.key.owner(), limited, (self.key, req))
-                {
-                    Some(b) => {
-                        w.tally.buffer(class as usize, 1);
+                match buffers::ask(w, &mut res.pool, self.key, req, len, limited) {
+                    Asked::Now(b) => {
                         let mut back = None;
                         self.call(w, res, &mut |c, env| back = c.buffer_granted(env, req, b));
                         if let Some(b) = back {
-                            res.give(w, self.key, b);
+                            buffers::give_back(w, &mut res.pool, 0, b);
                         }
                     }
-                    None => w.tally.buffer_wait(class as usize),
+                    Asked::Waits => {}
+                    Asked::TooLarge => self.call(w, res, &mut |c, env| c.fail(env)),
                 }
             }
             Action::Fetch {
@@ -324,8 +318,7 @@ impl TcpQueue {
             Action::GiveBuffer(b) => {
                 // Not while the kernel may still send from it.
                 if let Some(b) = self.zc.release(b) {
-                    w.tally.buffer(b.class as usize, -1);
-                    res.give(w, self.key, b);
+                    buffers::give_back(w, &mut res.pool, 0, b);
                 }
             }
             Action::Probe => {
@@ -893,21 +886,6 @@ impl TcpQueue {
     pub fn teardown(&mut self, tally: &mut crate::counters::Tally) {
         if let Some(c) = self.core.as_mut() {
             c.teardown(tally);
-        }
-    }
-}
-
-impl Res {
-    /// Gives `b` back to the pool; a request of queue `_q`'s waiting for
-    /// one gets it through the worker's grants.
-    pub fn give(&mut self, w: &mut Lend<'_>, _q: QueueKey, b: Buf) {
-        if let Some(((queue, req), buf)) = self.pool.give(b) {
-            w.grants.push(Grant {
-                pool: 0,
-                queue,
-                req,
-                buf,
-            });
         }
     }
 }

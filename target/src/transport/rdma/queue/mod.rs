@@ -29,7 +29,8 @@ use crate::engine::admission::Pending;
 use crate::engine::pool::Buf;
 use crate::model::controller::QueueLink;
 use crate::queue::{Action, Env, Memory, QueueCore, QueueParams, ToHost, Token};
-use crate::worker::{Grant, Lend};
+use crate::worker::buffers::{self, Asked};
+use crate::worker::Lend;
 
 mod conn;
 
@@ -179,14 +180,8 @@ impl Queue {
             match a {
                 Action::Repost(slot) => self.repost(cx, slot),
                 Action::NeedBuffer { req, len, limited } => {
-                    let class = cx.dev.class_for(len as usize);
-                    match cx
-                        .dev
-                        .pool
-                        .take(class, self.key.owner(), limited, (self.key, req))
-                    {
-                        Some(b) => {
-                            cx.w.tally.buffer(class as usize, 1);
+                    match buffers::ask(cx.w, &mut cx.dev.pool, self.key, req, len, limited) {
+                        Asked::Now(b) => {
                             let back = with_env(
                                 &mut self.core,
                                 self.recv.as_ref(),
@@ -198,7 +193,16 @@ impl Queue {
                                 self.give_buffer(cx, b);
                             }
                         }
-                        None => cx.w.tally.buffer_wait(class as usize),
+                        Asked::Waits => {}
+                        Asked::TooLarge => {
+                            with_env(
+                                &mut self.core,
+                                self.recv.as_ref(),
+                                self.key,
+                                cx,
+                                |c, env| c.fail(env),
+                            );
+                        }
                     }
                 }
                 Action::Fetch {
@@ -230,15 +234,7 @@ impl Queue {
     }
 
     fn give_buffer(&mut self, cx: &mut Cx<'_, '_>, b: Buf) {
-        cx.w.tally.buffer(b.class as usize, -1);
-        if let Some(((queue, req), buf)) = cx.dev.pool.give(b) {
-            cx.w.grants.push(Grant {
-                pool: cx.dev_index,
-                queue,
-                req,
-                buf,
-            });
-        }
+        buffers::give_back(cx.w, &mut cx.dev.pool, cx.dev_index, b);
     }
 
     /// Gives a receive slot back: to the shared receive queue (always), or to
