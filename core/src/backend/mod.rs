@@ -92,14 +92,6 @@ pub trait Storage: std::fmt::Debug + Send + Sync {
     /// every gateway).
     fn gated(&self) -> bool;
 
-    /// Whether the write gate is the store's ownership (an image several
-    /// gateways serve): its operations hold the gate themselves until the
-    /// store completed them, and a namespace opened again by a reload
-    /// takes a gate of its own (its connection's ownership).
-    fn gate_is_ownership(&self) -> bool {
-        false
-    }
-
     /// Whether a failed flush may have lost data for good: a file served
     /// through the page cache. The kernel reports a lost writeback to one
     /// fsync only, so a retried flush would succeed although the data is
@@ -158,31 +150,37 @@ pub trait Storage: std::fmt::Debug + Send + Sync {
     /// ownership, fencing and shared reservation state, found by downcasting).
     fn as_any(&self) -> &dyn std::any::Any;
 
-    /// The namespace's QoS caps changed (or were set when it opened): a
-    /// store that other gateways serve too shares them with those
-    /// (an RBD image's peers), so that a cap holds for the store as a whole.
-    fn qos_changed(&self, _qos: &Arc<crate::model::qos::NsQos>) {}
-
-    /// How this gateway serves the namespace's ANA group now, for the
-    /// other gateways that serve the store.
-    fn publish_state(&self, _state: GatewayState) {}
-
-    /// The other gateways that serve the store, as last heard: `None` for a
-    /// store only this target serves (a file, a device), `Some(None)` while
-    /// they are not known yet (just opened, or the record cannot be read).
-    fn peers(&self) -> Option<Option<Vec<Peer>>> {
+    /// What the store shares with the other gateways that serve it (an
+    /// RBD image's); `None` for a store only this target serves (a file, a
+    /// device, nothing).
+    fn shared(&self) -> Option<&dyn Shared> {
         None
     }
+}
 
-    /// Whether this gateway is the store's writer among several (an RBD
-    /// image's owner).
-    fn owned(&self) -> bool {
-        false
-    }
+/// A store several gateways serve: one of them writes (its ownership is the
+/// namespace's write gate), they share the namespace's QoS caps and tell
+/// each other how they serve its ANA group.
+pub trait Shared: Send + Sync {
+    /// The namespace's QoS caps changed (or were set when it opened): the
+    /// other gateways share them, so that a cap holds for the store as a
+    /// whole.
+    fn qos_changed(&self, qos: &Arc<crate::model::qos::NsQos>);
+
+    /// How this gateway serves the namespace's ANA group now, for the
+    /// others.
+    fn publish_state(&self, state: GatewayState);
+
+    /// The other gateways, as last heard: `None` while they are not known
+    /// yet (just opened, or the record cannot be read).
+    fn peers(&self) -> Option<Vec<Peer>>;
+
+    /// Whether this gateway is the store's writer.
+    fn owned(&self) -> bool;
 
     /// Hands the store over to the next writer without fencing: no new
     /// writes here, those in flight completed first (returns at once).
-    fn hand_over(&self) {}
+    fn hand_over(&self);
 }
 
 /// How this gateway serves a namespace's ANA group, as it tells the other

@@ -142,7 +142,9 @@ impl Namespace {
         let q = Arc::new(self.qos.load().with(subsystem, self.nsid, all, hosts));
         self.qos_on.store(!q.is_empty(), Ordering::Relaxed);
         self.qos.store(q.clone());
-        self.backend.qos_changed(&q);
+        if let Some(s) = self.backend.shared() {
+            s.qos_changed(&q);
+        }
     }
 
     /// Whether the host `hostnqn` sees it: to any other host it does not

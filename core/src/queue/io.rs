@@ -96,8 +96,9 @@ impl QueueCore {
                 .op
                 .start(&*ns.backend, &ns.gate, data, &ranges, env.exec, ud)
         };
-        if ns.backend.gate_is_ownership() {
-            // Its operations hold the gate until the store completed them.
+        if ns.backend.shared().is_some() {
+            // The gate is the store's ownership: its operations hold it
+            // until the store completed them.
             self.ungate(r);
         }
         let failed = self.reqs[r].op.failed();

@@ -113,7 +113,10 @@ impl Daemon {
         let ana = &self.target.ana;
         for (_, ns) in &nss {
             let g = ns.ana_group;
-            ns.backend.publish_state(GatewayState {
+            let Some(shared) = ns.backend.shared() else {
+                continue;
+            };
+            shared.publish_state(GatewayState {
                 state: ana.best(g),
                 candidate: ana.candidate(g),
                 promoted: ana.promoted(g),
@@ -133,10 +136,12 @@ impl Daemon {
             // while): not taken over.
             let want = ana.candidate(g)
                 && !members.is_empty()
-                && members.iter().all(|ns| match ns.backend.peers() {
-                    Some(Some(peers)) => takes_over(now, &peers),
-                    _ => false,
-                });
+                && members
+                    .iter()
+                    .all(|ns| match ns.backend.shared().map(|s| s.peers()) {
+                        Some(Some(peers)) => takes_over(now, &peers),
+                        _ => false,
+                    });
             if ana.promote(g, want) {
                 let n = self.notify_ana(None);
                 match want {
@@ -408,7 +413,8 @@ impl Daemon {
             .into_iter()
             .map(|(_, ns)| ns)
             .filter(|ns| {
-                self.target.ana.best(ns.ana_group) == AnaState::Inaccessible && ns.backend.owned()
+                self.target.ana.best(ns.ana_group) == AnaState::Inaccessible
+                    && ns.backend.shared().is_some_and(|s| s.owned())
             })
             .collect()
     }
@@ -439,7 +445,9 @@ impl Daemon {
                     "draining: I/O stopped; handing the RBD images over"
                 );
                 for ns in nss {
-                    ns.backend.hand_over();
+                    if let Some(s) = ns.backend.shared() {
+                        s.hand_over();
+                    }
                 }
             }
             Step::Done(t) => {
@@ -608,7 +616,7 @@ impl Daemon {
                     .iter()
                     .filter(|c| c.namespace(ns.nsid).is_some())
                     .count(),
-                others: ns.backend.peers(),
+                others: ns.backend.shared().map(|s| s.peers()),
             })
             .collect()
     }

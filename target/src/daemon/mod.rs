@@ -629,7 +629,7 @@ impl Daemon {
                         m.lane = o.lane.clone();
                         // An RBD image's gate is its ownership, which the
                         // new namespace's connection holds.
-                        if !m.backend.gate_is_ownership() {
+                        if m.backend.shared().is_none() {
                             m.gate = o.gate.clone();
                         }
                     }

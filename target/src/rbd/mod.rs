@@ -26,7 +26,7 @@ use std::sync::{Arc, Mutex, OnceLock, Weak};
 use nix::errno::Errno;
 
 use crate::backend::compare::{refused, MISCOMPARE};
-use crate::backend::{Backend, BackendError, DataRef, Executor, Storage, Submitted};
+use crate::backend::{Backend, BackendError, DataRef, Executor, Shared, Storage, Submitted};
 use crate::config::RbdConfig;
 use crate::engine::plan::IoPlan;
 use crate::engine::write_gate::WriteGate;
@@ -387,10 +387,6 @@ impl Storage for RbdImage {
         true
     }
 
-    fn gate_is_ownership(&self) -> bool {
-        true
-    }
-
     unsafe fn submit(
         &self,
         gate: &Arc<WriteGate>,
@@ -459,6 +455,18 @@ impl Storage for RbdImage {
         r
     }
 
+    fn shared(&self) -> Option<&dyn Shared> {
+        Some(self)
+    }
+
+    fn as_any(&self) -> &dyn std::any::Any {
+        self
+    }
+}
+
+/// An image several gateways serve: its ownership, the QoS caps and the
+/// gateways' states, shared through its cluster ([`peers`], [`owner`]).
+impl Shared for RbdImage {
     fn qos_changed(&self, qos: &Arc<crate::model::qos::NsQos>) {
         if let Some(p) = &self.presence {
             p.set_qos(qos.clone());
@@ -471,8 +479,8 @@ impl Storage for RbdImage {
         }
     }
 
-    fn peers(&self) -> Option<Option<Vec<crate::backend::Peer>>> {
-        Some(self.presence.as_ref().and_then(|p| p.peers()))
+    fn peers(&self) -> Option<Vec<crate::backend::Peer>> {
+        self.presence.as_ref().and_then(|p| p.peers())
     }
 
     fn owned(&self) -> bool {
@@ -483,10 +491,6 @@ impl Storage for RbdImage {
         if let Some(o) = self.owner.get() {
             o.hand_over();
         }
-    }
-
-    fn as_any(&self) -> &dyn std::any::Any {
-        self
     }
 }
 
