@@ -20,7 +20,7 @@ use nvme::{Command, Completion, SQE_SIZE};
 
 use crate::backend::exec::Inline;
 use crate::base::wake::{Mailbox, Waker};
-use crate::engine::pool::{Buf, Pool, PoolShape};
+use crate::engine::pool::PoolShape;
 use crate::model::controller::QueueLink;
 use crate::model::target::Target;
 use crate::queue::{Action, Addrs, QueueCore, QueueParams, Token};
@@ -114,7 +114,8 @@ pub struct Loop {
 
 /// The host's memory and the wire.
 pub struct Wires {
-    pool: Pool<(QueueKey, Token)>,
+    /// Its pool's number in the worker's.
+    pool: usize,
     pool_mem: Aligned,
     windows: HashMap<u32, Vec<u8>>,
     wire: VecDeque<Wire>,
@@ -152,14 +153,14 @@ impl Wires {
         match a {
             Action::Repost(slot) => q.free_slots.push(slot),
             Action::NeedBuffer { req, len, limited } => {
-                match buffers::ask(w, &mut self.pool, key, req, len, limited) {
+                match buffers::ask(w, self.pool, key, req, len, limited) {
                     Asked::Now(b) => {
                         let mut back = None;
                         self.call(w, key, q, &mut |c, env| {
                             back = c.buffer_granted(env, req, b)
                         });
                         if let Some(b) = back {
-                            buffers::give_back(w, &mut self.pool, 0, b);
+                            buffers::give_back(w, self.pool, b);
                         }
                     }
                     Asked::Waits => {}
@@ -250,7 +251,7 @@ impl Wires {
                     self.wire.push_back(sent);
                 }
             }
-            Action::GiveBuffer(b) => buffers::give_back(w, &mut self.pool, 0, b),
+            Action::GiveBuffer(b) => buffers::give_back(w, self.pool, b),
             Action::Probe => {
                 if self.answer_probes {
                     self.wire.push_back(Wire::ProbeAnswered { q: key });
@@ -329,10 +330,6 @@ impl Transport for Loop {
         }
     }
 
-    fn give(&mut self, w: &mut Lend<'_>, _queue: QueueKey, _pool: usize, buf: Buf) {
-        buffers::unused(w, &mut self.wires.pool, 0, buf);
-    }
-
     fn flush(&mut self, _w: &mut Lend<'_>) {}
 
     fn arm(&mut self, _w: &mut Lend<'_>) -> usize {
@@ -380,10 +377,9 @@ impl Loopback {
     /// A loopback in front of `target` with a data pool of `shape`.
     pub fn new(target: Arc<Target>, shape: PoolShape) -> std::io::Result<Loopback> {
         let waker = Waker::new()?;
-        let pool = Pool::new(shape);
-        let pool_mem = Aligned::new(pool.shape().bytes().max(PAGE));
+        let pool_mem = Aligned::new(shape.bytes().max(PAGE));
         let wires = Wires {
-            pool,
+            pool: 0,
             pool_mem,
             windows: HashMap::new(),
             wire: VecDeque::new(),
@@ -401,8 +397,10 @@ impl Loopback {
             queues: Slots::default(),
             wires,
         };
+        let mut group = Group::new(0, waker.clone(), transport, target.clone(), cfg);
+        group.transport.wires.pool = group.pools().add(shape);
         Ok(Loopback {
-            group: Group::new(0, waker.clone(), transport, target.clone(), cfg),
+            group,
             exec: Inline::new(Mailbox::detached()),
             keys: Vec::new(),
             waker,
@@ -790,7 +788,7 @@ impl Loopback {
 
     /// Pool buffers in use.
     pub fn buffers_in_use(&self) -> usize {
-        self.group.transport.wires.pool.in_use()
+        self.group.buffers_in_use()
     }
 
     /// Receives of queue `q` that hold a capsule.

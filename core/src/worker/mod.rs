@@ -180,6 +180,8 @@ pub struct Lend<'a> {
     /// Buffers given back to a pool that a waiting request gets (the
     /// worker hands them out after the event).
     pub grants: &'a mut Vec<Grant>,
+    /// The worker's data pools ([`buffers`]).
+    pub pools: &'a mut buffers::Pools,
     /// When the worker's current pass began: the time of every event it
     /// handles (one clock read per pass, not per request; a clock read is a
     /// system call where the clock source has no vDSO path).
@@ -252,10 +254,6 @@ pub trait Transport {
     /// carries out the actions the core queued.
     fn call(&mut self, w: &mut Lend<'_>, key: QueueKey, event: CoreEvent<'_>);
 
-    /// Gives `buf` back to pool `pool`, from which a waiter of queue
-    /// `queue` got it and no longer wanted it.
-    fn give(&mut self, w: &mut Lend<'_>, queue: QueueKey, pool: usize, buf: Buf);
-
     /// Posts what its queues batched in this pass.
     fn flush(&mut self, w: &mut Lend<'_>);
 
@@ -317,12 +315,6 @@ impl Transport for Transports {
         }
     }
 
-    fn give(&mut self, w: &mut Lend<'_>, queue: QueueKey, pool: usize, buf: Buf) {
-        if let Some(t) = self.0.get_mut(queue.transport()) {
-            t.give(w, queue, pool, buf)
-        }
-    }
-
     fn flush(&mut self, w: &mut Lend<'_>) {
         self.0.iter_mut().for_each(|t| t.flush(w));
     }
@@ -353,6 +345,7 @@ pub struct Group<T: Transport> {
     /// The transport (and its queues).
     pub transport: T,
     grants: Vec<Grant>,
+    pools: buffers::Pools,
     tally: Tally,
     index: usize,
     waker: Arc<Waker>,
@@ -373,6 +366,7 @@ macro_rules! lend {
             cfg: &$g.cfg,
             exec: $exec,
             grants: &mut $g.grants,
+            pools: &mut $g.pools,
             now: $g.now,
             tally: &mut $g.tally,
             worker: $g.index,
@@ -397,6 +391,7 @@ impl<T: Transport> Group<T> {
         Group {
             transport,
             grants: Vec::new(),
+            pools: Default::default(),
             tally: Tally::new(index),
             index,
             waker,
@@ -423,6 +418,16 @@ impl<T: Transport> Group<T> {
         r
     }
 
+    /// Its data pools (a transport adds its own).
+    pub fn pools(&mut self) -> &mut buffers::Pools {
+        &mut self.pools
+    }
+
+    /// Data buffers out of its pools.
+    pub fn buffers_in_use(&self) -> usize {
+        self.pools.in_use()
+    }
+
     /// The worker's tally (a test's harness tears queues down with it).
     pub fn tally(&mut self) -> &mut Tally {
         &mut self.tally
@@ -446,7 +451,7 @@ impl<T: Transport> Group<T> {
                 }
             });
             if let Some(b) = back {
-                self.transport.give(&mut w, g.queue, g.pool, b);
+                buffers::unused(&mut w, g.pool, b);
             }
         }
     }

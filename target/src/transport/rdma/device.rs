@@ -12,10 +12,8 @@ use super::memory::{Budget, MemoryError, Pinned, RecvArea};
 use super::wr;
 use crate::backend::uring::{Ring, FIXED_SLOTS};
 use crate::config::{EngineConfig, SendOffload, SrqMode, SMALL_BUFFER};
-use crate::engine::pool::{Buf, Class, Pool, PoolShape};
-use crate::queue::Token;
+use crate::engine::pool::{Buf, Class, PoolShape};
 use crate::telemetry::metrics::metrics;
-use crate::worker::slots::QueueKey;
 use crate::MAX_IO_SIZE;
 
 /// Completion queue entries per worker and device (capped by the device).
@@ -67,8 +65,10 @@ pub struct WorkerDevice {
     pub srq_overcommitted: bool,
     /// The data-buffer pool's memory.
     pub data: Pinned,
-    /// The pool's bookkeeping; waiters are named by queue and request.
-    pub pool: Pool<(QueueKey, Token)>,
+    /// The pool's shape.
+    pub shape: PoolShape,
+    /// Its pool's number among the worker's pools.
+    pub pool: usize,
     /// The io_uring fixed buffer over `data`.
     pub fixed: u16,
     /// Tells this device's completion-channel polls from those of an earlier
@@ -81,19 +81,31 @@ pub struct WorkerDevice {
     pub offload_sends: bool,
 }
 
+/// Where a worker's device goes.
+#[derive(Debug, Clone, Copy)]
+pub struct Place {
+    /// Its slot among the worker's devices (and its data pool's fixed
+    /// buffer on the worker's ring).
+    pub index: usize,
+    /// The slot's generation.
+    pub gen: u8,
+    /// Its data pool's number among the worker's pools.
+    pub pool: usize,
+}
+
 impl WorkerDevice {
-    /// Sets up a worker's resources on the device of `ctx`: completion queue,
-    /// shared receive queue (posted full), data pool (registered with the
-    /// device and as fixed buffer `index` of `ring`).
+    /// Sets up a worker's resources on the device of `ctx` at `at`:
+    /// completion queue, shared receive queue (posted full), data pool
+    /// (registered with the device and as fixed buffer `at.index` of `ring`).
     pub fn new(
         ctx: &Context,
         pd: Arc<ProtectionDomain>,
         cfg: &EngineConfig,
         budget: &Arc<Budget>,
         ring: &mut Ring,
-        index: usize,
-        gen: u8,
+        at: Place,
     ) -> Result<WorkerDevice, DeviceError> {
+        let Place { index, gen, pool } = at;
         if index >= RECV_FIXED_BASE as usize {
             return Err(DeviceError::TooManyDevices);
         }
@@ -127,12 +139,7 @@ impl WorkerDevice {
         } else {
             None
         };
-        let shape = PoolShape {
-            small_size: SMALL_BUFFER,
-            small_count: cfg.small_buffers as usize,
-            large_size: MAX_IO_SIZE as usize,
-            large_count: cfg.large_buffers as usize,
-        };
+        let shape = pool_shape(cfg);
         let data = Pinned::new(&pd, budget, shape.bytes(), 2)?;
         // SAFETY: `data` lives in the WorkerDevice, which the worker drops
         // after its ring (field order), and no operation outlives the worker.
@@ -177,7 +184,8 @@ impl WorkerDevice {
             cq_poll_armed: false,
             srq,
             data,
-            pool: Pool::new(shape),
+            shape,
+            pool,
             fixed: index as u16,
             gen,
             removed: false,
@@ -212,6 +220,16 @@ impl WorkerDevice {
     }
 }
 
+/// The shape of a device's data pool.
+pub fn pool_shape(cfg: &EngineConfig) -> PoolShape {
+    PoolShape {
+        small_size: SMALL_BUFFER,
+        small_count: cfg.small_buffers as usize,
+        large_size: MAX_IO_SIZE as usize,
+        large_count: cfg.large_buffers as usize,
+    }
+}
+
 /// Adds (`sign` 1) or removes (-1) a pool's buffers in `buffer_pool_buffers`.
 fn count_pool(shape: &PoolShape, sign: i64) {
     let m = &metrics().engine;
@@ -227,6 +245,6 @@ fn count_pool(shape: &PoolShape, sign: i64) {
 
 impl Drop for WorkerDevice {
     fn drop(&mut self) {
-        count_pool(&self.pool.shape(), -1);
+        count_pool(&self.shape, -1);
     }
 }

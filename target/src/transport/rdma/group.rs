@@ -19,7 +19,6 @@ use super::index::QueueIndex;
 use super::queue::{Cx, NewConn, Queue};
 use super::wr;
 use super::RdmaShared;
-use crate::engine::pool::Buf;
 use crate::model::controller::QueueLink;
 use crate::telemetry::metrics::metrics;
 use crate::worker::slots::{QueueKey, Slots};
@@ -102,7 +101,6 @@ impl RdmaGroup {
             poster: self.shared.poster(w.worker),
             w,
             dev: d,
-            dev_index: dev,
         };
         f(q, &mut cx);
     }
@@ -277,11 +275,18 @@ impl RdmaGroup {
             .unwrap_or(self.devices.len());
         let gen = self.devices.get(idx).map_or(0, |s| s.gen.wrapping_add(1));
         let cfg = w.cfg;
+        let pool = w.pools.add(super::device::pool_shape(cfg));
+        let at = super::device::Place {
+            index: idx,
+            gen,
+            pool,
+        };
         let Some(ring) = w.ring() else {
             error!(
                 worker = w.worker,
                 "an RDMA device needs a worker with an io_uring"
             );
+            w.pools.remove(pool);
             return None;
         };
         let made = self
@@ -289,7 +294,7 @@ impl RdmaGroup {
             .pd_for(ctx)
             .map_err(|e| e.to_string())
             .and_then(|pd| {
-                WorkerDevice::new(ctx, pd, cfg, &self.shared.budget, ring, idx, gen)
+                WorkerDevice::new(ctx, pd, cfg, &self.shared.budget, ring, at)
                     .map_err(|e| e.to_string())
             });
         match made {
@@ -311,6 +316,7 @@ impl RdmaGroup {
             }
             Err(e) => {
                 error!(worker = w.worker, "cannot serve the RDMA device: {e}");
+                w.pools.remove(pool);
                 None
             }
         }
@@ -401,12 +407,6 @@ impl Transport for RdmaGroup {
 
     fn call(&mut self, w: &mut Lend<'_>, key: QueueKey, event: CoreEvent<'_>) {
         self.with_queue(w, key, |q, cx| q.call(cx, |c, env| event(c, env)));
-    }
-
-    fn give(&mut self, w: &mut Lend<'_>, _queue: QueueKey, pool: usize, buf: Buf) {
-        if let Some(d) = self.devices.get_mut(pool).and_then(|s| s.dev.as_mut()) {
-            crate::worker::buffers::unused(w, &mut d.pool, pool, buf);
-        }
     }
 
     fn flush(&mut self, w: &mut Lend<'_>) {
@@ -518,7 +518,9 @@ impl Transport for RdmaGroup {
             let removed = self.devices[i].dev.as_ref().is_some_and(|d| d.removed);
             if removed && !self.queues.iter().any(|(_, q)| q.dev == i) {
                 if let (Some(d), Some(ring)) = (self.devices[i].dev.take(), w.ring()) {
+                    let pool = d.pool;
                     d.retire(ring, self.me, i as u16);
+                    w.pools.remove(pool);
                     retired = true;
                 }
             }

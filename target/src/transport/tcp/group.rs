@@ -15,9 +15,8 @@ use tracing::warn;
 use super::queue::TcpQueue;
 use super::{Inbox, MAX_CAPSULE_DATA};
 use crate::engine::aligned::Aligned;
-use crate::engine::pool::{Buf, Pool, PoolShape};
+use crate::engine::pool::PoolShape;
 use crate::queue::Token;
-use crate::worker::buffers;
 use crate::worker::slots::{QueueKey, Slots};
 use crate::worker::ud::Ud;
 use crate::worker::{queue_added, CoreEvent, Lend, Transport};
@@ -37,8 +36,11 @@ fn ring_kind(key: QueueKey, local: u8) -> u8 {
 /// What a worker's TCP queues share: the data pool and the capsule
 /// buffers.
 pub struct Res {
-    /// The pool's bookkeeping.
-    pub pool: Pool<(QueueKey, Token)>,
+    /// The pool's shape.
+    pub shape: PoolShape,
+    /// Its number among the worker's pools, once it was added (with the
+    /// first queue that needs a buffer).
+    pub pool: Option<usize>,
     /// The pool's memory.
     pub pool_mem: Aligned,
     /// Capsule buffers (in-capsule data), [`MAX_CAPSULE_DATA`] bytes each.
@@ -49,6 +51,13 @@ pub struct Res {
     /// connection of the worker, at least [`MIN_CAPSULE_SHARE`].
     pub capsule_share: u32,
     capsule_total: u32,
+}
+
+impl Res {
+    /// Its pool's number among the worker's, added at the first ask.
+    pub fn pool(&mut self, w: &mut Lend<'_>) -> usize {
+        *self.pool.get_or_insert_with(|| w.pools.add(self.shape))
+    }
 }
 
 /// The capsule buffers a connection may always hold, however many
@@ -91,13 +100,12 @@ impl TcpGroup {
     /// pool of `shape` and `capsules` capsule buffers, at index `me` in the
     /// worker's list of transports.
     pub fn new(inbox: Arc<Inbox>, shape: PoolShape, capsules: u32, me: usize) -> TcpGroup {
-        let pool = Pool::new(shape);
-        let pool_mem = Aligned::new(pool.shape().bytes());
         TcpGroup {
             queues: Slots::for_transport(me),
             res: Res {
-                pool,
-                pool_mem,
+                shape,
+                pool: None,
+                pool_mem: Aligned::new(shape.bytes()),
                 capsules: Aligned::new(capsules as usize * MAX_CAPSULE_DATA as usize),
                 capsule_free: (0..capsules).rev().collect(),
                 capsule_share: capsules.max(MIN_CAPSULE_SHARE),
@@ -153,11 +161,6 @@ impl TcpGroup {
 
 #[cfg(test)]
 impl TcpGroup {
-    /// Data buffers out of the pool.
-    pub(super) fn buffers_in_use(&self) -> usize {
-        self.res.pool.in_use()
-    }
-
     /// Leaves the kernel's zero-copy notifications unread (`hold`), as
     /// when they come late.
     pub(super) fn hold_notifications(&mut self, hold: bool) {
@@ -239,12 +242,6 @@ impl Transport for TcpGroup {
         if let Some(q) = self.queues.get_mut(key) {
             q.call(w, &mut self.res, event);
         }
-    }
-
-    fn give(&mut self, w: &mut Lend<'_>, _queue: QueueKey, _pool: usize, buf: Buf) {
-        // A grant the waiter no longer wanted: straight from the pool,
-        // never sent.
-        buffers::unused(w, &mut self.res.pool, 0, buf);
     }
 
     fn flush(&mut self, w: &mut Lend<'_>) {

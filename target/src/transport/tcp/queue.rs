@@ -201,7 +201,8 @@ impl TcpQueue {
         let before = self.zc.on;
         let free = self.zc.drain(self.stream.as_raw_fd());
         for b in free {
-            buffers::give_back(w, &mut res.pool, 0, b);
+            let pool = res.pool(w);
+            buffers::give_back(w, pool, b);
         }
         if before && !self.zc.on {
             crate::telemetry::metrics::zero_copy("copied", 1);
@@ -254,12 +255,13 @@ impl TcpQueue {
                 self.capsules_held = self.capsules_held.saturating_sub(1);
             }
             Action::NeedBuffer { req, len, limited } => {
-                match buffers::ask(w, &mut res.pool, self.key, req, len, limited) {
+                let pool = res.pool(w);
+                match buffers::ask(w, pool, self.key, req, len, limited) {
                     Asked::Now(b) => {
                         let mut back = None;
                         self.call(w, res, &mut |c, env| back = c.buffer_granted(env, req, b));
                         if let Some(b) = back {
-                            buffers::give_back(w, &mut res.pool, 0, b);
+                            buffers::give_back(w, pool, b);
                         }
                     }
                     Asked::Waits => {}
@@ -318,7 +320,8 @@ impl TcpQueue {
             Action::GiveBuffer(b) => {
                 // Not while the kernel may still send from it.
                 if let Some(b) = self.zc.release(b) {
-                    buffers::give_back(w, &mut res.pool, 0, b);
+                    let pool = res.pool(w);
+                    buffers::give_back(w, pool, b);
                 }
             }
             Action::Probe => {

@@ -51,8 +51,6 @@ pub struct Cx<'a, 'w> {
     pub w: &'a mut Lend<'w>,
     /// The queue's device resources.
     pub dev: &'a mut WorkerDevice,
-    /// The device's index in the worker (its pool's number).
-    pub dev_index: usize,
     /// The worker's poster thread, if sends may be offloaded.
     pub poster: Option<&'a Poster>,
 }
@@ -180,7 +178,7 @@ impl Queue {
             match a {
                 Action::Repost(slot) => self.repost(cx, slot),
                 Action::NeedBuffer { req, len, limited } => {
-                    match buffers::ask(cx.w, &mut cx.dev.pool, self.key, req, len, limited) {
+                    match buffers::ask(cx.w, cx.dev.pool, self.key, req, len, limited) {
                         Asked::Now(b) => {
                             let back = with_env(
                                 &mut self.core,
@@ -234,7 +232,7 @@ impl Queue {
     }
 
     fn give_buffer(&mut self, cx: &mut Cx<'_, '_>, b: Buf) {
-        buffers::give_back(cx.w, &mut cx.dev.pool, cx.dev_index, b);
+        buffers::give_back(cx.w, cx.dev.pool, b);
     }
 
     /// Gives a receive slot back: to the shared receive queue (always), or to

@@ -37,7 +37,7 @@ fn an_admin_command_of_a_stranger_gets_no_r2t_for_more_than_it_moves() {
         let st = r.cqe(d).status;
         assert_eq!((st.sct, st.sc), (0, Status::SGL_INVALID_DATA.sc), "{st}");
     }
-    assert_eq!(r.group.transport.buffers_in_use(), 0);
+    assert_eq!(r.group.buffers_in_use(), 0);
 }
 
 #[test]
@@ -60,7 +60,7 @@ fn a_host_withholding_r2t_data_is_ended_and_another_hosts_read_is_served() {
         asked += 1;
     }
     assert_eq!(asked, SHAPE.large_count);
-    assert_eq!(r.group.transport.buffers_in_use(), SHAPE.large_count);
+    assert_eq!(r.group.buffers_in_use(), SHAPE.large_count);
     let (_, victim) = r.admin(0);
     let vq = r.io(0, victim);
     let rd = r.rw(io::READ, 0, 64 << 10);

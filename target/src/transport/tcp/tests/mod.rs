@@ -493,25 +493,25 @@ fn a_large_read_goes_zero_copy_and_its_buffer_comes_back() {
     r.group.transport.hold_notifications(true);
     assert_eq!(r.read(q, 0, len), data);
     r.pump();
-    assert_eq!(r.group.transport.buffers_in_use(), 1, "held for the kernel");
+    assert_eq!(r.group.buffers_in_use(), 1, "held for the kernel");
     assert_eq!(r.read(q, 0, len), data);
     r.pump();
-    assert_eq!(r.group.transport.buffers_in_use(), 2);
+    assert_eq!(r.group.buffers_in_use(), 2);
     // The notifications come (it copied: the peer is local).
     r.group.transport.hold_notifications(false);
     for _ in 0..100 {
         r.pump();
-        if r.group.transport.buffers_in_use() == 0 {
+        if r.group.buffers_in_use() == 0 {
             break;
         }
         std::thread::sleep(Duration::from_millis(2));
     }
     assert_eq!(r.group.transport.zero_copy(), [true, false]);
-    assert_eq!(r.group.transport.buffers_in_use(), 0, "both came back");
+    assert_eq!(r.group.buffers_in_use(), 0, "both came back");
     // By copy now, the same data, nothing held.
     assert_eq!(r.read(q, 0, len), data);
     r.pump();
-    assert_eq!(r.group.transport.buffers_in_use(), 0);
+    assert_eq!(r.group.buffers_in_use(), 0);
 }
 
 /// Write data whose data digest is wrong is answered Transient Transport
@@ -540,7 +540,7 @@ fn write_data_failing_its_digest_is_a_transient_transport_error() {
     assert_eq!(c.status, Status::TRANSIENT_TRANSPORT_ERROR, "{}", c.status);
     assert!(!c.status.dnr, "the host may retry it");
     assert_eq!(r.read(q, 8, 4096), vec![0xEE; 4096], "nothing written");
-    assert_eq!(r.group.transport.buffers_in_use(), 0);
+    assert_eq!(r.group.buffers_in_use(), 0);
 }
 
 #[test]
