@@ -7,8 +7,9 @@
 //! stores ([`backend`]), what is counted ([`counters`]) and the in-process
 //! loopback the tests and the fuzzer drive it through ([`loopback`]).
 //!
-//! It knows no daemon, configuration file, metrics library, RDMA or TCP:
-//! a transport implements [`worker::Transport`], a backend
+//! It depends on no daemon, configuration file, metrics library, verbs,
+//! socket or Ceph library (it names the transports' settings and counts,
+//! not their code): a transport implements [`worker::Transport`], a backend
 //! [`backend::Storage`], the daemon installs a [`counters::Meter`]. The
 //! layering is the crate boundary: nothing here can name the daemon.
 

@@ -18,6 +18,17 @@ pub use tally::{Counts, Failed, RdmaOp, Tally};
 
 /// Where the core's events are counted (the daemon's metrics).
 pub trait Meter: Send + Sync {
+    /// Worker `worker` started counting: its series exist from now on (at
+    /// 0, so that its first counts are an increase).
+    fn worker_started(&self, worker: usize) {
+        let _ = worker;
+    }
+
+    /// Namespace `nsid` of `subsys` opened: its series exist from now on.
+    fn namespace_added(&self, subsys: &str, nsid: u32) {
+        let _ = (subsys, nsid);
+    }
+
     /// A worker's tally since its last publication: its counts, failed
     /// commands and refusals (see [`Tally::publish`]).
     fn tally(

@@ -126,17 +126,25 @@ impl NsMetrics {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .push(Arc::downgrade(&series));
+        meter().namespace_added(subsystem, nsid);
         NsMetrics { series, nsid }
     }
 
     /// The backend failed an operation (`backend_errors_total`).
     pub fn backend_error(&self) {
+        // Not for a namespace removed meanwhile: its series went.
+        if self.series.removed.load(Ordering::Relaxed) {
+            return;
+        }
         meter().backend_error(&self.series.subsystem, self.nsid);
     }
 
     /// A command conflicted with a reservation
     /// (`reservation_conflicts_total`).
     pub fn reservation_conflict(&self) {
+        if self.series.removed.load(Ordering::Relaxed) {
+            return;
+        }
         meter().reservation_conflict(&self.series.subsystem, self.nsid);
     }
 

@@ -45,7 +45,8 @@ pub struct Counts {
     pub wakeups: u64,
     /// Time the worker spent on passes that found work (ns).
     pub busy_ns: u64,
-    /// I/Os that waited for a QoS cap.
+    /// Waits for a QoS cap (an I/O held by two caps, its namespace's and
+    /// its host's, counts twice).
     pub throttled: u64,
 }
 
@@ -115,6 +116,7 @@ impl Default for Tally {
 impl Tally {
     /// An empty tally of worker `worker`.
     pub fn new(worker: usize) -> Tally {
+        meter().worker_started(worker);
         Tally {
             worker,
             now: Counts::default(),

@@ -47,7 +47,9 @@ impl<Q> Default for Slots<Q> {
 }
 
 /// Transports a worker serves at most: a queue key's high bits, and a ring
-/// operation's kind, name the transport by its index.
+/// operation's kind, name the transport by its index. A transport has the
+/// other 14 bits: 16384 queues per worker (a Connect past them is refused
+/// as a table full).
 pub const MAX_TRANSPORTS: usize = 3;
 /// Where a key's transport index starts.
 const TRANSPORT_SHIFT: u32 = 14;

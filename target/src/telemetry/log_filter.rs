@@ -18,9 +18,18 @@ const CORE_MODULES: [&str; 10] = [
     "worker",
 ];
 
+/// Modules that moved within the daemon or into the core, by their old
+/// path under `nvmf_target::` and their new target.
+const MOVED: [(&str, &str); 3] = [
+    ("backend::rbd", "nvmf_target::rbd"),
+    ("reservation::cluster", "nvmf_target::rbd::cluster"),
+    ("transport::loopback", "nvmf_core::loopback"),
+];
+
 /// `spec` (comma-separated `tracing` directives) with every directive for
-/// the whole daemon also given to the core, and every one for a core
-/// module under `nvmf_target::` given to it under `nvmf_core::`.
+/// the whole daemon also given to the core, every one for a core module
+/// under `nvmf_target::` given to it under `nvmf_core::`, and every one for
+/// a module that moved given to its new path.
 pub fn with_core(spec: &str) -> String {
     let mut out: Vec<String> = Vec::new();
     for d in spec.split(',') {
@@ -28,6 +37,14 @@ pub fn with_core(spec: &str) -> String {
             out.push(d.to_string());
             continue;
         };
+        let moved = MOVED.iter().find_map(|(old, new)| {
+            let tail = rest.strip_prefix("::")?.strip_prefix(old)?;
+            (tail.is_empty() || tail.starts_with([':', '=', '['])).then(|| format!("{new}{tail}"))
+        });
+        if let Some(m) = moved {
+            out.push(m);
+            continue;
+        }
         if rest.is_empty() || rest.starts_with(['=', '[']) {
             out.push(d.to_string());
             out.push(format!("nvmf_core{rest}"));
@@ -74,6 +91,18 @@ mod tests {
         assert_eq!(
             with_core("nvmf_core::queue=debug"),
             "nvmf_core::queue=debug"
+        );
+        assert_eq!(
+            with_core("nvmf_target::backend::rbd::owner=debug,nvmf_target::backend=info"),
+            "nvmf_target::rbd::owner=debug,nvmf_core::backend=info"
+        );
+        assert_eq!(
+            with_core("nvmf_target::reservation::cluster=trace"),
+            "nvmf_target::rbd::cluster=trace"
+        );
+        assert_eq!(
+            with_core("nvmf_target::transport::loopback=debug,nvmf_target::transport=info"),
+            "nvmf_core::loopback=debug,nvmf_target::transport=info"
         );
     }
 }

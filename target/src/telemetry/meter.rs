@@ -1,15 +1,53 @@
 //! The core's events ([`crate::counters::Meter`]) as the process's
 //! Prometheus metrics.
 
+use std::sync::OnceLock;
 use std::time::Duration;
 
+use prometheus::{Counter, IntCounter, IntGauge};
+
+use crate::base::shard::MAX_WORKERS;
 use crate::counters::tally::{CLASSES, RDMA_OPS};
 use crate::counters::{Counts, Failed, Meter};
 
 use super::metrics::metrics;
 
 /// Counts the core's events in [`metrics`].
-pub struct Prometheus;
+pub struct Prometheus {
+    /// Each worker's series, resolved once (a publication adds to them
+    /// without a label lookup).
+    workers: [OnceLock<WorkerSeries>; MAX_WORKERS],
+}
+
+/// The series a worker's tally adds to.
+struct WorkerSeries {
+    rdma: [IntCounter; 4],
+    in_capsule_writes: IntCounter,
+    pool_in_use: [IntGauge; 2],
+    pool_waits: [IntCounter; 2],
+    capsule_waits: IntCounter,
+    busy: Counter,
+    wakeups: IntCounter,
+}
+
+impl Prometheus {
+    /// Worker `worker`'s series, made (at 0) the first time.
+    fn worker(&self, worker: usize) -> &WorkerSeries {
+        self.workers[worker % MAX_WORKERS].get_or_init(|| {
+            let m = metrics();
+            let w = worker.to_string();
+            WorkerSeries {
+                rdma: RDMA_OPS.map(|o| m.rdma_ops.with_label_values(&[o])),
+                in_capsule_writes: m.in_capsule_writes.clone(),
+                pool_in_use: CLASSES.map(|c| m.engine.pool_in_use.with_label_values(&[c])),
+                pool_waits: CLASSES.map(|c| m.engine.pool_waits.with_label_values(&[c])),
+                capsule_waits: m.engine.pool_waits.with_label_values(&["tcp_capsule"]),
+                busy: m.engine.worker_busy.with_label_values(&[&w]),
+                wakeups: m.engine.worker_wakeups.with_label_values(&[&w]),
+            }
+        })
+    }
+}
 
 /// The `type` label of queue `qid`.
 fn queue_type(qid: u16) -> &'static str {
@@ -21,6 +59,10 @@ fn queue_type(qid: u16) -> &'static str {
 }
 
 impl Meter for Prometheus {
+    fn worker_started(&self, worker: usize) {
+        self.worker(worker);
+    }
+
     fn tally(
         &self,
         worker: usize,
@@ -41,40 +83,33 @@ impl Meter for Prometheus {
         for (reason, n) in rejected {
             m.rejections.with_label_values(&[reason]).inc_by(*n);
         }
-        for (op, n) in RDMA_OPS.iter().zip(c.rdma) {
+        let h = self.worker(worker);
+        for (s, n) in h.rdma.iter().zip(c.rdma) {
             if n > 0 {
-                m.rdma_ops.with_label_values(&[op]).inc_by(n);
+                s.inc_by(n);
             }
         }
         if c.in_capsule_writes > 0 {
-            m.in_capsule_writes.inc_by(c.in_capsule_writes);
+            h.in_capsule_writes.inc_by(c.in_capsule_writes);
         }
-        for (class, n) in CLASSES.iter().zip(c.pool_in_use) {
+        for (s, n) in h.pool_in_use.iter().zip(c.pool_in_use) {
             if n != 0 {
-                m.engine.pool_in_use.with_label_values(&[class]).add(n);
+                s.add(n);
             }
         }
-        for (class, n) in CLASSES.iter().zip(c.pool_waits) {
+        for (s, n) in h.pool_waits.iter().zip(c.pool_waits) {
             if n > 0 {
-                m.engine.pool_waits.with_label_values(&[class]).inc_by(n);
+                s.inc_by(n);
             }
         }
         if c.capsule_waits > 0 {
-            m.engine
-                .pool_waits
-                .with_label_values(&["tcp_capsule"])
-                .inc_by(c.capsule_waits);
+            h.capsule_waits.inc_by(c.capsule_waits);
         }
-        if c.wakeups > 0 || c.busy_ns > 0 {
-            let w = worker.to_string();
-            m.engine
-                .worker_wakeups
-                .with_label_values(&[&w])
-                .inc_by(c.wakeups);
-            m.engine
-                .worker_busy
-                .with_label_values(&[&w])
-                .inc_by(c.busy_ns as f64 / 1e9);
+        if c.wakeups > 0 {
+            h.wakeups.inc_by(c.wakeups);
+        }
+        if c.busy_ns > 0 {
+            h.busy.inc_by(c.busy_ns as f64 / 1e9);
         }
     }
 
@@ -146,6 +181,14 @@ impl Meter for Prometheus {
             .inc();
     }
 
+    fn namespace_added(&self, subsys: &str, nsid: u32) {
+        // Both series from 0, so that the first error is an increase.
+        let m = metrics();
+        let n = nsid.to_string();
+        m.backend_errors.with_label_values(&[subsys, &n]);
+        m.reservation_conflicts.with_label_values(&[subsys, &n]);
+    }
+
     fn backend_error(&self, subsys: &str, nsid: u32) {
         metrics()
             .backend_errors
@@ -170,8 +213,10 @@ impl Meter for Prometheus {
 
 /// Sends the core's events to the process's metrics (idempotent).
 pub fn install() {
-    static P: Prometheus = Prometheus;
-    crate::counters::install(&P);
+    static P: OnceLock<Prometheus> = OnceLock::new();
+    crate::counters::install(P.get_or_init(|| Prometheus {
+        workers: [const { OnceLock::new() }; MAX_WORKERS],
+    }));
 }
 
 #[cfg(test)]

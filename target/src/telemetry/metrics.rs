@@ -4,7 +4,9 @@
 //! Labels stay low-cardinality: subsystem NQN, namespace id, operation, and
 //! reason/status names — never hosts or queues. What every I/O counts is
 //! kept per worker and summed when scraped: per namespace in
-//! [`crate::telemetry::namespace`], the transport's in [`crate::telemetry::tally`].
+//! [`crate::counters::namespace`] (drawn by [`crate::telemetry::namespace`]),
+//! the worker's in [`crate::counters::tally`] (published through
+//! [`crate::telemetry::meter`]).
 
 use std::sync::OnceLock;
 
