@@ -23,14 +23,7 @@ fuzz_target!(|b: &[u8]| {
     let cm_sqsize = u16::from_le_bytes([b[1], b[2]]);
     let cmd = Command::parse(&b[3..67]).unwrap();
     let data = &b[67..];
-    let at = nvmf_target::command::fabrics::Arrival {
-        qid: cm_qid,
-        sqsize: cm_sqsize,
-        peer: Some(host.ip()),
-        via: None,
-        secured: None,
-        now: std::time::Instant::now(),
-    };
+    let at = nvmf_target::command::fabrics::Arrival::plain(cm_qid, cm_sqsize, Some(host.ip()));
     if let Ok((ctrl, d)) = nvmf_target::command::fabrics::connect(&t, &at, &cmd, data) {
         assert_eq!(ConnectCommand::from_command(&cmd).qid, cm_qid);
         assert!(ctrl.subsys.host_allowed(&d.hostnqn));
@@ -50,14 +43,7 @@ fuzz_target!(|b: &[u8]| {
             let mut d2 = ConnectData::parse(data).unwrap();
             d2.cntlid = ctrl.cntlid;
             let peer = if other_peer { "10.0.0.2".parse().unwrap() } else { host.ip() };
-            let at = nvmf_target::command::fabrics::Arrival {
-                qid: 1,
-                sqsize: io.sqsize,
-                peer: Some(peer),
-                via: None,
-                secured: None,
-                now: std::time::Instant::now(),
-            };
+            let at = nvmf_target::command::fabrics::Arrival::plain(1, io.sqsize, Some(peer));
             let r = nvmf_target::command::fabrics::connect(&t, &at, &c, &d2.encode());
             assert!(!(other_peer && r.is_ok()), "an I/O queue joined from another address");
         }

@@ -402,20 +402,7 @@ mod tests {
             hostnqn: host.into(),
         }
         .encode();
-        fabrics::connect(
-            t,
-            &fabrics::Arrival {
-                qid: 0,
-                sqsize: 31,
-                peer,
-                via: None,
-                secured: None,
-                now: std::time::Instant::now(),
-            },
-            &c,
-            &d,
-        )
-        .map(|x| x.0)
+        fabrics::connect(t, &fabrics::Arrival::plain(0, 31, peer), &c, &d).map(|x| x.0)
     }
 
     /// Runs a whole transaction with the right key on `ctrl`'s admin queue.

@@ -85,6 +85,21 @@ pub struct Arrival<'a> {
     pub now: Instant,
 }
 
+impl Arrival<'_> {
+    /// A queue `qid` of `sqsize` from `peer`, through no listener and
+    /// without TLS, now (the tests' and the fuzzer's Connects).
+    pub fn plain(qid: u16, sqsize: u16, peer: Option<IpAddr>) -> Arrival<'static> {
+        Arrival {
+            qid,
+            sqsize,
+            peer,
+            via: None,
+            secured: None,
+            now: Instant::now(),
+        }
+    }
+}
+
 /// Handles Connect on a queue not yet connected, arrived as `at` says. On
 /// success the caller attaches the queue to the returned controller and
 /// answers with `cntlid` as the result.

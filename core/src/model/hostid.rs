@@ -157,20 +157,7 @@ mod tests {
             hostnqn: host.into(),
         }
         .encode();
-        fabrics::connect(
-            t,
-            &fabrics::Arrival {
-                qid: 0,
-                sqsize: 31,
-                peer: None,
-                via: None,
-                secured: None,
-                now: std::time::Instant::now(),
-            },
-            &c,
-            &d,
-        )
-        .map(|x| x.0)
+        fabrics::connect(t, &fabrics::Arrival::plain(0, 31, None), &c, &d).map(|x| x.0)
     }
 
     fn refused_as(e: ConnectError, reason: &str) {
