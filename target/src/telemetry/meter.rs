@@ -263,4 +263,37 @@ mod tests {
         assert!(none.get() > n0);
         assert_eq!(rate.get(), r0 + 1);
     }
+
+    /// A namespace's and a worker's series exist at 0 from their start, so
+    /// that an alert's increase() sees their first event.
+    #[test]
+    fn series_start_at_zero() {
+        install();
+        let m = metrics();
+        let ns = crate::counters::namespace::NsMetrics::new("nqn.2026-11.io.test:zero", 5);
+        let _t = Tally::new(7);
+        let text = String::from_utf8(m.render()).unwrap();
+        let line = |l: &str| text.lines().any(|x| x == l);
+        let sub = "subsystem=\"nqn.2026-11.io.test:zero\"";
+        assert!(
+            line(&format!(
+                "nvmf_target_backend_errors_total{{nsid=\"5\",{sub}}} 0"
+            )),
+            "{text}"
+        );
+        assert!(line(&format!(
+            "nvmf_target_reservation_conflicts_total{{nsid=\"5\",{sub}}} 0"
+        )));
+        assert!(
+            line("nvmf_target_worker_wakeups_total{worker=\"7\"} 0"),
+            "{text}"
+        );
+        ns.unregister();
+        ns.backend_error();
+        let text = String::from_utf8(m.render()).unwrap();
+        assert!(
+            !text.contains("nqn.2026-11.io.test:zero"),
+            "a removed namespace's error"
+        );
+    }
 }
