@@ -1,7 +1,8 @@
 //! How the engine runs backend work, injected: the queue core and the
 //! backends ask an [`Executor`] to start an operation on a file descriptor,
-//! to run blocking work on a thread (a namespace's lane, the offload
-//! thread), and where other threads post completions. Each operation
+//! to run a blocking [`Job`] on a thread (a namespace's lane, the offload
+//! thread, the authentication pool), and where other threads post
+//! completions. Each operation
 //! completes once, as `(user data, result)`: the result of a read or write
 //! is the bytes moved, of the rest 0 or more; errors are negative errnos.
 //!
@@ -19,8 +20,52 @@ use super::offload::{Lane, Offload};
 use super::uring::Ring;
 use crate::base::wake::Mailbox;
 
-/// Blocking work whose result completes an operation.
-pub type Work = Box<dyn FnOnce() -> i32 + Send + 'static>;
+/// An inline operation's work.
+type Work = Box<dyn FnOnce() -> i32 + Send + 'static>;
+
+/// What a blocking [`Job`] is: how an executor's records (tests, logs)
+/// name it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum JobKind {
+    /// A Compare: the data read and compared.
+    Compare,
+    /// A fused Compare and Write, atomic against every other write.
+    CompareAndWrite,
+    /// A reservation command that syncs the state or waits for writes.
+    Reservation,
+    /// Set Features Reservation Persistence (syncs the state).
+    Persistence,
+    /// One step of a DH-HMAC-CHAP transaction (the costly arithmetic).
+    Authentication,
+    /// A block device's discard (BLKDISCARD blocks).
+    Discard,
+}
+
+impl JobKind {
+    /// Its name in records.
+    pub fn name(self) -> &'static str {
+        match self {
+            JobKind::Compare => "compare",
+            JobKind::CompareAndWrite => "compare_and_write",
+            JobKind::Reservation => "reservation",
+            JobKind::Persistence => "persistence",
+            JobKind::Authentication => "authentication",
+            JobKind::Discard => "discard",
+        }
+    }
+}
+
+/// Blocking work handed to an executor by name: the queue core and the
+/// backends describe it (a named type per kind, next to the command it
+/// serves), the executor decides where and when it runs, and its result
+/// completes the operation it was started for (as an operation's: 0 or
+/// more, or a negative errno).
+pub trait Job: Send + 'static {
+    /// What it is.
+    fn kind(&self) -> JobKind;
+    /// Does it (blocking: never on a worker).
+    fn run(self: Box<Self>) -> i32;
+}
 
 /// Where backend work runs.
 pub trait Executor {
@@ -65,19 +110,19 @@ pub trait Executor {
     /// punch a hole).
     fn fallocate(&mut self, fd: i32, offset: u64, len: u64, mode: i32, ud: u64) -> io::Result<()>;
 
-    /// Runs `work` on `lane` after its earlier jobs (`None`: on the offload
+    /// Runs `job` on `lane` after its earlier jobs (`None`: on the offload
     /// thread); its result completes `ud`.
-    fn blocking(&mut self, lane: Option<&Arc<Lane>>, ud: u64, work: Work);
+    fn blocking(&mut self, lane: Option<&Arc<Lane>>, ud: u64, job: Box<dyn Job>);
 
-    /// Runs `work` on `pool` in `key`'s turn; its result completes `ud`.
-    /// Gives it back, and why, when the pool holds its bound of work.
+    /// Runs `job` on `pool` in `key`'s turn; its result completes `ud`.
+    /// Says why not (the job dropped) when the pool holds its bound of work.
     fn fair(
         &mut self,
         pool: &Arc<FairPool>,
         key: std::net::IpAddr,
         ud: u64,
-        work: Work,
-    ) -> Result<(), (Work, Full)>;
+        job: Box<dyn Job>,
+    ) -> Result<(), Full>;
 
     /// Where other threads post completions of this executor's operations
     /// (librbd's callbacks, a write gate that opens).
@@ -134,10 +179,10 @@ impl Executor for Uring<'_> {
         self.ring.fallocate(fd, offset, len, mode, ud)
     }
 
-    fn blocking(&mut self, lane: Option<&Arc<Lane>>, ud: u64, work: Work) {
+    fn blocking(&mut self, lane: Option<&Arc<Lane>>, ud: u64, job: Box<dyn Job>) {
         match lane {
-            Some(l) => l.run(self.mailbox, ud, work),
-            None => self.offload.run(self.mailbox, ud, work),
+            Some(l) => l.run(self.mailbox, ud, move || job.run()),
+            None => self.offload.run(self.mailbox, ud, move || job.run()),
         }
     }
 
@@ -146,9 +191,10 @@ impl Executor for Uring<'_> {
         pool: &Arc<FairPool>,
         key: std::net::IpAddr,
         ud: u64,
-        work: Work,
-    ) -> Result<(), (Work, Full)> {
-        pool.run(self.mailbox, key, ud, work)
+        job: Box<dyn Job>,
+    ) -> Result<(), Full> {
+        pool.run(self.mailbox, key, ud, move || job.run())
+            .map_err(|(_, full)| full)
     }
 
     fn mailbox(&self) -> &Arc<Mailbox> {
@@ -351,12 +397,12 @@ impl Executor for Inline {
         )
     }
 
-    fn blocking(&mut self, lane: Option<&Arc<Lane>>, ud: u64, work: Work) {
-        self.started.push("blocking");
+    fn blocking(&mut self, lane: Option<&Arc<Lane>>, ud: u64, job: Box<dyn Job>) {
+        self.started.push(job.kind().name());
         self.ops.push_back(Queued {
             ud,
             lane: lane.map(lane_key),
-            work,
+            work: Box::new(move || job.run()),
         });
     }
 
@@ -367,13 +413,13 @@ impl Executor for Inline {
         pool: &Arc<FairPool>,
         _key: std::net::IpAddr,
         ud: u64,
-        work: Work,
-    ) -> Result<(), (Work, Full)> {
-        self.started.push("fair");
+        job: Box<dyn Job>,
+    ) -> Result<(), Full> {
+        self.started.push(job.kind().name());
         self.ops.push_back(Queued {
             ud,
             lane: Some(lane_key(pool)),
-            work,
+            work: Box::new(move || job.run()),
         });
         Ok(())
     }

@@ -13,6 +13,7 @@ use nix::errno::Errno;
 use nix::fcntl::{FallocateFlags, OFlag};
 
 use super::compare::{self, aligned, MISCOMPARE, WRITE_FAILED};
+use super::exec::{Job, JobKind};
 use super::{Backend, BackendError, DataRef, Executor, Storage, Submitted};
 use crate::engine::plan::IoPlan;
 use crate::engine::write_gate::WriteGate;
@@ -355,9 +356,11 @@ unsafe fn submit(
         IoPlan::Dsm { .. } if ranges.is_empty() => Submitted::default(),
         IoPlan::Dsm { .. } if is_block => {
             // BLKDISCARD blocks: it runs on the offload thread.
-            let dev = file.clone();
-            let ranges = ranges.to_vec();
-            io.blocking(None, ud, Box::new(move || discard_block(&dev, &ranges)));
+            let job = Discard {
+                dev: file.clone(),
+                ranges: ranges.to_vec(),
+            };
+            io.blocking(None, ud, Box::new(job));
             Submitted {
                 in_flight: 1,
                 errno: 0,
@@ -382,6 +385,23 @@ unsafe fn submit(
 
 /// Discards byte ranges of a block device (blocking; on the offload thread).
 /// Returns 0 or a negative errno, as io_uring does.
+/// A block device's discard of `ranges` (bytes: offset, length), as the
+/// executor's named job: BLKDISCARD blocks.
+struct Discard {
+    dev: Arc<File>,
+    ranges: Vec<(u64, u64)>,
+}
+
+impl Job for Discard {
+    fn kind(&self) -> JobKind {
+        JobKind::Discard
+    }
+
+    fn run(self: Box<Self>) -> i32 {
+        discard_block(&self.dev, &self.ranges)
+    }
+}
+
 fn discard_block(dev: &File, ranges: &[(u64, u64)]) -> i32 {
     for &(o, l) in ranges {
         let range = [o, l];

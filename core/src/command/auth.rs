@@ -6,6 +6,7 @@
 //! authentication tells the controller.
 
 use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use dhchap::controller::{Event, Names, Transaction};
@@ -14,6 +15,7 @@ use nvme::opcode::fctype;
 use nvme::{Command, Status};
 use tracing::{debug, info, warn};
 
+use crate::backend::exec::{Job, JobKind};
 use crate::counters::meter;
 use crate::model::controller::Controller;
 use crate::model::target::Target;
@@ -47,28 +49,68 @@ pub struct AuthState {
     reply: Vec<u8>,
 }
 
-/// Runs an authentication command on the lane: an Authentication Send of
-/// `data`, or (`send` false) a Receive into `data` (the allocation length's
-/// room), whose message is kept as the reply.
-pub fn run_on_lane(
-    state: &std::sync::Mutex<AuthState>,
-    target: &Target,
-    ctrl: &Controller,
+/// An authentication command as the executor's named job, run on the
+/// target's authentication pool: an Authentication Send of `data`, or
+/// (`send` false) a Receive into `data` (the allocation length's room),
+/// whose message is kept as the reply. Its result is [`Done::to_result`].
+pub struct Step {
+    state: Arc<Mutex<AuthState>>,
+    target: Arc<Target>,
+    ctrl: Arc<Controller>,
     qid: u16,
-    send_cmd: bool,
-    mut data: Vec<u8>,
-) -> Done {
-    let mut st = state.lock().unwrap_or_else(|p| p.into_inner());
-    if send_cmd {
-        return Done::Sent(send(&mut st, target, ctrl, qid, &data));
-    }
-    match receive(&mut st, target, ctrl, qid, &mut data) {
-        Ok((n, o)) => {
-            data.truncate(n as usize);
-            st.reply = data;
-            Done::Received(n, o)
+    send: bool,
+    data: Vec<u8>,
+}
+
+impl Step {
+    /// Queue `qid`'s command (of `ctrl`) on its transaction `state`.
+    pub fn new(
+        state: Arc<Mutex<AuthState>>,
+        target: &Arc<Target>,
+        ctrl: &Arc<Controller>,
+        qid: u16,
+        send: bool,
+        data: Vec<u8>,
+    ) -> Step {
+        Step {
+            state,
+            target: target.clone(),
+            ctrl: ctrl.clone(),
+            qid,
+            send,
+            data,
         }
-        Err(status) => Done::Refused(status),
+    }
+
+    fn done(mut self) -> Done {
+        let mut st = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        if self.send {
+            return Done::Sent(send(
+                &mut st,
+                &self.target,
+                &self.ctrl,
+                self.qid,
+                &self.data,
+            ));
+        }
+        match receive(&mut st, &self.target, &self.ctrl, self.qid, &mut self.data) {
+            Ok((n, o)) => {
+                self.data.truncate(n as usize);
+                st.reply = std::mem::take(&mut self.data);
+                Done::Received(n, o)
+            }
+            Err(status) => Done::Refused(status),
+        }
+    }
+}
+
+impl Job for Step {
+    fn kind(&self) -> JobKind {
+        JobKind::Authentication
+    }
+
+    fn run(self: Box<Self>) -> i32 {
+        (*self).done().to_result()
     }
 }
 
@@ -77,7 +119,7 @@ pub fn run_on_lane(
 /// must not stall the other queues a worker serves).
 #[derive(Default)]
 pub struct QueueAuth {
-    state: std::sync::Arc<std::sync::Mutex<AuthState>>,
+    state: Arc<Mutex<AuthState>>,
     /// It authenticated, as of its last authentication command.
     authenticated: bool,
     /// The key epoch it last authenticated in.
@@ -149,7 +191,7 @@ impl QueueAuth {
     }
 
     /// The transaction, for the lane.
-    pub fn shared(&self) -> std::sync::Arc<std::sync::Mutex<AuthState>> {
+    pub fn shared(&self) -> Arc<Mutex<AuthState>> {
         self.state.clone()
     }
 

@@ -4,6 +4,7 @@
 
 pub mod admin;
 pub mod auth;
+pub mod compare;
 pub mod fabrics;
 pub mod io;
 pub mod reservation;

@@ -2,13 +2,17 @@
 //! change the namespace's state and notify the hosts they affect; Report
 //! describes it.
 
+use std::sync::Arc;
+
 use nvme::opcode::io as op;
 use nvme::reservation::{RegisteredController, Report, ReportCommand, ResvCommand};
 use nvme::{Command, Status};
 use tracing::info;
 
+use crate::backend::exec::{Job, JobKind};
 use crate::model::controller::Controller;
 use crate::model::namespace::Namespace;
+use crate::model::ns_cache::NsRef;
 use crate::model::subsystem::Subsystem;
 use crate::reservation::state::{HostId, NqnTag};
 use crate::reservation::Access;
@@ -108,6 +112,39 @@ pub fn blocks(ns: &Namespace, cmd: &Command) -> bool {
         && (cmd.cdw(10) & 7) as u8 == nvme::reservation::racqa::PREEMPT_ABORT
         && ns.backend.gated();
     ns.resv.blocks() || abort
+}
+
+/// A reservation command that blocks ([`blocks`]), as the executor's named
+/// job on the namespace's lane: its status is the result.
+pub struct Change {
+    ns: NsRef,
+    ctrl: Arc<Controller>,
+    cmd: Command,
+    keys: Vec<u8>,
+}
+
+impl Change {
+    /// `ctrl`'s command `cmd` on `ns`, with its data `keys` (copied out of
+    /// the request: the job owns it).
+    pub fn new(ns: NsRef, ctrl: Arc<Controller>, cmd: Command, keys: Vec<u8>) -> Change {
+        Change {
+            ns,
+            ctrl,
+            cmd,
+            keys,
+        }
+    }
+}
+
+impl Job for Change {
+    fn kind(&self) -> JobKind {
+        JobKind::Reservation
+    }
+
+    fn run(mut self: Box<Self>) -> i32 {
+        let (st, _) = execute(&self.ns, &self.ctrl, &self.cmd, &mut self.keys);
+        st.to_field() as i32
+    }
 }
 
 /// Reservation Report: the header and a Registered Controller structure per

@@ -213,12 +213,9 @@ impl QueueCore {
         self.reqs[r].io = Some(plan);
         self.reqs[r].op = Op::new(plan);
         let ud = env.mem.backend_ud(self.token(r));
-        let (state, target) = (self.auth.shared(), env.target.clone());
+        let job = auth::Step::new(self.auth.shared(), env.target, &ctrl, qid, send, data);
         let pool = env.target.auth_pool.clone();
-        let c = ctrl.clone();
-        let work =
-            Box::new(move || auth::run_on_lane(&state, &target, &c, qid, send, data).to_result());
-        if let Err((_, full)) = env.exec.fair(&pool, ip, ud, work) {
+        if let Err(full) = env.exec.fair(&pool, ip, ud, Box::new(job)) {
             // The authentication threads have their bound of this address's
             // (or everyone's) steps waiting: the host tries again later.
             if env.target.refusal_log.should_log(ip, env.now) {
@@ -283,7 +280,7 @@ impl QueueCore {
                 self.complete(env, r, status, result)
             }
             AdminOutcome::Parked => self.complete_aers(env, &ctrl),
-            AdminOutcome::Blocking { ns, work } => {
+            AdminOutcome::Blocking { ns, job } => {
                 // On the namespace's lane; the status comes back as the
                 // operation's result, as a blocking reservation command's.
                 let plan = IoPlan::Resv {
@@ -294,11 +291,7 @@ impl QueueCore {
                 self.reqs[r].op = Op::new(plan);
                 self.reqs[r].ns.push(NsRef::new(ns.clone()));
                 let ud = env.mem.backend_ud(self.token(r));
-                env.exec.blocking(
-                    Some(&ns.lane),
-                    ud,
-                    Box::new(move || work().to_field() as i32),
-                );
+                env.exec.blocking(Some(&ns.lane), ud, job);
                 self.reqs[r].life.backend_started(1);
             }
         }

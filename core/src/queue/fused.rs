@@ -1,18 +1,17 @@
 //! Fused Compare and Write on a queue: the Compare (FUSE first) waits for
 //! the next command, which must be its Write (FUSE second) over the same
 //! blocks; the pair runs as one operation on the offload thread
-//! (`backend::compare`), and both answer together.
+//! (`command::compare`), and both answer together.
 
 use nvme::command::fuse;
 use nvme::Status;
 
 use super::{Env, QueueCore};
 use crate::backend::compare::{self, MISCOMPARE};
+use crate::command::compare::CompareAndWriteJob;
 use crate::command::io;
-use crate::command::reservation::admit;
 use crate::engine::plan::IoPlan;
 use crate::engine::request::Step;
-use crate::reservation::Access;
 
 /// Where a queue is in a fused pair.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
@@ -25,13 +24,6 @@ pub(super) enum Pending {
     /// The first command failed: its second is aborted.
     FirstFailed,
 }
-
-/// A raw pointer that crosses to the offload thread with its request's
-/// promise: the buffer stays the request's until the operation completed.
-struct SendPtr(*const u8);
-// SAFETY: the pointed-to buffers are not touched by their owner while the
-// operation is in flight (both requests count it as a backend operation).
-unsafe impl Send for SendPtr {}
 
 impl QueueCore {
     /// Pairs an arriving command with the fused state of the queue: a
@@ -144,30 +136,21 @@ impl QueueCore {
             self.complete(env, first, Status::INTERNAL, 0);
             return self.complete(env, second, Status::INTERNAL, 0);
         };
-        let cmp = SendPtr(self.data_ref(env, first).ptr);
-        let data = SendPtr(self.data_ref(env, second).ptr);
+        let (cmp, data) = (
+            self.data_ref(env, first).ptr,
+            self.data_ref(env, second).ptr,
+        );
         self.reqs[first].life.backend_started(1);
         self.reqs[second].life.backend_started(1);
         let ud = env.mem.backend_ud(self.token(second));
-        let ctrl = self.ctrl.clone();
         let lane = ns.lane.clone();
-        let work = move || {
-            let (cmp, data) = (cmp, data);
-            // SAFETY: both buffers hold `len` bytes (the pair's checked data)
-            // and stay their requests', unwritten, until this completes.
-            let (c, d) = unsafe {
-                (
-                    std::slice::from_raw_parts(cmp.0, len as usize),
-                    std::slice::from_raw_parts(data.0, len as usize),
-                )
-            };
-            let allowed = || match &ctrl {
-                Some(c) => admit(&ns, c, Access::Write),
-                None => Err(Status::CMD_SEQ_ERROR),
-            };
-            compare::compare_and_write(&*ns.backend, &ns.gate, offset, c, d, fua, allowed)
+        // SAFETY: both buffers hold `len` bytes (the pair's checked data) and
+        // stay their requests', unwritten, until the job completed (both
+        // count it as a backend operation).
+        let job = unsafe {
+            CompareAndWriteJob::new(ns, self.ctrl.clone(), offset, fua, (cmp, data), len)
         };
-        env.exec.blocking(Some(&lane), ud, Box::new(work));
+        env.exec.blocking(Some(&lane), ud, Box::new(job));
     }
 
     /// The pair of second command `s` ran with `res`: both answer. A

@@ -6,6 +6,7 @@ use tracing::{debug, error, warn};
 
 use super::{Env, QueueCore, Token};
 use crate::backend::op::{After, Op};
+use crate::command::compare::CompareJob;
 use crate::command::io;
 use crate::command::reservation::admit;
 use crate::counters::namespace::IoOp;
@@ -32,20 +33,13 @@ impl QueueCore {
         }
         let ud = env.mem.backend_ud(self.token(r));
         if let IoPlan::Compare { offset, len } = plan {
-            // A read and a comparison, blocking: on the offload thread. The
-            // buffer stays the request's until the operation completed.
-            let cmp = self.data_ref(env, r).ptr as usize;
+            // A read and a comparison, blocking: on the offload thread.
+            let cmp = self.data_ref(env, r).ptr;
             self.reqs[r].op = Op::new(plan);
-            env.exec.blocking(
-                None,
-                ud,
-                Box::new(move || {
-                    // SAFETY: `len` bytes of the request's buffer, unwritten
-                    // until this operation completes (it counts as in flight).
-                    let c = unsafe { std::slice::from_raw_parts(cmp as *const u8, len as usize) };
-                    crate::backend::compare::compare(&*ns.backend, offset, c)
-                }),
-            );
+            // SAFETY: `len` bytes of the request's buffer, unwritten until
+            // the job completed (it counts as a backend operation).
+            let job = unsafe { CompareJob::new(ns, offset, cmp, len) };
+            env.exec.blocking(None, ud, Box::new(job));
             return self.reqs[r].life.backend_started(1);
         }
         if !self.reqs[r].in_ns_gauge {
@@ -127,17 +121,11 @@ impl QueueCore {
         let cmd = self.reqs[r].cmd;
         if crate::command::reservation::blocks(&ns, &cmd) {
             // SAFETY: the request executes; its data is copied out at once.
-            let mut keys = unsafe { self.data_mut(env, r) }.to_vec();
+            let keys = unsafe { self.data_mut(env, r) }.to_vec();
             let ud = env.mem.backend_ud(self.token(r));
             let lane = ns.lane.clone();
-            env.exec.blocking(
-                Some(&lane),
-                ud,
-                Box::new(move || {
-                    let (st, _) = crate::command::reservation::execute(&ns, &ctrl, &cmd, &mut keys);
-                    st.to_field() as i32
-                }),
-            );
+            let job = crate::command::reservation::Change::new(ns, ctrl, cmd, keys);
+            env.exec.blocking(Some(&lane), ud, Box::new(job));
             return self.reqs[r].life.backend_started(1);
         }
         // SAFETY: the request executes; nothing else uses its data until

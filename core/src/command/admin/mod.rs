@@ -10,6 +10,7 @@ use nvme::{Command, Status};
 
 use std::sync::Arc;
 
+use crate::backend::exec::{Job, JobKind};
 use crate::model::controller::{Controller, ERROR_LOG_ENTRIES, VERSION};
 use crate::model::namespace::Namespace;
 use crate::model::subsystem::SubsystemKind;
@@ -29,15 +30,36 @@ pub enum AdminOutcome {
     },
     /// An Asynchronous Event Request was parked; it completes later.
     Parked,
-    /// The command blocks (it syncs a file or waits for the cluster): `work`
-    /// runs on the namespace's lane, never on the worker, and its status is
-    /// the answer.
+    /// The command blocks (it syncs a file or waits for the cluster): `job`
+    /// runs on the namespace's lane, never on the worker, and its result is
+    /// the answer's status field.
     Blocking {
         /// The namespace whose lane runs it.
         ns: Arc<Namespace>,
         /// What it does.
-        work: Box<dyn FnOnce() -> Status + Send>,
+        job: Box<dyn Job>,
     },
+}
+
+/// Set Features Reservation Persistence where the reservation state is
+/// kept in a file or the cluster: the executor's named job on the
+/// namespace's lane, its status field the result.
+pub struct SetPersistence {
+    ns: Arc<Namespace>,
+    on: bool,
+}
+
+impl Job for SetPersistence {
+    fn kind(&self) -> JobKind {
+        JobKind::Persistence
+    }
+
+    fn run(self: Box<Self>) -> i32 {
+        match self.ns.resv.set_ptpl(self.on) {
+            Ok(()) => Status::SUCCESS.to_field() as i32,
+            Err(st) => st.to_field() as i32,
+        }
+    }
 }
 
 /// How often one controller may ask for a blocking Set Features
@@ -492,15 +514,11 @@ fn resv_feature(ctrl: &Controller, cmd: &Command, f: u8, set: bool, now: Instant
             {
                 return done(ctrl.retry_delay(Status::COMMAND_INTERRUPTED.with_crd(1)));
             }
-            let on = cdw11 & 1 != 0;
-            let resv = ns.resv.clone();
-            AdminOutcome::Blocking {
-                ns,
-                work: Box::new(move || match resv.set_ptpl(on) {
-                    Ok(()) => Status::SUCCESS,
-                    Err(st) => st,
-                }),
-            }
+            let job = Box::new(SetPersistence {
+                ns: ns.clone(),
+                on: cdw11 & 1 != 0,
+            });
+            AdminOutcome::Blocking { ns, job }
         }
         (_, true) => match ns.resv.set_ptpl(cdw11 & 1 != 0) {
             Ok(()) => ok(0),

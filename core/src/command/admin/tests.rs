@@ -65,8 +65,8 @@ fn status(o: AdminOutcome) -> Status {
     match o {
         AdminOutcome::Done { status, .. } => status,
         AdminOutcome::Parked => panic!("parked"),
-        // What the queue core does with it: the work's status.
-        AdminOutcome::Blocking { work, .. } => work(),
+        // What the queue core does with it: the job's result is the status.
+        AdminOutcome::Blocking { job, .. } => Status::from_field(job.run() as u16),
     }
 }
 

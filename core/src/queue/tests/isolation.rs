@@ -65,6 +65,16 @@ fn a_stuck_namespace_leaves_another_namespaces_compare_and_write_fast() {
     h.lb.run_until(|lb| !lb.queue_busy(q));
     assert_status(h.lb.take_cqe(q, c1.cid()), Status::SUCCESS);
     assert_status(h.lb.take_cqe(q, w1.cid()), Status::SUCCESS);
+    // Each pair reached the executor as one named job.
+    let jobs = |h: &mut Host, kind: &str| {
+        h.lb.executor()
+            .started
+            .iter()
+            .filter(|k| **k == kind)
+            .count()
+    };
+    assert_eq!(jobs(&mut h, "compare_and_write"), 2);
+    assert_eq!(jobs(&mut h, "compare"), 0);
 }
 
 /// Issue 38, 9: a Compare and Write whose compare matched and whose write
@@ -137,6 +147,13 @@ fn reservation_persistence_runs_off_the_worker() {
     h.lb.run_until(|lb| !lb.queue_busy(aq));
     assert_status(h.lb.take_cqe(aq, set.cid()), Status::SUCCESS);
     assert!(ns.resv.lock().ptpl);
+    // One job for the executor: the refused asks never reached it.
+    let started = &h.lb.executor().started;
+    assert_eq!(
+        started.iter().filter(|k| **k == "persistence").count(),
+        1,
+        "{started:?}"
+    );
 }
 
 /// Issue 38, 5: a host that keeps its association but takes no responses
