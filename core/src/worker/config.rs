@@ -32,48 +32,201 @@ pub enum SendOffload {
     Off,
 }
 
-/// Settings of the RDMA engine.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct EngineConfig {
+/// The engine's settings, each spelled once: its name (the `[target]` key),
+/// type, default and check make [`EngineConfig`], its `Default`, and
+/// [`EngineSettings`] (as a file has them, each optional) with
+/// [`EngineSettings::resolve`]. A type read otherwise from the file follows
+/// `|` (a size: `"192M"` or a number of bytes).
+macro_rules! settings {
+    ($(
+        $(#[doc = $doc:literal])*
+        $name:ident: $ty:ty $(| $raw:ty)? = $default:expr, $check:expr;
+    )*) => {
+        /// The engine's settings (`[target]` in the daemon's configuration).
+        #[derive(Debug, Clone, PartialEq, Eq)]
+        pub struct EngineConfig {
+            $($(#[doc = $doc])* pub $name: $ty,)*
+        }
+
+        impl Default for EngineConfig {
+            fn default() -> Self {
+                EngineConfig { $($name: $default,)* }
+            }
+        }
+
+        /// The engine's settings as a configuration file has them: each
+        /// optional (its default when absent), unchecked.
+        #[derive(Debug, Default, Deserialize)]
+        #[serde(deny_unknown_fields)]
+        pub struct EngineSettings {
+            $($(#[doc = $doc])* pub $name: Option<settings!(@raw $ty $(, $raw)?)>,)*
+        }
+
+        impl EngineSettings {
+            /// The settings' names.
+            pub const NAMES: &'static [&'static str] = &[$(stringify!($name)),*];
+
+            /// Each setting given (or its default), checked on its own.
+            fn each(self) -> (EngineConfig, Vec<(&'static str, String)>) {
+                let d = EngineConfig::default();
+                let mut errors = Vec::new();
+                let e = EngineConfig {
+                    $($name: {
+                        let check: fn(&$ty) -> Result<(), String> = $check;
+                        let v = match self.$name.map(FromSetting::from_setting) {
+                            None => d.$name,
+                            Some(Ok(v)) => v,
+                            Some(Err(why)) => {
+                                errors.push((stringify!($name), why));
+                                d.$name
+                            }
+                        };
+                        if let Err(why) = check(&v) {
+                            errors.push((stringify!($name), why));
+                        }
+                        v
+                    },)*
+                };
+                (e, errors)
+            }
+        }
+    };
+    (@raw $ty:ty) => { $ty };
+    (@raw $ty:ty, $raw:ty) => { $raw };
+}
+
+/// A setting's value from what the file has.
+trait FromSetting<R>: Sized {
+    fn from_setting(r: R) -> Result<Self, String>;
+}
+
+impl<T> FromSetting<T> for T {
+    fn from_setting(r: T) -> Result<T, String> {
+        Ok(r)
+    }
+}
+
+/// A size as a file has it: a number of bytes or text (`"192M"`).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(untagged)]
+pub enum Size {
+    /// Bytes.
+    Bytes(u64),
+    /// As people write it (`sizes::parse`).
+    Text(String),
+}
+
+impl Size {
+    /// Its bytes, or why it is not a size.
+    pub fn bytes(self) -> Result<u64, String> {
+        match self {
+            Size::Bytes(v) => Ok(v),
+            Size::Text(t) => sizes::parse(&t),
+        }
+    }
+}
+
+impl FromSetting<Size> for u64 {
+    fn from_setting(r: Size) -> Result<u64, String> {
+        r.bytes()
+    }
+}
+
+/// Any value.
+fn any<T>(_: &T) -> Result<(), String> {
+    Ok(())
+}
+
+/// `v` within `r`; `unit` is said after the range.
+fn within(v: u64, r: std::ops::RangeInclusive<u64>, unit: &str) -> Result<(), String> {
+    if r.contains(&v) {
+        Ok(())
+    } else {
+        Err(format!(
+            "{v} is out of range {}..={}{unit}",
+            r.start(),
+            r.end()
+        ))
+    }
+}
+
+settings! {
     /// Worker (poll group) threads.
-    pub workers: usize,
+    workers: usize = affinity_cpus(), |v| within(*v as u64, 1..=MAX_WORKERS as u64, "");
     /// Shared receive queues.
-    pub srq: SrqMode,
+    srq: SrqMode = SrqMode::Auto, any;
     /// Receive buffers per shared receive queue (one per worker and device).
-    pub srq_depth: u32,
+    srq_depth: u32 = DEFAULT_SRQ_DEPTH, |v| within((*v).into(), 16..=65536, "");
     /// Small (8 KiB) data buffers per worker and device.
-    pub small_buffers: u32,
+    small_buffers: u32 = DEFAULT_SMALL_BUFFERS, any;
     /// Large (128 KiB) data buffers per worker and device.
-    pub large_buffers: u32,
-    /// Bytes of memory the target may pin in all (registered for RDMA or io_uring).
-    pub max_pinned_memory: u64,
+    large_buffers: u32 = DEFAULT_LARGE_BUFFERS, |v| match v {
+        0 => Err("must be at least 1 (a transfer of the largest size needs one)".into()),
+        _ => Ok(()),
+    };
+    /// Bytes of memory the target may pin in all (registered for RDMA or
+    /// io_uring).
+    max_pinned_memory: u64 | Size = DEFAULT_MAX_PINNED, any;
     /// Large sends posted by poster threads.
-    pub send_offload: SendOffload,
+    send_offload: SendOffload = SendOffload::Auto, any;
     /// The longest a worker polls (µs) after its last work while at most
     /// one I/O is in flight; it polls about as long as its hosts take to send
     /// the next command (see `worker::polling`); 0: off.
-    pub light_load_spin_us: u64,
+    light_load_spin_us: u64 = DEFAULT_LIGHT_LOAD_SPIN_US, |v| within(*v, 0..=100_000, " (µs)");
     /// Queues not yet connected (no successful Fabrics Connect) one peer
     /// address may hold (see `engine::admission`).
-    pub max_pending_queues_per_peer: u32,
+    max_pending_queues_per_peer: u32 = DEFAULT_MAX_PENDING_PER_PEER,
+        |v| within((*v).into(), 1..=65536, "");
     /// Queues not yet connected the target holds in all.
-    pub max_pending_queues: u32,
+    max_pending_queues: u32 = DEFAULT_MAX_PENDING, |v| within((*v).into(), 1..=65536, "");
     /// Keep-alive timeouts above this (ms) are not waited out: a quiet host
-    /// is probed at the RDMA level, as one without keep-alive (see
-    /// `core::liveness`).
-    pub max_keep_alive_ms: u32,
+    /// is probed at the transport's level, as one without keep-alive (see
+    /// `queue::timers`).
+    max_keep_alive_ms: u32 = DEFAULT_MAX_KEEP_ALIVE_MS,
+        |v| within((*v).into(), 1000..=u32::MAX as u64, " (ms)");
     /// Controllers one host NQN may have in one subsystem (discovery
     /// controllers: one peer address).
-    pub max_controllers_per_host: u32,
+    max_controllers_per_host: u32 = DEFAULT_MAX_CONTROLLERS_PER_HOST,
+        |v| within((*v).into(), 1..=65519, "");
     /// Controllers of keyed hosts not yet authenticated that one peer
     /// address may hold (see `model::unproven`).
-    pub max_unauthenticated_controllers_per_peer: u32,
+    max_unauthenticated_controllers_per_peer: u32 = crate::model::unproven::DEFAULT_PER_PEER,
+        |v| within((*v).into(), 1..=65519, "");
     /// Controllers not yet authenticated the target holds in all.
-    pub max_unauthenticated_controllers: u32,
+    max_unauthenticated_controllers: u32 = crate::model::unproven::DEFAULT_TOTAL,
+        |v| within((*v).into(), 1..=65519, "");
     /// How long (ms) a host's controllers keep serving after its
     /// DH-HMAC-CHAP key was replaced, for its queues to authenticate again
     /// with the new key; 0: they end at once.
-    pub key_rotation_grace_ms: u32,
+    key_rotation_grace_ms: u32 = DEFAULT_KEY_ROTATION_GRACE_MS,
+        |v| within((*v).into(), 0..=600_000, " (ms)");
+}
+
+impl EngineSettings {
+    /// The settings given, or their defaults, checked: each error names the
+    /// setting and why; then the pinned-memory budget against what the
+    /// workers need before any host connects.
+    pub fn resolve(self) -> Result<EngineConfig, Vec<(&'static str, String)>> {
+        let (e, errors) = self.each();
+        if !errors.is_empty() {
+            return Err(errors);
+        }
+        let need = e.workers as u64 * e.per_worker_bytes(e.srq != SrqMode::Off);
+        if need > e.max_pinned_memory {
+            return Err(vec![(
+                "max_pinned_memory",
+                format!(
+                    "{} MiB is less than the {} worker(s) need before any host connects ({} MiB: \
+                     data and shared receive buffers, each counted twice, as RDMA and io_uring \
+                     registrations); raise it, or lower workers, small_buffers, large_buffers or srq_depth",
+                    e.max_pinned_memory >> 20,
+                    e.workers,
+                    need.div_ceil(1 << 20)
+                ),
+            )]);
+        }
+        Ok(e)
+    }
 }
 
 /// Bytes of a small data buffer.
@@ -124,27 +277,5 @@ impl EngineConfig {
             0
         };
         2 * (pool + recv)
-    }
-}
-
-impl Default for EngineConfig {
-    fn default() -> Self {
-        EngineConfig {
-            workers: affinity_cpus(),
-            srq: SrqMode::Auto,
-            srq_depth: DEFAULT_SRQ_DEPTH,
-            small_buffers: DEFAULT_SMALL_BUFFERS,
-            large_buffers: DEFAULT_LARGE_BUFFERS,
-            max_pinned_memory: DEFAULT_MAX_PINNED,
-            send_offload: SendOffload::Auto,
-            light_load_spin_us: DEFAULT_LIGHT_LOAD_SPIN_US,
-            max_pending_queues_per_peer: DEFAULT_MAX_PENDING_PER_PEER,
-            max_pending_queues: DEFAULT_MAX_PENDING,
-            max_keep_alive_ms: DEFAULT_MAX_KEEP_ALIVE_MS,
-            max_controllers_per_host: DEFAULT_MAX_CONTROLLERS_PER_HOST,
-            max_unauthenticated_controllers_per_peer: crate::model::unproven::DEFAULT_PER_PEER,
-            max_unauthenticated_controllers: crate::model::unproven::DEFAULT_TOTAL,
-            key_rotation_grace_ms: DEFAULT_KEY_ROTATION_GRACE_MS,
-        }
     }
 }

@@ -15,11 +15,10 @@ mod raw;
 mod validate;
 use ctx::Ctx;
 pub use engine::{
-    affinity_cpus, EngineConfig, SendOffload, SrqMode, DEFAULT_KEY_ROTATION_GRACE_MS,
-    DEFAULT_MAX_CONTROLLERS_PER_HOST, MAX_WORKERS, SMALL_BUFFER,
+    affinity_cpus, EngineConfig, EngineSettings, SendOffload, Size, SrqMode,
+    DEFAULT_KEY_ROTATION_GRACE_MS, DEFAULT_MAX_CONTROLLERS_PER_HOST, MAX_WORKERS, SMALL_BUFFER,
 };
 pub use host::HostConfig;
-pub(crate) use raw::SizeValue;
 use raw::{RawConfig, RawListener, RawNamespace, RawSubsystem};
 
 /// A configuration error, naming the file (if any), the field and the reason.
@@ -644,7 +643,7 @@ impl TargetConfig {
                             let n = if let Some(sz) = p.strip_prefix("null:") {
                                 RawNamespace {
                                     backend: Some("null".into()),
-                                    size: Some(SizeValue::Text(sz.into())),
+                                    size: Some(Size::Text(sz.into())),
                                     ..n
                                 }
                             } else if let Some(spec) = p.strip_prefix("rbd:") {

@@ -68,23 +68,16 @@ pub(super) struct RawLog {
 #[serde(deny_unknown_fields)]
 pub(super) struct RawTarget {
     pub poll_spin_us: Option<u64>,
-    pub workers: Option<usize>,
-    pub srq: Option<super::SrqMode>,
-    pub srq_depth: Option<u32>,
-    pub small_buffers: Option<u32>,
-    pub large_buffers: Option<u32>,
-    pub max_pinned_memory: Option<SizeValue>,
-    pub send_offload: Option<super::SendOffload>,
-    pub light_load_spin_us: Option<u64>,
-    pub max_pending_queues_per_peer: Option<u32>,
-    pub max_pending_queues: Option<u32>,
-    pub max_keep_alive_ms: Option<u32>,
-    pub max_controllers_per_host: Option<u32>,
-    pub max_unauthenticated_controllers_per_peer: Option<u32>,
-    pub max_unauthenticated_controllers: Option<u32>,
-    pub key_rotation_grace_ms: Option<u32>,
     pub state_dir: Option<String>,
     pub drain_on_stop_s: Option<u64>,
+    /// The engine's settings (the core's `worker::config`).
+    #[serde(skip)]
+    pub engine: super::EngineSettings,
+}
+
+impl RawTarget {
+    /// Its own keys (the engine's are `EngineSettings::NAMES`).
+    const OWN: &'static [&'static str] = &["poll_spin_us", "state_dir", "drain_on_stop_s"];
 }
 
 #[derive(Deserialize)]
@@ -132,7 +125,7 @@ pub(super) struct RawNamespace {
     pub nsid: Option<u32>,
     pub path: Option<String>,
     pub backend: Option<String>,
-    pub size: Option<SizeValue>,
+    pub size: Option<super::Size>,
     pub block_size: Option<u32>,
     pub readonly: Option<bool>,
     pub pool: Option<String>,
@@ -181,13 +174,6 @@ pub(super) struct RawHost {
     pub tls_derivation: Option<String>,
 }
 
-#[derive(Deserialize)]
-#[serde(untagged)]
-pub(crate) enum SizeValue {
-    Int(u64),
-    Text(String),
-}
-
 /// A list section (`[[name]]`): each entry read on its own, with its index in
 /// the file; a wrong one is reported and left out.
 fn entries<T: for<'de> Deserialize<'de>>(
@@ -221,6 +207,35 @@ fn table<T: for<'de> Deserialize<'de>>(cx: &mut Ctx, name: &str, v: config::Valu
             None
         }
     }
+}
+
+/// `[target]`: its own keys and the engine's, each part read on its own
+/// (an unknown key named with every key the section takes).
+fn target(cx: &mut Ctx, v: config::Value) -> Option<RawTarget> {
+    let Ok(mut all) = v.clone().into_table() else {
+        return table(cx, "target", v);
+    };
+    let engine: config::Map<String, config::Value> = super::EngineSettings::NAMES
+        .iter()
+        .filter_map(|&k| all.remove_entry(k))
+        .collect();
+    let unknown: Vec<String> = all
+        .keys()
+        .filter(|k| !RawTarget::OWN.contains(&k.as_str()))
+        .cloned()
+        .collect();
+    for k in unknown {
+        all.remove(&k);
+        let mut known: Vec<&str> = RawTarget::OWN.to_vec();
+        known.extend(super::EngineSettings::NAMES);
+        cx.err(
+            "target",
+            format!("unknown field `{k}`, expected one of {}", known.join(", ")),
+        );
+    }
+    let mut t: RawTarget = table(cx, "target", config::Value::new(None, all))?;
+    t.engine = table(cx, "target", config::Value::new(None, engine))?;
+    Some(t)
 }
 
 /// Reads every section of a loaded configuration, reporting each entry that
@@ -263,7 +278,7 @@ pub(super) fn read(cx: &mut Ctx, c: config::Config) -> RawConfig {
             "host" => raw.host = entries(cx, s, v),
             "referral" => raw.referral = entries(cx, s, v),
             "discovery" => raw.discovery = table(cx, s, v),
-            "target" => raw.target = table(cx, s, v),
+            "target" => raw.target = target(cx, v),
             "metrics" => raw.metrics = table(cx, s, v),
             "control" => raw.control = table(cx, s, v),
             "log" => raw.log = table(cx, s, v),

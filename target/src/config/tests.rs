@@ -221,6 +221,38 @@ fn bad_configs_name_field_and_reason() {
     );
 }
 
+/// `[target]` holds the daemon's own keys and the engine's (spelled once,
+/// in the core): both read from one table, an unknown key named with all.
+#[test]
+fn target_section_reads_own_and_engine_keys() {
+    let text = format!(
+        "[target]\nworkers = 2\nmax_pinned_memory = \"64M\"\nsrq = \"off\"\n\
+         drain_on_stop_s = 30\nkey_rotation_grace_ms = 0\n{GOOD}"
+    );
+    let c = TargetConfig::from_toml(&text, "t.toml").unwrap();
+    assert_eq!(c.engine.workers, 2);
+    assert_eq!(c.engine.max_pinned_memory, 64 << 20);
+    assert_eq!(c.engine.srq, super::SrqMode::Off);
+    assert_eq!(c.engine.key_rotation_grace_ms, 0);
+    assert_eq!(c.drain_on_stop, Some(std::time::Duration::from_secs(30)));
+    assert_eq!(
+        c.engine.max_pending_queues,
+        super::EngineConfig::default().max_pending_queues
+    );
+    bad(
+        &format!("[target]\nworkerz = 2\n{GOOD}"),
+        "target: unknown field `workerz`, expected one of poll_spin_us, state_dir, drain_on_stop_s, workers,",
+    );
+    bad(
+        &format!("[target]\nworkers = \"many\"\n{GOOD}"),
+        "target: invalid type",
+    );
+    bad(
+        &format!("[target]\nmax_pinned_memory = \"lots\"\n{GOOD}"),
+        "target.max_pinned_memory: ",
+    );
+}
+
 #[test]
 fn every_error_is_reported_in_one_run() {
     let text = r#"

@@ -9,11 +9,11 @@ use nvme::ana::AnaState;
 
 use crate::model::port::Secure;
 
-use super::raw::{RawConfig, RawControl, RawMetrics, RawNamespace, RawSubsystem, SizeValue};
+use super::raw::{RawConfig, RawControl, RawMetrics, RawNamespace, RawSubsystem};
 use super::{
-    check_nqn, default_poll_spin_us, engine, BackendConfig, ConfigError, EngineConfig,
-    ListenerConfig, NamespaceConfig, RbdConfig, ReferralConfig, SubsystemConfig, TargetConfig,
-    Transport, DEFAULT_CONTROL_SOCKET, DEFAULT_LOG_LEVEL, DEFAULT_METRICS_ADDR, DEFAULT_MODEL,
+    check_nqn, default_poll_spin_us, BackendConfig, ConfigError, EngineConfig, ListenerConfig,
+    NamespaceConfig, RbdConfig, ReferralConfig, SubsystemConfig, TargetConfig, Transport,
+    DEFAULT_CONTROL_SOCKET, DEFAULT_LOG_LEVEL, DEFAULT_METRICS_ADDR, DEFAULT_MODEL,
 };
 use nvme::fabrics::{CNTLID_MAX, CNTLID_MIN};
 
@@ -180,33 +180,12 @@ impl TargetConfig {
             .as_ref()
             .and_then(|t| t.poll_spin_us)
             .unwrap_or_else(default_poll_spin_us);
-        let engine = match raw.target {
-            Some(t) => engine::RawEngine {
-                workers: t.workers,
-                srq: t.srq,
-                srq_depth: t.srq_depth,
-                small_buffers: t.small_buffers,
-                large_buffers: t.large_buffers,
-                max_pinned_memory: t.max_pinned_memory,
-                send_offload: t.send_offload,
-                light_load_spin_us: t.light_load_spin_us,
-                max_pending_queues_per_peer: t.max_pending_queues_per_peer,
-                max_pending_queues: t.max_pending_queues,
-                max_keep_alive_ms: t.max_keep_alive_ms,
-                max_controllers_per_host: t.max_controllers_per_host,
-                max_unauthenticated_controllers_per_peer: t
-                    .max_unauthenticated_controllers_per_peer,
-                max_unauthenticated_controllers: t.max_unauthenticated_controllers,
-                key_rotation_grace_ms: t.key_rotation_grace_ms,
-            },
-            None => engine::RawEngine::default(),
-        }
-        .validate();
+        let engine = raw.target.map(|t| t.engine).unwrap_or_default().resolve();
         let engine = match engine {
             Ok(e) => e,
             Err(errors) => {
                 for (field, reason) in errors {
-                    cx.err(field, reason);
+                    cx.err(format!("target.{field}"), reason);
                 }
                 EngineConfig::default()
             }
@@ -566,8 +545,7 @@ impl TargetConfig {
                         cx.err(g("size"), "is required for backend = \"null\"");
                         None
                     }
-                    Some(SizeValue::Int(v)) => Some(v),
-                    Some(SizeValue::Text(t)) => match sizes::parse(&t) {
+                    Some(sz) => match sz.bytes() {
                         Ok(v) => Some(v),
                         Err(r) => {
                             cx.err(g("size"), r);
