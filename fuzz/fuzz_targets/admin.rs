@@ -54,8 +54,8 @@ fuzz_target!(|b: &[u8]| {
             }
             AdminOutcome::Parked => {}
             // What the worker runs on the namespace's lane, run here.
-            AdminOutcome::Blocking { work, .. } => {
-                let _ = work().to_field();
+            AdminOutcome::Blocking { job, .. } => {
+                let _ = job.run();
             }
         }
     }
