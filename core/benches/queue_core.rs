@@ -12,8 +12,8 @@
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use nvme::opcode::io;
 use nvme::{Command, Sgl};
-use nvmf_core::engine::pool::PoolShape;
 use nvmf_core::loopback::Loopback;
+use nvmf_core::request::pool::PoolShape;
 
 const SUB: &str = "nqn.2026-11.io.bench:core";
 const BLOCK: u32 = 4096;

@@ -1,7 +1,7 @@
 //! The NVMe-over-Fabrics target's core: what runs a queue, whatever carries
 //! it. The model (subsystems, namespaces, controllers, ANA, hosts' keys),
 //! the command set ([`command`]), the queue core driven by events
-//! ([`queue`]), the request lifecycle and buffer pool ([`engine`]), the
+//! ([`queue`]), a request's lifecycle, data and buffer pool ([`request`]), the
 //! reservation state machine ([`reservation`]), the worker that serves many
 //! queues over one io_uring ([`worker`]), the backend trait with the local
 //! stores ([`backend`]), what is counted ([`counters`]) and the in-process
@@ -17,10 +17,10 @@ pub mod backend;
 pub mod base;
 pub mod command;
 pub mod counters;
-pub mod engine;
 pub mod loopback;
 pub mod model;
 pub mod queue;
+pub mod request;
 pub mod reservation;
 pub mod worker;
 

@@ -9,8 +9,8 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 use nvme::opcode::io;
 use nvme::{Command, Sgl};
-use nvmf_core::engine::pool::PoolShape;
 use nvmf_core::loopback::Loopback;
+use nvmf_core::request::pool::PoolShape;
 
 struct Counting;
 

@@ -5,7 +5,7 @@
 #![no_main]
 use libfuzzer_sys::fuzz_target;
 use nvme::command::Command;
-use nvmf_target::engine::data::{data_plan, DataPlan, SglKind};
+use nvmf_target::request::data::{data_plan, DataPlan, SglKind};
 
 fuzz_target!(|b: &[u8]| {
     if b.len() < 68 {

@@ -6,7 +6,7 @@
 use libfuzzer_sys::fuzz_target;
 use nvme::command::Command;
 use nvmf_target::command::io::{dsm_ranges, errno_status, prepare};
-use nvmf_target::engine::plan::IoPlan;
+use nvmf_target::request::plan::IoPlan;
 
 #[path = "common.rs"]
 mod common;

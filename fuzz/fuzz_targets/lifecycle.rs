@@ -4,7 +4,7 @@
 //! Input: a byte of arrival flags, then one byte per event.
 #![no_main]
 use libfuzzer_sys::fuzz_target;
-use nvmf_target::engine::request::model::{replay, Ev};
+use nvmf_target::request::lifecycle::model::{replay, Ev};
 
 fuzz_target!(|b: &[u8]| {
     let Some((&f, evs)) = b.split_first() else {

@@ -8,7 +8,7 @@
 //! the daemon and its control socket ([`daemon`]), and the CLI ([`cli`]).
 
 pub use nvmf_core::{
-    backend, base, command, counters, engine, loopback, model, queue, reservation, worker,
+    backend, base, command, counters, loopback, model, queue, request, reservation, worker,
 };
 pub use nvmf_core::{
     ADMIN_QUEUE_SIZE, INLINE_DATA_SIZE, MAX_AERS, MAX_IO_QUEUES, MAX_IO_SIZE, MAX_NSID,

@@ -1,6 +1,6 @@
 //! Compare, and Compare and Write, for every backend: blocking calls, run
 //! on the offload thread. A file or block device compares and writes with
-//! its namespace's [`WriteGate`](crate::engine::write_gate::WriteGate) closed,
+//! its namespace's [`WriteGate`](crate::request::write_gate::WriteGate) closed,
 //! which makes the pair atomic against every other write of this target; an
 //! RBD image does both in the cluster (`rbd_compare_and_write`), atomic
 //! against every client of the image, other gateways included.
@@ -8,7 +8,7 @@
 use nvme::Status;
 
 use super::Storage;
-use crate::engine::write_gate::WriteGate;
+use crate::request::write_gate::WriteGate;
 use crate::PAGE;
 
 /// The result of a compare that found the data different (errors are

@@ -15,8 +15,8 @@ use nix::fcntl::{FallocateFlags, OFlag};
 use super::compare::{self, aligned, MISCOMPARE, WRITE_FAILED};
 use super::exec::{Job, JobKind};
 use super::{Backend, BackendError, DataRef, Executor, Storage, Submitted};
-use crate::engine::plan::IoPlan;
-use crate::engine::write_gate::WriteGate;
+use crate::request::plan::IoPlan;
+use crate::request::write_gate::WriteGate;
 
 /// A regular file or block device.
 #[derive(Debug)]

@@ -19,9 +19,9 @@ pub mod uring;
 
 use std::sync::Arc;
 
-use crate::engine::plan::IoPlan;
+use crate::request::plan::IoPlan;
 
-use crate::engine::write_gate::WriteGate;
+use crate::request::write_gate::WriteGate;
 pub use exec::Executor;
 
 /// Errors opening a backing store.

@@ -7,8 +7,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use super::{compare, DataRef, Executor, Storage, Submitted};
-use crate::engine::plan::IoPlan;
-use crate::engine::write_gate::WriteGate;
+use crate::request::plan::IoPlan;
+use crate::request::write_gate::WriteGate;
 
 /// The null store. Its size is the configuration's (0: fixed by whoever
 /// built the namespace, as tests do); a resize sets it.

@@ -11,8 +11,8 @@ use std::sync::Arc;
 use nix::errno::Errno;
 
 use super::{DataRef, Executor, Storage};
-use crate::engine::plan::IoPlan;
-use crate::engine::write_gate::WriteGate;
+use crate::request::plan::IoPlan;
+use crate::request::write_gate::WriteGate;
 
 /// A request's backend work.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

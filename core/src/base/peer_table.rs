@@ -1,6 +1,6 @@
 //! Places held by peers not yet proven, counted per peer address and in
 //! all, oldest first: what queues not yet connected
-//! ([`crate::engine::admission`]) and controllers not yet authenticated
+//! ([`crate::base::admission`]) and controllers not yet authenticated
 //! ([`crate::model::unproven`]) are capped by. Each decides its own policy
 //! at a cap (refuse, or make room by evicting the oldest place of the peer
 //! that holds the most); the counting and the choice of that peer are here.

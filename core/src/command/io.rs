@@ -7,8 +7,8 @@ use nix::errno::Errno;
 use nvme::opcode::io as op;
 use nvme::{Command, Status};
 
-use crate::engine::plan::IoPlan;
 use crate::model::namespace::Namespace;
+use crate::request::plan::IoPlan;
 
 fn lba_range(ns: &Namespace, slba: u64, nlb: u64) -> Result<(u64, u64), Status> {
     match slba.checked_add(nlb) {

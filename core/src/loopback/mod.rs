@@ -20,10 +20,10 @@ use nvme::{Command, Completion, SQE_SIZE};
 
 use crate::backend::exec::Inline;
 use crate::base::wake::{Mailbox, Waker};
-use crate::engine::pool::PoolShape;
 use crate::model::controller::QueueLink;
 use crate::model::target::Target;
 use crate::queue::{Action, Addrs, QueueCore, QueueParams, Token};
+use crate::request::pool::PoolShape;
 use crate::worker::buffers::{self, Asked};
 use crate::worker::config::EngineConfig;
 use crate::worker::slots::{QueueKey, Slots};
@@ -31,7 +31,7 @@ use crate::worker::ud::Ud;
 use crate::worker::{CoreEvent, Group, Lend, PlainMemory, Transport};
 use crate::{INLINE_DATA_SIZE, PAGE};
 
-use crate::engine::aligned::Aligned;
+use crate::base::aligned::Aligned;
 
 /// Work on the "wire", delivered in order.
 #[derive(Debug, Clone, Copy)]
@@ -462,7 +462,7 @@ impl Loopback {
         &mut self,
         qid: u16,
         sq_size: u16,
-        pending: Option<crate::engine::admission::Pending>,
+        pending: Option<crate::base::admission::Pending>,
     ) -> usize {
         let params = QueueParams {
             qid,

@@ -42,12 +42,12 @@ pub struct Namespace {
     pub resv: std::sync::Arc<crate::reservation::NsReservations>,
     /// What makes Compare and Write atomic against this target's writes
     /// (shared as above).
-    pub gate: std::sync::Arc<crate::engine::write_gate::WriteGate>,
+    pub gate: std::sync::Arc<crate::request::write_gate::WriteGate>,
     /// Where its blocking work runs, in order (shared as above).
     pub lane: std::sync::Arc<crate::backend::offload::Lane>,
     /// Its failed I/O, logged at most once per [`ERROR_LOG_EVERY`] (a
     /// failing store fails every I/O; the metrics count each).
-    pub error_log: crate::engine::log_limit::Repeats,
+    pub error_log: crate::base::log_limit::Repeats,
     /// The hosts that see it (`None`: every host of the subsystem); changed
     /// live by attach and detach.
     hosts: arc_swap::ArcSwapOption<Vec<String>>,
@@ -105,7 +105,7 @@ impl Namespace {
             resv: std::sync::Arc::new(crate::reservation::NsReservations::in_memory(true)),
             gate: Default::default(),
             lane: Default::default(),
-            error_log: crate::engine::log_limit::Repeats::new(ERROR_LOG_EVERY),
+            error_log: crate::base::log_limit::Repeats::new(ERROR_LOG_EVERY),
             hosts: arc_swap::ArcSwapOption::empty(),
             qos: Default::default(),
             qos_on: Default::default(),

@@ -4,7 +4,7 @@
 //! SPDK's). Each cap is a [`Limit`] the workers share: every worker keeps
 //! its own token bucket at its share of the rate (no lock, no shared write
 //! on the data path) and the shares follow where the I/O is
-//! ([`crate::engine::qos`]).
+//! ([`crate::request::qos`]).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;

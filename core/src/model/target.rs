@@ -56,7 +56,7 @@ pub struct Target {
     /// `[target] key_rotation_grace_ms`.
     pub key_rotation_grace_ms: AtomicU32,
     /// Connect refusals logged, per peer (once a minute).
-    pub refusal_log: crate::engine::log_limit::PeerLogLimit,
+    pub refusal_log: crate::base::log_limit::PeerLogLimit,
     /// The hosts' authentication keys (`[[host]]`, replaced on reload).
     pub credentials: crate::model::auth::Credentials,
     /// The hosts' TLS PSKs (`[[host]] tls_key`, replaced on reload).
@@ -70,7 +70,7 @@ pub struct Target {
     /// off the workers, and each peer address takes its turn.
     pub auth_pool: Arc<crate::backend::fair::FairPool>,
     /// Authentication transactions each peer address may start.
-    pub auth_rate: crate::engine::peer_rate::PeerRate,
+    pub auth_rate: crate::base::peer_rate::PeerRate,
 }
 
 impl Target {
@@ -116,7 +116,7 @@ impl Target {
                 crate::model::auth::PEER_QUEUED,
                 crate::model::auth::QUEUED,
             ),
-            auth_rate: crate::engine::peer_rate::PeerRate::new(
+            auth_rate: crate::base::peer_rate::PeerRate::new(
                 crate::model::auth::PEER_BURST,
                 crate::model::auth::PEER_PER_SECOND,
             ),

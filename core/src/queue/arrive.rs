@@ -10,8 +10,8 @@ use tracing::error;
 use super::{Action, Env, QueueCore, Req};
 use crate::command::admin;
 use crate::command::io;
-use crate::engine::data::{self, DataPlan};
 use crate::model::target::Target;
+use crate::request::data::{self, DataPlan};
 use crate::{MAX_IO_SIZE, PAGE};
 
 impl QueueCore {

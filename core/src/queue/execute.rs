@@ -12,11 +12,11 @@ use crate::backend::DataRef;
 use crate::command::admin::{self, AdminOutcome};
 use crate::command::auth::{self, Done, Outcome};
 use crate::command::fabrics;
-use crate::engine::data::DataPlan;
-use crate::engine::plan::IoPlan;
-use crate::engine::request::Stage;
 use crate::model::controller::{Controller, PropertyEffect};
 use crate::model::ns_cache::NsRef;
+use crate::request::data::DataPlan;
+use crate::request::lifecycle::Stage;
+use crate::request::plan::IoPlan;
 
 impl QueueCore {
     pub(super) fn execute(&mut self, env: &mut Env<'_, '_>, r: usize) {

@@ -10,8 +10,8 @@ use super::{Env, QueueCore};
 use crate::backend::compare::{self, MISCOMPARE};
 use crate::command::compare::CompareAndWriteJob;
 use crate::command::io;
-use crate::engine::plan::IoPlan;
-use crate::engine::request::Step;
+use crate::request::lifecycle::Step;
+use crate::request::plan::IoPlan;
 
 /// Where a queue is in a fused pair.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]

@@ -10,9 +10,9 @@ use crate::command::compare::CompareJob;
 use crate::command::io;
 use crate::command::reservation::admit;
 use crate::counters::namespace::IoOp;
-use crate::engine::plan::IoPlan;
-use crate::engine::request::Step;
-use crate::engine::write_gate::{Entry, REOPENED};
+use crate::request::lifecycle::Step;
+use crate::request::plan::IoPlan;
+use crate::request::write_gate::{Entry, REOPENED};
 use crate::reservation::Access;
 
 impl QueueCore {

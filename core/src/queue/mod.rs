@@ -15,12 +15,13 @@
 //! in the transport's memory, which the core reaches through [`Memory`];
 //! backend operations go through [`crate::backend::op`] under user data the
 //! transport chose ([`Memory::backend_ud`]). Each request slot goes through
-//! [`crate::engine::request::Lifecycle`].
+//! [`crate::request::lifecycle::Lifecycle`].
 
 mod arrive;
 mod execute;
 mod fused;
 mod io;
+pub mod liveness;
 mod qos;
 #[cfg(test)]
 mod tests;
@@ -37,16 +38,16 @@ use tracing::debug;
 
 use crate::backend::op::Op;
 use crate::backend::{DataRef, Executor};
+use crate::base::admission::Pending;
 use crate::counters::Tally;
-use crate::engine::admission::Pending;
-use crate::engine::data::DataPlan;
-use crate::engine::liveness::Liveness;
-use crate::engine::plan::IoPlan;
-use crate::engine::pool::Buf;
-use crate::engine::request::{Lifecycle, Stage, Step};
 use crate::model::controller::{Controller, QueueLink};
 use crate::model::ns_cache::NsRef;
 use crate::model::target::Target;
+use crate::queue::liveness::Liveness;
+use crate::request::data::DataPlan;
+use crate::request::lifecycle::{Lifecycle, Stage, Step};
+use crate::request::plan::IoPlan;
+use crate::request::pool::Buf;
 
 pub use timers::CONNECT_TIMEOUT;
 
@@ -58,7 +59,7 @@ pub struct QueueParams {
     /// Submission queue entries (hsqsize + 1): receive buffers to post.
     pub sq_size: u16,
     /// How the transport carries data outside the capsule.
-    pub sgl: crate::engine::data::SglKind,
+    pub sgl: crate::request::data::SglKind,
 }
 
 /// One use of a request slot: its index and generation. Completions carry
@@ -100,7 +101,7 @@ pub struct Env<'a, 'io> {
     /// The worker's tally.
     pub tally: &'a mut Tally,
     /// The worker's QoS buckets and the I/Os waiting for them.
-    pub qos: &'a mut crate::engine::qos::Throttle,
+    pub qos: &'a mut crate::request::qos::Throttle,
 }
 
 /// Data sent to the host before a response.

@@ -1,5 +1,5 @@
 //! QoS in the core: an I/O under a namespace's caps (or its host's) waits
-//! for its worker's tokens ([`crate::engine::qos`]) before it takes a data
+//! for its worker's tokens ([`crate::request::qos`]) before it takes a data
 //! buffer, or, when it needs none (in-capsule data, no data), before it
 //! executes. A waiting I/O holds no buffer and counts as in flight; it is
 //! never refused: the host sees it take longer.
@@ -7,10 +7,10 @@
 use std::sync::Arc;
 
 use super::{Env, QueueCore, Token};
-use crate::engine::plan::IoPlan;
-use crate::engine::qos::Waiter;
-use crate::engine::request::{Stage, Step};
 use crate::model::qos::Limit;
+use crate::request::lifecycle::{Stage, Step};
+use crate::request::plan::IoPlan;
+use crate::request::qos::Waiter;
 
 /// Where a request is with its caps.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]

@@ -10,7 +10,7 @@ use tracing::{debug, info, warn};
 
 use super::{Action, Env, QueueCore};
 use crate::counters::Tally;
-use crate::engine::liveness::{FETCH_STALL, PROBE_TIMEOUT, SEND_STALL};
+use crate::queue::liveness::{FETCH_STALL, PROBE_TIMEOUT, SEND_STALL};
 
 /// A queue that has not sent a valid Fabrics Connect within this long after
 /// it was accepted is disconnected (it holds resources for nothing).

@@ -18,8 +18,8 @@ use nvme::Status;
 
 pub use state::{Access, Effects, HostId, Reservations};
 
-use crate::engine::plan::IoPlan;
-use crate::engine::write_gate::WriteGate;
+use crate::request::plan::IoPlan;
+use crate::request::write_gate::WriteGate;
 
 /// Where a namespace's state is kept beyond this process.
 #[derive(Debug)]

@@ -529,7 +529,7 @@ fn another_gateways_preempt_and_abort_drains_writes_here_first() {
     use super::shared::Sink;
     use std::sync::Arc;
     let r = Arc::new(super::NsReservations::in_memory(true));
-    let gate = Arc::new(crate::engine::write_gate::WriteGate::default());
+    let gate = Arc::new(crate::request::write_gate::WriteGate::default());
     r.attach(super::Notify(Arc::new(|_, _| {})), gate.clone());
     gate.hold(); // a write of the preempted host, in flight here
     let next = Reservations {

@@ -6,8 +6,8 @@
 //! transport names its pool and carries out only its wire actions.
 
 use super::{Grant, Lend, QueueKey};
-use crate::engine::pool::{Buf, Pool, PoolShape};
 use crate::queue::Token;
+use crate::request::pool::{Buf, Pool, PoolShape};
 
 /// A data pool's bookkeeping: its waiters are requests of queues.
 pub type DataPool = Pool<(QueueKey, Token)>;

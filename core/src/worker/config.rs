@@ -174,7 +174,7 @@ settings! {
     /// the next command (see `worker::polling`); 0: off.
     light_load_spin_us: u64 = DEFAULT_LIGHT_LOAD_SPIN_US, |v| within(*v, 0..=100_000, " (µs)");
     /// Queues not yet connected (no successful Fabrics Connect) one peer
-    /// address may hold (see `engine::admission`).
+    /// address may hold (see `base::admission`).
     max_pending_queues_per_peer: u32 = DEFAULT_MAX_PENDING_PER_PEER,
         |v| within((*v).into(), 1..=65536, "");
     /// Queues not yet connected the target holds in all.

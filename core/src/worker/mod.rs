@@ -33,9 +33,9 @@ use crate::backend::offload::Offload;
 use crate::backend::uring::Ring;
 use crate::base::wake::{Mailbox, Waker};
 use crate::counters::Tally;
-use crate::engine::pool::Buf;
 use crate::model::target::Target;
 use crate::queue::{Env, QueueCore, Token};
+use crate::request::pool::Buf;
 use crate::worker::config::EngineConfig;
 use polling::{spin_window_us, Pace};
 pub use slots::{QueueKey, Slots};
@@ -195,7 +195,7 @@ pub struct Lend<'a> {
     /// The worker is stopping (it takes no new connection).
     pub stopping: bool,
     /// Its QoS buckets and the I/Os waiting for them.
-    pub qos: &'a mut crate::engine::qos::Throttle,
+    pub qos: &'a mut crate::request::qos::Throttle,
 }
 
 impl Lend<'_> {
@@ -355,7 +355,7 @@ pub struct Group<T: Transport> {
     pub now: Instant,
     /// The worker is stopping: every queue disconnects, none is accepted.
     pub stopping: bool,
-    qos: crate::engine::qos::Throttle,
+    qos: crate::request::qos::Throttle,
 }
 
 /// Borrows the group's parts as a [`Lend`] over `exec`.
@@ -387,7 +387,7 @@ impl<T: Transport> Group<T> {
         target: Arc<Target>,
         cfg: EngineConfig,
     ) -> Group<T> {
-        let qos = crate::engine::qos::Throttle::new(index, cfg.workers);
+        let qos = crate::request::qos::Throttle::new(index, cfg.workers);
         Group {
             transport,
             grants: Vec::new(),

@@ -74,8 +74,8 @@ struct Notification {
 
 /// Forged notifications (a version the object does not hold) are logged at
 /// most this often.
-static FORGED_LOG: crate::engine::log_limit::Repeats =
-    crate::engine::log_limit::Repeats::new(Duration::from_secs(60));
+static FORGED_LOG: crate::base::log_limit::Repeats =
+    crate::base::log_limit::Repeats::new(Duration::from_secs(60));
 
 /// Takes a notification of a change another gateway made: a hint that the
 /// object changed, never a state to install as sent (anyone who may notify

@@ -15,8 +15,8 @@ use super::budget::{units, Budget, Deferred, Need};
 use super::{Conn, RbdImage};
 use crate::backend::{DataRef, Submitted};
 use crate::base::wake::Mailbox;
-use crate::engine::plan::IoPlan;
-use crate::engine::write_gate::WriteGate;
+use crate::request::plan::IoPlan;
+use crate::request::write_gate::WriteGate;
 
 /// The longest piece of a discard or write zeroes, in stripe units (with
 /// 4 MiB objects: 32 MiB, eight operations).

@@ -28,8 +28,8 @@ use nix::errno::Errno;
 use crate::backend::compare::{refused, MISCOMPARE};
 use crate::backend::{Backend, BackendError, DataRef, Executor, Shared, Storage, Submitted};
 use crate::config::RbdConfig;
-use crate::engine::plan::IoPlan;
-use crate::engine::write_gate::WriteGate;
+use crate::request::plan::IoPlan;
+use crate::request::write_gate::WriteGate;
 use cluster::{ClusterError, ClusterStore};
 
 /// How long a librados operation may wait for an unavailable cluster before

@@ -27,7 +27,7 @@ use std::time::{Duration, Instant};
 use serde::{Deserialize, Serialize};
 
 use super::Conn;
-use crate::engine::write_gate::WriteGate;
+use crate::request::write_gate::WriteGate;
 
 /// How long an owner has to hand the image over when asked, before the
 /// gateway that asked fences it.

@@ -31,8 +31,8 @@ use nvme::ana::AnaState;
 use serde::{Deserialize, Serialize};
 
 use crate::backend::{GatewayState, Peer};
-use crate::engine::qos::demand_at;
 use crate::model::qos::NsQos;
+use crate::request::qos::demand_at;
 
 /// How often a gateway with caps writes its entry and takes its parts.
 pub const EXCHANGE: Duration = Duration::from_millis(200);
@@ -719,7 +719,7 @@ mod tests {
     /// workers' buckets, the sharers' samples and exchanges.
     struct Pair {
         limits: [Arc<crate::model::qos::Limit>; 2],
-        ts: [crate::engine::qos::Throttle; 2],
+        ts: [crate::request::qos::Throttle; 2],
         gws: [Roster; 2],
         rec: Option<Vec<u8>>,
         sums: [f64; 2],
@@ -732,8 +732,8 @@ mod tests {
 
     impl Pair {
         fn new(iops: u64) -> Pair {
-            use crate::engine::qos::Throttle;
             use crate::model::qos::{Limit, QosCaps};
+            use crate::request::qos::Throttle;
             let caps = QosCaps {
                 rw_iops: iops,
                 ..Default::default()
@@ -771,7 +771,7 @@ mod tests {
                 return false;
             }
             self.ud += 1;
-            self.ts[i].wait(crate::engine::qos::Waiter {
+            self.ts[i].wait(crate::request::qos::Waiter {
                 ud: self.ud,
                 limits: vec![self.limits[i].clone()],
                 read: true,
@@ -791,7 +791,7 @@ mod tests {
             let now = self.at(step);
             if step.is_multiple_of(SAMPLE.as_micros() as u64 / 100) {
                 for i in 0..2 {
-                    self.sums[i] += crate::engine::qos::demand_at(&self.limits[i], now) as f64;
+                    self.sums[i] += crate::request::qos::demand_at(&self.limits[i], now) as f64;
                 }
             }
             if step.is_multiple_of(EXCHANGE.as_micros() as u64 / 100) {

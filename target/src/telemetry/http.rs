@@ -14,8 +14,8 @@ use hyper::{Method, Request, Response, StatusCode};
 use hyper_util::rt::TokioIo;
 use tracing::{debug, info, warn};
 
+use crate::base::admission::Admission;
 use crate::base::clock::monotonic_ms;
-use crate::engine::admission::Admission;
 use crate::telemetry::metrics::metrics;
 
 /// The running metrics server.

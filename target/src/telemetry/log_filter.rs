@@ -10,17 +10,25 @@ const CORE_MODULES: [&str; 10] = [
     "base",
     "command",
     "counters",
-    "engine",
     "loopback",
     "model",
     "queue",
+    "request",
     "reservation",
     "worker",
 ];
 
 /// Modules that moved within the daemon or into the core, by their old
-/// path under `nvmf_target::` and their new target.
-const MOVED: [(&str, &str); 3] = [
+/// path under `nvmf_target::` and their new target (a longer path before
+/// its parent).
+const MOVED: [(&str, &str); 10] = [
+    ("engine::request", "nvmf_core::request::lifecycle"),
+    ("engine::admission", "nvmf_core::base::admission"),
+    ("engine::aligned", "nvmf_core::base::aligned"),
+    ("engine::log_limit", "nvmf_core::base::log_limit"),
+    ("engine::peer_rate", "nvmf_core::base::peer_rate"),
+    ("engine::liveness", "nvmf_core::queue::liveness"),
+    ("engine", "nvmf_core::request"),
     ("backend::rbd", "nvmf_target::rbd"),
     ("reservation::cluster", "nvmf_target::rbd::cluster"),
     ("transport::loopback", "nvmf_core::loopback"),
@@ -103,6 +111,14 @@ mod tests {
         assert_eq!(
             with_core("nvmf_target::transport::loopback=debug,nvmf_target::transport=info"),
             "nvmf_core::loopback=debug,nvmf_target::transport=info"
+        );
+        assert_eq!(
+            with_core("nvmf_target::engine::admission=debug,nvmf_target::engine=info"),
+            "nvmf_core::base::admission=debug,nvmf_core::request=info"
+        );
+        assert_eq!(
+            with_core("nvmf_target::engine::request=trace,nvmf_target::engines=info"),
+            "nvmf_core::request::lifecycle=trace,nvmf_target::engines=info"
         );
     }
 }

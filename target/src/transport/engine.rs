@@ -10,8 +10,8 @@ use std::time::{Duration, Instant};
 use tracing::{info, warn};
 
 use crate::backend::offload::Offload;
+use crate::base::admission::Admission;
 use crate::config::EngineConfig;
-use crate::engine::admission::Admission;
 use crate::model::target::Target;
 use crate::transport::rdma::group::RdmaGroup;
 use crate::transport::rdma::RdmaShared;

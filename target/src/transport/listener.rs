@@ -77,10 +77,10 @@ impl Listener {
 /// Counts and logs (once a minute per address) a pending connection of
 /// `from` that lost its place to a newer one.
 pub fn evicted(
-    adm: &crate::engine::admission::Admission,
+    adm: &crate::base::admission::Admission,
     addr: SocketAddr,
     from: std::net::IpAddr,
-    why: crate::engine::admission::Refusal,
+    why: crate::base::admission::Refusal,
 ) {
     crate::telemetry::metrics::reject(why.evicted_reason());
     if adm.should_log(from, std::time::Instant::now()) {

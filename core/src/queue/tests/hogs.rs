@@ -5,9 +5,9 @@
 //! fused first whose second never comes is answered within its bound.
 
 use super::*;
-use crate::engine::liveness::FETCH_STALL;
-use crate::engine::pool::Class;
+use crate::queue::liveness::FETCH_STALL;
 use crate::queue::timers::FUSED_WAIT;
+use crate::request::pool::Class;
 use nvme::opcode::{fid, lid};
 
 /// A discovery controller of any host NQN, enabled: its admin queue.
@@ -84,7 +84,7 @@ fn an_admin_command_takes_no_more_data_than_it_moves() {
 #[test]
 fn discovery_controllers_hold_no_more_than_the_limited_cap() {
     let mut h = Host::new(target(vec![null_ns_at(1)]));
-    let cap = crate::engine::pool::Pool::<()>::new(POOL).limited_cap(Class::Large) as usize;
+    let cap = crate::request::pool::Pool::<()>::new(POOL).limited_cap(Class::Large) as usize;
     assert!(cap < POOL.large_count);
     let mut hogs = Vec::new();
     for _ in 0..2 {
@@ -205,7 +205,7 @@ fn a_fused_first_without_its_second_is_answered_within_its_bound() {
 /// next timer, before its Connect deadline; one that connected keeps going.
 #[test]
 fn a_queue_evicted_before_its_connect_ends_at_its_next_timer() {
-    use crate::engine::admission::Admission;
+    use crate::base::admission::Admission;
     let mut h = Host::new(target(vec![null_ns()]));
     let adm = Admission::evicting(2, 8);
     let peer: std::net::IpAddr = "192.0.2.1".parse().unwrap();

@@ -190,10 +190,10 @@ fn a_host_that_takes_no_responses_loses_its_queue_not_the_pool() {
         h.lb.take_cqe(other, mine.cid()).is_none(),
         "waits for a buffer"
     );
-    h.lb.advance(crate::engine::liveness::SEND_STALL / 2);
+    h.lb.advance(crate::queue::liveness::SEND_STALL / 2);
     h.lb.run();
     assert!(!h.lb.closed(deaf), "not yet");
-    h.lb.advance(crate::engine::liveness::SEND_STALL / 2 + Duration::from_secs(1));
+    h.lb.advance(crate::queue::liveness::SEND_STALL / 2 + Duration::from_secs(1));
     h.lb.run_until(|lb| lb.has_cqe(other, mine.cid()));
     assert!(h.lb.closed(deaf), "the deaf queue ended");
     assert_status(h.lb.take_cqe(other, mine.cid()), Status::SUCCESS);

@@ -12,11 +12,11 @@ use nvme::opcode::{admin, io};
 use nvme::{Command, Completion, Sgl, Status};
 
 use crate::counters::namespace::IoOp;
-use crate::engine::pool::PoolShape;
 use crate::loopback::{no_data, Loopback, POOL};
 use crate::model::namespace::Namespace;
 use crate::model::subsystem::{Subsystem, SubsystemKind};
 use crate::model::target::Target;
+use crate::request::pool::PoolShape;
 
 const SUB: &str = "nqn.2026-11.org.example:loop";
 const HOST: &str = "nqn.2026-11.org.example:host";
@@ -482,16 +482,16 @@ fn a_queue_without_connect_is_dropped_after_the_connect_timeout() {
 fn a_quiet_host_without_keep_alive_is_probed_and_dropped_when_gone() {
     let mut h = Host::new(target(vec![null_ns()]));
     let (aq, _) = h.admin(0);
-    h.lb.advance(crate::engine::liveness::IDLE + Duration::from_secs(1));
+    h.lb.advance(crate::queue::liveness::IDLE + Duration::from_secs(1));
     h.lb.run();
-    h.lb.advance(crate::engine::liveness::PROBE_TIMEOUT * 2);
+    h.lb.advance(crate::queue::liveness::PROBE_TIMEOUT * 2);
     assert!(!h.lb.closed(aq), "the probe was answered");
     h.lb.run();
     h.lb.answer_probes(false);
-    h.lb.advance(crate::engine::liveness::IDLE + Duration::from_secs(1));
+    h.lb.advance(crate::queue::liveness::IDLE + Duration::from_secs(1));
     h.lb.run();
     assert!(!h.lb.closed(aq), "probing");
-    h.lb.advance(crate::engine::liveness::PROBE_TIMEOUT + Duration::from_secs(1));
+    h.lb.advance(crate::queue::liveness::PROBE_TIMEOUT + Duration::from_secs(1));
     assert!(h.lb.closed(aq), "gone");
 }
 

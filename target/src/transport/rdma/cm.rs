@@ -31,7 +31,7 @@ pub fn check_cm_request(private: &[u8]) -> Result<QueueParams, RejectStatus> {
     Ok(QueueParams {
         qid: r.qid,
         sq_size: r.hsqsize + 1,
-        sgl: crate::engine::data::SglKind::Keyed,
+        sgl: crate::request::data::SglKind::Keyed,
     })
 }
 
@@ -58,7 +58,7 @@ mod tests {
             Ok(QueueParams {
                 qid: 0,
                 sq_size: 32,
-                sgl: crate::engine::data::SglKind::Keyed,
+                sgl: crate::request::data::SglKind::Keyed,
             })
         );
         assert_eq!(check_cm_request(&req(1, 128, 127)).unwrap().sq_size, 128);

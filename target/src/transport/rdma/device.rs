@@ -12,7 +12,7 @@ use super::memory::{Budget, MemoryError, Pinned, RecvArea};
 use super::wr;
 use crate::backend::uring::{Ring, FIXED_SLOTS};
 use crate::config::{EngineConfig, SendOffload, SrqMode, SMALL_BUFFER};
-use crate::engine::pool::{Buf, Class, PoolShape};
+use crate::request::pool::{Buf, Class, PoolShape};
 use crate::telemetry::metrics::metrics;
 use crate::MAX_IO_SIZE;
 

@@ -16,7 +16,7 @@ use tracing::{debug, error, warn};
 
 use super::device::WorkerDevice;
 use super::index::QueueIndex;
-use super::queue::{Cx, NewConn, Queue};
+use super::queue::{Cx, NewConn, RdmaQueue};
 use super::wr;
 use super::RdmaShared;
 use crate::model::controller::QueueLink;
@@ -41,7 +41,7 @@ struct DevSlot {
 /// order: the queues (their queue pairs) go before the devices whose memory
 /// their work requests name.
 pub struct RdmaGroup {
-    queues: Slots<Queue>,
+    queues: Slots<RdmaQueue>,
     devices: Vec<DevSlot>,
     index: QueueIndex,
     /// Made with the first connection: a target serving NVMe/TCP only
@@ -88,7 +88,7 @@ impl RdmaGroup {
         &mut self,
         w: &mut Lend<'_>,
         key: QueueKey,
-        f: impl FnOnce(&mut Queue, &mut Cx<'_, '_>),
+        f: impl FnOnce(&mut RdmaQueue, &mut Cx<'_, '_>),
     ) {
         let Some(q) = self.queues.get_mut(key) else {
             return;
@@ -364,7 +364,7 @@ impl Transport for RdmaGroup {
             };
             let qid = c.params.qid;
             let link = QueueLink::new(qid, w.waker.clone());
-            match Queue::accept(c, key, dev, wd, &self.shared.budget, link) {
+            match RdmaQueue::accept(c, key, dev, wd, &self.shared.budget, link) {
                 Ok(q) => {
                     queue_added(w);
                     self.index.insert(q.dev, q.qp_num, q.cm_key, key.slot);

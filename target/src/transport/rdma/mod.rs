@@ -32,8 +32,8 @@ use nvme::cm::{CmReject, RejectStatus};
 use rdma::{CmId, Context, ProtectionDomain};
 use tracing::warn;
 
+use crate::base::admission::Admission;
 use crate::config::{EngineConfig, SendOffload};
-use crate::engine::admission::Admission;
 use group::Inbox;
 pub use listener::listen;
 use memory::Budget;

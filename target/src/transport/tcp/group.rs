@@ -14,9 +14,9 @@ use tracing::warn;
 
 use super::queue::TcpQueue;
 use super::{Inbox, MAX_CAPSULE_DATA};
-use crate::engine::aligned::Aligned;
-use crate::engine::pool::PoolShape;
+use crate::base::aligned::Aligned;
 use crate::queue::Token;
+use crate::request::pool::PoolShape;
 use crate::worker::slots::{QueueKey, Slots};
 use crate::worker::ud::Ud;
 use crate::worker::{queue_added, CoreEvent, Lend, Transport};

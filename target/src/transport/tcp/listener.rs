@@ -166,7 +166,7 @@ fn give(
     stream: std::net::TcpStream,
     peer: SocketAddr,
     local: SocketAddr,
-    pending: crate::engine::admission::Pending,
+    pending: crate::base::admission::Pending,
     tls: Option<Arc<Proven>>,
 ) {
     // The handshake's deadlines go with it.

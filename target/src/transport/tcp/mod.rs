@@ -5,7 +5,7 @@
 //!
 //! A connection costs little before it proves anything: it is counted among
 //! its peer's unconnected queues from accept (the engine's
-//! [`crate::engine::admission::Admission`], shared with RDMA), holds a
+//! [`crate::base::admission::Admission`], shared with RDMA), holds a
 //! receive buffer of one ICReq until the ICReq came, has no queue core (no
 //! request slots) until its first capsule (a Connect, whose queue id and
 //! size it takes), and is closed when the ICReq and the Connect have not
@@ -24,7 +24,7 @@ use std::net::SocketAddr;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
-use crate::engine::admission::{Admission, Pending};
+use crate::base::admission::{Admission, Pending};
 
 /// The most data one H2CData PDU may carry (ICResp MAXH2CDATA): what a
 /// connection's receive buffer must hold besides a header. A host splits a

@@ -16,7 +16,7 @@
 use std::os::fd::RawFd;
 use std::time::Duration;
 
-use crate::engine::pool::Buf;
+use crate::request::pool::Buf;
 
 /// The least data a send goes zero-copy for: below it, pinning pages and
 /// the notification cost more than the copy.
@@ -194,7 +194,7 @@ mod tests {
 
     fn buf(offset: usize) -> Buf {
         Buf {
-            class: crate::engine::pool::Class::Large,
+            class: crate::request::pool::Class::Large,
             index: (offset / 4096) as u32,
             offset,
             size: 4096,

@@ -13,7 +13,7 @@ use tracing::{debug, warn};
 use super::super::device::WorkerDevice;
 use super::super::memory::{Budget, Pinned, RecvArea};
 use super::super::wr::{self, QueueKey};
-use super::{Cx, NewConn, Queue, DISCONNECT_GRACE, INLINE_RSP, MIN_RNR_TIMER};
+use super::{Cx, NewConn, RdmaQueue, DISCONNECT_GRACE, INLINE_RSP, MIN_RNR_TIMER};
 use crate::model::controller::QueueLink;
 use crate::queue::{Addrs, QueueCore};
 
@@ -33,7 +33,7 @@ fn cq_entries(nreq: u32, own_recv: u32) -> u32 {
     send_wrs(nreq) + own_recv
 }
 
-impl Queue {
+impl RdmaQueue {
     /// Creates the queue pair on `dev`, posts its receives and accepts. On
     /// error the id is handed back for a reject.
     #[allow(clippy::result_large_err)]
@@ -44,7 +44,7 @@ impl Queue {
         dev: &mut WorkerDevice,
         budget: &Arc<Budget>,
         link: Arc<QueueLink>,
-    ) -> Result<Queue, (CmId, String)> {
+    ) -> Result<RdmaQueue, (CmId, String)> {
         let NewConn {
             mut id,
             params,
@@ -176,7 +176,7 @@ impl Queue {
             local: id.local_addr(),
             tls: None,
         };
-        Ok(Queue {
+        Ok(RdmaQueue {
             cm_key: id.key(),
             id: Some(id),
             recv,

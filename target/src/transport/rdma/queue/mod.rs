@@ -24,11 +24,11 @@ use super::memory::{Pinned, RecvArea};
 use super::poster::{route, Poster, Route};
 use super::wr::{self, QueueKey};
 use crate::backend::DataRef;
+use crate::base::admission::Pending;
 use crate::counters::RdmaOp;
-use crate::engine::admission::Pending;
-use crate::engine::pool::Buf;
 use crate::model::controller::QueueLink;
 use crate::queue::{Action, Env, Memory, QueueCore, QueueParams, ToHost, Token};
+use crate::request::pool::Buf;
 use crate::worker::buffers::{self, Asked};
 use crate::worker::Lend;
 
@@ -57,7 +57,7 @@ pub struct Cx<'a, 'w> {
 
 /// A queue pair and its core. Field order is drop order: the RDMA-CM id
 /// (and with it the QP) goes before the memory its receives name.
-pub struct Queue {
+pub struct RdmaQueue {
     id: Option<CmId>,
     recv: Option<RecvArea>,
     rsp_mem: Option<Pinned>,
@@ -147,7 +147,7 @@ fn token(id: &rdma::WrId) -> Token {
     }
 }
 
-impl Queue {
+impl RdmaQueue {
     fn qid(&self) -> u16 {
         self.core.qid()
     }
@@ -409,7 +409,7 @@ impl Queue {
     }
 
     /// Queues work requests; they are posted together at the end of the loop
-    /// pass ([`Queue::flush_sends`]). `inline`: the data of each, sent inline
+    /// pass ([`RdmaQueue::flush_sends`]). `inline`: the data of each, sent inline
     /// (the batch keeps a copy).
     fn queue_sends(&mut self, cx: &mut Cx<'_, '_>, wrs: &[SendRequest<'_>], inline: Option<&[u8]>) {
         if self.batch.room() < wrs.len() {

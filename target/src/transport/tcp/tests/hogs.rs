@@ -5,7 +5,7 @@
 //! queue, and another host's 64 KiB read is served then.
 
 use super::*;
-use crate::engine::liveness::FETCH_STALL;
+use crate::queue::liveness::FETCH_STALL;
 
 /// A discovery controller of a stranger's NQN: its admin queue.
 fn discovery(r: &mut Rig) -> usize {

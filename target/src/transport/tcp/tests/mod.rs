@@ -16,13 +16,13 @@ use nvme::{Command, Completion, Sgl, Status};
 use super::group::TcpGroup;
 use super::{Inbox, NewSocket};
 use crate::backend::exec::Inline;
+use crate::base::admission::Admission;
 use crate::base::wake::{Mailbox, Waker};
 use crate::config::EngineConfig;
-use crate::engine::admission::Admission;
-use crate::engine::pool::PoolShape;
 use crate::model::namespace::Namespace;
 use crate::model::subsystem::{Subsystem, SubsystemKind};
 use crate::model::target::Target;
+use crate::request::pool::PoolShape;
 use crate::worker::{Group, Transport};
 
 const SUB: &str = "nqn.2026-11.org.example:tcp";

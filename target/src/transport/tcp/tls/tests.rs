@@ -219,7 +219,7 @@ fn tls_listener(
     let waker = crate::base::wake::Waker::new().unwrap();
     let inbox = crate::transport::tcp::Inbox::new(waker);
     let shared = crate::transport::tcp::TcpShared::new(
-        crate::engine::admission::Admission::evicting(8, 64),
+        crate::base::admission::Admission::evicting(8, 64),
         vec![inbox.clone()],
     );
     let t = Arc::new(crate::model::target::Target::new(vec![], vec![], 0));
