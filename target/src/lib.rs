@@ -18,6 +18,7 @@ pub use nvmf_core::{
 pub mod cli;
 pub mod config;
 pub mod daemon;
+pub mod gateway;
 pub mod import;
 pub mod rbd;
 pub mod telemetry;

@@ -181,6 +181,15 @@ pub trait Shared: Send + Sync {
     /// Hands the store over to the next writer without fencing: no new
     /// writes here, those in flight completed first (returns at once).
     fn hand_over(&self);
+
+    /// Another gateway fenced this one: the store refuses its writes until
+    /// the namespace is reopened (and closing it may wait on the store).
+    fn fenced(&self) -> bool;
+
+    /// This gateway stops (at shutdown): it hands the store over if it
+    /// writes it, once no write is in flight, waiting at most `within`, so
+    /// that the next writer need not fence it.
+    fn stop(&self, within: std::time::Duration);
 }
 
 /// How this gateway serves a namespace's ANA group, as it tells the other

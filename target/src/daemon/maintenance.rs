@@ -1,12 +1,10 @@
 //! Maintenance on the daemon's thread: every pass of its loop tells the
 //! other gateways of each RBD image how this one serves the image's ANA
-//! group, takes over a group configured non-optimized here while no other
-//! gateway serves it optimized (and gives it back when one does again),
+//! group and takes over or gives back groups ([`crate::gateway::takeover`]),
 //! and moves a drain on ([`super::drain`]). `nvmf-target drain`,
 //! `undrain` and `ok-to-stop` come here from the control socket.
 
 use crate::telemetry::journal::ids;
-use std::collections::BTreeMap;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -16,11 +14,10 @@ use serde_json::Value;
 use tracing::{info, warn};
 
 use super::drain::{Drain, Seen, Step};
-use super::ok_to_stop::{drain_helps, verdict, NsPaths};
 use super::rpc::{self, Changed, DrainParams, RpcError, StopCheck, StopParams};
 use super::Daemon;
-use crate::backend::{GatewayState, Peer};
 use crate::config::{ListenerConfig, TargetConfig};
+use crate::gateway::ok_to_stop::{drain_helps, verdict, NsPaths};
 use crate::model::namespace::Namespace;
 use crate::model::subsystem::{Subsystem, SubsystemKind};
 
@@ -50,30 +47,6 @@ pub struct Draining {
     /// A listener's removal, made once its controllers are drained
     /// (`nvmf-target listener del`).
     then: Option<(crate::config::edit::Edit, usize)>,
-}
-
-/// Whether a gateway that would serve a group optimized if no other did
-/// (a candidate, `promoted` now) does so, given the other gateways of one
-/// of the group's images: not while a live gateway serves it optimized as
-/// configured, or promoted and before this one in the order; not while a
-/// live candidate before this one could take it instead.
-pub fn takes_over(promoted: bool, peers: &[Peer]) -> bool {
-    let live = || peers.iter().filter(|p| p.fresh);
-    if live().any(|p| p.state == AnaState::Optimized && (!p.promoted || p.first)) {
-        return false;
-    }
-    if promoted {
-        return true;
-    }
-    // Only in the stead of a gateway it knows that served the group
-    // (optimized as configured, not a candidate) and no longer does:
-    // drained, fenced, stopped, dead. One it never heard of (not in the
-    // record: an older version, or one that cannot write it) may serve it
-    // still.
-    peers
-        .iter()
-        .any(|p| !(p.candidate || p.fresh && p.state == AnaState::Optimized))
-        && !live().any(|p| p.candidate && p.first)
 }
 
 /// The file that says a listener was drained by the operator, in the
@@ -109,45 +82,12 @@ impl Daemon {
 
     /// One pass: publish, take over or give back, move a drain on.
     pub fn maintain(&mut self) {
-        let nss = self.nvm_namespaces();
-        let ana = &self.target.ana;
-        for (_, ns) in &nss {
-            let g = ns.ana_group;
-            let Some(shared) = ns.backend.shared() else {
-                continue;
-            };
-            shared.publish_state(GatewayState {
-                state: ana.best(g),
-                candidate: ana.candidate(g),
-                promoted: ana.promoted(g),
-            });
-        }
-        let mut groups: BTreeMap<u32, Vec<&Arc<Namespace>>> = BTreeMap::new();
-        for (_, ns) in &nss {
-            groups.entry(ns.ana_group).or_default().push(ns);
-        }
-        for g in 1..=nvme::ana::MAX_GROUPS {
-            let members = groups.get(&g).map_or(&[][..], |m| &m[..]);
-            let now = ana.promoted(g);
-            if !now && members.is_empty() {
-                continue;
-            }
-            // Unknown peers (just opened, the record unreadable for a
-            // while): not taken over.
-            let want = ana.candidate(g)
-                && !members.is_empty()
-                && members
-                    .iter()
-                    .all(|ns| match ns.backend.shared().map(|s| s.peers()) {
-                        Some(Some(peers)) => takes_over(now, &peers),
-                        _ => false,
-                    });
-            if ana.promote(g, want) {
-                let n = self.notify_ana(None);
-                match want {
-                    true => info!(group = g, controllers_notified = n, "ANA group served optimized here: no other gateway of its images serves it optimized"),
-                    false => info!(group = g, controllers_notified = n, "ANA group back to non-optimized here: another gateway serves it optimized"),
-                }
+        let nss: Vec<Arc<Namespace>> = self.nvm_namespaces().into_iter().map(|(_, n)| n).collect();
+        for (g, want) in crate::gateway::takeover::pass(&self.target.ana, &nss) {
+            let n = self.notify_ana(None);
+            match want {
+                true => info!(group = g, controllers_notified = n, "ANA group served optimized here: no other gateway of its images serves it optimized"),
+                false => info!(group = g, controllers_notified = n, "ANA group back to non-optimized here: another gateway serves it optimized"),
             }
         }
         self.drain_tick();
@@ -619,81 +559,5 @@ impl Daemon {
                 others: ns.backend.shared().map(|s| s.peers()),
             })
             .collect()
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn peer(state: AnaState, fresh: bool, candidate: bool, promoted: bool, first: bool) -> Peer {
-        Peer {
-            gateway: "gw".into(),
-            state,
-            fresh,
-            candidate,
-            promoted,
-            first,
-        }
-    }
-
-    #[test]
-    fn a_candidate_takes_a_group_over_only_while_nobody_serves_it_optimized() {
-        use AnaState::*;
-        // The optimized gateway is alive: no.
-        assert!(!takes_over(
-            false,
-            &[peer(Optimized, true, false, false, true)]
-        ));
-        assert!(!takes_over(
-            true,
-            &[peer(Optimized, true, false, false, false)]
-        ));
-        // It drained (inaccessible) or died (not heard from): yes.
-        assert!(takes_over(
-            false,
-            &[peer(Inaccessible, true, false, false, true)]
-        ));
-        assert!(takes_over(
-            false,
-            &[peer(Optimized, false, false, false, true)]
-        ));
-        assert!(!takes_over(false, &[]), "nobody known served it");
-        assert!(
-            takes_over(true, &[]),
-            "kept once taken (the dead one forgotten)"
-        );
-        // Another candidate before this one takes it; one after does not.
-        let drained = peer(Inaccessible, true, false, false, true);
-        assert!(!takes_over(
-            false,
-            &[drained.clone(), peer(NonOptimized, true, true, false, true)]
-        ));
-        assert!(takes_over(
-            false,
-            &[
-                drained.clone(),
-                peer(NonOptimized, true, true, false, false)
-            ]
-        ));
-        // Two took it at once: the later one gives it back.
-        assert!(!takes_over(
-            true,
-            &[peer(Optimized, true, true, true, true)]
-        ));
-        assert!(takes_over(
-            true,
-            &[peer(Optimized, true, true, true, false)]
-        ));
-        // A dead candidate before this one does not hold it back.
-        assert!(takes_over(
-            false,
-            &[drained, peer(NonOptimized, false, true, false, true)]
-        ));
-        // Only other candidates known: none of them served it.
-        assert!(!takes_over(
-            false,
-            &[peer(NonOptimized, true, true, false, false)]
-        ));
     }
 }

@@ -16,7 +16,6 @@ pub mod listeners;
 pub mod live;
 pub mod maintenance;
 pub mod mdns;
-pub mod ok_to_stop;
 pub mod open;
 pub mod reload;
 pub mod rpc;
@@ -339,7 +338,7 @@ impl Daemon {
                     continue;
                 }
             };
-            if crate::rbd::image(&*ns.backend).is_some_and(|img| img.fenced()) {
+            if ns.backend.shared().is_some_and(|s| s.fenced()) {
                 // Closing an image (and shutting down a connection) the
                 // cluster blocklisted may wait on it: not on this thread.
                 let _ = std::thread::Builder::new()
@@ -842,10 +841,8 @@ impl Daemon {
         }
         for s in t.all_subsystems() {
             for ns in s.namespaces().iter() {
-                if let Some(img) = crate::rbd::image(&*ns.backend) {
-                    if let Some(o) = img.ownership() {
-                        o.stop(Duration::from_secs(5));
-                    }
+                if let Some(shared) = ns.backend.shared() {
+                    shared.stop(Duration::from_secs(5));
                 }
             }
         }

@@ -16,7 +16,7 @@ pub mod budget;
 pub mod cluster;
 mod io;
 pub mod owner;
-pub mod peers;
+pub mod presence;
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -119,7 +119,7 @@ pub struct RbdImage {
     owner: OnceLock<owner::Ownership>,
     /// This gateway among those that serve the image (`None`: the record
     /// could not be opened; logged).
-    presence: Option<peers::Presence>,
+    presence: Option<presence::Presence>,
 }
 
 impl RbdImage {
@@ -336,7 +336,7 @@ pub fn open(cfg: &RbdConfig, group: u32) -> Result<(Backend, u64), BackendError>
 /// `pool` (`spec`: for logs); `None`, logged, if the record cannot be
 /// opened (QoS caps then hold for this gateway alone, and the other
 /// gateways do not know it).
-fn presence(conn: &Conn, pool: &str, id: &str, spec: &str) -> Option<peers::Presence> {
+fn presence(conn: &Conn, pool: &str, id: &str, spec: &str) -> Option<presence::Presence> {
     let started = ceph::Object::open(&conn.cluster, pool, &format!("nvmf_gw.{id}"))
         .map_err(|e| e.to_string())
         .and_then(|object| {
@@ -351,7 +351,7 @@ fn presence(conn: &Conn, pool: &str, id: &str, spec: &str) -> Option<peers::Pres
             };
             let gateway = GATEWAY.get_or_init(|| format!("{:016x}", rand()));
             let key = format!("{gateway}#{:016x}", rand());
-            peers::Presence::start(object, key, owner::gateway_name(), spec.into())
+            presence::Presence::start(object, key, owner::gateway_name(), spec.into())
                 .map_err(|e| e.to_string())
         });
     started
@@ -465,7 +465,8 @@ impl Storage for RbdImage {
 }
 
 /// An image several gateways serve: its ownership, the QoS caps and the
-/// gateways' states, shared through its cluster ([`peers`], [`owner`]).
+/// gateways' states, shared through its cluster ([`presence`], [`owner`];
+/// the rules are [`crate::gateway`]'s).
 impl Shared for RbdImage {
     fn qos_changed(&self, qos: &Arc<crate::model::qos::NsQos>) {
         if let Some(p) = &self.presence {
@@ -490,6 +491,16 @@ impl Shared for RbdImage {
     fn hand_over(&self) {
         if let Some(o) = self.owner.get() {
             o.hand_over();
+        }
+    }
+
+    fn fenced(&self) -> bool {
+        self.conn.fenced()
+    }
+
+    fn stop(&self, within: std::time::Duration) {
+        if let Some(o) = self.owner.get() {
+            o.stop(within);
         }
     }
 }

@@ -1,70 +1,41 @@
-//! The gateways that serve an RBD image, as each tells the others: that it
-//! is alive, how it serves the image's ANA group (so that a drained or
-//! dead gateway's group is taken over, and `ok-to-stop` knows the other
-//! paths), and what its hosts ask of each QoS cap (so that a cap holds for
-//! the image as a whole: docs/configuration.md, "QoS across gateways").
+//! The record the gateways of one shared store (an RBD image) keep of each
+//! other, and one gateway's side of its exchange, sans-IO: that it is
+//! alive, how it serves the store's ANA group (so that a drained or dead
+//! gateway's group is taken over, [`super::takeover`], and `ok-to-stop`
+//! knows the other paths, [`super::ok_to_stop`]), and what its hosts ask of
+//! each QoS cap (its part: [`super::qos_share`]).
 //!
-//! Each gateway that serves the image writes its entry, every [`EXCHANGE`]
-//! while the namespace has caps and every [`IDLE_EXCHANGE`] otherwise,
-//! into a RADOS object of the image's pool, `nvmf_gw.<image id>`, and
-//! reads the others' (a JSON record, replaced whole by compare-and-swap on
-//! the object's version). An entry that has not changed for five of its
+//! Each gateway that serves the store writes its entry, every [`EXCHANGE`]
+//! while the namespace has caps and every [`IDLE_EXCHANGE`] otherwise, into
+//! one object beside the store (for an image, the RADOS object
+//! `nvmf_gw.<image id>` of its pool: `rbd::presence` runs the exchange),
+//! and reads the others' (a JSON record, replaced whole by compare-and-swap
+//! on the object's version). An entry that has not changed for five of its
 //! writer's periods (1 s, or 5 s without caps) is stale: its gateway is
 //! stopped, dead or cut off from the cluster. Staleness is judged by each
 //! reader's own clock, from the entry's sequence number: the gateways'
 //! clocks need not agree. Entries unchanged for [`FORGET`] are removed.
-//!
-//! A gateway's part of a cap is its demand (I/Os per worker period,
-//! [`demand_at`]) over the sum of the live gateways' (plus a little,
-//! [`FLOOR`], so that an idle gateway whose host turns to it is not at
-//! zero): the parts add up to the cap and follow the hosts' I/O within an
-//! exchange or two.
-//!
-//! [`Roster`] is the exchange's logic (no I/O, tested below); [`Presence`]
-//! runs it on a thread of its own, never on a worker.
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 use nvme::ana::AnaState;
 use serde::{Deserialize, Serialize};
 
+use super::qos_share::Part;
 use crate::backend::{GatewayState, Peer};
-use crate::model::qos::NsQos;
-use crate::request::qos::demand_at;
 
 /// How often a gateway with caps writes its entry and takes its parts.
 pub const EXCHANGE: Duration = Duration::from_millis(200);
 /// How often a gateway without caps writes its entry.
 pub const IDLE_EXCHANGE: Duration = Duration::from_secs(1);
-/// How often the demand is sampled between exchanges (averaged).
-const SAMPLE: Duration = Duration::from_millis(50);
 /// An entry is stale once it has not changed for this many of its
 /// writer's periods.
-const STALE_PERIODS: u32 = 5;
+pub const STALE_PERIODS: u32 = 5;
 /// An entry unchanged for this long is removed from the record.
 const FORGET: Duration = Duration::from_secs(60);
-/// The demand every live gateway counts as having (I/Os per worker
-/// period), so that an idle one keeps a small part.
-const FLOOR: f64 = 0.5;
 /// The largest record read; a larger one is replaced.
-const MAX_RECORD: usize = 256 << 10;
-/// Conditional writes tried per exchange before the next.
-const TRIES: usize = 4;
-/// The largest demand an entry counts with (I/Os per worker period): an
-/// entry is written by whoever may write the object, and one claiming an
-/// infinite demand must not take every other gateway's part to nothing.
-const MAX_DEMAND: f64 = 1e6;
-
-/// A demand as read from an entry: finite, within [0, MAX_DEMAND].
-fn clamp_demand(d: f64) -> f64 {
-    if d.is_finite() {
-        d.clamp(0.0, MAX_DEMAND)
-    } else {
-        0.0
-    }
-}
+pub const MAX_RECORD: usize = 256 << 10;
 
 /// A gateway's entry in the record.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -100,16 +71,6 @@ fn idle_ms() -> u64 {
 #[derive(Debug, Default, Serialize, Deserialize)]
 struct Record {
     gateways: BTreeMap<String, Entry>,
-}
-
-/// This gateway's part of one cap.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Part {
-    /// Its part of the cap, in (0, 1].
-    pub part: f64,
-    /// How many live gateways share the cap, this one among them (0: it
-    /// is not shared).
-    pub gateways: u32,
 }
 
 /// What one exchange gives.
@@ -191,19 +152,12 @@ impl Roster {
         let parts = demand
             .iter()
             .map(|(cap, &own)| {
-                let own = own.max(0.0);
-                let (sum, n) = rec
+                let others = rec
                     .gateways
                     .iter()
                     .filter(|(k, e)| fresh(k, e))
-                    .filter_map(|(_, e)| e.demand.get(cap))
-                    .fold((0.0, 0u32), |(s, n), d| (s + clamp_demand(*d), n + 1));
-                let part = match n {
-                    0 => 1.0,
-                    _ => (own + FLOOR) / (own + sum + FLOOR * (n + 1) as f64),
-                };
-                let gateways = if n == 0 { 0 } else { n + 1 };
-                (cap.clone(), Part { part, gateways })
+                    .filter_map(|(_, e)| e.demand.get(cap).copied());
+                (cap.clone(), Part::of(own, others))
             })
             .collect();
         let peers = rec
@@ -259,260 +213,12 @@ fn serialize(rec: &Record) -> Vec<u8> {
     serde_json::to_vec(rec).unwrap_or_default()
 }
 
-/// What the thread and the namespace share.
-#[derive(Debug, Default)]
-struct Shared {
-    inner: Mutex<Inner>,
-    wake: Condvar,
-}
-
-#[derive(Debug)]
-struct Inner {
-    /// Stop: the namespace goes.
-    stop: bool,
-    /// Its caps now.
-    qos: Option<Arc<NsQos>>,
-    /// This gateway's state for the image's group, as the daemon says.
-    state: GatewayState,
-    /// The other gateways, as last heard (`None`: not yet settled).
-    peers: Option<Vec<Peer>>,
-    /// Moves with each change of the caps or the state: the thread
-    /// exchanges at once.
-    changes: u64,
-}
-
-impl Default for Inner {
-    fn default() -> Inner {
-        Inner {
-            stop: false,
-            qos: None,
-            // Until the daemon says otherwise: nothing to rely on.
-            state: GatewayState {
-                state: AnaState::Inaccessible,
-                candidate: false,
-                promoted: false,
-            },
-            peers: None,
-            changes: 0,
-        }
-    }
-}
-
-/// This gateway among those that serve an image: a thread that runs the
-/// exchange while the namespace is open. Dropping it stops the thread,
-/// which takes this gateway's entry out of the record.
-#[derive(Debug)]
-pub struct Presence {
-    shared: Arc<Shared>,
-}
-
-impl Presence {
-    /// Starts exchanging through `object` as `key` (`gateway`: the
-    /// gateway's name for people; `image`: for logs).
-    pub fn start(
-        object: Arc<ceph::Object>,
-        key: String,
-        gateway: String,
-        image: String,
-    ) -> std::io::Result<Presence> {
-        let shared = Arc::new(Shared::default());
-        let s = shared.clone();
-        std::thread::Builder::new()
-            .name("rbd-peers".into())
-            .spawn(move || run(&s, &object, Roster::new(&key, &gateway), &image))?;
-        Ok(Presence { shared })
-    }
-
-    /// The caps changed (limits that stay keep their parts).
-    pub fn set_qos(&self, qos: Arc<NsQos>) {
-        let mut i = self.shared.lock();
-        i.qos = (!qos.is_empty()).then_some(qos);
-        i.changes += 1;
-        self.shared.wake.notify_all();
-    }
-
-    /// This gateway's state for the image's group (the others hear of a
-    /// change at once).
-    pub fn set_state(&self, state: GatewayState) {
-        let mut i = self.shared.lock();
-        if i.state != state {
-            i.state = state;
-            i.changes += 1;
-            self.shared.wake.notify_all();
-        }
-    }
-
-    /// The other gateways as last heard (`None`: not settled yet, until
-    /// every live one had time to write once).
-    pub fn peers(&self) -> Option<Vec<Peer>> {
-        self.shared.lock().peers.clone()
-    }
-}
-
-impl Drop for Presence {
-    fn drop(&mut self) {
-        self.shared.lock().stop = true;
-        self.shared.wake.notify_all();
-    }
-}
-
-impl Shared {
-    fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
-        self.inner.lock().unwrap_or_else(|p| p.into_inner())
-    }
-}
-
-fn run(shared: &Shared, object: &ceph::Object, mut roster: Roster, image: &str) {
-    let started = Instant::now();
-    let mut sums: BTreeMap<String, f64> = BTreeMap::new();
-    let mut samples = 0u32;
-    let mut next = Instant::now();
-    let mut failing: Option<Instant> = None;
-    let mut alive_last = 0usize;
-    let mut changes = 0u64;
-    loop {
-        let (qos, state) = {
-            let g = shared.lock();
-            let wait = match g.qos {
-                Some(_) => SAMPLE,
-                None => next.saturating_duration_since(Instant::now()),
-            };
-            let (g, _) = shared
-                .wake
-                .wait_timeout_while(g, wait, |i| !i.stop && i.changes == changes)
-                .unwrap_or_else(|p| p.into_inner());
-            if g.stop {
-                break;
-            }
-            if g.changes != changes {
-                changes = g.changes;
-                next = Instant::now();
-            }
-            (g.qos.clone(), g.state)
-        };
-        let limits: Vec<(&str, &Arc<crate::model::qos::Limit>)> = qos
-            .iter()
-            .flat_map(|q| {
-                q.all
-                    .iter()
-                    .map(|l| ("", l))
-                    .chain(q.hosts.iter().map(|(h, l)| (h.as_str(), l)))
-            })
-            .collect();
-        sums.retain(|k, _| limits.iter().any(|(h, _)| h == k));
-        if !limits.is_empty() {
-            let now = Instant::now();
-            for (h, l) in &limits {
-                *sums.entry(h.to_string()).or_default() += demand_at(l, now) as f64;
-            }
-            samples += 1;
-        }
-        let now = Instant::now();
-        if now < next {
-            continue;
-        }
-        let every = if limits.is_empty() {
-            IDLE_EXCHANGE
-        } else {
-            EXCHANGE
-        };
-        next = now + every;
-        let demand: BTreeMap<String, f64> = sums
-            .iter()
-            .map(|(k, v)| (k.clone(), v / samples.max(1) as f64))
-            .collect();
-        sums.clear();
-        samples = 0;
-        match exchange(object, &mut roster, state, &demand, every) {
-            Ok(x) => {
-                if let Some(t) = failing.take() {
-                    tracing::info!(
-                        image,
-                        "the record of the gateways that serve the image works again after {:.1} s",
-                        t.elapsed().as_secs_f64()
-                    );
-                }
-                if x.replaced {
-                    tracing::warn!(image, object = %object.spec(), "the record of the gateways could not be read (too large or not ours): replaced");
-                }
-                for (h, l) in &limits {
-                    if let Some(p) = x.parts.get(*h) {
-                        l.set_part(p.part, p.gateways);
-                    }
-                }
-                alive_last = x.peers.iter().filter(|p| p.fresh).count();
-                // Settled once every live gateway had time to write twice
-                // (an entry counts once it moved).
-                let settled = started.elapsed() >= IDLE_EXCHANGE * 3;
-                shared.lock().peers = settled.then_some(x.peers);
-            }
-            Err(e) => {
-                let since = *failing.get_or_insert_with(|| {
-                    tracing::warn!(image, "the record of the gateways that serve the image ({}): {e}; QoS parts fall back to an equal share", object.spec());
-                    Instant::now()
-                });
-                // The others see this gateway stale after a second and take
-                // its part: from then on it takes an equal share of those
-                // it last saw (the image may get that much over its cap
-                // while the record cannot be reached and its I/O can).
-                if since.elapsed() >= Duration::from_secs(1) {
-                    let equal = 1.0 / (alive_last + 1) as f64;
-                    for (_, l) in &limits {
-                        l.set_part(l.part().min(equal), l.gateways());
-                    }
-                }
-                // Not heard for a while: who serves the image is not known.
-                if since.elapsed() >= IDLE_EXCHANGE * STALE_PERIODS {
-                    shared.lock().peers = None;
-                }
-            }
-        }
-    }
-    for _ in 0..TRIES {
-        let Ok(Some((data, version))) = object.read_head(MAX_RECORD) else {
-            break;
-        };
-        let Some(out) = roster.leave(&data) else {
-            break;
-        };
-        match object.write(&out, Some(version)) {
-            Err(ceph::WriteError::Changed) => continue,
-            _ => break,
-        }
-    }
-}
-
-/// One exchange through the object.
-fn exchange(
-    object: &ceph::Object,
-    roster: &mut Roster,
-    state: GatewayState,
-    demand: &BTreeMap<String, f64>,
-    every: Duration,
-) -> Result<Exchanged, ceph::Error> {
-    for _ in 0..TRIES {
-        let cur = object.read_head(MAX_RECORD)?;
-        let x = roster.exchange(
-            cur.as_ref().map(|(d, _)| &d[..]),
-            state,
-            demand,
-            every,
-            Instant::now(),
-        );
-        match object.write(&x.record, cur.map(|(_, v)| v)) {
-            Ok(_) => return Ok(x),
-            Err(ceph::WriteError::Changed) => continue,
-            Err(ceph::WriteError::Failed(e)) => return Err(e),
-        }
-    }
-    Err(ceph::Error::Library(
-        "the record kept changing under this gateway's writes".into(),
-    ))
-}
-
 #[cfg(test)]
 mod tests {
+    use std::sync::Arc;
+
     use super::*;
+    use crate::gateway::qos_share::{MAX_DEMAND, SAMPLE};
 
     fn d(pairs: &[(&str, f64)]) -> BTreeMap<String, f64> {
         pairs.iter().map(|(k, v)| (k.to_string(), *v)).collect()
