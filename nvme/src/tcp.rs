@@ -225,6 +225,19 @@ pub struct DataHeader {
     pub datal: u32,
 }
 
+impl DataHeader {
+    /// The fields of the data PDU at the start of `pdu` (which holds its
+    /// header).
+    fn parse(pdu: &[u8]) -> DataHeader {
+        DataHeader {
+            cccid: u16_at(pdu, 8),
+            ttag: u16_at(pdu, 10),
+            datao: u32_at(pdu, 12),
+            datal: u32_at(pdu, 16),
+        }
+    }
+}
+
 /// An R2T: the host may send `r2tl` bytes from `r2to` of command `cccid`'s
 /// data, tagged `ttag`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -359,20 +372,43 @@ impl Rules {
         let data = DATA_HLEN + hd + pad + self.max_data as usize + dd;
         cmd.max(data).max(IC_SIZE).max(MAX_TERM_PLEN)
     }
+
+    /// The longest a receive buffer must hold when the data of the peer's
+    /// data PDUs is received straight into the commands' buffers once
+    /// their header is in ([`data_start`]): the longest other PDU, or a
+    /// data PDU's header with its digest and padding.
+    pub fn max_buffered(&self) -> usize {
+        let hd = if self.hdgst { DIGEST_SIZE } else { 0 };
+        let dd = if self.ddgst { DIGEST_SIZE } else { 0 };
+        let pad = (self.pda as usize + 1) * 4;
+        let cmd = CMD_HLEN + hd + pad + self.max_capsule_data as usize + dd;
+        let data_header = align_up(DATA_HLEN + hd, pad);
+        cmd.max(data_header).max(IC_SIZE).max(MAX_TERM_PLEN)
+    }
 }
 
 fn align_up(n: usize, a: usize) -> usize {
     n.div_ceil(a) * a
 }
 
-/// Frames the next PDU from the start of `buf` under `rules`: `Ok(None)`
-/// while `buf` holds less than a whole PDU (once its common header is in,
-/// only after its length was checked against the rules: the caller's
-/// buffer never needs more than [`Rules::max_plen`]); otherwise the PDU
-/// and its length. Every header field is checked; a data digest that does
-/// not match is reported with the PDU (`data_ok`), a header digest that
-/// does not match is fatal.
-pub fn parse<'a>(buf: &'a [u8], rules: &Rules) -> Result<Option<(Pdu<'a>, usize)>, Fatal> {
+/// A PDU's common header, checked against the rules: its type, where its
+/// data lies and how long it is.
+#[derive(Debug, Clone, Copy)]
+struct Framed {
+    t: u8,
+    flags: u8,
+    hlen: usize,
+    hdgst: bool,
+    has_data: bool,
+    data_at: usize,
+    dd: usize,
+    plen: usize,
+}
+
+/// Checks the common header at the start of `buf` (`None`: less than a
+/// common header) against `rules`: every field but the header digest,
+/// which needs the whole header.
+fn frame(buf: &[u8], rules: &Rules) -> Result<Option<Framed>, Fatal> {
     if buf.len() < CH_SIZE {
         return Ok(None);
     }
@@ -467,6 +503,39 @@ pub fn parse<'a>(buf: &'a [u8], rules: &Rules) -> Result<Option<(Pdu<'a>, usize)
             Fatal::field(4)
         });
     }
+    Ok(Some(Framed {
+        t,
+        flags: h.flags,
+        hlen,
+        hdgst,
+        has_data,
+        data_at,
+        dd,
+        plen,
+    }))
+}
+
+/// Frames the next PDU from the start of `buf` under `rules`: `Ok(None)`
+/// while `buf` holds less than a whole PDU (once its common header is in,
+/// only after its length was checked against the rules: the caller's
+/// buffer never needs more than [`Rules::max_plen`]); otherwise the PDU
+/// and its length. Every header field is checked; a data digest that does
+/// not match is reported with the PDU (`data_ok`), a header digest that
+/// does not match is fatal.
+pub fn parse<'a>(buf: &'a [u8], rules: &Rules) -> Result<Option<(Pdu<'a>, usize)>, Fatal> {
+    let Some(Framed {
+        t,
+        flags: hflags,
+        hlen,
+        hdgst,
+        has_data,
+        data_at,
+        dd,
+        plen,
+    }) = frame(buf, rules)?
+    else {
+        return Ok(None);
+    };
     if buf.len() < plen {
         return Ok(None);
     }
@@ -516,13 +585,8 @@ pub fn parse<'a>(buf: &'a [u8], rules: &Rules) -> Result<Option<(Pdu<'a>, usize)
         }
         pdu_type::H2C_DATA | pdu_type::C2H_DATA => Pdu::Data {
             h2c: t == pdu_type::H2C_DATA,
-            hdr: DataHeader {
-                cccid: u16_at(pdu, 8),
-                ttag: u16_at(pdu, 10),
-                datao: u32_at(pdu, 12),
-                datal: u32_at(pdu, 16),
-            },
-            flags: h.flags,
+            hdr: DataHeader::parse(pdu),
+            flags: hflags,
             data,
             data_ok,
         },
@@ -544,6 +608,60 @@ pub fn parse<'a>(buf: &'a [u8], rules: &Rules) -> Result<Option<(Pdu<'a>, usize)
         }
     }
     Ok(Some((out, plen)))
+}
+
+/// The start of a data PDU whose header is in: what [`data_start`] gives.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DataStart {
+    /// H2CData (true) or C2HData.
+    pub h2c: bool,
+    /// Its fields.
+    pub hdr: DataHeader,
+    /// Its flags (last, success).
+    pub flags: u8,
+    /// Where its data starts (its PDO).
+    pub data_at: usize,
+    /// Its whole length: `data_at`, its data, then a data digest when
+    /// `ddgst`.
+    pub plen: usize,
+    /// A data digest follows the data.
+    pub ddgst: bool,
+}
+
+/// The start of the data PDU at the start of `buf` (the peer's: H2CData to
+/// a controller, C2HData to a host) once its header, header digest and
+/// padding are in, checked as [`parse`] checks them, so that its data can
+/// be received straight into the command's buffer rather than through the
+/// caller's. `None` for another PDU, a data PDU without data, or less than
+/// its header: [`parse`] frames those.
+pub fn data_start(buf: &[u8], rules: &Rules) -> Result<Option<DataStart>, Fatal> {
+    let Some(f) = frame(buf, rules)? else {
+        return Ok(None);
+    };
+    if !f.has_data
+        || !matches!(f.t, pdu_type::H2C_DATA | pdu_type::C2H_DATA)
+        || buf.len() < f.data_at
+    {
+        return Ok(None);
+    }
+    if f.hdgst && crc(&buf[..f.hlen]) != u32_at(buf, f.hlen) {
+        return Err(Fatal {
+            fes: fes::HEADER_DIGEST_ERROR,
+            fei: 0,
+        });
+    }
+    let hdr = DataHeader::parse(buf);
+    if hdr.datal as usize != f.plen - f.data_at - f.dd {
+        return Err(Fatal::field(16));
+    }
+    Ok(Some(DataStart {
+        h2c: f.t == pdu_type::H2C_DATA,
+        hdr,
+        flags: f.flags,
+        data_at: f.data_at,
+        plen: f.plen,
+        ddgst: f.dd != 0,
+    }))
 }
 
 /// How the PDUs a side sends are laid out: the digests agreed and the

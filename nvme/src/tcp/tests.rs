@@ -213,6 +213,71 @@ fn data_pdus_and_their_lengths() {
     assert_eq!(parse(&b3, &r).unwrap_err().fes, fes::DATA_LIMIT_EXCEEDED);
 }
 
+/// A data PDU's start is known from its header alone (its data then goes
+/// straight to the command's buffer), checked as a whole PDU is.
+#[test]
+fn a_data_pdus_start_from_its_header_alone() {
+    for (hdgst, ddgst, pda) in [(false, false, 0), (true, true, 0), (true, false, 3)] {
+        let mut r = ctrl_rules();
+        r.hdgst = hdgst;
+        r.ddgst = ddgst;
+        r.pda = pda;
+        let l = Layout { hdgst, ddgst, pda };
+        let d = DataHeader {
+            cccid: 5,
+            ttag: 9,
+            datao: 8192,
+            datal: 4096,
+        };
+        let b = h2c(&l, &d, &[7u8; 4096], true);
+        let s = data_start(&b, &r).unwrap().expect("a data PDU");
+        assert_eq!((s.h2c, s.hdr, s.plen, s.ddgst), (true, d, b.len(), ddgst));
+        assert_eq!(s.flags & flags::DATA_LAST, flags::DATA_LAST);
+        assert_eq!(s.data_at, b[3] as usize, "its PDO");
+        // The header, its digest and padding suffice; one byte less does not.
+        assert_eq!(data_start(&b[..s.data_at], &r).unwrap(), Some(s));
+        assert_eq!(data_start(&b[..s.data_at - 1], &r).unwrap(), None);
+        // The same as the whole PDU parsed.
+        let (Pdu::Data { hdr, data, .. }, n) = parse(&b, &r).unwrap().unwrap() else {
+            panic!()
+        };
+        assert_eq!((hdr, n), (d, s.plen));
+        assert_eq!(data, &b[s.data_at..s.data_at + 4096]);
+        if hdgst {
+            let mut bad = b.clone();
+            bad[12] ^= 1;
+            assert_eq!(
+                data_start(&bad[..s.data_at], &r).unwrap_err().fes,
+                fes::HEADER_DIGEST_ERROR
+            );
+        }
+        // DATAL that is not the data's length.
+        let mut b2 = b.clone();
+        b2[16..20].copy_from_slice(&4000u32.to_le_bytes());
+        if hdgst {
+            let c = crc(&b2[..DATA_HLEN]).to_le_bytes();
+            b2[DATA_HLEN..DATA_HLEN + 4].copy_from_slice(&c);
+        }
+        assert_eq!(data_start(&b2, &r).unwrap_err(), Fatal::field(16));
+    }
+    // Not a data PDU, or a host's data PDU to a host: parse frames it.
+    let r = ctrl_rules();
+    let c = capsule(&Layout::default(), 1, &[1u8; 512]);
+    assert_eq!(data_start(&c, &r).unwrap(), None);
+    assert_eq!(data_start(&c[..4], &r).unwrap(), None);
+    let d = DataHeader {
+        cccid: 5,
+        ttag: 9,
+        datao: 0,
+        datal: 32769,
+    };
+    let big = h2c(&Layout::default(), &d, &[0u8; 64], true);
+    assert_eq!(
+        data_start(&big[..DATA_HLEN], &r).unwrap_err().fes,
+        fes::DATA_LIMIT_EXCEEDED
+    );
+}
+
 #[test]
 fn the_controllers_pdus_parse_on_the_hosts_side() {
     let l = Layout {
@@ -282,6 +347,11 @@ proptest! {
         if let Ok(Some((_, n))) = parse(&b, &r) {
             prop_assert!(n <= r.max_plen());
             prop_assert!(n <= b.len());
+        }
+        if let Ok(Some(s)) = data_start(&b, &r) {
+            prop_assert!(s.data_at <= b.len() && s.data_at < s.plen);
+            prop_assert!(s.plen <= r.max_plen());
+            prop_assert_eq!(s.hdr.datal as usize + s.data_at + if s.ddgst { 4 } else { 0 }, s.plen);
         }
         if b.len() >= CH_SIZE {
             if let Ok(None) = parse(&b[..CH_SIZE], &r) {

@@ -15,6 +15,7 @@
 //! ends.
 
 pub mod group;
+mod h2c;
 pub mod listener;
 pub mod queue;
 pub mod tls;
@@ -26,10 +27,11 @@ use std::sync::Arc;
 
 use crate::base::admission::{Admission, Pending};
 
-/// The most data one H2CData PDU may carry (ICResp MAXH2CDATA): what a
-/// connection's receive buffer must hold besides a header. A host splits a
-/// larger transfer into several PDUs.
-pub const MAX_H2C_DATA: u32 = 32 * 1024;
+/// The most data one H2CData PDU may carry (ICResp MAXH2CDATA): the
+/// largest transfer, so that a host sends a write's data in one PDU. Its
+/// data goes straight to the request's buffer (`h2c`), never through the
+/// connection's receive buffer.
+pub const MAX_H2C_DATA: u32 = crate::MAX_IO_SIZE;
 /// In-capsule data a capsule may carry (IOCCSZ says so to the host, and
 /// NVMe/TCP's admin queues take 8 KiB too).
 pub const MAX_CAPSULE_DATA: u32 = crate::INLINE_DATA_SIZE;

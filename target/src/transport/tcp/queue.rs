@@ -20,13 +20,13 @@ use nvme::{Command, Completion};
 use tracing::{debug, warn};
 
 use super::group::Res;
+use super::h2c::{Transfer, Transfers};
 use super::zerocopy::{self, ZeroCopy};
 use super::{MAX_CAPSULE_DATA, MAX_H2C_DATA};
 use crate::base::admission::Pending;
 use crate::model::controller::QueueLink;
 use crate::queue::{Action, Addrs, Env, QueueCore, QueueParams, ToHost, Token, CONNECT_TIMEOUT};
 use crate::request::data::SglKind;
-use crate::request::pool::Buf;
 use crate::worker::buffers::{self, Asked};
 use crate::worker::slots::QueueKey;
 use crate::worker::{Lend, PlainMemory};
@@ -57,17 +57,6 @@ impl Out {
     fn len(&self) -> usize {
         self.head.len() + self.data.map_or(0, |d| d.1 as usize) + self.dgst.map_or(0, |_| 4)
     }
-}
-
-/// Data a request waits for: its R2T went out.
-#[derive(Debug, Clone, Copy)]
-struct H2c {
-    req: Token,
-    cid: u16,
-    buf: Buf,
-    len: u32,
-    got: u32,
-    ok: bool,
 }
 
 /// Where the connection is.
@@ -107,7 +96,8 @@ pub struct TcpQueue {
     tx_off: usize,
     core: Option<QueueCore>,
     pending: Option<Pending>,
-    h2c: Vec<Option<H2c>>,
+    /// The R2Ts' transfers.
+    transfers: Transfers,
     /// Since when it closes.
     closing: Option<Instant>,
     key: QueueKey,
@@ -172,7 +162,7 @@ impl TcpQueue {
             tx_off: 0,
             core: None,
             pending: Some(pending),
-            h2c: Vec::new(),
+            transfers: Transfers::default(),
             closing: None,
             key,
         }
@@ -274,18 +264,7 @@ impl TcpQueue {
                 // One R2T for the whole transfer; the host splits it into
                 // H2CData PDUs of at most MAXH2CDATA. Its tag is the
                 // request's slot.
-                let t = req.slot as usize;
-                if self.h2c.len() <= t {
-                    self.h2c.resize(t + 1, None);
-                }
-                self.h2c[t] = Some(H2c {
-                    req,
-                    cid,
-                    buf,
-                    len,
-                    got: 0,
-                    ok: true,
-                });
+                self.transfers.open(req.slot, req, cid, buf, len);
                 let r2t = R2t {
                     cccid: cid,
                     ttag: req.slot,
@@ -404,7 +383,7 @@ impl TcpQueue {
             self.call(w, res, &mut |c, env| c.sent(env, t, false));
         }
         // Data the host was to send never comes.
-        for h in std::mem::take(&mut self.h2c).into_iter().flatten() {
+        for h in self.transfers.take_all() {
             self.call(w, res, &mut |c, env| c.fetched(env, h.req, false));
         }
     }
@@ -450,12 +429,20 @@ impl TcpQueue {
         }
         let mut n = self.handle(w, res);
         while self.readable && !self.starved && self.closing.is_none() {
-            if self.rx_len == self.rx.len() {
+            let direct = self.transfers.receiving();
+            if !direct && self.rx_len == self.rx.len() {
                 // Full: only a PDU waiting for a capsule buffer stays.
                 break;
             }
-            match self.stream.read(&mut self.rx[self.rx_len..]) {
-                Ok(0) => {
+            let stream = &mut self.stream;
+            let got = match direct {
+                true => self
+                    .transfers
+                    .receive(res.pool_mem.ptr(), |b| stream.read(b)),
+                false => stream.read(&mut self.rx[self.rx_len..]).map(|k| (k, None)),
+            };
+            match got {
+                Ok((0, _)) => {
                     self.readable = false;
                     debug!(peer = ?self.addrs.peer, "the host closed the connection");
                     match self.core.is_some() {
@@ -466,7 +453,12 @@ impl TcpQueue {
                     }
                     return n;
                 }
-                Ok(k) => {
+                Ok((_, Some(t))) => {
+                    n += 1;
+                    self.transferred(w, res, t);
+                }
+                Ok((_, None)) if direct => {}
+                Ok((k, None)) => {
                     self.rx_len += k;
                     n += self.handle(w, res);
                 }
@@ -491,7 +483,34 @@ impl TcpQueue {
         while self.closing.is_none() {
             let pdu = match tcp::parse(&rx[at..self.rx_len], &self.rules) {
                 Ok(Some(p)) => p,
-                Ok(None) => break,
+                Ok(None) => {
+                    // A data PDU whose header is in: the rest of it goes
+                    // straight to its transfer's buffer.
+                    let start = match tcp::data_start(&rx[at..self.rx_len], &self.rules) {
+                        Ok(Some(st)) if st.h2c => st,
+                        Ok(_) => break,
+                        Err(f) => {
+                            let bad = rx[at..self.rx_len].to_vec();
+                            self.fatal(w, res, f, &bad);
+                            break;
+                        }
+                    };
+                    let have = &rx[at + start.data_at..self.rx_len];
+                    match self.transfers.start(res.pool_mem.ptr(), &start, have) {
+                        Ok(done) => {
+                            at = self.rx_len;
+                            if let Some(t) = done {
+                                n += 1;
+                                self.transferred(w, res, t);
+                            }
+                        }
+                        Err(f) => {
+                            let bad = rx[at..at + start.data_at].to_vec();
+                            self.fatal(w, res, f, &bad);
+                        }
+                    }
+                    break;
+                }
                 Err(f) => {
                     let bad = rx[at..self.rx_len].to_vec();
                     self.fatal(w, res, f, &bad);
@@ -530,8 +549,9 @@ impl TcpQueue {
             Pdu::IcReq(r) => {
                 let dg = r.digest & (digest::HEADER | digest::DATA);
                 self.layout = self.rules.agree(dg, r.hpda);
-                // Now the buffer for the largest PDU the rules allow.
-                self.rx = vec![0u8; self.rules.max_plen()];
+                // Now the buffer for the largest PDU the rules allow, but
+                // for a data PDU's data: that goes straight to its buffer.
+                self.rx = vec![0u8; self.rules.max_buffered()];
                 self.phase = Phase::Connect;
                 let resp = IcResp {
                     pfv: 0,
@@ -595,53 +615,9 @@ impl TcpQueue {
                 data,
                 data_ok,
             } => {
-                let t = hdr.ttag as usize;
-                let Some(h) = self.h2c.get_mut(t).and_then(|h| h.as_mut()) else {
-                    return Err(Fatal {
-                        fes: fes::INVALID_HEADER_FIELD,
-                        fei: 10,
-                    });
-                };
-                if h.cid != hdr.cccid {
-                    return Err(Fatal {
-                        fes: fes::INVALID_HEADER_FIELD,
-                        fei: 8,
-                    });
-                }
-                let end = hdr.datao as u64 + hdr.datal as u64;
-                if hdr.datao != h.got || end > h.len as u64 {
-                    return Err(Fatal {
-                        fes: fes::DATA_OUT_OF_RANGE,
-                        fei: 0,
-                    });
-                }
-                let last = end == h.len as u64;
-                if last != (f & flags::DATA_LAST != 0) {
-                    return Err(Fatal {
-                        fes: fes::INVALID_HEADER_FIELD,
-                        fei: 1,
-                    });
-                }
-                let dst = res
-                    .pool_mem
-                    .ptr()
-                    .wrapping_add(h.buf.offset + hdr.datao as usize);
-                // SAFETY: within the request's pool buffer (the range was
-                // checked against the R2T's length, which the buffer holds);
-                // the request waits for this data and nothing else uses it.
-                unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), dst, data.len()) };
-                h.got += hdr.datal;
-                h.ok &= data_ok;
-                if last {
-                    if let Some(h) = self.h2c[t].take() {
-                        if h.ok {
-                            self.call(w, res, &mut |c, env| c.fetched(env, h.req, true));
-                        } else {
-                            debug!(peer = ?self.addrs.peer, cid = h.cid, "data digest error in H2CData");
-                            crate::telemetry::metrics::reject("tcp_data_digest");
-                            self.call(w, res, &mut |c, env| c.fetch_corrupt(env, h.req));
-                        }
-                    }
+                let pool = res.pool_mem.ptr();
+                if let Some(t) = self.transfers.whole(pool, &hdr, f, data, data_ok)? {
+                    self.transferred(w, res, t);
                 }
                 Ok(true)
             }
@@ -660,6 +636,18 @@ impl TcpQueue {
                 fes: fes::INVALID_HEADER_FIELD,
                 fei: 0,
             }),
+        }
+    }
+
+    /// A transfer's data all came: the request goes on (or fails, when a
+    /// data digest did not match).
+    fn transferred(&mut self, w: &mut Lend<'_>, res: &mut Res, t: Transfer) {
+        if t.ok {
+            self.call(w, res, &mut |c, env| c.fetched(env, t.req, true));
+        } else {
+            debug!(peer = ?self.addrs.peer, cid = t.cid, "data digest error in H2CData");
+            crate::telemetry::metrics::reject("tcp_data_digest");
+            self.call(w, res, &mut |c, env| c.fetch_corrupt(env, t.req));
         }
     }
 

@@ -563,6 +563,104 @@ fn a_keyed_sgl_on_tcp_is_an_invalid_sgl_type() {
     );
 }
 
+/// A write's data goes straight to its pool buffer once its PDU's header
+/// is in, however the bytes arrive: a whole transfer in one H2CData PDU
+/// (MAXH2CDATA), far larger than the connection's receive buffer, in odd
+/// pieces, with and without digests; a digest that does not match fails
+/// the write alone; a header for no transfer ends the connection before
+/// its data comes.
+#[test]
+fn a_writes_data_goes_straight_to_its_buffer_however_it_arrives() {
+    for dg in [0, digest::HEADER | digest::DATA] {
+        let mut r = Rig::new();
+        let (_, cntlid) = r.admin(dg);
+        let q = r.io(dg, cntlid);
+        let len = super::MAX_H2C_DATA;
+        assert_eq!(len, crate::MAX_IO_SIZE);
+        let data = pattern(dg ^ 0x3C, len as usize);
+        let (w, t) = r.write_asked(q, 64, len);
+        assert_eq!(t.r2tl, len, "one R2T for the whole transfer");
+        let d = DataHeader {
+            cccid: w.cid(),
+            ttag: t.ttag,
+            datao: 0,
+            datal: len,
+        };
+        let l = r.hosts[q].layout;
+        let pdu = Rig::with_digest(&l, l.data(true, &d, tcp::flags::DATA_LAST), &data);
+        // The header alone, then a few bytes, then pieces of odd sizes
+        // (the digest split across two).
+        let head = pdu[3] as usize;
+        let mut cuts = vec![head, head + 5];
+        cuts.extend((head + 5..pdu.len()).step_by(9973).skip(1));
+        if dg != 0 {
+            cuts.push(pdu.len() - 2);
+        }
+        cuts.push(pdu.len());
+        let mut from = 0;
+        for to in cuts {
+            r.send(q, &pdu[from..to]);
+            r.pump_transport();
+            from = to;
+        }
+        let c = r.cqe(q);
+        assert!(c.status.is_success(), "{}", c.status);
+        assert_eq!(r.read(q, 64, len), data);
+        // Its digest broken, sent after the header went in alone.
+        if dg != 0 {
+            let (w, t) = r.write_asked(q, 512, 8192);
+            let d = DataHeader {
+                cccid: w.cid(),
+                ttag: t.ttag,
+                datao: 0,
+                datal: 8192,
+            };
+            let mut pdu = l.data(true, &d, tcp::flags::DATA_LAST);
+            let head = pdu.len();
+            pdu.extend_from_slice(&data[..8192]);
+            pdu.extend_from_slice(&(tcp::crc(&data[..8192]) ^ 1).to_le_bytes());
+            r.send(q, &pdu[..head]);
+            r.pump_transport();
+            r.send(q, &pdu[head..]);
+            let c = r.cqe(q);
+            assert_eq!(c.status, Status::TRANSIENT_TRANSPORT_ERROR, "{}", c.status);
+            assert_eq!(r.read(q, 512, 8192), vec![0xEE; 8192], "nothing written");
+        }
+        // (A zero-copy read's buffer comes back once the kernel says so.)
+        for _ in 0..100 {
+            r.pump();
+            if r.group.buffers_in_use() == 0 {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        assert_eq!(r.group.buffers_in_use(), 0);
+        // A header for a transfer that is not open, alone: terminated.
+        let d = DataHeader {
+            cccid: 7,
+            ttag: 99,
+            datao: 0,
+            datal: 4096,
+        };
+        let pdu = l.data(true, &d, tcp::flags::DATA_LAST);
+        r.send(q, &pdu);
+        let b = r.next(q);
+        assert!(
+            matches!(
+                r.parse(q, &b),
+                Pdu::Term {
+                    h2c: false,
+                    fes: fes::INVALID_HEADER_FIELD,
+                    fei: 10,
+                }
+            ),
+            "{:?}",
+            r.parse(q, &b)
+        );
+        assert!(r.closed(q));
+    }
+}
+
 #[test]
 fn data_outside_its_r2t_ends_the_connection_with_a_termination_request() {
     let mut r = Rig::new();
