@@ -176,7 +176,9 @@ impl Transfers {
         read: impl FnOnce(&mut [u8]) -> std::io::Result<usize>,
     ) -> std::io::Result<(usize, Option<Transfer>)> {
         let Some((dst, room)) = self.next(pool) else {
-            return Ok((0, None));
+            // Not reached: a PDU received directly keeps its transfer open.
+            self.direct = None;
+            return Err(std::io::Error::other("a data PDU without its transfer"));
         };
         // SAFETY: `next` gave `room` writable bytes at `dst`, which nothing
         // else uses while the PDU is received (the request waits for its
