@@ -28,6 +28,12 @@
 # reactor polls without pause: "cpu_us" and "target_cpu_us" count it whole.
 # BENCH_TRANSPORT=tcp: every target over NVMe/TCP (nvmet-tcp, our TCP listener, SPDK's TCP
 # transport; the kernel's nvme-tcp host) instead of RDMA.
+# BENCH_TRANSPORT=all (in the current-host image: integration/bench picks it): every
+# transport in one boot, one after the other: RDMA, NVMe/TCP, and NVMe/TCP with TLS 1.3
+# (nvmet and ours each, SPDK too over RDMA and TCP where built); each transport's tables,
+# then one table of every transport: ours against its anchor (nvmet on the same
+# transport, SPDK where it ran), IOPS ratio, p99, CPU per I/O. The default patterns then
+# add 128k QD32 reads and writes (where TLS trailed).
 # BENCH_TLS=1 (with BENCH_TRANSPORT=tcp, in the current-host image: integration/bench picks
 # it): nvmet and ours each twice, in plain TCP and with TLS 1.3 required (targets nvmet-tls,
 # ours-tls; a PSK from nvme gen-tls-key, the host connects with --tls, kTLS on both sides);
@@ -49,11 +55,17 @@ PATTERNS=${PATTERNS:-"rr4k-qd1:randread:4k:1 rw4k-qd1:randwrite:4k:1 rr4k-qd32:r
 DEV=${DEV:-ram}
 OURS_NS=
 TR=${BENCH_TRANSPORT:-rdma}
-case $TR in rdma|tcp) ;; *) echo "BENCH_TRANSPORT must be rdma or tcp"; exit 2 ;; esac
+case $TR in rdma|tcp|all) ;; *) echo "BENCH_TRANSPORT must be rdma, tcp or all"; exit 2 ;; esac
 TLS=${BENCH_TLS:-0}
-echo "transport: $TR$([ "$TLS" = 1 ] && echo ", plain and TLS 1.3")"
+if [ "$TR" = all ]; then
+  TRANSPORTS="rdma tcp"; TLS=1
+  [ -n "$PATTERNS_SET" ] || PATTERNS="$PATTERNS r128k-qd32:read:128k:32 w128k-qd32:write:128k:32"
+else
+  TRANSPORTS=$TR
+fi
+echo "transport: $TR$([ "$TLS" = 1 ] && echo ", TCP plain and with TLS 1.3")"
 if [ "$TLS" = 1 ]; then
-  [ "$TR" = tcp ] || { echo "BENCH_TLS=1 is for BENCH_TRANSPORT=tcp"; exit 2; }
+  [ "$TR" != rdma ] || { echo "BENCH_TLS=1 is for BENCH_TRANSPORT=tcp or all"; exit 2; }
   # tlshd links the .nvme keyring when it starts: after nvme-tcp made it.
   modprobe -a tls nvme-tcp && systemctl restart tlshd || { echo "BENCH_TLS: no tls module or tlshd (the current-host image has them)"; exit 1; }
   [ -s /etc/nvme/hostnqn ] || nvme gen-hostnqn >/etc/nvme/hostnqn
@@ -136,7 +148,7 @@ runfio() { # round target
         --iodepth="$qd" --runtime="$RT" --time_based --output-format=json --output=/tmp/b.json >/dev/null 2>&1 ||
         { echo "fio failed: target $2 pattern $name (round $1); no row" >&2; continue; }
     f1=$(child_ticks $me); t1=$(cpu_ticks); p1=$(proc_ticks); e1=$(ceph_ticks); read -r w1 b1 s1 c1 < <(engine_stats)
-    python3 - "$1" "$2" "$name" "$t0" "$t1" "$(getconf CLK_TCK)" "${w0:-0}" "${w1:-0}" "${b0:-0}" "${b1:-0}" \
+ BTR=$TR python3 - "$1" "$2" "$name" "$t0" "$t1" "$(getconf CLK_TCK)" "${w0:-0}" "${w1:-0}" "${b0:-0}" "${b1:-0}" \
         "${s0:-0}" "${s1:-0}" "${c0:-0}" "${c1:-0}" "$p0" "$p1" "$e0" "$e1" "$f0" "$f1" <<'PY'
 import json, sys
 rnd, tgt, name, t0, t1, hz, w0, w1, b0, b1, s0, s1, c0, c1, p0, p1, e0, e1, f0, f1 = sys.argv[1:]
@@ -160,7 +172,7 @@ if float(w1) > 0:
     # Mean time inside the target, capsule arrival to response posted: the rest of the
     # host's latency is the wire (soft-RoCE) and the host.
     eng += f" target_lat_us={(float(s1) - float(s0)) * 1e6 / max(int(c1) - int(c0), 1):.0f} host_lat_us={j['read']['clat_ns']['mean'] / 1000 if j['read']['total_ios'] else j['write']['clat_ns']['mean'] / 1000:.0f}"
-print(f"BENCH round={rnd} target={tgt} pattern={name} iops={iops:.0f} p50_us={p50:.0f} p99_us={p99:.0f} cpu_us={cpu:.1f}{eng}")
+print(f"BENCH round={rnd} transport={__import__('os').environ['BTR']} target={tgt} pattern={name} iops={iops:.0f} p50_us={p50:.0f} p99_us={p99:.0f} cpu_us={cpu:.1f}{eng}")
 PY
   done | tee -a /tmp/bench.txt
 }
@@ -222,95 +234,140 @@ phase() { # round variant patterns
   [ "$wq" = 0 ] || echo "io_uring io-wq threads of the target after the run: $wq"
   kill $TP; wait $TP; TPID=; grep -v INFO /tmp/t.log | head -5
 }
-variants=(nvmet)
-[ -n "${OURS_BINS:-}" ] || for spin in ${OURS_SPINS:-default}; do variants+=("spin:$spin"); done
-for b in ${OURS_BINS:-}; do
-  if [ -n "${OURS_SPINS:-}" ]; then for spin in $OURS_SPINS; do variants+=("bin:$b@$spin"); done
-  else variants+=("bin:$b"); fi
-done
-for ca in ${OURS_CEPH_ARGS:-}; do variants+=("ceph:$ca"); done
-for c in ${OURS_CONFIGS:-}; do variants+=("cfg:$c"); done
-[ "$TLS" = 1 ] && variants+=(nvmet-tls tls)
-[ "$DEV" = rbd ] && [ "${FIO_RBD:-1}" != 0 ] && variants+=(fio-rbd)
-if [ "$DEV" = rbd ]; then echo "SPDK: not with DEV=rbd (no rbd bdev in the build this bench expects)"
-elif [ "$TLS" = 1 ]; then echo "SPDK: not with BENCH_TLS=1"
-elif spdk_ready; then variants+=(spdk); fi
-for r in $(seq "$ROUNDS"); do
-  # Even rounds run the targets in reverse order, so neither always goes first.
-  order=("${variants[@]}"); [ $((r % 2)) = 0 ] && for ((i = ${#variants[@]} - 1, j = 0; i >= 0; i--, j++)); do order[j]=${variants[i]}; done
-  if [ -n "${INTERLEAVE:-1}" ] && [ "${INTERLEAVE:-1}" != 0 ]; then
-    # Each pattern against every target in turn: the two runs of a pair are seconds
-    # apart, not a whole phase (TCG's speed drifts by 10-20 % within a boot).
-    for p in $PATTERNS; do for v in "${order[@]}"; do phase "$r" "$v" "$p"; done; done
-  else
-    for v in "${order[@]}"; do phase "$r" "$v" "$PATTERNS"; done
-  fi
+# Every target of transport $TR, ROUNDS rounds.
+bench_transport() {
+  variants=(nvmet)
+  [ -n "${OURS_BINS:-}" ] || for spin in ${OURS_SPINS:-default}; do variants+=("spin:$spin"); done
+  for b in ${OURS_BINS:-}; do
+    if [ -n "${OURS_SPINS:-}" ]; then for spin in $OURS_SPINS; do variants+=("bin:$b@$spin"); done
+    else variants+=("bin:$b"); fi
+  done
+  for ca in ${OURS_CEPH_ARGS:-}; do variants+=("ceph:$ca"); done
+  for c in ${OURS_CONFIGS:-}; do variants+=("cfg:$c"); done
+  [ "$TLS" = 1 ] && [ "$TR" = tcp ] && variants+=(nvmet-tls tls)
+  [ "$DEV" = rbd ] && [ "${FIO_RBD:-1}" != 0 ] && variants+=(fio-rbd)
+  if [ "$DEV" = rbd ]; then echo "SPDK: not with DEV=rbd (no rbd bdev in the build this bench expects)"
+  elif [ "$TLS" = 1 ] && [ "$TRANSPORTS" = tcp ]; then echo "SPDK: not with BENCH_TLS=1"
+  elif spdk_ready; then variants+=(spdk); fi
+  for r in $(seq "$ROUNDS"); do
+    # Even rounds run the targets in reverse order, so neither always goes first.
+    order=("${variants[@]}"); [ $((r % 2)) = 0 ] && for ((i = ${#variants[@]} - 1, j = 0; i >= 0; i--, j++)); do order[j]=${variants[i]}; done
+    if [ -n "${INTERLEAVE:-1}" ] && [ "${INTERLEAVE:-1}" != 0 ]; then
+      # Each pattern against every target in turn: the two runs of a pair are seconds
+      # apart, not a whole phase (TCG's speed drifts by 10-20 % within a boot).
+      for p in $PATTERNS; do for v in "${order[@]}"; do phase "$r" "$v" "$p"; done; done
+    else
+      for v in "${order[@]}"; do phase "$r" "$v" "$PATTERNS"; done
+    fi
+  done
+}
+for TR in $TRANSPORTS; do
+  [ "$TRANSPORTS" = "$TR" ] || echo "=== transport $TR$([ "$TR" = tcp ] && [ "$TLS" = 1 ] && echo ", plain and TLS 1.3")"
+  bench_transport
 done
 python3 - <<'PY'
 import statistics as st
-rows = {}
+by_tr = {}
 for line in open('/tmp/bench.txt'):
     if not line.startswith('BENCH'): continue
     kv = dict(x.split('=') for x in line.split()[1:])
-    rows.setdefault((kv['pattern'], kv['target']), []).append(kv)
-pats = []
-for (p, _) in rows:
-    if p not in pats: pats.append(p)
-med = lambda p, t, k: st.median(float(r.get(k, 0)) for r in rows.get((p, t), [{k: 0}]))
-def paired(p, o):
-    """ours/nvmet IOPS of each round (the two runs of a round are a pair)."""
-    k = {r['round']: float(r['iops']) for r in rows.get((p, 'nvmet'), [])}
+    by_tr.setdefault(kv.get('transport', 'rdma'), {}).setdefault((kv['pattern'], kv['target']), []).append(kv)
+def med_of(rows, p, t, k):
+    return st.median(float(r.get(k, 0)) for r in rows.get((p, t), [{k: 0}]))
+def paired_of(rows, p, o, a):
+    """o/a IOPS of each round (the two runs of a round are a pair)."""
+    k = {r['round']: float(r['iops']) for r in rows.get((p, a), [])}
     return [float(r['iops']) / k[r['round']] for r in rows.get((p, o), []) if k.get(r['round'])]
-variants = []
-for (_, t) in rows:
-    if t != 'nvmet' and t not in variants: variants.append(t)
-for o in variants:
-    print()
-    print(f"| pattern | nvmet IOPS | {o} IOPS | {o}/nvmet | paired ratios (min-max) | nvmet p50 / p99 us | {o} p50 / p99 us | p99 {o}/nvmet | guest CPU us/IO nvmet / {o} | {o} process CPU us/IO |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
-    for p in pats:
-        ki, oi = med(p, 'nvmet', 'iops'), med(p, o, 'iops')
-        kp, op = med(p, 'nvmet', 'p99_us'), med(p, o, 'p99_us')
-        pr = paired(p, o)
-        prs = f"{st.median(pr):.2f} ({min(pr):.2f}-{max(pr):.2f})" if pr else "-"
-        print(f"| {p} | {ki:.0f} | {oi:.0f} | {oi / ki if ki else 0:.2f} | {prs} | {med(p, 'nvmet', 'p50_us'):.0f} / {kp:.0f} | "
-              f"{med(p, o, 'p50_us'):.0f} / {op:.0f} | {op / kp if kp else 0:.2f} | "
-              f"{med(p, 'nvmet', 'cpu_us'):.0f} / {med(p, o, 'cpu_us'):.0f} | {med(p, o, 'target_cpu_us'):.0f} |")
-if any(t == 'spdk' for (_, t) in rows):
+def tables(rows):
+    pats = []
+    for (p, _) in rows:
+        if p not in pats: pats.append(p)
+    med = lambda p, t, k: st.median(float(r.get(k, 0)) for r in rows.get((p, t), [{k: 0}]))
+    def paired(p, o):
+        """ours/nvmet IOPS of each round (the two runs of a round are a pair)."""
+        k = {r['round']: float(r['iops']) for r in rows.get((p, 'nvmet'), [])}
+        return [float(r['iops']) / k[r['round']] for r in rows.get((p, o), []) if k.get(r['round'])]
+    variants = []
+    for (_, t) in rows:
+        if t != 'nvmet' and t not in variants: variants.append(t)
     for o in variants:
-        if o == 'spdk': continue
         print()
-        print(f"| pattern | spdk IOPS | {o} IOPS | {o}/spdk paired (min-max) | p99 {o}/spdk | guest CPU us/IO spdk / {o} | process CPU us/IO spdk / {o} |")
-        print("|---|---|---|---|---|---|---|")
+        print(f"| pattern | nvmet IOPS | {o} IOPS | {o}/nvmet | paired ratios (min-max) | nvmet p50 / p99 us | {o} p50 / p99 us | p99 {o}/nvmet | guest CPU us/IO nvmet / {o} | {o} process CPU us/IO |")
+        print("|---|---|---|---|---|---|---|---|---|---|")
         for p in pats:
-            k = {r['round']: float(r['iops']) for r in rows.get((p, 'spdk'), [])}
-            pr = [float(r['iops']) / k[r['round']] for r in rows.get((p, o), []) if k.get(r['round'])]
+            ki, oi = med(p, 'nvmet', 'iops'), med(p, o, 'iops')
+            kp, op = med(p, 'nvmet', 'p99_us'), med(p, o, 'p99_us')
+            pr = paired(p, o)
             prs = f"{st.median(pr):.2f} ({min(pr):.2f}-{max(pr):.2f})" if pr else "-"
-            sp = med(p, 'spdk', 'p99_us')
-            print(f"| {p} | {med(p, 'spdk', 'iops'):.0f} | {med(p, o, 'iops'):.0f} | {prs} | "
-                  f"{med(p, o, 'p99_us') / sp if sp else 0:.2f} | {med(p, 'spdk', 'cpu_us'):.0f} / {med(p, o, 'cpu_us'):.0f} | "
-                  f"{med(p, 'spdk', 'target_cpu_us'):.0f} / {med(p, o, 'target_cpu_us'):.0f} |")
-# Where each target's guest CPU per I/O goes: fio (the host's application; with fio-rbd,
-# librbd as well), the target's process, the Ceph daemons, and the rest (kernel: the
-# host's NVMe and RDMA stack, soft-RoCE, nvmet and krbd, softirqs).
-print()
-print("| pattern | target | guest CPU us/IO | fio | target process | Ceph daemons | rest (kernel) |")
-print("|---|---|---|---|---|---|---|")
-for p in pats:
-    for t in ['nvmet'] + variants:
-        if (p, t) not in rows: continue
-        g, f, tp, c = (med(p, t, k) for k in ('cpu_us', 'fio_cpu_us', 'target_cpu_us', 'ceph_cpu_us'))
-        print(f"| {p} | {t} | {g:.0f} | {f:.0f} | {tp:.0f} | {c:.0f} | {g - f - tp - c:.0f} |")
-# TLS against plain TCP, each target against itself (BENCH_TLS=1).
-if any(t == 'nvmet-tls' for (_, t) in rows):
+            print(f"| {p} | {ki:.0f} | {oi:.0f} | {oi / ki if ki else 0:.2f} | {prs} | {med(p, 'nvmet', 'p50_us'):.0f} / {kp:.0f} | "
+                  f"{med(p, o, 'p50_us'):.0f} / {op:.0f} | {op / kp if kp else 0:.2f} | "
+                  f"{med(p, 'nvmet', 'cpu_us'):.0f} / {med(p, o, 'cpu_us'):.0f} | {med(p, o, 'target_cpu_us'):.0f} |")
+    if any(t == 'spdk' for (_, t) in rows):
+        for o in variants:
+            if o == 'spdk': continue
+            print()
+            print(f"| pattern | spdk IOPS | {o} IOPS | {o}/spdk paired (min-max) | p99 {o}/spdk | guest CPU us/IO spdk / {o} | process CPU us/IO spdk / {o} |")
+            print("|---|---|---|---|---|---|---|")
+            for p in pats:
+                k = {r['round']: float(r['iops']) for r in rows.get((p, 'spdk'), [])}
+                pr = [float(r['iops']) / k[r['round']] for r in rows.get((p, o), []) if k.get(r['round'])]
+                prs = f"{st.median(pr):.2f} ({min(pr):.2f}-{max(pr):.2f})" if pr else "-"
+                sp = med(p, 'spdk', 'p99_us')
+                print(f"| {p} | {med(p, 'spdk', 'iops'):.0f} | {med(p, o, 'iops'):.0f} | {prs} | "
+                      f"{med(p, o, 'p99_us') / sp if sp else 0:.2f} | {med(p, 'spdk', 'cpu_us'):.0f} / {med(p, o, 'cpu_us'):.0f} | "
+                      f"{med(p, 'spdk', 'target_cpu_us'):.0f} / {med(p, o, 'target_cpu_us'):.0f} |")
+    # Where each target's guest CPU per I/O goes: fio (the host's application; with fio-rbd,
+    # librbd as well), the target's process, the Ceph daemons, and the rest (kernel: the
+    # host's NVMe and RDMA stack, soft-RoCE, nvmet and krbd, softirqs).
     print()
-    print("| pattern | nvmet IOPS plain / TLS | nvmet TLS/plain | ours IOPS plain / TLS | ours TLS/plain | ours-tls/nvmet-tls | guest CPU us/IO TLS nvmet / ours |")
+    print("| pattern | target | guest CPU us/IO | fio | target process | Ceph daemons | rest (kernel) |")
     print("|---|---|---|---|---|---|---|")
     for p in pats:
-        kp, kt, op, ot = (med(p, t, 'iops') for t in ('nvmet', 'nvmet-tls', 'ours', 'ours-tls'))
-        r = lambda a, b: f"{a / b:.2f}" if b else "-"
-        print(f"| {p} | {kp:.0f} / {kt:.0f} | {r(kt, kp)} | {op:.0f} / {ot:.0f} | {r(ot, op)} | {r(ot, kt)} | "
-              f"{med(p, 'nvmet-tls', 'cpu_us'):.0f} / {med(p, 'ours-tls', 'cpu_us'):.0f} |")
+        for t in ['nvmet'] + variants:
+            if (p, t) not in rows: continue
+            g, f, tp, c = (med(p, t, k) for k in ('cpu_us', 'fio_cpu_us', 'target_cpu_us', 'ceph_cpu_us'))
+            print(f"| {p} | {t} | {g:.0f} | {f:.0f} | {tp:.0f} | {c:.0f} | {g - f - tp - c:.0f} |")
+    # TLS against plain TCP, each target against itself (BENCH_TLS=1).
+    if any(t == 'nvmet-tls' for (_, t) in rows):
+        print()
+        print("| pattern | nvmet IOPS plain / TLS | nvmet TLS/plain | ours IOPS plain / TLS | ours TLS/plain | ours-tls/nvmet-tls | guest CPU us/IO TLS nvmet / ours |")
+        print("|---|---|---|---|---|---|---|")
+        for p in pats:
+            kp, kt, op, ot = (med(p, t, 'iops') for t in ('nvmet', 'nvmet-tls', 'ours', 'ours-tls'))
+            r = lambda a, b: f"{a / b:.2f}" if b else "-"
+            print(f"| {p} | {kp:.0f} / {kt:.0f} | {r(kt, kp)} | {op:.0f} / {ot:.0f} | {r(ot, op)} | {r(ot, kt)} | "
+                  f"{med(p, 'nvmet-tls', 'cpu_us'):.0f} / {med(p, 'ours-tls', 'cpu_us'):.0f} |")
+
+for tr, rows in by_tr.items():
+    if len(by_tr) > 1:
+        print()
+        print(f"### {tr}")
+    tables(rows)
+# Every transport in one table: ours against each anchor that ran on it (BENCH_TRANSPORT=all).
+if len(by_tr) > 1:
+    print()
+    print("### every transport: ours against its anchor")
+    print()
+    print("| transport | pattern | anchor | anchor IOPS | ours IOPS | ours/anchor paired (min-max) | p99 ours/anchor | guest CPU us/IO anchor / ours | ours process CPU us/IO |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for tr, rows in by_tr.items():
+        targets = {t for (_, t) in rows}
+        pairs = [(tr, 'nvmet', 'ours')]
+        if 'spdk' in targets: pairs.append((tr, 'spdk', 'ours'))
+        if 'nvmet-tls' in targets: pairs.append(('tls', 'nvmet-tls', 'ours-tls'))
+        pats = []
+        for (p, _) in rows:
+            if p not in pats: pats.append(p)
+        for (name, a, o) in pairs:
+            for p in pats:
+                if (p, a) not in rows or (p, o) not in rows: continue
+                m = lambda t, k: med_of(rows, p, t, k)
+                pr = paired_of(rows, p, o, a)
+                prs = f"{st.median(pr):.2f} ({min(pr):.2f}-{max(pr):.2f})" if pr else "-"
+                ap = m(a, 'p99_us')
+                print(f"| {name} | {p} | {a} | {m(a, 'iops'):.0f} | {m(o, 'iops'):.0f} | {prs} | "
+                      f"{m(o, 'p99_us') / ap if ap else 0:.2f} | {m(a, 'cpu_us'):.0f} / {m(o, 'cpu_us'):.0f} | {m(o, 'target_cpu_us'):.0f} |")
+rows = next(iter(by_tr.values()), {})
 n = len(next(iter(rows.values()), []))
 print(f"(medians of {n} rounds, {__import__('os').environ.get('RT', '10')} s each; paired: median of the per-round ratios)")
 PY
