@@ -47,6 +47,14 @@ pub fn install(
     }
     set_keys(fd, hash, libc::TLS_TX, tx).map_err(|e| KtlsError::Keys("send", e))?;
     set_keys(fd, hash, libc::TLS_RX, rx).map_err(|e| KtlsError::Keys("receive", e))?;
+    // TLS 1.3 records may carry padding, so the kernel decrypts each into
+    // its own buffer and copies it out, unless told to expect none: then it
+    // decrypts straight into the reader's buffer (a write's pool buffer),
+    // and a padded record is decrypted again the slow way. Linux hosts send
+    // none. Older kernels (before 6.0) lack the option: the copy stays.
+    if let Err(e) = setsockopt(fd, libc::TLS_RX_EXPECT_NO_PAD, &1u32) {
+        tracing::debug!(error = %e, "kTLS: no zero-copy decryption (TLS_RX_EXPECT_NO_PAD)");
+    }
     Ok(())
 }
 
