@@ -368,9 +368,8 @@ impl Rules {
         let hd = if self.hdgst { DIGEST_SIZE } else { 0 };
         let dd = if self.ddgst { DIGEST_SIZE } else { 0 };
         let pad = (self.pda as usize + 1) * 4;
-        let cmd = CMD_HLEN + hd + pad + self.max_capsule_data as usize + dd;
         let data = DATA_HLEN + hd + pad + self.max_data as usize + dd;
-        cmd.max(data).max(IC_SIZE).max(MAX_TERM_PLEN)
+        self.max_buffered().max(data)
     }
 
     /// The longest a receive buffer must hold when the data of the peer's
@@ -515,6 +514,18 @@ fn frame(buf: &[u8], rules: &Rules) -> Result<Option<Framed>, Fatal> {
     }))
 }
 
+/// Checks the header digest (when `hdgst`) of the header of `hlen` bytes at
+/// the start of `buf`, which holds the digest too: a mismatch is fatal.
+fn header_digest(buf: &[u8], hdgst: bool, hlen: usize) -> Result<(), Fatal> {
+    if hdgst && crc(&buf[..hlen]) != u32_at(buf, hlen) {
+        return Err(Fatal {
+            fes: fes::HEADER_DIGEST_ERROR,
+            fei: 0,
+        });
+    }
+    Ok(())
+}
+
 /// Frames the next PDU from the start of `buf` under `rules`: `Ok(None)`
 /// while `buf` holds less than a whole PDU (once its common header is in,
 /// only after its length was checked against the rules: the caller's
@@ -540,12 +551,7 @@ pub fn parse<'a>(buf: &'a [u8], rules: &Rules) -> Result<Option<(Pdu<'a>, usize)
         return Ok(None);
     }
     let pdu = &buf[..plen];
-    if hdgst && crc(&pdu[..hlen]) != u32_at(pdu, hlen) {
-        return Err(Fatal {
-            fes: fes::HEADER_DIGEST_ERROR,
-            fei: 0,
-        });
-    }
+    header_digest(pdu, hdgst, hlen)?;
     let data = if has_data {
         &pdu[data_at..plen - dd]
     } else {
@@ -644,12 +650,7 @@ pub fn data_start(buf: &[u8], rules: &Rules) -> Result<Option<DataStart>, Fatal>
     {
         return Ok(None);
     }
-    if f.hdgst && crc(&buf[..f.hlen]) != u32_at(buf, f.hlen) {
-        return Err(Fatal {
-            fes: fes::HEADER_DIGEST_ERROR,
-            fei: 0,
-        });
-    }
+    header_digest(buf, f.hdgst, f.hlen)?;
     let hdr = DataHeader::parse(buf);
     if hdr.datal as usize != f.plen - f.data_at - f.dd {
         return Err(Fatal::field(16));

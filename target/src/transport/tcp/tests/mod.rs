@@ -202,6 +202,18 @@ impl Rig {
         tcp::parse(b, &self.hosts[h].rules).unwrap().unwrap().0
     }
 
+    /// Runs the target until every pool buffer came back, or a while (a
+    /// zero-copy send's buffer comes back once the kernel says so).
+    fn buffers_back(&mut self) {
+        for _ in 0..100 {
+            self.pump();
+            if self.group.buffers_in_use() == 0 {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(2));
+        }
+    }
+
     /// Whether the target closed host `h`'s connection.
     fn closed(&mut self, h: usize) -> bool {
         for _ in 0..100 {
@@ -499,13 +511,7 @@ fn a_large_read_goes_zero_copy_and_its_buffer_comes_back() {
     assert_eq!(r.group.buffers_in_use(), 2);
     // The notifications come (it copied: the peer is local).
     r.group.transport.hold_notifications(false);
-    for _ in 0..100 {
-        r.pump();
-        if r.group.buffers_in_use() == 0 {
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(2));
-    }
+    r.buffers_back();
     assert_eq!(r.group.transport.zero_copy(), [true, false]);
     assert_eq!(r.group.buffers_in_use(), 0, "both came back");
     // By copy now, the same data, nothing held.
@@ -626,14 +632,7 @@ fn a_writes_data_goes_straight_to_its_buffer_however_it_arrives() {
             assert_eq!(c.status, Status::TRANSIENT_TRANSPORT_ERROR, "{}", c.status);
             assert_eq!(r.read(q, 512, 8192), vec![0xEE; 8192], "nothing written");
         }
-        // (A zero-copy read's buffer comes back once the kernel says so.)
-        for _ in 0..100 {
-            r.pump();
-            if r.group.buffers_in_use() == 0 {
-                break;
-            }
-            std::thread::sleep(Duration::from_millis(2));
-        }
+        r.buffers_back();
         assert_eq!(r.group.buffers_in_use(), 0);
         // A header for a transfer that is not open, alone: terminated.
         let d = DataHeader {
