@@ -37,7 +37,7 @@ use crate::model::target::Target;
 use crate::queue::{Env, QueueCore, Token};
 use crate::request::pool::Buf;
 use crate::worker::config::EngineConfig;
-use polling::{spin_window_us, Pace};
+use polling::{spin_window_us, Depth, Pace};
 pub use slots::{QueueKey, Slots};
 use ud::Ud;
 
@@ -601,6 +601,7 @@ impl<T: Transport> Worker<T> {
         // The hosts' turn-around under light load, and since when the target
         // has had nothing in flight (while I/O flowed).
         let mut pace = Pace::default();
+        let mut depth = Depth::default();
         let mut answered_at: Option<Instant> = None;
         loop {
             let now = Instant::now();
@@ -654,12 +655,13 @@ impl<T: Transport> Worker<T> {
                     return;
                 }
             }
+            let in_flight = target.io_in_flight.sum(Ordering::Relaxed).max(0) as usize;
+            depth.see(in_flight, now);
             if work > 0 {
                 busy_since = Some(now);
                 last_work = now;
                 continue;
             }
-            let in_flight = target.io_in_flight.sum(Ordering::Relaxed).max(0) as usize;
             let io_recent = last_work.duration_since(last_io) < IO_RECENT;
             if in_flight == 0 && io_recent && answered_at.is_none() {
                 answered_at = Some(now);
@@ -668,6 +670,7 @@ impl<T: Transport> Worker<T> {
                 target.poll_spin_us.load(Ordering::Relaxed),
                 pace.window_us(self.group.cfg.light_load_spin_us),
                 in_flight,
+                depth.deep(now),
                 io_recent,
             ));
             if now.duration_since(last_work) < spin {

@@ -12,12 +12,22 @@
 //! are busy with the I/O itself, and polling takes from them), nor after a
 //! keep-alive or a timer.
 //!
+//! A host that keeps several commands outstanding gets no such window, even
+//! at the moments the target holds one or none of them ([`Depth`]: seen
+//! with more than two at once lately): over a
+//! slow fabric most of a deep queue's commands are on the wire, and the
+//! worker found idle between them would poll on a CPU the fabric's own work
+//! needs (in the lab, soft-RoCE's kernel threads: 4k writes at queue depth
+//! 32 spent a third of our process's CPU polling, and lost IOPS to it).
+//!
 //! How long it polls follows the host ([`Pace`]): the time from the
 //! target's last answer to the next command is the host's turn-around
 //! (its completion path, the application, the wire): 200-1000 µs in the
 //! lab depending on the boot, far less between machines. A fixed window either
 //! misses the next command on a slow host (and every I/O pays the wake-up)
 //! or polls long after the last command on a fast one.
+
+use std::time::{Duration, Instant};
 
 /// A gap the worker learns is cut at this many times the longest window:
 /// one long pause (the application stopped for a while) moves the estimate
@@ -78,19 +88,55 @@ impl Pace {
     }
 }
 
+/// How long after the target last held more than one I/O it still counts
+/// as serving a deep queue ([`Depth`]).
+pub const DEEP_FOR: Duration = Duration::from_millis(10);
+
+/// More I/Os than this in flight at once make a deep queue. Two is still
+/// a host at queue depth 1: its next command can arrive before the worker
+/// has seen its answer to the last one sent (the request is in flight until
+/// then).
+pub const DEEP_ABOVE: usize = 2;
+
+/// Whether the target served a deep queue lately: more than [`DEEP_ABOVE`]
+/// I/Os in flight at once, seen within [`DEEP_FOR`]. A host at queue depth
+/// 1 never has that many; one at depth 32 has, at the moments its commands
+/// arrive together, even if the target is often found with one or none.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Depth {
+    many_at: Option<Instant>,
+}
+
+impl Depth {
+    /// The target had `in_flight` I/Os at `now`.
+    pub fn see(&mut self, in_flight: usize, now: Instant) {
+        if in_flight > DEEP_ABOVE {
+            self.many_at = Some(now);
+        }
+    }
+
+    /// Whether more than [`DEEP_ABOVE`] were in flight within [`DEEP_FOR`]
+    /// of `now`.
+    pub fn deep(&self, now: Instant) -> bool {
+        self.many_at
+            .is_some_and(|t| now.saturating_duration_since(t) < DEEP_FOR)
+    }
+}
+
 /// The polling window after a worker's last work, in microseconds:
 /// `poll_spin_us` always, and at least `light_window_us` (see [`Pace`])
-/// while no more than one I/O is in flight in the target and I/O is flowing
-/// (`io_recent`: the worker's last work came shortly after the target
-/// started an I/O; a keep-alive or a timer is no reason to poll, and an idle
-/// target must stay idle).
+/// while no more than one I/O is in flight in the target, none was lately
+/// (`deep`: see [`Depth`]), and I/O is flowing (`io_recent`: the worker's
+/// last work came shortly after the target started an I/O; a keep-alive or
+/// a timer is no reason to poll, and an idle target must stay idle).
 pub fn spin_window_us(
     poll_spin_us: u64,
     light_window_us: u64,
     io_in_flight: usize,
+    deep: bool,
     io_recent: bool,
 ) -> u64 {
-    if io_recent && io_in_flight <= 1 {
+    if io_recent && io_in_flight <= 1 && !deep {
         poll_spin_us.max(light_window_us)
     } else {
         poll_spin_us
@@ -103,21 +149,51 @@ mod tests {
 
     #[test]
     fn a_host_at_queue_depth_one_gets_the_light_load_window() {
-        assert_eq!(spin_window_us(0, 300, 0, true), 300);
-        assert_eq!(spin_window_us(0, 300, 1, true), 300);
-        assert_eq!(spin_window_us(500, 300, 1, true), 500);
+        assert_eq!(spin_window_us(0, 300, 0, false, true), 300);
+        assert_eq!(spin_window_us(0, 300, 1, false, true), 300);
+        assert_eq!(spin_window_us(500, 300, 1, false, true), 500);
     }
 
     #[test]
     fn without_recent_io_a_keep_alive_or_timer_gets_no_window() {
-        assert_eq!(spin_window_us(0, 300, 0, false), 0);
-        assert_eq!(spin_window_us(50, 300, 0, false), 50);
+        assert_eq!(spin_window_us(0, 300, 0, false, false), 0);
+        assert_eq!(spin_window_us(50, 300, 0, false, false), 50);
     }
 
     #[test]
     fn under_load_only_the_configured_window() {
-        assert_eq!(spin_window_us(0, 300, 2, true), 0);
-        assert_eq!(spin_window_us(50, 300, 32, true), 50);
+        assert_eq!(spin_window_us(0, 300, 2, false, true), 0);
+        assert_eq!(spin_window_us(50, 300, 32, false, true), 50);
+    }
+
+    #[test]
+    fn a_deep_queue_found_nearly_empty_gets_only_the_configured_window() {
+        assert_eq!(spin_window_us(0, 300, 0, true, true), 0);
+        assert_eq!(spin_window_us(0, 300, 1, true, true), 0);
+        assert_eq!(spin_window_us(50, 300, 1, true, true), 50);
+    }
+
+    #[test]
+    fn depth_is_more_than_one_in_flight_within_deep_for() {
+        let t0 = Instant::now();
+        let mut d = Depth::default();
+        assert!(!d.deep(t0), "nothing seen");
+        // A host at queue depth 1: its next command may come before the
+        // worker saw its last answer sent, never more.
+        for i in 0..100 {
+            d.see(i % 3, t0 + Duration::from_micros(i as u64 * 300));
+        }
+        assert!(!d.deep(t0 + Duration::from_millis(30)));
+        // Three at once: deep for DEEP_FOR, light again after it.
+        let t1 = t0 + Duration::from_millis(40);
+        d.see(3, t1);
+        assert!(d.deep(t1));
+        d.see(0, t1 + DEEP_FOR / 2);
+        d.see(2, t1 + DEEP_FOR / 2);
+        assert!(d.deep(t1 + DEEP_FOR - Duration::from_micros(1)));
+        assert!(!d.deep(t1 + DEEP_FOR));
+        // A clock read before the last sighting (another thread's) is deep.
+        assert!(d.deep(t1 - Duration::from_millis(1)));
     }
 
     #[test]
@@ -189,7 +265,7 @@ mod tests {
 
     #[test]
     fn zero_turns_light_load_polling_off() {
-        assert_eq!(spin_window_us(0, 0, 0, true), 0);
-        assert_eq!(spin_window_us(50, 0, 1, true), 50);
+        assert_eq!(spin_window_us(0, 0, 0, false, true), 0);
+        assert_eq!(spin_window_us(50, 0, 1, false, true), 50);
     }
 }
