@@ -10,6 +10,8 @@
 # then: NVMF_LAB_DIR=/var/tmp/nvmf-lab-perf integration/lab/run-guest -t 900 \
 #         -e JOBS="qd1r:randread:1:4k r64k:read:8:64k" . integration/dev/prof.sh
 # JOBS: name:rw:iodepth:bs ... ; DEV=nullb (default) or ram; RT seconds per job (8).
+# TRANSPORT=rdma (default), tcp, or tls (NVMe/TCP with TLS 1.3: the current-host image with
+# perf, tlshd on the host side, kTLS on both; SPDK stays out of tcp and tls).
 # OURS="name:binary ...": our builds to profile, each in its phase (default ours:build/release/
 # nvmf-target); NVMET=0 skips nvmet. ROUNDS: how many times the phases repeat (1).
 # CALLERS="sym ...": also who calls each kernel symbol, per command (<target>-<job>-callers.txt;
@@ -18,7 +20,20 @@ set -uo pipefail
 IP=$LAB_IP; NQN=nqn.2026-11.io.nvmf-lab:bench; RT=${RT:-8}
 DEV=${DEV:-nullb}
 echo "clocksource: $(cat /sys/devices/system/clocksource/clocksource0/current_clocksource) (avail: $(cat /sys/devices/system/clocksource/clocksource0/available_clocksource))"
-modprobe -a rdma_rxe ib_uverbs rdma_ucm nvme-rdma nvmet nvmet-rdma
+TR=${TRANSPORT:-rdma}
+modprobe -a rdma_rxe ib_uverbs rdma_ucm nvme-rdma nvmet nvmet-rdma nvme-tcp nvmet-tcp
+NVMET_TRTYPE=rdma; CONN=(-t rdma); OURS_FORM=(); TLSKEY=
+case $TR in
+ rdma) ;;
+ tcp) NVMET_TRTYPE=tcp; CONN=(-t tcp); OURS_FORM=(--transport tcp) ;;
+ tls) NVMET_TRTYPE=tcp; NVMET_TSAS=tls1.3; CONN=(-t tcp --tls)
+   # tlshd links the .nvme keyring when it starts: after nvme-tcp made it.
+   modprobe tls && systemctl restart tlshd || { echo "TRANSPORT=tls: no tls module or tlshd"; exit 1; }
+   [ -s /etc/nvme/hostnqn ] || nvme gen-hostnqn >/etc/nvme/hostnqn
+   TLSKEY=$(nvme gen-tls-key --hostnqn="$(cat /etc/nvme/hostnqn)" --subsysnqn=$NQN --insert 2>/dev/null | grep -o 'NVMeTLSkey-1:0[12]:[^ ]*:' | head -n 1)
+   [ -n "$TLSKEY" ] || { echo "TRANSPORT=tls: nvme gen-tls-key --insert failed"; exit 1; } ;;
+ *) echo "TRANSPORT must be rdma, tcp or tls"; exit 2 ;;
+esac
 case $DEV in
  ram) modprobe brd rd_nr=1 rd_size=262144; BDEV=/dev/ram0 ;;
  nullb) modprobe null_blk nr_devices=1 memory_backed=1 gb=1 bs=512 queue_mode=2; BDEV=/dev/nullb0 ;;
@@ -36,7 +51,7 @@ fiojob() { # tgt name rw qd [bs]
       --iodepth=$4 --runtime=$RT --time_based --output-format=terse >/tmp/f.txt 2>/dev/null
   local ios; ios=$(awk -F';' '{print $6+$47}' /tmp/f.txt)
   echo "PROF $1 $2 ios=$ios iops=$(awk -F';' '{print $8+$49}' /tmp/f.txt)"
-  perf report -i /tmp/p.data --no-children --sort comm,dso --stdio -g none 2>/dev/null | grep -v '^#' | grep -v '^$' | head -30 > $OUT/$1-$2-comm.txt
+  perf report -i /tmp/p.data --no-children -n --sort comm,dso --stdio -g none 2>/dev/null | grep -v '^#' | grep -v '^$' | head -30 > $OUT/$1-$2-comm.txt
   perf report -i /tmp/p.data --no-children --sort sym --stdio -g none 2>/dev/null | grep -v '^#' | grep -v '^$' | head -70 > $OUT/$1-$2-sym.txt
   local own=nvmf-worker-0,nvmf-worker-1; [ "${1#spdk}" != "$1" ] && own=reactor_$(( $(nproc) - 1 ))
   perf report -i /tmp/p.data --no-children --comm "$own" --sort sym --stdio -g none 2>/dev/null | grep -v '^#' | grep -v '^$' | head -60 > $OUT/$1-$2-worker-sym.txt
@@ -55,18 +70,26 @@ runjobs() { # target
 }
 for round in $(seq "${ROUNDS:-1}"); do
   if [ "${NVMET:-1}" != 0 ]; then
-    nvmet_export $NQN "$BDEV"; nvme connect -t rdma -a "$IP" -s 4420 -n $NQN >/dev/null
+    nvmet_export $NQN "$BDEV"; nvme connect "${CONN[@]}" -a "$IP" -s 4420 -n $NQN >/dev/null
     runjobs nvmet$round
     nvme disconnect -n $NQN >/dev/null; nvmet_unexport $NQN
   fi
   for o in ${OURS:-ours:build/release/nvmf-target}; do
-    "${o#*:}" --listen "$IP:4420" --nqn $NQN --namespace "$BDEV" --log-level warn >/tmp/t.log 2>&1 &
+    if [ "$TR" = tls ]; then
+      { printf '[[listener]]\ntransport = "tcp"\naddress = "%s"\nport = 4420\nsecure = "required"\n' "$IP"
+        printf '[[subsystem]]\nnqn = "%s"\nallow_any_host = true\n' $NQN
+        printf '[[subsystem.namespace]]\npath = "%s"\n' "$BDEV"
+        printf '[[host]]\nnqn = "%s"\ntls_key = "%s"\n' "$(cat /etc/nvme/hostnqn)" "$TLSKEY"; } >/tmp/prof-target.toml
+      "${o#*:}" --config /tmp/prof-target.toml --log-level warn >/tmp/t.log 2>&1 &
+    else
+      "${o#*:}" --listen "$IP:4420" --nqn $NQN --namespace "$BDEV" "${OURS_FORM[@]}" --log-level warn >/tmp/t.log 2>&1 &
+    fi
     TP=$!; sleep 1
-    nvme connect -t rdma -a "$IP" -s 4420 -n $NQN >/dev/null
+    nvme connect "${CONN[@]}" -a "$IP" -s 4420 -n $NQN >/dev/null
     runjobs "${o%%:*}$round"
     nvme disconnect -n $NQN >/dev/null; kill $TP; wait $TP
   done
-  if spdk_ready >/dev/null && spdk_start; then
+  if [ "$TR" = rdma ] && spdk_ready >/dev/null && spdk_start; then
     nvme connect -t rdma -a "$IP" -s 4420 -n $NQN >/dev/null
     runjobs spdk$round
     nvme disconnect -n $NQN >/dev/null; spdk_stop
