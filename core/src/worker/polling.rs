@@ -88,8 +88,8 @@ impl Pace {
     }
 }
 
-/// How long after the target last held more than one I/O it still counts
-/// as serving a deep queue ([`Depth`]).
+/// How long after the target last held more than [`DEEP_ABOVE`] I/Os it
+/// still counts as serving a deep queue ([`Depth`]).
 pub const DEEP_FOR: Duration = Duration::from_millis(10);
 
 /// More I/Os than this in flight at once make a deep queue. Two is still
@@ -99,9 +99,15 @@ pub const DEEP_FOR: Duration = Duration::from_millis(10);
 pub const DEEP_ABOVE: usize = 2;
 
 /// Whether the target served a deep queue lately: more than [`DEEP_ABOVE`]
-/// I/Os in flight at once, seen within [`DEEP_FOR`]. A host at queue depth
-/// 1 never has that many; one at depth 32 has, at the moments its commands
-/// arrive together, even if the target is often found with one or none.
+/// I/Os in flight at once, seen within [`DEEP_FOR`]. The count is the
+/// target's: one host at queue depth 1 never reaches it; one at depth 32
+/// does, at the moments its commands arrive together, even if the target is
+/// often found with one or none; several hosts at depth 1 at once may (they
+/// then share the CPUs, and lose the window as a deep queue does). Counted
+/// per queue (a command arriving with another of its queue unanswered) it
+/// caught a QD32 write stream over soft-RoCE too rarely: the requests that
+/// make the target's count are mostly answered, their response still being
+/// sent.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub struct Depth {
     many_at: Option<Instant>,
@@ -125,8 +131,8 @@ impl Depth {
 
 /// The polling window after a worker's last work, in microseconds:
 /// `poll_spin_us` always, and at least `light_window_us` (see [`Pace`])
-/// while no more than one I/O is in flight in the target, none was lately
-/// (`deep`: see [`Depth`]), and I/O is flowing (`io_recent`: the worker's
+/// while no more than one I/O is in flight in the target, nor more than two
+/// at once lately (`deep`: see [`Depth`]), and I/O is flowing (`io_recent`: the worker's
 /// last work came shortly after the target started an I/O; a keep-alive or
 /// a timer is no reason to poll, and an idle target must stay idle).
 pub fn spin_window_us(
@@ -174,7 +180,7 @@ mod tests {
     }
 
     #[test]
-    fn depth_is_more_than_one_in_flight_within_deep_for() {
+    fn depth_is_more_than_two_in_flight_within_deep_for() {
         let t0 = Instant::now();
         let mut d = Depth::default();
         assert!(!d.deep(t0), "nothing seen");
@@ -192,7 +198,7 @@ mod tests {
         d.see(2, t1 + DEEP_FOR / 2);
         assert!(d.deep(t1 + DEEP_FOR - Duration::from_micros(1)));
         assert!(!d.deep(t1 + DEEP_FOR));
-        // A clock read before the last sighting (another thread's) is deep.
+        // A clock read earlier than the sighting (defensive) counts as deep.
         assert!(d.deep(t1 - Duration::from_millis(1)));
     }
 
