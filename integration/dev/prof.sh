@@ -35,7 +35,9 @@ case $TR in
  *) echo "TRANSPORT must be rdma, tcp or tls"; exit 2 ;;
 esac
 case $DEV in
- ram) modprobe brd rd_nr=1 rd_size=262144; BDEV=/dev/ram0 ;;
+ # Filled once: brd allocates a page on its first write (see guest/bench.sh).
+ ram) modprobe brd rd_nr=1 rd_size=262144; BDEV=/dev/ram0
+      dd if=/dev/zero of=$BDEV bs=1M count=256 oflag=direct status=none ;;
  nullb) modprobe null_blk nr_devices=1 memory_backed=1 gb=1 bs=512 queue_mode=2; BDEV=/dev/nullb0 ;;
 esac
 rdma link add rxe0 type rxe netdev "${LAB_IF:-eth0}" 2>/dev/null

@@ -75,7 +75,10 @@ if [ "$TLS" = 1 ]; then
 fi
 modprobe -a rdma_rxe ib_uverbs rdma_ucm nvme-rdma nvmet nvmet-rdma nvme-tcp nvmet-tcp
 case $DEV in
-  ram) modprobe brd rd_nr=1 rd_size=262144; BDEV=/dev/ram0 ;;
+  # brd allocates (and zeroes) a page the first time it is written: filled once here, so
+  # that the first target to write in a boot does not pay for the others.
+  ram) modprobe brd rd_nr=1 rd_size=262144; BDEV=/dev/ram0
+       dd if=/dev/zero of=$BDEV bs=1M count=256 oflag=direct status=none ;;
   nullb) modprobe null_blk nr_devices=1 memory_backed=1 gb=1 bs=512 queue_mode=2 || exit 1; BDEV=/dev/nullb0 ;;
   rbd)
     fail() { echo "FAIL: $*"; exit 1; }
@@ -90,6 +93,7 @@ case $DEV in
     echo "rbd/bench: 256 MiB written in full; nvmet exports $BDEV (krbd), ours rbd:rbd/bench (librbd)" ;;
   *) echo "DEV must be ram, nullb or rbd"; exit 2 ;;
 esac
+echo "clocksource: $(cat /sys/devices/system/clocksource/clocksource0/current_clocksource)"
 echo "backing device: $BDEV ($(cat /sys/block/$(basename $BDEV)/queue/nowait 2>/dev/null | sed 's/^/nowait=/'))"
 rdma link add rxe0 type rxe netdev "${LAB_IF:-eth0}" 2>/dev/null
 C=/sys/kernel/config/nvmet; mountpoint -q $C || mount -t configfs none /sys/kernel/config
