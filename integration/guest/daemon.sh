@@ -4,6 +4,7 @@
 #
 #   1. check-config on broken configurations: exit 2 and the expected message each; a
 #      file with several errors names every one
+#   1b. worker_cpus: one worker pinned to the CPU listed; a CPU not there fails the start
 #   2. install exactly as the README says (its install block, run verbatim: dpkg -i of the
 #      package, enable --now; no drop-in); man pages render, bash completes; the shipped
 #      config serves nothing (no listener: nothing accepts on the port, discovery fails)
@@ -230,6 +231,27 @@ python3 -c 'import json; d = json.load(open("/tmp/check.json")); assert d["ok"] 
 "$BIN_SRC" check-config --json /tmp/good.toml | python3 -c 'import json,sys; d=json.load(sys.stdin); assert d == {"ok": True, "listeners": 1, "subsystems": 1, "namespaces": 1}, d' \
     || fail "check-config --json of a good file"
 info "ok  check-config --json: every error with its file and field; a good file's counts"
+printf '[target]\nworker_cpus = "1,1"\n%s\n' "$GOOD_CONF" >"$BAD"; check_bad "worker CPU twice" "target.worker_cpus: CPU 1 is listed twice"
+
+step "test 1b: worker_cpus pins one worker to each CPU listed; a CPU the process may not use fails the start"
+# Its own port: the installed daemon is not running yet.
+pinned_conf() { printf '[target]\nworker_cpus = %s\npoll_spin_us = 1000000\n%s\n' "$1" "$GOOD_CONF" | sed "s/^address = .*/&\nport = 4439/" >/tmp/pinned.toml; }
+LAST=$(( $(nproc) - 1 ))
+pinned_conf "$LAST"
+"$BIN_SRC" --config /tmp/pinned.toml --log-level info >/tmp/pinned.log 2>&1 &
+PPID_T=$!
+for _ in $(seq 100); do ls /proc/$PPID_T/task/*/comm >/dev/null 2>&1 && grep -qx "nvmf-worker-0" /proc/$PPID_T/task/*/comm && break; sleep 0.1; done
+pins=$(for t in /proc/$PPID_T/task/*; do c=$(cat $t/comm 2>/dev/null); case $c in nvmf-worker-*) echo "$c:$(awk '/^Cpus_allowed_list/ {print $2}' $t/status)";; esac; done | sort | tr '\n' ' ')
+kill $PPID_T; wait $PPID_T 2>/dev/null
+[ "$pins" = "nvmf-worker-0:$LAST " ] || { cat /tmp/pinned.log; fail "worker_cpus = $LAST: workers and their CPUs '$pins', expected one worker on CPU $LAST"; }
+grep -q "worker_cpus=$LAST" /tmp/pinned.log || { cat /tmp/pinned.log; fail "the log does not say the workers' CPUs"; }
+info "ok  worker_cpus = $LAST: $pins"
+pinned_conf "$(nproc)"
+rc=0; timeout 20 "$BIN_SRC" --config /tmp/pinned.toml >/tmp/pinned.log 2>&1 || rc=$?
+[ $rc != 0 ] && [ $rc != 124 ] || { cat /tmp/pinned.log; fail "worker_cpus = $(nproc) (no such CPU): exit $rc, expected a refused start"; }
+grep -q "worker_cpus: CPU(s) \[$(nproc)\] are not among the CPUs this process may run on" /tmp/pinned.log \
+    || { cat /tmp/pinned.log; fail "worker_cpus = $(nproc): the error does not name the CPU"; }
+info "ok  worker_cpus = $(nproc) (not a CPU here): exit $rc, $(grep -o 'worker_cpus: CPU.*may run on' /tmp/pinned.log | head -1)"
 
 # =====================================================================================
 step "test 2: install as the README says (its install block, verbatim): the shipped config serves nothing"

@@ -4,6 +4,8 @@
 
 use serde::Deserialize;
 
+pub use super::cpus::CpuList;
+
 pub use crate::base::shard::MAX_WORKERS;
 
 /// Whether queue pairs share a receive queue per worker and device.
@@ -100,6 +102,34 @@ trait FromSetting<R>: Sized {
     fn from_setting(r: R) -> Result<Self, String>;
 }
 
+/// CPUs as a file has them: `3`, `[2, 3]` or `"2-3,6"`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(untagged)]
+pub enum Cpus {
+    /// One CPU.
+    One(usize),
+    /// Several.
+    Many(Vec<usize>),
+    /// A list as `taskset -c` takes it.
+    Text(String),
+}
+
+impl FromSetting<Cpus> for CpuList {
+    fn from_setting(r: Cpus) -> Result<CpuList, String> {
+        let join = |v: &[usize]| {
+            v.iter()
+                .map(|c| c.to_string())
+                .collect::<Vec<_>>()
+                .join(",")
+        };
+        match r {
+            Cpus::One(c) => CpuList::parse(&c.to_string()),
+            Cpus::Many(v) => CpuList::parse(&join(&v)),
+            Cpus::Text(t) => CpuList::parse(&t),
+        }
+    }
+}
+
 impl<T> FromSetting<T> for T {
     fn from_setting(r: T) -> Result<T, String> {
         Ok(r)
@@ -153,6 +183,9 @@ fn within(v: u64, r: std::ops::RangeInclusive<u64>, unit: &str) -> Result<(), St
 settings! {
     /// Worker (poll group) threads.
     workers: usize = affinity_cpus(), |v| within(*v as u64, 1..=MAX_WORKERS as u64, "");
+    /// CPUs to pin the workers to, one worker each (`3`, `[2, 3]` or
+    /// `"2-3,6"`); none: not pinned. Sets `workers` to their number.
+    worker_cpus: CpuList | Cpus = CpuList::default(), |v| within(v.len() as u64, 0..=MAX_WORKERS as u64, " CPUs");
     /// Shared receive queues.
     srq: SrqMode = SrqMode::Auto, any;
     /// Receive buffers per shared receive queue (one per worker and device).
@@ -207,9 +240,26 @@ impl EngineSettings {
     /// setting and why; then the pinned-memory budget against what the
     /// workers need before any host connects.
     pub fn resolve(self) -> Result<EngineConfig, Vec<(&'static str, String)>> {
-        let (e, errors) = self.each();
+        let workers_given = self.workers;
+        let (mut e, errors) = self.each();
         if !errors.is_empty() {
             return Err(errors);
+        }
+        if !e.worker_cpus.is_empty() {
+            match workers_given {
+                Some(n) if n != e.worker_cpus.len() => {
+                    return Err(vec![(
+                        "workers",
+                        format!(
+                            "{n}, but worker_cpus lists {} CPU(s) ({}): one worker runs on each; \
+                             leave workers out",
+                            e.worker_cpus.len(),
+                            e.worker_cpus
+                        ),
+                    )]);
+                }
+                _ => e.workers = e.worker_cpus.len(),
+            }
         }
         let need = e.workers as u64 * e.per_worker_bytes(e.srq != SrqMode::Off);
         if need > e.max_pinned_memory {

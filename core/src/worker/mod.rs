@@ -18,6 +18,7 @@
 
 pub mod buffers;
 pub mod config;
+pub mod cpus;
 pub mod polling;
 pub mod slots;
 pub mod ud;

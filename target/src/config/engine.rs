@@ -97,6 +97,55 @@ mod tests {
     }
 
     #[test]
+    fn worker_cpus_set_the_workers() {
+        let e = EngineSettings {
+            worker_cpus: Some(Cpus::Text("2-3".into())),
+            ..raw()
+        }
+        .resolve()
+        .unwrap();
+        assert_eq!((e.workers, e.worker_cpus.of_worker(1)), (2, Some(3)));
+        let e = EngineSettings {
+            workers: Some(1),
+            worker_cpus: Some(Cpus::One(5)),
+            ..raw()
+        }
+        .resolve()
+        .unwrap();
+        assert_eq!((e.workers, e.worker_cpus.of_worker(0)), (1, Some(5)));
+        let e = EngineSettings {
+            worker_cpus: Some(Cpus::Many(vec![])),
+            ..raw()
+        }
+        .resolve()
+        .unwrap();
+        assert_eq!(
+            (e.workers, e.worker_cpus.is_empty()),
+            (affinity_cpus(), true)
+        );
+        let err = |r: EngineSettings| r.resolve().unwrap_err().remove(0);
+        let (f, why) = err(EngineSettings {
+            workers: Some(4),
+            worker_cpus: Some(Cpus::Many(vec![0, 1])),
+            ..raw()
+        });
+        assert_eq!(f, "workers");
+        assert!(why.contains("worker_cpus lists 2 CPU(s) (0,1)"), "{why}");
+        let (f, why) = err(EngineSettings {
+            worker_cpus: Some(Cpus::Text("3-1".into())),
+            ..raw()
+        });
+        assert_eq!(f, "worker_cpus");
+        assert!(why.contains("low to high"), "{why}");
+        let (f, why) = err(EngineSettings {
+            worker_cpus: Some(Cpus::Text("0-256".into())),
+            ..raw()
+        });
+        assert_eq!(f, "worker_cpus");
+        assert!(why.contains("0..=256 CPUs"), "{why}");
+    }
+
+    #[test]
     fn srq_off_needs_less_per_worker() {
         let e = EngineSettings {
             workers: Some(2),

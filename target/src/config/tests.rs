@@ -239,6 +239,15 @@ fn target_section_reads_own_and_engine_keys() {
         c.engine.max_pending_queues,
         super::EngineConfig::default().max_pending_queues
     );
+    for (v, cpus) in [("1", "1"), ("[0, 2]", "0,2"), ("\"0-1\"", "0,1")] {
+        let c = TargetConfig::from_toml(&format!("[target]\nworker_cpus = {v}\n{GOOD}"), "t.toml")
+            .unwrap();
+        assert_eq!(c.engine.worker_cpus.to_string(), cpus, "{v}");
+    }
+    bad(
+        &format!("[target]\nworker_cpus = \"1,1\"\n{GOOD}"),
+        "target.worker_cpus: CPU 1 is listed twice",
+    );
     bad(
         &format!("[target]\nworkerz = 2\n{GOOD}"),
         "target: unknown field `workerz`, expected one of poll_spin_us, state_dir, drain_on_stop_s, workers,",

@@ -224,7 +224,7 @@ pub fn plan(old: &TargetConfig, new: &TargetConfig) -> Result<Plan, NeedsRestart
     if old.engine != new.engine {
         return Err(NeedsRestart {
             what:
-                "[target] engine settings (workers, srq, buffers, max_pinned_memory, send_offload, light_load_spin_us)",
+                "[target] engine settings (workers, worker_cpus, srq, buffers, max_pinned_memory, send_offload, light_load_spin_us)",
             detail: format!("{:?} -> {:?}", old.engine, new.engine),
         });
     }

@@ -46,6 +46,13 @@ impl Engine {
             let context = context.to_string();
             move |source| TransportError::Os { context, source }
         };
+        let outside = cfg.worker_cpus.outside(&crate::worker::cpus::allowed);
+        if !outside.is_empty() {
+            return Err(TransportError::Setup(format!(
+                "worker_cpus: CPU(s) {outside:?} are not among the CPUs this process may run on \
+                 (offline, or left out by systemd's CPUAffinity= or taskset)"
+            )));
+        }
         crate::base::shard::set_workers(cfg.workers);
         let offload = Arc::new(Offload::start().map_err(os("starting the offload thread"))?);
         let workers = (0..cfg.workers)
@@ -84,14 +91,24 @@ impl Engine {
                 offload.clone(),
             )
             .map_err(TransportError::Setup)?;
+            let cpu = shared.cfg.worker_cpus.of_worker(i);
             let t = std::thread::Builder::new()
                 .name(format!("nvmf-worker-{}", w.index))
-                .spawn(move || worker.run())
+                .spawn(move || {
+                    if let Some(cpu) = cpu {
+                        // Checked above: only a CPU taken offline since fails.
+                        if let Err(e) = crate::worker::cpus::pin_this_thread(cpu) {
+                            tracing::error!(worker = i, cpu, error = %e, "pinning the worker failed; it runs unpinned");
+                        }
+                    }
+                    worker.run()
+                })
                 .map_err(os("spawning a worker thread"))?;
             threads.push(t);
         }
         info!(
             workers = shared.workers.len(),
+            worker_cpus = %shared.cfg.worker_cpus,
             srq = ?shared.cfg.srq,
             send_offload = ?shared.cfg.send_offload,
             max_pinned_mib = shared.cfg.max_pinned_memory >> 20,
