@@ -234,8 +234,8 @@ info "ok  check-config --json: every error with its file and field; a good file'
 printf '[target]\nworker_cpus = "1,1"\n%s\n' "$GOOD_CONF" >"$BAD"; check_bad "worker CPU twice" "target.worker_cpus: CPU 1 is listed twice"
 
 step "test 1b: worker_cpus pins one worker to each CPU listed; a CPU the process may not use fails the start"
-# Its own port: the installed daemon is not running yet.
-pinned_conf() { printf '[target]\nworker_cpus = %s\npoll_spin_us = 1000000\n%s\n' "$1" "$GOOD_CONF" | sed "s/^address = .*/&\nport = 4439/" >/tmp/pinned.toml; }
+# Its own port and state directory, no control socket: the package is not installed yet.
+pinned_conf() { printf '[target]\nworker_cpus = %s\npoll_spin_us = 1000000\nstate_dir = "/tmp/pinned-state"\n[control]\nenabled = false\n%s\n' "$1" "$GOOD_CONF" | sed "s/^address = .*/&\nport = 4439/" >/tmp/pinned.toml; }
 LAST=$(( $(nproc) - 1 ))
 pinned_conf "$LAST"
 "$BIN_SRC" --config /tmp/pinned.toml --log-level info >/tmp/pinned.log 2>&1 &
