@@ -104,7 +104,10 @@ trait FromSetting<R>: Sized {
 
 /// CPUs as a file has them: `3`, `[2, 3]` or `"2-3,6"`.
 #[derive(Debug, Clone, Deserialize)]
-#[serde(untagged)]
+#[serde(
+    untagged,
+    expecting = "a CPU number, a list of them, or text as \"2-3,6\""
+)]
 pub enum Cpus {
     /// One CPU.
     One(usize),
@@ -185,7 +188,10 @@ settings! {
     workers: usize = affinity_cpus(), |v| within(*v as u64, 1..=MAX_WORKERS as u64, "");
     /// CPUs to pin the workers to, one worker each (`3`, `[2, 3]` or
     /// `"2-3,6"`); none: not pinned. Sets `workers` to their number.
-    worker_cpus: CpuList | Cpus = CpuList::default(), |v| within(v.len() as u64, 0..=MAX_WORKERS as u64, " CPUs");
+    worker_cpus: CpuList | Cpus = CpuList::default(), |v| match v.len() {
+        n if n > MAX_WORKERS => Err(format!("{n} CPUs listed, at most {MAX_WORKERS} (one worker each)")),
+        _ => Ok(()),
+    };
     /// Shared receive queues.
     srq: SrqMode = SrqMode::Auto, any;
     /// Receive buffers per shared receive queue (one per worker and device).

@@ -28,9 +28,10 @@ impl CpuList {
                 return Err(format!("{text:?}: an empty entry (write e.g. \"2-3,6\")"));
             }
             let num = |s: &str| {
-                s.trim()
-                    .parse::<usize>()
-                    .ok()
+                let s = s.trim();
+                Some(s)
+                    .filter(|s| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit()))
+                    .and_then(|s| s.parse::<usize>().ok())
                     .filter(|&c| c <= MAX_CPU)
                     .ok_or_else(|| format!("{s:?} is not a CPU number (0..={MAX_CPU})"))
             };
@@ -70,9 +71,31 @@ impl CpuList {
     pub fn outside(&self, allowed: &dyn Fn(usize) -> bool) -> Vec<usize> {
         self.0.iter().copied().filter(|&c| !allowed(c)).collect()
     }
+
+    /// Why this list cannot be served here: CPUs the calling thread may not
+    /// run on (offline, or left out by systemd's `CPUAffinity=`, a cgroup's
+    /// `cpuset`, or `taskset`), or the affinity mask unreadable. `None`: all
+    /// are allowed (or none is listed).
+    pub fn unavailable(&self) -> Option<String> {
+        if self.is_empty() {
+            return None;
+        }
+        let mask = match nix::sched::sched_getaffinity(nix::unistd::Pid::from_raw(0)) {
+            Ok(m) => m,
+            Err(e) => return Some(format!("the CPUs this process may run on are unknown: {e}")),
+        };
+        let outside = self.outside(&|c| mask.is_set(c).unwrap_or(false));
+        (!outside.is_empty()).then(|| {
+            let l: Vec<String> = outside.iter().map(|c| c.to_string()).collect();
+            format!(
+                "CPU(s) {} are not among the CPUs this process may run on (offline, or left \
+                 out by systemd's CPUAffinity=, a cgroup's cpuset or taskset)",
+                l.join(",")
+            )
+        })
+    }
 }
 
-/// `2,3,6`; `none` for no list.
 impl fmt::Display for CpuList {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         if self.0.is_empty() {
@@ -81,14 +104,6 @@ impl fmt::Display for CpuList {
         let s: Vec<String> = self.0.iter().map(|c| c.to_string()).collect();
         write!(f, "{}", s.join(","))
     }
-}
-
-/// Whether this process may run on `cpu` (its affinity mask, as systemd's
-/// `CPUAffinity=` or `taskset` left it).
-pub fn allowed(cpu: usize) -> bool {
-    nix::sched::sched_getaffinity(nix::unistd::Pid::from_raw(0))
-        .map(|set| set.is_set(cpu).unwrap_or(false))
-        .unwrap_or(false)
 }
 
 /// Pins the calling thread to `cpu`.
@@ -134,6 +149,8 @@ mod tests {
         assert!(why("1,").contains("empty entry"));
         assert!(why("x").contains("not a CPU number"));
         assert!(why("-1").contains("not a CPU number"));
+        assert!(why("+3").contains("not a CPU number"));
+        assert!(why("1-").contains("not a CPU number"));
         assert!(why("1024").contains("0..=1023"));
         assert!(why("0-1024").contains("0..=1023"));
     }
@@ -143,5 +160,13 @@ mod tests {
         let l = CpuList::parse("0-3").unwrap();
         assert_eq!(l.outside(&|c| c < 2), [2, 3]);
         assert!(l.outside(&|_| true).is_empty());
+        assert_eq!(CpuList::default().unavailable(), None);
+        let why = CpuList::parse("1023").unwrap().unavailable().unwrap();
+        assert!(why.starts_with("CPU(s) 1023 are not among"), "{why}");
+    }
+
+    #[test]
+    fn every_cpu_number_fits_the_kernel_mask() {
+        assert!(MAX_CPU < nix::sched::CpuSet::count());
     }
 }

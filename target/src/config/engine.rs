@@ -142,7 +142,7 @@ mod tests {
             ..raw()
         });
         assert_eq!(f, "worker_cpus");
-        assert!(why.contains("0..=256 CPUs"), "{why}");
+        assert!(why.contains("257 CPUs listed, at most 256"), "{why}");
     }
 
     #[test]

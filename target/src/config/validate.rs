@@ -182,6 +182,16 @@ impl TargetConfig {
             .unwrap_or_else(default_poll_spin_us);
         let engine = raw.target.map(|t| t.engine).unwrap_or_default().resolve();
         let engine = match engine {
+            // Checked here, in the process that will run the workers (the
+            // service's CPUAffinity= applies), so that it is refused as a
+            // configuration error.
+            Ok(e) if e.worker_cpus.unavailable().is_some() => {
+                cx.err(
+                    "target.worker_cpus",
+                    e.worker_cpus.unavailable().unwrap_or_default(),
+                );
+                e
+            }
             Ok(e) => e,
             Err(errors) => {
                 for (field, reason) in errors {

@@ -46,13 +46,6 @@ impl Engine {
             let context = context.to_string();
             move |source| TransportError::Os { context, source }
         };
-        let outside = cfg.worker_cpus.outside(&crate::worker::cpus::allowed);
-        if !outside.is_empty() {
-            return Err(TransportError::Setup(format!(
-                "worker_cpus: CPU(s) {outside:?} are not among the CPUs this process may run on \
-                 (offline, or left out by systemd's CPUAffinity= or taskset)"
-            )));
-        }
         crate::base::shard::set_workers(cfg.workers);
         let offload = Arc::new(Offload::start().map_err(os("starting the offload thread"))?);
         let workers = (0..cfg.workers)
@@ -92,18 +85,38 @@ impl Engine {
             )
             .map_err(TransportError::Setup)?;
             let cpu = shared.cfg.worker_cpus.of_worker(i);
+            // A worker asked to have a CPU of its own starts only once it
+            // runs there: the start fails rather than serve unpinned.
+            let (pinned, on_cpu) = std::sync::mpsc::channel();
             let t = std::thread::Builder::new()
                 .name(format!("nvmf-worker-{}", w.index))
                 .spawn(move || {
                     if let Some(cpu) = cpu {
-                        // Checked above: only a CPU taken offline since fails.
-                        if let Err(e) = crate::worker::cpus::pin_this_thread(cpu) {
-                            tracing::error!(worker = i, cpu, error = %e, "pinning the worker failed; it runs unpinned");
+                        let r = crate::worker::cpus::pin_this_thread(cpu);
+                        let ok = r.is_ok();
+                        let _ = pinned.send(r);
+                        if !ok {
+                            return;
                         }
                     }
                     worker.run()
                 })
                 .map_err(os("spawning a worker thread"))?;
+            if let Some(cpu) = cpu {
+                match on_cpu.recv() {
+                    Ok(Ok(())) => {}
+                    Ok(Err(e)) => {
+                        return Err(TransportError::Setup(format!(
+                            "worker_cpus: worker {i} cannot run on CPU {cpu}: {e}"
+                        )))
+                    }
+                    Err(_) => {
+                        return Err(TransportError::Setup(format!(
+                            "worker_cpus: worker {i} ended before it ran on CPU {cpu}"
+                        )))
+                    }
+                }
+            }
             threads.push(t);
         }
         info!(
