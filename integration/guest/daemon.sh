@@ -4,7 +4,8 @@
 #
 #   1. check-config on broken configurations: exit 2 and the expected message each; a
 #      file with several errors names every one
-#   1b. worker_cpus: one worker pinned to the CPU listed; a CPU not there fails the start
+#   1b. worker_cpus: one worker pinned to the CPU listed; a CPU not there is refused as a
+#      configuration error (exit 78; check-config 2)
 #   2. install exactly as the README says (its install block, run verbatim: dpkg -i of the
 #      package, enable --now; no drop-in); man pages render, bash completes; the shipped
 #      config serves nothing (no listener: nothing accepts on the port, discovery fails)
@@ -233,25 +234,31 @@ python3 -c 'import json; d = json.load(open("/tmp/check.json")); assert d["ok"] 
 info "ok  check-config --json: every error with its file and field; a good file's counts"
 printf '[target]\nworker_cpus = "1,1"\n%s\n' "$GOOD_CONF" >"$BAD"; check_bad "worker CPU twice" "target.worker_cpus: CPU 1 is listed twice"
 
-step "test 1b: worker_cpus pins one worker to each CPU listed; a CPU the process may not use fails the start"
+step "test 1b: worker_cpus pins one worker to each CPU listed; a CPU the process may not use is refused"
 # Its own port and state directory, no control socket: the package is not installed yet.
 pinned_conf() { printf '[target]\nworker_cpus = %s\npoll_spin_us = 1000000\nstate_dir = "/tmp/pinned-state"\n[control]\nenabled = false\n%s\n' "$1" "$GOOD_CONF" | sed "s/^address = .*/&\nport = 4439/" >/tmp/pinned.toml; }
-LAST=$(( $(nproc) - 1 ))
+# The highest CPU this shell may use, and one past the last CPU there is.
+LAST=$(awk '/^Cpus_allowed_list/ {n = split($2, r, /[,-]/); print r[n]}' /proc/self/status)
+NONE=$(( $(nproc --all) ))
 pinned_conf "$LAST"
 "$BIN_SRC" --config /tmp/pinned.toml --log-level info >/tmp/pinned.log 2>&1 &
-PPID_T=$!
-for _ in $(seq 100); do ls /proc/$PPID_T/task/*/comm >/dev/null 2>&1 && grep -qx "nvmf-worker-0" /proc/$PPID_T/task/*/comm && break; sleep 0.1; done
-pins=$(for t in /proc/$PPID_T/task/*; do c=$(cat $t/comm 2>/dev/null); case $c in nvmf-worker-*) echo "$c:$(awk '/^Cpus_allowed_list/ {print $2}' $t/status)";; esac; done | sort | tr '\n' ' ')
-kill $PPID_T; wait $PPID_T 2>/dev/null
+FG_PID=$!
+# A worker given a CPU starts only once it runs there, before "engine started".
+for _ in $(seq 150); do kill -0 $FG_PID 2>/dev/null && ! grep -q "engine started" /tmp/pinned.log || break; sleep 0.1; done
+pins=$(for t in /proc/$FG_PID/task/*; do c=$(cat $t/comm 2>/dev/null); case $c in nvmf-worker-*) echo "$c:$(awk '/^Cpus_allowed_list/ {print $2}' $t/status)";; esac; done | sort | tr '\n' ' ')
+kill $FG_PID 2>/dev/null || true; wait $FG_PID 2>/dev/null || true; FG_PID=
 [ "$pins" = "nvmf-worker-0:$LAST " ] || { cat /tmp/pinned.log; fail "worker_cpus = $LAST: workers and their CPUs '$pins', expected one worker on CPU $LAST"; }
 grep -q "worker_cpus=$LAST" /tmp/pinned.log || { cat /tmp/pinned.log; fail "the log does not say the workers' CPUs"; }
 info "ok  worker_cpus = $LAST: $pins"
-pinned_conf "$(nproc)"
+pinned_conf "$NONE"
 rc=0; timeout 20 "$BIN_SRC" --config /tmp/pinned.toml >/tmp/pinned.log 2>&1 || rc=$?
-[ $rc != 0 ] && [ $rc != 124 ] || { cat /tmp/pinned.log; fail "worker_cpus = $(nproc) (no such CPU): exit $rc, expected a refused start"; }
-grep -q "worker_cpus: CPU(s) \[$(nproc)\] are not among the CPUs this process may run on" /tmp/pinned.log \
-    || { cat /tmp/pinned.log; fail "worker_cpus = $(nproc): the error does not name the CPU"; }
-info "ok  worker_cpus = $(nproc) (not a CPU here): exit $rc, $(grep -o 'worker_cpus: CPU.*may run on' /tmp/pinned.log | head -1)"
+[ $rc = 78 ] || { cat /tmp/pinned.log; fail "worker_cpus = $NONE (no such CPU): exit $rc, expected 78 (a configuration refused)"; }
+grep -q "target.worker_cpus: CPU(s) $NONE are not among the CPUs this process may run on" /tmp/pinned.log \
+    || { cat /tmp/pinned.log; fail "worker_cpus = $NONE: the error does not name the CPU"; }
+rc=0; "$BIN_SRC" check-config /tmp/pinned.toml >/dev/null 2>&1 || rc=$?
+[ $rc = 2 ] || fail "check-config with worker_cpus = $NONE: exit $rc, expected 2"
+info "ok  worker_cpus = $NONE (not a CPU here): exit 78, check-config 2: $(grep -o 'target.worker_cpus: CPU.*may run on' /tmp/pinned.log | head -1)"
+rm -rf /tmp/pinned.toml /tmp/pinned.log /tmp/pinned-state
 
 # =====================================================================================
 step "test 2: install as the README says (its install block, verbatim): the shipped config serves nothing"
