@@ -10,6 +10,8 @@
 # then: NVMF_LAB_DIR=/var/tmp/nvmf-lab-perf integration/lab/run-guest -t 900 \
 #         -e JOBS="qd1r:randread:1:4k r64k:read:8:64k" . integration/dev/prof.sh
 # JOBS: name:rw:iodepth:bs ... ; DEV=nullb (default) or ram; RT seconds per job (8).
+# The guest's clock: run-guest with LAB_APPEND="clocksource=tsc tsc=reliable", as integration/bench
+# boots it (Linux 6.1 under TCG otherwise reads hpet: a system call per clock read).
 # TRANSPORT=rdma (default), tcp, or tls (NVMe/TCP with TLS 1.3: the current-host image with
 # perf, tlshd on the host side, kTLS on both; SPDK stays out of tcp and tls).
 # OURS="name:binary ...": our builds to profile, each in its phase (default ours:build/release/
