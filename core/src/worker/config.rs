@@ -119,15 +119,9 @@ pub enum Cpus {
 
 impl FromSetting<Cpus> for CpuList {
     fn from_setting(r: Cpus) -> Result<CpuList, String> {
-        let join = |v: &[usize]| {
-            v.iter()
-                .map(|c| c.to_string())
-                .collect::<Vec<_>>()
-                .join(",")
-        };
         match r {
-            Cpus::One(c) => CpuList::parse(&c.to_string()),
-            Cpus::Many(v) => CpuList::parse(&join(&v)),
+            Cpus::One(c) => CpuList::of([c]),
+            Cpus::Many(v) => CpuList::of(v),
             Cpus::Text(t) => CpuList::parse(&t),
         }
     }

@@ -42,14 +42,24 @@ impl CpuList {
             if lo > hi {
                 return Err(format!("{part:?}: a range runs from low to high"));
             }
-            for c in lo..=hi {
-                if cpus.contains(&c) {
-                    return Err(format!("CPU {c} is listed twice"));
-                }
-                cpus.push(c);
-            }
+            cpus.extend(lo..=hi);
         }
-        Ok(CpuList(cpus))
+        CpuList::of(cpus)
+    }
+
+    /// The CPUs given, in their order: each at most [`MAX_CPU`], each once.
+    pub fn of(cpus: impl IntoIterator<Item = usize>) -> Result<CpuList, String> {
+        let mut list = Vec::new();
+        for c in cpus {
+            if c > MAX_CPU {
+                return Err(format!("\"{c}\" is not a CPU number (0..={MAX_CPU})"));
+            }
+            if list.contains(&c) {
+                return Err(format!("CPU {c} is listed twice"));
+            }
+            list.push(c);
+        }
+        Ok(CpuList(list))
     }
 
     /// No CPU listed: the workers are not pinned.
@@ -86,11 +96,10 @@ impl CpuList {
         };
         let outside = self.outside(&|c| mask.is_set(c).unwrap_or(false));
         (!outside.is_empty()).then(|| {
-            let l: Vec<String> = outside.iter().map(|c| c.to_string()).collect();
             format!(
                 "CPU(s) {} are not among the CPUs this process may run on (offline, or left \
                  out by systemd's CPUAffinity=, a cgroup's cpuset or taskset)",
-                l.join(",")
+                CpuList(outside)
             )
         })
     }
@@ -153,6 +162,7 @@ mod tests {
         assert!(why("1-").contains("not a CPU number"));
         assert!(why("1024").contains("0..=1023"));
         assert!(why("0-1024").contains("0..=1023"));
+        assert!(why("5000").contains("0..=1023"));
     }
 
     #[test]

@@ -185,14 +185,12 @@ impl TargetConfig {
             // Checked here, in the process that will run the workers (the
             // service's CPUAffinity= applies), so that it is refused as a
             // configuration error.
-            Ok(e) if e.worker_cpus.unavailable().is_some() => {
-                cx.err(
-                    "target.worker_cpus",
-                    e.worker_cpus.unavailable().unwrap_or_default(),
-                );
+            Ok(e) => {
+                if let Some(why) = e.worker_cpus.unavailable() {
+                    cx.err("target.worker_cpus", why);
+                }
                 e
             }
-            Ok(e) => e,
             Err(errors) => {
                 for (field, reason) in errors {
                     cx.err(format!("target.{field}"), reason);
