@@ -20,6 +20,15 @@ pub const FIXED_SLOTS: u32 = 16;
 /// io-wq workers per ring for file and block I/O.
 const IOWQ_BOUNDED: u32 = 4;
 
+/// How a [`Ring::wait`] ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Wake {
+    /// A completion arrived, or a signal or a full ring cut the sleep short.
+    Event,
+    /// The timeout passed with no completion.
+    Timeout,
+}
+
 /// A worker's ring.
 pub struct Ring {
     ring: IoUring,
@@ -215,22 +224,28 @@ impl Ring {
     }
 
     /// Submits and sleeps until a completion arrives or `timeout` passes.
-    pub fn wait(&mut self, timeout: Duration) -> io::Result<()> {
+    /// Returns how it ended: [`Wake::Timeout`] when the time passed with
+    /// no completion.
+    pub fn wait(&mut self, timeout: Duration) -> io::Result<Wake> {
         let ts = types::Timespec::new()
             .sec(timeout.as_secs())
             .nsec(timeout.subsec_nanos());
         let args = types::SubmitArgs::new().timespec(&ts);
-        match self.ring.submitter().submit_with_args(1, &args) {
-            Ok(_) => {}
+        let wake = match self.ring.submitter().submit_with_args(1, &args) {
+            Ok(_) => Wake::Event,
+            Err(e) if e.raw_os_error() == Some(Errno::ETIME as i32) => Wake::Timeout,
             Err(e)
                 if matches!(
                     e.raw_os_error(),
-                    Some(e) if [Errno::ETIME, Errno::EINTR, Errno::EBUSY].contains(&Errno::from_raw(e))
-                ) => {}
+                    Some(e) if [Errno::EINTR, Errno::EBUSY].contains(&Errno::from_raw(e))
+                ) =>
+            {
+                Wake::Event
+            }
             Err(e) => return Err(e),
-        }
+        };
         self.queued = 0;
-        Ok(())
+        Ok(wake)
     }
 
     /// Takes up to `out.len()` completions as (user_data, result).
@@ -245,5 +260,26 @@ impl Ring {
         }
         self.inflight -= n;
         n
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Write;
+    use std::os::fd::AsRawFd;
+    use std::os::unix::net::UnixStream;
+
+    #[test]
+    fn a_wait_says_whether_it_only_timed_out() {
+        let mut ring = Ring::new(8).unwrap();
+        assert_eq!(ring.wait(Duration::from_millis(1)).unwrap(), Wake::Timeout);
+        let (mut a, b) = UnixStream::pair().unwrap();
+        ring.poll_in(b.as_raw_fd(), 7).unwrap();
+        a.write_all(b"x").unwrap();
+        assert_eq!(ring.wait(Duration::from_secs(5)).unwrap(), Wake::Event);
+        let mut out = [(0u64, 0i32); 4];
+        assert_eq!(ring.reap(&mut out), 1);
+        assert_eq!(out[0].0, 7);
     }
 }

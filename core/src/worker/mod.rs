@@ -31,7 +31,7 @@ use tracing::error;
 
 use crate::backend::exec::{Executor, Uring};
 use crate::backend::offload::Offload;
-use crate::backend::uring::Ring;
+use crate::backend::uring::{Ring, Wake};
 use crate::base::wake::{Mailbox, Waker};
 use crate::counters::Tally;
 use crate::model::target::Target;
@@ -696,12 +696,18 @@ impl<T: Transport> Worker<T> {
             }
             // I/Os waiting for QoS tokens: awake when the first may go.
             let wait = self.group.qos_due().map_or(IDLE_WAIT, |d| d.min(IDLE_WAIT));
-            if let Err(e) = self.ring.wait(wait) {
-                error!(worker = self.shared.index, error = %e, "io_uring wait");
-                std::thread::sleep(Duration::from_millis(10));
+            // A wait that only timed out is no sign of work: it does not open
+            // the polling window again (with `poll_spin_us` at its ceiling an
+            // idle worker would otherwise poll one second in two).
+            match self.ring.wait(wait) {
+                Ok(w) => woke = w == Wake::Event,
+                Err(e) => {
+                    error!(worker = self.shared.index, error = %e, "io_uring wait");
+                    std::thread::sleep(Duration::from_millis(10));
+                    woke = true;
+                }
             }
             self.group.tally.woke();
-            woke = true;
         }
     }
 }
