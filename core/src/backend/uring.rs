@@ -233,16 +233,11 @@ impl Ring {
         let args = types::SubmitArgs::new().timespec(&ts);
         let wake = match self.ring.submitter().submit_with_args(1, &args) {
             Ok(_) => Wake::Event,
-            Err(e) if e.raw_os_error() == Some(Errno::ETIME as i32) => Wake::Timeout,
-            Err(e)
-                if matches!(
-                    e.raw_os_error(),
-                    Some(e) if [Errno::EINTR, Errno::EBUSY].contains(&Errno::from_raw(e))
-                ) =>
-            {
-                Wake::Event
-            }
-            Err(e) => return Err(e),
+            Err(e) => match e.raw_os_error().map(Errno::from_raw) {
+                Some(Errno::ETIME) => Wake::Timeout,
+                Some(Errno::EINTR | Errno::EBUSY) => Wake::Event,
+                _ => return Err(e),
+            },
         };
         self.queued = 0;
         Ok(wake)
